@@ -1,0 +1,32 @@
+//! # llmsession
+//!
+//! Session state for LLM agents: an append-only log that every request is rebuilt from byte for
+//! byte, a frozen per-instance session prefix, and compaction whose summarisation request
+//! replays the cached prefix of the last routed request.
+//!
+//! The core (everything outside `ffi`) is safe Rust with a Rust API. `ffi` is the C ABI.
+//!
+//! Where to find each concept:
+//! - [`types`]: the JSON vocabulary (messages, blocks, usage, tools, call config).
+//! - [`log`]: events, validation, the surface, history derivation, storage, loading, fork.
+//! - [`header`]: request headers, snapshots, deltas and their fold.
+//! - [`prefix`]: session prefix composition.
+//! - [`request`]: request envelopes, digests, reconstruction and `verify`.
+//! - [`agent`]: agent instances and the host-driven turn/step lifecycle.
+//! - [`tokens`]: the token meter and its counters.
+//! - [`compaction`]: policies, region selection, summarisation requests, landing.
+//! - [`render`]: provider body renderers (OpenAI-compatible, Anthropic).
+//! - [`cancel`]: cancel tokens.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod error;
+pub mod types;
+pub mod header;
+pub mod log;
+pub mod render;
+pub mod tokens;
+
+pub use error::{Error, ErrorKind, Result};
+pub use types::{Block, CallConfig, JsonMap, Message, Provenance, Role, ToolSchema, Usage};
+pub use header::{EpochHeader, HeaderDelta, HeaderSnapshot, SnapshotReason};

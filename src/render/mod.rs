@@ -1,0 +1,1 @@
+//! Provider renderers: being written.

@@ -1,0 +1,657 @@
+//! The JSON vocabulary of SPEC §1: content blocks, messages, usage, tool schemas, call config.
+//!
+//! Every type is read from a `serde_json::Value` by a validator that names the offending
+//! field (`messages[2].content[0].text: expected a string`), and keeps unknown fields (and
+//! unknown content-block types) untouched in an `extra` map so they round-trip.
+//! Optional fields are absent, never `null`: a `null` where a value is optional is rejected.
+//!
+//! Serialisation is deterministic: known fields in declaration order, then unknown fields in
+//! key order. That is what makes a request rebuilt from the log byte-identical.
+
+use crate::error::{Error, Result};
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value};
+
+/// A JSON object.
+pub type JsonMap = Map<String, Value>;
+
+/// A field reader over one JSON object that produces path-naming errors.
+pub(crate) struct Fields<'a> {
+    pub path: &'a str,
+    pub map: &'a JsonMap,
+}
+
+pub(crate) fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+pub(crate) fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+pub(crate) fn as_object<'a>(v: &'a Value, path: &str) -> Result<&'a JsonMap> {
+    v.as_object().ok_or_else(|| Error::invalid(path, format!("expected an object, got {}", kind_of(v))))
+}
+
+impl<'a> Fields<'a> {
+    pub fn of(v: &'a Value, path: &'a str) -> Result<Self> {
+        Ok(Fields { path, map: as_object(v, path)? })
+    }
+
+    pub fn p(&self, key: &str) -> String {
+        join(self.path, key)
+    }
+
+    fn present(&self, key: &str) -> Result<Option<&'a Value>> {
+        match self.map.get(key) {
+            None => Ok(None),
+            Some(Value::Null) => Err(Error::invalid(
+                self.p(key),
+                "is null; optional fields must be absent, not null",
+            )),
+            Some(v) => Ok(Some(v)),
+        }
+    }
+
+    fn required(&self, key: &str) -> Result<&'a Value> {
+        self.present(key)?.ok_or_else(|| Error::invalid(self.p(key), "is required"))
+    }
+
+    pub fn str(&self, key: &str) -> Result<&'a str> {
+        let v = self.required(key)?;
+        v.as_str().ok_or_else(|| Error::invalid(self.p(key), format!("expected a string, got {}", kind_of(v))))
+    }
+
+    pub fn opt_str(&self, key: &str) -> Result<Option<&'a str>> {
+        match self.present(key)? {
+            None => Ok(None),
+            Some(v) => v
+                .as_str()
+                .map(Some)
+                .ok_or_else(|| Error::invalid(self.p(key), format!("expected a string, got {}", kind_of(v)))),
+        }
+    }
+
+    pub fn u64(&self, key: &str) -> Result<u64> {
+        let v = self.required(key)?;
+        v.as_u64()
+            .ok_or_else(|| Error::invalid(self.p(key), format!("expected a non-negative integer, got {v}")))
+    }
+
+    pub fn opt_u64(&self, key: &str) -> Result<Option<u64>> {
+        match self.present(key)? {
+            None => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .map(Some)
+                .ok_or_else(|| Error::invalid(self.p(key), format!("expected a non-negative integer, got {v}"))),
+        }
+    }
+
+    pub fn opt_f64(&self, key: &str) -> Result<Option<f64>> {
+        match self.present(key)? {
+            None => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .map(Some)
+                .ok_or_else(|| Error::invalid(self.p(key), format!("expected a number, got {}", kind_of(v)))),
+        }
+    }
+
+    pub fn bool(&self, key: &str) -> Result<bool> {
+        let v = self.required(key)?;
+        v.as_bool().ok_or_else(|| Error::invalid(self.p(key), format!("expected a boolean, got {}", kind_of(v))))
+    }
+
+    pub fn opt_bool(&self, key: &str) -> Result<Option<bool>> {
+        match self.present(key)? {
+            None => Ok(None),
+            Some(v) => v
+                .as_bool()
+                .map(Some)
+                .ok_or_else(|| Error::invalid(self.p(key), format!("expected a boolean, got {}", kind_of(v)))),
+        }
+    }
+
+    pub fn array(&self, key: &str) -> Result<&'a Vec<Value>> {
+        let v = self.required(key)?;
+        v.as_array().ok_or_else(|| Error::invalid(self.p(key), format!("expected an array, got {}", kind_of(v))))
+    }
+
+    pub fn opt_array(&self, key: &str) -> Result<Option<&'a Vec<Value>>> {
+        match self.present(key)? {
+            None => Ok(None),
+            Some(v) => v
+                .as_array()
+                .map(Some)
+                .ok_or_else(|| Error::invalid(self.p(key), format!("expected an array, got {}", kind_of(v)))),
+        }
+    }
+
+    pub fn value(&self, key: &str) -> Result<&'a Value> {
+        self.required(key)
+    }
+
+    pub fn opt_value(&self, key: &str) -> Result<Option<&'a Value>> {
+        self.present(key)
+    }
+
+    /// Every key not in `known`, copied.
+    pub fn extra(&self, known: &[&str]) -> JsonMap {
+        self.map
+            .iter()
+            .filter(|(k, _)| !known.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+}
+
+/// Implements serde `Deserialize` through the validating `from_value`.
+macro_rules! deserialize_via_from_value {
+    ($t:ty) => {
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+                let v = Value::deserialize(d)?;
+                <$t>::from_value(&v, "").map_err(|e| D::Error::custom(e.message().to_string()))
+            }
+        }
+    };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Content blocks
+
+/// One content block. Known types (`text`, `reasoning`, `tool-call`, `tool-result`) are
+/// validated; any other type (`image`, ...) is carried as an opaque object.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Block(JsonMap);
+
+impl Block {
+    /// A text block.
+    pub fn text(text: impl Into<String>) -> Block {
+        let mut m = JsonMap::new();
+        m.insert("type".into(), "text".into());
+        m.insert("text".into(), Value::String(text.into()));
+        Block(m)
+    }
+
+    /// A tool-result block.
+    pub fn tool_result(call_id: &str, content: Vec<Block>, is_error: bool) -> Block {
+        let mut m = JsonMap::new();
+        m.insert("type".into(), "tool-result".into());
+        m.insert("toolCallId".into(), call_id.into());
+        m.insert("content".into(), Value::Array(content.into_iter().map(Block::into_value).collect()));
+        m.insert("isError".into(), is_error.into());
+        Block(m)
+    }
+
+    /// A tool-call block.
+    pub fn tool_call(id: &str, name: &str, arguments: &str) -> Block {
+        let mut m = JsonMap::new();
+        m.insert("type".into(), "tool-call".into());
+        m.insert("id".into(), id.into());
+        m.insert("name".into(), name.into());
+        m.insert("arguments".into(), arguments.into());
+        Block(m)
+    }
+
+    /// Validates a block at `path`.
+    pub fn from_value(v: &Value, path: &str) -> Result<Block> {
+        let f = Fields::of(v, path)?;
+        let ty = f.str("type")?;
+        match ty {
+            "text" | "reasoning" => {
+                f.str("text")?;
+            }
+            "tool-call" => {
+                let id = f.str("id")?;
+                if id.is_empty() {
+                    return Err(Error::invalid(f.p("id"), "must not be empty"));
+                }
+                f.str("name")?;
+                f.str("arguments")?;
+            }
+            "tool-result" => {
+                let id = f.str("toolCallId")?;
+                if id.is_empty() {
+                    return Err(Error::invalid(f.p("toolCallId"), "must not be empty"));
+                }
+                let content = f.array("content")?;
+                for (i, b) in content.iter().enumerate() {
+                    Block::from_value(b, &format!("{}[{i}]", f.p("content")))?;
+                }
+                f.bool("isError")?;
+            }
+            "" => return Err(Error::invalid(f.p("type"), "must not be empty")),
+            _ => {} // opaque block: carried through untouched
+        }
+        Ok(Block(f.map.clone()))
+    }
+
+    /// The block's type.
+    pub fn kind(&self) -> &str {
+        self.0.get("type").and_then(Value::as_str).unwrap_or("")
+    }
+
+    /// A string field of the block.
+    pub fn get_str(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(Value::as_str)
+    }
+
+    /// A field of the block.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.0.get(key)
+    }
+
+    /// The block as a JSON object.
+    pub fn as_map(&self) -> &JsonMap {
+        &self.0
+    }
+
+    /// The block as a JSON value.
+    pub fn into_value(self) -> Value {
+        Value::Object(self.0)
+    }
+
+    /// The text of a `text` or `reasoning` block.
+    pub fn text_content(&self) -> Option<&str> {
+        match self.kind() {
+            "text" | "reasoning" => self.get_str("text"),
+            _ => None,
+        }
+    }
+
+    /// For a `tool-call` block: (id, name, arguments).
+    pub fn as_tool_call(&self) -> Option<(&str, &str, &str)> {
+        if self.kind() != "tool-call" {
+            return None;
+        }
+        Some((self.get_str("id")?, self.get_str("name")?, self.get_str("arguments")?))
+    }
+
+    /// For a `tool-result` block: the call id it answers.
+    pub fn tool_result_id(&self) -> Option<&str> {
+        if self.kind() != "tool-result" {
+            return None;
+        }
+        self.get_str("toolCallId")
+    }
+
+    /// For a `tool-result` block: its content blocks (validated at construction).
+    pub fn tool_result_content(&self) -> Vec<Block> {
+        self.0
+            .get("content")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(|b| b.as_object().map(|m| Block(m.clone()))).collect())
+            .unwrap_or_default()
+    }
+
+    /// For a `tool-result` block: whether it reports an error.
+    pub fn tool_result_is_error(&self) -> bool {
+        self.0.get("isError").and_then(Value::as_bool).unwrap_or(false)
+    }
+}
+
+impl Serialize for Block {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+deserialize_via_from_value!(Block);
+
+/// Validates an array of blocks at `path`.
+pub fn blocks_from_value(v: &Value, path: &str) -> Result<Vec<Block>> {
+    let arr = v.as_array().ok_or_else(|| Error::invalid(path, format!("expected an array, got {}", kind_of(v))))?;
+    arr.iter().enumerate().map(|(i, b)| Block::from_value(b, &format!("{path}[{i}]"))).collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Messages
+
+/// A message role.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// A system message (allowed in a session prefix; never produced by the derivation).
+    System,
+    /// A user message.
+    User,
+    /// An assistant message.
+    Assistant,
+}
+
+impl Role {
+    fn parse(s: &str, path: &str) -> Result<Role> {
+        match s {
+            "system" => Ok(Role::System),
+            "user" => Ok(Role::User),
+            "assistant" => Ok(Role::Assistant),
+            other => Err(Error::invalid(path, format!("expected \"system\", \"user\" or \"assistant\", got {other:?}"))),
+        }
+    }
+
+    /// The role's wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        }
+    }
+}
+
+/// Which provider and model produced an assistant message.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Provenance {
+    /// The provider name.
+    pub provider: String,
+    /// The model name.
+    pub model: String,
+    /// Unknown fields, carried through.
+    #[serde(flatten)]
+    pub extra: JsonMap,
+}
+
+impl Provenance {
+    /// Validates a provenance object at `path`.
+    pub fn from_value(v: &Value, path: &str) -> Result<Provenance> {
+        let f = Fields::of(v, path)?;
+        Ok(Provenance {
+            provider: f.str("provider")?.to_string(),
+            model: f.str("model")?.to_string(),
+            extra: f.extra(&["provider", "model"]),
+        })
+    }
+}
+deserialize_via_from_value!(Provenance);
+
+/// A provider message.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Message {
+    /// The role.
+    pub role: Role,
+    /// The content blocks.
+    pub content: Vec<Block>,
+    /// Provenance, on assistant messages.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<Provenance>,
+    /// Unknown fields, carried through.
+    #[serde(flatten)]
+    pub extra: JsonMap,
+}
+
+impl Message {
+    /// A user message with one text block.
+    pub fn user_text(text: impl Into<String>) -> Message {
+        Message { role: Role::User, content: vec![Block::text(text)], provenance: None, extra: JsonMap::new() }
+    }
+
+    /// A message with the given role and blocks.
+    pub fn new(role: Role, content: Vec<Block>) -> Message {
+        Message { role, content, provenance: None, extra: JsonMap::new() }
+    }
+
+    /// Validates a message at `path`.
+    pub fn from_value(v: &Value, path: &str) -> Result<Message> {
+        let f = Fields::of(v, path)?;
+        let role = Role::parse(f.str("role")?, &f.p("role"))?;
+        let content = blocks_from_value(f.value("content")?, &f.p("content"))?;
+        let provenance = match f.opt_value("provenance")? {
+            None => None,
+            Some(p) => Some(Provenance::from_value(p, &f.p("provenance"))?),
+        };
+        Ok(Message { role, content, provenance, extra: f.extra(&["role", "content", "provenance"]) })
+    }
+
+    /// Validates an array of messages at `path`.
+    pub fn list_from_value(v: &Value, path: &str) -> Result<Vec<Message>> {
+        let arr = v.as_array().ok_or_else(|| Error::invalid(path, format!("expected an array of messages, got {}", kind_of(v))))?;
+        arr.iter().enumerate().map(|(i, m)| Message::from_value(m, &format!("{path}[{i}]"))).collect()
+    }
+
+    /// The tool calls in this message, in order: (id, name, arguments).
+    pub fn tool_calls(&self) -> impl Iterator<Item = (&str, &str, &str)> {
+        self.content.iter().filter_map(Block::as_tool_call)
+    }
+
+    /// All text of text blocks, concatenated with newlines.
+    pub fn text(&self) -> String {
+        let parts: Vec<&str> = self.content.iter().filter(|b| b.kind() == "text").filter_map(|b| b.get_str("text")).collect();
+        parts.join("\n")
+    }
+
+    /// The message as a JSON value.
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).expect("a message always serialises")
+    }
+}
+deserialize_via_from_value!(Message);
+
+// ---------------------------------------------------------------------------------------------
+// Usage
+
+/// Provider-reported token usage, in disjoint buckets: `input_tokens` is uncached input only.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    /// Uncached input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Input tokens read from the provider's cache.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_read_tokens: Option<u64>,
+    /// Input tokens written to the provider's cache.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_write_tokens: Option<u64>,
+    /// Reasoning tokens (a part of the output).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
+    /// Unknown fields, carried through.
+    #[serde(flatten)]
+    pub extra: JsonMap,
+}
+
+impl Usage {
+    /// Validates usage at `path`.
+    pub fn from_value(v: &Value, path: &str) -> Result<Usage> {
+        let f = Fields::of(v, path)?;
+        Ok(Usage {
+            input_tokens: f.u64("inputTokens")?,
+            output_tokens: f.u64("outputTokens")?,
+            cache_read_tokens: f.opt_u64("cacheReadTokens")?,
+            cache_write_tokens: f.opt_u64("cacheWriteTokens")?,
+            reasoning_tokens: f.opt_u64("reasoningTokens")?,
+            extra: f.extra(&["inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "reasoningTokens"]),
+        })
+    }
+
+    /// The whole prompt as the provider counted it: uncached + cache read + cache write.
+    pub fn prompt_tokens(&self) -> u64 {
+        self.input_tokens + self.cache_read_tokens.unwrap_or(0) + self.cache_write_tokens.unwrap_or(0)
+    }
+}
+deserialize_via_from_value!(Usage);
+
+// ---------------------------------------------------------------------------------------------
+// Tool schemas and call config
+
+/// A tool the model may call.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ToolSchema {
+    /// The tool's name (unique within a request).
+    pub name: String,
+    /// What the tool does.
+    pub description: String,
+    /// The JSON schema of its arguments.
+    pub parameters: Value,
+    /// Unknown fields, carried through.
+    #[serde(flatten)]
+    pub extra: JsonMap,
+}
+
+impl ToolSchema {
+    /// Validates a tool schema at `path`.
+    pub fn from_value(v: &Value, path: &str) -> Result<ToolSchema> {
+        let f = Fields::of(v, path)?;
+        let name = f.str("name")?;
+        if name.is_empty() {
+            return Err(Error::invalid(f.p("name"), "must not be empty"));
+        }
+        let parameters = f.value("parameters")?;
+        as_object(parameters, &f.p("parameters"))?;
+        Ok(ToolSchema {
+            name: name.to_string(),
+            description: f.str("description")?.to_string(),
+            parameters: parameters.clone(),
+            extra: f.extra(&["name", "description", "parameters"]),
+        })
+    }
+
+    /// Validates a list of tool schemas (names must be unique).
+    pub fn list_from_value(v: &Value, path: &str) -> Result<Vec<ToolSchema>> {
+        let arr = v.as_array().ok_or_else(|| Error::invalid(path, format!("expected an array of tool schemas, got {}", kind_of(v))))?;
+        let tools: Vec<ToolSchema> =
+            arr.iter().enumerate().map(|(i, t)| ToolSchema::from_value(t, &format!("{path}[{i}]"))).collect::<Result<_>>()?;
+        for (i, t) in tools.iter().enumerate() {
+            if tools[..i].iter().any(|u| u.name == t.name) {
+                return Err(Error::invalid(format!("{path}[{i}].name"), format!("duplicate tool name {:?}", t.name)));
+            }
+        }
+        Ok(tools)
+    }
+}
+deserialize_via_from_value!(ToolSchema);
+
+/// Envelope keys that a call config's unknown fields may not shadow.
+pub(crate) const ENVELOPE_KEYS: &[&str] =
+    &["messages", "system", "tools", "sessionId", "turn", "step", "purpose", "instance"];
+
+/// The per-call configuration: provider, model and sampling settings.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallConfig {
+    /// The provider name (free-form: "openai", "anthropic", "deepseek", "llama.cpp", ...).
+    pub provider: String,
+    /// The model name.
+    pub model: String,
+    /// Reasoning effort, where the provider has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<String>,
+    /// Sampling temperature.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    /// Output token limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    /// Stop sequences.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop: Option<Vec<String>>,
+    /// Unknown fields, carried through into the request envelope.
+    #[serde(flatten)]
+    pub extra: JsonMap,
+}
+
+impl CallConfig {
+    /// A config with just a provider and a model.
+    pub fn new(provider: impl Into<String>, model: impl Into<String>) -> CallConfig {
+        CallConfig {
+            provider: provider.into(),
+            model: model.into(),
+            reasoning_effort: None,
+            temperature: None,
+            max_tokens: None,
+            stop: None,
+            extra: JsonMap::new(),
+        }
+    }
+
+    /// Validates a call config at `path`.
+    pub fn from_value(v: &Value, path: &str) -> Result<CallConfig> {
+        let f = Fields::of(v, path)?;
+        let provider = f.str("provider")?;
+        if provider.is_empty() {
+            return Err(Error::invalid(f.p("provider"), "must not be empty"));
+        }
+        let model = f.str("model")?;
+        if model.is_empty() {
+            return Err(Error::invalid(f.p("model"), "must not be empty"));
+        }
+        let stop = match f.opt_array("stop")? {
+            None => None,
+            Some(a) => Some(
+                a.iter()
+                    .enumerate()
+                    .map(|(i, s)| {
+                        s.as_str().map(str::to_string).ok_or_else(|| {
+                            Error::invalid(format!("{}[{i}]", f.p("stop")), format!("expected a string, got {}", kind_of(s)))
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()?,
+            ),
+        };
+        let known = ["provider", "model", "reasoningEffort", "temperature", "maxTokens", "stop"];
+        let extra = f.extra(&known);
+        if let Some(k) = extra.keys().find(|k| ENVELOPE_KEYS.contains(&k.as_str())) {
+            return Err(Error::invalid(f.p(k), "is reserved for the request envelope"));
+        }
+        Ok(CallConfig {
+            provider: provider.to_string(),
+            model: model.to_string(),
+            reasoning_effort: f.opt_str("reasoningEffort")?.map(str::to_string),
+            temperature: f.opt_f64("temperature")?,
+            max_tokens: f.opt_u64("maxTokens")?,
+            stop,
+            extra,
+        })
+    }
+
+    /// The config as a JSON object.
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).expect("a config always serialises")
+    }
+}
+deserialize_via_from_value!(CallConfig);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn unknown_fields_and_blocks_round_trip() {
+        let v = json!({"role":"user","content":[{"type":"image","url":"x","z":1},{"type":"text","text":"hi","cache":true}],"meta":{"a":1}});
+        let m = Message::from_value(&v, "m").unwrap();
+        assert_eq!(m.to_value(), v);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let v = json!({"role":"user","content":[{"type":"text"}]});
+        let e = Message::from_value(&v, "messages[3]").unwrap_err();
+        assert_eq!(e.message(), "messages[3].content[0].text: is required");
+        let v = json!({"role":"user","content":[],"provenance":null});
+        let e = Message::from_value(&v, "").unwrap_err();
+        assert!(e.message().starts_with("provenance: is null"), "{}", e.message());
+        let v = json!({"role":"robot","content":[]});
+        assert!(Message::from_value(&v, "").unwrap_err().message().starts_with("role: expected"));
+    }
+
+    #[test]
+    fn config_rejects_reserved_keys() {
+        let e = CallConfig::from_value(&json!({"provider":"p","model":"m","messages":[]}), "config").unwrap_err();
+        assert_eq!(e.message(), "config.messages: is reserved for the request envelope");
+    }
+}
