@@ -20,6 +20,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod cancel;
 pub mod error;
 pub mod types;
 pub mod header;
@@ -27,6 +28,7 @@ pub mod log;
 pub mod render;
 pub mod tokens;
 
+pub use cancel::CancelToken;
 pub use error::{Error, ErrorKind, Result};
 pub use types::{Block, CallConfig, JsonMap, Message, Provenance, Role, ToolSchema, Usage};
 pub use header::{EpochHeader, HeaderDelta, HeaderSnapshot, SnapshotReason};
