@@ -20,15 +20,24 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod agent;
 pub mod cancel;
+pub mod compaction;
 pub mod error;
 pub mod types;
 pub mod header;
 pub mod log;
+pub mod prefix;
+pub mod session;
 pub mod render;
+pub mod request;
 pub mod tokens;
 
 pub use cancel::CancelToken;
 pub use error::{Error, ErrorKind, Result};
 pub use types::{Block, CallConfig, JsonMap, Message, Provenance, Role, ToolSchema, Usage};
 pub use header::{EpochHeader, HeaderDelta, HeaderSnapshot, SnapshotReason};
+pub use log::{Durability, Event, NewEvent};
+pub use session::{Session, SessionOptions};
+pub use agent::{Agent, AgentOptions};
+pub use request::Request;

@@ -1,1 +1,103 @@
-//! The session log.
+//! The append-only session log (SPEC §2): events, validation, the surface and its derivation,
+//! storage, loading with repair.
+//!
+//! [`Log`] is the in-memory fold: every event's JSON line plus the [`LogState`] that
+//! validation needs (open turn and step, pending tool calls, the surface with its derivation
+//! cache, the header fold). It knows nothing about storage; [`crate::session::Session`] ties a
+//! log to a [`Store`].
+
+pub mod event;
+pub mod history;
+pub mod load;
+pub mod rules;
+pub mod store;
+
+pub use event::{Event, NewEvent, SurfaceOp, TurnEndReason, UserSource};
+pub use history::{Derived, History};
+pub use rules::{Effect, LogState};
+pub use store::{Durability, JsonlStore, MemoryStore, Store};
+
+use crate::error::Result;
+use std::sync::Arc;
+
+/// The events of one session and everything folded over them.
+#[derive(Clone, Debug, Default)]
+pub struct Log {
+    lines: Vec<Arc<str>>,
+    state: LogState,
+}
+
+impl Log {
+    /// An empty log.
+    pub fn new() -> Log {
+        Log::default()
+    }
+
+    /// Number of events.
+    pub fn len(&self) -> usize {
+        self.lines.len()
+    }
+
+    /// Whether the log has no events.
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+
+    /// The seq the next event gets.
+    pub fn next_seq(&self) -> u64 {
+        self.lines.len() as u64
+    }
+
+    /// The folded state.
+    pub fn state(&self) -> &LogState {
+        &self.state
+    }
+
+    /// The surface with its derivation cache.
+    pub fn history(&self) -> &History {
+        &self.state.history
+    }
+
+    /// Validates an event without changing anything.
+    pub fn check(&self, ev: &Event) -> Result<Effect> {
+        self.state.check(ev, self.next_seq())
+    }
+
+    /// Applies an event that [`check`](Self::check) accepted, with its serialised line.
+    pub fn commit(&mut self, ev: &Event, effect: Effect, line: Arc<str>) {
+        self.state.apply(ev, effect);
+        self.lines.push(line);
+    }
+
+    /// Validates and applies an event.
+    pub fn append(&mut self, ev: &Event) -> Result<Arc<str>> {
+        let effect = self.check(ev)?;
+        let line: Arc<str> = ev.to_json().into();
+        self.commit(ev, effect, line.clone());
+        Ok(line)
+    }
+
+    /// The JSON line of event `seq`.
+    pub fn line(&self, seq: u64) -> Option<&Arc<str>> {
+        self.lines.get(seq as usize)
+    }
+
+    /// Every event's JSON line.
+    pub fn lines(&self) -> &[Arc<str>] {
+        &self.lines
+    }
+
+    /// Event `seq`, parsed.
+    pub fn event(&self, seq: u64) -> Option<Event> {
+        self.line(seq).map(|l| Event::from_json(l).expect("logged events parse"))
+    }
+
+    /// Rebuilds a log from events, validating each.
+    pub fn replay<'a>(events: impl IntoIterator<Item = &'a Event>) -> Result<Log> {
+        let mut log = Log::new();
+        for ev in events {
+            log.append(ev)?;
+        }
+        Ok(log)
+    }
+}

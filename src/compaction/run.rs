@@ -1,0 +1,324 @@
+//! Running a compaction: the gate, overflow recovery, manual compaction, and landing.
+
+use super::{checkpoint_text, select_region, CompactionPolicy, Region, SummaryOutput, SummaryRequest, INSTRUCTION};
+use crate::agent::Agent;
+use crate::cancel::CancelToken;
+use crate::error::{Error, ErrorKind, Result};
+use crate::header::EpochHeader;
+use crate::log::event::{types, NewEvent, UserSource};
+use crate::prefix::context_event;
+use crate::request::{compaction_envelope, digest, PrefixBytes};
+use crate::tokens::meter::Measure;
+use crate::tokens::{Countable, Estimator, TokenCounter};
+use crate::types::Message;
+use serde_json::json;
+use std::sync::Arc;
+
+/// What started a compaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// The pressure gate before a request.
+    Auto,
+    /// A provider's context-overflow error.
+    Overflow,
+    /// The host asked for it.
+    Manual,
+}
+
+impl Trigger {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Auto => "auto",
+            Trigger::Overflow => "overflow",
+            Trigger::Manual => "manual",
+        }
+    }
+}
+
+/// How a compaction ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CompactionOutcome {
+    /// "landed", "failed", "discarded" or "cancelled".
+    pub outcome: String,
+    /// The compacted span.
+    pub region: Region,
+    /// The summarisation request that was sent.
+    pub request: SummaryRequestInfo,
+    /// The error, when it did not land.
+    pub error: Option<String>,
+}
+
+/// What a caller may want to know of the summarisation request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SummaryRequestInfo {
+    /// Digest of the request bytes.
+    pub digest: String,
+    /// Leading messages shared with the last routed request.
+    pub shared_messages: usize,
+    /// Messages in the request.
+    pub message_count: usize,
+}
+
+impl Agent {
+    pub(crate) fn counter_or_default(&self) -> Arc<dyn TokenCounter> {
+        self.counter.clone().unwrap_or_else(|| Arc::new(Estimator))
+    }
+
+    /// The policy for the current model.
+    pub(crate) fn current_policy(&self) -> Option<CompactionPolicy> {
+        self.policies.for_model(&self.options.config.model).cloned()
+    }
+
+    /// Measures the prompt the next request would carry (live prefix included).
+    pub fn measure(&mut self) -> Result<Measure> {
+        let wanted = self.wanted_header();
+        let counter = self.counter_or_default();
+        let g = self.session.lock();
+        let anchor_allowed = self.anchored && g.log.state().headers.current() == Some(&wanted);
+        self.meter.measure(&counter, &g.log, &wanted, anchor_allowed)
+    }
+
+    /// The pressure gate: compacts when the prompt exceeds the policy's threshold.
+    pub(crate) fn gate(&mut self, op: &CancelToken, _turn: u64) -> Result<()> {
+        let Some(policy) = self.current_policy() else { return Ok(()) };
+        let m = self.measure()?;
+        if m.total <= policy.threshold_tokens() {
+            return Ok(());
+        }
+        let entries = self.session.with_log(|l| l.history().entries().to_vec());
+        let Some(region) = select_region(&entries, &m.per_entry, policy.retained_tokens()) else { return Ok(()) };
+        let out = self.run_compaction(Trigger::Auto, region, &m, &policy, op)?;
+        match out.outcome.as_str() {
+            "landed" | "discarded" => Ok(()),
+            _ => Err(Error::new(ErrorKind::Summariser, out.error.unwrap_or_default())),
+        }
+    }
+
+    /// After a context overflow: compact down to the newest message, within the budget.
+    pub(crate) fn recover_overflow(&mut self, cancel: &CancelToken, _turn: u64) -> Result<crate::agent::ProviderErrorOutcome> {
+        self.consecutive_overflows += 1;
+        let policy = self.current_policy().ok_or_else(|| {
+            Error::new(ErrorKind::OverflowBudget, "context overflow, and no compaction policy is set for this model")
+        })?;
+        if self.consecutive_overflows > policy.overflow_retries {
+            return Err(Error::new(
+                ErrorKind::OverflowBudget,
+                format!(
+                    "context overflow {} times in a row; the budget is {} recovery(ies)",
+                    self.consecutive_overflows, policy.overflow_retries
+                ),
+            ));
+        }
+        let m = self.measure()?;
+        let entries = self.session.with_log(|l| l.history().entries().to_vec());
+        let region = select_region(&entries, &m.per_entry, 0)
+            .ok_or_else(|| Error::new(ErrorKind::NothingToCompact, "context overflow, but nothing is left to compact"))?;
+        let (op, _g) = self.op_token(cancel);
+        let out = self.run_compaction(Trigger::Overflow, region, &m, &policy, &op)?;
+        match out.outcome.as_str() {
+            "landed" => Ok(crate::agent::ProviderErrorOutcome::Retry),
+            _ => Err(Error::new(ErrorKind::Summariser, format!("overflow recovery failed: {}", out.error.unwrap_or(out.outcome)))),
+        }
+    }
+
+    /// Compacts now. `span` is a surface span (`start..=end`, tool-balanced); `None` selects the
+    /// head region as the gate would (with the policy's retained tail, or keeping the newest
+    /// message when no policy is set). A middle span stays correct but forgoes cache reuse.
+    pub fn compact(&mut self, span: Option<(usize, usize)>, cancel: &CancelToken) -> Result<CompactionOutcome> {
+        self.ensure_live()?;
+        {
+            let g = self.session.lock();
+            let st = g.log.state();
+            if st.open_turn.as_ref().is_some_and(|t| t.step_open) {
+                return Err(Error::out_of_order("a request is open: compact between steps"));
+            }
+            if let Some(p) = st.pending.first() {
+                return Err(Error::out_of_order(format!("tool call {:?} has no result yet", p.id)));
+            }
+        }
+        let policy = self.current_policy().unwrap_or_else(|| {
+            let mut p = CompactionPolicy::new(u64::MAX / 4);
+            p.retained = super::Retained::Tokens(0);
+            p
+        });
+        let m = self.measure()?;
+        let entries = self.session.with_log(|l| l.history().entries().to_vec());
+        let region = match span {
+            None => select_region(&entries, &m.per_entry, policy.retained_tokens())
+                .ok_or_else(|| Error::new(ErrorKind::NothingToCompact, "nothing to compact"))?,
+            Some((start, end)) => {
+                let seqs: Vec<u64> = entries.get(start..=end).map(|s| s.iter().map(|d| d.seq).collect()).unwrap_or_default();
+                self.session.with_log(|l| l.history().check_replace(start, end, Some(&seqs)))?;
+                Region { start, end, seqs }
+            }
+        };
+        let (op, _g) = self.op_token(cancel);
+        self.run_compaction(Trigger::Manual, region, &m, &policy, &op)
+    }
+
+    /// Writes `compaction/start`, asks the summariser, and lands or records the failure.
+    fn run_compaction(&mut self, trigger: Trigger, region: Region, m: &Measure, policy: &CompactionPolicy, op: &CancelToken) -> Result<CompactionOutcome> {
+        let counter = self.counter_or_default();
+        let (req, generation) = {
+            let g = self.session.lock();
+            let st = g.log.state();
+            // The latest routed header; before any request, the header this instance would send.
+            let header: EpochHeader = st.headers.current().cloned().unwrap_or_else(|| self.wanted_header());
+            let (provider, model) = match (&policy.summary_provider, &policy.summary_model) {
+                (Some(p), Some(m)) => (p.clone(), m.clone()),
+                _ => (header.config.provider.clone(), header.config.model.clone()),
+            };
+            if provider.is_empty() || model.is_empty() {
+                return Err(Error::new(ErrorKind::Summariser, "no summarisation target: set a summary model, or route a request first"));
+            }
+            let prefix = match &self.frozen {
+                Some(f) if f.bytes.is_for(header.message_prefix.as_ref()) => f.bytes.clone(),
+                _ => PrefixBytes::of(header.message_prefix.as_ref()),
+            };
+            let entries = st.history.entries();
+            let span = &entries[region.start..=region.end];
+            let body = compaction_envelope(&header, &prefix, span, INSTRUCTION, &provider, &model, policy.summary_max_tokens, &g.header.id);
+            // Leading messages shared with the last routed request: its prefix, then the
+            // history entries it carried (those before its step/start, absent a replace since).
+            let last_step = g.log.lines().len() as u64;
+            let routed_before = last_step_seq(&g.log).unwrap_or(0);
+            let replaced_since = st.last_replace_seq.is_some_and(|r| r > routed_before);
+            let shared = if st.headers.current().is_none() || replaced_since || region.start != 0 {
+                0
+            } else {
+                prefix.messages.len() + span.iter().take_while(|d| d.seq < routed_before).count()
+            };
+            let _ = last_step;
+            let req = SummaryRequest {
+                digest: digest(&body),
+                json: String::from_utf8(body).expect("JSON is UTF-8"),
+                provider,
+                model,
+                max_tokens: policy.summary_max_tokens,
+                prefix_len: prefix.messages.len(),
+                shared_messages: shared,
+            };
+            (req, st.history.generation())
+        };
+        let shadowed: u64 = m.per_entry.get(region.start..=region.end).map(|s| s.iter().sum()).unwrap_or(0);
+        let message_count = serde_json::from_str::<serde_json::Value>(&req.json)
+            .ok()
+            .and_then(|v| v.get("messages").and_then(|m| m.as_array().map(|a| a.len())))
+            .unwrap_or(0);
+        let info = SummaryRequestInfo { digest: req.digest.clone(), shared_messages: req.shared_messages, message_count };
+        self.session.lock().append(NewEvent::new(
+            types::COMPACTION_START,
+            json!({
+                "trigger": trigger.as_str(),
+                "span": {"start": region.start, "end": region.end},
+                "seqs": region.seqs,
+                "provider": req.provider,
+                "model": req.model,
+                "maxTokens": req.max_tokens,
+                "instruction": INSTRUCTION,
+                "requestDigest": req.digest,
+                "shadowedTokens": shadowed,
+                "sharedMessages": req.shared_messages,
+            }),
+        ))?;
+        let finish = |agent: &mut Agent, outcome: &str, error: Option<String>| -> Result<CompactionOutcome> {
+            let mut data = json!({"outcome": outcome});
+            if let Some(e) = &error {
+                data["error"] = e.clone().into();
+            }
+            agent.session.lock().append(NewEvent::new(types::COMPACTION_END, data))?;
+            Ok(CompactionOutcome { outcome: outcome.to_string(), region: region.clone(), request: info.clone(), error })
+        };
+        let Some(summariser) = self.summariser.clone() else {
+            let out = finish(self, "failed", Some("no summariser is set".into()))?;
+            return Ok(out);
+        };
+        let attempts = 1 + policy.retries;
+        let mut last_error = String::new();
+        let mut accepted: Option<SummaryOutput> = None;
+        for _ in 0..attempts {
+            if op.is_cancelled() {
+                break;
+            }
+            match summariser.summarise(&req, op) {
+                Err(e) => last_error = format!("the summariser failed: {}", e.message()),
+                Ok(out) => match check_summary(&out, shadowed, &*counter) {
+                    Ok(()) => {
+                        accepted = Some(out);
+                        break;
+                    }
+                    Err(why) => last_error = why,
+                },
+            }
+        }
+        if op.is_cancelled() {
+            let disposed = self.is_disposed();
+            finish(self, "cancelled", Some(if disposed { "the agent instance was disposed" } else { "cancelled" }.into()))?;
+            return Err(if disposed {
+                Error::new(ErrorKind::Disposed, "the agent instance was disposed during summarisation")
+            } else {
+                Error::new(ErrorKind::Cancelled, "summarisation was cancelled")
+            });
+        }
+        let Some(out) = accepted else {
+            return finish(self, "failed", Some(last_error));
+        };
+        let mut g = self.session.lock();
+        let st = g.log.state();
+        let unchanged = st.history.generation() == generation
+            && st.history.entries().get(region.start..=region.end).is_some_and(|s| s.iter().map(|d| d.seq).eq(region.seqs.iter().copied()));
+        drop(g);
+        if !unchanged {
+            return finish(self, "discarded", Some("the compacted span changed while the summariser ran".into()));
+        }
+        let provider = out.provider.clone().unwrap_or_else(|| req.provider.clone());
+        let model = out.model.clone().unwrap_or_else(|| req.model.clone());
+        let mut data = json!({
+            "summary": out.text.trim(),
+            "span": {"start": region.start, "end": region.end},
+            "seqs": region.seqs,
+            "shadowedTokens": shadowed,
+            "provider": provider,
+            "model": model,
+            "maxTokens": req.max_tokens,
+            "raw": out.text,
+            "source": "summariser-callback",
+            "sharedMessages": req.shared_messages,
+            "requestDigest": req.digest,
+        });
+        if let Some(u) = &out.usage {
+            data["usage"] = serde_json::to_value(u).expect("usage serialises");
+        }
+        g = self.session.lock();
+        g.append(NewEvent::new(types::COMPACTION_SUMMARY, data))?;
+        let checkpoint = context_event(Message::user_text(checkpoint_text(&out.text)), UserSource::Compaction)?;
+        let ev = NewEvent { surface_op: Some(crate::log::SurfaceOp::Replace { start: region.start, end: region.end }), sources: Some(region.seqs.clone()), ..checkpoint };
+        g.append(ev)?;
+        drop(g);
+        self.stats.compactions += 1;
+        finish(self, "landed", None)
+    }
+}
+
+fn last_step_seq(log: &crate::log::Log) -> Option<u64> {
+    // The newest step/start, searching back from the end (requests are frequent, so this is short).
+    let lines = log.lines();
+    (0..lines.len()).rev().find(|&i| lines[i].contains("\"type\":\"step/start\"")).map(|i| i as u64)
+}
+
+fn check_summary(out: &SummaryOutput, shadowed: u64, counter: &dyn TokenCounter) -> std::result::Result<(), String> {
+    if out.text.trim().is_empty() {
+        return Err("the summary is empty".into());
+    }
+    if out.truncated {
+        return Err("the summary was truncated by the output limit".into());
+    }
+    let tokens = counter
+        .count(Countable::Message(&Message::user_text(checkpoint_text(&out.text))))
+        .map_err(|e| format!("cannot count the summary: {}", e.message()))?;
+    if tokens >= shadowed {
+        return Err(format!("the summary ({tokens} tokens) is not smaller than what it replaces ({shadowed} tokens)"));
+    }
+    Ok(())
+}

@@ -1,0 +1,216 @@
+//! Loading a stored log (SPEC §2 "Loading").
+//!
+//! The first record is the session header; it must name format `llmsession`, version 1.
+//! Every event is checked exactly as an append would be. A damaged record (unparseable, or
+//! rejected by validation) is tolerated only when no complete turn follows it: a torn last line
+//! from a crash mid-write, or damage inside the trailing unfinished turn. Everything from that
+//! record on is cut. Damage before the end of the last complete turn is an error naming the
+//! line. A turn left open by a crash is closed by [`repair_events`].
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::log::event::{types, Event, NewEvent, TurnEndReason};
+use crate::log::rules::as_corrupt;
+use crate::log::store::StoreContents;
+use crate::log::Log;
+use crate::types::{Fields, JsonMap};
+use serde_json::{json, Value};
+
+/// The format name in the session header.
+pub const FORMAT: &str = "llmsession";
+/// The log format version this library reads and writes.
+pub const VERSION: u64 = 1;
+
+/// The first record of a stored log.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionHeader {
+    /// The session id.
+    pub id: String,
+    /// Creation time, Unix ms.
+    pub created_at: u64,
+    /// For a fork: the parent session id and how many events were seeded from it.
+    pub parent: Option<(String, u64)>,
+    /// Other fields, carried through.
+    pub extra: JsonMap,
+}
+
+impl SessionHeader {
+    /// Parses a session header record (line 1).
+    pub fn from_value(v: &Value) -> Result<SessionHeader> {
+        let f = Fields::of(v, "")?;
+        let ty = f.str("type")?;
+        if ty != "session" {
+            return Err(Error::invalid("type", format!("the first record must be the session header (type \"session\"), got {ty:?}")));
+        }
+        let format = f.str("format")?;
+        if format != FORMAT {
+            return Err(Error::invalid("format", format!("expected {FORMAT:?}, got {format:?}")));
+        }
+        let version = f.u64("version")?;
+        if version != VERSION {
+            return Err(Error::invalid("version", format!("unsupported log version {version} (this library reads version {VERSION})")));
+        }
+        let id = f.str("id")?;
+        if id.is_empty() {
+            return Err(Error::invalid("id", "must not be empty"));
+        }
+        let parent = match f.opt_value("parent")? {
+            None => None,
+            Some(p) => {
+                let pf = Fields::of(p, "parent")?;
+                Some((pf.str("id")?.to_string(), pf.u64("seedLength")?))
+            }
+        };
+        Ok(SessionHeader {
+            id: id.to_string(),
+            created_at: f.u64("createdAt")?,
+            parent,
+            extra: f.extra(&["type", "format", "version", "id", "createdAt", "parent"]),
+        })
+    }
+
+    /// The header record.
+    pub fn to_value(&self) -> Value {
+        let mut m = JsonMap::new();
+        m.insert("type".into(), "session".into());
+        m.insert("format".into(), FORMAT.into());
+        m.insert("version".into(), VERSION.into());
+        m.insert("id".into(), self.id.clone().into());
+        m.insert("createdAt".into(), self.created_at.into());
+        if let Some((id, n)) = &self.parent {
+            m.insert("parent".into(), json!({"id": id, "seedLength": n}));
+        }
+        for (k, v) in &self.extra {
+            m.insert(k.clone(), v.clone());
+        }
+        Value::Object(m)
+    }
+}
+
+/// What loading found and did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LoadReport {
+    /// Records cut from the end (a torn line, damage in the unfinished last turn).
+    pub cut_records: usize,
+    /// The 1-based line of the first record that was cut, if any.
+    pub cut_at_line: Option<usize>,
+    /// Why it was cut.
+    pub cut_reason: Option<String>,
+    /// Synthetic events appended to close a turn left open.
+    pub repaired_events: usize,
+}
+
+/// The result of reading a store: header, valid events, and what to cut.
+pub struct Loaded {
+    /// The session header.
+    pub header: SessionHeader,
+    /// The replayed log.
+    pub log: Log,
+    /// What was found.
+    pub report: LoadReport,
+    /// How many records are valid (header included); the store must be cut to this.
+    pub keep_records: usize,
+}
+
+fn parse_record(rec: &[u8]) -> Result<Event> {
+    let text = std::str::from_utf8(rec).map_err(|e| Error::new(ErrorKind::MalformedJson, format!("invalid UTF-8: {e}")))?;
+    Event::from_json(text)
+}
+
+/// Reads store contents into a log (see the module docs for the damage rules).
+pub fn load_records(contents: &StoreContents) -> Result<Loaded> {
+    let records = &contents.records;
+    let first = records.first().ok_or_else(|| Error::new(ErrorKind::CorruptLog, "the store is empty: no session header"))?;
+    if records.len() == 1 && !contents.last_complete {
+        return Err(Error::new(ErrorKind::CorruptLog, "line 1: the session header is incomplete").with("line", 1u64));
+    }
+    let header_value: Value = std::str::from_utf8(first)
+        .map_err(|e| Error::new(ErrorKind::MalformedJson, format!("invalid UTF-8: {e}")))
+        .and_then(|t| serde_json::from_str(t).map_err(Error::from))
+        .map_err(|e| as_corrupt(e, 1))?;
+    let header = SessionHeader::from_value(&header_value).map_err(|e| as_corrupt(e, 1))?;
+
+    let mut log = Log::new();
+    let mut report = LoadReport::default();
+    let mut keep = records.len();
+    for (i, rec) in records.iter().enumerate().skip(1) {
+        let line = i + 1;
+        let outcome = parse_record(rec).and_then(|ev| log.append(&ev).map(|_| ()));
+        if let Err(e) = outcome {
+            let is_last = i == records.len() - 1;
+            let later_complete_turn =
+                records[i + 1..].iter().any(|r| parse_record(r).map(|ev| ev.ty == types::TURN_END).unwrap_or(false));
+            if !is_last && later_complete_turn {
+                return Err(as_corrupt(e, line).context("damage before the last complete turn"));
+            }
+            report.cut_records = records.len() - i;
+            report.cut_at_line = Some(line);
+            report.cut_reason = Some(e.message().to_string());
+            keep = i;
+            break;
+        }
+    }
+    Ok(Loaded { header, log, report, keep_records: keep })
+}
+
+/// The synthetic events that close a turn left open by a crash, in the order they must be
+/// appended: missing `tool/call`s of an answered step, `step/end`, an error result for every
+/// pending tool call, `turn/end{interrupted}`; an open compaction is closed first.
+pub fn repair_events(log: &Log) -> Vec<NewEvent> {
+    let st = log.state();
+    let mut out = Vec::new();
+    if let Some(c) = &st.compaction {
+        let outcome = if c.landed { "landed" } else { "failed" };
+        let mut data = json!({"outcome": outcome});
+        if !c.landed {
+            data["error"] = "interrupted: the session stopped before the compaction finished".into();
+        }
+        out.push(NewEvent::new(types::COMPACTION_END, data));
+    }
+    let mut pending: Vec<String> = st.pending.iter().map(|p| p.id.clone()).collect();
+    if let Some(t) = &st.open_turn {
+        if t.step_open {
+            for (id, name, args) in &t.calls_to_log {
+                out.push(NewEvent::new(
+                    types::TOOL_CALL,
+                    json!({"turn": t.turn, "step": t.last_step, "callId": id, "name": name, "arguments": args}),
+                ));
+                pending.push(id.clone());
+            }
+            let outcome = if t.step_answered { json!({"turn": t.turn, "step": t.last_step, "outcome": "response"}) } else {
+                json!({"turn": t.turn, "step": t.last_step, "outcome": "error", "error": "interrupted: the session stopped before the response arrived"})
+            };
+            out.push(NewEvent::new(types::STEP_END, outcome));
+        }
+    }
+    for id in pending {
+        out.push(NewEvent::visible(
+            types::TOOL_RESULT,
+            json!({"callId": id, "content": [{"type":"text","text":"interrupted: the session stopped before this tool call returned a result"}], "isError": true}),
+        ));
+    }
+    if let Some(t) = &st.open_turn {
+        out.push(NewEvent::new(types::TURN_END, json!({"turn": t.turn, "reason": TurnEndReason::Interrupted.as_str()})));
+    }
+    out
+}
+
+/// Parses records into the session header and events without applying the log rules (used by
+/// `verify`, which reports rule violations at the request they break). Every record must parse;
+/// a torn last line is skipped.
+pub fn parse_records(records: &[Vec<u8>]) -> Result<(SessionHeader, Vec<Event>)> {
+    let first = records.first().ok_or_else(|| Error::new(ErrorKind::CorruptLog, "the log is empty: no session header"))?;
+    let header_value: Value = std::str::from_utf8(first)
+        .map_err(|e| Error::new(ErrorKind::MalformedJson, format!("invalid UTF-8: {e}")))
+        .and_then(|t| serde_json::from_str(t).map_err(Error::from))
+        .map_err(|e| as_corrupt(e, 1))?;
+    let header = SessionHeader::from_value(&header_value).map_err(|e| as_corrupt(e, 1))?;
+    let mut events = Vec::with_capacity(records.len());
+    for (i, rec) in records.iter().enumerate().skip(1) {
+        match parse_record(rec) {
+            Ok(ev) => events.push(ev),
+            Err(_) if i == records.len() - 1 => break,
+            Err(e) => return Err(as_corrupt(e, i + 1)),
+        }
+    }
+    Ok((header, events))
+}

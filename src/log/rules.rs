@@ -1,0 +1,480 @@
+//! Validation of every append (SPEC §2): shape, surface rules, tool pairing, and ownership of
+//! the turn / step an event names.
+//!
+//! [`LogState::check`] validates an event against the current state without changing it and
+//! returns an [`Effect`]; [`LogState::apply`] then applies the effect. A rejected append
+//! therefore changes nothing.
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::header::{delta_from_event_data, EpochHeader, HeaderFold, HeaderSnapshot, SnapshotReason};
+use crate::log::event::{types, Event, SurfaceOp, TurnEndReason, UserSource};
+use crate::log::history::{derive, Derived, History};
+use crate::types::{blocks_from_value, Fields, Usage};
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// The open turn.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenTurn {
+    /// The turn number (from 1).
+    pub turn: u64,
+    /// The number of the last step started in this turn (0 before the first).
+    pub last_step: u64,
+    /// Whether that step is still open.
+    pub step_open: bool,
+    /// Whether the open step has its assistant message.
+    pub step_answered: bool,
+    /// Tool calls of the open step's assistant message that still need a `tool/call` event.
+    pub calls_to_log: Vec<(String, String, String)>,
+}
+
+/// A tool call waiting for its result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingCall {
+    /// The call id.
+    pub id: String,
+    /// The tool name.
+    pub name: String,
+    /// The seq of its `tool/call` event.
+    pub seq: u64,
+}
+
+/// An open compaction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenCompaction {
+    /// Seq of its `compaction/start`.
+    pub start_seq: u64,
+    /// Whether its summary was recorded.
+    pub summarised: bool,
+    /// Whether its checkpoint landed.
+    pub landed: bool,
+}
+
+/// What a validated event does to the state.
+#[derive(Debug)]
+pub enum Effect {
+    /// Nothing beyond being logged.
+    None,
+    /// Opens a turn.
+    TurnStart(u64),
+    /// Closes the open turn.
+    TurnEnd,
+    /// Opens a step.
+    StepStart(u64),
+    /// Closes the open step.
+    StepEnd,
+    /// Appends a user message or tool result to the surface.
+    Append(Arc<Derived>),
+    /// Replaces a surface span with a checkpoint.
+    Replace(usize, usize, Arc<Derived>),
+    /// An assistant message: appended, and its calls must be logged.
+    Assistant(Arc<Derived>, Vec<(String, String, String)>, bool),
+    /// A tool call joins the pending batch.
+    ToolCall(String, String),
+    /// A tool result answers the first pending call.
+    ToolResult(Arc<Derived>),
+    /// A header snapshot.
+    Snapshot(HeaderSnapshot),
+    /// A header delta, already applied.
+    Delta(EpochHeader, u64),
+    /// A compaction starts.
+    CompactionStart,
+    /// A compaction summary.
+    CompactionSummary,
+    /// A compaction ends.
+    CompactionEnd,
+}
+
+/// The folded state that validation needs.
+#[derive(Clone, Debug, Default)]
+pub struct LogState {
+    /// The last turn number used.
+    pub last_turn: u64,
+    /// The open turn, if any.
+    pub open_turn: Option<OpenTurn>,
+    /// Tool calls waiting for results, in model order.
+    pub pending: Vec<PendingCall>,
+    /// Every tool-call id seen.
+    pub known_calls: HashSet<String>,
+    /// The open compaction, if any.
+    pub compaction: Option<OpenCompaction>,
+    /// The surface with its derivation cache.
+    pub history: History,
+    /// The header fold.
+    pub headers: HeaderFold,
+    /// Seq of the latest assistant message that carried usage, with that usage.
+    pub last_usage: Option<(u64, Usage)>,
+    /// Seq of the latest replace (compaction checkpoint).
+    pub last_replace_seq: Option<u64>,
+    /// Conversation requests recorded (`step/start` events).
+    pub requests: u64,
+    /// Provider-reported cached input tokens, summed over assistant messages.
+    pub cached_tokens: u64,
+    /// Provider-reported prompt tokens, summed over assistant messages.
+    pub prompt_tokens: u64,
+}
+
+fn field_err(ev: &Event, e: Error) -> Error {
+    let field = e.detail().get("field").and_then(|f| f.as_str()).unwrap_or("").to_string();
+    Error::new(e.kind(), format!("{} (seq {}): {}", ev.ty, ev.seq, e.message()))
+        .with("eventType", ev.ty.clone())
+        .with("seq", ev.seq)
+        .with("field", field)
+}
+
+fn rule(ev: &Event, field: &str, why: impl std::fmt::Display) -> Error {
+    let e = if field.is_empty() { Error::out_of_order(why.to_string()) } else { Error::out_of_order(format!("{field}: {why}")) };
+    field_err(ev, e.with("field", field.to_string()))
+}
+
+impl LogState {
+    /// Validates `ev` against the current state. `next_seq` is the seq the log expects.
+    pub fn check(&self, ev: &Event, next_seq: u64) -> Result<Effect> {
+        if ev.seq != next_seq {
+            return Err(field_err(ev, Error::invalid("seq", format!("expected {next_seq} (seqs are contiguous from 0), got {}", ev.seq))));
+        }
+        let visible = types::is_model_visible(&ev.ty);
+        if !visible && (ev.surface_op.is_some() || ev.sources.is_some()) {
+            return Err(field_err(ev, Error::invalid("surfaceOp", "only model-visible events (user/message, assistant/message, tool/result) carry surfaceOp and sources")));
+        }
+        if visible && ev.surface_op.is_none() {
+            return Err(field_err(ev, Error::invalid("surfaceOp", "is required on a model-visible event (\"append\" or a replace)")));
+        }
+        if ev.surface_op == Some(SurfaceOp::Append) && ev.sources.is_some() {
+            return Err(field_err(ev, Error::invalid("sources", "an append does not shadow anything; leave sources out")));
+        }
+        self.check_typed(ev).map_err(|e| if e.detail().contains_key("eventType") { e } else { field_err(ev, e) })
+    }
+
+    fn check_typed(&self, ev: &Event) -> Result<Effect> {
+        let f = Fields::of(&ev.data, "data")?;
+        let turn_ref = |f: &Fields| -> Result<(u64, u64)> { Ok((f.u64("turn")?, f.u64("step")?)) };
+        match ev.ty.as_str() {
+            types::TURN_START => {
+                let turn = f.u64("turn")?;
+                if let Some(t) = &self.open_turn {
+                    return Err(rule(ev, "", format!("turn {} is still open; end it before starting another", t.turn)));
+                }
+                if turn != self.last_turn + 1 {
+                    return Err(rule(ev, "data.turn", format!("expected turn {}, got {turn}", self.last_turn + 1)));
+                }
+                Ok(Effect::TurnStart(turn))
+            }
+            types::TURN_END => {
+                let turn = f.u64("turn")?;
+                TurnEndReason::parse(f.str("reason")?, "data.reason")?;
+                f.opt_str("error")?;
+                let t = self.open_turn.as_ref().ok_or_else(|| rule(ev, "", "no turn is open"))?;
+                if t.turn != turn {
+                    return Err(rule(ev, "data.turn", format!("turn {turn} is not the open turn ({})", t.turn)));
+                }
+                if t.step_open {
+                    return Err(rule(ev, "", format!("step {} is still open; end it first", t.last_step)));
+                }
+                if let Some(p) = self.pending.first() {
+                    return Err(rule(ev, "", format!("tool call {:?} has no result yet", p.id)));
+                }
+                Ok(Effect::TurnEnd)
+            }
+            types::STEP_START => {
+                let (turn, step) = turn_ref(&f)?;
+                let instance = f.u64("instance")?;
+                let digest = f.str("digest")?;
+                if !is_digest(digest) {
+                    return Err(Error::invalid("data.digest", "expected \"sha256:\" followed by 64 lowercase hex digits"));
+                }
+                f.u64("bytes")?;
+                let t = self.open_turn.as_ref().ok_or_else(|| rule(ev, "", "no turn is open"))?;
+                if t.turn != turn {
+                    return Err(rule(ev, "data.turn", format!("turn {turn} is not the open turn ({})", t.turn)));
+                }
+                if t.step_open {
+                    return Err(rule(ev, "", format!("step {} is still open", t.last_step)));
+                }
+                if step != t.last_step + 1 {
+                    return Err(rule(ev, "data.step", format!("expected step {}, got {step}", t.last_step + 1)));
+                }
+                if let Some(p) = self.pending.first() {
+                    return Err(rule(ev, "", format!("tool call {:?} has no result yet", p.id)));
+                }
+                match self.headers.instance() {
+                    None => return Err(rule(ev, "", "no request header was recorded before the first request")),
+                    Some(i) if i != instance => {
+                        return Err(rule(ev, "data.instance", format!("instance {instance} has not recorded its header (the latest header is instance {i}'s)")))
+                    }
+                    _ => {}
+                }
+                if self.compaction.is_some() {
+                    return Err(rule(ev, "", "a compaction is still open"));
+                }
+                Ok(Effect::StepStart(step))
+            }
+            types::STEP_END => {
+                let (turn, step) = turn_ref(&f)?;
+                let outcome = f.str("outcome")?;
+                f.opt_str("error")?;
+                let t = self.open_turn.as_ref().ok_or_else(|| rule(ev, "", "no turn is open"))?;
+                if !t.step_open || t.turn != turn || t.last_step != step {
+                    return Err(rule(ev, "data.step", format!("turn {turn} step {step} is not the open step")));
+                }
+                match outcome {
+                    "response" if !t.step_answered => return Err(rule(ev, "data.outcome", "a response step needs its assistant/message first")),
+                    "response" | "error" | "cancelled" => {}
+                    other => return Err(Error::invalid("data.outcome", format!("expected \"response\", \"error\" or \"cancelled\", got {other:?}"))),
+                }
+                if let Some((id, _, _)) = t.calls_to_log.first() {
+                    return Err(rule(ev, "", format!("tool call {id:?} of this step's assistant message has no tool/call event yet")));
+                }
+                Ok(Effect::StepEnd)
+            }
+            types::USER_MESSAGE => {
+                let source = UserSource::parse(f.str("source")?, "data.source")?;
+                let d = Arc::new(derive(ev)?.expect("user/message is visible"));
+                if let Some(p) = self.pending.first() {
+                    return Err(rule(ev, "", format!("the tool batch is open: tool call {:?} has no result yet", p.id)));
+                }
+                if let Some(t) = &self.open_turn {
+                    if t.step_open {
+                        return Err(rule(ev, "", format!("step {} is open; context joins after the response", t.last_step)));
+                    }
+                }
+                match (source, ev.surface_op.unwrap()) {
+                    (UserSource::User, SurfaceOp::Append) => {
+                        if self.open_turn.is_none() {
+                            return Err(rule(ev, "data.source", "a user message must be inside a turn (turn/start first)"));
+                        }
+                        Ok(Effect::Append(d))
+                    }
+                    (UserSource::Compaction, SurfaceOp::Replace { start, end }) => {
+                        match &self.compaction {
+                            Some(c) if c.summarised && !c.landed => {}
+                            _ => return Err(rule(ev, "", "a checkpoint lands only inside a compaction, after its compaction/summary")),
+                        }
+                        self.history.check_replace(start, end, ev.sources.as_deref())?;
+                        Ok(Effect::Replace(start, end, d))
+                    }
+                    (UserSource::Compaction, SurfaceOp::Append) => {
+                        Err(Error::invalid("surfaceOp", "a compaction checkpoint replaces the span it summarises"))
+                    }
+                    (_, SurfaceOp::Replace { .. }) => Err(Error::invalid("surfaceOp", "only a compaction checkpoint may replace surface events")),
+                    (_, SurfaceOp::Append) => Ok(Effect::Append(d)),
+                }
+            }
+            types::ASSISTANT_MESSAGE => {
+                let (turn, step) = turn_ref(&f)?;
+                if let Some(u) = f.opt_value("usage")? {
+                    Usage::from_value(u, "data.usage")?;
+                }
+                if ev.surface_op != Some(SurfaceOp::Append) {
+                    return Err(Error::invalid("surfaceOp", "an assistant message is appended"));
+                }
+                let d = Arc::new(derive(ev)?.expect("assistant/message is visible"));
+                let t = self.open_turn.as_ref().ok_or_else(|| rule(ev, "", "no turn is open"))?;
+                if !t.step_open || t.turn != turn || t.last_step != step {
+                    return Err(rule(ev, "data.step", format!("turn {turn} step {step} is not the open step")));
+                }
+                if t.step_answered {
+                    return Err(rule(ev, "", format!("step {step} already has its assistant message")));
+                }
+                let msg = d.message();
+                let mut calls = Vec::new();
+                for (i, (id, name, args)) in msg.tool_calls().enumerate() {
+                    if self.known_calls.contains(id) || calls.iter().any(|(c, _, _): &(String, String, String)| c == id) {
+                        return Err(Error::invalid(format!("data.message.content (tool call {i})"), format!("tool call id {id:?} is already used in this session")));
+                    }
+                    calls.push((id.to_string(), name.to_string(), args.to_string()));
+                }
+                let has_usage = f.opt_value("usage")?.is_some();
+                Ok(Effect::Assistant(d, calls, has_usage))
+            }
+            types::TOOL_CALL => {
+                let (turn, step) = turn_ref(&f)?;
+                let id = f.str("callId")?;
+                let name = f.str("name")?;
+                let args = f.str("arguments")?;
+                let t = self.open_turn.as_ref().ok_or_else(|| rule(ev, "", "no turn is open"))?;
+                if !t.step_open || t.turn != turn || t.last_step != step {
+                    return Err(rule(ev, "data.step", format!("turn {turn} step {step} is not the open step")));
+                }
+                match t.calls_to_log.first() {
+                    None => Err(rule(ev, "data.callId", format!("the step's assistant message has no (further) tool call; {id:?} is unknown"))),
+                    Some((want, wname, wargs)) if want != id => Err(rule(ev, "data.callId", format!("expected tool call {want:?} next (model order), got {id:?}"))),
+                    Some((_, wname, wargs)) if wname != name || wargs != args => {
+                        Err(rule(ev, "data", format!("name/arguments of tool call {id:?} differ from the assistant message")))
+                    }
+                    Some(_) => Ok(Effect::ToolCall(id.to_string(), name.to_string())),
+                }
+            }
+            types::TOOL_RESULT => {
+                let id = f.str("callId")?;
+                blocks_from_value(f.value("content")?, "data.content")?;
+                f.bool("isError")?;
+                if ev.surface_op != Some(SurfaceOp::Append) {
+                    return Err(Error::invalid("surfaceOp", "a tool result is appended"));
+                }
+                if let Some(t) = &self.open_turn {
+                    if t.step_open {
+                        return Err(rule(ev, "", format!("step {} is still open; tool results follow its step/end", t.last_step)));
+                    }
+                }
+                match self.pending.first() {
+                    None => Err(rule(ev, "data.callId", format!("no tool call is waiting for a result; {id:?} is unknown"))),
+                    Some(p) if p.id != id => {
+                        if self.pending.iter().any(|p| p.id == id) {
+                            Err(rule(ev, "data.callId", format!("results are logged in model order: {:?} comes before {id:?}", p.id)))
+                        } else {
+                            Err(rule(ev, "data.callId", format!("{id:?} is not a pending tool call")))
+                        }
+                    }
+                    Some(_) => Ok(Effect::ToolResult(Arc::new(derive(ev)?.expect("tool/result is visible")))),
+                }
+            }
+            types::REQUEST_HEADER => {
+                let snap = HeaderSnapshot::from_value(&ev.data, "data")?;
+                let prev = self.headers.instance();
+                match (snap.reason, prev) {
+                    (SnapshotReason::Initial, None) => {}
+                    (SnapshotReason::Initial, Some(_)) => return Err(rule(ev, "data.reason", "\"initial\" is only for the first header of the session")),
+                    (_, None) => return Err(rule(ev, "data.reason", "the first header of a session has reason \"initial\"")),
+                    (SnapshotReason::Resume, Some(_)) => {
+                        if snap.instance <= self.headers.max_instance() {
+                            return Err(rule(ev, "data.instance", format!("a resume starts a new instance: expected more than {}", self.headers.max_instance())));
+                        }
+                    }
+                    (SnapshotReason::Change, Some(p)) => {
+                        if snap.instance != p {
+                            return Err(rule(ev, "data.instance", format!("a change belongs to the current instance {p}")));
+                        }
+                    }
+                }
+                if let Some(t) = &self.open_turn {
+                    if t.step_open {
+                        return Err(rule(ev, "", "a header is recorded before the step it belongs to"));
+                    }
+                }
+                Ok(Effect::Snapshot(snap))
+            }
+            types::REQUEST_HEADER_DELTA => {
+                let (delta, instance) = delta_from_event_data(&ev.data, "data")?;
+                let next = self.headers.check_delta(&delta)?;
+                if Some(instance) != self.headers.instance() {
+                    return Err(rule(ev, "data.instance", "a delta belongs to the instance of the latest header"));
+                }
+                Ok(Effect::Delta(next, instance))
+            }
+            types::COMPACTION_START => {
+                if self.compaction.is_some() {
+                    return Err(rule(ev, "", "a compaction is already open"));
+                }
+                Ok(Effect::CompactionStart)
+            }
+            types::COMPACTION_SUMMARY => {
+                f.str("summary")?;
+                match &self.compaction {
+                    Some(c) if !c.summarised => Ok(Effect::CompactionSummary),
+                    Some(_) => Err(rule(ev, "", "this compaction already has its summary")),
+                    None => Err(rule(ev, "", "no compaction is open")),
+                }
+            }
+            types::COMPACTION_END => {
+                let outcome = f.str("outcome")?;
+                if !["landed", "failed", "discarded", "cancelled"].contains(&outcome) {
+                    return Err(Error::invalid("data.outcome", format!("expected landed, failed, discarded or cancelled, got {outcome:?}")));
+                }
+                let c = self.compaction.as_ref().ok_or_else(|| rule(ev, "", "no compaction is open"))?;
+                if (outcome == "landed") != c.landed {
+                    return Err(rule(ev, "data.outcome", if c.landed { "the checkpoint landed, so the outcome is \"landed\"" } else { "\"landed\" needs the checkpoint user/message first" }));
+                }
+                Ok(Effect::CompactionEnd)
+            }
+            other => {
+                if let Some(p) = types::RESERVED_PREFIXES.iter().find(|p| other.starts_with(*p)) {
+                    return Err(Error::invalid("type", format!("{other:?} is not in the catalogue, and the {p:?} namespace is reserved for it")));
+                }
+                Ok(Effect::None)
+            }
+        }
+    }
+
+    /// Applies a checked effect.
+    pub fn apply(&mut self, ev: &Event, effect: Effect) {
+        match effect {
+            Effect::None => {}
+            Effect::TurnStart(turn) => {
+                self.last_turn = turn;
+                self.open_turn =
+                    Some(OpenTurn { turn, last_step: 0, step_open: false, step_answered: false, calls_to_log: Vec::new() });
+            }
+            Effect::TurnEnd => self.open_turn = None,
+            Effect::StepStart(step) => {
+                let t = self.open_turn.as_mut().expect("checked");
+                t.last_step = step;
+                t.step_open = true;
+                t.step_answered = false;
+                self.requests += 1;
+            }
+            Effect::StepEnd => {
+                let t = self.open_turn.as_mut().expect("checked");
+                t.step_open = false;
+            }
+            Effect::Append(d) => self.history.push(d),
+            Effect::Replace(start, end, d) => {
+                self.history.replace(start, end, d);
+                self.last_replace_seq = Some(ev.seq);
+                if let Some(c) = self.compaction.as_mut() {
+                    c.landed = true;
+                }
+            }
+            Effect::Assistant(d, calls, has_usage) => {
+                let t = self.open_turn.as_mut().expect("checked");
+                t.step_answered = true;
+                for (id, _, _) in &calls {
+                    self.known_calls.insert(id.clone());
+                }
+                t.calls_to_log = calls;
+                if has_usage {
+                    let usage = ev.data.get("usage").and_then(|u| Usage::from_value(u, "").ok()).unwrap_or_default();
+                    self.cached_tokens += usage.cache_read_tokens.unwrap_or(0);
+                    self.prompt_tokens += usage.prompt_tokens();
+                    self.last_usage = Some((ev.seq, usage));
+                }
+                self.history.push(d);
+            }
+            Effect::ToolCall(id, name) => {
+                let t = self.open_turn.as_mut().expect("checked");
+                t.calls_to_log.remove(0);
+                self.pending.push(PendingCall { id, name, seq: ev.seq });
+            }
+            Effect::ToolResult(d) => {
+                self.pending.remove(0);
+                self.history.push(d);
+            }
+            Effect::Snapshot(snap) => self.headers.apply_snapshot(ev.seq, &snap),
+            Effect::Delta(h, instance) => self.headers.apply_delta(ev.seq, instance, h),
+            Effect::CompactionStart => {
+                self.compaction = Some(OpenCompaction { start_seq: ev.seq, summarised: false, landed: false })
+            }
+            Effect::CompactionSummary => self.compaction.as_mut().expect("checked").summarised = true,
+            Effect::CompactionEnd => self.compaction = None,
+        }
+    }
+
+    /// Whether the turn/step/tool state is at rest (no open turn, step, batch or compaction).
+    pub fn at_rest(&self) -> bool {
+        self.open_turn.is_none() && self.pending.is_empty() && self.compaction.is_none()
+    }
+}
+
+fn is_digest(s: &str) -> bool {
+    s.strip_prefix("sha256:").is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+}
+
+/// Errors of this kind come from a stored log rather than from a caller.
+pub(crate) fn as_corrupt(e: Error, line: usize) -> Error {
+    let msg = format!("line {line}: {}", e.message());
+    let mut out = Error::new(ErrorKind::CorruptLog, msg);
+    for (k, v) in e.detail() {
+        out = out.with(k, v.clone());
+    }
+    out.with("line", line as u64)
+}

@@ -1,0 +1,344 @@
+//! Request envelopes, their digests, reconstruction from the log, and `verify` (SPEC §4).
+//!
+//! The envelope is canonical JSON with a fixed field order:
+//! `provider, model, reasoningEffort?, temperature?, maxTokens?, stop?, <other config fields in
+//! key order>, system?, tools?, messages, sessionId, turn?, step?, purpose`.
+//! `messages` is the session prefix followed by the derived history (and, for a compaction
+//! request, the instruction). Every field comes from the logged header, so the log alone
+//! rebuilds every request byte for byte; `step/start` records the SHA-256 of those bytes.
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::header::EpochHeader;
+use crate::log::event::{types, Event};
+use crate::log::load::{parse_records, SessionHeader};
+use crate::log::{Derived, Log};
+use crate::types::{CallConfig, Message, ToolSchema};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+
+/// What a request is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    /// A conversation step.
+    Conversation,
+    /// A compaction summarisation request.
+    Compaction,
+}
+
+impl Purpose {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Purpose::Conversation => "conversation",
+            Purpose::Compaction => "compaction",
+        }
+    }
+}
+
+/// Serialised messages of a session prefix, computed once per frozen prefix.
+#[derive(Clone, Debug, Default)]
+pub struct PrefixBytes {
+    /// The prefix this was computed from.
+    pub source: Option<Arc<Vec<Message>>>,
+    /// One JSON text per message.
+    pub messages: Vec<Box<str>>,
+}
+
+impl PrefixBytes {
+    /// Serialises a prefix.
+    pub fn of(prefix: Option<&Arc<Vec<Message>>>) -> PrefixBytes {
+        match prefix {
+            None => PrefixBytes::default(),
+            Some(p) => PrefixBytes {
+                source: Some(p.clone()),
+                messages: p.iter().map(|m| serde_json::to_string(m).expect("serialises").into_boxed_str()).collect(),
+            },
+        }
+    }
+
+    /// Whether this was computed from `prefix` (pointer identity, or both empty).
+    pub fn is_for(&self, prefix: Option<&Arc<Vec<Message>>>) -> bool {
+        match (&self.source, prefix) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+/// Everything an envelope is written from.
+pub struct EnvelopeParts<'a> {
+    /// Provider, model and sampling settings.
+    pub config: &'a CallConfig,
+    /// The system prompt.
+    pub system: Option<&'a str>,
+    /// The tools.
+    pub tools: Option<&'a [ToolSchema]>,
+    /// The serialised session prefix messages.
+    pub prefix: &'a [Box<str>],
+    /// The derived history.
+    pub history: &'a [Arc<Derived>],
+    /// Serialised messages after the history (the compaction instruction).
+    pub trailing: &'a [Box<str>],
+    /// The session id.
+    pub session_id: &'a str,
+    /// Turn and step numbers (conversation requests).
+    pub turn_step: Option<(u64, u64)>,
+    /// The purpose.
+    pub purpose: Purpose,
+}
+
+impl EnvelopeParts<'_> {
+    /// Number of messages.
+    pub fn message_count(&self) -> usize {
+        self.prefix.len() + self.history.len() + self.trailing.len()
+    }
+
+    /// Writes the canonical envelope.
+    pub fn write(&self) -> Vec<u8> {
+        let cfg = serde_json::to_vec(self.config).expect("a config serialises");
+        let hist_bytes: usize = self.history.iter().map(|d| d.json.len() + 1).sum();
+        let other: usize = self.prefix.iter().chain(self.trailing).map(|m| m.len() + 1).sum();
+        let sys = self.system.map(|s| s.len() + 16).unwrap_or(0);
+        let mut out = Vec::with_capacity(cfg.len() + hist_bytes + other + sys + 256);
+        out.extend_from_slice(&cfg[..cfg.len() - 1]); // the config object without its '}'
+        if let Some(s) = self.system {
+            out.extend_from_slice(b",\"system\":");
+            serde_json::to_writer(&mut out, s).expect("a string serialises");
+        }
+        if let Some(t) = self.tools {
+            out.extend_from_slice(b",\"tools\":");
+            serde_json::to_writer(&mut out, t).expect("tools serialise");
+        }
+        out.extend_from_slice(b",\"messages\":[");
+        let mut first = true;
+        for m in self.prefix.iter() {
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            out.extend_from_slice(m.as_bytes());
+        }
+        for d in self.history {
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            out.extend_from_slice(d.json.as_bytes());
+        }
+        for m in self.trailing {
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            out.extend_from_slice(m.as_bytes());
+        }
+        out.extend_from_slice(b"],\"sessionId\":");
+        serde_json::to_writer(&mut out, self.session_id).expect("a string serialises");
+        if let Some((turn, step)) = self.turn_step {
+            out.extend_from_slice(format!(",\"turn\":{turn},\"step\":{step}").as_bytes());
+        }
+        out.extend_from_slice(b",\"purpose\":\"");
+        out.extend_from_slice(self.purpose.as_str().as_bytes());
+        out.extend_from_slice(b"\"}");
+        out
+    }
+}
+
+/// The `sha256:<hex>` digest of request bytes.
+pub fn digest(bytes: &[u8]) -> String {
+    let d = Sha256::digest(bytes);
+    let mut s = String::with_capacity(7 + 64);
+    s.push_str("sha256:");
+    for b in d {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
+
+/// A request built for the host.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// The envelope's canonical JSON.
+    pub json: String,
+    /// Its digest, as recorded in `step/start`.
+    pub digest: String,
+    /// The turn number.
+    pub turn: u64,
+    /// The step number within the turn.
+    pub step: u64,
+    /// The agent instance.
+    pub instance: u64,
+    /// How many leading messages are the session prefix.
+    pub prefix_len: usize,
+    /// Number of messages.
+    pub message_count: usize,
+    /// How many leading messages it shares with the previous request of this session.
+    pub shared_messages: usize,
+    /// The seq of its `step/start`.
+    pub step_seq: u64,
+}
+
+/// Writes the conversation envelope of the log's current state (header fold, its prefix, the
+/// derived history) for `turn`/`step`. `prefix` must be the bytes of the header's prefix.
+pub fn conversation_envelope(log: &Log, header: &EpochHeader, prefix: &PrefixBytes, session_id: &str, turn: u64, step: u64) -> Vec<u8> {
+    EnvelopeParts {
+        config: &header.config,
+        system: header.system.as_deref(),
+        tools: header.tools.as_deref(),
+        prefix: &prefix.messages,
+        history: log.history().entries(),
+        trailing: &[],
+        session_id,
+        turn_step: Some((turn, step)),
+        purpose: Purpose::Conversation,
+    }
+    .write()
+}
+
+/// Builds the compaction request envelope: the routed header's system, tools and prefix, the
+/// region's derived messages, then the instruction; provider/model of the target.
+#[allow(clippy::too_many_arguments)]
+pub fn compaction_envelope(
+    header: &EpochHeader,
+    prefix: &PrefixBytes,
+    region: &[Arc<Derived>],
+    instruction: &str,
+    provider: &str,
+    model: &str,
+    max_tokens: u64,
+    session_id: &str,
+) -> Vec<u8> {
+    let mut cfg = CallConfig::new(provider, model);
+    cfg.max_tokens = Some(max_tokens);
+    let instr = serde_json::to_string(&Message::user_text(instruction)).expect("serialises").into_boxed_str();
+    EnvelopeParts {
+        config: &cfg,
+        system: header.system.as_deref(),
+        tools: header.tools.as_deref(),
+        prefix: &prefix.messages,
+        history: region,
+        trailing: std::slice::from_ref(&instr),
+        session_id,
+        turn_step: None,
+        purpose: Purpose::Compaction,
+    }
+    .write()
+}
+
+/// What `verify` checked.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct VerifyReport {
+    /// Number of events checked.
+    pub events: u64,
+    /// Conversation requests rebuilt and matched.
+    pub requests: u64,
+    /// Compaction requests rebuilt and matched.
+    pub compactions: u64,
+}
+
+fn divergence(msg: String, ev: &Event, turn: u64, step: u64) -> Error {
+    Error::new(ErrorKind::Reconstruction, msg).with("seq", ev.seq).with("turn", turn).with("step", step).with("line", ev.seq + 2)
+}
+
+/// Rebuilds every request recorded in `events` from the log alone and compares it with the
+/// recorded digest and size, naming the first step that differs. Seqs are not required to be
+/// contiguous here, so that a log with a dropped event is reported at the request it breaks.
+pub fn verify_events(session: &SessionHeader, events: &[Event]) -> Result<VerifyReport> {
+    let mut log = Log::new();
+    let mut report = VerifyReport::default();
+    let mut prefix = PrefixBytes::default();
+    let (mut turn, mut step) = (0u64, 0u64);
+    for ev in events {
+        let expected_seq = ev.seq;
+        if ev.ty == types::STEP_START {
+            let f = ev.fields()?;
+            let (t, s) = (f.u64("turn")?, f.u64("step")?);
+            let recorded = f.str("digest")?.to_string();
+            let bytes = f.u64("bytes")?;
+            let header = log.state().headers.current().cloned().ok_or_else(|| {
+                divergence(format!("turn {t} step {s} (seq {}): no request header precedes this request", ev.seq), ev, t, s)
+            })?;
+            if !prefix.is_for(header.message_prefix.as_ref()) {
+                prefix = PrefixBytes::of(header.message_prefix.as_ref());
+            }
+            let body = conversation_envelope(&log, &header, &prefix, &session.id, t, s);
+            let got = digest(&body);
+            if got != recorded || body.len() as u64 != bytes {
+                return Err(divergence(
+                    format!(
+                        "turn {t} step {s} (seq {}): the request rebuilt from the log differs from the one sent (digest {got}, {} bytes; recorded {recorded}, {bytes} bytes)",
+                        ev.seq,
+                        body.len()
+                    ),
+                    ev,
+                    t,
+                    s,
+                )
+                .with("recordedDigest", recorded)
+                .with("rebuiltDigest", got));
+            }
+            report.requests += 1;
+        }
+        if ev.ty == types::COMPACTION_START {
+            if let Some(recorded) = ev.data.get("requestDigest").and_then(Value::as_str) {
+                let got = rebuild_compaction_digest(&log, ev, &session.id, &mut prefix)?;
+                if got != recorded {
+                    return Err(divergence(
+                        format!(
+                            "compaction at seq {} (after turn {turn} step {step}): the summarisation request rebuilt from the log differs from the one sent (digest {got}; recorded {recorded})",
+                            ev.seq
+                        ),
+                        ev,
+                        turn,
+                        step,
+                    ));
+                }
+                report.compactions += 1;
+            }
+        }
+        let effect = log.state().check(ev, expected_seq).map_err(|e| {
+            divergence(format!("turn {turn} step {step}: {}", e.message()), ev, turn, step).with_kind(ErrorKind::Reconstruction)
+        })?;
+        log.commit(ev, effect, Arc::from(""));
+        if let Some(t) = &log.state().open_turn {
+            turn = t.turn;
+            step = t.last_step;
+        }
+        report.events += 1;
+    }
+    Ok(report)
+}
+
+fn rebuild_compaction_digest(log: &Log, ev: &Event, session_id: &str, prefix: &mut PrefixBytes) -> Result<String> {
+    let f = ev.fields()?;
+    let span = f.value("span")?;
+    let start = span.get("start").and_then(Value::as_u64).unwrap_or(0) as usize;
+    let end = span.get("end").and_then(Value::as_u64).unwrap_or(0) as usize;
+    let header = log.state().headers.current().cloned().ok_or_else(|| Error::new(ErrorKind::Reconstruction, "compaction before any request header"))?;
+    if !prefix.is_for(header.message_prefix.as_ref()) {
+        *prefix = PrefixBytes::of(header.message_prefix.as_ref());
+    }
+    let entries = log.history().entries();
+    if end >= entries.len() || start > end {
+        return Err(Error::new(ErrorKind::Reconstruction, format!("compaction at seq {}: span {start}..={end} is outside the surface", ev.seq)));
+    }
+    let body = compaction_envelope(
+        &header,
+        prefix,
+        &entries[start..=end],
+        f.str("instruction")?,
+        f.str("provider")?,
+        f.str("model")?,
+        f.u64("maxTokens")?,
+        session_id,
+    );
+    Ok(digest(&body))
+}
+
+/// Verifies a whole stored log given as its records (session header first).
+pub fn verify_records(records: &[Vec<u8>]) -> Result<VerifyReport> {
+    let (header, events) = parse_records(records)?;
+    verify_events(&header, &events)
+}
