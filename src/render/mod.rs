@@ -1,1 +1,409 @@
-//! Provider renderers: being written.
+//! Provider body renderers: turn a request envelope (SPEC §4) into the JSON body a provider
+//! accepts.
+//!
+//! - [`render_openai`]: an OpenAI-compatible chat-completions body (OpenAI, DeepSeek,
+//!   llama.cpp's `llama-server`, vLLM, ...).
+//! - [`render_anthropic`]: an Anthropic Messages body with two prompt-cache breakpoints.
+//! - [`Renderer`]: the two, chosen by name.
+//!
+//! The envelope is the JSON object the library builds:
+//! `{provider, model, reasoningEffort?, temperature?, maxTokens?, stop?, <unknown config
+//! fields>, system?, tools?, messages, sessionId, purpose, turn?, step?}`. The renderers validate
+//! it (errors are [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) and name the field,
+//! e.g. `messages[4].content[1]: ...`) and never look at `sessionId`, `purpose`, `turn`, `step`
+//! or `instance`: those are library bookkeeping, not provider input.
+//!
+//! **The prefix property.** Each envelope message is rendered by a pure function of that
+//! message alone (the Anthropic renderer additionally merges consecutive tool-result-only user
+//! messages, and hoists system-role prefix messages into `system`). So when envelope B's
+//! messages extend envelope A's (same system, tools and config) and A ends at a request
+//! boundary, the rendered messages of A are a prefix of B's; for Anthropic they are equal apart
+//! from the end-of-history cache marker, which moves to B's last message.
+//! `docs/render.md` has every mapping and decision.
+
+mod anthropic;
+mod openai;
+
+pub use anthropic::{render_anthropic, DEFAULT_ANTHROPIC_MAX_TOKENS};
+pub use openai::render_openai;
+
+use crate::error::{Error, Result};
+use crate::types::{kind_of, Block, Fields, JsonMap, Message, Role, ToolSchema, ENVELOPE_KEYS};
+use serde_json::Value;
+
+/// Options that are not part of the envelope but that a renderer needs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RenderOptions {
+    /// How many leading envelope messages are the session prefix (SPEC §4). The Anthropic
+    /// renderer puts a cache breakpoint at the end of the prefix and hoists system-role prefix
+    /// messages into `system`; the OpenAI renderer only checks it against the message count.
+    pub prefix_len: usize,
+}
+
+impl RenderOptions {
+    /// Options for an envelope whose first `prefix_len` messages are the session prefix.
+    pub fn with_prefix_len(prefix_len: usize) -> RenderOptions {
+        RenderOptions { prefix_len }
+    }
+}
+
+/// A provider body format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Renderer {
+    /// OpenAI-compatible chat completions (OpenAI, DeepSeek, llama.cpp, vLLM, ...).
+    OpenAi,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+impl Renderer {
+    /// Parses a renderer name: `"openai"` or `"anthropic"`.
+    pub fn parse(name: &str) -> Result<Renderer> {
+        match name {
+            "openai" => Ok(Renderer::OpenAi),
+            "anthropic" => Ok(Renderer::Anthropic),
+            other => Err(Error::invalid(
+                "renderer",
+                format!("expected \"openai\" or \"anthropic\", got {other:?}"),
+            )),
+        }
+    }
+
+    /// The renderer's name, as [`Renderer::parse`] accepts it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Renderer::OpenAi => "openai",
+            Renderer::Anthropic => "anthropic",
+        }
+    }
+
+    /// Renders an envelope into this provider's body. `options.prefix_len` must not exceed
+    /// the number of envelope messages.
+    pub fn render(self, envelope: &Value, options: &RenderOptions) -> Result<Value> {
+        match self {
+            Renderer::OpenAi => {
+                let env = Envelope::parse(envelope)?;
+                env.check_prefix_len(options.prefix_len)?;
+                openai::render(&env)
+            }
+            Renderer::Anthropic => render_anthropic(envelope, options),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The parsed envelope, shared by both renderers.
+
+/// Config keys the renderers map themselves.
+const CONFIG_KEYS: &[&str] = &[
+    "provider",
+    "model",
+    "reasoningEffort",
+    "temperature",
+    "maxTokens",
+    "stop",
+];
+
+/// A validated request envelope.
+pub(crate) struct Envelope {
+    pub model: String,
+    pub reasoning_effort: Option<String>,
+    pub temperature: Option<Value>,
+    pub max_tokens: Option<u64>,
+    /// Stop sequences; absent when empty.
+    pub stop: Option<Vec<Value>>,
+    /// The system prompt; absent when empty.
+    pub system: Option<String>,
+    pub tools: Vec<ToolSchema>,
+    pub messages: Vec<Message>,
+    /// Unknown config fields, passed through into the body.
+    pub extra: JsonMap,
+}
+
+impl Envelope {
+    pub fn parse(v: &Value) -> Result<Envelope> {
+        let f = Fields::of(v, "")?;
+        if let Some(p) = f.opt_str("provider")? {
+            if p.is_empty() {
+                return Err(Error::invalid("provider", "must not be empty"));
+            }
+        }
+        let model = f.str("model")?;
+        if model.is_empty() {
+            return Err(Error::invalid("model", "must not be empty"));
+        }
+        let temperature = match f.opt_value("temperature")? {
+            Some(t) if !t.is_number() => {
+                return Err(Error::invalid(
+                    "temperature",
+                    format!("expected a number, got {}", kind_of(t)),
+                ))
+            }
+            t => t.cloned(),
+        };
+        let stop = match f.opt_array("stop")? {
+            None => None,
+            Some(a) => {
+                for (i, s) in a.iter().enumerate() {
+                    if !s.is_string() {
+                        return Err(Error::invalid(
+                            format!("stop[{i}]"),
+                            format!("expected a string, got {}", kind_of(s)),
+                        ));
+                    }
+                }
+                Some(a.clone()).filter(|a| !a.is_empty())
+            }
+        };
+        let tools = match f.opt_value("tools")? {
+            None => Vec::new(),
+            Some(t) => ToolSchema::list_from_value(t, "tools")?,
+        };
+        let messages = Message::list_from_value(f.value("messages")?, "messages")?;
+        let mut known: Vec<&str> = CONFIG_KEYS.to_vec();
+        known.extend_from_slice(ENVELOPE_KEYS);
+        Ok(Envelope {
+            model: model.to_string(),
+            reasoning_effort: f.opt_str("reasoningEffort")?.map(str::to_string),
+            temperature,
+            max_tokens: f.opt_u64("maxTokens")?,
+            stop,
+            system: f
+                .opt_str("system")?
+                .filter(|s| !s.is_empty())
+                .map(str::to_string),
+            tools,
+            messages,
+            extra: f.extra(&known),
+        })
+    }
+
+    /// Checks that the prefix fits in the messages.
+    pub fn check_prefix_len(&self, prefix_len: usize) -> Result<()> {
+        if prefix_len > self.messages.len() {
+            return Err(Error::invalid(
+                "prefixLen",
+                format!(
+                    "is {prefix_len} but the envelope has only {} messages",
+                    self.messages.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Adds the unknown config fields to `body`. A field the renderer already set is an error:
+    /// a pass-through field may add to the body, never silently replace a mapped one.
+    pub fn pass_through(&self, body: &mut JsonMap, renderer: &str) -> Result<()> {
+        for (k, v) in &self.extra {
+            if body.contains_key(k) {
+                return Err(Error::invalid(
+                    k.as_str(),
+                    format!(
+                        "unknown config field collides with the body field {k:?} that the \
+                         {renderer} renderer sets itself"
+                    ),
+                ));
+            }
+            body.insert(k.clone(), v.clone());
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared block helpers.
+
+/// The path of block `j` of message `i`.
+pub(crate) fn block_path(i: usize, j: usize) -> String {
+    format!("messages[{i}].content[{j}]")
+}
+
+/// Where an image block's bytes come from.
+pub(crate) enum ImageSource<'a> {
+    /// Inline base64 data with its media type.
+    Base64 { media_type: &'a str, data: &'a str },
+    /// A URL the provider fetches (may itself be a `data:` URL).
+    Url(&'a str),
+}
+
+/// Reads an `image` block: `{"type":"image","mediaType","data"}` (base64) or
+/// `{"type":"image","url"}`; exactly one of the two forms.
+pub(crate) fn image_source<'a>(block: &'a Block, path: &str) -> Result<ImageSource<'a>> {
+    let field = |key: &str| -> Result<Option<&'a str>> {
+        match block.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) if !s.is_empty() => Ok(Some(s.as_str())),
+            Some(Value::String(_)) => {
+                Err(Error::invalid(format!("{path}.{key}"), "must not be empty"))
+            }
+            Some(v) => Err(Error::invalid(
+                format!("{path}.{key}"),
+                format!("expected a string, got {}", kind_of(v)),
+            )),
+        }
+    };
+    let url = field("url")?;
+    let media_type = field("mediaType")?;
+    let data = field("data")?;
+    match (url, media_type, data) {
+        (Some(url), None, None) => Ok(ImageSource::Url(url)),
+        (None, Some(media_type), Some(data)) => Ok(ImageSource::Base64 { media_type, data }),
+        _ => Err(Error::invalid(
+            path,
+            "an image block needs either \"url\" or both \"mediaType\" and \"data\" (base64)",
+        )
+        .with("blockType", "image")),
+    }
+}
+
+/// The error for a block a renderer cannot place.
+pub(crate) fn unsupported(path: &str, block: &Block, role: Role, renderer: &str) -> Error {
+    let role = match role {
+        Role::System => "a system",
+        Role::User => "a user",
+        Role::Assistant => "an assistant",
+    };
+    Error::invalid(
+        path,
+        format!(
+            "block type {:?} is not supported in {role} message by the {renderer} renderer",
+            block.kind()
+        ),
+    )
+    .with("blockType", block.kind())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+    use serde_json::json;
+
+    #[test]
+    fn renderer_parse_and_name() {
+        assert_eq!(Renderer::parse("openai").unwrap(), Renderer::OpenAi);
+        assert_eq!(Renderer::parse("anthropic").unwrap(), Renderer::Anthropic);
+        assert_eq!(Renderer::OpenAi.name(), "openai");
+        assert_eq!(Renderer::Anthropic.name(), "anthropic");
+        let e = Renderer::parse("gemini").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert_eq!(
+            e.message(),
+            "renderer: expected \"openai\" or \"anthropic\", got \"gemini\""
+        );
+    }
+
+    #[test]
+    fn prefix_len_beyond_messages_is_rejected_by_both() {
+        let env = json!({"provider":"p","model":"m","messages":[{"role":"user","content":[]}]});
+        for r in [Renderer::OpenAi, Renderer::Anthropic] {
+            let e = r
+                .render(&env, &RenderOptions::with_prefix_len(2))
+                .unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidInput);
+            assert_eq!(
+                e.message(),
+                "prefixLen: is 2 but the envelope has only 1 messages"
+            );
+            assert!(r.render(&env, &RenderOptions::with_prefix_len(1)).is_ok());
+        }
+    }
+
+    #[test]
+    fn envelope_errors_name_the_field() {
+        let cases = [
+            (json!({"messages":[]}), "model: is required"),
+            (
+                json!({"model":"","messages":[]}),
+                "model: must not be empty",
+            ),
+            (json!({"model":"m"}), "messages: is required"),
+            (
+                json!({"model":"m","messages":{}}),
+                "messages: expected an array of messages, got an object",
+            ),
+            (
+                json!({"model":"m","messages":[],"temperature":"hot"}),
+                "temperature: expected a number, got a string",
+            ),
+            (
+                json!({"model":"m","messages":[],"maxTokens":-1}),
+                "maxTokens: expected a non-negative integer, got -1",
+            ),
+            (
+                json!({"model":"m","messages":[],"stop":["a",1]}),
+                "stop[1]: expected a string, got a number",
+            ),
+            (
+                json!({"model":"m","messages":[],"system":null}),
+                "system: is null; optional fields must be absent, not null",
+            ),
+            (
+                json!({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text"}]}]}),
+                "messages[0].content[1].text: is required",
+            ),
+            (
+                json!({"model":"m","messages":[],"tools":[{"name":"t","description":"d"}]}),
+                "tools[0].parameters: is required",
+            ),
+        ];
+        for (env, want) in cases {
+            for r in [Renderer::OpenAi, Renderer::Anthropic] {
+                let e = r.render(&env, &RenderOptions::default()).unwrap_err();
+                assert_eq!(e.kind(), ErrorKind::InvalidInput, "{want}");
+                assert_eq!(e.message(), want);
+            }
+        }
+    }
+
+    #[test]
+    fn bookkeeping_fields_never_reach_the_body() {
+        let env = json!({"provider":"p","model":"m","messages":[],"sessionId":"s","purpose":"conversation",
+                         "turn":1,"step":2,"instance":3});
+        for r in [Renderer::OpenAi, Renderer::Anthropic] {
+            let body = r.render(&env, &RenderOptions::default()).unwrap();
+            for k in [
+                "provider",
+                "sessionId",
+                "purpose",
+                "turn",
+                "step",
+                "instance",
+            ] {
+                assert!(body.get(k).is_none(), "{} leaked {k}", r.name());
+            }
+        }
+    }
+
+    #[test]
+    fn image_sources() {
+        let ok = Block::from_value(&json!({"type":"image","url":"https://x/y.png"}), "").unwrap();
+        assert!(matches!(
+            image_source(&ok, "p").unwrap(),
+            ImageSource::Url("https://x/y.png")
+        ));
+        let bad = [
+            (json!({"type":"image"}), "p: an image block needs"),
+            (
+                json!({"type":"image","mediaType":"image/png"}),
+                "p: an image block needs",
+            ),
+            (
+                json!({"type":"image","url":"u","data":"d","mediaType":"image/png"}),
+                "p: an image block needs",
+            ),
+            (
+                json!({"type":"image","url":7}),
+                "p.url: expected a string, got a number",
+            ),
+            (json!({"type":"image","url":""}), "p.url: must not be empty"),
+        ];
+        for (b, want) in bad {
+            let b = Block::from_value(&b, "").unwrap();
+            let msg = image_source(&b, "p").err().unwrap().message().to_string();
+            assert!(msg.starts_with(want), "{msg}");
+        }
+    }
+}

@@ -1,0 +1,664 @@
+//! The Anthropic Messages renderer, with prompt-cache breakpoints.
+//!
+//! Mapping (see `docs/render.md` for the reasons):
+//! - system prompt, then the text of every system-role **prefix** message → `system` text
+//!   blocks (a system-role message after the prefix is an error);
+//! - user message → a `user` message: `text`, `image` and `tool_result` blocks;
+//! - assistant message → an `assistant` message: `text`, `thinking` (reasoning blocks that carry
+//!   a `signature`; unsigned reasoning is dropped), `redacted_thinking` and `tool_use` blocks;
+//! - consecutive user messages that hold only tool results are merged into one user message;
+//! - empty text blocks are dropped, and so is a message left with no block at all;
+//! - `cache_control: {"type":"ephemeral"}` on the last cacheable block of the session prefix
+//!   (or of `system`, or of `tools`, when the prefix renders no message) and on the last
+//!   cacheable block of the messages (the end of history). Thinking blocks cannot carry a
+//!   breakpoint, so a trailing thinking-only message passes the mark back to the one before.
+
+use super::{block_path, image_source, unsupported, Envelope, ImageSource, RenderOptions};
+use crate::error::{Error, Result};
+use crate::types::{Block, JsonMap, Message, Role};
+use serde_json::{json, Value};
+
+const NAME: &str = "anthropic";
+
+/// The `max_tokens` sent when the envelope has no `maxTokens` (Anthropic requires the field).
+/// 4096 is an output budget every Anthropic model accepts; set `maxTokens` to go higher.
+pub const DEFAULT_ANTHROPIC_MAX_TOKENS: u64 = 4096;
+
+/// Renders an envelope into an Anthropic Messages body.
+///
+/// `options.prefix_len` says how many leading envelope messages are the session prefix; it
+/// places the first cache breakpoint and decides which system-role messages may be hoisted
+/// into `system`. The body has `model`, `max_tokens` (from `maxTokens`, else
+/// [`DEFAULT_ANTHROPIC_MAX_TOKENS`]), `messages`, and when set `system`, `tools`,
+/// `temperature` and `stop_sequences`. `reasoningEffort` has no Anthropic field and is not
+/// rendered. Unknown config fields are copied verbatim as top-level body fields (`thinking`,
+/// `top_k`, `metadata`, ...); one that names a body field set here is an error.
+pub fn render_anthropic(envelope: &Value, options: &RenderOptions) -> Result<Value> {
+    let env = Envelope::parse(envelope)?;
+    let prefix_len = options.prefix_len;
+    env.check_prefix_len(prefix_len)?;
+
+    let mut system: Vec<Value> = Vec::new();
+    if let Some(s) = &env.system {
+        system.push(json!({"type": "text", "text": s}));
+    }
+    let mut out: Vec<Rendered> = Vec::with_capacity(env.messages.len());
+    // (message index in `out`, block index) of the prefix breakpoint.
+    let mut prefix_mark: Option<(usize, usize)> = None;
+    for (i, m) in env.messages.iter().enumerate() {
+        if m.role == Role::System {
+            if i >= prefix_len {
+                return Err(Error::invalid(
+                    format!("messages[{i}].role"),
+                    format!(
+                        "a system-role message is only supported inside the session prefix (the \
+                         first {prefix_len} messages) by the {NAME} renderer"
+                    ),
+                ));
+            }
+            hoist_system(m, i, &mut system)?;
+        } else if let Some(r) = render_message(m, i)? {
+            push_merged(&mut out, r);
+        }
+        if i + 1 == prefix_len {
+            prefix_mark = last_cacheable(&out);
+        }
+    }
+
+    let mut messages: Vec<Value> = Vec::with_capacity(out.len());
+    let end_mark = last_cacheable(&out);
+    for (k, r) in out.into_iter().enumerate() {
+        let mut content = r.content;
+        for (mk, j) in [prefix_mark, end_mark].into_iter().flatten() {
+            if mk == k {
+                mark(&mut content[j]);
+            }
+        }
+        messages.push(json!({"role": r.role, "content": content}));
+    }
+
+    let mut tools: Vec<Value> = Vec::with_capacity(env.tools.len());
+    for (t_i, t) in env.tools.iter().enumerate() {
+        let mut tool = JsonMap::new();
+        tool.insert("name".into(), t.name.clone().into());
+        tool.insert("description".into(), t.description.clone().into());
+        tool.insert("input_schema".into(), t.parameters.clone());
+        for (k, v) in &t.extra {
+            if tool.contains_key(k) {
+                return Err(Error::invalid(
+                    format!("tools[{t_i}].{k}"),
+                    format!(
+                        "unknown tool field collides with the {k:?} field the {NAME} renderer sets"
+                    ),
+                ));
+            }
+            tool.insert(k.clone(), v.clone());
+        }
+        tools.push(Value::Object(tool));
+    }
+
+    // No prefix message to mark: the prefix breakpoint falls back to the end of `system`, then
+    // of `tools` (Anthropic caches tools, then system, then messages, in that order).
+    if prefix_mark.is_none() {
+        if let Some(last) = system.last_mut() {
+            mark(last);
+        } else if let Some(last) = tools.last_mut() {
+            mark(last);
+        }
+    }
+
+    let mut body = JsonMap::new();
+    body.insert("model".into(), env.model.clone().into());
+    if let Some(n) = env.max_tokens {
+        body.insert("max_tokens".into(), n.into());
+    }
+    if !system.is_empty() {
+        body.insert("system".into(), Value::Array(system));
+    }
+    body.insert("messages".into(), Value::Array(messages));
+    if !tools.is_empty() {
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(t) = &env.temperature {
+        body.insert("temperature".into(), t.clone());
+    }
+    if let Some(stop) = &env.stop {
+        body.insert("stop_sequences".into(), Value::Array(stop.clone()));
+    }
+    env.pass_through(&mut body, NAME)?;
+    // After the pass-through, so that a `max_tokens` config field can stand in for `maxTokens`.
+    body.entry("max_tokens")
+        .or_insert(DEFAULT_ANTHROPIC_MAX_TOKENS.into());
+    Ok(Value::Object(body))
+}
+
+/// One rendered wire message.
+struct Rendered {
+    role: &'static str,
+    content: Vec<Value>,
+    /// Every block is a `tool_result`: such messages merge with their neighbours.
+    tool_results_only: bool,
+}
+
+impl Rendered {
+    /// The index of the last block that may carry `cache_control` (thinking blocks may not).
+    fn last_cacheable(&self) -> Option<usize> {
+        self.content.iter().rposition(|b| {
+            !matches!(
+                b.get("type").and_then(Value::as_str),
+                Some("thinking" | "redacted_thinking")
+            )
+        })
+    }
+}
+
+/// The (message, block) position of the last block that may carry `cache_control`, searching
+/// back from the last message (a message holding only thinking blocks is passed over).
+fn last_cacheable(out: &[Rendered]) -> Option<(usize, usize)> {
+    out.iter()
+        .enumerate()
+        .rev()
+        .find_map(|(k, r)| r.last_cacheable().map(|j| (k, j)))
+}
+
+/// Appends `r`, merging it into the previous message when both hold only tool results: all
+/// results of one assistant turn must arrive in the next user message.
+fn push_merged(out: &mut Vec<Rendered>, r: Rendered) {
+    if let Some(last) = out.last_mut() {
+        if r.tool_results_only && last.tool_results_only {
+            last.content.extend(r.content);
+            return;
+        }
+    }
+    out.push(r);
+}
+
+fn mark(block: &mut Value) {
+    if let Value::Object(m) = block {
+        m.insert("cache_control".into(), json!({"type": "ephemeral"}));
+    }
+}
+
+/// Appends the text of system-role prefix message `i` to the `system` blocks.
+fn hoist_system(m: &Message, i: usize, system: &mut Vec<Value>) -> Result<()> {
+    for (j, b) in m.content.iter().enumerate() {
+        match b.kind() {
+            "text" => {
+                let text = b.get_str("text").unwrap_or_default();
+                if !text.is_empty() {
+                    system.push(json!({"type": "text", "text": text}));
+                }
+            }
+            _ => return Err(unsupported(&block_path(i, j), b, Role::System, NAME)),
+        }
+    }
+    Ok(())
+}
+
+/// Renders user or assistant message `i`; `None` when no block survives.
+fn render_message(m: &Message, i: usize) -> Result<Option<Rendered>> {
+    let mut content = Vec::with_capacity(m.content.len());
+    for (j, b) in m.content.iter().enumerate() {
+        let path = block_path(i, j);
+        let rendered = match (m.role, b.kind()) {
+            (_, "text") => match b.get_str("text").unwrap_or_default() {
+                "" => None, // Anthropic rejects empty text blocks.
+                text => Some(json!({"type": "text", "text": text})),
+            },
+            (Role::User, "image") => Some(image_block(b, &path)?),
+            (Role::User, "tool-result") => Some(tool_result_block(b, &path)?),
+            (Role::Assistant, "reasoning") => thinking_block(b, &path)?,
+            (Role::Assistant, "redacted-thinking") => {
+                Some(json!({"type": "redacted_thinking", "data": required_str(b, &path, "data")?}))
+            }
+            (Role::Assistant, "tool-call") => Some(tool_use_block(b, &path)?),
+            _ => return Err(unsupported(&path, b, m.role, NAME)),
+        };
+        content.extend(rendered);
+    }
+    if content.is_empty() {
+        return Ok(None);
+    }
+    let role = if m.role == Role::Assistant {
+        "assistant"
+    } else {
+        "user"
+    };
+    let tool_results_only = role == "user" && content.iter().all(|b| b["type"] == "tool_result");
+    Ok(Some(Rendered {
+        role,
+        content,
+        tool_results_only,
+    }))
+}
+
+fn required_str<'a>(b: &'a Block, path: &str, key: &str) -> Result<&'a str> {
+    match b.get(key) {
+        Some(Value::String(s)) if !s.is_empty() => Ok(s),
+        Some(Value::String(_)) => Err(Error::invalid(format!("{path}.{key}"), "must not be empty")),
+        None => Err(Error::invalid(format!("{path}.{key}"), "is required")),
+        Some(v) => Err(Error::invalid(
+            format!("{path}.{key}"),
+            format!("expected a string, got {}", crate::types::kind_of(v)),
+        )),
+    }
+}
+
+fn image_block(b: &Block, path: &str) -> Result<Value> {
+    let source = match image_source(b, path)? {
+        ImageSource::Base64 { media_type, data } => {
+            json!({"type": "base64", "media_type": media_type, "data": data})
+        }
+        ImageSource::Url(url) => json!({"type": "url", "url": url}),
+    };
+    Ok(json!({"type": "image", "source": source}))
+}
+
+/// A reasoning block becomes `thinking` when it carries the provider's `signature`; without
+/// one Anthropic would reject it, so it is dropped.
+fn thinking_block(b: &Block, path: &str) -> Result<Option<Value>> {
+    if b.get("signature").is_none() {
+        return Ok(None);
+    }
+    let signature = required_str(b, path, "signature")?;
+    Ok(Some(json!({
+        "type": "thinking",
+        "thinking": b.get_str("text").unwrap_or_default(),
+        "signature": signature,
+    })))
+}
+
+/// A tool call: `arguments` must be a JSON object (empty or blank means `{}`).
+fn tool_use_block(b: &Block, path: &str) -> Result<Value> {
+    let (id, name, arguments) = b.as_tool_call().expect("validated tool-call");
+    let field = format!("{path}.arguments");
+    let input = if arguments.trim().is_empty() {
+        Value::Object(JsonMap::new())
+    } else {
+        let parsed = serde_json::from_str::<Value>(arguments).map_err(|e| {
+            let why = format!("is not valid JSON, which {NAME} tool_use input needs: {e}");
+            Error::invalid(field.as_str(), why)
+        })?;
+        if !parsed.is_object() {
+            let got = crate::types::kind_of(&parsed);
+            let why = format!("must be a JSON object for {NAME} tool_use input, got {got}");
+            return Err(Error::invalid(field, why));
+        }
+        parsed
+    };
+    Ok(json!({"type": "tool_use", "id": id, "name": name, "input": input}))
+}
+
+/// A tool result: text and image blocks; `is_error` only when true; no `content` when empty.
+fn tool_result_block(b: &Block, path: &str) -> Result<Value> {
+    let mut content = Vec::new();
+    for (k, inner) in b.tool_result_content().iter().enumerate() {
+        let inner_path = format!("{path}.content[{k}]");
+        match inner.kind() {
+            "text" => {
+                let text = inner.get_str("text").unwrap_or_default();
+                if !text.is_empty() {
+                    content.push(json!({"type": "text", "text": text}));
+                }
+            }
+            "image" => content.push(image_block(inner, &inner_path)?),
+            other => {
+                return Err(Error::invalid(
+                    inner_path,
+                    format!("block type {other:?} inside a tool result is not supported by the {NAME} renderer"),
+                )
+                .with("blockType", other))
+            }
+        }
+    }
+    let mut m = JsonMap::new();
+    m.insert("type".into(), "tool_result".into());
+    m.insert(
+        "tool_use_id".into(),
+        b.tool_result_id().expect("validated tool-result").into(),
+    );
+    if !content.is_empty() {
+        m.insert("content".into(), Value::Array(content));
+    }
+    if b.tool_result_is_error() {
+        m.insert("is_error".into(), true.into());
+    }
+    Ok(Value::Object(m))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+
+    #[allow(non_snake_case)]
+    fn CC() -> Value {
+        json!({"type":"ephemeral"})
+    }
+
+    fn env(messages: Value) -> Value {
+        json!({"provider":"anthropic","model":"claude-x","messages":messages,"sessionId":"s","purpose":"conversation"})
+    }
+
+    fn render(e: &Value, prefix_len: usize) -> Result<Value> {
+        render_anthropic(e, &RenderOptions::with_prefix_len(prefix_len))
+    }
+
+    #[test]
+    fn header_fields_are_mapped() {
+        let e = json!({
+            "provider":"anthropic","model":"claude-x","reasoningEffort":"high","temperature":1,
+            "maxTokens":2048,"stop":["END"],"system":"Be brief.",
+            "tools":[{"name":"read","description":"Read a file","parameters":{"type":"object"}}],
+            "messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],
+            "sessionId":"s","purpose":"conversation","turn":0,"step":0
+        });
+        let body = render(&e, 0).unwrap();
+        assert_eq!(
+            body,
+            json!({
+                "model":"claude-x","max_tokens":2048,
+                "system":[{"type":"text","text":"Be brief.","cache_control":CC()}],
+                "messages":[{"role":"user","content":[{"type":"text","text":"hi","cache_control":CC()}]}],
+                "tools":[{"name":"read","description":"Read a file","input_schema":{"type":"object"}}],
+                "temperature":1,"stop_sequences":["END"]
+            })
+        );
+    }
+
+    #[test]
+    fn max_tokens_default_and_pass_through() {
+        let body = render(&json!({"model":"m","messages":[]}), 0).unwrap();
+        assert_eq!(
+            body,
+            json!({"model":"m","max_tokens":DEFAULT_ANTHROPIC_MAX_TOKENS,"messages":[]})
+        );
+        let body = render(
+            &json!({"model":"m","messages":[],"max_tokens":9000,
+                                  "thinking":{"type":"enabled","budget_tokens":4000}}),
+            0,
+        )
+        .unwrap();
+        assert_eq!(body["max_tokens"], json!(9000));
+        assert_eq!(
+            body["thinking"],
+            json!({"type":"enabled","budget_tokens":4000})
+        );
+        let e = render(
+            &json!({"model":"m","messages":[],"maxTokens":1,"max_tokens":9000}),
+            0,
+        )
+        .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert!(
+            e.message()
+                .starts_with("max_tokens: unknown config field collides"),
+            "{}",
+            e.message()
+        );
+        let e = render(
+            &json!({"model":"m","messages":[],"stop":["x"],"stop_sequences":["y"]}),
+            0,
+        )
+        .unwrap_err();
+        assert!(
+            e.message().starts_with("stop_sequences: "),
+            "{}",
+            e.message()
+        );
+    }
+
+    #[test]
+    fn tool_extra_fields_pass_through() {
+        let e = json!({"model":"m","messages":[],"tools":[
+            {"name":"a","description":"d","parameters":{},"cache_control":{"type":"ephemeral"}},
+            {"name":"b","description":"d","parameters":{},"type":"custom"}]});
+        let body = render(&e, 0).unwrap();
+        assert_eq!(body["tools"][1]["type"], json!("custom"));
+        let e = json!({"model":"m","messages":[],"tools":[{"name":"a","description":"d","parameters":{},"input_schema":{}}]});
+        let err = render(&e, 0).unwrap_err();
+        assert!(
+            err.message()
+                .starts_with("tools[0].input_schema: unknown tool field collides"),
+            "{}",
+            err.message()
+        );
+    }
+
+    #[test]
+    fn assistant_blocks() {
+        let body = render(&env(json!([
+            {"role":"user","content":[{"type":"text","text":"go"}]},
+            {"role":"assistant","content":[
+                {"type":"reasoning","text":"secret","signature":"sig=="},
+                {"type":"reasoning","text":"unsigned"},
+                {"type":"redacted-thinking","data":"opaque"},
+                {"type":"text","text":""},
+                {"type":"text","text":"Reading."},
+                {"type":"tool-call","id":"c1","name":"read","arguments":"{\"path\":\"a\",\"n\":2}"},
+                {"type":"tool-call","id":"c2","name":"ls","arguments":""}
+            ]},
+            {"role":"user","content":[{"type":"text","text":"next"}]}
+        ])), 0)
+        .unwrap();
+        assert_eq!(
+            body["messages"][1],
+            json!({"role":"assistant","content":[
+                {"type":"thinking","thinking":"secret","signature":"sig=="},
+                {"type":"redacted_thinking","data":"opaque"},
+                {"type":"text","text":"Reading."},
+                {"type":"tool_use","id":"c1","name":"read","input":{"path":"a","n":2}},
+                {"type":"tool_use","id":"c2","name":"ls","input":{}}
+            ]})
+        );
+    }
+
+    #[test]
+    fn tool_results_merge_and_map() {
+        let body = render(&env(json!([
+            {"role":"assistant","content":[
+                {"type":"tool-call","id":"a","name":"t","arguments":"{}"},
+                {"type":"tool-call","id":"b","name":"t","arguments":"{}"}]},
+            {"role":"user","content":[{"type":"tool-result","toolCallId":"a","isError":false,
+              "content":[{"type":"text","text":"ok"},{"type":"image","mediaType":"image/png","data":"AAAA"}]}]},
+            {"role":"user","content":[{"type":"tool-result","toolCallId":"b","isError":true,"content":[]}]},
+            {"role":"user","content":[{"type":"text","text":"injected"}]}
+        ])), 0)
+        .unwrap();
+        assert_eq!(
+            body["messages"],
+            json!([
+                {"role":"assistant","content":[
+                    {"type":"tool_use","id":"a","name":"t","input":{}},
+                    {"type":"tool_use","id":"b","name":"t","input":{}}]},
+                {"role":"user","content":[
+                    {"type":"tool_result","tool_use_id":"a","content":[
+                        {"type":"text","text":"ok"},
+                        {"type":"image","source":{"type":"base64","media_type":"image/png","data":"AAAA"}}]},
+                    {"type":"tool_result","tool_use_id":"b","is_error":true}]},
+                {"role":"user","content":[{"type":"text","text":"injected","cache_control":CC()}]}
+            ])
+        );
+    }
+
+    #[test]
+    fn user_images() {
+        let body = render(
+            &env(json!([{"role":"user","content":[
+            {"type":"image","url":"https://example.com/a.png"},{"type":"text","text":"what?"}]}])),
+            0,
+        )
+        .unwrap();
+        assert_eq!(
+            body["messages"][0]["content"][0],
+            json!({"type":"image","source":{"type":"url","url":"https://example.com/a.png"}})
+        );
+    }
+
+    #[test]
+    fn empty_messages_are_dropped() {
+        let body = render(
+            &env(json!([
+                {"role":"user","content":[{"type":"text","text":"q"}]},
+                {"role":"assistant","content":[{"type":"reasoning","text":"unsigned"}]},
+                {"role":"assistant","content":[]},
+                {"role":"user","content":[{"type":"text","text":""}]}
+            ])),
+            0,
+        )
+        .unwrap();
+        assert_eq!(
+            body["messages"],
+            json!([{"role":"user","content":[{"type":"text","text":"q","cache_control":CC()}]}])
+        );
+    }
+
+    #[test]
+    fn system_prefix_messages_are_hoisted() {
+        let e = json!({"model":"m","system":"S","messages":[
+            {"role":"system","content":[{"type":"text","text":"policy"},{"type":"text","text":""}]},
+            {"role":"user","content":[{"type":"text","text":"ctx"}]},
+            {"role":"system","content":[{"type":"text","text":"late policy"}]},
+            {"role":"user","content":[{"type":"text","text":"q"}]}
+        ]});
+        let body = render(&e, 3).unwrap();
+        assert_eq!(
+            body["system"],
+            json!([{"type":"text","text":"S"},{"type":"text","text":"policy"},{"type":"text","text":"late policy"}])
+        );
+        assert_eq!(
+            body["messages"],
+            json!([
+                {"role":"user","content":[{"type":"text","text":"ctx","cache_control":CC()}]},
+                {"role":"user","content":[{"type":"text","text":"q","cache_control":CC()}]}
+            ])
+        );
+        // Only system-role messages in the prefix: the prefix mark goes on the last system block.
+        let e = json!({"model":"m","system":"S","messages":[
+            {"role":"system","content":[{"type":"text","text":"policy"}]},
+            {"role":"user","content":[{"type":"text","text":"q"}]}
+        ]});
+        let body = render(&e, 1).unwrap();
+        assert_eq!(
+            body["system"],
+            json!([{"type":"text","text":"S"},{"type":"text","text":"policy","cache_control":CC()}])
+        );
+        // Outside the prefix, a system-role message is an error.
+        let err = render(&e, 0).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput);
+        assert_eq!(
+            err.message(),
+            "messages[0].role: a system-role message is only supported inside the session prefix \
+             (the first 0 messages) by the anthropic renderer"
+        );
+    }
+
+    #[test]
+    fn breakpoints() {
+        let user = |t: &str| json!({"role":"user","content":[{"type":"text","text":t}]});
+        let tools = json!([{"name":"t","description":"d","parameters":{}}]);
+        // Prefix of 1, history of 2: marks on messages[0] and the last message.
+        let body = render(&env(json!([user("p"), user("h1"), user("h2")])), 1).unwrap();
+        let marks: Vec<bool> = (0..3)
+            .map(|k| {
+                body["messages"][k]["content"][0]
+                    .get("cache_control")
+                    .is_some()
+            })
+            .collect();
+        assert_eq!(marks, [true, false, true]);
+        // The whole envelope is the prefix: one mark.
+        let body = render(&env(json!([user("p")])), 1).unwrap();
+        assert_eq!(body["messages"][0]["content"][0]["cache_control"], CC());
+        // No prefix, no system: the tools carry the first mark.
+        let mut e = env(json!([user("h")]));
+        e["tools"] = tools.clone();
+        let body = render(&e, 0).unwrap();
+        assert_eq!(body["tools"][0]["cache_control"], CC());
+        // With a system prompt, the tools carry none.
+        e["system"] = json!("S");
+        let body = render(&e, 0).unwrap();
+        assert!(body["tools"][0].get("cache_control").is_none());
+        assert_eq!(body["system"][0]["cache_control"], CC());
+        // A prefix message marks; system and tools then carry none.
+        let mut e = env(json!([user("p"), user("h")]));
+        e["system"] = json!("S");
+        e["tools"] = tools;
+        let body = render(&e, 1).unwrap();
+        assert!(body["system"][0].get("cache_control").is_none());
+        assert!(body["tools"][0].get("cache_control").is_none());
+        // Thinking blocks are skipped when placing a mark.
+        let body = render(
+            &env(json!([user("q"), {"role":"assistant","content":[
+            {"type":"text","text":"a"},{"type":"reasoning","text":"r","signature":"s"}]}])),
+            0,
+        )
+        .unwrap();
+        assert_eq!(body["messages"][1]["content"][0]["cache_control"], CC());
+        assert!(body["messages"][1]["content"][1]
+            .get("cache_control")
+            .is_none());
+        // A trailing thinking-only message passes the end mark back to the message before.
+        let body = render(
+            &env(json!([user("q"), {"role":"assistant","content":[
+            {"type":"reasoning","text":"r","signature":"s"}]}])),
+            0,
+        )
+        .unwrap();
+        assert_eq!(body["messages"][0]["content"][0]["cache_control"], CC());
+        assert!(body["messages"][1]["content"][0]
+            .get("cache_control")
+            .is_none());
+    }
+
+    #[test]
+    fn errors_name_the_block() {
+        let cases = [
+            (json!([{"role":"user","content":[{"type":"reasoning","text":"r"}]}]),
+             "messages[0].content[0]: block type \"reasoning\" is not supported in a user message by the anthropic renderer"),
+            (json!([{"role":"user","content":[{"type":"text","text":"x"},{"type":"video","url":"u"}]}]),
+             "messages[0].content[1]: block type \"video\" is not supported in a user message by the anthropic renderer"),
+            (json!([{"role":"assistant","content":[{"type":"image","url":"u"}]}]),
+             "messages[0].content[0]: block type \"image\" is not supported in an assistant message by the anthropic renderer"),
+            (json!([{"role":"assistant","content":[{"type":"tool-call","id":"c","name":"n","arguments":"[1]"}]}]),
+             "messages[0].content[0].arguments: must be a JSON object for anthropic tool_use input, got an array"),
+            (json!([{"role":"assistant","content":[{"type":"reasoning","text":"r","signature":5}]}]),
+             "messages[0].content[0].signature: expected a string, got a number"),
+            (json!([{"role":"assistant","content":[{"type":"redacted-thinking"}]}]),
+             "messages[0].content[0].data: is required"),
+            (json!([{"role":"user","content":[{"type":"tool-result","toolCallId":"c","isError":false,
+                     "content":[{"type":"reasoning","text":"r"}]}]}]),
+             "messages[0].content[0].content[0]: block type \"reasoning\" inside a tool result is not supported by the anthropic renderer"),
+            (json!([{"role":"system","content":[{"type":"image","url":"u"}]}]),
+             "messages[0].content[0]: block type \"image\" is not supported in a system message by the anthropic renderer"),
+        ];
+        for (messages, want) in cases {
+            let e = render(&env(messages), 1).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidInput);
+            assert_eq!(e.message(), want);
+        }
+        let e = render(
+            &env(json!([{"role":"assistant","content":[
+            {"type":"tool-call","id":"c","name":"n","arguments":"{oops"}]}])),
+            0,
+        )
+        .unwrap_err();
+        assert!(
+            e.message()
+                .starts_with("messages[0].content[0].arguments: is not valid JSON"),
+            "{}",
+            e.message()
+        );
+        assert!(e.detail().get("blockType").is_none());
+        let e = render(
+            &env(json!([{"role":"user","content":[{"type":"video"}]}])),
+            0,
+        )
+        .unwrap_err();
+        assert_eq!(e.detail().get("blockType"), Some(&json!("video")));
+        assert_eq!(
+            e.detail().get("field"),
+            Some(&json!("messages[0].content[0]"))
+        );
+    }
+}

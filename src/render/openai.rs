@@ -1,0 +1,403 @@
+//! The OpenAI-compatible chat-completions renderer (OpenAI, DeepSeek, llama.cpp, vLLM).
+//!
+//! Mapping, per envelope message (a pure function of that message; see `docs/render.md`):
+//! - system prompt → a first `{"role":"system","content":<string>}` message;
+//! - system-role message → `{"role":"system","content":<text blocks joined by "\n">}`;
+//! - user message → its blocks cut into runs: each `tool-result` block becomes a
+//!   `{"role":"tool","tool_call_id","content"}` message, every run of other blocks becomes a
+//!   `{"role":"user","content"}` message (a string, or content parts when it holds an image);
+//! - assistant message → one message with `content` (text blocks joined by "\n"; `null` when
+//!   there is no text but there are tool calls), `reasoning_content` (reasoning blocks joined by
+//!   "\n", present whenever the message has a reasoning block) and `tool_calls`.
+
+use super::{block_path, image_source, unsupported, Envelope, ImageSource};
+use crate::error::{Error, Result};
+use crate::types::{Block, JsonMap, Message, Role};
+use serde_json::{json, Value};
+
+const NAME: &str = "openai";
+
+/// Renders an envelope into an OpenAI-compatible chat-completions body.
+///
+/// The body has `model`, `messages`, and when set `tools`, `max_tokens`, `temperature`, `stop`
+/// and `reasoning_effort`; unknown config fields are copied verbatim as top-level body fields
+/// (an unknown field that names a body field set here is an error). `stream` and the like are
+/// the host's to add.
+pub fn render_openai(envelope: &Value) -> Result<Value> {
+    render(&Envelope::parse(envelope)?)
+}
+
+pub(super) fn render(env: &Envelope) -> Result<Value> {
+    let mut messages = Vec::with_capacity(env.messages.len() + 1);
+    if let Some(system) = &env.system {
+        messages.push(json!({"role": "system", "content": system}));
+    }
+    for (i, m) in env.messages.iter().enumerate() {
+        render_message(m, i, &mut messages)?;
+    }
+
+    let mut body = JsonMap::new();
+    body.insert("model".into(), env.model.clone().into());
+    body.insert("messages".into(), Value::Array(messages));
+    if !env.tools.is_empty() {
+        let tools = env
+            .tools
+            .iter()
+            .map(|t| {
+                let mut function = JsonMap::new();
+                function.insert("name".into(), t.name.clone().into());
+                function.insert("description".into(), t.description.clone().into());
+                function.insert("parameters".into(), t.parameters.clone());
+                // Unknown tool fields (e.g. `strict`) belong to the function object.
+                for (k, v) in &t.extra {
+                    function.insert(k.clone(), v.clone());
+                }
+                json!({"type": "function", "function": function})
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(n) = env.max_tokens {
+        body.insert("max_tokens".into(), n.into());
+    }
+    if let Some(t) = &env.temperature {
+        body.insert("temperature".into(), t.clone());
+    }
+    if let Some(stop) = &env.stop {
+        body.insert("stop".into(), Value::Array(stop.clone()));
+    }
+    if let Some(effort) = &env.reasoning_effort {
+        body.insert("reasoning_effort".into(), effort.clone().into());
+    }
+    env.pass_through(&mut body, NAME)?;
+    Ok(Value::Object(body))
+}
+
+/// Renders envelope message `i`, appending one or more wire messages to `out`.
+fn render_message(m: &Message, i: usize, out: &mut Vec<Value>) -> Result<()> {
+    match m.role {
+        Role::System => {
+            let mut texts = Vec::new();
+            for (j, b) in m.content.iter().enumerate() {
+                match b.kind() {
+                    "text" => texts.push(b.get_str("text").unwrap_or_default()),
+                    _ => return Err(unsupported(&block_path(i, j), b, Role::System, NAME)),
+                }
+            }
+            out.push(json!({"role": "system", "content": texts.join("\n")}));
+        }
+        Role::User => {
+            let mut run: Vec<(usize, &Block)> = Vec::new();
+            for (j, b) in m.content.iter().enumerate() {
+                match b.kind() {
+                    "tool-result" => {
+                        if !run.is_empty() {
+                            out.push(user_message(&run, i)?);
+                            run.clear();
+                        }
+                        out.push(tool_message(b, i, j)?);
+                    }
+                    "text" | "image" => run.push((j, b)),
+                    _ => return Err(unsupported(&block_path(i, j), b, Role::User, NAME)),
+                }
+            }
+            // A message with no blocks still becomes a (blank) user message: dropping it would
+            // make the wire depend on more than this one message's shape.
+            if !run.is_empty() || m.content.is_empty() {
+                out.push(user_message(&run, i)?);
+            }
+        }
+        Role::Assistant => {
+            let mut texts = Vec::new();
+            let mut reasoning: Option<Vec<&str>> = None;
+            let mut calls = Vec::new();
+            for (j, b) in m.content.iter().enumerate() {
+                match b.kind() {
+                    "text" => texts.push(b.get_str("text").unwrap_or_default()),
+                    "reasoning" => reasoning
+                        .get_or_insert_with(Vec::new)
+                        .push(b.get_str("text").unwrap_or_default()),
+                    "tool-call" => {
+                        let (id, name, arguments) = b.as_tool_call().expect("validated tool-call");
+                        calls.push(json!({
+                            "id": id,
+                            "type": "function",
+                            "function": {"name": name, "arguments": arguments},
+                        }));
+                    }
+                    // Anthropic's redacted thinking has no OpenAI-compatible form.
+                    "redacted-thinking" => {}
+                    _ => return Err(unsupported(&block_path(i, j), b, Role::Assistant, NAME)),
+                }
+            }
+            let mut msg = JsonMap::new();
+            msg.insert("role".into(), "assistant".into());
+            let content = if texts.is_empty() && !calls.is_empty() {
+                Value::Null
+            } else {
+                texts.join("\n").into()
+            };
+            msg.insert("content".into(), content);
+            if let Some(r) = reasoning {
+                msg.insert("reasoning_content".into(), r.join("\n").into());
+            }
+            if !calls.is_empty() {
+                msg.insert("tool_calls".into(), Value::Array(calls));
+            }
+            out.push(Value::Object(msg));
+        }
+    }
+    Ok(())
+}
+
+/// A user message from a run of text and image blocks: a string when it is all text, else
+/// content parts.
+fn user_message(run: &[(usize, &Block)], i: usize) -> Result<Value> {
+    if run.iter().all(|(_, b)| b.kind() == "text") {
+        let texts: Vec<&str> = run
+            .iter()
+            .map(|(_, b)| b.get_str("text").unwrap_or_default())
+            .collect();
+        return Ok(json!({"role": "user", "content": texts.join("\n")}));
+    }
+    let mut parts = Vec::with_capacity(run.len());
+    for (j, b) in run {
+        parts.push(match b.kind() {
+            "text" => json!({"type": "text", "text": b.get_str("text").unwrap_or_default()}),
+            _ => image_part(b, &block_path(i, *j))?,
+        });
+    }
+    Ok(json!({"role": "user", "content": parts}))
+}
+
+/// An `image_url` content part.
+fn image_part(b: &Block, path: &str) -> Result<Value> {
+    let url = match image_source(b, path)? {
+        ImageSource::Url(u) => u.to_string(),
+        ImageSource::Base64 { media_type, data } => format!("data:{media_type};base64,{data}"),
+    };
+    Ok(json!({"type": "image_url", "image_url": {"url": url}}))
+}
+
+/// A `tool` message from a tool-result block. OpenAI-compatible tool messages carry text only,
+/// and have no error flag: `isError` is not rendered (the result text should say so).
+fn tool_message(b: &Block, i: usize, j: usize) -> Result<Value> {
+    let path = block_path(i, j);
+    let mut texts = Vec::new();
+    for (k, inner) in b.tool_result_content().iter().enumerate() {
+        match inner.kind() {
+            "text" => texts.push(inner.get_str("text").unwrap_or_default().to_string()),
+            other => {
+                return Err(Error::invalid(
+                    format!("{path}.content[{k}]"),
+                    format!(
+                        "block type {other:?} inside a tool result is not supported by the \
+                         {NAME} renderer (OpenAI-compatible tool messages carry text only)"
+                    ),
+                )
+                .with("blockType", other))
+            }
+        }
+    }
+    Ok(json!({
+        "role": "tool",
+        "tool_call_id": b.tool_result_id().expect("validated tool-result"),
+        "content": texts.join("\n"),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+
+    fn env(messages: Value) -> Value {
+        json!({"provider":"openai","model":"gpt-x","messages":messages,"sessionId":"s","purpose":"conversation"})
+    }
+
+    fn msgs(body: &Value) -> &Vec<Value> {
+        body["messages"].as_array().unwrap()
+    }
+
+    #[test]
+    fn header_fields_are_mapped() {
+        let e = json!({
+            "provider":"deepseek","model":"deepseek-chat","reasoningEffort":"high","temperature":0.25,
+            "maxTokens":512,"stop":["END"],"system":"Be brief.",
+            "tools":[{"name":"read","description":"Read a file","parameters":{"type":"object"},"strict":true}],
+            "messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],
+            "sessionId":"s","purpose":"conversation","turn":0,"step":0
+        });
+        let body = render_openai(&e).unwrap();
+        assert_eq!(
+            body,
+            json!({
+                "model":"deepseek-chat",
+                "messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"hi"}],
+                "tools":[{"type":"function","function":{"name":"read","description":"Read a file",
+                          "parameters":{"type":"object"},"strict":true}}],
+                "max_tokens":512,"temperature":0.25,"stop":["END"],"reasoning_effort":"high"
+            })
+        );
+    }
+
+    #[test]
+    fn empty_system_tools_and_stop_are_left_out() {
+        let e = json!({"model":"m","system":"","tools":[],"stop":[],"messages":[]});
+        assert_eq!(
+            render_openai(&e).unwrap(),
+            json!({"model":"m","messages":[]})
+        );
+    }
+
+    #[test]
+    fn unknown_config_fields_pass_through_verbatim() {
+        let e = json!({"model":"m","messages":[],"top_p":0.9,"thinking":{"type":"enabled"},"maxTokens":5});
+        let body = render_openai(&e).unwrap();
+        assert_eq!(body["top_p"], json!(0.9));
+        assert_eq!(body["thinking"], json!({"type":"enabled"}));
+        // A pass-through field may supply a body field the renderer did not set...
+        let e = json!({"model":"m","messages":[],"max_completion_tokens":100});
+        assert_eq!(
+            render_openai(&e).unwrap()["max_completion_tokens"],
+            json!(100)
+        );
+        let e = json!({"model":"m","messages":[],"max_tokens":100});
+        assert_eq!(render_openai(&e).unwrap()["max_tokens"], json!(100));
+        // ...but never replace one it did set.
+        let e = json!({"model":"m","messages":[],"maxTokens":5,"max_tokens":100});
+        let err = render_openai(&e).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput);
+        assert!(
+            err.message()
+                .starts_with("max_tokens: unknown config field collides"),
+            "{}",
+            err.message()
+        );
+    }
+
+    #[test]
+    fn system_role_messages_stay_in_place() {
+        let body = render_openai(&env(json!([
+            {"role":"system","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},
+            {"role":"user","content":[{"type":"text","text":"q"}]}
+        ])))
+        .unwrap();
+        assert_eq!(msgs(&body)[0], json!({"role":"system","content":"a\nb"}));
+        assert_eq!(msgs(&body)[1], json!({"role":"user","content":"q"}));
+    }
+
+    #[test]
+    fn assistant_tool_calls_reasoning_and_text() {
+        let body = render_openai(&env(json!([
+            {"role":"assistant","content":[
+                {"type":"reasoning","text":"think"},
+                {"type":"text","text":"Let me look."},
+                {"type":"tool-call","id":"c1","name":"read","arguments":"{\"path\":\"a\"}"},
+                {"type":"tool-call","id":"c2","name":"read","arguments":"not json"}
+            ],"provenance":{"provider":"deepseek","model":"r"}}
+        ])))
+        .unwrap();
+        assert_eq!(
+            msgs(&body)[0],
+            json!({"role":"assistant","content":"Let me look.","reasoning_content":"think","tool_calls":[
+                {"id":"c1","type":"function","function":{"name":"read","arguments":"{\"path\":\"a\"}"}},
+                {"id":"c2","type":"function","function":{"name":"read","arguments":"not json"}}
+            ]})
+        );
+    }
+
+    #[test]
+    fn assistant_content_is_null_only_for_pure_tool_calls() {
+        let body = render_openai(&env(json!([
+            {"role":"assistant","content":[{"type":"tool-call","id":"c","name":"t","arguments":"{}"}]},
+            {"role":"assistant","content":[{"type":"reasoning","text":""}]},
+            {"role":"assistant","content":[]}
+        ])))
+        .unwrap();
+        assert_eq!(msgs(&body)[0]["content"], Value::Null);
+        // An empty reasoning block still yields reasoning_content (DeepSeek wants it back).
+        assert_eq!(
+            msgs(&body)[1],
+            json!({"role":"assistant","content":"","reasoning_content":""})
+        );
+        assert_eq!(msgs(&body)[2], json!({"role":"assistant","content":""}));
+    }
+
+    #[test]
+    fn tool_results_become_tool_messages() {
+        let body = render_openai(&env(json!([
+            {"role":"user","content":[{"type":"tool-result","toolCallId":"c1","isError":true,
+              "content":[{"type":"text","text":"line 1"},{"type":"text","text":"line 2"}]}]},
+            {"role":"user","content":[{"type":"tool-result","toolCallId":"c2","isError":false,"content":[]}]},
+            {"role":"user","content":[
+                {"type":"text","text":"before"},
+                {"type":"tool-result","toolCallId":"c3","isError":false,"content":[{"type":"text","text":"r"}]},
+                {"type":"text","text":"after"}
+            ]}
+        ])))
+        .unwrap();
+        assert_eq!(
+            msgs(&body),
+            &vec![
+                json!({"role":"tool","tool_call_id":"c1","content":"line 1\nline 2"}),
+                json!({"role":"tool","tool_call_id":"c2","content":""}),
+                json!({"role":"user","content":"before"}),
+                json!({"role":"tool","tool_call_id":"c3","content":"r"}),
+                json!({"role":"user","content":"after"}),
+            ]
+        );
+    }
+
+    #[test]
+    fn user_text_and_images() {
+        let body = render_openai(&env(json!([
+            {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},
+            {"role":"user","content":[]},
+            {"role":"user","content":[
+                {"type":"text","text":"see"},
+                {"type":"image","mediaType":"image/png","data":"AAAA"},
+                {"type":"image","url":"https://example.com/cat.jpg","detail":"low"}
+            ]}
+        ])))
+        .unwrap();
+        assert_eq!(msgs(&body)[0], json!({"role":"user","content":"a\nb"}));
+        assert_eq!(msgs(&body)[1], json!({"role":"user","content":""}));
+        assert_eq!(
+            msgs(&body)[2],
+            json!({"role":"user","content":[
+                {"type":"text","text":"see"},
+                {"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}},
+                {"type":"image_url","image_url":{"url":"https://example.com/cat.jpg"}}
+            ]})
+        );
+    }
+
+    #[test]
+    fn unsupported_blocks_are_errors_naming_the_block() {
+        let cases = [
+            (json!([{"role":"user","content":[{"type":"text","text":"x"},{"type":"audio","data":"z"}]}]),
+             "messages[0].content[1]: block type \"audio\" is not supported in a user message by the openai renderer"),
+            (json!([{"role":"user","content":[]},{"role":"user","content":[{"type":"reasoning","text":"r"}]}]),
+             "messages[1].content[0]: block type \"reasoning\" is not supported in a user message by the openai renderer"),
+            (json!([{"role":"user","content":[{"type":"tool-call","id":"c","name":"n","arguments":""}]}]),
+             "messages[0].content[0]: block type \"tool-call\" is not supported in a user message by the openai renderer"),
+            (json!([{"role":"assistant","content":[{"type":"image","url":"u"}]}]),
+             "messages[0].content[0]: block type \"image\" is not supported in an assistant message by the openai renderer"),
+            (json!([{"role":"assistant","content":[{"type":"tool-result","toolCallId":"c","content":[],"isError":false}]}]),
+             "messages[0].content[0]: block type \"tool-result\" is not supported in an assistant message by the openai renderer"),
+            (json!([{"role":"system","content":[{"type":"image","url":"u"}]}]),
+             "messages[0].content[0]: block type \"image\" is not supported in a system message by the openai renderer"),
+            (json!([{"role":"user","content":[{"type":"tool-result","toolCallId":"c","isError":false,
+                     "content":[{"type":"image","url":"u"}]}]}]),
+             "messages[0].content[0].content[0]: block type \"image\" inside a tool result is not supported by the openai renderer (OpenAI-compatible tool messages carry text only)"),
+            (json!([{"role":"user","content":[{"type":"image","mediaType":"image/png"}]}]),
+             "messages[0].content[0]: an image block needs either \"url\" or both \"mediaType\" and \"data\" (base64)"),
+        ];
+        for (messages, want) in cases {
+            let e = render_openai(&env(messages)).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidInput);
+            assert_eq!(e.message(), want);
+        }
+    }
+}

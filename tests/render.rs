@@ -1,0 +1,441 @@
+//! The renderers' prefix property and determinism, through the public API.
+
+use llmsession::render::{render_anthropic, render_openai, RenderOptions, Renderer};
+use llmsession::ErrorKind;
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+fn text(t: &str) -> Value {
+    json!({"type":"text","text":t})
+}
+fn user(t: &str) -> Value {
+    json!({"role":"user","content":[text(t)]})
+}
+fn call(id: &str, name: &str, args: &str) -> Value {
+    json!({"type":"tool-call","id":id,"name":name,"arguments":args})
+}
+fn result(id: &str, out: &str, is_error: bool) -> Value {
+    json!({"role":"user","content":[{"type":"tool-result","toolCallId":id,"isError":is_error,"content":[text(out)]}]})
+}
+fn assistant(blocks: Vec<Value>) -> Value {
+    json!({"role":"assistant","content":blocks,"provenance":{"provider":"p","model":"m"}})
+}
+
+fn tools() -> Value {
+    json!([
+        {"name":"read","description":"Read a file","parameters":{"type":"object","properties":{"path":{"type":"string"}}}},
+        {"name":"bash","description":"Run a command","parameters":{"type":"object","properties":{"cmd":{"type":"string"}}}}
+    ])
+}
+
+/// Two session prefixes of 2 messages: one with a system-role message, one with an assistant
+/// acknowledgement.
+fn prefixes() -> Vec<Vec<Value>> {
+    vec![
+        vec![
+            json!({"role":"system","content":[text("Only edit files under src/.")]}),
+            user("<project>\nA Rust crate.\n</project>"),
+        ],
+        vec![
+            user("<project>\nA Rust crate.\n</project>"),
+            assistant(vec![text("Understood.")]),
+        ],
+    ]
+}
+
+/// A multi-step conversation: tool calls, reasoning (signed and unsigned), parallel results,
+/// an error result, injected context and an image.
+fn history() -> Vec<Value> {
+    vec![
+        user("Fix the failing test."),
+        assistant(vec![
+            json!({"type":"reasoning","text":"Look at the test first.","signature":"c2ln"}),
+            text("Let me look."),
+            call("c1", "read", r#"{"path":"tests/a.rs"}"#),
+            call("c2", "bash", r#"{"cmd":"cargo test"}"#),
+        ]),
+        result("c1", "fn a() { assert!(false) }", false),
+        result("c2", "1 failed", false),
+        user("<context>CI is red on main.</context>"),
+        assistant(vec![
+            json!({"type":"reasoning","text":"Edit it."}),
+            call("c3", "bash", r#"{"cmd":"sed -i s/false/true/ tests/a.rs"}"#),
+        ]),
+        result("c3", "permission denied", true),
+        assistant(vec![call("c4", "bash", r#"{"cmd":"sudo true"}"#)]),
+        result("c4", "ok", false),
+        assistant(vec![text("Fixed.")]),
+        json!({"role":"user","content":[text("Does this screenshot look right?"),
+               {"type":"image","mediaType":"image/png","data":"iVBORw0KGgo="}]}),
+        assistant(vec![text("Yes.")]),
+        user("Thanks."),
+    ]
+}
+
+fn envelope(prefix: &[Value], history: &[Value], len: usize) -> Value {
+    let messages: Vec<Value> = prefix.iter().chain(history).take(len).cloned().collect();
+    json!({
+        "provider":"p","model":"m","temperature":0.5,"maxTokens":1000,"top_p":0.9,
+        "system":"You are a coding agent.","tools":tools(),"messages":messages,
+        "sessionId":"s1","purpose":"conversation","turn":0,"step":len
+    })
+}
+
+fn tool_results_only(m: &Value) -> bool {
+    m["role"] == "user"
+        && m["content"]
+            .as_array()
+            .is_some_and(|c| !c.is_empty() && c.iter().all(|b| b["type"] == "tool-result"))
+}
+
+/// `A` (the first `k` messages) ends at a request boundary: it does not stop inside a run of
+/// tool results that the next message continues.
+fn boundary(all: &[Value], k: usize) -> bool {
+    k == 0 || k == all.len() || !(tool_results_only(&all[k - 1]) && tool_results_only(&all[k]))
+}
+
+fn count_markers(v: &Value) -> usize {
+    match v {
+        Value::Object(m) => m
+            .iter()
+            .map(|(k, v)| usize::from(k == "cache_control") + count_markers(v))
+            .sum(),
+        Value::Array(a) => a.iter().map(count_markers).sum(),
+        _ => 0,
+    }
+}
+
+/// The (message, block) positions of the cache markers in a body's messages.
+fn markers(body: &Value) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    for (k, m) in body["messages"].as_array().unwrap().iter().enumerate() {
+        for (j, b) in m["content"].as_array().unwrap().iter().enumerate() {
+            if b.get("cache_control").is_some() {
+                out.push((k, j));
+            }
+        }
+    }
+    out
+}
+
+/// The position of the last block that may carry a marker (thinking blocks may not).
+fn last_cacheable(body: &Value) -> Option<(usize, usize)> {
+    let msgs = body["messages"].as_array().unwrap();
+    msgs.iter().enumerate().rev().find_map(|(k, m)| {
+        let blocks = m["content"].as_array().unwrap();
+        blocks
+            .iter()
+            .rposition(|b| b["type"] != "thinking" && b["type"] != "redacted_thinking")
+            .map(|j| (k, j))
+    })
+}
+
+/// A body's messages with every cache marker removed.
+fn unmarked(body: &Value) -> Vec<Value> {
+    let mut msgs = body["messages"].as_array().unwrap().clone();
+    for m in &mut msgs {
+        for b in m["content"].as_array_mut().unwrap() {
+            b.as_object_mut().unwrap().remove("cache_control");
+        }
+    }
+    msgs
+}
+
+fn without_messages(body: &Value) -> Value {
+    let mut rest = body.clone();
+    rest.as_object_mut().unwrap().remove("messages");
+    rest
+}
+
+/// Checks that the rendered body of every boundary-ending envelope extends into every longer one.
+fn check_prefix_property(prefix: &[Value], history: &[Value]) {
+    let all: Vec<Value> = prefix.iter().chain(history).cloned().collect();
+    let p = prefix.len();
+    let opts = RenderOptions::with_prefix_len(p);
+    let oa: Vec<Value> = (p..=all.len())
+        .map(|k| render_openai(&envelope(prefix, history, k)).unwrap())
+        .collect();
+    let an: Vec<Value> = (p..=all.len())
+        .map(|k| render_anthropic(&envelope(prefix, history, k), &opts).unwrap())
+        .collect();
+    // The prefix breakpoint, fixed for the whole instance: where the prefix-only body has its mark.
+    let prefix_mark = last_cacheable(&an[0]);
+    for k in p..=all.len() {
+        let (a_oa, a_an) = (&oa[k - p], &an[k - p]);
+        // Anthropic markers: the prefix end and the end of history, nowhere else.
+        let mut want: Vec<(usize, usize)> = prefix_mark
+            .into_iter()
+            .chain(last_cacheable(a_an))
+            .collect();
+        want.dedup();
+        assert_eq!(markers(a_an), want, "k={k}");
+        assert_eq!(
+            count_markers(a_an),
+            want.len(),
+            "k={k}: markers outside messages"
+        );
+        for l in k + 1..=all.len() {
+            let (b_oa, b_an) = (&oa[l - p], &an[l - p]);
+            // OpenAI-compatible: every envelope extension is a body extension.
+            let (am, bm) = (
+                a_oa["messages"].as_array().unwrap(),
+                b_oa["messages"].as_array().unwrap(),
+            );
+            assert!(
+                am.len() <= bm.len() && am[..] == bm[..am.len()],
+                "openai k={k} l={l}"
+            );
+            assert_eq!(
+                without_messages(a_oa),
+                without_messages(b_oa),
+                "openai k={k} l={l}"
+            );
+
+            // Anthropic: the same apart from the markers (checked above: only the end-of-history
+            // one moves), when A ends at a request boundary.
+            let (am, bm) = (unmarked(a_an), unmarked(b_an));
+            if boundary(&all, k) {
+                assert!(
+                    am.len() <= bm.len() && am[..] == bm[..am.len()],
+                    "anthropic k={k} l={l}\nA={am:#?}\nB={bm:#?}"
+                );
+            } else {
+                // Inside a run of tool results, only A's last (merged) message differs: its
+                // blocks are a prefix of the same message in B.
+                let n = am.len() - 1;
+                assert_eq!(am[..n], bm[..n], "anthropic mid-run k={k} l={l}");
+                let (ab, bb) = (
+                    am[n]["content"].as_array().unwrap(),
+                    bm[n]["content"].as_array().unwrap(),
+                );
+                assert!(
+                    ab.len() < bb.len() && ab[..] == bb[..ab.len()],
+                    "anthropic mid-run k={k} l={l}"
+                );
+            }
+            assert_eq!(
+                without_messages(a_an),
+                without_messages(b_an),
+                "anthropic k={k} l={l}"
+            );
+        }
+    }
+}
+
+#[test]
+fn prefix_property_on_a_multi_step_conversation() {
+    for prefix in prefixes() {
+        check_prefix_property(&prefix, &history());
+    }
+}
+
+#[test]
+fn anthropic_breakpoints_sit_at_prefix_end_and_history_end() {
+    let prefix = &prefixes()[0];
+    let h = history();
+    let body = render_anthropic(
+        &envelope(prefix, &h, prefix.len() + h.len()),
+        &RenderOptions::with_prefix_len(2),
+    )
+    .unwrap();
+    // The system-role prefix message was hoisted after the system prompt.
+    assert_eq!(
+        body["system"],
+        json!([
+            text("You are a coding agent."),
+            text("Only edit files under src/.")
+        ])
+    );
+    let msgs = body["messages"].as_array().unwrap();
+    assert_eq!(
+        msgs[0]["content"][0]["cache_control"],
+        json!({"type":"ephemeral"})
+    );
+    assert_eq!(
+        msgs.last().unwrap()["content"][0]["cache_control"],
+        json!({"type":"ephemeral"})
+    );
+    assert_eq!(count_markers(&body), 2);
+    // The two parallel results share one user message.
+    let merged = msgs
+        .iter()
+        .find(|m| m["content"][0]["tool_use_id"] == "c1")
+        .unwrap();
+    assert_eq!(merged["content"].as_array().unwrap().len(), 2);
+    assert_eq!(merged["content"][1]["tool_use_id"], "c2");
+    // Unsigned reasoning is dropped; signed reasoning is a thinking block.
+    assert_eq!(msgs[2]["content"][0]["type"], "thinking");
+    assert!(msgs.iter().all(|m| m["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|b| b.get("thinking") != Some(&json!("Edit it.")))));
+}
+
+#[test]
+fn openai_carries_the_whole_conversation() {
+    let prefix = &prefixes()[0];
+    let h = history();
+    let body = render_openai(&envelope(prefix, &h, prefix.len() + h.len())).unwrap();
+    let msgs = body["messages"].as_array().unwrap();
+    let roles: Vec<&str> = msgs.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(
+        roles,
+        [
+            "system",
+            "system",
+            "user",
+            "user",
+            "assistant",
+            "tool",
+            "tool",
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "tool",
+            "assistant",
+            "user",
+            "assistant",
+            "user"
+        ]
+    );
+    assert_eq!(msgs[4]["reasoning_content"], "Look at the test first.");
+    assert_eq!(msgs[8]["reasoning_content"], "Edit it.");
+    assert_eq!(msgs[8]["content"], Value::Null);
+    assert_eq!(body["top_p"], json!(0.9));
+}
+
+#[test]
+fn equal_input_gives_byte_identical_output() {
+    let prefix = &prefixes()[0];
+    let h = history();
+    let env = envelope(prefix, &h, prefix.len() + h.len());
+    // A copy that went through text, with its keys in a different order.
+    let text = serde_json::to_string(&env).unwrap();
+    let reparsed: Value = serde_json::from_str(&text).unwrap();
+    for r in [Renderer::OpenAi, Renderer::Anthropic] {
+        let opts = RenderOptions::with_prefix_len(2);
+        let a = serde_json::to_vec(&r.render(&env, &opts).unwrap()).unwrap();
+        let b = serde_json::to_vec(&r.render(&env, &opts).unwrap()).unwrap();
+        let c = serde_json::to_vec(&r.render(&reparsed, &opts).unwrap()).unwrap();
+        assert_eq!(a, b, "{}", r.name());
+        assert_eq!(a, c, "{}", r.name());
+    }
+}
+
+#[test]
+fn renderer_dispatches_to_the_functions() {
+    let prefix = &prefixes()[1];
+    let env = envelope(prefix, &history(), 5);
+    let opts = RenderOptions::with_prefix_len(2);
+    assert_eq!(
+        Renderer::parse("openai")
+            .unwrap()
+            .render(&env, &opts)
+            .unwrap(),
+        render_openai(&env).unwrap()
+    );
+    assert_eq!(
+        Renderer::parse("anthropic")
+            .unwrap()
+            .render(&env, &opts)
+            .unwrap(),
+        render_anthropic(&env, &opts).unwrap()
+    );
+}
+
+#[test]
+fn errors_are_invalid_input_naming_message_and_block() {
+    let mut h = history();
+    h.push(json!({"role":"user","content":[text("x"),{"type":"audio","data":"AAAA"}]}));
+    let env = envelope(&prefixes()[0], &h, 2 + h.len());
+    let opts = RenderOptions::with_prefix_len(2);
+    for r in [Renderer::OpenAi, Renderer::Anthropic] {
+        let e = r.render(&env, &opts).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        let idx = 2 + h.len() - 1;
+        assert_eq!(
+            e.message(),
+            format!("messages[{idx}].content[1]: block type \"audio\" is not supported in a user message by the {} renderer", r.name())
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Random conversations.
+
+/// One agent step, generated: reasoning (0 none, 1 unsigned, 2 signed), whether there is text,
+/// how many tool calls, whether context is injected after the results, whether the user speaks
+/// after the step.
+#[derive(Debug, Clone)]
+struct Step {
+    reasoning: u8,
+    has_text: bool,
+    calls: usize,
+    inject: bool,
+    user_after: bool,
+}
+
+fn step_strategy() -> impl Strategy<Value = Step> {
+    (
+        0u8..3,
+        any::<bool>(),
+        0usize..4,
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(reasoning, has_text, calls, inject, user_after)| Step {
+            reasoning,
+            has_text,
+            calls,
+            inject,
+            user_after,
+        })
+}
+
+fn build(steps: &[Step]) -> Vec<Value> {
+    let mut h = vec![user("start")];
+    let mut n = 0;
+    for (s_i, s) in steps.iter().enumerate() {
+        let mut blocks = Vec::new();
+        match s.reasoning {
+            1 => blocks.push(json!({"type":"reasoning","text":format!("think {s_i}")})),
+            2 => blocks
+                .push(json!({"type":"reasoning","text":format!("think {s_i}"),"signature":"sig"})),
+            _ => {}
+        }
+        if s.has_text || (s.calls == 0 && s.reasoning == 0) {
+            blocks.push(text(&format!("answer {s_i}")));
+        }
+        let ids: Vec<String> = (0..s.calls)
+            .map(|_| {
+                n += 1;
+                format!("call{n}")
+            })
+            .collect();
+        for id in &ids {
+            blocks.push(call(id, "read", &format!(r#"{{"n":{n}}}"#)));
+        }
+        h.push(assistant(blocks));
+        for id in &ids {
+            h.push(result(id, &format!("out {id}"), false));
+        }
+        if s.inject {
+            h.push(user(&format!("<context>{s_i}</context>")));
+        }
+        if s.user_after || (ids.is_empty() && !s.inject) {
+            h.push(user(&format!("more {s_i}")));
+        }
+    }
+    h
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn prefix_property_on_random_conversations(steps in prop::collection::vec(step_strategy(), 1..5), which in 0usize..2) {
+        check_prefix_property(&prefixes()[which], &build(&steps));
+    }
+}
