@@ -1,0 +1,721 @@
+//! Runs every scenario file in tests/scenarios/ (and in $LLMSESSION_SCENARIOS), or only
+//! $LLMSESSION_SCENARIO_FILE. The format is documented in docs/scenarios.md.
+
+use llmsession::agent::ToolResultInput;
+use llmsession::compaction::{PolicyTable, SummaryOutput, SummaryRequest};
+use llmsession::log::load::parse_records;
+use llmsession::log::{MemoryStore, TurnEndReason};
+use llmsession::prefix::{parse_listener_output, ListenerContext, PreStepInfo};
+use llmsession::request::verify_events;
+use llmsession::types::blocks_from_value;
+use llmsession::{Agent, AgentOptions, Block, CancelToken, Error, ErrorKind, Message, Session, SessionOptions, Usage};
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+type Res<T> = std::result::Result<T, String>;
+
+/// A declarative listener's shared state (invocation count, held messages).
+struct ListenerState {
+    spec: Value,
+    calls: AtomicUsize,
+    held: Mutex<Vec<Message>>,
+}
+
+struct World {
+    session: Session,
+    agent: Option<Agent>,
+    options: AgentOptions,
+    listeners: Vec<Arc<ListenerState>>,
+    pre_steps: Vec<Arc<ListenerState>>,
+    pre_step_seen: Arc<Mutex<Vec<Value>>>,
+    summaries: Arc<Mutex<Vec<SummaryRequest>>>,
+    summariser: Option<Value>,
+    policy: Option<Value>,
+    requests: Vec<Value>,
+    last_request: Option<Value>,
+    cancel: CancelToken,
+}
+
+fn kind_name(k: ErrorKind) -> &'static str {
+    k.name()
+}
+
+fn err_str(e: &Error) -> String {
+    format!("[{}] {}", kind_name(e.kind()), e.message())
+}
+
+fn times_ok(spec: &Value, calls: usize) -> bool {
+    match spec.get("times").and_then(Value::as_u64) {
+        None => true,
+        Some(t) => (calls as u64) < t,
+    }
+}
+
+fn msgs(v: &Value) -> Vec<Message> {
+    Message::list_from_value(v, "messages").expect("scenario messages are valid")
+}
+
+fn make_prefix_listener(st: Arc<ListenerState>) -> Arc<dyn llmsession::prefix::PrefixListener> {
+    Arc::new(move |ctx: &ListenerContext<'_>, rest: &[Message]| -> llmsession::Result<Vec<Message>> {
+        let n = st.calls.fetch_add(1, Ordering::SeqCst);
+        let active = times_ok(&st.spec, n);
+        let kind = st.spec["kind"].as_str().unwrap_or("delegate");
+        let held = st.held.lock().clone();
+        match kind {
+            "prepend" => Ok(held.into_iter().chain(rest.iter().cloned()).collect()),
+            "append" => Ok(rest.iter().cloned().chain(held).collect()),
+            "delegate" => Ok(rest.to_vec()),
+            "fail" if active => Err(Error::new(ErrorKind::Listener, st.spec["message"].as_str().unwrap_or("listener failed"))),
+            "invalid" if active => parse_listener_output(&st.spec["output"]),
+            "cancel" if active => {
+                ctx.cancel.cancel();
+                Ok(held.into_iter().chain(rest.iter().cloned()).collect())
+            }
+            "dispose" if active => {
+                ctx.dispose_agent();
+                Ok(rest.to_vec())
+            }
+            "append-event" => {
+                if active {
+                    for m in msgs(&st.spec["messages"]) {
+                        ctx.append_context(m)?;
+                    }
+                }
+                Ok(held.into_iter().chain(rest.iter().cloned()).collect())
+            }
+            _ => Ok(held.into_iter().chain(rest.iter().cloned()).collect()),
+        }
+    })
+}
+
+fn make_pre_step(st: Arc<ListenerState>, seen: Arc<Mutex<Vec<Value>>>) -> Arc<dyn llmsession::prefix::PreStepListener> {
+    Arc::new(move |ctx: &ListenerContext<'_>, info: &PreStepInfo<'_>| -> llmsession::Result<()> {
+        let n = st.calls.fetch_add(1, Ordering::SeqCst);
+        let active = times_ok(&st.spec, n);
+        seen.lock().push(info.to_json());
+        match st.spec["kind"].as_str().unwrap_or("record") {
+            "inject" if active => {
+                for m in msgs(&st.spec["messages"]) {
+                    ctx.append_context(m)?;
+                }
+                Ok(())
+            }
+            "fail" if active => Err(Error::new(ErrorKind::Listener, "pre-step failed")),
+            "cancel" if active => {
+                ctx.cancel.cancel();
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    })
+}
+
+fn make_summariser(spec: Value, seen: Arc<Mutex<Vec<SummaryRequest>>>, session: Session) -> Arc<dyn llmsession::compaction::Summariser> {
+    let calls = Arc::new(AtomicUsize::new(0));
+    Arc::new(move |req: &SummaryRequest, cancel: &CancelToken| -> llmsession::Result<SummaryOutput> {
+        seen.lock().push(req.clone());
+        let n = calls.fetch_add(1, Ordering::SeqCst);
+        let active = times_ok(&spec, n);
+        let text = spec["text"].as_str().unwrap_or("Summary of the work so far.").to_string();
+        let usage = spec.get("usage").map(|u| Usage::from_value(u, "usage").unwrap());
+        let ok = SummaryOutput { text: text.clone(), usage, provider: None, model: None, truncated: false };
+        match spec["kind"].as_str().unwrap_or("fixed") {
+            "fail" if active => Err(Error::new(ErrorKind::Summariser, "summariser unavailable")),
+            "empty" if active => Ok(SummaryOutput { text: "   ".into(), ..ok }),
+            "truncated" if active => Ok(SummaryOutput { truncated: true, ..ok }),
+            "long" if active => Ok(SummaryOutput { text: "very long summary ".repeat(20000), ..ok }),
+            "cancel" if active => {
+                cancel.cancel();
+                Err(Error::new(ErrorKind::Cancelled, "cancelled"))
+            }
+            "append-during" if active => {
+                for m in msgs(&spec["messages"]) {
+                    session.append(llmsession::prefix::context_event(m, llmsession::log::UserSource::Host)?)?;
+                }
+                Ok(ok)
+            }
+            _ => Ok(ok),
+        }
+    })
+}
+
+impl World {
+    fn new(sc: &Value) -> Res<World> {
+        let session = Session::create(Box::new(MemoryStore::new()), SessionOptions { id: Some("scenario-session".into()), ..Default::default() })
+            .map_err(|e| err_str(&e))?;
+        let mut options = AgentOptions::from_value(&sc["agent"], "agent").map_err(|e| err_str(&e))?;
+        options.check_requests = true;
+        let mut w = World {
+            session,
+            agent: None,
+            options,
+            listeners: Vec::new(),
+            pre_steps: Vec::new(),
+            pre_step_seen: Arc::new(Mutex::new(Vec::new())),
+            summaries: Arc::new(Mutex::new(Vec::new())),
+            summariser: sc.get("summariser").cloned(),
+            policy: sc.get("policy").cloned(),
+            requests: Vec::new(),
+            last_request: None,
+            cancel: CancelToken::new(),
+        };
+        w.set_listeners(sc.get("listeners"), sc.get("preStep"));
+        w.new_agent()?;
+        Ok(w)
+    }
+
+    fn set_listeners(&mut self, listeners: Option<&Value>, pre: Option<&Value>) {
+        let mk = |v: &Value| {
+            Arc::new(ListenerState {
+                held: Mutex::new(v.get("messages").map(msgs).unwrap_or_default()),
+                spec: v.clone(),
+                calls: AtomicUsize::new(0),
+            })
+        };
+        if let Some(Value::Array(a)) = listeners {
+            self.listeners = a.iter().map(mk).collect();
+        }
+        if let Some(Value::Array(a)) = pre {
+            self.pre_steps = a.iter().map(mk).collect();
+        }
+    }
+
+    fn new_agent(&mut self) -> Res<()> {
+        let mut agent = Agent::new(&self.session, self.options.clone()).map_err(|e| err_str(&e))?;
+        for l in &self.listeners {
+            agent.add_prefix_listener(make_prefix_listener(l.clone())).unwrap();
+        }
+        for l in &self.pre_steps {
+            agent.add_pre_step_listener(make_pre_step(l.clone(), self.pre_step_seen.clone())).unwrap();
+        }
+        if let Some(p) = &self.policy {
+            agent.set_policies(PolicyTable::from_value(p, "policy").map_err(|e| err_str(&e))?).map_err(|e| err_str(&e))?;
+        }
+        let spec = self.summariser.clone().unwrap_or(json!({"kind":"fixed"}));
+        agent.set_summariser(Some(make_summariser(spec, self.summaries.clone(), self.session.clone())));
+        self.agent = Some(agent);
+        Ok(())
+    }
+
+    fn agent(&mut self) -> Res<&mut Agent> {
+        self.agent.as_mut().ok_or_else(|| "no live agent (disposed?)".to_string())
+    }
+
+    fn events(&self) -> Vec<Value> {
+        serde_json::from_str::<Value>(&self.session.events_json(0, None)).unwrap().as_array().unwrap().clone()
+    }
+}
+
+fn user_message(v: &Value) -> Message {
+    match v {
+        Value::String(s) => Message::user_text(s.clone()),
+        other => Message::from_value(other, "user").expect("valid user message"),
+    }
+}
+
+fn check_pointers(what: &str, doc: &Value, ptrs: &Value) -> Res<()> {
+    if let Some(m) = ptrs.as_object() {
+        for (p, want) in m {
+            let got = doc.pointer(p);
+            if got != Some(want) {
+                return Err(format!("{what}: at {p}: expected {want}, got {}", got.map(|g| g.to_string()).unwrap_or("(absent)".into())));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_error(op: &Value, r: Result<(), Error>) -> Res<()> {
+    match (op.get("expectError"), r) {
+        (None, Ok(())) => Ok(()),
+        (None, Err(e)) => Err(format!("unexpected error: {}", err_str(&e))),
+        (Some(want), Ok(())) => Err(format!("expected an error {want}, got success")),
+        (Some(want), Err(e)) => {
+            if let Some(k) = want.get("kind").and_then(Value::as_str) {
+                if k != e.kind().name() {
+                    return Err(format!("expected error kind {k}, got {}", err_str(&e)));
+                }
+            }
+            if let Some(c) = want.get("contains").and_then(Value::as_str) {
+                if !e.message().contains(c) {
+                    return Err(format!("expected the error message to contain {c:?}, got {}", err_str(&e)));
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+fn messages_of(req: &Value) -> Vec<Value> {
+    req["messages"].as_array().cloned().unwrap_or_default()
+}
+
+fn check_request(w: &World, req: &Value, prev: Option<&Value>, exp: &Value) -> Res<()> {
+    check_pointers("request", req, exp.get("pointers").unwrap_or(&Value::Null))?;
+    if let Some(eq) = exp.get("equals") {
+        if eq != req {
+            return Err(format!("request differs:\n  expected {eq}\n  got      {req}"));
+        }
+    }
+    if let Some(n) = exp.get("messageCount").and_then(Value::as_u64) {
+        let got = messages_of(req).len() as u64;
+        if got != n {
+            return Err(format!("expected {n} messages, got {got}: {}", req["messages"]));
+        }
+    }
+    if let Some(Value::Array(a)) = exp.get("absent") {
+        for p in a {
+            let p = p.as_str().unwrap();
+            if req.pointer(p).is_some() {
+                return Err(format!("expected {p} to be absent, got {}", req.pointer(p).unwrap()));
+            }
+        }
+    }
+    if let Some(Value::Array(texts)) = exp.get("historyExcludes") {
+        let plen = exp.get("prefixLen").and_then(Value::as_u64).unwrap_or(0) as usize;
+        let hist: String = messages_of(req)[plen..].iter().map(|m| m.to_string()).collect();
+        for t in texts {
+            if hist.contains(t.as_str().unwrap()) {
+                return Err(format!("history contains {t}"));
+            }
+        }
+    }
+    if exp.get("extendsPrevious").and_then(Value::as_bool) == Some(true) {
+        let prev = prev.ok_or("extendsPrevious: there is no previous request")?;
+        for k in ["provider", "model", "system", "tools", "temperature", "maxTokens", "reasoningEffort", "stop"] {
+            if prev.get(k) != req.get(k) {
+                return Err(format!("extendsPrevious: field {k} differs: {:?} vs {:?}", prev.get(k), req.get(k)));
+            }
+        }
+        let (a, b) = (messages_of(prev), messages_of(req));
+        if b.len() < a.len() || a[..] != b[..a.len()] {
+            return Err(format!("extendsPrevious: the previous request's {} messages are not a prefix of this one's {}", a.len(), b.len()));
+        }
+    }
+    let _ = w;
+    Ok(())
+}
+
+fn run_op(w: &mut World, op: &Value) -> Res<()> {
+    let name = op["op"].as_str().ok_or("op without \"op\"")?;
+    match name {
+        "turn" => {
+            let m = user_message(&op["user"]);
+            let r = w.agent()?.start_turn(m).map(|_| ());
+            check_error(op, r)
+        }
+        "request" => {
+            let cancel = if op.get("cancelled").and_then(Value::as_bool) == Some(true) {
+                let c = CancelToken::new();
+                c.cancel();
+                c
+            } else {
+                w.cancel = CancelToken::new();
+                w.cancel.clone()
+            };
+            let r = w.agent()?.next_request(&cancel);
+            let disposed = matches!(&r, Err(e) if e.kind() == ErrorKind::Disposed);
+            let res = match r {
+                Ok(req) => {
+                    let v: Value = serde_json::from_str(&req.json).map_err(|e| e.to_string())?;
+                    let exp = op.get("expect").cloned().unwrap_or(Value::Null);
+                    if let Some(n) = exp.get("prefixLen").and_then(Value::as_u64) {
+                        if req.prefix_len as u64 != n {
+                            return Err(format!("expected prefixLen {n}, got {}", req.prefix_len));
+                        }
+                    }
+                    if let Some(n) = exp.get("sharedMessages").and_then(Value::as_u64) {
+                        if req.shared_messages as u64 != n {
+                            return Err(format!("expected sharedMessages {n}, got {}", req.shared_messages));
+                        }
+                    }
+                    let prev = w.last_request.clone();
+                    check_request(w, &v, prev.as_ref(), &exp)?;
+                    w.requests.push(v.clone());
+                    w.last_request = Some(v);
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            };
+            if disposed {
+                w.agent = None;
+            }
+            check_error(op, res)
+        }
+        "respond" => {
+            let mut content: Vec<Block> = Vec::new();
+            if let Some(t) = op.get("text").and_then(Value::as_str) {
+                content.push(Block::text(t));
+            }
+            if let Some(Value::Array(calls)) = op.get("toolCalls") {
+                for c in calls {
+                    content.push(Block::tool_call(c["id"].as_str().unwrap(), c["name"].as_str().unwrap(), c["arguments"].as_str().unwrap_or("{}")));
+                }
+            }
+            let msg = match op.get("message") {
+                Some(m) => Message::from_value(m, "message").map_err(|e| err_str(&e))?,
+                None => Message::new(llmsession::Role::Assistant, content),
+            };
+            let usage = op.get("usage").map(|u| Usage::from_value(u, "usage").unwrap());
+            let r = w.agent()?.record_response(msg, usage).map(|_| ());
+            check_error(op, r)
+        }
+        "toolResult" => {
+            let content = match op.get("content") {
+                Some(c) => blocks_from_value(c, "content").map_err(|e| err_str(&e))?,
+                None => vec![Block::text(op["text"].as_str().unwrap_or("ok"))],
+            };
+            let r = w
+                .agent()?
+                .record_tool_result(ToolResultInput {
+                    call_id: op["callId"].as_str().unwrap_or("").to_string(),
+                    content,
+                    is_error: op.get("isError").and_then(Value::as_bool).unwrap_or(false),
+                })
+                .map(|_| ());
+            check_error(op, r)
+        }
+        "inject" => {
+            let r = w.agent()?.inject(user_message(&op["user"])).map(|_| ());
+            check_error(op, r)
+        }
+        "providerError" => {
+            let overflow = op.get("overflow").and_then(Value::as_bool).unwrap_or(false);
+            let c = CancelToken::new();
+            let r = w.agent()?.report_provider_error(op["message"].as_str().unwrap_or("provider error"), overflow, &c);
+            let r = match r {
+                Ok(out) => {
+                    if let Some(want) = op.get("expectOutcome").and_then(Value::as_str) {
+                        let got = match out {
+                            llmsession::agent::ProviderErrorOutcome::Retry => "retry",
+                            llmsession::agent::ProviderErrorOutcome::Recorded => "recorded",
+                        };
+                        if got != want {
+                            return Err(format!("expected outcome {want}, got {got}"));
+                        }
+                    }
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            };
+            check_error(op, r)
+        }
+        "endTurn" => {
+            let reason = TurnEndReason::parse(op["reason"].as_str().unwrap_or("completed"), "reason").map_err(|e| err_str(&e))?;
+            let r = w.agent()?.end_turn(reason);
+            check_error(op, r)
+        }
+        "setOptions" => {
+            let mut o = w.options.clone();
+            if let Some(s) = op.get("system") {
+                o.system = s.as_str().map(str::to_string);
+            }
+            if let Some(t) = op.get("tools") {
+                o.tools = llmsession::ToolSchema::list_from_value(t, "tools").map_err(|e| err_str(&e))?;
+            }
+            if let Some(c) = op.get("config") {
+                o.config = llmsession::CallConfig::from_value(c, "config").map_err(|e| err_str(&e))?;
+            }
+            w.options = o.clone();
+            let r = w.agent()?.set_options(o);
+            check_error(op, r)
+        }
+        "mutateListener" => {
+            let i = op["index"].as_u64().unwrap_or(0) as usize;
+            let l = w.listeners.get(i).ok_or("no such listener")?;
+            for m in l.held.lock().iter_mut() {
+                m.content = vec![Block::text(op["text"].as_str().unwrap_or("mutated"))];
+            }
+            Ok(())
+        }
+        "resume" => {
+            // A new instance over the same log: optionally after a reload from storage.
+            if let Some(a) = w.agent.take() {
+                a.dispose().map_err(|e| err_str(&e))?;
+            }
+            if op.get("reload").and_then(Value::as_bool).unwrap_or(true) {
+                let mut store = MemoryStore::new();
+                use llmsession::log::Store;
+                store.append(&w.session.header_record().to_value().to_string()).unwrap();
+                for l in serde_json::from_str::<Value>(&w.session.events_json(0, None)).unwrap().as_array().unwrap() {
+                    store.append(&l.to_string()).unwrap();
+                }
+                let (s, _) = Session::open(Box::new(store), SessionOptions::default()).map_err(|e| err_str(&e))?;
+                w.session = s;
+            }
+            w.set_listeners(op.get("listeners"), op.get("preStep"));
+            if let Some(s) = op.get("system") {
+                w.options.system = s.as_str().map(str::to_string);
+            }
+            w.last_request = None;
+            let r = w.new_agent();
+            match (op.get("expectError"), r) {
+                (None, r) => r,
+                (Some(_), Ok(())) => Err("expected resume to fail".into()),
+                (Some(_), Err(_)) => Ok(()),
+            }
+        }
+        "secondAgent" => {
+            let r = Agent::new(&w.session, w.options.clone()).map(|_| ());
+            check_error(op, r)
+        }
+        "fork" => {
+            if let Some(a) = w.agent.take() {
+                a.dispose().map_err(|e| err_str(&e))?;
+            }
+            let seed = op.get("seedLength").and_then(Value::as_u64);
+            let r = w.session.fork(seed, Box::new(MemoryStore::new()), SessionOptions { id: Some("forked-session".into()), ..Default::default() });
+            match r {
+                Ok(s) => {
+                    w.session = s;
+                    w.last_request = None;
+                    w.new_agent()?;
+                    check_error(op, Ok(()))
+                }
+                Err(e) => {
+                    let r = check_error(op, Err(e));
+                    w.new_agent()?;
+                    r
+                }
+            }
+        }
+        "compact" => {
+            let span = op.get("span").and_then(Value::as_array).map(|a| (a[0].as_u64().unwrap() as usize, a[1].as_u64().unwrap() as usize));
+            let c = CancelToken::new();
+            let r = w.agent()?.compact(span, &c);
+            let r = match r {
+                Ok(out) => {
+                    if let Some(want) = op.get("expectOutcome").and_then(Value::as_str) {
+                        if out.outcome != want {
+                            return Err(format!("expected compaction outcome {want}, got {} ({:?})", out.outcome, out.error));
+                        }
+                    }
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            };
+            check_error(op, r)
+        }
+        "setPolicy" => {
+            let r = PolicyTable::from_value(&op["policy"], "policy").and_then(|t| {
+                w.policy = Some(op["policy"].clone());
+                w.agent.as_mut().unwrap().set_policies(t)
+            });
+            check_error(op, r)
+        }
+        "setSummariser" => {
+            w.summariser = Some(op["summariser"].clone());
+            let s = make_summariser(op["summariser"].clone(), w.summaries.clone(), w.session.clone());
+            w.agent()?.set_summariser(Some(s));
+            Ok(())
+        }
+        "dispose" => {
+            if let Some(a) = w.agent.take() {
+                a.dispose().map_err(|e| err_str(&e))?;
+            }
+            Ok(())
+        }
+        "expectLog" => expect_log(w, op),
+        "expectSummaryRequest" => expect_summary(w, op),
+        "expectPreStep" => {
+            let seen = w.pre_step_seen.lock().clone();
+            let i = op["index"].as_u64().unwrap_or(0) as usize;
+            let got = seen.get(i).ok_or_else(|| format!("pre-step call {i} did not happen ({} calls)", seen.len()))?;
+            check_pointers("pre-step", got, &op["pointers"])
+        }
+        other => Err(format!("unknown op {other:?}")),
+    }
+}
+
+fn expect_log(w: &World, op: &Value) -> Res<()> {
+    let events = w.events();
+    if let Some(Value::Array(want)) = op.get("headers") {
+        let got: Vec<&Value> = events.iter().filter(|e| e["type"] == "request/header").collect();
+        if got.len() != want.len() {
+            return Err(format!("expected {} header snapshots, got {}: {:?}", want.len(), got.len(), got.iter().map(|e| &e["data"]["reason"]).collect::<Vec<_>>()));
+        }
+        for (g, wnt) in got.iter().zip(want) {
+            check_pointers("header", &g["data"], wnt)?;
+        }
+    }
+    if let Some(Value::Object(counts)) = op.get("count") {
+        for (ty, n) in counts {
+            let got = events.iter().filter(|e| e["type"] == ty.as_str()).count() as u64;
+            if Some(got) != n.as_u64() {
+                return Err(format!("expected {n} {ty} events, got {got}"));
+            }
+        }
+    }
+    if let Some(Value::Array(want)) = op.get("last") {
+        // The last N events, in order, each matched by pointers (with "type").
+        if events.len() < want.len() {
+            return Err("fewer events than expected".into());
+        }
+        let tail = &events[events.len() - want.len()..];
+        for (g, wnt) in tail.iter().zip(want) {
+            check_pointers("event", g, wnt)?;
+        }
+    }
+    if let Some(n) = op.get("compositions").and_then(Value::as_u64) {
+        let got = w.listeners.first().map(|l| l.calls.load(Ordering::SeqCst) as u64).unwrap_or(0);
+        if got != n {
+            return Err(format!("expected {n} compositions (calls of the first listener), got {got}"));
+        }
+    }
+    if let Some(Value::Array(texts)) = op.get("historyExcludes") {
+        let h = w.session.history_json();
+        for t in texts {
+            if h.contains(t.as_str().unwrap()) {
+                return Err(format!("history contains {t}"));
+            }
+        }
+    }
+    if let Some(Value::Array(texts)) = op.get("historyIncludes") {
+        let h = w.session.history_json();
+        for t in texts {
+            if !h.contains(t.as_str().unwrap()) {
+                return Err(format!("history does not contain {t}: {h}"));
+            }
+        }
+    }
+    if let Some(n) = op.get("historyLength").and_then(Value::as_u64) {
+        let got = w.session.history().len() as u64;
+        if got != n {
+            return Err(format!("expected {n} history messages, got {got}"));
+        }
+    }
+    Ok(())
+}
+
+fn expect_summary(w: &World, op: &Value) -> Res<()> {
+    let seen = w.summaries.lock().clone();
+    let i = op["index"].as_u64().unwrap_or(0) as usize;
+    let req = seen.get(i).ok_or_else(|| format!("summarisation request {i} was not sent ({} sent)", seen.len()))?;
+    let v: Value = serde_json::from_str(&req.json).unwrap();
+    check_pointers("summary request", &v, op.get("pointers").unwrap_or(&Value::Null))?;
+    if op.get("replaysLastRequest").and_then(Value::as_bool) == Some(true) {
+        let last = w.last_request.as_ref().ok_or("no routed request to compare with")?;
+        for k in ["system", "tools"] {
+            if last.get(k) != v.get(k) {
+                return Err(format!("summary request {k} differs from the last routed request"));
+            }
+        }
+        let (m, l) = (messages_of(&v), messages_of(last));
+        let body = &m[..m.len() - 1];
+        if body.len() > l.len() || body[..] != l[..body.len()] {
+            return Err(format!(
+                "the summary request without its last message is not the first {} messages of the last routed request\n  summary: {}\n  routed:  {}",
+                body.len(),
+                Value::Array(body.to_vec()),
+                Value::Array(l)
+            ));
+        }
+        // Byte for byte, too.
+        let sb: Vec<String> = body.iter().map(|x| x.to_string()).collect();
+        let lb: Vec<String> = l[..body.len()].iter().map(|x| x.to_string()).collect();
+        if sb != lb {
+            return Err("the replayed messages differ in bytes".into());
+        }
+        if req.shared_messages != body.len() {
+            return Err(format!("sharedMessages is {}, expected {}", req.shared_messages, body.len()));
+        }
+        let lastm = m.last().unwrap();
+        if lastm["role"] != "user" || !lastm.to_string().contains("compaction engine") {
+            return Err(format!("the last message is not the instruction: {lastm}"));
+        }
+    }
+    Ok(())
+}
+
+fn verify_and_damage(w: &World, name: &str) -> Res<()> {
+    let mut records = vec![w.session.header_record().to_value().to_string().into_bytes()];
+    for l in w.events() {
+        records.push(l.to_string().into_bytes());
+    }
+    let (header, events) = parse_records(&records).map_err(|e| err_str(&e))?;
+    let report = verify_events(&header, &events).map_err(|e| format!("{name}: verify failed on the final log: {}", err_str(&e)))?;
+    if report.requests == 0 {
+        return Ok(());
+    }
+    // Damage 1: remove the prefix from the first header that has one.
+    if let Some(i) = events.iter().position(|e| e.ty == "request/header" && e.data["header"].get("messagePrefix").is_some()) {
+        let mut bad = events.clone();
+        bad[i].data["header"].as_object_mut().unwrap().remove("messagePrefix");
+        match verify_events(&header, &bad) {
+            Ok(_) => return Err(format!("{name}: verify passed on a copy whose prefix was removed from the header")),
+            Err(e) => {
+                if e.detail().get("step").is_none() {
+                    return Err(format!("{name}: verify failure does not name the step: {}", err_str(&e)));
+                }
+            }
+        }
+    }
+    // Damage 2: drop a model-visible event that precedes a request.
+    let last_step = events.iter().rposition(|e| e.ty == "step/start").unwrap();
+    if let Some(i) = events[..last_step].iter().position(|e| e.ty == "user/message") {
+        let mut bad = events.clone();
+        bad.remove(i);
+        match verify_events(&header, &bad) {
+            Ok(_) => return Err(format!("{name}: verify passed on a copy with event {i} dropped")),
+            Err(e) => {
+                if e.detail().get("step").is_none() {
+                    return Err(format!("{name}: verify failure does not name the step: {}", err_str(&e)));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn run_file(path: &Path) -> Res<()> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let sc: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let name = sc["name"].as_str().unwrap_or("(unnamed)").to_string();
+    let mut w = World::new(&sc)?;
+    for (i, op) in sc["ops"].as_array().ok_or("scenario without ops")?.iter().enumerate() {
+        run_op(&mut w, op).map_err(|e| format!("op {i} ({}): {e}", op["op"]))?;
+    }
+    verify_and_damage(&w, &name)
+}
+
+fn scenario_files() -> Vec<PathBuf> {
+    if let Ok(f) = std::env::var("LLMSESSION_SCENARIO_FILE") {
+        return vec![PathBuf::from(f)];
+    }
+    let mut dirs = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios")];
+    if let Ok(extra) = std::env::var("LLMSESSION_SCENARIOS") {
+        dirs.push(PathBuf::from(extra));
+    }
+    let mut files = Vec::new();
+    for d in dirs {
+        let mut in_dir: Vec<PathBuf> = std::fs::read_dir(&d)
+            .unwrap_or_else(|e| panic!("{}: {e}", d.display()))
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .collect();
+        in_dir.sort();
+        files.extend(in_dir);
+    }
+    files
+}
+
+#[test]
+fn scenarios() {
+    let files = scenario_files();
+    assert!(!files.is_empty(), "no scenario files found");
+    let mut failures = Vec::new();
+    for f in &files {
+        match run_file(f) {
+            Ok(()) => println!("ok    {}", f.display()),
+            Err(e) => {
+                println!("FAIL  {}\n      {e}", f.display());
+                failures.push(format!("{}: {e}", f.display()));
+            }
+        }
+    }
+    println!("{} passed, {} failed", files.len() - failures.len(), failures.len());
+    assert!(failures.is_empty(), "{} scenario(s) failed:\n{}", failures.len(), failures.join("\n"));
+}
