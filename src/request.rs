@@ -263,7 +263,7 @@ pub fn verify_events(session: &SessionHeader, events: &[Event]) -> Result<Verify
             if !prefix.is_for(header.message_prefix.as_ref()) {
                 prefix = PrefixBytes::of(header.message_prefix.as_ref());
             }
-            let body = conversation_envelope(&log, &header, &prefix, &session.id, t, s);
+            let body = conversation_envelope(&log, &header, &prefix, session.session_id_at(ev.seq), t, s);
             let got = digest(&body);
             if got != recorded || body.len() as u64 != bytes {
                 return Err(divergence(
@@ -283,7 +283,7 @@ pub fn verify_events(session: &SessionHeader, events: &[Event]) -> Result<Verify
         }
         if ev.ty == types::COMPACTION_START {
             if let Some(recorded) = ev.data.get("requestDigest").and_then(Value::as_str) {
-                let got = rebuild_compaction_digest(&log, ev, &session.id, &mut prefix)?;
+                let got = rebuild_compaction_digest(&log, ev, session.session_id_at(ev.seq), &mut prefix)?;
                 if got != recorded {
                     return Err(divergence(
                         format!(

@@ -108,7 +108,7 @@ impl Session {
         if !contents.records.is_empty() {
             return Err(Error::invalid("store", format!("{} already holds a session; open it instead", store.describe())));
         }
-        let header = SessionHeader { id: opts.id.unwrap_or_else(random_id), created_at: now_ms(), parent: None, extra: JsonMap::new() };
+        let header = SessionHeader { id: opts.id.unwrap_or_else(random_id), created_at: now_ms(), parent: None, lineage: Vec::new(), extra: JsonMap::new() };
         Session::start(store, header, Log::new(), opts.durability)
     }
 
@@ -268,7 +268,7 @@ impl Session {
     /// (no turn, step, tool batch or compaction open). The new session records its parent id and
     /// seed length.
     pub fn fork(&self, seed_len: Option<u64>, store: Box<dyn Store>, opts: SessionOptions) -> Result<Session> {
-        let (parent_id, events) = {
+        let (parent, events) = {
             let g = self.lock();
             let n = match seed_len {
                 Some(n) => {
@@ -280,7 +280,7 @@ impl Session {
                 None => last_boundary(&g.log),
             };
             let events: Vec<Event> = (0..n).map(|s| g.log.event(s).expect("in range")).collect();
-            (g.header.id.clone(), events)
+            (g.header.clone(), events)
         };
         let log = Log::replay(&events)?;
         if !log.state().at_rest() {
@@ -293,10 +293,13 @@ impl Session {
         if !store.load()?.records.is_empty() {
             return Err(Error::invalid("store", format!("{} already holds a session", store.describe())));
         }
+        let n = events.len() as u64;
+        let lineage = parent.fork_lineage(n);
         let header = SessionHeader {
             id: opts.id.unwrap_or_else(random_id),
             created_at: now_ms(),
-            parent: Some((parent_id, events.len() as u64)),
+            parent: Some((parent.id.clone(), n)),
+            lineage,
             extra: JsonMap::new(),
         };
         Session::start(store, header, log, opts.durability)

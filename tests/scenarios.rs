@@ -80,7 +80,7 @@ fn make_prefix_listener(st: Arc<ListenerState>) -> Arc<dyn llmsession::prefix::P
             }
             "append-event" => {
                 if active {
-                    for m in msgs(&st.spec["messages"]) {
+                    for m in msgs(&st.spec["events"]) {
                         ctx.append_context(m)?;
                     }
                 }

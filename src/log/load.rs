@@ -29,6 +29,10 @@ pub struct SessionHeader {
     pub created_at: u64,
     /// For a fork: the parent session id and how many events were seeded from it.
     pub parent: Option<(String, u64)>,
+    /// For a fork: every ancestor, oldest first, with the seq where its events end in this
+    /// log (the last entry is the parent). Requests rebuilt from seeded events carry the id of
+    /// the session that sent them.
+    pub lineage: Vec<(String, u64)>,
     /// Other fields, carried through.
     pub extra: JsonMap,
 }
@@ -60,11 +64,25 @@ impl SessionHeader {
                 Some((pf.str("id")?.to_string(), pf.u64("seedLength")?))
             }
         };
+        let mut lineage = Vec::new();
+        if let Some(a) = f.opt_array("lineage")? {
+            for (i, e) in a.iter().enumerate() {
+                let path = format!("lineage[{i}]");
+                let ef = Fields::of(e, &path)?;
+                lineage.push((ef.str("id")?.to_string(), ef.u64("seedLength")?));
+            }
+        } else if let Some(p) = &parent {
+            lineage.push(p.clone());
+        }
+        if lineage.last() != parent.as_ref() {
+            return Err(Error::invalid("lineage", "the last ancestor must be the parent"));
+        }
         Ok(SessionHeader {
             id: id.to_string(),
             created_at: f.u64("createdAt")?,
             parent,
-            extra: f.extra(&["type", "format", "version", "id", "createdAt", "parent"]),
+            lineage,
+            extra: f.extra(&["type", "format", "version", "id", "createdAt", "parent", "lineage"]),
         })
     }
 
@@ -78,11 +96,37 @@ impl SessionHeader {
         m.insert("createdAt".into(), self.created_at.into());
         if let Some((id, n)) = &self.parent {
             m.insert("parent".into(), json!({"id": id, "seedLength": n}));
+            let lineage: Vec<Value> = self.lineage.iter().map(|(id, n)| json!({"id": id, "seedLength": n})).collect();
+            m.insert("lineage".into(), Value::Array(lineage));
         }
         for (k, v) in &self.extra {
             m.insert(k.clone(), v.clone());
         }
         Value::Object(m)
+    }
+}
+
+impl SessionHeader {
+    /// The id of the session that appended event `seq` (an ancestor's for seeded events).
+    pub fn session_id_at(&self, seq: u64) -> &str {
+        self.lineage.iter().find(|(_, end)| seq < *end).map(|(id, _)| id.as_str()).unwrap_or(&self.id)
+    }
+
+    /// The lineage of a fork of this session seeded with `n` events.
+    pub fn fork_lineage(&self, n: u64) -> Vec<(String, u64)> {
+        let mut out: Vec<(String, u64)> = Vec::new();
+        let mut start = 0;
+        for (id, end) in &self.lineage {
+            if start >= n {
+                break;
+            }
+            out.push((id.clone(), (*end).min(n)));
+            start = *end;
+        }
+        if start < n {
+            out.push((self.id.clone(), n));
+        }
+        out
     }
 }
 
