@@ -15,7 +15,7 @@ pub mod store;
 pub use event::{Event, NewEvent, SurfaceOp, TurnEndReason, UserSource};
 pub use history::{Derived, History};
 pub use rules::{Effect, LogState};
-pub use store::{Durability, JsonlStore, MemoryStore, Store};
+pub use store::{Durability, JsonlStore, MemoryStore, Store, StoreContents};
 
 use crate::error::Result;
 use std::sync::Arc;

@@ -1,0 +1,102 @@
+//! The inspector CLI on a real JSONL log and on a hand-damaged copy.
+
+use llmsession::agent::ToolResultInput;
+use llmsession::log::TurnEndReason;
+use llmsession::prefix::ListenerContext;
+use llmsession::{Agent, AgentOptions, Block, CallConfig, CancelToken, Message, Role, Session, SessionOptions, Usage};
+use std::process::Command;
+use std::sync::Arc;
+
+fn write_log(path: &std::path::Path) {
+    let (session, _) = Session::open_jsonl(path, SessionOptions::default()).unwrap();
+    let mut opts = AgentOptions::new(CallConfig::new("test", "m1"));
+    opts.system = Some("be brief".into());
+    let mut agent = Agent::new(&session, opts).unwrap();
+    agent
+        .add_prefix_listener(Arc::new(|_: &ListenerContext<'_>, rest: &[Message]| {
+            let mut v = vec![Message::user_text("<skills>one</skills>")];
+            v.extend_from_slice(rest);
+            Ok(v)
+        }))
+        .unwrap();
+    let c = CancelToken::new();
+    for (i, text) in ["first", "second"].iter().enumerate() {
+        agent.start_turn(Message::user_text(*text)).unwrap();
+        agent.next_request(&c).unwrap();
+        let usage = Usage { input_tokens: 10, output_tokens: 3, cache_read_tokens: Some(20 * i as u64), ..Default::default() };
+        agent
+            .record_response(Message::new(Role::Assistant, vec![Block::tool_call(&format!("c{i}"), "read", "{}")]), Some(usage))
+            .unwrap();
+        agent.record_tool_result(ToolResultInput { call_id: format!("c{i}"), content: vec![Block::text("ok")], is_error: false }).unwrap();
+        agent.next_request(&c).unwrap();
+        agent.record_response(Message::new(Role::Assistant, vec![Block::text("done")]), None).unwrap();
+        agent.end_turn(TurnEndReason::Completed).unwrap();
+    }
+    agent.dispose().unwrap();
+}
+
+fn cli(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_llmsession")).args(args).output().unwrap();
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+#[test]
+fn cli_inspects_a_log_and_names_the_damaged_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.jsonl");
+    write_log(&path);
+    let p = path.to_str().unwrap();
+
+    let (ok, out) = cli(&["verify", p]);
+    assert!(ok, "{out}");
+    assert!(out.contains("4 requests"), "{out}");
+
+    let (ok, out) = cli(&["stats", p, "--json"]);
+    assert!(ok, "{out}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["requests"].as_array().unwrap().len(), 4);
+    assert_eq!(v["requests"][1]["sharedWithPrevious"], 2, "{out}");
+    assert_eq!(v["requests"][3]["sharedWithPrevious"], 6, "{out}");
+    assert_eq!(v["requests"][0]["header"], "initial");
+    assert_eq!(v["cachedTokens"], 20);
+
+    let (ok, out) = cli(&["show", p, "--step", "2"]);
+    assert!(ok, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["messages"][0]["content"][0]["text"], "<skills>one</skills>");
+    assert_eq!(v["step"], 2);
+    let (ok, out) = cli(&["show", p, "--step", "1", "--render", "openai"]);
+    assert!(ok, "{out}");
+    assert!(out.contains("\"role\": \"system\""), "{out}");
+    let (ok, out) = cli(&["show", p, "--step", "9"]);
+    assert!(!ok && out.contains("there is no request 9"), "{out}");
+
+    let (ok, out) = cli(&["headers", p]);
+    assert!(ok && out.contains("initial"), "{out}");
+
+    // Hand-damaged copy: the prefix removed from the header.
+    let text = std::fs::read_to_string(&path).unwrap();
+    let damaged: Vec<String> = text
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            if v["type"] == "request/header" {
+                v["data"]["header"].as_object_mut().unwrap().remove("messagePrefix");
+            }
+            v.to_string()
+        })
+        .collect();
+    let bad = dir.path().join("bad.jsonl");
+    std::fs::write(&bad, damaged.join("\n") + "\n").unwrap();
+    let (ok, out) = cli(&["verify", bad.to_str().unwrap()]);
+    assert!(!ok, "{out}");
+    assert!(out.contains("turn 1 step 1"), "{out}");
+
+    // Not a log at all.
+    let junk = dir.path().join("junk.jsonl");
+    std::fs::write(&junk, "hello\n").unwrap();
+    let (ok, out) = cli(&["verify", junk.to_str().unwrap()]);
+    assert!(!ok && out.contains("line 1"), "{out}");
+    let (ok, out) = cli(&["verify", "/nonexistent/x.jsonl"]);
+    assert!(!ok && out.contains("No such file"), "{out}");
+}
