@@ -83,6 +83,28 @@ impl Inner {
     }
 }
 
+/// Counters over a session's log.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionStats {
+    /// Events in the log.
+    pub events: u64,
+    /// Turns started.
+    pub turns: u64,
+    /// Conversation requests built.
+    pub requests: u64,
+    /// Compactions landed.
+    pub compactions: u64,
+    /// Messages on the surface (the derived history's length).
+    pub surface: u64,
+    /// Replace generation of the surface.
+    pub generation: u64,
+    /// Provider-reported input tokens read from cache, summed over the session.
+    pub cached_tokens: u64,
+    /// Provider-reported prompt tokens (uncached + cache reads + cache writes), summed.
+    pub prompt_tokens: u64,
+}
+
 /// A session handle.
 #[derive(Clone)]
 pub struct Session {
@@ -236,6 +258,22 @@ impl Session {
     /// The folded request header (the latest snapshot with later deltas applied).
     pub fn request_header(&self) -> Option<EpochHeader> {
         self.lock().log.state().headers.current().cloned()
+    }
+
+    /// Counters over the whole log.
+    pub fn stats(&self) -> SessionStats {
+        let g = self.lock();
+        let st = g.log.state();
+        SessionStats {
+            events: g.log.len() as u64,
+            turns: st.last_turn,
+            requests: st.requests,
+            compactions: st.compactions,
+            surface: st.history.len() as u64,
+            generation: st.history.generation(),
+            cached_tokens: st.cached_tokens,
+            prompt_tokens: st.prompt_tokens,
+        }
     }
 
     /// Appends an event. Hosts may append their own log-only types at any time and

@@ -74,9 +74,8 @@ impl Agent {
     pub fn measure(&mut self) -> Result<Measure> {
         let wanted = self.wanted_header();
         let counter = self.counter_or_default();
-        let g = self.session.lock();
-        let anchor_allowed = self.anchored && g.log.state().headers.current() == Some(&wanted);
-        self.meter.measure(&counter, &g.log, &wanted, anchor_allowed)
+        let logged = self.anchored && self.session.with_log(|l| l.state().headers.current() == Some(&wanted));
+        self.meter.measure(&counter, &self.session, &wanted, logged)
     }
 
     /// The pressure gate: compacts when the prompt exceeds the policy's threshold.
@@ -87,7 +86,7 @@ impl Agent {
             return Ok(());
         }
         let entries = self.session.with_log(|l| l.history().entries().to_vec());
-        let Some(region) = select_region(&entries, &m.per_entry, policy.retained_tokens()) else { return Ok(()) };
+        let Some(region) = select_region(&entries, self.meter.per_entry(), policy.retained_tokens()) else { return Ok(()) };
         let out = self.run_compaction(Trigger::Auto, region, &m, &policy, op)?;
         match out.outcome.as_str() {
             "landed" | "discarded" => Ok(()),
@@ -112,7 +111,7 @@ impl Agent {
         }
         let m = self.measure()?;
         let entries = self.session.with_log(|l| l.history().entries().to_vec());
-        let region = select_region(&entries, &m.per_entry, 0)
+        let region = select_region(&entries, self.meter.per_entry(), 0)
             .ok_or_else(|| Error::new(ErrorKind::NothingToCompact, "context overflow, but nothing is left to compact"))?;
         let (op, _g) = self.op_token(cancel);
         let out = self.run_compaction(Trigger::Overflow, region, &m, &policy, &op)?;
@@ -145,7 +144,7 @@ impl Agent {
         let m = self.measure()?;
         let entries = self.session.with_log(|l| l.history().entries().to_vec());
         let region = match span {
-            None => select_region(&entries, &m.per_entry, policy.retained_tokens())
+            None => select_region(&entries, self.meter.per_entry(), policy.retained_tokens())
                 .ok_or_else(|| Error::new(ErrorKind::NothingToCompact, "nothing to compact"))?,
             Some((start, end)) => {
                 let seqs: Vec<u64> = entries.get(start..=end).map(|s| s.iter().map(|d| d.seq).collect()).unwrap_or_default();
@@ -201,7 +200,8 @@ impl Agent {
             };
             (req, st.history.generation())
         };
-        let shadowed: u64 = m.per_entry.get(region.start..=region.end).map(|s| s.iter().sum()).unwrap_or(0);
+        let _ = m;
+        let shadowed: u64 = self.meter.per_entry().get(region.start..=region.end).map(|s| s.iter().sum()).unwrap_or(0);
         let message_count = serde_json::from_str::<serde_json::Value>(&req.json)
             .ok()
             .and_then(|v| v.get("messages").and_then(|m| m.as_array().map(|a| a.len())))

@@ -112,6 +112,8 @@ pub struct LogState {
     pub cached_tokens: u64,
     /// Provider-reported prompt tokens, summed over assistant messages.
     pub prompt_tokens: u64,
+    /// Compactions that landed.
+    pub compactions: u64,
 }
 
 fn field_err(ev: &Event, e: Error) -> Error {
@@ -455,7 +457,11 @@ impl LogState {
                 self.compaction = Some(OpenCompaction { start_seq: ev.seq, summarised: false, landed: false })
             }
             Effect::CompactionSummary => self.compaction.as_mut().expect("checked").summarised = true,
-            Effect::CompactionEnd => self.compaction = None,
+            Effect::CompactionEnd => {
+                if self.compaction.take().is_some_and(|c| c.landed) {
+                    self.compactions += 1;
+                }
+            }
         }
     }
 
