@@ -211,10 +211,10 @@ impl<T> Out<T> {
 /// Frees a string returned by llmsession (any `char **out` output). `lls_string_free(NULL)` does
 /// nothing. Never pass a pointer that llmsession did not return, and free each string once.
 ///
-/// Thread safety: may be called from any thread; each string exactly once.
-///
 /// # Safety
 /// `s` must be NULL or a string returned by llmsession that was not freed yet.
+///
+/// Thread safety: may be called from any thread; each string exactly once.
 #[no_mangle]
 pub unsafe extern "C" fn lls_string_free(s: *mut c_char) {
     if !s.is_null() {

@@ -22,23 +22,28 @@ use std::ffi::{c_char, c_void};
 ///
 /// Thread safety: called only on the thread that made the library call, with no library lock
 /// held; it may read the object it serves but must not free it.
-pub type lls_callback_fn = unsafe extern "C" fn(
-    userdata: *mut c_void,
-    in_json: *const c_char,
-    in_len: usize,
-    reply: *mut lls_reply,
-) -> i32;
+pub type lls_callback_fn = Option<
+    unsafe extern "C" fn(
+        userdata: *mut c_void,
+        in_json: *const c_char,
+        in_len: usize,
+        reply: *mut lls_reply,
+    ) -> i32,
+>;
+
+/// The non-NULL function inside an [`lls_callback_fn`].
+type CallbackFnPtr = unsafe extern "C" fn(*mut c_void, *const c_char, usize, *mut lls_reply) -> i32;
 
 /// Frees a callback's userdata. Called exactly once per registration: when the callback is
 /// removed, when its owner is freed, or when the registration fails.
 ///
 /// Thread safety: called on whichever thread removes the callback or frees its owner.
-pub type lls_userdata_free_fn = unsafe extern "C" fn(userdata: *mut c_void);
+pub type lls_userdata_free_fn = Option<unsafe extern "C" fn(userdata: *mut c_void)>;
 
 /// Owned userdata: `free` runs exactly once, on drop.
 struct UserData {
     ptr: *mut c_void,
-    free: Option<lls_userdata_free_fn>,
+    free: lls_userdata_free_fn,
 }
 
 // SAFETY: the ABI requires hosts to give userdata that may be used (by their own callback and
@@ -59,7 +64,7 @@ impl Drop for UserData {
 /// A registered host callback: the function, and the userdata it owns (freed exactly once,
 /// when the `HostCallback` is dropped).
 pub struct HostCallback {
-    func: lls_callback_fn,
+    func: CallbackFnPtr,
     userdata: UserData,
 }
 
@@ -82,9 +87,9 @@ impl HostCallback {
     /// for `func`, the documented arguments) from any thread that calls into the library,
     /// until `userdata_free` runs.
     pub unsafe fn from_raw(
-        func: Option<lls_callback_fn>,
+        func: lls_callback_fn,
         userdata: *mut c_void,
-        userdata_free: Option<lls_userdata_free_fn>,
+        userdata_free: lls_userdata_free_fn,
         argument: &str,
     ) -> std::result::Result<HostCallback, FfiError> {
         let userdata = UserData {
@@ -191,16 +196,16 @@ fn failed(host_message: &str) -> Error {
 /// `LLS_ERR_CANCELLED`, `LLS_ERR_LISTENER` (the callback failed or answered with unusable
 /// data; the detail's `callback` says which).
 ///
-/// Thread safety: may be called from any thread; `callback` runs on the calling thread.
-///
 /// # Safety
 /// `callback`/`userdata`/`userdata_free` as for any registration; `in_json` NULL or `in_len`
 /// readable bytes; `out`, `out_len`, `err` NULL or valid for writes.
+///
+/// Thread safety: may be called from any thread; `callback` runs on the calling thread.
 #[no_mangle]
 pub unsafe extern "C" fn lls_callback_invoke(
-    callback: Option<lls_callback_fn>,
+    callback: lls_callback_fn,
     userdata: *mut c_void,
-    userdata_free: Option<lls_userdata_free_fn>,
+    userdata_free: lls_userdata_free_fn,
     in_json: *const c_char,
     in_len: usize,
     cancel: *const lls_cancel,

@@ -43,10 +43,10 @@ pub fn cancel_arg(ptr: *const lls_cancel, argument: &str) -> Result<CancelToken,
 ///
 /// Errors: `LLS_ERR_NULL_POINTER` when `out` is NULL.
 ///
-/// Thread safety: may be called from any thread.
-///
 /// # Safety
 /// `out` must be NULL or valid for writing a pointer; `err` likewise.
+///
+/// Thread safety: may be called from any thread.
 #[no_mangle]
 pub unsafe extern "C" fn lls_cancel_new(
     out: *mut *mut lls_cancel,
@@ -70,11 +70,11 @@ pub unsafe extern "C" fn lls_cancel_new(
 ///
 /// Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE` (freed, or not an `lls_cancel`).
 ///
-/// Thread safety: may be called from any thread at any time, including while another thread is
-/// blocked in an operation using the token.
-///
 /// # Safety
 /// `err` must be NULL or valid for writing a pointer.
+///
+/// Thread safety: may be called from any thread at any time, including while another thread is
+/// blocked in an operation using the token.
 #[no_mangle]
 pub unsafe extern "C" fn lls_cancel_trip(
     cancel: *const lls_cancel,
@@ -95,10 +95,10 @@ pub unsafe extern "C" fn lls_cancel_trip(
 ///
 /// Errors: `LLS_ERR_NULL_POINTER` (`cancel` or `out`), `LLS_ERR_INVALID_HANDLE`.
 ///
-/// Thread safety: may be called from any thread at any time.
-///
 /// # Safety
 /// `out` must be NULL or valid for writing a `bool`; `err` NULL or valid for writing a pointer.
+///
+/// Thread safety: may be called from any thread at any time.
 #[no_mangle]
 pub unsafe extern "C" fn lls_cancel_is_tripped(
     cancel: *const lls_cancel,

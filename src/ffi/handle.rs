@@ -199,6 +199,18 @@ pub fn live_handles() -> usize {
     REGISTRY.lock().len()
 }
 
+/// The number of live handles of every type (errors, cancel tokens, replies awaiting an
+/// answer, ...) in this process. A leak check for tests and bindings: it returns to its earlier
+/// value once everything created since has been freed (or, for replies, answered). Handles
+/// are kept alive by the library's registry, so a leaked handle is "still reachable" for
+/// valgrind or LeakSanitizer; this count is how to see it.
+///
+/// Thread safety: may be called from any thread; other threads may change the count.
+#[no_mangle]
+pub extern "C" fn lls_live_handle_count() -> usize {
+    super::boundary::boundary_value(0, live_handles)
+}
+
 /// Exclusive-access state of a mutable object, with panic poisoning.
 ///
 /// `write` gives exclusive access; if a panic unwinds while a write guard is held, the object

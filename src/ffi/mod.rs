@@ -3,15 +3,15 @@
 //! This is the only module allowed `unsafe` and `extern "C"`. It is thin: decode arguments,
 //! call the core, encode results. The pieces every entry point uses:
 //!
-//! - [`status`]: `lls_status` values and the mapping from [`crate::Error`].
-//! - [`error`]: `lls_error` and [`error::FfiError`], the error type of entry point bodies.
-//! - [`handle`]: tagged, registered handles ([`handle::register`], [`handle::lookup`],
+//! - [`status`] holds `lls_status` values and the mapping from [`crate::Error`].
+//! - [`error`] holds `lls_error` and [`error::FfiError`], the error type of entry point bodies.
+//! - [`handle`] holds tagged, registered handles ([`handle::register`], [`handle::lookup`],
 //!   [`handle::free`]) and [`handle::Guarded`] for exclusive access with panic poisoning.
-//! - [`boundary`]: [`boundary::boundary`], the panic-catching wrapper of every body.
-//! - [`buffers`]: JSON input buffers, `char **out` outputs and `lls_string_free`.
-//! - [`cancel`]: `lls_cancel`.
-//! - [`callback`] and [`reply`]: host callbacks ([`callback::HostCallback`]) and `lls_reply`.
-//! - [`version`]: versions.
+//! - [`mod@boundary`] holds [`boundary::boundary()`], the panic-catching wrapper of every body.
+//! - [`buffers`] holds JSON input buffers, `char **out` outputs and `lls_string_free`.
+//! - [`cancel`] holds `lls_cancel`.
+//! - [`callback`] and [`reply`] hold host callbacks ([`callback::HostCallback`]) and `lls_reply`.
+//! - [`version`] holds versions.
 //!
 //! # Writing an entry point
 //!

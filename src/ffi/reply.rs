@@ -260,11 +260,11 @@ unsafe fn json_answer(json: *const c_char, len: usize) -> (Answer, Result<(), Ff
 /// the reply is then answered with that failure (the library call fails with
 /// `LLS_ERR_LISTENER`), so do not answer it again.
 ///
-/// Thread safety: once per reply, from any thread.
-///
 /// # Safety
 /// `json` must be NULL or point to `len` readable bytes; `err` NULL or valid for writing a
 /// pointer.
+///
+/// Thread safety: once per reply, from any thread.
 #[no_mangle]
 pub unsafe extern "C" fn lls_reply_set_json(
     reply: *mut lls_reply,
@@ -283,11 +283,11 @@ pub unsafe extern "C" fn lls_reply_set_json(
 ///
 /// Errors: as `lls_reply_set_json`.
 ///
-/// Thread safety: once per reply, from any thread.
-///
 /// # Safety
 /// `json` must be NULL or point to `len` readable bytes; `err` NULL or valid for writing a
 /// pointer.
+///
+/// Thread safety: once per reply, from any thread.
 #[no_mangle]
 pub unsafe extern "C" fn lls_reply_complete(
     reply: *mut lls_reply,
@@ -325,11 +325,11 @@ unsafe fn answer_json(
 ///
 /// Errors: `LLS_ERR_NULL_POINTER` (`reply`), `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_REPLY_STATE`.
 ///
-/// Thread safety: once per reply, from any thread.
-///
 /// # Safety
 /// `message` must be NULL or point to `len` readable bytes; `err` NULL or valid for writing a
 /// pointer.
+///
+/// Thread safety: once per reply, from any thread.
 #[no_mangle]
 pub unsafe extern "C" fn lls_reply_fail(
     reply: *mut lls_reply,
