@@ -2,15 +2,17 @@
 # `make demo` is the main job.
 SHELL := /bin/bash
 CARGO ?= cargo
+CC ?= cc
 
 .PHONY: all build test test-rust demo scenario
+.PHONY: build-lib header check-header check-symbols install install-check test-c cbindgen
 
 all: build
 
 build:
 	$(CARGO) build --release
 
-test: test-rust
+test: test-rust check-header check-symbols test-c
 
 test-rust:
 	$(CARGO) test --all-targets
@@ -21,3 +23,135 @@ scenario:
 
 demo:
 	@echo "make demo: not yet (the demo host arrives with issue #9)"
+
+# ---------------------------------------------------------------------------------------------
+# C library: build, header, symbols, install, C tests.
+
+VERSION := $(shell sed -n 's/^version *= *"\([^"]*\)".*/\1/p' Cargo.toml | head -n 1)
+VERSION_MAJOR := $(word 1,$(subst ., ,$(VERSION)))
+VERSION_MINOR := $(word 2,$(subst ., ,$(VERSION)))
+# While 0.x every minor release may break the ABI: soname libllmsession.so.0.MINOR (build.rs).
+SONAME := libllmsession.so.$(if $(filter 0,$(VERSION_MAJOR)),0.$(VERSION_MINOR),$(VERSION_MAJOR))
+REALNAME := libllmsession.so.$(VERSION)
+
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
+RELEASE_DIR := $(TARGET_DIR)/release
+# The built libraries under their installed names (the soname link lets tests run from here).
+STAGE := build/lib
+
+# System libraries the static library needs (rustc --print native-static-libs on Linux).
+NATIVE_STATIC_LIBS := -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
+
+# cbindgen, pinned and installed into build/tools on first use.
+CBINDGEN_VERSION := 0.29.0
+CBINDGEN := build/tools/bin/cbindgen
+CBINDGEN_STAMP := build/tools/cbindgen-$(CBINDGEN_VERSION).stamp
+HEADER := include/llmsession.h
+
+PREFIX ?= /usr/local
+DESTDIR ?=
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+
+build-lib:
+	$(CARGO) build --release --lib
+	@mkdir -p $(STAGE)
+	cp -f $(RELEASE_DIR)/libllmsession.so $(STAGE)/$(REALNAME)
+	ln -sf $(REALNAME) $(STAGE)/$(SONAME)
+	ln -sf $(SONAME) $(STAGE)/libllmsession.so
+	cp -f $(RELEASE_DIR)/libllmsession.a $(STAGE)/libllmsession.a
+
+$(CBINDGEN_STAMP):
+	@if ! $(CBINDGEN) --version 2>/dev/null | grep -qx "cbindgen $(CBINDGEN_VERSION)"; then \
+		echo "installing cbindgen $(CBINDGEN_VERSION) into build/tools"; \
+		$(CARGO) install cbindgen --version $(CBINDGEN_VERSION) --locked --root build/tools; \
+	fi
+	@touch $@
+
+cbindgen: $(CBINDGEN_STAMP)
+
+header: $(CBINDGEN_STAMP)
+	@mkdir -p include
+	$(CBINDGEN) --config cbindgen.toml --crate llmsession --quiet --output $(HEADER)
+
+check-header: $(CBINDGEN_STAMP)
+	@mkdir -p build
+	@$(CBINDGEN) --config cbindgen.toml --crate llmsession --quiet --output build/llmsession.h.fresh
+	@if diff -u $(HEADER) build/llmsession.h.fresh; then \
+		echo "check-header: $(HEADER) is up to date"; \
+	else \
+		echo "check-header: $(HEADER) differs from a fresh generation (above); run 'make header' and commit it"; \
+		exit 1; \
+	fi
+
+check-symbols: build-lib
+	@syms=$$(nm -D --defined-only $(STAGE)/$(REALNAME) | awk 'NF >= 3 { print $$3 }'); \
+	bad=$$(grep -v '^lls_' <<<"$$syms" || true); \
+	if [ -n "$$bad" ]; then \
+		echo "check-symbols: exported symbols without the lls_ prefix:"; echo "$$bad"; exit 1; \
+	fi; \
+	echo "check-symbols: $$(wc -l <<<"$$syms") exported symbols, all lls_*"; \
+	so=$$(readelf -d $(STAGE)/$(REALNAME) | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p'); \
+	if [ "$$so" != "$(SONAME)" ]; then echo "check-symbols: soname is '$$so', expected $(SONAME)"; exit 1; fi; \
+	echo "check-symbols: soname $$so"
+
+# pkg-config file; prefix-relative paths so `pkg-config --define-prefix` can relocate it.
+define PC_FILE
+prefix=$(PREFIX)
+exec_prefix=$${prefix}
+libdir=$(patsubst $(PREFIX)%,$${prefix}%,$(LIBDIR))
+includedir=$(patsubst $(PREFIX)%,$${prefix}%,$(INCLUDEDIR))
+
+Name: llmsession
+Description: Session state and cache-friendly request building for LLM agents (C ABI)
+Version: $(VERSION)
+Libs: -L$${libdir} -lllmsession
+Libs.private: $(NATIVE_STATIC_LIBS)
+Cflags: -I$${includedir}
+endef
+export PC_FILE
+
+install: build-lib
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR)
+	install -m 755 $(STAGE)/$(REALNAME) $(DESTDIR)$(LIBDIR)/$(REALNAME)
+	ln -sf $(REALNAME) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libllmsession.so
+	install -m 644 $(STAGE)/libllmsession.a $(DESTDIR)$(LIBDIR)/libllmsession.a
+	install -m 644 $(HEADER) $(DESTDIR)$(INCLUDEDIR)/llmsession.h
+	if [ -f include/llmsession.hpp ]; then \
+		install -m 644 include/llmsession.hpp $(DESTDIR)$(INCLUDEDIR)/llmsession.hpp; fi
+	printf '%s\n' "$$PC_FILE" > $(DESTDIR)$(PKGCONFIGDIR)/llmsession.pc
+
+# Installs into a temporary DESTDIR and builds a C program with only pkg-config's flags.
+install-check: build-lib
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; set -e; \
+	$(MAKE) --no-print-directory install DESTDIR="$$tmp" PREFIX=/usr/local >/dev/null; \
+	export PKG_CONFIG_PATH="$$tmp/usr/local/lib/pkgconfig"; \
+	flags=$$(pkg-config --define-prefix --cflags --libs llmsession); \
+	echo "install-check: pkg-config flags: $$flags"; \
+	$(CC) -std=c11 -Wall -Wextra -Werror tests/c/install_check.c $$flags -o "$$tmp/install_check"; \
+	LD_LIBRARY_PATH="$$tmp/usr/local/lib" "$$tmp/install_check"; \
+	ls "$$tmp/usr/local/lib" "$$tmp/usr/local/include"
+
+C_TEST_DIR := build/c
+C_TEST_SRC := tests/c/test_ffi.c
+C_TEST_DEPS := $(C_TEST_SRC) tests/c/check.h $(HEADER)
+C_TEST_CFLAGS := -std=c11 -Wall -Wextra -Werror -g -O1 -pthread -Iinclude
+C_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+VALGRIND_FLAGS := --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect \
+	--errors-for-leak-kinds=definite,indirect --track-origins=yes
+
+# The C tests against the shared and the static library, each under ASan+UBSan (the C side is
+# instrumented, the Rust library is not), then once under valgrind (no ASan).
+test-c: build-lib
+	@mkdir -p $(C_TEST_DIR)
+	$(CC) $(C_TEST_CFLAGS) $(C_SANITIZE) $(C_TEST_SRC) -L$(STAGE) -lllmsession -o $(C_TEST_DIR)/test_ffi_shared_asan
+	$(CC) $(C_TEST_CFLAGS) $(C_SANITIZE) $(C_TEST_SRC) $(STAGE)/libllmsession.a $(NATIVE_STATIC_LIBS) -o $(C_TEST_DIR)/test_ffi_static_asan
+	$(CC) $(C_TEST_CFLAGS) $(C_TEST_SRC) -L$(STAGE) -lllmsession -o $(C_TEST_DIR)/test_ffi_shared
+	@echo "== C tests: shared library, ASan+UBSan"
+	LD_LIBRARY_PATH=$(STAGE) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(C_TEST_DIR)/test_ffi_shared_asan
+	@echo "== C tests: static library, ASan+UBSan"
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(C_TEST_DIR)/test_ffi_static_asan
+	@echo "== C tests: shared library, valgrind"
+	LD_LIBRARY_PATH=$(STAGE) valgrind -q $(VALGRIND_FLAGS) $(C_TEST_DIR)/test_ffi_shared

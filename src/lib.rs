@@ -17,13 +17,14 @@
 //! - [`compaction`]: policies, region selection, summarisation requests, landing.
 //! - [`render`]: provider body renderers (OpenAI-compatible, Anthropic).
 //! - [`cancel`]: cancel tokens.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod agent;
 pub mod cancel;
 pub mod compaction;
 pub mod error;
+pub mod ffi;
 pub mod types;
 pub mod header;
 pub mod log;

@@ -1,0 +1,269 @@
+//! Input and output buffers.
+//!
+//! Input: `(const char *ptr, size_t len)`, borrowed for the call only; it need not be
+//! NUL-terminated. A NULL pointer, a length beyond `PTRDIFF_MAX`, invalid UTF-8 and malformed
+//! JSON each get their own status (`LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_ARGUMENT`,
+//! `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON` with `line`/`column` in the detail).
+//!
+//! Output: `char **out, size_t *out_len`. The library allocates a NUL-terminated copy with the C
+//! allocator (`malloc`) and the host frees it with `lls_string_free` only (which calls `free`;
+//! the host must not rely on that and never call `free` itself, so the allocator may change).
+//! `*out_len` is the length without the NUL. Out-parameters are checked for NULL before any
+//! work ([`OutString::new`], [`Out::new`]) and written last, only on success.
+
+use super::error::FfiError;
+use super::status::*;
+use crate::error::Error;
+use serde_json::Value;
+use std::ffi::c_char;
+
+/// Borrows an input buffer as bytes.
+///
+/// # Safety
+/// When `ptr` is not NULL it must point to `len` readable bytes that stay valid and unchanged
+/// for the lifetime `'a` (in practice: the current call).
+pub unsafe fn input_bytes<'a>(
+    ptr: *const c_char,
+    len: usize,
+    argument: &str,
+) -> Result<&'a [u8], FfiError> {
+    if ptr.is_null() {
+        return Err(FfiError::null_pointer(argument));
+    }
+    if len > isize::MAX as usize {
+        return Err(FfiError::invalid_argument(
+            &format!("{argument}_len"),
+            format!("length {len} is too large"),
+        ));
+    }
+    // SAFETY: non-NULL, length bounded by isize::MAX, validity guaranteed by the caller.
+    Ok(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) })
+}
+
+/// Checks that bytes are UTF-8 (`LLS_ERR_INVALID_UTF8` with `validUpTo` otherwise).
+pub fn utf8<'a>(bytes: &'a [u8], argument: &str) -> Result<&'a str, FfiError> {
+    std::str::from_utf8(bytes).map_err(|e| {
+        FfiError::new(
+            LLS_ERR_INVALID_UTF8,
+            format!(
+                "argument `{argument}` is not valid UTF-8 (first invalid byte at offset {})",
+                e.valid_up_to()
+            ),
+        )
+        .with("argument", argument)
+        .with("validUpTo", e.valid_up_to() as u64)
+    })
+}
+
+/// Parses JSON text (`LLS_ERR_MALFORMED_JSON` with `line`, `column` and `argument`).
+pub fn json(text: &str, argument: &str) -> Result<Value, FfiError> {
+    serde_json::from_str(text).map_err(|e| {
+        FfiError::from(
+            Error::from(e)
+                .context(format!("argument `{argument}`"))
+                .with("argument", argument),
+        )
+    })
+}
+
+/// Borrows an input buffer as UTF-8 text.
+///
+/// # Safety
+/// As for [`input_bytes`].
+pub unsafe fn input_str<'a>(
+    ptr: *const c_char,
+    len: usize,
+    argument: &str,
+) -> Result<&'a str, FfiError> {
+    // SAFETY: forwarded.
+    utf8(unsafe { input_bytes(ptr, len, argument) }?, argument)
+}
+
+/// Borrows an optional input text: NULL gives `None`.
+///
+/// # Safety
+/// As for [`input_bytes`].
+pub unsafe fn input_str_opt<'a>(
+    ptr: *const c_char,
+    len: usize,
+    argument: &str,
+) -> Result<Option<&'a str>, FfiError> {
+    if ptr.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: forwarded.
+    unsafe { input_str(ptr, len, argument) }.map(Some)
+}
+
+/// Reads and parses an input JSON buffer.
+///
+/// # Safety
+/// As for [`input_bytes`].
+pub unsafe fn input_json(
+    ptr: *const c_char,
+    len: usize,
+    argument: &str,
+) -> Result<Value, FfiError> {
+    // SAFETY: forwarded.
+    json(unsafe { input_str(ptr, len, argument) }?, argument)
+}
+
+/// Reads an input JSON buffer, checks that it parses, and returns the text itself.
+///
+/// # Safety
+/// As for [`input_bytes`].
+pub unsafe fn input_json_text<'a>(
+    ptr: *const c_char,
+    len: usize,
+    argument: &str,
+) -> Result<&'a str, FfiError> {
+    // SAFETY: forwarded.
+    let text = unsafe { input_str(ptr, len, argument) }?;
+    json(text, argument)?;
+    Ok(text)
+}
+
+/// Copies bytes into a new NUL-terminated buffer from the C allocator.
+pub fn alloc_c_string(bytes: &[u8]) -> Result<*mut c_char, FfiError> {
+    // SAFETY: malloc has no preconditions; the result is checked for NULL.
+    let p = unsafe { libc::malloc(bytes.len() + 1) }.cast::<u8>();
+    if p.is_null() {
+        return Err(FfiError::new(
+            LLS_ERR_OUT_OF_MEMORY,
+            format!(
+                "could not allocate {} bytes for an output buffer",
+                bytes.len() + 1
+            ),
+        ));
+    }
+    // SAFETY: `p` has room for len + 1 bytes and does not overlap `bytes`.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len());
+        p.add(bytes.len()).write(0);
+    }
+    Ok(p.cast())
+}
+
+/// A checked `char **out, size_t *out_len` pair, written only by [`OutString::write`].
+#[derive(Debug)]
+pub struct OutString {
+    out: *mut *mut c_char,
+    out_len: *mut usize,
+}
+
+impl OutString {
+    /// Checks the pair up front: `out` is required, `out_len` may be NULL (the string is
+    /// NUL-terminated either way).
+    ///
+    /// # Safety
+    /// `out` (when not NULL) and `out_len` (when not NULL) must be valid for writes until
+    /// [`OutString::write`] is called.
+    pub unsafe fn new(
+        out: *mut *mut c_char,
+        out_len: *mut usize,
+        argument: &str,
+    ) -> Result<OutString, FfiError> {
+        if out.is_null() {
+            return Err(FfiError::null_pointer(argument));
+        }
+        Ok(OutString { out, out_len })
+    }
+
+    /// Allocates the output and writes both out-parameters (the last step of a call).
+    pub fn write(self, text: &str) -> Result<(), FfiError> {
+        let p = alloc_c_string(text.as_bytes())?;
+        // SAFETY: validity promised to `new`.
+        unsafe {
+            self.out.write(p);
+            if !self.out_len.is_null() {
+                self.out_len.write(text.len());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A checked out-parameter of a plain type, written only by [`Out::write`].
+#[derive(Debug)]
+pub struct Out<T> {
+    ptr: *mut T,
+}
+
+impl<T> Out<T> {
+    /// Checks the pointer up front (`LLS_ERR_NULL_POINTER` when NULL).
+    ///
+    /// # Safety
+    /// `ptr` (when not NULL) must be valid for writing a `T` until [`Out::write`] is called.
+    pub unsafe fn new(ptr: *mut T, argument: &str) -> Result<Out<T>, FfiError> {
+        if ptr.is_null() {
+            return Err(FfiError::null_pointer(argument));
+        }
+        Ok(Out { ptr })
+    }
+
+    /// Writes the value (the last step of a call).
+    pub fn write(self, value: T) {
+        // SAFETY: validity promised to `new`.
+        unsafe { self.ptr.write(value) }
+    }
+}
+
+/// Frees a string returned by llmsession (any `char **out` output). `lls_string_free(NULL)` does
+/// nothing. Never pass a pointer that llmsession did not return, and free each string once.
+///
+/// # Safety
+/// `s` must be NULL or a string returned by llmsession that was not freed yet.
+///
+/// Thread safety: may be called from any thread; each string exactly once.
+#[no_mangle]
+pub unsafe extern "C" fn lls_string_free(s: *mut c_char) {
+    if !s.is_null() {
+        // SAFETY: `s` came from `alloc_c_string` (malloc), per the contract.
+        unsafe { libc::free(s.cast()) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_errors_are_distinct() {
+        let bad = b"{\"a\": \xff}";
+        let e = unsafe { input_json(bad.as_ptr().cast(), bad.len(), "json") }.unwrap_err();
+        assert_eq!(e.status(), LLS_ERR_INVALID_UTF8);
+        assert_eq!(e.detail()["validUpTo"], 6);
+        let e = unsafe { input_json(std::ptr::null(), 0, "json") }.unwrap_err();
+        assert_eq!(e.status(), LLS_ERR_NULL_POINTER);
+        let txt = b"{\n \"a\": tru }";
+        let e = unsafe { input_json(txt.as_ptr().cast(), txt.len(), "json") }.unwrap_err();
+        assert_eq!(e.status(), LLS_ERR_MALFORMED_JSON);
+        assert_eq!(e.detail()["line"], 2);
+        assert!(
+            e.message().starts_with("argument `json`: malformed JSON"),
+            "{}",
+            e.message()
+        );
+        let ok = b"[1,2] trailing";
+        let e = unsafe { input_json(ok.as_ptr().cast(), 5, "json") }.unwrap();
+        assert_eq!(e, serde_json::json!([1, 2]));
+        let e = unsafe { input_bytes(ok.as_ptr().cast(), usize::MAX, "json") }.unwrap_err();
+        assert_eq!(e.status(), LLS_ERR_INVALID_ARGUMENT);
+    }
+
+    #[test]
+    fn output_strings_round_trip() {
+        let mut out: *mut c_char = std::ptr::null_mut();
+        let mut len = 0usize;
+        let o = unsafe { OutString::new(&mut out, &mut len, "out") }.unwrap();
+        o.write("héllo").unwrap();
+        assert_eq!(len, 6);
+        assert_eq!(
+            unsafe { std::ffi::CStr::from_ptr(out) }.to_str().unwrap(),
+            "héllo"
+        );
+        unsafe { lls_string_free(out) };
+        unsafe { lls_string_free(std::ptr::null_mut()) };
+        assert!(unsafe { OutString::new(std::ptr::null_mut(), &mut len, "out") }.is_err());
+    }
+}

@@ -1,0 +1,356 @@
+//! `lls_reply`: the object through which a host callback answers.
+//!
+//! A reply is shared by two parties: the library (the thread waiting for the answer) and the
+//! host (the callback, or whatever thread it handed the reply to). It is an `Arc`; the
+//! registry entry is the host's reference, the waiting call holds its own. The host's reference
+//! is released:
+//! - by `lls_reply_complete` / `lls_reply_fail` (always, whatever status they return), or
+//! - when the callback returns anything but `LLS_CB_PENDING`, or returns `LLS_CB_PENDING`
+//!   after it already answered, or
+//! - by `lls_reply_set_json` once the callback has returned.
+//!
+//! The object is destroyed when both references are gone, so an answer that arrives after the
+//! library stopped waiting (cancellation) is accepted and discarded safely. A pending reply
+//! must be answered exactly once, even after cancellation, or it leaks.
+
+use super::boundary::boundary;
+use super::buffers;
+use super::error::{lls_error, FfiError};
+use super::handle::{self, HandleKind, Object};
+use super::status::*;
+use crate::cancel::CancelToken;
+use crate::error::{Error, ErrorKind};
+use parking_lot::{Condvar, Mutex};
+use std::ffi::c_char;
+use std::sync::Arc;
+
+/// The reply object handed to a host callback. Answer it exactly once: synchronously with
+/// `lls_reply_set_json` (then return `LLS_CB_OK`) or `lls_reply_fail` (then return
+/// `LLS_CB_ERROR`), or, after returning `LLS_CB_PENDING`, later and from any thread with
+/// `lls_reply_complete` or `lls_reply_fail`. After `lls_reply_complete` / `lls_reply_fail`, or
+/// once a callback that answered has returned, the handle is invalid.
+///
+/// Thread safety: the answering functions may be called from any thread, but only once per
+/// reply; the library's waiting thread synchronises with them internally.
+pub struct lls_reply {
+    _opaque: [u8; 0],
+}
+
+/// What the host answered.
+#[derive(Debug)]
+pub enum Answer {
+    /// A well-formed JSON reply.
+    Json(String),
+    /// The host failed the reply, with its message (possibly empty).
+    Failed(String),
+    /// The host answered with unusable data; the error says what was wrong.
+    Invalid(Error),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// The callback is running.
+    InCallback,
+    /// The callback returned `LLS_CB_PENDING`; the library is (or will be) waiting.
+    Pending,
+    /// The library stopped waiting (cancelled); a late answer is discarded.
+    Abandoned,
+    /// The library has taken the answer, or the callback returned synchronously.
+    Finished,
+}
+
+#[derive(Debug)]
+struct ReplyState {
+    phase: Phase,
+    answered: bool,
+    answer: Option<Answer>,
+    host_released: bool,
+}
+
+/// The payload of an `lls_reply` handle.
+#[derive(Debug)]
+pub struct ReplyObject {
+    state: Mutex<ReplyState>,
+    cv: Condvar,
+}
+
+impl HandleKind for ReplyObject {
+    type C = lls_reply;
+    const NAME: &'static str = "lls_reply";
+    const MAGIC: u64 = u64::from_be_bytes(*b"LLSRPL01");
+}
+
+/// Which host function is answering.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Via {
+    SetJson,
+    Complete,
+    Fail,
+}
+
+/// Builds a callback error of kind `Listener` with `callback: reason` in the detail.
+pub fn callback_error(reason: &str, message: impl Into<String>) -> Error {
+    Error::new(ErrorKind::Listener, message).with("callback", reason)
+}
+
+impl ReplyObject {
+    /// A fresh reply (the callback is about to run).
+    pub fn new() -> ReplyObject {
+        ReplyObject {
+            state: Mutex::new(ReplyState {
+                phase: Phase::InCallback,
+                answered: false,
+                answer: None,
+                host_released: false,
+            }),
+            cv: Condvar::new(),
+        }
+    }
+
+    /// Records a host answer and releases the host's reference when the rules say so.
+    fn host_answer(
+        obj: &Arc<Object<ReplyObject>>,
+        answer: Answer,
+        via: Via,
+    ) -> Result<(), FfiError> {
+        let (report, release) = {
+            let mut st = obj.state.lock();
+            let report = if st.answered {
+                Err(FfiError::new(
+                    LLS_ERR_REPLY_STATE,
+                    "argument `reply`: this reply was already answered (a reply is answered exactly once; the first answer stands)",
+                )
+                .with("argument", "reply"))
+            } else {
+                st.answered = true;
+                if st.phase != Phase::Abandoned {
+                    st.answer = Some(answer);
+                }
+                obj.cv.notify_all();
+                Ok(())
+            };
+            let release =
+                (via != Via::SetJson || st.phase != Phase::InCallback) && !st.host_released;
+            if release {
+                st.host_released = true;
+            }
+            (report, release)
+        };
+        if release {
+            handle::unregister(obj);
+        }
+        report
+    }
+
+    /// Called by the library once the callback returned `code`.
+    pub(crate) fn after_return(obj: &Arc<Object<ReplyObject>>, code: i32) {
+        let release = {
+            let mut st = obj.state.lock();
+            st.phase = if code == LLS_CB_PENDING {
+                Phase::Pending
+            } else {
+                Phase::Finished
+            };
+            let release = (code != LLS_CB_PENDING || st.answered) && !st.host_released;
+            if release {
+                st.host_released = true;
+            }
+            release
+        };
+        if release {
+            handle::unregister(obj);
+        }
+    }
+
+    /// Takes the answer given so far (synchronous callbacks).
+    pub(crate) fn take_answer(&self) -> Option<Answer> {
+        self.state.lock().answer.take()
+    }
+
+    /// Waits until the host answers or `cancel` trips (`None`: cancelled, the reply is
+    /// abandoned and a late answer will be discarded).
+    pub(crate) fn wait(obj: &Arc<Object<ReplyObject>>, cancel: &CancelToken) -> Option<Answer> {
+        let waker = obj.clone();
+        let _hook = cancel.on_cancel(move || {
+            let _st = waker.state.lock();
+            waker.cv.notify_all();
+        });
+        let mut st = obj.state.lock();
+        loop {
+            if let Some(a) = st.answer.take() {
+                st.phase = Phase::Finished;
+                return Some(a);
+            }
+            if cancel.is_cancelled() {
+                st.phase = Phase::Abandoned;
+                return None;
+            }
+            obj.cv.wait(&mut st);
+        }
+    }
+}
+
+impl Default for ReplyObject {
+    fn default() -> Self {
+        ReplyObject::new()
+    }
+}
+
+/// Turns a JSON buffer from the host into an answer, plus the error to report to the host.
+///
+/// # Safety
+/// As for [`buffers::input_bytes`].
+unsafe fn json_answer(json: *const c_char, len: usize) -> (Answer, Result<(), FfiError>) {
+    // SAFETY: forwarded.
+    let bytes = match unsafe { buffers::input_bytes(json, len, "json") } {
+        Ok(b) => b,
+        Err(e) => {
+            let reason = if json.is_null() {
+                "null-reply"
+            } else {
+                "invalid-argument"
+            };
+            let inner = callback_error(
+                reason,
+                format!(
+                    "host callback replied with an unusable buffer: {}",
+                    e.message()
+                ),
+            );
+            return (Answer::Invalid(inner), Err(e));
+        }
+    };
+    let text = match buffers::utf8(bytes, "json") {
+        Ok(t) => t,
+        Err(e) => {
+            let at = e.detail()["validUpTo"].clone();
+            let inner = callback_error(
+                "invalid-utf8",
+                format!(
+                    "host callback replied with invalid UTF-8 (first invalid byte at offset {at})"
+                ),
+            )
+            .with("validUpTo", at);
+            return (Answer::Invalid(inner), Err(e));
+        }
+    };
+    if let Err(pe) = serde_json::from_str::<serde::de::IgnoredAny>(text) {
+        let inner = callback_error(
+            "malformed-json",
+            format!("host callback replied with malformed JSON: {pe}"),
+        )
+        .with("line", pe.line() as u64)
+        .with("column", pe.column() as u64);
+        let outer = FfiError::from(
+            crate::Error::from(pe)
+                .context("argument `json`")
+                .with("argument", "json"),
+        );
+        return (Answer::Invalid(inner), Err(outer));
+    }
+    (Answer::Json(text.to_string()), Ok(()))
+}
+
+/// Answers a reply synchronously, from inside the callback, with a copy of the JSON text
+/// `(json, len)` (need not be NUL-terminated); then return `LLS_CB_OK`. May also answer a
+/// pending reply (like `lls_reply_complete`).
+///
+/// Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_REPLY_STATE` (already
+/// answered). `LLS_ERR_INVALID_UTF8` and `LLS_ERR_MALFORMED_JSON` report an unusable `json`;
+/// the reply is then answered with that failure (the library call fails with
+/// `LLS_ERR_LISTENER`), so do not answer it again.
+///
+/// # Safety
+/// `json` must be NULL or point to `len` readable bytes; `err` NULL or valid for writing a
+/// pointer.
+///
+/// Thread safety: once per reply, from any thread.
+#[no_mangle]
+pub unsafe extern "C" fn lls_reply_set_json(
+    reply: *mut lls_reply,
+    json: *const c_char,
+    len: usize,
+    err: *mut *mut lls_error,
+) -> lls_status {
+    // SAFETY: forwarded from the caller.
+    unsafe { answer_json(reply, json, len, Via::SetJson, err) }
+}
+
+/// Answers a pending reply (the callback returned `LLS_CB_PENDING`) with a copy of the JSON
+/// text `(json, len)`, from any thread, and releases the host's reference: the handle is
+/// invalid once this returns, whatever the status. Accepted (and discarded) when the library
+/// stopped waiting because its cancel token tripped.
+///
+/// Errors: as `lls_reply_set_json`.
+///
+/// # Safety
+/// `json` must be NULL or point to `len` readable bytes; `err` NULL or valid for writing a
+/// pointer.
+///
+/// Thread safety: once per reply, from any thread.
+#[no_mangle]
+pub unsafe extern "C" fn lls_reply_complete(
+    reply: *mut lls_reply,
+    json: *const c_char,
+    len: usize,
+    err: *mut *mut lls_error,
+) -> lls_status {
+    // SAFETY: forwarded from the caller.
+    unsafe { answer_json(reply, json, len, Via::Complete, err) }
+}
+
+unsafe fn answer_json(
+    reply: *mut lls_reply,
+    json: *const c_char,
+    len: usize,
+    via: Via,
+    err: *mut *mut lls_error,
+) -> lls_status {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        boundary(err, || {
+            let obj = handle::lookup::<ReplyObject>(reply, "reply")?;
+            let (answer, report) = json_answer(json, len);
+            ReplyObject::host_answer(&obj, answer, via)?;
+            report
+        })
+    }
+}
+
+/// Fails a reply, synchronously (then return `LLS_CB_ERROR`) or after `LLS_CB_PENDING`, from
+/// any thread, with an optional message `(message, len)` (NULL for none; invalid UTF-8 is
+/// replaced). The library call fails with `LLS_ERR_LISTENER` (or the status of the operation
+/// the callback served) and a message that includes this one. Releases the host's reference:
+/// the handle is invalid once this returns, whatever the status.
+///
+/// Errors: `LLS_ERR_NULL_POINTER` (`reply`), `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_REPLY_STATE`.
+///
+/// # Safety
+/// `message` must be NULL or point to `len` readable bytes; `err` NULL or valid for writing a
+/// pointer.
+///
+/// Thread safety: once per reply, from any thread.
+#[no_mangle]
+pub unsafe extern "C" fn lls_reply_fail(
+    reply: *mut lls_reply,
+    message: *const c_char,
+    len: usize,
+    err: *mut *mut lls_error,
+) -> lls_status {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        boundary(err, || {
+            let obj = handle::lookup::<ReplyObject>(reply, "reply")?;
+            let (text, report) = if message.is_null() {
+                (String::new(), Ok(()))
+            } else {
+                match buffers::input_bytes(message, len, "message") {
+                    Ok(b) => (String::from_utf8_lossy(b).into_owned(), Ok(())),
+                    Err(e) => (String::new(), Err(e)),
+                }
+            };
+            ReplyObject::host_answer(&obj, Answer::Failed(text), Via::Fail)?;
+            report
+        })
+    }
+}
