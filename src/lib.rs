@@ -20,18 +20,30 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+/// cbindgen:ignore
 pub mod agent;
+/// cbindgen:ignore
 pub mod cancel;
+/// cbindgen:ignore
 pub mod compaction;
+/// cbindgen:ignore
 pub mod error;
 pub mod ffi;
+/// cbindgen:ignore
 pub mod types;
+/// cbindgen:ignore
 pub mod header;
+/// cbindgen:ignore
 pub mod log;
+/// cbindgen:ignore
 pub mod prefix;
+/// cbindgen:ignore
 pub mod session;
+/// cbindgen:ignore
 pub mod render;
+/// cbindgen:ignore
 pub mod request;
+/// cbindgen:ignore
 pub mod tokens;
 
 pub use cancel::CancelToken;
