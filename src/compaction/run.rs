@@ -4,7 +4,7 @@ use super::{checkpoint_text, select_region, CompactionPolicy, Region, SummaryOut
 use crate::agent::Agent;
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
-use crate::header::EpochHeader;
+use crate::header::{EpochHeader, HeaderSnapshot, SnapshotReason};
 use crate::log::event::{types, NewEvent, UserSource};
 use crate::prefix::context_event;
 use crate::request::{compaction_envelope, digest, PrefixBytes};
@@ -160,6 +160,20 @@ impl Agent {
     /// Writes `compaction/start`, asks the summariser, and lands or records the failure.
     fn run_compaction(&mut self, trigger: Trigger, region: Region, m: &Measure, policy: &CompactionPolicy, op: &CancelToken) -> Result<CompactionOutcome> {
         let counter = self.counter_or_default();
+        // Before the session's first request no header is logged: the request is built from this
+        // instance's header (and targets its options). Record that header first, as the
+        // instance's anchoring snapshot, so that the log alone rebuilds the summarisation request
+        // (verify) and the first conversation request carries the same header.
+        if !self.anchored && self.session.with_log(|l| l.state().headers.current().is_none()) {
+            if self.frozen.is_none() {
+                return Err(Error::out_of_order(
+                    "no request was built yet, so the session prefix is not composed: ask for a request before compacting",
+                ));
+            }
+            let snap = HeaderSnapshot { header: self.wanted_header(), reason: SnapshotReason::Initial, instance: self.instance };
+            self.session.lock().append(NewEvent::new(types::REQUEST_HEADER, snap.to_value()))?;
+            self.anchored = true;
+        }
         let (req, generation) = {
             let g = self.session.lock();
             let st = g.log.state();
