@@ -193,17 +193,17 @@ impl Agent {
             let entries = st.history.entries();
             let span = &entries[region.start..=region.end];
             let body = compaction_envelope(&header, &prefix, span, INSTRUCTION, &provider, &model, policy.summary_max_tokens, &g.header.id);
-            // Leading messages shared with the last routed request: its prefix, then the
-            // history entries it carried (those before its step/start, absent a replace since).
-            let last_step = g.log.lines().len() as u64;
-            let routed_before = last_step_seq(&g.log).unwrap_or(0);
-            let replaced_since = st.last_replace_seq.is_some_and(|r| r > routed_before);
-            let shared = if st.headers.current().is_none() || replaced_since || region.start != 0 {
-                0
-            } else {
-                prefix.messages.len() + span.iter().take_while(|d| d.seq < routed_before).count()
+            // Leading messages shared with the last routed request: its session prefix, then,
+            // for a head region, the history entries it carried: the region's leading entries
+            // logged before its step/start (an entry replaced or appended since has a later seq).
+            // A middle span shares only the prefix; nothing is shared before the first request.
+            let shared = match last_step_seq(&g.log) {
+                None => 0,
+                Some(routed) => {
+                    let history = if region.start == 0 { span.iter().take_while(|d| d.seq < routed).count() } else { 0 };
+                    prefix.messages.len() + history
+                }
             };
-            let _ = last_step;
             let req = SummaryRequest {
                 digest: digest(&body),
                 json: String::from_utf8(body).expect("JSON is UTF-8"),
