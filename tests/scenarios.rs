@@ -35,6 +35,8 @@ struct World {
     summariser: Option<Value>,
     policy: Option<Value>,
     requests: Vec<Value>,
+    /// For each routed request, how many summarisation requests had been sent when it was returned.
+    request_marks: Vec<usize>,
     last_request: Option<Value>,
     cancel: CancelToken,
 }
@@ -144,8 +146,9 @@ fn make_summariser(spec: Value, seen: Arc<Mutex<Vec<SummaryRequest>>>, session: 
 
 impl World {
     fn new(sc: &Value) -> Res<World> {
-        let session = Session::create(Box::new(MemoryStore::new()), SessionOptions { id: Some("scenario-session".into()), ..Default::default() })
-            .map_err(|e| err_str(&e))?;
+        let session =
+            Session::create(Box::new(MemoryStore::new()), SessionOptions { id: Some("scenario-session".into()), ..Default::default() })
+                .map_err(|e| err_str(&e))?;
         let mut options = AgentOptions::from_value(&sc["agent"], "agent").map_err(|e| err_str(&e))?;
         options.check_requests = true;
         let mut w = World {
@@ -159,6 +162,7 @@ impl World {
             summariser: sc.get("summariser").cloned(),
             policy: sc.get("policy").cloned(),
             requests: Vec::new(),
+            request_marks: Vec::new(),
             last_request: None,
             cancel: CancelToken::new(),
         };
@@ -216,16 +220,56 @@ fn user_message(v: &Value) -> Message {
     }
 }
 
+/// Whether `got` (the value at a pointer, if any) matches `want`: equality, or a matcher object
+/// `{"$contains": "text"}`, `{"$absent": true}`, `{"$gt": n}`, `{"$lt": n}` (see docs/scenarios.md).
+fn matches(got: Option<&Value>, want: &Value) -> bool {
+    if let Some(m) = want.as_object().filter(|m| !m.is_empty() && m.keys().all(|k| k.starts_with('$'))) {
+        return m.iter().all(|(k, arg)| match k.as_str() {
+            "$contains" => got.and_then(Value::as_str).zip(arg.as_str()).is_some_and(|(g, a)| g.contains(a)),
+            "$absent" => got.is_none() == arg.as_bool().unwrap_or(true),
+            "$gt" => got.and_then(Value::as_f64).zip(arg.as_f64()).is_some_and(|(g, a)| g > a),
+            "$lt" => got.and_then(Value::as_f64).zip(arg.as_f64()).is_some_and(|(g, a)| g < a),
+            _ => false,
+        });
+    }
+    got == Some(want)
+}
+
 fn check_pointers(what: &str, doc: &Value, ptrs: &Value) -> Res<()> {
     if let Some(m) = ptrs.as_object() {
         for (p, want) in m {
             let got = doc.pointer(p);
-            if got != Some(want) {
-                return Err(format!("{what}: at {p}: expected {want}, got {}", got.map(|g| g.to_string()).unwrap_or("(absent)".into())));
+            if !matches(got, want) {
+                return Err(format!(
+                    "{what}: at {p}: expected {want}, got {}",
+                    got.map(|g| clip(&g.to_string())).unwrap_or("(absent)".into())
+                ));
             }
         }
     }
     Ok(())
+}
+
+/// A value shortened for an error message.
+fn clip(s: &str) -> String {
+    match s.char_indices().nth(300) {
+        None => s.to_string(),
+        Some((i, _)) => format!("{}… ({} characters)", &s[..i], s.chars().count()),
+    }
+}
+
+/// Expands `{"$repeat": "text", "times": n}` anywhere in a scenario into the repeated string.
+fn expand(v: &mut Value) {
+    match v {
+        Value::Object(m) if m.contains_key("$repeat") => {
+            let text = m["$repeat"].as_str().expect("$repeat takes a string").to_string();
+            let times = m.get("times").and_then(Value::as_u64).expect("$repeat needs \"times\"") as usize;
+            *v = Value::String(text.repeat(times));
+        }
+        Value::Object(m) => m.values_mut().for_each(expand),
+        Value::Array(a) => a.iter_mut().for_each(expand),
+        _ => {}
+    }
 }
 
 fn check_error(op: &Value, r: Result<(), Error>) -> Res<()> {
@@ -335,6 +379,7 @@ fn run_op(w: &mut World, op: &Value) -> Res<()> {
                     let prev = w.last_request.clone();
                     check_request(w, &v, prev.as_ref(), &exp)?;
                     w.requests.push(v.clone());
+                    w.request_marks.push(w.summaries.lock().len());
                     w.last_request = Some(v);
                     Ok(())
                 }
@@ -352,7 +397,11 @@ fn run_op(w: &mut World, op: &Value) -> Res<()> {
             }
             if let Some(Value::Array(calls)) = op.get("toolCalls") {
                 for c in calls {
-                    content.push(Block::tool_call(c["id"].as_str().unwrap(), c["name"].as_str().unwrap(), c["arguments"].as_str().unwrap_or("{}")));
+                    content.push(Block::tool_call(
+                        c["id"].as_str().unwrap(),
+                        c["name"].as_str().unwrap(),
+                        c["arguments"].as_str().unwrap_or("{}"),
+                    ));
                 }
             }
             let msg = match op.get("message") {
@@ -467,7 +516,11 @@ fn run_op(w: &mut World, op: &Value) -> Res<()> {
                 a.dispose().map_err(|e| err_str(&e))?;
             }
             let seed = op.get("seedLength").and_then(Value::as_u64);
-            let r = w.session.fork(seed, Box::new(MemoryStore::new()), SessionOptions { id: Some("forked-session".into()), ..Default::default() });
+            let r = w.session.fork(
+                seed,
+                Box::new(MemoryStore::new()),
+                SessionOptions { id: Some("forked-session".into()), ..Default::default() },
+            );
             match r {
                 Ok(s) => {
                     w.session = s;
@@ -535,7 +588,12 @@ fn expect_log(w: &World, op: &Value) -> Res<()> {
     if let Some(Value::Array(want)) = op.get("headers") {
         let got: Vec<&Value> = events.iter().filter(|e| e["type"] == "request/header").collect();
         if got.len() != want.len() {
-            return Err(format!("expected {} header snapshots, got {}: {:?}", want.len(), got.len(), got.iter().map(|e| &e["data"]["reason"]).collect::<Vec<_>>()));
+            return Err(format!(
+                "expected {} header snapshots, got {}: {:?}",
+                want.len(),
+                got.len(),
+                got.iter().map(|e| &e["data"]["reason"]).collect::<Vec<_>>()
+            ));
         }
         for (g, wnt) in got.iter().zip(want) {
             check_pointers("header", &g["data"], wnt)?;
@@ -581,6 +639,10 @@ fn expect_log(w: &World, op: &Value) -> Res<()> {
             }
         }
     }
+    if let Some(ptrs) = op.get("historyPointers") {
+        let h: Value = serde_json::from_str(&w.session.history_json()).map_err(|e| e.to_string())?;
+        check_pointers("history", &h, ptrs)?;
+    }
     if let Some(n) = op.get("historyLength").and_then(Value::as_u64) {
         let got = w.session.history().len() as u64;
         if got != n {
@@ -592,12 +654,45 @@ fn expect_log(w: &World, op: &Value) -> Res<()> {
 
 fn expect_summary(w: &World, op: &Value) -> Res<()> {
     let seen = w.summaries.lock().clone();
-    let i = op["index"].as_u64().unwrap_or(0) as usize;
-    let req = seen.get(i).ok_or_else(|| format!("summarisation request {i} was not sent ({} sent)", seen.len()))?;
+    if let Some(n) = op.get("count").and_then(Value::as_u64) {
+        if seen.len() as u64 != n {
+            return Err(format!("expected {n} summarisation requests so far, got {}", seen.len()));
+        }
+        if op.as_object().is_some_and(|m| m.keys().all(|k| k == "op" || k == "count")) {
+            return Ok(());
+        }
+    }
+    let i = match op.get("index").and_then(Value::as_i64).unwrap_or(0) {
+        i if i < 0 => seen.len() as i64 + i,
+        i => i,
+    };
+    let req = usize::try_from(i)
+        .ok()
+        .and_then(|i| seen.get(i))
+        .ok_or_else(|| format!("summarisation request {i} was not sent ({} sent)", seen.len()))?;
+    let i = i as usize;
     let v: Value = serde_json::from_str(&req.json).unwrap();
     check_pointers("summary request", &v, op.get("pointers").unwrap_or(&Value::Null))?;
-    if op.get("replaysLastRequest").and_then(Value::as_bool) == Some(true) {
-        let last = w.last_request.as_ref().ok_or("no routed request to compare with")?;
+    for (key, want) in [("includes", true), ("excludes", false)] {
+        if let Some(Value::Array(texts)) = op.get(key) {
+            for t in texts {
+                let t = t.as_str().unwrap();
+                if req.json.contains(t) != want {
+                    return Err(format!("summary request {i} {} {t:?}", if want { "does not contain" } else { "contains" }));
+                }
+            }
+        }
+    }
+    let replays = op.get("replaysLastRequest").and_then(Value::as_bool) == Some(true);
+    let extends = op.get("extendsLastRequest").and_then(Value::as_bool) == Some(true);
+    if replays || extends {
+        // The last request routed before this summarisation request was sent.
+        let last = w
+            .request_marks
+            .iter()
+            .rposition(|&mark| mark <= i)
+            .map(|k| &w.requests[k])
+            .ok_or("no routed request precedes this summarisation request")?;
         for k in ["system", "tools"] {
             if last.get(k) != v.get(k) {
                 return Err(format!("summary request {k} differs from the last routed request"));
@@ -605,22 +700,27 @@ fn expect_summary(w: &World, op: &Value) -> Res<()> {
         }
         let (m, l) = (messages_of(&v), messages_of(last));
         let body = &m[..m.len() - 1];
-        if body.len() > l.len() || body[..] != l[..body.len()] {
+        // replaysLastRequest: the body is the first messages of the last routed request.
+        // extendsLastRequest: the last routed request's messages are the first messages of the body.
+        let (short, long, shared) = if replays { (body, &l[..], body.len()) } else { (&l[..], body, l.len()) };
+        if short.len() > long.len() || short[..] != long[..short.len()] {
             return Err(format!(
-                "the summary request without its last message is not the first {} messages of the last routed request\n  summary: {}\n  routed:  {}",
+                "the summary request without its last message ({} messages) and the last routed request ({} messages) do not share the {} leading messages\n  summary: {}\n  routed:  {}",
                 body.len(),
+                l.len(),
+                if replays { "summary's" } else { "routed request's" },
                 Value::Array(body.to_vec()),
-                Value::Array(l)
+                Value::Array(l.clone())
             ));
         }
         // Byte for byte, too.
-        let sb: Vec<String> = body.iter().map(|x| x.to_string()).collect();
-        let lb: Vec<String> = l[..body.len()].iter().map(|x| x.to_string()).collect();
+        let sb: Vec<String> = short.iter().map(|x| x.to_string()).collect();
+        let lb: Vec<String> = long[..short.len()].iter().map(|x| x.to_string()).collect();
         if sb != lb {
             return Err("the replayed messages differ in bytes".into());
         }
-        if req.shared_messages != body.len() {
-            return Err(format!("sharedMessages is {}, expected {}", req.shared_messages, body.len()));
+        if req.shared_messages != shared {
+            return Err(format!("sharedMessages is {}, expected {shared}", req.shared_messages));
         }
         let lastm = m.last().unwrap();
         if lastm["role"] != "user" || !lastm.to_string().contains("compaction engine") {
@@ -672,7 +772,8 @@ fn verify_and_damage(w: &World, name: &str) -> Res<()> {
 
 fn run_file(path: &Path) -> Res<()> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let sc: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut sc: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    expand(&mut sc);
     let name = sc["name"].as_str().unwrap_or("(unnamed)").to_string();
     let mut w = World::new(&sc)?;
     for (i, op) in sc["ops"].as_array().ok_or("scenario without ops")?.iter().enumerate() {

@@ -133,6 +133,16 @@ impl Agent {
             let mut g = self.session.lock();
             session_id = g.header.id.clone();
             let folded = g.log.state().headers.current();
+            if self.prev_request.is_none() {
+                // This instance's first request: the previous request of the session is the last
+                // one an earlier instance routed, with the header folded now; it carried the
+                // leading history entries logged before its step/start (an entry replaced or
+                // appended since has a later seq).
+                if let (Some(routed), Some(h)) = (crate::compaction::last_step_seq(&g.log), folded) {
+                    let seqs = g.log.history().entries().iter().map(|d| d.seq).take_while(|s| *s < routed).collect();
+                    self.prev_request = Some((h.message_prefix.clone(), seqs));
+                }
+            }
             let reason = if !self.anchored {
                 Some(if folded.is_none() { SnapshotReason::Initial } else { SnapshotReason::Resume })
             } else if folded != Some(&wanted) {

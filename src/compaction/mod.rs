@@ -13,6 +13,7 @@ mod run;
 
 pub use policy::{CompactionPolicy, PolicyTable, Retained};
 pub use region::{select_region, Region};
+pub(crate) use run::last_step_seq;
 pub use run::{CompactionOutcome, Trigger};
 
 use crate::cancel::CancelToken;

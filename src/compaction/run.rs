@@ -4,7 +4,7 @@ use super::{checkpoint_text, select_region, CompactionPolicy, Region, SummaryOut
 use crate::agent::Agent;
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
-use crate::header::EpochHeader;
+use crate::header::{EpochHeader, HeaderSnapshot, SnapshotReason};
 use crate::log::event::{types, NewEvent, UserSource};
 use crate::prefix::context_event;
 use crate::request::{compaction_envelope, digest, PrefixBytes};
@@ -159,6 +159,20 @@ impl Agent {
     /// Writes `compaction/start`, asks the summariser, and lands or records the failure.
     fn run_compaction(&mut self, trigger: Trigger, region: Region, m: &Measure, policy: &CompactionPolicy, op: &CancelToken) -> Result<CompactionOutcome> {
         let counter = self.counter_or_default();
+        // Before the session's first request no header is logged: the request is built from this
+        // instance's header (and targets its options). Record that header first, as the
+        // instance's anchoring snapshot, so that the log alone rebuilds the summarisation request
+        // (verify) and the first conversation request carries the same header.
+        if !self.anchored && self.session.with_log(|l| l.state().headers.current().is_none()) {
+            if self.frozen.is_none() {
+                return Err(Error::out_of_order(
+                    "no request was built yet, so the session prefix is not composed: ask for a request before compacting",
+                ));
+            }
+            let snap = HeaderSnapshot { header: self.wanted_header(), reason: SnapshotReason::Initial, instance: self.instance };
+            self.session.lock().append(NewEvent::new(types::REQUEST_HEADER, snap.to_value()))?;
+            self.anchored = true;
+        }
         let (req, generation) = {
             let g = self.session.lock();
             let st = g.log.state();
@@ -178,17 +192,17 @@ impl Agent {
             let entries = st.history.entries();
             let span = &entries[region.start..=region.end];
             let body = compaction_envelope(&header, &prefix, span, INSTRUCTION, &provider, &model, policy.summary_max_tokens, &g.header.id);
-            // Leading messages shared with the last routed request: its prefix, then the
-            // history entries it carried (those before its step/start, absent a replace since).
-            let last_step = g.log.lines().len() as u64;
-            let routed_before = last_step_seq(&g.log).unwrap_or(0);
-            let replaced_since = st.last_replace_seq.is_some_and(|r| r > routed_before);
-            let shared = if st.headers.current().is_none() || replaced_since || region.start != 0 {
-                0
-            } else {
-                prefix.messages.len() + span.iter().take_while(|d| d.seq < routed_before).count()
+            // Leading messages shared with the last routed request: its session prefix, then,
+            // for a head region, the history entries it carried: the region's leading entries
+            // logged before its step/start (an entry replaced or appended since has a later seq).
+            // A middle span shares only the prefix; nothing is shared before the first request.
+            let shared = match last_step_seq(&g.log) {
+                None => 0,
+                Some(routed) => {
+                    let history = if region.start == 0 { span.iter().take_while(|d| d.seq < routed).count() } else { 0 };
+                    prefix.messages.len() + history
+                }
             };
-            let _ = last_step;
             let req = SummaryRequest {
                 digest: digest(&body),
                 json: String::from_utf8(body).expect("JSON is UTF-8"),
@@ -301,10 +315,16 @@ impl Agent {
     }
 }
 
-fn last_step_seq(log: &crate::log::Log) -> Option<u64> {
-    // The newest step/start, searching back from the end (requests are frequent, so this is short).
+/// The seq of the newest `step/start` (the last routed conversation request), if any.
+pub(crate) fn last_step_seq(log: &crate::log::Log) -> Option<u64> {
+    // The newest step/start, searching back from the end (requests are frequent, so this is
+    // short). A candidate line is parsed to confirm its type: a host event may carry the same
+    // text inside its data.
     let lines = log.lines();
-    (0..lines.len()).rev().find(|&i| lines[i].contains("\"type\":\"step/start\"")).map(|i| i as u64)
+    (0..lines.len())
+        .rev()
+        .find(|&i| lines[i].contains("\"type\":\"step/start\"") && log.event(i as u64).is_some_and(|e| e.ty == types::STEP_START))
+        .map(|i| i as u64)
 }
 
 fn check_summary(out: &SummaryOutput, shadowed: u64, counter: &dyn TokenCounter) -> std::result::Result<(), String> {
