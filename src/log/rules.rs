@@ -48,6 +48,10 @@ pub struct OpenCompaction {
     pub summarised: bool,
     /// Whether its checkpoint landed.
     pub landed: bool,
+    /// The surface span it announced (`start..=end`).
+    pub span: (usize, usize),
+    /// The seqs of that span when it started.
+    pub seqs: Vec<u64>,
 }
 
 /// What a validated event does to the state.
@@ -77,8 +81,8 @@ pub enum Effect {
     Snapshot(HeaderSnapshot),
     /// A header delta, already applied.
     Delta(EpochHeader, u64),
-    /// A compaction starts.
-    CompactionStart,
+    /// A compaction starts over a span.
+    CompactionStart((usize, usize), Vec<u64>),
     /// A compaction summary.
     CompactionSummary,
     /// A compaction ends.
@@ -249,7 +253,15 @@ impl LogState {
                     }
                     (UserSource::Compaction, SurfaceOp::Replace { start, end }) => {
                         match &self.compaction {
-                            Some(c) if c.summarised && !c.landed => {}
+                            Some(c) if c.summarised && !c.landed => {
+                                if c.span != (start, end) || ev.sources.as_deref() != Some(&c.seqs[..]) {
+                                    return Err(rule(
+                                        ev,
+                                        "surfaceOp",
+                                        format!("the checkpoint must replace the span its compaction/start announced ({}..={}, seqs {:?})", c.span.0, c.span.1, c.seqs),
+                                    ));
+                                }
+                            }
                             _ => return Err(rule(ev, "", "a checkpoint lands only inside a compaction, after its compaction/summary")),
                         }
                         self.history.check_replace(start, end, ev.sources.as_deref())?;
@@ -368,7 +380,20 @@ impl LogState {
                 if self.compaction.is_some() {
                     return Err(rule(ev, "", "a compaction is already open"));
                 }
-                Ok(Effect::CompactionStart)
+                let span = Fields::of(f.value("span")?, "data.span")?;
+                let (start, end) = (span.u64("start")? as usize, span.u64("end")? as usize);
+                let seqs: Vec<u64> = f
+                    .array("seqs")?
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| s.as_u64().ok_or_else(|| Error::invalid(format!("data.seqs[{i}]"), "expected a seq")))
+                    .collect::<Result<_>>()?;
+                // The span must exist, be tool-balanced, and the seqs must be exactly its events.
+                self.history.check_replace(start, end, Some(&seqs)).map_err(|e| {
+                    let field = e.detail().get("field").and_then(|f| f.as_str()).unwrap_or("").replace("surfaceOp", "data.span").replace("sources", "data.seqs");
+                    Error::new(e.kind(), e.message().replace("surfaceOp", "data.span").replace("sources", "data.seqs")).with("field", field)
+                })?;
+                Ok(Effect::CompactionStart((start, end), seqs))
             }
             types::COMPACTION_SUMMARY => {
                 f.str("summary")?;
@@ -453,8 +478,8 @@ impl LogState {
             }
             Effect::Snapshot(snap) => self.headers.apply_snapshot(ev.seq, &snap),
             Effect::Delta(h, instance) => self.headers.apply_delta(ev.seq, instance, h),
-            Effect::CompactionStart => {
-                self.compaction = Some(OpenCompaction { start_seq: ev.seq, summarised: false, landed: false })
+            Effect::CompactionStart(span, seqs) => {
+                self.compaction = Some(OpenCompaction { start_seq: ev.seq, summarised: false, landed: false, span, seqs })
             }
             Effect::CompactionSummary => self.compaction.as_mut().expect("checked").summarised = true,
             Effect::CompactionEnd => {
