@@ -1,6 +1,7 @@
 //! Region selection: which head of the surface to summarise.
 
 use crate::log::Derived;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// A span of the surface, by position.
@@ -31,20 +32,26 @@ pub fn select_region(entries: &[Arc<Derived>], counts: &[u64], retained: u64) ->
         cut -= 1;
         tail += counts[cut];
     }
-    // Move the cut head-ward while a result in the tail answers a call in the region.
+    // Move the cut head-ward while a result in the tail answers a call in the region: the
+    // first such result (in surface order) moves the cut to the last region entry making its
+    // call. One pass over the region finds, for every id answered in the tail, that entry.
     loop {
-        let mut moved = false;
-        for i in cut..n {
-            if let Some(id) = &entries[i].result_for {
-                if let Some(call_pos) = entries[..cut].iter().rposition(|d| d.calls.iter().any(|c| c == id)) {
-                    cut = call_pos;
-                    moved = true;
-                    break;
+        let answered: HashSet<&str> = entries[cut..].iter().filter_map(|d| d.result_for.as_deref()).collect();
+        if answered.is_empty() {
+            break;
+        }
+        let mut last_call: HashMap<&str, usize> = HashMap::new();
+        for (pos, d) in entries[..cut].iter().enumerate() {
+            for c in d.calls.iter() {
+                if let Some(id) = answered.get(&**c) {
+                    last_call.insert(id, pos);
                 }
             }
         }
-        if !moved {
-            break;
+        let first = entries[cut..].iter().find_map(|d| d.result_for.as_deref().and_then(|id| last_call.get(id)));
+        match first {
+            Some(&call_pos) => cut = call_pos,
+            None => break,
         }
     }
     if cut == 0 {
@@ -54,4 +61,69 @@ pub fn select_region(entries: &[Arc<Derived>], counts: &[u64], retained: u64) ->
         return None;
     }
     Some(Region { start: 0, end: cut - 1, seqs: entries[..cut].iter().map(|d| d.seq).collect() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::Role;
+    use proptest::prelude::*;
+
+    /// The cut walk as first written (one scan of the region per tail result), kept to check
+    /// that the one-pass version selects the same region.
+    fn reference(entries: &[Arc<Derived>], counts: &[u64], retained: u64) -> Option<Region> {
+        let n = entries.len();
+        if n == 0 {
+            return None;
+        }
+        let mut cut = n - 1;
+        let mut tail = counts[n - 1];
+        while cut > 0 && tail < retained {
+            cut -= 1;
+            tail += counts[cut];
+        }
+        loop {
+            let mut moved = false;
+            for i in cut..n {
+                if let Some(id) = &entries[i].result_for {
+                    if let Some(call_pos) = entries[..cut].iter().rposition(|d| d.calls.iter().any(|c| c == id)) {
+                        cut = call_pos;
+                        moved = true;
+                        break;
+                    }
+                }
+            }
+            if !moved {
+                break;
+            }
+        }
+        if cut == 0 || (cut == 1 && entries[0].checkpoint) {
+            return None;
+        }
+        Some(Region { start: 0, end: cut - 1, seqs: entries[..cut].iter().map(|d| d.seq).collect() })
+    }
+
+    /// An entry: 0 = plain message, 1..=3 = a call (ids drawn from a small set, so they repeat),
+    /// 4..=6 = a result.
+    fn entry(seq: u64, kind: u8, id: u8) -> Arc<Derived> {
+        let id: Box<str> = format!("c{id}").into();
+        let (calls, result_for): (Box<[Box<str>]>, _) = match kind {
+            1..=3 => (vec![id].into(), None),
+            4..=6 => (Box::new([]), Some(id)),
+            _ => (Box::new([]), None),
+        };
+        Arc::new(Derived { seq, role: Role::User, json: "{}".into(), calls, result_for, checkpoint: seq == 0 && kind == 0 })
+    }
+
+    proptest! {
+        #[test]
+        fn selects_the_same_region_as_the_reference(
+            spec in proptest::collection::vec((0u8..7, 0u8..6, 0u64..50), 0..60),
+            retained in 0u64..800,
+        ) {
+            let entries: Vec<Arc<Derived>> = spec.iter().enumerate().map(|(i, (k, id, _))| entry(i as u64, *k, *id)).collect();
+            let counts: Vec<u64> = spec.iter().map(|(_, _, c)| *c).collect();
+            prop_assert_eq!(select_region(&entries, &counts, retained), reference(&entries, &counts, retained));
+        }
+    }
 }
