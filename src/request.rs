@@ -97,6 +97,12 @@ impl EnvelopeParts<'_> {
 
     /// Writes the canonical envelope.
     pub fn write(&self) -> Vec<u8> {
+        self.write_marked().0
+    }
+
+    /// Writes the canonical envelope; also returns where the history starts (after the
+    /// prefix messages) and where it ends (after its last message).
+    fn write_marked(&self) -> (Vec<u8>, usize, usize) {
         let cfg = serde_json::to_vec(self.config).expect("a config serialises");
         let hist_bytes: usize = self.history.iter().map(|d| d.json.len() + 1).sum();
         let other: usize = self.prefix.iter().chain(self.trailing).map(|m| m.len() + 1).sum();
@@ -120,6 +126,7 @@ impl EnvelopeParts<'_> {
             first = false;
             out.extend_from_slice(m.as_bytes());
         }
+        let head_end = out.len();
         for d in self.history {
             if !first {
                 out.push(b',');
@@ -127,6 +134,7 @@ impl EnvelopeParts<'_> {
             first = false;
             out.extend_from_slice(d.json.as_bytes());
         }
+        let hist_end = out.len();
         for m in self.trailing {
             if !first {
                 out.push(b',');
@@ -142,13 +150,16 @@ impl EnvelopeParts<'_> {
         out.extend_from_slice(b",\"purpose\":\"");
         out.extend_from_slice(self.purpose.as_str().as_bytes());
         out.extend_from_slice(b"\"}");
-        out
+        (out, head_end, hist_end)
     }
 }
 
 /// The `sha256:<hex>` digest of request bytes.
 pub fn digest(bytes: &[u8]) -> String {
-    let d = Sha256::digest(bytes);
+    hex_digest(&Sha256::digest(bytes))
+}
+
+fn hex_digest(d: &[u8]) -> String {
     let mut s = String::with_capacity(7 + 64);
     s.push_str("sha256:");
     for b in d {
@@ -195,6 +206,99 @@ pub fn conversation_envelope(log: &Log, header: &EpochHeader, prefix: &PrefixByt
         purpose: Purpose::Conversation,
     }
     .write()
+}
+
+/// The SHA-256 state of a conversation envelope's leading bytes (everything up to the end of
+/// its last history message), kept by an agent instance so that the digest of its next
+/// envelope hashes only what is new instead of the whole history again. It is reused only when
+/// the next envelope provably starts with the same bytes: the same bytes before the history
+/// (config, system, tools, prefix: compared exactly), and a history that only grew since (the
+/// same replace generation, the same `Derived` entries at the first and last covered positions).
+#[derive(Clone, Default)]
+pub struct DigestCache {
+    state: Option<CachedDigest>,
+}
+
+impl std::fmt::Debug for DigestCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DigestCache").field("covered", &self.state.as_ref().map(|s| s.covered)).finish()
+    }
+}
+
+#[derive(Clone)]
+struct CachedDigest {
+    /// The envelope's bytes before its first history message.
+    head: Vec<u8>,
+    generation: u64,
+    entries: usize,
+    first: Option<Arc<Derived>>,
+    last: Option<Arc<Derived>>,
+    /// Bytes hashed into `hasher`: through the last history message.
+    covered: usize,
+    hasher: Sha256,
+}
+
+fn same_entry(a: Option<&Arc<Derived>>, b: Option<&Arc<Derived>>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        _ => false,
+    }
+}
+
+/// Writes the conversation envelope exactly as [`conversation_envelope`] does and returns it
+/// with its digest (equal to [`digest`] of the bytes), hashing through `cache` only the bytes
+/// that follow the previous envelope's last history message when the two share them.
+pub fn conversation_envelope_digest(
+    log: &Log,
+    header: &EpochHeader,
+    prefix: &PrefixBytes,
+    session_id: &str,
+    turn: u64,
+    step: u64,
+    cache: &mut DigestCache,
+) -> (Vec<u8>, String) {
+    let history = log.history();
+    let entries = history.entries();
+    let (body, head_end, hist_end) = EnvelopeParts {
+        config: &header.config,
+        system: header.system.as_deref(),
+        tools: header.tools.as_deref(),
+        prefix: &prefix.messages,
+        history: entries,
+        trailing: &[],
+        session_id,
+        turn_step: Some((turn, step)),
+        purpose: Purpose::Conversation,
+    }
+    .write_marked();
+    let reuse = cache.state.take().filter(|c| {
+        c.generation == history.generation()
+            && c.entries <= entries.len()
+            && same_entry(c.first.as_ref(), if c.entries > 0 { entries.first() } else { None })
+            && same_entry(c.last.as_ref(), c.entries.checked_sub(1).map(|i| &entries[i]))
+            && c.head[..] == body[..head_end]
+            && c.covered <= hist_end
+    });
+    let (head, mut hasher, from) = match reuse {
+        Some(c) => (c.head, c.hasher, c.covered),
+        None => (body[..head_end].to_vec(), Sha256::new(), 0),
+    };
+    hasher.update(&body[from..hist_end]);
+    let mid = hasher.clone();
+    hasher.update(&body[hist_end..]);
+    let d = hex_digest(&hasher.finalize());
+    debug_assert_eq!(d, digest(&body), "the incremental digest is the digest of the bytes");
+    cache.state = Some(CachedDigest {
+        head,
+        generation: history.generation(),
+        entries: entries.len(),
+        first: entries.first().cloned(),
+        last: entries.last().cloned(),
+        covered: hist_end,
+        hasher: mid,
+    });
+    (body, d)
 }
 
 /// Builds the compaction request envelope: the routed header's system, tools and prefix, the

@@ -8,7 +8,7 @@ use crate::log::event::{types, NewEvent, TurnEndReason, UserSource};
 use crate::log::load::parse_records;
 use crate::log::Log;
 use crate::prefix::{compose, context_event, ListenerContext, PreStepInfo};
-use crate::request::{conversation_envelope, digest, PrefixBytes, Request};
+use crate::request::{conversation_envelope, conversation_envelope_digest, PrefixBytes, Request};
 use crate::types::{Block, Message, Provenance, Role, Usage};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -129,7 +129,7 @@ impl Agent {
     fn build_step(&mut self, turn: u64, step: u64) -> Result<Request> {
         let wanted = self.wanted_header();
         let session_id;
-        let (body, seq, prefix_len, message_count, shared) = {
+        let (body, body_digest, seq, prefix_len, message_count, shared) = {
             let mut g = self.session.lock();
             session_id = g.header.id.clone();
             let folded = g.log.state().headers.current();
@@ -161,11 +161,11 @@ impl Agent {
                 // Only reachable if the logged prefix is not this instance's frozen one.
                 frozen.bytes = PrefixBytes::of(header.message_prefix.as_ref());
             }
-            let body = conversation_envelope(&g.log, &header, &frozen.bytes, &session_id, turn, step);
-            let d = digest(&body);
+            let (body, d) =
+                conversation_envelope_digest(&g.log, &header, &frozen.bytes, &session_id, turn, step, &mut self.digest_cache);
             let seq = g.append(NewEvent::new(
                 types::STEP_START,
-                json!({"turn": turn, "step": step, "instance": self.instance, "digest": d, "bytes": body.len()}),
+                json!({"turn": turn, "step": step, "instance": self.instance, "digest": d.as_str(), "bytes": body.len()}),
             ))?;
             let hist = g.log.history().entries();
             let prefix = header.message_prefix.clone();
@@ -188,14 +188,14 @@ impl Agent {
             let plen = prefix.as_ref().map(|p| p.len()).unwrap_or(0);
             let count = plen + hist.len();
             self.prev_request = Some((prefix, hist.iter().map(|d| d.seq).collect()));
-            (body, seq, plen, count, shared)
+            (body, d, seq, plen, count, shared)
         };
         self.stats.requests += 1;
         if self.options.check_requests {
             self.check_request(&body, seq, turn, step)?;
         }
         Ok(Request {
-            digest: digest(&body),
+            digest: body_digest,
             json: String::from_utf8(body).expect("JSON is UTF-8"),
             turn,
             step,

@@ -16,7 +16,7 @@ use crate::compaction::{CompactionPolicy, PolicyTable, Summariser};
 use crate::error::{Error, ErrorKind, Result};
 use crate::header::EpochHeader;
 use crate::prefix::{PrefixListener, PreStepListener};
-use crate::request::PrefixBytes;
+use crate::request::{DigestCache, PrefixBytes};
 use crate::session::Session;
 use crate::tokens::meter::Meter;
 use crate::tokens::TokenCounter;
@@ -107,6 +107,8 @@ pub struct Agent {
     pub(crate) meter: Meter,
     pub(crate) consecutive_overflows: u32,
     pub(crate) prev_request: Option<(Option<Arc<Vec<Message>>>, Vec<u64>)>,
+    /// The digest state of the last request's leading bytes (see `request::DigestCache`).
+    pub(crate) digest_cache: DigestCache,
     pub(crate) stats: AgentStats,
     released: bool,
 }
@@ -143,6 +145,7 @@ impl Agent {
             meter: Meter::new(),
             consecutive_overflows: 0,
             prev_request: None,
+            digest_cache: DigestCache::default(),
             stats: AgentStats::default(),
             released: false,
         })
