@@ -97,59 +97,60 @@ impl EnvelopeParts<'_> {
 
     /// Writes the canonical envelope.
     pub fn write(&self) -> Vec<u8> {
-        self.write_marked().0
+        self.write_marked().0.into_bytes()
     }
 
     /// Writes the canonical envelope; also returns where the history starts (after the
-    /// prefix messages) and where it ends (after its last message).
-    fn write_marked(&self) -> (Vec<u8>, usize, usize) {
-        let cfg = serde_json::to_vec(self.config).expect("a config serialises");
+    /// prefix messages) and where it ends (after its last message). Every piece is already
+    /// text, so the envelope is built as a `String` and needs no UTF-8 check afterwards.
+    fn write_marked(&self) -> (String, usize, usize) {
+        let cfg = serde_json::to_string(self.config).expect("a config serialises");
         let hist_bytes: usize = self.history.iter().map(|d| d.json.len() + 1).sum();
         let other: usize = self.prefix.iter().chain(self.trailing).map(|m| m.len() + 1).sum();
         let sys = self.system.map(|s| s.len() + 16).unwrap_or(0);
-        let mut out = Vec::with_capacity(cfg.len() + hist_bytes + other + sys + 256);
-        out.extend_from_slice(&cfg[..cfg.len() - 1]); // the config object without its '}'
+        let mut out = String::with_capacity(cfg.len() + hist_bytes + other + sys + 256);
+        out.push_str(&cfg[..cfg.len() - 1]); // the config object without its '}'
         if let Some(s) = self.system {
-            out.extend_from_slice(b",\"system\":");
-            serde_json::to_writer(&mut out, s).expect("a string serialises");
+            out.push_str(",\"system\":");
+            out.push_str(&serde_json::to_string(s).expect("a string serialises"));
         }
         if let Some(t) = self.tools {
-            out.extend_from_slice(b",\"tools\":");
-            serde_json::to_writer(&mut out, t).expect("tools serialise");
+            out.push_str(",\"tools\":");
+            out.push_str(&serde_json::to_string(t).expect("tools serialise"));
         }
-        out.extend_from_slice(b",\"messages\":[");
+        out.push_str(",\"messages\":[");
         let mut first = true;
         for m in self.prefix.iter() {
             if !first {
-                out.push(b',');
+                out.push(',');
             }
             first = false;
-            out.extend_from_slice(m.as_bytes());
+            out.push_str(m);
         }
         let head_end = out.len();
         for d in self.history {
             if !first {
-                out.push(b',');
+                out.push(',');
             }
             first = false;
-            out.extend_from_slice(d.json.as_bytes());
+            out.push_str(&d.json);
         }
         let hist_end = out.len();
         for m in self.trailing {
             if !first {
-                out.push(b',');
+                out.push(',');
             }
             first = false;
-            out.extend_from_slice(m.as_bytes());
+            out.push_str(m);
         }
-        out.extend_from_slice(b"],\"sessionId\":");
-        serde_json::to_writer(&mut out, self.session_id).expect("a string serialises");
+        out.push_str("],\"sessionId\":");
+        out.push_str(&serde_json::to_string(self.session_id).expect("a string serialises"));
         if let Some((turn, step)) = self.turn_step {
-            out.extend_from_slice(format!(",\"turn\":{turn},\"step\":{step}").as_bytes());
+            out.push_str(&format!(",\"turn\":{turn},\"step\":{step}"));
         }
-        out.extend_from_slice(b",\"purpose\":\"");
-        out.extend_from_slice(self.purpose.as_str().as_bytes());
-        out.extend_from_slice(b"\"}");
+        out.push_str(",\"purpose\":\"");
+        out.push_str(self.purpose.as_str());
+        out.push_str("\"}");
         (out, head_end, hist_end)
     }
 }
@@ -246,8 +247,8 @@ fn same_entry(a: Option<&Arc<Derived>>, b: Option<&Arc<Derived>>) -> bool {
     }
 }
 
-/// Writes the conversation envelope exactly as [`conversation_envelope`] does and returns it
-/// with its digest (equal to [`digest`] of the bytes), hashing through `cache` only the bytes
+/// Writes the conversation envelope exactly as [`conversation_envelope`] does (as text) and
+/// returns it with its digest (equal to [`digest`] of the bytes), hashing through `cache` only the bytes
 /// that follow the previous envelope's last history message when the two share them.
 pub fn conversation_envelope_digest(
     log: &Log,
@@ -257,7 +258,7 @@ pub fn conversation_envelope_digest(
     turn: u64,
     step: u64,
     cache: &mut DigestCache,
-) -> (Vec<u8>, String) {
+) -> (String, String) {
     let history = log.history();
     let entries = history.entries();
     let (body, head_end, hist_end) = EnvelopeParts {
@@ -277,18 +278,18 @@ pub fn conversation_envelope_digest(
             && c.entries <= entries.len()
             && same_entry(c.first.as_ref(), if c.entries > 0 { entries.first() } else { None })
             && same_entry(c.last.as_ref(), c.entries.checked_sub(1).map(|i| &entries[i]))
-            && c.head[..] == body[..head_end]
+            && c.head[..] == body.as_bytes()[..head_end]
             && c.covered <= hist_end
     });
     let (head, mut hasher, from) = match reuse {
         Some(c) => (c.head, c.hasher, c.covered),
-        None => (body[..head_end].to_vec(), Sha256::new(), 0),
+        None => (body.as_bytes()[..head_end].to_vec(), Sha256::new(), 0),
     };
-    hasher.update(&body[from..hist_end]);
+    hasher.update(&body.as_bytes()[from..hist_end]);
     let mid = hasher.clone();
-    hasher.update(&body[hist_end..]);
+    hasher.update(&body.as_bytes()[hist_end..]);
     let d = hex_digest(&hasher.finalize());
-    debug_assert_eq!(d, digest(&body), "the incremental digest is the digest of the bytes");
+    debug_assert_eq!(d, digest(body.as_bytes()), "the incremental digest is the digest of the bytes");
     cache.state = Some(CachedDigest {
         head,
         generation: history.generation(),

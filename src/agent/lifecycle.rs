@@ -192,11 +192,11 @@ impl Agent {
         };
         self.stats.requests += 1;
         if self.options.check_requests {
-            self.check_request(&body, seq, turn, step)?;
+            self.check_request(body.as_bytes(), seq, turn, step)?;
         }
         Ok(Request {
             digest: body_digest,
-            json: String::from_utf8(body).expect("JSON is UTF-8"),
+            json: body,
             turn,
             step,
             instance: self.instance,
