@@ -325,7 +325,7 @@ fn an_assistant_message_belongs_to_an_open_step_once() {
     append_all(&s, vec![step_start(1, 2)]);
     let mut wrong_role = assistant(1, 2, "x", &[]);
     wrong_role.data["message"]["role"] = json!("user");
-    let e = rejected(&s, wrong_role, ErrorKind::InvalidInput, &["data.message.role", "assistant"]);
+    let e = rejected(&s, wrong_role, ErrorKind::InvalidInput, &["data.message.role", "an assistant/message event carries an assistant message, got a user message"]);
     assert_eq!(field(&e), "data.message.role");
 }
 
@@ -334,8 +334,10 @@ fn tool_call_ids_are_unique_in_a_session() {
     let s = session_with_header();
     append_all(&s, complete_turn(1)); // uses call id "c1"
     append_all(&s, vec![turn_start(2), user("q"), step_start(2, 1)]);
-    rejected(&s, assistant(2, 1, "x", &[("c1", "read", "{}")]), ErrorKind::InvalidInput, &["assistant/message", "\"c1\" is already used"]);
-    rejected(&s, assistant(2, 1, "x", &[("d", "t", "{}"), ("d", "t", "{}")]), ErrorKind::InvalidInput, &["\"d\" is already used"]);
+    let e = rejected(&s, assistant(2, 1, "x", &[("c1", "read", "{}")]), ErrorKind::InvalidInput, &["assistant/message", "data.message.content[1].id", "\"c1\" is already used"]);
+    assert_eq!(field(&e), "data.message.content[1].id");
+    let e = rejected(&s, assistant(2, 1, "x", &[("d", "t", "{}"), ("d", "t", "{}")]), ErrorKind::InvalidInput, &["\"d\" is already used"]);
+    assert_eq!(field(&e), "data.message.content[2].id");
 }
 
 #[test]
@@ -410,7 +412,7 @@ fn user_messages_name_a_known_source_and_the_users_own_need_a_turn() {
     append_all(&s, vec![host("h"), user_from("plugin", "p")]);
     let mut wrong_role = host("x");
     wrong_role.data["message"]["role"] = json!("assistant");
-    rejected(&s, wrong_role, ErrorKind::InvalidInput, &["data.message.role", "carries a user message"]);
+    rejected(&s, wrong_role, ErrorKind::InvalidInput, &["data.message.role", "a user/message event carries a user message, got an assistant message"]);
 }
 
 #[test]

@@ -48,7 +48,11 @@ pub fn project(ev: &Event) -> Result<Option<Message>> {
             let m = Message::from_value(f.value("message")?, "data.message")?;
             let want = if ev.ty == types::USER_MESSAGE { Role::User } else { Role::Assistant };
             if m.role != want {
-                return Err(Error::invalid("data.message.role", format!("a {} event carries a {} message", ev.ty, want.as_str())));
+                let an = |r: Role| if r == Role::Assistant { "an" } else { "a" };
+                return Err(Error::invalid(
+                    "data.message.role",
+                    format!("{} {} event carries {} {} message, got {} {} message", an(want), ev.ty, an(want), want.as_str(), an(m.role), m.role.as_str()),
+                ));
             }
             m
         }

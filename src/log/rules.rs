@@ -278,9 +278,9 @@ impl LogState {
                 }
                 let msg = d.message();
                 let mut calls = Vec::new();
-                for (i, (id, name, args)) in msg.tool_calls().enumerate() {
+                for (i, (id, name, args)) in msg.content.iter().enumerate().filter_map(|(i, b)| Some((i, b.as_tool_call()?))) {
                     if self.known_calls.contains(id) || calls.iter().any(|(c, _, _): &(String, String, String)| c == id) {
-                        return Err(Error::invalid(format!("data.message.content (tool call {i})"), format!("tool call id {id:?} is already used in this session")));
+                        return Err(Error::invalid(format!("data.message.content[{i}].id"), format!("tool call id {id:?} is already used in this session")));
                     }
                     calls.push((id.to_string(), name.to_string(), args.to_string()));
                 }
