@@ -108,7 +108,7 @@ impl Session {
         if !contents.records.is_empty() {
             return Err(Error::invalid("store", format!("{} already holds a session; open it instead", store.describe())));
         }
-        let header = SessionHeader { id: opts.id.unwrap_or_else(random_id), created_at: now_ms(), parent: None, extra: JsonMap::new() };
+        let header = SessionHeader { id: new_id(opts.id)?, created_at: now_ms(), parent: None, extra: JsonMap::new() };
         Session::start(store, header, Log::new(), opts.durability)
     }
 
@@ -282,6 +282,7 @@ impl Session {
             let events: Vec<Event> = (0..n).map(|s| g.log.event(s).expect("in range")).collect();
             (g.header.id.clone(), events)
         };
+        let id = new_id(opts.id)?;
         let log = Log::replay(&events)?;
         if !log.state().at_rest() {
             return Err(Error::invalid(
@@ -294,7 +295,7 @@ impl Session {
             return Err(Error::invalid("store", format!("{} already holds a session", store.describe())));
         }
         let header = SessionHeader {
-            id: opts.id.unwrap_or_else(random_id),
+            id,
             created_at: now_ms(),
             parent: Some((parent_id, events.len() as u64)),
             extra: JsonMap::new(),
@@ -320,6 +321,15 @@ impl Session {
         if g.live_agent == Some(token) {
             g.live_agent = None;
         }
+    }
+}
+
+/// The id of a new session: the caller's (which the loader must accept) or a random one.
+fn new_id(id: Option<String>) -> Result<String> {
+    match id {
+        Some(id) if id.is_empty() => Err(Error::invalid("id", "must not be empty")),
+        Some(id) => Ok(id),
+        None => Ok(random_id()),
     }
 }
 

@@ -905,3 +905,21 @@ fn a_session_header_write_failure_creates_nothing() {
     let e = Session::create(Box::new(store), SessionOptions::default()).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Storage);
 }
+
+#[test]
+fn a_new_session_id_must_not_be_empty() {
+    // The loader rejects an empty id, so creating one would make a session that cannot be
+    // opened again.
+    let opts = || SessionOptions { id: Some(String::new()), ..Default::default() };
+    let (store, stats) = CountingStore::new();
+    let e = Session::create(Box::new(store), opts()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    assert_eq!(field(&e), "id");
+    assert_eq!(stats.lock().unwrap().appends, 0);
+    let s = session_with_header();
+    let e = s.fork(None, Box::new(MemoryStore::new()), opts()).unwrap_err();
+    assert_eq!(field(&e), "id");
+    let named = Session::create(Box::new(MemoryStore::new()), SessionOptions { id: Some("mine".into()), ..Default::default() }).unwrap();
+    assert_eq!(named.id(), "mine");
+    assert_eq!(Session::in_memory().id().len(), 32);
+}
