@@ -557,6 +557,9 @@ fn compaction_events_pair_up() {
     let e = rejected(&s, compaction_end("exploded"), ErrorKind::InvalidInput, &["data.outcome", "expected landed, failed, discarded or cancelled"]);
     assert_eq!(field(&e), "data.outcome");
     rejected(&s, NewEvent::new("compaction/summary", json!({})), ErrorKind::InvalidInput, &["data.summary", "is required"]);
+    let e = rejected(&s, NewEvent::new("compaction/end", json!({"outcome": "failed", "error": null})), ErrorKind::InvalidInput, &["compaction/end", "data.error", "is null"]);
+    assert_eq!(field(&e), "data.error");
+    rejected(&s, NewEvent::new("compaction/end", json!({"outcome": "failed", "error": 5})), ErrorKind::InvalidInput, &["data.error", "expected a string"]);
     append_all(&s, vec![compaction_summary("s")]);
     rejected(&s, compaction_summary("again"), ErrorKind::OutOfOrder, &["already has its summary"]);
     // No request while a compaction is open.

@@ -378,6 +378,7 @@ impl LogState {
             }
             types::COMPACTION_END => {
                 let outcome = f.str("outcome")?;
+                f.opt_str("error")?;
                 if !["landed", "failed", "discarded", "cancelled"].contains(&outcome) {
                     return Err(Error::invalid("data.outcome", format!("expected landed, failed, discarded or cancelled, got {outcome:?}")));
                 }
