@@ -403,3 +403,33 @@ fn an_empty_file_becomes_a_new_session() {
     let e = Session::create(Box::new(store), SessionOptions::default()).unwrap_err();
     assert!(e.message().contains("already holds a session"), "{}", e.message());
 }
+
+/// `data` nested `levels` deep: `{"x": [[...[1]...]]}`.
+fn nested(levels: usize) -> Value {
+    let mut v = json!(1);
+    for _ in 1..levels {
+        v = Value::Array(vec![v]);
+    }
+    json!({ "x": v })
+}
+
+#[test]
+fn an_event_too_deep_to_load_back_is_rejected() {
+    // JSON readers (serde_json included) stop at 128 levels: an event nested deeper would be
+    // written but make the file unloadable, so the append is refused.
+    let (_dir, path) = new_file();
+    let (s, _) = open(&path);
+    let e = rejected(&s, NewEvent::new("acme/deep", nested(101)), ErrorKind::InvalidInput, &["acme/deep", "data", "nests deeper than 100 levels"]);
+    assert_eq!(field(&e), "data");
+    // A message nested deep inside a user message is refused the same way.
+    append_all(&s, vec![turn_start(1)]);
+    let mut deep = user("x");
+    deep.data["message"]["content"][0]["meta"] = nested(98);
+    rejected(&s, deep, ErrorKind::InvalidInput, &["user/message", "nests deeper than 100 levels"]);
+    append_all(&s, vec![NewEvent::new("acme/deep", nested(100)), turn_end(1, "completed")]);
+    let before = observe(&s);
+    drop(s);
+    let (s, report) = open(&path);
+    assert_eq!(report, LoadReport::default());
+    assert_eq!(observe(&s), before);
+}

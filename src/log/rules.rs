@@ -133,6 +133,12 @@ impl LogState {
         if ev.seq != next_seq {
             return Err(field_err(ev, Error::invalid("seq", format!("expected {next_seq} (seqs are contiguous from 0), got {}", ev.seq))));
         }
+        if exceeds_depth(&ev.data, MAX_DATA_DEPTH) {
+            return Err(field_err(
+                ev,
+                Error::invalid("data", format!("nests deeper than {MAX_DATA_DEPTH} levels; the logged line could not be read back (JSON readers stop at 128)")),
+            ));
+        }
         let visible = types::is_model_visible(&ev.ty);
         if !visible && (ev.surface_op.is_some() || ev.sources.is_some()) {
             return Err(field_err(ev, Error::invalid("surfaceOp", "only model-visible events (user/message, assistant/message, tool/result) carry surfaceOp and sources")));
@@ -463,6 +469,20 @@ impl LogState {
     /// Whether the turn/step/tool state is at rest (no open turn, step, batch or compaction).
     pub fn at_rest(&self) -> bool {
         self.open_turn.is_none() && self.pending.is_empty() && self.compaction.is_none()
+    }
+}
+
+/// How deeply an event's `data` may nest (arrays and objects, `data` itself being level 1), so
+/// that its line, one level deeper, stays within what JSON readers accept (serde_json: 128).
+pub const MAX_DATA_DEPTH: usize = 100;
+
+/// Whether `v` nests more than `levels` arrays/objects deep (stops descending at the limit).
+fn exceeds_depth(v: &serde_json::Value, levels: usize) -> bool {
+    use serde_json::Value;
+    match v {
+        Value::Array(a) => levels == 0 || a.iter().any(|x| exceeds_depth(x, levels - 1)),
+        Value::Object(m) => levels == 0 || m.values().any(|x| exceeds_depth(x, levels - 1)),
+        _ => false,
     }
 }
 
