@@ -926,3 +926,11 @@ fn a_new_session_id_must_not_be_empty() {
     assert_eq!(named.id(), "mine");
     assert_eq!(Session::in_memory().id().len(), 32);
 }
+
+#[test]
+fn an_empty_event_type_is_rejected() {
+    // The loader refuses an empty type, so the append must too.
+    let s = session_with_header();
+    let e = rejected(&s, NewEvent::new("", json!({})), ErrorKind::InvalidInput, &["event (seq 1): type: must not be empty"]);
+    assert_eq!(field(&e), "type");
+}

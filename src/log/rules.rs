@@ -116,7 +116,8 @@ pub struct LogState {
 
 fn field_err(ev: &Event, e: Error) -> Error {
     let field = e.detail().get("field").and_then(|f| f.as_str()).unwrap_or("").to_string();
-    Error::new(e.kind(), format!("{} (seq {}): {}", ev.ty, ev.seq, e.message()))
+    let name = if ev.ty.is_empty() { "event" } else { ev.ty.as_str() };
+    Error::new(e.kind(), format!("{name} (seq {}): {}", ev.seq, e.message()))
         .with("eventType", ev.ty.clone())
         .with("seq", ev.seq)
         .with("field", field)
@@ -132,6 +133,9 @@ impl LogState {
     pub fn check(&self, ev: &Event, next_seq: u64) -> Result<Effect> {
         if ev.seq != next_seq {
             return Err(field_err(ev, Error::invalid("seq", format!("expected {next_seq} (seqs are contiguous from 0), got {}", ev.seq))));
+        }
+        if ev.ty.is_empty() {
+            return Err(field_err(ev, Error::invalid("type", "must not be empty")));
         }
         if exceeds_depth(&ev.data, MAX_DATA_DEPTH) {
             return Err(field_err(
