@@ -934,3 +934,23 @@ fn an_empty_event_type_is_rejected() {
     let e = rejected(&s, NewEvent::new("", json!({})), ErrorKind::InvalidInput, &["event (seq 1): type: must not be empty"]);
     assert_eq!(field(&e), "type");
 }
+
+#[test]
+fn tool_blocks_only_travel_in_their_own_events() {
+    // A tool-result block inside a message would answer a call outside the pairing rules, and a
+    // tool call in a user message is no call at all.
+    let s = session_with_header();
+    append_all(&s, vec![turn_start(1)]);
+    let mut ev = host("x");
+    ev.data["message"]["content"].as_array_mut().unwrap().push(json!({"type": "tool-result", "toolCallId": "c9", "content": [], "isError": false}));
+    let e = rejected(&s, ev, ErrorKind::InvalidInput, &["user/message", "data.message.content[1]", "a tool-result block belongs in a tool/result event"]);
+    assert_eq!(field(&e), "data.message.content[1]");
+    let mut ev = user("x");
+    ev.data["message"]["content"][0] = json!({"type": "tool-call", "id": "c9", "name": "t", "arguments": "{}"});
+    let e = rejected(&s, ev, ErrorKind::InvalidInput, &["user/message", "data.message.content[0]", "only an assistant message calls tools"]);
+    assert_eq!(field(&e), "data.message.content[0]");
+    append_all(&s, vec![step_start(1, 1)]);
+    let mut ev = assistant(1, 1, "x", &[]);
+    ev.data["message"]["content"][0] = json!({"type": "tool-result", "toolCallId": "c9", "content": [], "isError": false});
+    rejected(&s, ev, ErrorKind::InvalidInput, &["assistant/message", "data.message.content[0]", "a tool-result block belongs in a tool/result event"]);
+}

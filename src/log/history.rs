@@ -41,6 +41,9 @@ impl Derived {
 /// - `user/message` → its `message` (user role);
 /// - `assistant/message` → its `message` (assistant role);
 /// - `tool/result` → a user message with one `tool-result` block.
+///
+/// A message event may not carry `tool-result` blocks, and a user message no `tool-call`
+/// blocks: tool calls and results travel in their own events, where the pairing rules apply.
 pub fn project(ev: &Event) -> Result<Option<Message>> {
     let f = Fields::of(&ev.data, "data").map_err(|e| e.context(&ev.ty))?;
     let msg = match ev.ty.as_str() {
@@ -53,6 +56,15 @@ pub fn project(ev: &Event) -> Result<Option<Message>> {
                     "data.message.role",
                     format!("{} {} event carries {} {} message, got {} {} message", an(want), ev.ty, an(want), want.as_str(), an(m.role), m.role.as_str()),
                 ));
+            }
+            // Tool blocks travel in their own events, where the pairing rules see them.
+            for (i, b) in m.content.iter().enumerate() {
+                let why = match b.kind() {
+                    "tool-result" => "a tool-result block belongs in a tool/result event",
+                    "tool-call" if m.role != Role::Assistant => "only an assistant message calls tools",
+                    _ => continue,
+                };
+                return Err(Error::invalid(format!("data.message.content[{i}]"), why));
             }
             m
         }
