@@ -65,7 +65,10 @@ pub fn step_start_of(turn: u64, step: u64, instance: u64) -> NewEvent {
 
 /// `step/end` with an outcome.
 pub fn step_end(turn: u64, step: u64, outcome: &str) -> NewEvent {
-    NewEvent::new("step/end", json!({"turn": turn, "step": step, "outcome": outcome}))
+    NewEvent::new(
+        "step/end",
+        json!({"turn": turn, "step": step, "outcome": outcome}),
+    )
 }
 
 /// An assistant message with text and tool calls `(id, name, arguments)`.
@@ -129,7 +132,9 @@ pub fn append_all(s: &Session, evs: Vec<NewEvent>) -> u64 {
     let mut last = 0;
     for ev in evs {
         let ty = ev.ty.clone();
-        last = s.append(ev).unwrap_or_else(|e| panic!("{ty} rejected: {e}"));
+        last = s
+            .append(ev)
+            .unwrap_or_else(|e| panic!("{ty} rejected: {e}"));
     }
     last
 }
@@ -192,7 +197,11 @@ pub fn rejected(s: &Session, ev: NewEvent, kind: ErrorKind, needles: &[&str]) ->
     };
     assert_eq!(e.kind(), kind, "kind of: {}", e.message());
     for n in needles {
-        assert!(e.message().contains(n), "message {:?} does not contain {n:?}", e.message());
+        assert!(
+            e.message().contains(n),
+            "message {:?} does not contain {n:?}",
+            e.message()
+        );
     }
     assert_eq!(observe(s), before, "a rejected {ty} changed the session");
     e
@@ -200,7 +209,10 @@ pub fn rejected(s: &Session, ev: NewEvent, kind: ErrorKind, needles: &[&str]) ->
 
 /// The `field` detail of an error.
 pub fn field(e: &Error) -> &str {
-    e.detail().get("field").and_then(Value::as_str).unwrap_or("<none>")
+    e.detail()
+        .get("field")
+        .and_then(Value::as_str)
+        .unwrap_or("<none>")
 }
 
 /// What a [`CountingStore`] saw, shared with the test.
@@ -227,7 +239,13 @@ impl CountingStore {
     /// A new store and the handle to its counters.
     pub fn new() -> (CountingStore, Arc<Mutex<StoreStats>>) {
         let stats = Arc::new(Mutex::new(StoreStats::default()));
-        (CountingStore { inner: MemoryStore::new(), stats: stats.clone() }, stats)
+        (
+            CountingStore {
+                inner: MemoryStore::new(),
+                stats: stats.clone(),
+            },
+            stats,
+        )
     }
 }
 
