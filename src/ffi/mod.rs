@@ -58,6 +58,7 @@ pub mod cancel;
 pub mod error;
 pub mod handle;
 pub mod reply;
+pub mod response;
 pub mod status;
 pub mod version;
 
