@@ -5,7 +5,7 @@ CARGO ?= cargo
 CC ?= cc
 
 .PHONY: all build test test-rust demo scenario tokenizer
-.PHONY: build-lib header check-header check-symbols install install-check test-c cbindgen
+.PHONY: build-lib header check-header check-symbols install install-check test-c test-c-one cbindgen
 
 all: build
 
@@ -139,8 +139,8 @@ install-check: build-lib
 	ls "$$tmp/usr/local/lib" "$$tmp/usr/local/include"
 
 C_TEST_DIR := build/c
-C_TEST_SRC := tests/c/test_ffi.c
-C_TEST_DEPS := $(C_TEST_SRC) tests/c/check.h $(HEADER)
+# One program per file; each ends with "N passed, N failed".
+C_TESTS := test_ffi test_session test_agent test_callbacks
 C_TEST_CFLAGS := -std=c11 -Wall -Wextra -Werror -g -O1 -pthread -Iinclude
 C_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 VALGRIND_FLAGS := --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect \
@@ -150,12 +150,21 @@ VALGRIND_FLAGS := --error-exitcode=1 --leak-check=full --show-leak-kinds=definit
 # instrumented, the Rust library is not), then once under valgrind (no ASan).
 test-c: build-lib
 	@mkdir -p $(C_TEST_DIR)
-	$(CC) $(C_TEST_CFLAGS) $(C_SANITIZE) $(C_TEST_SRC) -L$(STAGE) -lllmsession -o $(C_TEST_DIR)/test_ffi_shared_asan
-	$(CC) $(C_TEST_CFLAGS) $(C_SANITIZE) $(C_TEST_SRC) $(STAGE)/libllmsession.a $(NATIVE_STATIC_LIBS) -o $(C_TEST_DIR)/test_ffi_static_asan
-	$(CC) $(C_TEST_CFLAGS) $(C_TEST_SRC) -L$(STAGE) -lllmsession -o $(C_TEST_DIR)/test_ffi_shared
-	@echo "== C tests: shared library, ASan+UBSan"
-	LD_LIBRARY_PATH=$(STAGE) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(C_TEST_DIR)/test_ffi_shared_asan
-	@echo "== C tests: static library, ASan+UBSan"
-	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(C_TEST_DIR)/test_ffi_static_asan
-	@echo "== C tests: shared library, valgrind"
-	LD_LIBRARY_PATH=$(STAGE) valgrind -q $(VALGRIND_FLAGS) $(C_TEST_DIR)/test_ffi_shared
+	@set -e; for t in $(C_TESTS); do \
+		echo "== $$t: build"; \
+		$(CC) $(C_TEST_CFLAGS) $(C_SANITIZE) tests/c/$$t.c -L$(STAGE) -lllmsession -o $(C_TEST_DIR)/$${t}_shared_asan; \
+		$(CC) $(C_TEST_CFLAGS) $(C_SANITIZE) tests/c/$$t.c $(STAGE)/libllmsession.a $(NATIVE_STATIC_LIBS) -o $(C_TEST_DIR)/$${t}_static_asan; \
+		$(CC) $(C_TEST_CFLAGS) tests/c/$$t.c -L$(STAGE) -lllmsession -o $(C_TEST_DIR)/$${t}_shared; \
+		echo "== $$t: shared library, ASan+UBSan"; \
+		LD_LIBRARY_PATH=$(STAGE) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(C_TEST_DIR)/$${t}_shared_asan; \
+		echo "== $$t: static library, ASan+UBSan"; \
+		ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(C_TEST_DIR)/$${t}_static_asan; \
+		echo "== $$t: shared library, valgrind"; \
+		LD_LIBRARY_PATH=$(STAGE) valgrind -q $(VALGRIND_FLAGS) $(C_TEST_DIR)/$${t}_shared; \
+	done
+
+# One C test program under ASan against the shared library (quick iteration): make test-c-one T=test_agent
+test-c-one: build-lib
+	@mkdir -p $(C_TEST_DIR)
+	$(CC) $(C_TEST_CFLAGS) $(C_SANITIZE) tests/c/$(T).c -L$(STAGE) -lllmsession -o $(C_TEST_DIR)/$(T)_shared_asan
+	LD_LIBRARY_PATH=$(STAGE) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(C_TEST_DIR)/$(T)_shared_asan
