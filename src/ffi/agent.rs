@@ -815,6 +815,15 @@ pub unsafe extern "C" fn lls_agent_next_request(
                 slot.last_request = Some(request_info(&req));
                 Ok(req)
             })?;
+            if a.dispose_requested.load(Ordering::SeqCst) {
+                // Disposed by a callback that ran after the last check (a token counter): the
+                // disposal closed the request's step, so the request must not be sent.
+                return Err(Error::new(
+                    ErrorKind::Disposed,
+                    "the agent instance was disposed while the request was being built; its step is closed",
+                )
+                .into());
+            }
             out.write(&req.json)
         })
     }

@@ -643,6 +643,100 @@ static void test_token_counter(void) {
     lls_session_free(s);
 }
 
+/* A token counter that disposes its agent: the request being built must not be handed out. */
+typedef struct {
+    lls_agent *agent;
+    lls_status status;
+} disposing_counter;
+
+static int32_t dispose_counter_cb(void *ud, const char *in, size_t len, lls_reply *reply) {
+    (void)in, (void)len;
+    disposing_counter *d = ud;
+    if (d->agent != NULL) {
+        d->status = lls_agent_dispose(d->agent, NULL);
+        d->agent = NULL;
+    }
+    lls_reply_set_json(reply, S("1"), NULL);
+    return LLS_CB_OK;
+}
+
+static void test_dispose_inside_token_counter(void) {
+    lls_session *s = memory_session();
+    lls_agent *a = new_agent(s);
+    disposing_counter d = {a, -1};
+    EXPECT_OK(lls_agent_set_policy(a, S("{\"contextWindow\":100000}"), &err));
+    EXPECT_OK(lls_agent_set_token_counter(a, dispose_counter_cb, &d, NULL, &err));
+    start_turn(a);
+    char *env = NULL;
+    EXPECT_ERR(lls_agent_next_request(a, NULL, &env, NULL, &err), LLS_ERR_DISPOSED, "disposed");
+    CHECK(env == NULL);
+    CHECK_INT(d.status, LLS_OK);
+    CHECK_TURN_ENDED(s, "disposed");
+    char *t = NULL;
+    EXPECT_OK(lls_session_verify(s, &t, NULL, &err));
+    lls_string_free(t);
+    lls_agent_free(a);
+    lls_session_free(s);
+}
+
+/* Another thread's call on a busy agent waits for the running call instead of failing. */
+typedef struct {
+    lls_agent *agent;
+    lls_status status;
+    char *stats;
+} stats_args;
+
+static void *read_stats(void *arg) {
+    stats_args *r = arg;
+    r->status = lls_agent_stats(r->agent, &r->stats, NULL, NULL);
+    return NULL;
+}
+
+typedef struct {
+    listener *l;
+    stats_args *reader;
+    pthread_t reader_thread;
+    lls_status complete;
+} busy_args;
+
+static void *busy_worker(void *arg) {
+    busy_args *b = arg;
+    lls_reply *reply = handoff_take(&b->l->ho);
+    /* The agent is busy (its call waits on this reply): a reader from a third thread waits. */
+    pthread_create(&b->reader_thread, NULL, read_stats, b->reader);
+    b->complete = lls_reply_complete(reply, S("[" MINE "]"), NULL);
+    return NULL;
+}
+
+static void test_other_thread_waits_for_running_call(void) {
+    lls_session *s = memory_session();
+    lls_agent *a = new_agent(s);
+    listener l;
+    listener_init(&l, L_PENDING);
+    EXPECT_OK(lls_agent_add_prefix_listener(a, listener_cb, &l, listener_free, &err));
+    stats_args reader = {a, -1, NULL};
+    busy_args b;
+    memset(&b, 0, sizeof b);
+    b.l = &l;
+    b.reader = &reader;
+    pthread_t t;
+    CHECK_INT(pthread_create(&t, NULL, busy_worker, &b), 0);
+    start_turn(a);
+    char *env = NULL;
+    EXPECT_OK(lls_agent_next_request(a, NULL, &env, NULL, &err));
+    pthread_join(t, NULL);
+    pthread_join(b.reader_thread, NULL);
+    CHECK_INT(b.complete, LLS_OK);
+    CHECK_INT(reader.status, LLS_OK);
+    CHECK_CONTAINS(reader.stats, "\"instance\":1");
+    lls_string_free(reader.stats);
+    lls_string_free(env);
+    finish_turn(a);
+    lls_agent_free(a);
+    handoff_destroy(&l.ho);
+    lls_session_free(s);
+}
+
 /* ------------------------------------------------------------ userdata */
 
 static void test_userdata_freed_exactly_once(void) {
@@ -690,6 +784,8 @@ int main(void) {
     RUN(test_dispose_from_another_thread);
     RUN(test_summariser_pending);
     RUN(test_token_counter);
+    RUN(test_dispose_inside_token_counter);
+    RUN(test_other_thread_waits_for_running_call);
     RUN(test_userdata_freed_exactly_once);
     RUN(test_no_handle_leaks);
     return check_report();
