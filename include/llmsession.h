@@ -18,6 +18,13 @@
 #include <stdint.h>
 
 /**
+ * `*out_seq` of `lls_agent_inject` when the message was deferred (not written yet).
+ *
+ * Thread safety: a constant.
+ */
+#define LLS_SEQ_NONE UINT64_MAX
+
+/**
  * Callback return value: the reply was answered synchronously with `lls_reply_set_json`
  * (or `lls_reply_complete`) before returning.
  *
@@ -72,6 +79,18 @@
 #define LLS_ABI_VERSION 1
 
 /**
+ * An agent instance: drives the turns and steps of one session (at most one live instance
+ * per session), builds every request, and runs compaction. Create it with `lls_agent_new`,
+ * free it with `lls_agent_free`.
+ *
+ * Thread safety: agent functions may be called from any thread; calls on one agent are
+ * serialised (a second thread waits). Inside the agent's own callbacks, calling the agent is
+ * refused with `LLS_ERR_OUT_OF_ORDER`, except `lls_agent_dispose`; reading and appending to the
+ * session is allowed.
+ */
+typedef struct lls_agent lls_agent;
+
+/**
  * A cancel token. Pass it to operations that may wait (prefix composition, pre-step listeners,
  * summarisation, a pending callback reply); tripping it ends such a wait with
  * `LLS_ERR_CANCELLED`. A token stays tripped; use a new one for the next operation.
@@ -103,6 +122,17 @@ typedef struct lls_error lls_error;
  * reply; the library's waiting thread synchronises with them internally.
  */
 typedef struct lls_reply lls_reply;
+
+/**
+ * A session: the append-only event log of one conversation, kept in memory, in a JSONL file
+ * or in a host store. Create it with `lls_session_new_memory`, `lls_session_open_file`,
+ * `lls_session_open_store` or `lls_session_fork`; free it with `lls_session_free`.
+ *
+ * Thread safety: every session function may be called from any thread, concurrently; the
+ * session serialises them internally (briefly). Agent callbacks may read and append to the
+ * session; a host store callback may not call into the session it stores.
+ */
+typedef struct lls_session lls_session;
 
 /**
  * The result of a fallible llmsession function: `LLS_OK` (0) or one of the `LLS_ERR_*` values.
@@ -326,6 +356,517 @@ extern "C" {
 #endif // __cplusplus
 
 /**
+ * Creates an agent instance over `session` and stores it in `*out`. If the session already
+ * holds request headers (a stored log, a fork), this is a resumed instance: it recomposes the
+ * session prefix and its first request records a `resume` snapshot.
+ *
+ * `opts_json` is `{"config": {"provider","model",...}, "system"?: string, "tools"?: [schemas],
+ * "checkRequests"?: bool, "policy"?: policy | {"default"?, "models"?}, "tokenizer"?: path}`:
+ * the call config, system prompt and tools every request carries; `checkRequests` rebuilds
+ * every request from the log and compares bytes (for tests); `policy` enables automatic
+ * compaction (`{"contextWindow", "threshold"?, "retainedRatio"? | "retainedTokens"?,
+ * "summaryMaxTokens"?, "retries"?, "overflowRetries"?, "summaryProvider"?, "summaryModel"?}`);
+ * `tokenizer` is a HuggingFace `tokenizer.json` used to count tokens (the built-in estimate
+ * otherwise).
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`session`, `opts_json`, `out`), `LLS_ERR_INVALID_HANDLE`,
+ * `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (detail `field`),
+ * `LLS_ERR_INVALID_POLICY`, `LLS_ERR_TOKENIZER`, `LLS_ERR_BUSY` (the session already has a live
+ * agent instance).
+ *
+ * # Safety
+ * `opts_json` NULL or `opts_len` readable bytes; `out`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread.
+ */
+lls_status lls_agent_new(const lls_session *session,
+                         const char *opts_json,
+                         size_t opts_len,
+                         lls_agent **out,
+                         lls_error **err);
+
+/**
+ * Replaces the agent's options `{"config", "system"?, "tools"?, "checkRequests"?}`; they take
+ * effect at the next request (a changed header is logged as a `change` snapshot).
+ *
+ * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_INVALID_UTF8`,
+ * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT`, `LLS_ERR_DISPOSED`, `LLS_ERR_OUT_OF_ORDER`
+ * (from the agent's own callback), `LLS_ERR_POISONED`.
+ *
+ * # Safety
+ * `opts_json` NULL or `opts_len` readable bytes; `err` NULL or valid for writes.
+ *
+ * Thread safety: exclusive per agent (serialised internally); not from the agent's callbacks.
+ */
+lls_status lls_agent_set_options(lls_agent *agent,
+                                 const char *opts_json,
+                                 size_t opts_len,
+                                 lls_error **err);
+
+/**
+ * Sets the compaction policy: a policy object (one policy for every model), `{"default"?:
+ * policy, "models"?: {"model name": policy}}`, or `null` (no automatic compaction). See
+ * `lls_agent_new` for the policy fields. An invalid policy changes nothing.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_INVALID_UTF8`,
+ * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT`, `LLS_ERR_INVALID_POLICY` (detail `field`),
+ * `LLS_ERR_DISPOSED`, `LLS_ERR_OUT_OF_ORDER`, `LLS_ERR_POISONED`.
+ *
+ * # Safety
+ * `policy_json` NULL or `policy_len` readable bytes; `err` NULL or valid for writes.
+ *
+ * Thread safety: exclusive per agent (serialised internally); not from the agent's callbacks.
+ */
+lls_status lls_agent_set_policy(lls_agent *agent,
+                                const char *policy_json,
+                                size_t policy_len,
+                                lls_error **err);
+
+/**
+ * Counts tokens with the HuggingFace `tokenizer.json` at `(path, path_len)` from now on
+ * (replacing a host token counter).
+ *
+ * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_INVALID_UTF8`,
+ * `LLS_ERR_INVALID_ARGUMENT` (empty path), `LLS_ERR_TOKENIZER` (unreadable or invalid file;
+ * detail `path`), `LLS_ERR_DISPOSED`, `LLS_ERR_OUT_OF_ORDER`, `LLS_ERR_POISONED`.
+ *
+ * # Safety
+ * `path` NULL or `path_len` readable bytes; `err` NULL or valid for writes.
+ *
+ * Thread safety: exclusive per agent (serialised internally); not from the agent's callbacks.
+ */
+lls_status lls_agent_set_tokenizer(lls_agent *agent,
+                                   const char *path,
+                                   size_t path_len,
+                                   lls_error **err);
+
+/**
+ * Goes back to the built-in token estimate (drops a tokenizer or a host token counter, whose
+ * `userdata_free` then runs).
+ *
+ * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_DISPOSED`,
+ * `LLS_ERR_OUT_OF_ORDER`, `LLS_ERR_POISONED`.
+ *
+ * # Safety
+ * `err` NULL or valid for writes.
+ *
+ * Thread safety: exclusive per agent (serialised internally); not from the agent's callbacks.
+ */
+lls_status lls_agent_clear_token_counter(lls_agent *agent, lls_error **err);
+
+/**
+ * Adds a session prefix listener (SPEC §4). Listeners run once per agent instance, lazily,
+ * before the instance's first request, as a waterfall in registration order: each receives
+ * `{"rest": [messages], "instance": n, "turn": n}`, where `rest` is what the listeners
+ * registered after it produced, and answers with the extended JSON array of messages —
+ * prepend its own (`[mine, ...rest]`) to put contributions in registration order. The result
+ * is validated and frozen; it goes after the system prompt and before the history in every
+ * request of the instance. A failing listener or invalid output fails the request
+ * (`LLS_ERR_LISTENER`) and ends the turn with `error`; nothing is cached. Listeners registered
+ * after the prefix was composed take effect in the next instance.
+ *
+ * The callback may read the session and append context to it (`lls_session_append`, a
+ * `user/message` with source `plugin`), which joins the current request; it may call
+ * `lls_agent_dispose`, but no other function of this agent.
+ *
+ * Ownership: the library owns `userdata` from this call on and calls `userdata_free` (may be
+ * NULL) exactly once: when this call fails (any error, including a NULL `callback`), or when
+ * the agent is disposed or freed.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`callback`, `agent`), `LLS_ERR_INVALID_HANDLE`,
+ * `LLS_ERR_DISPOSED`, `LLS_ERR_OUT_OF_ORDER`, `LLS_ERR_POISONED`.
+ *
+ * # Safety
+ * `callback`/`userdata`/`userdata_free` as for any callback registration; `err` NULL or valid
+ * for writes.
+ *
+ * Thread safety: exclusive per agent (serialised internally); the callback runs on the thread
+ * of the call that builds a request, with no session lock held.
+ */
+lls_status lls_agent_add_prefix_listener(lls_agent *agent,
+                                         lls_callback_fn callback,
+                                         void *userdata,
+                                         lls_userdata_free_fn userdata_free,
+                                         lls_error **err);
+
+/**
+ * Adds a pre-step listener: it runs before every request (after prefix composition, before the
+ * pressure gate) and receives `{"prefix": [messages], "system": string|null, "tools": [...],
+ * "turn": n, "step": n}`; its reply is ignored (answer `null`). It may append context to the
+ * session, which joins the current request. A failure fails the request (`LLS_ERR_LISTENER`)
+ * and ends the turn with `error`.
+ *
+ * Ownership, errors and callback rules as for `lls_agent_add_prefix_listener`.
+ *
+ * # Safety
+ * As for `lls_agent_add_prefix_listener`.
+ *
+ * Thread safety: exclusive per agent (serialised internally); the callback runs on the thread
+ * of the call that builds a request, with no session lock held.
+ */
+lls_status lls_agent_add_pre_step_listener(lls_agent *agent,
+                                           lls_callback_fn callback,
+                                           void *userdata,
+                                           lls_userdata_free_fn userdata_free,
+                                           lls_error **err);
+
+/**
+ * Sets the summariser compaction calls (replacing an earlier one, whose `userdata_free` runs).
+ * It receives `{"request": <envelope>, "provider", "model", "maxTokens", "digest",
+ * "sharedMessages", "prefixLen"}`, where `request` is the summarisation request envelope
+ * exactly as built (`purpose: "compaction"`; its messages replay the last routed request's
+ * prefix and end with the instruction) — send it to the provider (render it with
+ * `lls_render`) — and answers `{"text": summary, "usage"?: usage, "provider"?, "model"?,
+ * "truncated"?: bool}`. A failure or an unusable reply is retried per the policy, then the
+ * compaction fails (`compaction/end{failed}`; `LLS_ERR_SUMMARISER` from `lls_agent_compact`).
+ * A pending reply's wait ends when the operation's cancel token trips or the agent is
+ * disposed.
+ *
+ * Ownership, errors and callback rules as for `lls_agent_add_prefix_listener`.
+ *
+ * # Safety
+ * As for `lls_agent_add_prefix_listener`.
+ *
+ * Thread safety: exclusive per agent (serialised internally); the callback runs on the thread
+ * of the call that compacts, with no session lock held.
+ */
+lls_status lls_agent_set_summariser(lls_agent *agent,
+                                    lls_callback_fn callback,
+                                    void *userdata,
+                                    lls_userdata_free_fn userdata_free,
+                                    lls_error **err);
+
+/**
+ * Sets a host token counter (replacing a tokenizer or an earlier counter). It receives one
+ * item at a time — `{"kind":"system","text"}`, `{"kind":"tools","tools":[...]}` or
+ * `{"kind":"message","message":{...}}` — and answers its token count, framing included: a
+ * non-negative integer or `{"tokens": n}`. Counts are cached per message. A failure or
+ * another reply fails the measurement (`LLS_ERR_LISTENER`, detail `counter: "host"`). A
+ * pending reply's wait ends when the operation's cancel token trips or the agent is disposed.
+ *
+ * Ownership, errors and callback rules as for `lls_agent_add_prefix_listener`.
+ *
+ * # Safety
+ * As for `lls_agent_add_prefix_listener`.
+ *
+ * Thread safety: exclusive per agent (serialised internally); the callback runs on the thread
+ * of the call that measures, with no session lock held.
+ */
+lls_status lls_agent_set_token_counter(lls_agent *agent,
+                                       lls_callback_fn callback,
+                                       void *userdata,
+                                       lls_userdata_free_fn userdata_free,
+                                       lls_error **err);
+
+/**
+ * Opens a turn with the user's message (JSON `{"role":"user","content":[blocks]}`), writing
+ * `turn/start` and `user/message`, and stores the turn number in `*out_turn` (may be NULL).
+ *
+ * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_INVALID_UTF8`,
+ * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (not a user message; detail `field`),
+ * `LLS_ERR_OUT_OF_ORDER` (a turn is open), `LLS_ERR_DISPOSED`, `LLS_ERR_STORAGE`,
+ * `LLS_ERR_POISONED`.
+ *
+ * # Safety
+ * `message_json` NULL or `message_len` readable bytes; `out_turn`, `err` NULL or valid for
+ * writes.
+ *
+ * Thread safety: exclusive per agent (serialised internally); not from the agent's callbacks.
+ */
+lls_status lls_agent_start_turn(lls_agent *agent,
+                                const char *message_json,
+                                size_t message_len,
+                                uint64_t *out_turn,
+                                lls_error **err);
+
+/**
+ * Builds the next request of the open turn: composes the session prefix (once per instance),
+ * runs the pre-step listeners, the pressure gate (which may compact), records the header if
+ * it changed, writes `step/start`, and stores the request envelope in `*out` — the exact bytes
+ * whose SHA-256 is logged, `{"provider","model",...,"system"?,"tools"?,"messages":[...],
+ * "sessionId","turn","step","purpose":"conversation"}`. Render it with `lls_render`. Free
+ * `*out` with `lls_string_free`. `lls_agent_request_info` describes it.
+ *
+ * `cancel` (may be NULL) interrupts composition, pre-step listeners and summarisation (also
+ * a pending reply): the call fails with `LLS_ERR_CANCELLED` and the turn ends `aborted`. A
+ * failing listener gives `LLS_ERR_LISTENER` and the turn ends `error`; a dispose gives
+ * `LLS_ERR_DISPOSED` and the turn ends `disposed`. A failed automatic compaction is logged and
+ * the request goes ahead.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`agent`, `out`), `LLS_ERR_INVALID_HANDLE`,
+ * `LLS_ERR_OUT_OF_ORDER` (no open turn, a request already open, a tool result missing),
+ * `LLS_ERR_CANCELLED`, `LLS_ERR_DISPOSED`, `LLS_ERR_LISTENER`, `LLS_ERR_RECONSTRUCTION` (check
+ * mode), `LLS_ERR_STORAGE`, `LLS_ERR_POISONED`.
+ *
+ * # Safety
+ * `out`, `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: exclusive per agent (serialised internally); callbacks run on this thread;
+ * `cancel` may be tripped from any thread.
+ */
+lls_status lls_agent_next_request(lls_agent *agent,
+                                  const lls_cancel *cancel,
+                                  char **out,
+                                  size_t *out_len,
+                                  lls_error **err);
+
+/**
+ * Describes the last request `lls_agent_next_request` built, as JSON `{"turn","step","digest",
+ * "bytes","prefixLen","messageCount","sharedMessages","instance","stepSeq"}`: `prefixLen`
+ * leading messages are the session prefix (pass it to `lls_render`), `sharedMessages` leading
+ * messages are shared with the previous request (a cache hit). Free `*out` with
+ * `lls_string_free`.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_OUT_OF_ORDER` (no request
+ * built yet, or called from the agent's callback).
+ *
+ * # Safety
+ * `out`, `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread (waits for a running call); not from the
+ * agent's callbacks.
+ */
+lls_status lls_agent_request_info(const lls_agent *agent,
+                                  char **out,
+                                  size_t *out_len,
+                                  lls_error **err);
+
+/**
+ * Records the provider's response to the open request: `{"message": assistant message,
+ * "usage"?: usage}` (provenance defaults to the request's provider and model). Writes
+ * `assistant/message`, one `tool/call` per tool-call block and `step/end`; stores the seq of
+ * the `assistant/message` in `*out_seq` (may be NULL). Then report each tool call's result
+ * with `lls_agent_record_tool_result` and ask for the next request, or end the turn.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_INVALID_UTF8`,
+ * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (detail `field`), `LLS_ERR_OUT_OF_ORDER`
+ * (no open request), `LLS_ERR_DISPOSED`, `LLS_ERR_STORAGE`, `LLS_ERR_POISONED`.
+ *
+ * # Safety
+ * `response_json` NULL or `response_len` readable bytes; `out_seq`, `err` NULL or valid for
+ * writes.
+ *
+ * Thread safety: exclusive per agent (serialised internally); not from the agent's callbacks.
+ */
+lls_status lls_agent_record_response(lls_agent *agent,
+                                     const char *response_json,
+                                     size_t response_len,
+                                     uint64_t *out_seq,
+                                     lls_error **err);
+
+/**
+ * Records a tool result: `{"callId": id, "content": [blocks]}` or `{"callId": id, "text":
+ * string}`, with `"isError"?: bool`. Results may come in any order; they are logged in the
+ * order the model made the calls. `*out_written` (may be NULL) receives how many results this
+ * call wrote to the log (0 while an earlier call's result is missing).
+ *
+ * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_INVALID_UTF8`,
+ * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT`, `LLS_ERR_OUT_OF_ORDER` (an unknown call
+ * id, a result reported twice, a request still open; detail `callId`), `LLS_ERR_DISPOSED`,
+ * `LLS_ERR_STORAGE`, `LLS_ERR_POISONED`.
+ *
+ * # Safety
+ * `result_json` NULL or `result_len` readable bytes; `out_written`, `err` NULL or valid for
+ * writes.
+ *
+ * Thread safety: exclusive per agent (serialised internally); not from the agent's callbacks.
+ */
+lls_status lls_agent_record_tool_result(lls_agent *agent,
+                                        const char *result_json,
+                                        size_t result_len,
+                                        size_t *out_written,
+                                        lls_error **err);
+
+/**
+ * Adds durable context — a user message (`{"role":"user","content":[...]}`) logged as
+ * `user/message{source: host}` — that the next request carries. While a request or a tool
+ * batch is open it is deferred until the batch closes: `*out_seq` (may be NULL) receives the
+ * seq when written now, `LLS_SEQ_NONE` when deferred.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_INVALID_UTF8`,
+ * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (not a user message), `LLS_ERR_DISPOSED`,
+ * `LLS_ERR_STORAGE`, `LLS_ERR_POISONED`.
+ *
+ * # Safety
+ * `message_json` NULL or `message_len` readable bytes; `out_seq`, `err` NULL or valid for
+ * writes.
+ *
+ * Thread safety: exclusive per agent (serialised internally); not from the agent's callbacks
+ * (a callback appends context with `lls_session_append`).
+ */
+lls_status lls_agent_inject(lls_agent *agent,
+                            const char *message_json,
+                            size_t message_len,
+                            uint64_t *out_seq,
+                            lls_error **err);
+
+/**
+ * Records that the provider failed the open request: `{"message": string, "overflow"?:
+ * bool}` (writes `step/end{outcome: error}`). The turn stays open: retry with
+ * `lls_agent_next_request` or end it. With `overflow` (the provider said the context is too
+ * long) the agent compacts down to the newest message and `*out_retry` (may be NULL) is 1:
+ * ask for the request again; otherwise it is 0. `cancel` (may be NULL) interrupts that
+ * compaction.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_INVALID_UTF8`,
+ * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT`, `LLS_ERR_OUT_OF_ORDER` (no open request),
+ * `LLS_ERR_OVERFLOW_BUDGET` (overflow with no policy, or too many in a row),
+ * `LLS_ERR_NOTHING_TO_COMPACT`, `LLS_ERR_SUMMARISER`, `LLS_ERR_CANCELLED`, `LLS_ERR_DISPOSED`,
+ * `LLS_ERR_STORAGE`, `LLS_ERR_POISONED`.
+ *
+ * # Safety
+ * `error_json` NULL or `error_len` readable bytes; `out_retry`, `err` NULL or valid for
+ * writes.
+ *
+ * Thread safety: exclusive per agent (serialised internally); callbacks run on this thread;
+ * `cancel` may be tripped from any thread.
+ */
+lls_status lls_agent_provider_error(lls_agent *agent,
+                                    const char *error_json,
+                                    size_t error_len,
+                                    const lls_cancel *cancel,
+                                    int32_t *out_retry,
+                                    lls_error **err);
+
+/**
+ * Ends the open turn with `(reason, reason_len)`: `completed` or `max-tokens` (the turn must
+ * be at rest: no open request, every tool result in), or `aborted`, `error`, `rejected`,
+ * `disposed`, `interrupted` (an open request is closed and missing tool results are answered
+ * with error results first).
+ *
+ * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_INVALID_UTF8`,
+ * `LLS_ERR_INVALID_INPUT` (an unknown reason), `LLS_ERR_OUT_OF_ORDER` (no open turn, or not at
+ * rest for `completed`), `LLS_ERR_DISPOSED`, `LLS_ERR_STORAGE`, `LLS_ERR_POISONED`.
+ *
+ * # Safety
+ * `reason` NULL or `reason_len` readable bytes; `err` NULL or valid for writes.
+ *
+ * Thread safety: exclusive per agent (serialised internally); not from the agent's callbacks.
+ */
+lls_status lls_agent_end_turn(lls_agent *agent,
+                              const char *reason,
+                              size_t reason_len,
+                              lls_error **err);
+
+/**
+ * Compacts now, between requests. `opts_json` (may be NULL) is `{"span"?: [start, end]}`: a
+ * surface span (positions in `lls_session_history`, inclusive, not separating a tool call from
+ * its result); without it the head region is chosen as the pressure gate would (keeping the
+ * policy's retained tail, or the newest message without a policy). A middle span stays
+ * correct but forgoes cache reuse. The summariser (`lls_agent_set_summariser`) is called on
+ * this thread; `cancel` (may be NULL) interrupts it.
+ *
+ * On success `*out` is `{"outcome": "landed" | "discarded", "span": [start, end], "seqs":
+ * [...], "request": {"digest", "sharedMessages", "messageCount"}, "error"?}` (`discarded`: the
+ * span changed while the summariser ran). A summariser that fails, is missing, or returns a
+ * rejected summary (empty, truncated, not smaller) gives `LLS_ERR_SUMMARISER` with the same
+ * object under `outcome` in the error detail; the surface is untouched.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`agent`, `out`), `LLS_ERR_INVALID_HANDLE`,
+ * `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (a bad span),
+ * `LLS_ERR_OUT_OF_ORDER` (a request or tool batch open; before the first request),
+ * `LLS_ERR_NOTHING_TO_COMPACT`, `LLS_ERR_SUMMARISER`, `LLS_ERR_CANCELLED`, `LLS_ERR_DISPOSED`,
+ * `LLS_ERR_STORAGE`, `LLS_ERR_POISONED`.
+ *
+ * # Safety
+ * `opts_json` NULL or `opts_len` readable bytes; `out`, `out_len`, `err` NULL or valid for
+ * writes.
+ *
+ * Thread safety: exclusive per agent (serialised internally); callbacks run on this thread;
+ * `cancel` may be tripped from any thread.
+ */
+lls_status lls_agent_compact(lls_agent *agent,
+                             const char *opts_json,
+                             size_t opts_len,
+                             const lls_cancel *cancel,
+                             char **out,
+                             size_t *out_len,
+                             lls_error **err);
+
+/**
+ * Measures the prompt the next request would carry (system, tools, session prefix, history)
+ * with the agent's token counter, as JSON `{"system","tools","prefix","history","total",
+ * "anchored","counter","threshold"?,"contextWindow"?}`: `total` is what the pressure gate
+ * compares with `threshold` (anchored on the last provider-reported usage when possible);
+ * `counter` is `"estimate"`, `"tokenizer"` or `"host"`. Free `*out` with `lls_string_free`.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_LISTENER` (a host counter
+ * failed), `LLS_ERR_TOKENIZER`, `LLS_ERR_DISPOSED`, `LLS_ERR_OUT_OF_ORDER`, `LLS_ERR_POISONED`.
+ *
+ * # Safety
+ * `out`, `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: exclusive per agent (serialised internally); a host counter runs on this
+ * thread.
+ */
+lls_status lls_agent_measure(lls_agent *agent, char **out, size_t *out_len, lls_error **err);
+
+/**
+ * Statistics of this agent instance as JSON `{"instance","requests","compositions",
+ * "compactions","cachedTokens","promptTokens"}`. Free `*out` with `lls_string_free`.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_DISPOSED`,
+ * `LLS_ERR_OUT_OF_ORDER` (from the agent's callback).
+ *
+ * # Safety
+ * `out`, `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread (waits for a running call); not from the
+ * agent's callbacks.
+ */
+lls_status lls_agent_stats(const lls_agent *agent, char **out, size_t *out_len, lls_error **err);
+
+/**
+ * The instance's frozen session prefix as a JSON array of messages, or `null` before it was
+ * composed (the first request composes it). Free `*out` with `lls_string_free`.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_DISPOSED`,
+ * `LLS_ERR_OUT_OF_ORDER` (from the agent's callback).
+ *
+ * # Safety
+ * `out`, `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread (waits for a running call); not from the
+ * agent's callbacks.
+ */
+lls_status lls_agent_prefix(const lls_agent *agent, char **out, size_t *out_len, lls_error **err);
+
+/**
+ * Disposes the agent instance: an open turn ends with `disposed`, its callbacks are released
+ * (their `userdata_free` runs), and the session is free for a new instance. Later calls on the
+ * agent give `LLS_ERR_DISPOSED`; disposing again is a no-op. The handle stays valid until
+ * `lls_agent_free`.
+ *
+ * From inside one of the agent's own callbacks (e.g. a prefix listener) this only marks the
+ * agent disposed and interrupts the running operation, which then fails with
+ * `LLS_ERR_DISPOSED`, ends its turn `disposed` and completes the disposal before returning.
+ * From another thread while a call runs, it interrupts that call (a pending reply's wait ends)
+ * and waits for it to return.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_STORAGE` (writing
+ * `turn/end` failed; the agent is disposed anyway), `LLS_ERR_OUT_OF_ORDER` (from the session's
+ * store callback).
+ *
+ * # Safety
+ * `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread at any time, including from the agent's own
+ * callbacks.
+ */
+lls_status lls_agent_dispose(lls_agent *agent, lls_error **err);
+
+/**
+ * Frees an agent handle, disposing the instance if it is still live (as `lls_agent_dispose`;
+ * a storage error there cannot be reported). `lls_agent_free(NULL)` does nothing; so does a
+ * handle that is not a live `lls_agent`.
+ *
+ * Thread safety: call once, when no other thread is about to use the handle; from inside one
+ * of the agent's own callbacks it disposes as `lls_agent_dispose` does and the handle becomes
+ * invalid; never from the session's store callback (ignored there).
+ */
+void lls_agent_free(lls_agent *agent);
+
+/**
  * Frees a string returned by llmsession (any `char **out` output). `lls_string_free(NULL)` does
  * nothing. Never pass a pointer that llmsession did not return, and free each string once.
  *
@@ -468,6 +1009,37 @@ void lls_error_free(lls_error *err);
 size_t lls_live_handle_count(void);
 
 /**
+ * Renders a request envelope (from `lls_agent_next_request`, or the `request` a summariser
+ * receives) into a provider's JSON body, stored in `*out` (free it with `lls_string_free`).
+ *
+ * `(renderer, renderer_len)` names the format: `"openai"` (OpenAI-compatible chat completions:
+ * OpenAI, DeepSeek, llama.cpp, vLLM, ...) or `"anthropic"` (Anthropic Messages, with cache
+ * breakpoints at the end of the session prefix and of the history). `prefix_len` is how many
+ * leading envelope messages are the session prefix (`prefixLen` of `lls_agent_request_info`,
+ * or of the summariser's input); it must not exceed the number of messages. The rendering
+ * preserves the prefix property: a request that extends the previous one renders to a body
+ * whose messages extend the previous body's.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`renderer`, `envelope_json`, `out`), `LLS_ERR_INVALID_UTF8`,
+ * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (an unknown renderer, an invalid envelope;
+ * detail `field`), `LLS_ERR_INVALID_ARGUMENT` (`prefix_len` too large).
+ *
+ * # Safety
+ * `renderer` and `envelope_json` NULL or readable for their lengths; `out`, `out_len`, `err`
+ * NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread, concurrently (it holds no state).
+ */
+lls_status lls_render(const char *renderer,
+                      size_t renderer_len,
+                      const char *envelope_json,
+                      size_t envelope_len,
+                      size_t prefix_len,
+                      char **out,
+                      size_t *out_len,
+                      lls_error **err);
+
+/**
  * Answers a reply synchronously, from inside the callback, with a copy of the JSON text
  * `(json, len)` (need not be NUL-terminated); then return `LLS_CB_OK`. May also answer a
  * pending reply (like `lls_reply_complete`).
@@ -517,6 +1089,386 @@ lls_status lls_reply_complete(lls_reply *reply, const char *json, size_t len, ll
  * Thread safety: once per reply, from any thread.
  */
 lls_status lls_reply_fail(lls_reply *reply, const char *message, size_t len, lls_error **err);
+
+/**
+ * Parses a provider response body into `{"message", "usage"?, "finishReason"?}`, stored in
+ * `*out` (free it with `lls_string_free`). `message` is the assistant message to pass to
+ * `lls_agent_record_response` (with provenance when the response names its model); `usage` is
+ * mapped into disjoint buckets (`inputTokens` is the uncached part; `cacheReadTokens` from
+ * `prompt_tokens_details.cached_tokens`, DeepSeek's `prompt_cache_hit_tokens`, or Anthropic's
+ * `cache_read_input_tokens`); `finishReason` is `"stop"`, `"tool-calls"`, `"max-tokens"` or
+ * the provider's own word.
+ *
+ * `(renderer, renderer_len)`: `"openai"` (OpenAI-compatible chat completions: OpenAI,
+ * DeepSeek, llama.cpp, vLLM) or `"anthropic"`.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`,
+ * `LLS_ERR_INVALID_INPUT` (an unknown renderer, or a response without the expected fields;
+ * detail `field`).
+ *
+ * # Safety
+ * `renderer` and `body_json` NULL or readable for their lengths; `out`, `out_len`, `err` NULL or
+ * valid for writes.
+ *
+ * Thread safety: may be called from any thread, concurrently (it holds no state).
+ */
+lls_status lls_parse_response(const char *renderer,
+                              size_t renderer_len,
+                              const char *body_json,
+                              size_t body_len,
+                              char **out,
+                              size_t *out_len,
+                              lls_error **err);
+
+/**
+ * Maps a provider usage object into the library's `Usage` JSON (disjoint buckets), stored in
+ * `*out` (free it with `lls_string_free`). `(provider, provider_len)`: `"openai"`,
+ * `"llama.cpp"`, `"deepseek"` or `"anthropic"`.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`,
+ * `LLS_ERR_INVALID_INPUT` (an unknown provider, a missing or mistyped count; detail `field`).
+ *
+ * # Safety
+ * `provider` and `usage_json` NULL or readable for their lengths; `out`, `out_len`, `err` NULL
+ * or valid for writes.
+ *
+ * Thread safety: may be called from any thread, concurrently (it holds no state).
+ */
+lls_status lls_usage_from_provider(const char *provider,
+                                   size_t provider_len,
+                                   const char *usage_json,
+                                   size_t usage_len,
+                                   char **out,
+                                   size_t *out_len,
+                                   lls_error **err);
+
+/**
+ * Whether a provider error (HTTP `status` and the response body) reports that the prompt does
+ * not fit in the context window; pass the answer as `overflow` to `lls_agent_provider_error`.
+ * Returns false for a NULL or non-UTF-8 body.
+ *
+ * # Safety
+ * `body` NULL or readable for `body_len` bytes.
+ *
+ * Thread safety: may be called from any thread, concurrently (it holds no state).
+ */
+bool lls_is_context_overflow(uint16_t status, const char *body, size_t body_len);
+
+/**
+ * Creates a new session kept in memory and stores it in `*out`.
+ *
+ * `opts_json` (may be NULL for the defaults) is `{"id"?: string, "durability"?:
+ * "every-event" | "turn-end" | "never"}`; without an id a random one is chosen.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`out`), `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`,
+ * `LLS_ERR_INVALID_INPUT` (an unknown or mistyped option).
+ *
+ * # Safety
+ * `opts_json` NULL or `opts_len` readable bytes; `out` and `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread.
+ */
+lls_status lls_session_new_memory(const char *opts_json,
+                                  size_t opts_len,
+                                  lls_session **out,
+                                  lls_error **err);
+
+/**
+ * Opens the session stored in the JSONL file at `(path, path_len)` (UTF-8, need not be
+ * NUL-terminated), or creates the file with a new session when it is missing or empty.
+ *
+ * Loading checks every event; a torn last line (a crash mid-write) is cut, and a turn left
+ * open by a crash is closed with synthetic events (see `lls_session_load_report`). Damage
+ * before the last complete turn is `LLS_ERR_CORRUPT_LOG` with the `line` in the detail.
+ * `opts_json` (may be NULL) is as for `lls_session_new_memory`; `id` applies only to a new
+ * session.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`path`, `out`), `LLS_ERR_INVALID_UTF8`,
+ * `LLS_ERR_INVALID_ARGUMENT` (empty path), `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT`,
+ * `LLS_ERR_STORAGE` (I/O; detail `path`, `os`), `LLS_ERR_CORRUPT_LOG`.
+ *
+ * # Safety
+ * `path` NULL or `path_len` readable bytes; `opts_json` likewise; `out`, `err` NULL or valid
+ * for writes.
+ *
+ * Thread safety: may be called from any thread; open a file with one session at a time.
+ */
+lls_status lls_session_open_file(const char *path,
+                                 size_t path_len,
+                                 const char *opts_json,
+                                 size_t opts_len,
+                                 lls_session **out,
+                                 lls_error **err);
+
+/**
+ * Opens (or, when the store is empty, creates) a session kept in a host store, reached through
+ * one callback. The callback receives one JSON request per storage operation and answers
+ * through its reply (synchronously, or pending and completed later from any thread):
+ *
+ * - `{"op":"load"}` → `{"records": [string, ...], "lastComplete"?: bool}`: every stored
+ *   record in order (the session header first, then one event per record), and whether the
+ *   last one was completely written (default true);
+ * - `{"op":"append","record": string}` → any JSON (e.g. `true`): store one record at the end;
+ * - `{"op":"sync"}` → any JSON: make every appended record durable;
+ * - `{"op":"truncate","records": n}` → any JSON: keep only the first `n` records.
+ *
+ * A failed reply (`lls_reply_fail`, `LLS_CB_ERROR`, garbage) fails the operation with
+ * `LLS_ERR_STORAGE` (detail `op`, and `callback` for the failure's reason) and the session is
+ * left as it was: an append that the store refused is not in the log.
+ *
+ * The callback runs on the thread of the session call that needs the store, **while the
+ * session is locked**: it must not call into this session or its agent (refused with
+ * `LLS_ERR_OUT_OF_ORDER`), and a pending reply must be completed by a thread that does not wait
+ * for this session. Store waits are not cancellable.
+ *
+ * Ownership: the library owns `userdata` from this call on and calls `userdata_free` (may be
+ * NULL) exactly once: when this call fails (any error, including a NULL `store`), or when the
+ * session is freed and no agent uses it any more.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`store`, `out`), `LLS_ERR_INVALID_UTF8`,
+ * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (options), `LLS_ERR_STORAGE`,
+ * `LLS_ERR_CORRUPT_LOG`.
+ *
+ * # Safety
+ * `store`/`userdata`/`userdata_free` as for any callback registration; `opts_json` NULL or
+ * `opts_len` readable bytes; `out`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread; the callback runs on the calling thread.
+ */
+lls_status lls_session_open_store(lls_callback_fn store,
+                                  void *userdata,
+                                  lls_userdata_free_fn userdata_free,
+                                  const char *opts_json,
+                                  size_t opts_len,
+                                  lls_session **out,
+                                  lls_error **err);
+
+/**
+ * Forks `session` into a new session (`*out`) seeded with its first events, recording the
+ * parent's id and the seed length.
+ *
+ * `opts_json` (may be NULL) is `{"seedLength"?: n, "path"?: string, "id"?: string,
+ * "durability"?: ...}`: the seed ends at a turn boundary (default: every event up to the last
+ * one), the new session is kept in the JSONL file at `path` (which must be missing or empty)
+ * or in memory.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`,
+ * `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (`seedLength` past
+ * the end or not at a turn boundary, a file that already holds a session), `LLS_ERR_STORAGE`.
+ *
+ * # Safety
+ * `opts_json` NULL or `opts_len` readable bytes; `out`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread, concurrently with other calls on `session`.
+ */
+lls_status lls_session_fork(const lls_session *session,
+                            const char *opts_json,
+                            size_t opts_len,
+                            lls_session **out,
+                            lls_error **err);
+
+/**
+ * Frees a session handle. `lls_session_free(NULL)` does nothing; so does a handle that is not
+ * a live `lls_session`. An agent created over the session keeps the session's state alive
+ * until the agent is freed; the host store's `userdata_free` runs when the last user is gone.
+ *
+ * Thread safety: call once, when no other thread uses the handle; never from inside a
+ * callback that serves this session.
+ */
+void lls_session_free(lls_session *session);
+
+/**
+ * What loading found and did when the session was opened, as JSON: `{"cutRecords": n,
+ * "cutAtLine"?: n, "cutReason"?: string, "repairedEvents": n}` (all zero for a new session).
+ * Free `*out` with `lls_string_free`.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`.
+ *
+ * # Safety
+ * `out`, `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread, concurrently.
+ */
+lls_status lls_session_load_report(const lls_session *session,
+                                   char **out,
+                                   size_t *out_len,
+                                   lls_error **err);
+
+/**
+ * The session id, as a NUL-terminated string (not JSON) in `*out`; free it with
+ * `lls_string_free`.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`.
+ *
+ * # Safety
+ * `out`, `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread, concurrently.
+ */
+lls_status lls_session_id(const lls_session *session, char **out, size_t *out_len, lls_error **err);
+
+/**
+ * The session's header record (the first line of its log) as JSON: `{"type":"session",
+ * "format":"llmsession","version":1,"id","createdAt","parent"?:{"id","seedLength"},
+ * "lineage"?:[...]}`. Free `*out` with `lls_string_free`.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`.
+ *
+ * # Safety
+ * `out`, `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread, concurrently.
+ */
+lls_status lls_session_info(const lls_session *session,
+                            char **out,
+                            size_t *out_len,
+                            lls_error **err);
+
+/**
+ * The events with seq `from` up to, not including, `to` (`UINT64_MAX`: to the end), as a
+ * JSON array of event objects `{"type","seq","time","data","surfaceOp"?,"sources"?}` exactly
+ * as logged. A range past the end is clamped (an empty array). Free `*out` with
+ * `lls_string_free`.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`,
+ * `LLS_ERR_INVALID_ARGUMENT` (`from` greater than `to`).
+ *
+ * # Safety
+ * `out`, `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread, concurrently (also from an agent callback).
+ */
+lls_status lls_session_events(const lls_session *session,
+                              uint64_t from,
+                              uint64_t to,
+                              char **out,
+                              size_t *out_len,
+                              lls_error **err);
+
+/**
+ * The derived history (the messages every request carries after the session prefix), as a
+ * JSON array of messages. Free `*out` with `lls_string_free`.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`.
+ *
+ * # Safety
+ * `out`, `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread, concurrently (also from an agent callback).
+ */
+lls_status lls_session_history(const lls_session *session,
+                               char **out,
+                               size_t *out_len,
+                               lls_error **err);
+
+/**
+ * The folded request header (the latest `request/header` snapshot with later deltas
+ * applied) as JSON `{"config","system"?,"tools"?,"messagePrefix"?}`, or `null` before the
+ * first request. Free `*out` with `lls_string_free`.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`.
+ *
+ * # Safety
+ * `out`, `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread, concurrently.
+ */
+lls_status lls_session_header(const lls_session *session,
+                              char **out,
+                              size_t *out_len,
+                              lls_error **err);
+
+/**
+ * Counters over the session's log, as JSON `{"events","turns","requests","compactions",
+ * "surface","generation","cachedTokens","promptTokens"}`. Free `*out` with `lls_string_free`.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`.
+ *
+ * # Safety
+ * `out`, `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread, concurrently.
+ */
+lls_status lls_session_stats(const lls_session *session,
+                             char **out,
+                             size_t *out_len,
+                             lls_error **err);
+
+/**
+ * Rebuilds every request recorded in the session's log from the log alone and compares it with
+ * the recorded digest. On success `*out` is `{"events","requests","compactions"}` (what was
+ * checked). A divergence is `LLS_ERR_RECONSTRUCTION` naming the first request that differs
+ * (detail `seq`, `turn`, `step`, `line`).
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`,
+ * `LLS_ERR_RECONSTRUCTION`.
+ *
+ * # Safety
+ * `out`, `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread, concurrently.
+ */
+lls_status lls_session_verify(const lls_session *session,
+                              char **out,
+                              size_t *out_len,
+                              lls_error **err);
+
+/**
+ * Verifies a stored JSONL log at `(path, path_len)` without opening it as a session (nothing is
+ * written): rebuilds every recorded request and compares digests. `*out` as for
+ * `lls_session_verify`.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`path`, `out`), `LLS_ERR_INVALID_UTF8`,
+ * `LLS_ERR_INVALID_ARGUMENT` (empty path), `LLS_ERR_STORAGE` (cannot read; detail `path`),
+ * `LLS_ERR_CORRUPT_LOG` (not a session log; detail `line`), `LLS_ERR_RECONSTRUCTION`.
+ *
+ * # Safety
+ * `path` NULL or `path_len` readable bytes; `out`, `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread.
+ */
+lls_status lls_verify_file(const char *path,
+                           size_t path_len,
+                           char **out,
+                           size_t *out_len,
+                           lls_error **err);
+
+/**
+ * Appends one event given as JSON `{"type", "data", "surfaceOp"?, "sources"?}` (no `seq` or
+ * `time`: the log assigns them) and stores its seq in `*out_seq` (may be NULL). The event is
+ * validated first; a rejected event changes nothing. Hosts append their own log-only event
+ * types and context (`user/message` with `data.source` `"host"` or `"plugin"` and
+ * `"surfaceOp":"append"`); while an agent is live, the turn, step, tool, header and compaction
+ * events belong to it and are refused with `LLS_ERR_OUT_OF_ORDER`.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`session`, `event_json`), `LLS_ERR_INVALID_HANDLE`,
+ * `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (detail `field`),
+ * `LLS_ERR_OUT_OF_ORDER`, `LLS_ERR_STORAGE`, `LLS_ERR_POISONED`.
+ *
+ * # Safety
+ * `event_json` NULL or `event_len` readable bytes; `out_seq`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread, concurrently (serialised internally), also
+ * from an agent callback.
+ */
+lls_status lls_session_append(lls_session *session,
+                              const char *event_json,
+                              size_t event_len,
+                              uint64_t *out_seq,
+                              lls_error **err);
+
+/**
+ * Makes every event appended so far durable now (fsync for a file, `{"op":"sync"}` for a host
+ * store), whatever the durability option.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_STORAGE`.
+ *
+ * # Safety
+ * `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread, concurrently.
+ */
+lls_status lls_session_sync(lls_session *session, lls_error **err);
 
 /**
  * The library version as a static NUL-terminated string, e.g. `"0.1.0"`. Never free it.

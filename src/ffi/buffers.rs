@@ -208,6 +208,48 @@ impl<T> Out<T> {
     }
 }
 
+/// An optional out-parameter of a plain type (NULL means "not wanted"), written only by
+/// [`OptOut::write`].
+#[derive(Debug)]
+pub struct OptOut<T> {
+    ptr: *mut T,
+}
+
+impl<T> OptOut<T> {
+    /// Wraps a pointer that may be NULL.
+    ///
+    /// # Safety
+    /// `ptr` (when not NULL) must be valid for writing a `T` until [`OptOut::write`] is called.
+    pub unsafe fn new(ptr: *mut T) -> OptOut<T> {
+        OptOut { ptr }
+    }
+
+    /// Writes the value when the pointer is not NULL (the last step of a call).
+    pub fn write(self, value: T) {
+        if !self.ptr.is_null() {
+            // SAFETY: validity promised to `new`.
+            unsafe { self.ptr.write(value) }
+        }
+    }
+}
+
+/// Reads an optional JSON options buffer: NULL gives `None` (defaults), otherwise it must be
+/// well-formed JSON.
+///
+/// # Safety
+/// As for [`input_bytes`].
+pub unsafe fn input_json_opt(
+    ptr: *const c_char,
+    len: usize,
+    argument: &str,
+) -> Result<Option<Value>, FfiError> {
+    if ptr.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: forwarded.
+    unsafe { input_json(ptr, len, argument) }.map(Some)
+}
+
 /// Frees a string returned by llmsession (any `char **out` output). `lls_string_free(NULL)` does
 /// nothing. Never pass a pointer that llmsession did not return, and free each string once.
 ///

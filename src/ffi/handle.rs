@@ -216,8 +216,9 @@ pub extern "C" fn lls_live_handle_count() -> usize {
 /// `write` gives exclusive access; if a panic unwinds while a write guard is held, the object
 /// is marked poisoned and every later `write` fails with `LLS_ERR_POISONED`. `read` gives
 /// shared access and works on a poisoned object (reads do not make things worse). A thread
-/// must not take the lock twice (the lock is not reentrant), and no lock may be held while a
-/// host callback runs.
+/// must not take the lock twice (the lock is not reentrant): an object whose lock stays held
+/// while a host callback runs (an agent) must detect and refuse a call back into it from that
+/// callback (see `src/ffi/agent.rs`).
 #[derive(Debug, Default)]
 pub struct Guarded<U> {
     poisoned: AtomicBool,
@@ -237,16 +238,18 @@ impl<U> Guarded<U> {
     pub fn write(&self) -> Result<WriteGuard<'_, U>, FfiError> {
         let guard = self.lock.write();
         if self.is_poisoned() {
-            return Err(Error::new(
-                ErrorKind::Poisoned,
-                "this object was poisoned by an earlier panic inside llmsession and refuses further changes; free it",
-            )
-            .into());
+            return Err(poisoned_error());
         }
         Ok(WriteGuard {
             guard,
             poisoned: &self.poisoned,
         })
+    }
+
+    /// Exclusive access that ignores poisoning, for tearing an object down (dispose, free):
+    /// refusing there would only leak what the object holds.
+    pub fn write_for_teardown(&self) -> RwLockWriteGuard<'_, U> {
+        self.lock.write()
     }
 
     /// Shared access (also on a poisoned object).
@@ -257,6 +260,59 @@ impl<U> Guarded<U> {
     /// Whether a panic happened while the object was being changed.
     pub fn is_poisoned(&self) -> bool {
         self.poisoned.load(Ordering::SeqCst)
+    }
+}
+
+fn poisoned_error() -> FfiError {
+    Error::new(
+        ErrorKind::Poisoned,
+        "this object was poisoned by an earlier panic inside llmsession and refuses further changes; free it",
+    )
+    .into()
+}
+
+/// Panic poisoning for an object whose state is serialised elsewhere (a core type with its own
+/// lock, such as a session): [`PoisonFlag::enter`] refuses with `LLS_ERR_POISONED` after a
+/// panic, and the guard it returns poisons the object if a panic unwinds through it. No lock
+/// is taken.
+#[derive(Debug, Default)]
+pub struct PoisonFlag {
+    poisoned: AtomicBool,
+}
+
+impl PoisonFlag {
+    /// A clean flag.
+    pub fn new() -> PoisonFlag {
+        PoisonFlag::default()
+    }
+
+    /// Starts a mutation: refused once poisoned.
+    pub fn enter(&self) -> Result<PoisonGuard<'_>, FfiError> {
+        if self.is_poisoned() {
+            return Err(poisoned_error());
+        }
+        Ok(PoisonGuard {
+            poisoned: &self.poisoned,
+        })
+    }
+
+    /// Whether a panic happened during a mutation.
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::SeqCst)
+    }
+}
+
+/// A mutation in progress under a [`PoisonFlag`]; poisons it if dropped during a panic.
+#[derive(Debug)]
+pub struct PoisonGuard<'a> {
+    poisoned: &'a AtomicBool,
+}
+
+impl Drop for PoisonGuard<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.poisoned.store(true, Ordering::SeqCst);
+        }
     }
 }
 

@@ -51,13 +51,17 @@
 #![allow(unsafe_code)]
 #![allow(non_camel_case_types)]
 
+pub mod agent;
 pub mod boundary;
 pub mod buffers;
 pub mod callback;
 pub mod cancel;
 pub mod error;
 pub mod handle;
+pub mod render;
 pub mod reply;
+pub mod response;
+pub mod session;
 pub mod status;
 pub mod version;
 

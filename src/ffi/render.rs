@@ -1,0 +1,63 @@
+//! Provider body renderers through the C ABI.
+
+use super::boundary::boundary;
+use super::buffers::{self, OutString};
+use super::error::lls_error;
+use super::status::lls_status;
+use crate::error::{Error, ErrorKind};
+use crate::render::{RenderOptions, Renderer};
+use std::ffi::c_char;
+
+/// Renders a request envelope (from `lls_agent_next_request`, or the `request` a summariser
+/// receives) into a provider's JSON body, stored in `*out` (free it with `lls_string_free`).
+///
+/// `(renderer, renderer_len)` names the format: `"openai"` (OpenAI-compatible chat completions:
+/// OpenAI, DeepSeek, llama.cpp, vLLM, ...) or `"anthropic"` (Anthropic Messages, with cache
+/// breakpoints at the end of the session prefix and of the history). `prefix_len` is how many
+/// leading envelope messages are the session prefix (`prefixLen` of `lls_agent_request_info`,
+/// or of the summariser's input); it must not exceed the number of messages. The rendering
+/// preserves the prefix property: a request that extends the previous one renders to a body
+/// whose messages extend the previous body's.
+///
+/// Errors: `LLS_ERR_NULL_POINTER` (`renderer`, `envelope_json`, `out`), `LLS_ERR_INVALID_UTF8`,
+/// `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (an unknown renderer, an invalid envelope;
+/// detail `field`), `LLS_ERR_INVALID_ARGUMENT` (`prefix_len` too large).
+///
+/// # Safety
+/// `renderer` and `envelope_json` NULL or readable for their lengths; `out`, `out_len`, `err`
+/// NULL or valid for writes.
+///
+/// Thread safety: may be called from any thread, concurrently (it holds no state).
+#[no_mangle]
+pub unsafe extern "C" fn lls_render(
+    renderer: *const c_char,
+    renderer_len: usize,
+    envelope_json: *const c_char,
+    envelope_len: usize,
+    prefix_len: usize,
+    out: *mut *mut c_char,
+    out_len: *mut usize,
+    err: *mut *mut lls_error,
+) -> lls_status {
+    // SAFETY: pointer validity is the caller's contract, forwarded.
+    unsafe {
+        boundary(err, || {
+            let out = OutString::new(out, out_len, "out")?;
+            let name = buffers::input_str(renderer, renderer_len, "renderer")?;
+            let renderer = Renderer::parse(name)?;
+            let envelope = buffers::input_json(envelope_json, envelope_len, "envelope_json")?;
+            let messages = envelope.get("messages").and_then(|m| m.as_array()).map(Vec::len);
+            if let Some(n) = messages {
+                if prefix_len > n {
+                    return Err(super::FfiError::invalid_argument(
+                        "prefix_len",
+                        format!("{prefix_len} is more than the envelope's {n} messages"),
+                    ));
+                }
+            }
+            let body = renderer.render(&envelope, &RenderOptions::with_prefix_len(prefix_len))?;
+            let text = serde_json::to_string(&body).map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?;
+            out.write(&text)
+        })
+    }
+}

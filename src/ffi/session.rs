@@ -1,0 +1,761 @@
+//! Sessions through the C ABI: `lls_session` over the core [`Session`] (in memory, a JSONL
+//! file, or a host store through one callback), its reads (events, history, header, stats,
+//! verify) and writes (append, fork, sync).
+//!
+//! A session serialises its own state (the core session has an internal lock that every call
+//! takes briefly), so session functions may be called from any thread, including from inside
+//! an agent's callbacks. The exception is a host store: its callback runs while the session is
+//! locked, so a store callback may not call into the session it stores; such a call is refused
+//! with `LLS_ERR_OUT_OF_ORDER` instead of deadlocking.
+
+use super::boundary::{boundary, boundary_value};
+use super::buffers::{self, OptOut, Out, OutString};
+use super::callback::{lls_callback_fn, lls_userdata_free_fn, HostCallback};
+use super::error::{lls_error, FfiError};
+use super::handle::{self, HandleKind, Object, PoisonFlag};
+use super::status::lls_status;
+use crate::cancel::CancelToken;
+use crate::error::{Error, ErrorKind, Result};
+use crate::log::load::LoadReport;
+use crate::log::{Durability, JsonlStore, MemoryStore, Store, StoreContents};
+use crate::request::{verify_records, VerifyReport};
+use crate::session::{Session, SessionOptions};
+use crate::types::Fields;
+use serde_json::{json, Value};
+use std::cell::RefCell;
+use std::ffi::{c_char, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// A session: the append-only event log of one conversation, kept in memory, in a JSONL file
+/// or in a host store. Create it with `lls_session_new_memory`, `lls_session_open_file`,
+/// `lls_session_open_store` or `lls_session_fork`; free it with `lls_session_free`.
+///
+/// Thread safety: every session function may be called from any thread, concurrently; the
+/// session serialises them internally (briefly). Agent callbacks may read and append to the
+/// session; a host store callback may not call into the session it stores.
+pub struct lls_session {
+    _opaque: [u8; 0],
+}
+
+/// The payload of an `lls_session` handle.
+pub struct SessionObject {
+    pub(crate) session: Session,
+    report: LoadReport,
+    /// The key of the session's host store (0: not a host store).
+    pub(crate) store_key: u64,
+    pub(crate) poison: PoisonFlag,
+}
+
+impl std::fmt::Debug for SessionObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionObject").field("session", &self.session).finish()
+    }
+}
+
+impl HandleKind for SessionObject {
+    type C = lls_session;
+    const NAME: &'static str = "lls_session";
+    const MAGIC: u64 = u64::from_be_bytes(*b"LLSSES01");
+}
+
+impl SessionObject {
+    fn register(session: Session, report: LoadReport, store_key: u64) -> *mut lls_session {
+        handle::register(SessionObject { session, report, store_key, poison: PoisonFlag::new() }).0
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host stores
+
+static NEXT_STORE_KEY: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// The keys of the host stores whose callback is running on this thread (their sessions are
+    /// locked).
+    static RUNNING_STORES: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Marks a store callback as running on this thread until dropped.
+struct RunningStore(u64);
+
+impl RunningStore {
+    fn enter(key: u64) -> RunningStore {
+        RUNNING_STORES.with(|s| s.borrow_mut().push(key));
+        RunningStore(key)
+    }
+}
+
+impl Drop for RunningStore {
+    fn drop(&mut self) {
+        RUNNING_STORES.with(|s| {
+            let mut s = s.borrow_mut();
+            if let Some(i) = s.iter().rposition(|k| *k == self.0) {
+                s.remove(i);
+            }
+        });
+    }
+}
+
+/// Refuses a call into a session (or its agent) from inside that session's own store callback,
+/// where the session is locked and the call would deadlock.
+pub(crate) fn check_not_in_store(key: u64) -> std::result::Result<(), FfiError> {
+    if key != 0 && RUNNING_STORES.with(|s| s.borrow().contains(&key)) {
+        return Err(Error::out_of_order(
+            "the session's host store callback is running on this thread with the session locked: a store callback may not call into the session it stores, nor into its agent",
+        )
+        .with("callback", "store")
+        .into());
+    }
+    Ok(())
+}
+
+/// A [`Store`] over one host callback. Every operation is a JSON request:
+/// `{"op":"load"}` → `{"records":[strings],"lastComplete"?:bool}`,
+/// `{"op":"append","record":str}`, `{"op":"sync"}`, `{"op":"truncate","records":n}` → any
+/// JSON. A failed or unusable reply is an [`ErrorKind::Storage`] error.
+struct HostStore {
+    callback: HostCallback,
+    key: u64,
+}
+
+impl HostStore {
+    fn call(&self, op: &str, input: Value) -> Result<Value> {
+        let _running = RunningStore::enter(self.key);
+        // Store operations are not cancellable: a pending reply is awaited until it comes.
+        self.callback
+            .call_json(&input, &CancelToken::new())
+            .map_err(|e| e.with_kind(ErrorKind::Storage).context(format!("host store `{op}`")).with("op", op))
+    }
+}
+
+fn store_reply_error(op: &str, e: Error) -> Error {
+    Error::new(ErrorKind::Storage, format!("host store `{op}` replied with unusable data: {}", e.message()))
+        .with("op", op)
+        .with("field", e.detail().get("field").cloned().unwrap_or(Value::Null))
+}
+
+impl Store for HostStore {
+    fn load(&mut self) -> Result<StoreContents> {
+        let reply = self.call("load", json!({"op": "load"}))?;
+        let parse = || -> Result<StoreContents> {
+            let f = Fields::of(&reply, "reply")?;
+            let mut records = Vec::new();
+            for (i, r) in f.array("records")?.iter().enumerate() {
+                let text = r.as_str().ok_or_else(|| Error::invalid(format!("reply.records[{i}]"), "expected a string (one record)"))?;
+                records.push(text.as_bytes().to_vec());
+            }
+            if let Some(k) = f.map.keys().find(|k| !["records", "lastComplete"].contains(&k.as_str())) {
+                return Err(Error::invalid(f.p(k), "is not a load reply field (expected records, lastComplete)"));
+            }
+            Ok(StoreContents { records, last_complete: f.opt_bool("lastComplete")?.unwrap_or(true) })
+        };
+        parse().map_err(|e| store_reply_error("load", e))
+    }
+
+    fn append(&mut self, record: &str) -> Result<()> {
+        self.call("append", json!({"op": "append", "record": record})).map(|_| ())
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        self.call("sync", json!({"op": "sync"})).map(|_| ())
+    }
+
+    fn truncate(&mut self, records: usize) -> Result<()> {
+        self.call("truncate", json!({"op": "truncate", "records": records})).map(|_| ())
+    }
+
+    fn describe(&self) -> String {
+        "host store".into()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+/// Resolves a session argument, refusing a call from inside its own store callback.
+pub(crate) fn session_arg(ptr: *const lls_session, argument: &str) -> std::result::Result<Arc<Object<SessionObject>>, FfiError> {
+    let obj = handle::lookup::<SessionObject>(ptr, argument)?;
+    check_not_in_store(obj.store_key)?;
+    Ok(obj)
+}
+
+/// Parses session options `{"id"?, "durability"?}` plus the keys in `more` (returned for the
+/// caller to read).
+fn session_options<'a>(v: Option<&'a Value>, path: &'a str, more: &[&str]) -> Result<(SessionOptions, Option<Fields<'a>>)> {
+    let Some(v) = v else { return Ok((SessionOptions::default(), None)) };
+    let f = Fields::of(v, path)?;
+    if let Some(k) = f.map.keys().find(|k| !["id", "durability"].contains(&k.as_str()) && !more.contains(&k.as_str())) {
+        let mut expected = vec!["id", "durability"];
+        expected.extend_from_slice(more);
+        return Err(Error::invalid(f.p(k), format!("is not an option here (expected {})", expected.join(", "))));
+    }
+    let id = match f.opt_str("id")? {
+        Some("") => return Err(Error::invalid(f.p("id"), "must not be empty")),
+        other => other.map(str::to_string),
+    };
+    let durability = match f.opt_str("durability")? {
+        None => Durability::default(),
+        Some(d) => Durability::parse(d).map_err(|e| Error::invalid(f.p("durability"), e.message().trim_start_matches("durability: ")))?,
+    };
+    Ok((SessionOptions { durability, id }, Some(f)))
+}
+
+/// A file path argument: UTF-8, not empty, no NUL byte.
+unsafe fn path_arg(ptr: *const c_char, len: usize, argument: &str) -> std::result::Result<String, FfiError> {
+    // SAFETY: forwarded from the caller.
+    let text = unsafe { buffers::input_str(ptr, len, argument) }?;
+    if text.is_empty() {
+        return Err(FfiError::invalid_argument(argument, "the path is empty"));
+    }
+    if text.contains('\0') {
+        return Err(FfiError::invalid_argument(argument, "the path contains a NUL byte"));
+    }
+    Ok(text.to_string())
+}
+
+fn report_json(r: &LoadReport) -> String {
+    let mut v = json!({"cutRecords": r.cut_records, "repairedEvents": r.repaired_events});
+    if let Some(l) = r.cut_at_line {
+        v["cutAtLine"] = l.into();
+    }
+    if let Some(why) = &r.cut_reason {
+        v["cutReason"] = why.clone().into();
+    }
+    v.to_string()
+}
+
+fn verify_json(r: &VerifyReport) -> String {
+    json!({"events": r.events, "requests": r.requests, "compactions": r.compactions}).to_string()
+}
+
+/// Splits a stored file into records the way the JSONL store does.
+fn file_records(path: &str) -> Result<Vec<Vec<u8>>> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        Error::new(ErrorKind::Storage, format!("{path}: cannot read: {e}"))
+            .with("path", path)
+            .with("os", e.raw_os_error().map(i64::from).unwrap_or(-1))
+    })?;
+    let mut records: Vec<Vec<u8>> = bytes.split(|b| *b == b'\n').map(<[u8]>::to_vec).collect();
+    if bytes.last() == Some(&b'\n') || bytes.is_empty() {
+        records.pop();
+    }
+    if records.is_empty() {
+        return Err(Error::new(ErrorKind::CorruptLog, format!("{path}: the file is empty, not a session log")).with("path", path));
+    }
+    Ok(records)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Creating and opening
+
+/// Creates a new session kept in memory and stores it in `*out`.
+///
+/// `opts_json` (may be NULL for the defaults) is `{"id"?: string, "durability"?:
+/// "every-event" | "turn-end" | "never"}`; without an id a random one is chosen.
+///
+/// Errors: `LLS_ERR_NULL_POINTER` (`out`), `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`,
+/// `LLS_ERR_INVALID_INPUT` (an unknown or mistyped option).
+///
+/// # Safety
+/// `opts_json` NULL or `opts_len` readable bytes; `out` and `err` NULL or valid for writes.
+///
+/// Thread safety: may be called from any thread.
+#[no_mangle]
+pub unsafe extern "C" fn lls_session_new_memory(
+    opts_json: *const c_char,
+    opts_len: usize,
+    out: *mut *mut lls_session,
+    err: *mut *mut lls_error,
+) -> lls_status {
+    // SAFETY: pointer validity is the caller's contract, forwarded.
+    unsafe {
+        boundary(err, || {
+            let out = Out::new(out, "out")?;
+            let v = buffers::input_json_opt(opts_json, opts_len, "opts_json")?;
+            let (opts, _) = session_options(v.as_ref(), "opts", &[])?;
+            let session = Session::create(Box::new(MemoryStore::new()), opts)?;
+            out.write(SessionObject::register(session, LoadReport::default(), 0));
+            Ok(())
+        })
+    }
+}
+
+/// Opens the session stored in the JSONL file at `(path, path_len)` (UTF-8, need not be
+/// NUL-terminated), or creates the file with a new session when it is missing or empty.
+///
+/// Loading checks every event; a torn last line (a crash mid-write) is cut, and a turn left
+/// open by a crash is closed with synthetic events (see `lls_session_load_report`). Damage
+/// before the last complete turn is `LLS_ERR_CORRUPT_LOG` with the `line` in the detail.
+/// `opts_json` (may be NULL) is as for `lls_session_new_memory`; `id` applies only to a new
+/// session.
+///
+/// Errors: `LLS_ERR_NULL_POINTER` (`path`, `out`), `LLS_ERR_INVALID_UTF8`,
+/// `LLS_ERR_INVALID_ARGUMENT` (empty path), `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT`,
+/// `LLS_ERR_STORAGE` (I/O; detail `path`, `os`), `LLS_ERR_CORRUPT_LOG`.
+///
+/// # Safety
+/// `path` NULL or `path_len` readable bytes; `opts_json` likewise; `out`, `err` NULL or valid
+/// for writes.
+///
+/// Thread safety: may be called from any thread; open a file with one session at a time.
+#[no_mangle]
+pub unsafe extern "C" fn lls_session_open_file(
+    path: *const c_char,
+    path_len: usize,
+    opts_json: *const c_char,
+    opts_len: usize,
+    out: *mut *mut lls_session,
+    err: *mut *mut lls_error,
+) -> lls_status {
+    // SAFETY: pointer validity is the caller's contract, forwarded.
+    unsafe {
+        boundary(err, || {
+            let out = Out::new(out, "out")?;
+            let path = path_arg(path, path_len, "path")?;
+            let v = buffers::input_json_opt(opts_json, opts_len, "opts_json")?;
+            let (opts, _) = session_options(v.as_ref(), "opts", &[])?;
+            let (session, report) = Session::open_jsonl(&path, opts)?;
+            out.write(SessionObject::register(session, report, 0));
+            Ok(())
+        })
+    }
+}
+
+/// Opens (or, when the store is empty, creates) a session kept in a host store, reached through
+/// one callback. The callback receives one JSON request per storage operation and answers
+/// through its reply (synchronously, or pending and completed later from any thread):
+///
+/// - `{"op":"load"}` → `{"records": [string, ...], "lastComplete"?: bool}`: every stored
+///   record in order (the session header first, then one event per record), and whether the
+///   last one was completely written (default true);
+/// - `{"op":"append","record": string}` → any JSON (e.g. `true`): store one record at the end;
+/// - `{"op":"sync"}` → any JSON: make every appended record durable;
+/// - `{"op":"truncate","records": n}` → any JSON: keep only the first `n` records.
+///
+/// A failed reply (`lls_reply_fail`, `LLS_CB_ERROR`, garbage) fails the operation with
+/// `LLS_ERR_STORAGE` (detail `op`, and `callback` for the failure's reason) and the session is
+/// left as it was: an append that the store refused is not in the log.
+///
+/// The callback runs on the thread of the session call that needs the store, **while the
+/// session is locked**: it must not call into this session or its agent (refused with
+/// `LLS_ERR_OUT_OF_ORDER`), and a pending reply must be completed by a thread that does not wait
+/// for this session. Store waits are not cancellable.
+///
+/// Ownership: the library owns `userdata` from this call on and calls `userdata_free` (may be
+/// NULL) exactly once: when this call fails (any error, including a NULL `store`), or when the
+/// session is freed and no agent uses it any more.
+///
+/// Errors: `LLS_ERR_NULL_POINTER` (`store`, `out`), `LLS_ERR_INVALID_UTF8`,
+/// `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (options), `LLS_ERR_STORAGE`,
+/// `LLS_ERR_CORRUPT_LOG`.
+///
+/// # Safety
+/// `store`/`userdata`/`userdata_free` as for any callback registration; `opts_json` NULL or
+/// `opts_len` readable bytes; `out`, `err` NULL or valid for writes.
+///
+/// Thread safety: may be called from any thread; the callback runs on the calling thread.
+#[no_mangle]
+pub unsafe extern "C" fn lls_session_open_store(
+    store: lls_callback_fn,
+    userdata: *mut c_void,
+    userdata_free: lls_userdata_free_fn,
+    opts_json: *const c_char,
+    opts_len: usize,
+    out: *mut *mut lls_session,
+    err: *mut *mut lls_error,
+) -> lls_status {
+    // SAFETY: pointer validity is the caller's contract, forwarded.
+    unsafe {
+        boundary(err, || {
+            let callback = HostCallback::from_raw(store, userdata, userdata_free, "store")?;
+            let out = Out::new(out, "out")?;
+            let v = buffers::input_json_opt(opts_json, opts_len, "opts_json")?;
+            let (opts, _) = session_options(v.as_ref(), "opts", &[])?;
+            let key = NEXT_STORE_KEY.fetch_add(1, Ordering::Relaxed);
+            let (session, report) = Session::open(Box::new(HostStore { callback, key }), opts)?;
+            out.write(SessionObject::register(session, report, key));
+            Ok(())
+        })
+    }
+}
+
+/// Forks `session` into a new session (`*out`) seeded with its first events, recording the
+/// parent's id and the seed length.
+///
+/// `opts_json` (may be NULL) is `{"seedLength"?: n, "path"?: string, "id"?: string,
+/// "durability"?: ...}`: the seed ends at a turn boundary (default: every event up to the last
+/// one), the new session is kept in the JSONL file at `path` (which must be missing or empty)
+/// or in memory.
+///
+/// Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`,
+/// `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (`seedLength` past
+/// the end or not at a turn boundary, a file that already holds a session), `LLS_ERR_STORAGE`.
+///
+/// # Safety
+/// `opts_json` NULL or `opts_len` readable bytes; `out`, `err` NULL or valid for writes.
+///
+/// Thread safety: may be called from any thread, concurrently with other calls on `session`.
+#[no_mangle]
+pub unsafe extern "C" fn lls_session_fork(
+    session: *const lls_session,
+    opts_json: *const c_char,
+    opts_len: usize,
+    out: *mut *mut lls_session,
+    err: *mut *mut lls_error,
+) -> lls_status {
+    // SAFETY: pointer validity is the caller's contract, forwarded.
+    unsafe {
+        boundary(err, || {
+            let out = Out::new(out, "out")?;
+            let s = session_arg(session, "session")?;
+            let v = buffers::input_json_opt(opts_json, opts_len, "opts_json")?;
+            let (opts, f) = session_options(v.as_ref(), "opts", &["seedLength", "path"])?;
+            let (seed, path) = match &f {
+                None => (None, None),
+                Some(f) => (f.opt_u64("seedLength")?, f.opt_str("path")?),
+            };
+            let mut created = None;
+            let store: Box<dyn Store> = match path {
+                None => Box::new(MemoryStore::new()),
+                Some("") => return Err(Error::invalid("opts.path", "must not be empty").into()),
+                Some(p) => {
+                    if !std::path::Path::new(p).exists() {
+                        created = Some(p);
+                    }
+                    Box::new(JsonlStore::open(p)?)
+                }
+            };
+            let forked = s.session.fork(seed, store, opts).inspect_err(|_| {
+                // A failed fork leaves no file behind that it created.
+                if let Some(p) = created {
+                    let _ = std::fs::remove_file(p);
+                }
+            })?;
+            out.write(SessionObject::register(forked, LoadReport::default(), 0));
+            Ok(())
+        })
+    }
+}
+
+/// Frees a session handle. `lls_session_free(NULL)` does nothing; so does a handle that is not
+/// a live `lls_session`. An agent created over the session keeps the session's state alive
+/// until the agent is freed; the host store's `userdata_free` runs when the last user is gone.
+///
+/// Thread safety: call once, when no other thread uses the handle; never from inside a
+/// callback that serves this session.
+#[no_mangle]
+pub extern "C" fn lls_session_free(session: *mut lls_session) {
+    boundary_value((), || handle::free::<SessionObject>(session))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading
+
+/// Runs a read of the session and writes its text to `(out, out_len)`.
+unsafe fn read_out(
+    session: *const lls_session,
+    out: *mut *mut c_char,
+    out_len: *mut usize,
+    err: *mut *mut lls_error,
+    read: impl FnOnce(&SessionObject) -> std::result::Result<String, FfiError>,
+) -> lls_status {
+    // SAFETY: pointer validity is the caller's contract, forwarded.
+    unsafe {
+        boundary(err, || {
+            let out = OutString::new(out, out_len, "out")?;
+            let s = session_arg(session, "session")?;
+            let text = read(&s)?;
+            out.write(&text)
+        })
+    }
+}
+
+/// What loading found and did when the session was opened, as JSON: `{"cutRecords": n,
+/// "cutAtLine"?: n, "cutReason"?: string, "repairedEvents": n}` (all zero for a new session).
+/// Free `*out` with `lls_string_free`.
+///
+/// Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`.
+///
+/// # Safety
+/// `out`, `out_len`, `err` NULL or valid for writes.
+///
+/// Thread safety: may be called from any thread, concurrently.
+#[no_mangle]
+pub unsafe extern "C" fn lls_session_load_report(
+    session: *const lls_session,
+    out: *mut *mut c_char,
+    out_len: *mut usize,
+    err: *mut *mut lls_error,
+) -> lls_status {
+    // SAFETY: forwarded.
+    unsafe { read_out(session, out, out_len, err, |s| Ok(report_json(&s.report))) }
+}
+
+/// The session id, as a NUL-terminated string (not JSON) in `*out`; free it with
+/// `lls_string_free`.
+///
+/// Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`.
+///
+/// # Safety
+/// `out`, `out_len`, `err` NULL or valid for writes.
+///
+/// Thread safety: may be called from any thread, concurrently.
+#[no_mangle]
+pub unsafe extern "C" fn lls_session_id(
+    session: *const lls_session,
+    out: *mut *mut c_char,
+    out_len: *mut usize,
+    err: *mut *mut lls_error,
+) -> lls_status {
+    // SAFETY: forwarded.
+    unsafe { read_out(session, out, out_len, err, |s| Ok(s.session.id())) }
+}
+
+/// The session's header record (the first line of its log) as JSON: `{"type":"session",
+/// "format":"llmsession","version":1,"id","createdAt","parent"?:{"id","seedLength"},
+/// "lineage"?:[...]}`. Free `*out` with `lls_string_free`.
+///
+/// Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`.
+///
+/// # Safety
+/// `out`, `out_len`, `err` NULL or valid for writes.
+///
+/// Thread safety: may be called from any thread, concurrently.
+#[no_mangle]
+pub unsafe extern "C" fn lls_session_info(
+    session: *const lls_session,
+    out: *mut *mut c_char,
+    out_len: *mut usize,
+    err: *mut *mut lls_error,
+) -> lls_status {
+    // SAFETY: forwarded.
+    unsafe { read_out(session, out, out_len, err, |s| Ok(s.session.header_record().to_value().to_string())) }
+}
+
+/// The events with seq `from` up to, not including, `to` (`UINT64_MAX`: to the end), as a
+/// JSON array of event objects `{"type","seq","time","data","surfaceOp"?,"sources"?}` exactly
+/// as logged. A range past the end is clamped (an empty array). Free `*out` with
+/// `lls_string_free`.
+///
+/// Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`,
+/// `LLS_ERR_INVALID_ARGUMENT` (`from` greater than `to`).
+///
+/// # Safety
+/// `out`, `out_len`, `err` NULL or valid for writes.
+///
+/// Thread safety: may be called from any thread, concurrently (also from an agent callback).
+#[no_mangle]
+pub unsafe extern "C" fn lls_session_events(
+    session: *const lls_session,
+    from: u64,
+    to: u64,
+    out: *mut *mut c_char,
+    out_len: *mut usize,
+    err: *mut *mut lls_error,
+) -> lls_status {
+    // SAFETY: forwarded.
+    unsafe {
+        read_out(session, out, out_len, err, |s| {
+            if from > to {
+                return Err(FfiError::invalid_argument("from", format!("{from} is greater than `to` ({to})")));
+            }
+            Ok(s.session.events_json(from, if to == u64::MAX { None } else { Some(to) }))
+        })
+    }
+}
+
+/// The derived history (the messages every request carries after the session prefix), as a
+/// JSON array of messages. Free `*out` with `lls_string_free`.
+///
+/// Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`.
+///
+/// # Safety
+/// `out`, `out_len`, `err` NULL or valid for writes.
+///
+/// Thread safety: may be called from any thread, concurrently (also from an agent callback).
+#[no_mangle]
+pub unsafe extern "C" fn lls_session_history(
+    session: *const lls_session,
+    out: *mut *mut c_char,
+    out_len: *mut usize,
+    err: *mut *mut lls_error,
+) -> lls_status {
+    // SAFETY: forwarded.
+    unsafe { read_out(session, out, out_len, err, |s| Ok(s.session.history_json())) }
+}
+
+/// The folded request header (the latest `request/header` snapshot with later deltas
+/// applied) as JSON `{"config","system"?,"tools"?,"messagePrefix"?}`, or `null` before the
+/// first request. Free `*out` with `lls_string_free`.
+///
+/// Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`.
+///
+/// # Safety
+/// `out`, `out_len`, `err` NULL or valid for writes.
+///
+/// Thread safety: may be called from any thread, concurrently.
+#[no_mangle]
+pub unsafe extern "C" fn lls_session_header(
+    session: *const lls_session,
+    out: *mut *mut c_char,
+    out_len: *mut usize,
+    err: *mut *mut lls_error,
+) -> lls_status {
+    // SAFETY: forwarded.
+    unsafe {
+        read_out(session, out, out_len, err, |s| {
+            Ok(s.session.request_header().map(|h| h.to_value().to_string()).unwrap_or_else(|| "null".into()))
+        })
+    }
+}
+
+/// Counters over the session's log, as JSON `{"events","turns","requests","compactions",
+/// "surface","generation","cachedTokens","promptTokens"}`. Free `*out` with `lls_string_free`.
+///
+/// Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`.
+///
+/// # Safety
+/// `out`, `out_len`, `err` NULL or valid for writes.
+///
+/// Thread safety: may be called from any thread, concurrently.
+#[no_mangle]
+pub unsafe extern "C" fn lls_session_stats(
+    session: *const lls_session,
+    out: *mut *mut c_char,
+    out_len: *mut usize,
+    err: *mut *mut lls_error,
+) -> lls_status {
+    // SAFETY: forwarded.
+    unsafe {
+        read_out(session, out, out_len, err, |s| {
+            serde_json::to_string(&s.session.stats()).map_err(|e| FfiError::from(Error::new(ErrorKind::Internal, e.to_string())))
+        })
+    }
+}
+
+/// Rebuilds every request recorded in the session's log from the log alone and compares it with
+/// the recorded digest. On success `*out` is `{"events","requests","compactions"}` (what was
+/// checked). A divergence is `LLS_ERR_RECONSTRUCTION` naming the first request that differs
+/// (detail `seq`, `turn`, `step`, `line`).
+///
+/// Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`,
+/// `LLS_ERR_RECONSTRUCTION`.
+///
+/// # Safety
+/// `out`, `out_len`, `err` NULL or valid for writes.
+///
+/// Thread safety: may be called from any thread, concurrently.
+#[no_mangle]
+pub unsafe extern "C" fn lls_session_verify(
+    session: *const lls_session,
+    out: *mut *mut c_char,
+    out_len: *mut usize,
+    err: *mut *mut lls_error,
+) -> lls_status {
+    // SAFETY: forwarded.
+    unsafe {
+        read_out(session, out, out_len, err, |s| {
+            let header = s.session.header_record().to_value().to_string();
+            let lines = s.session.with_log(|l| l.lines().to_vec());
+            let mut records = Vec::with_capacity(lines.len() + 1);
+            records.push(header.into_bytes());
+            records.extend(lines.iter().map(|l| l.as_bytes().to_vec()));
+            Ok(verify_json(&verify_records(&records)?))
+        })
+    }
+}
+
+/// Verifies a stored JSONL log at `(path, path_len)` without opening it as a session (nothing is
+/// written): rebuilds every recorded request and compares digests. `*out` as for
+/// `lls_session_verify`.
+///
+/// Errors: `LLS_ERR_NULL_POINTER` (`path`, `out`), `LLS_ERR_INVALID_UTF8`,
+/// `LLS_ERR_INVALID_ARGUMENT` (empty path), `LLS_ERR_STORAGE` (cannot read; detail `path`),
+/// `LLS_ERR_CORRUPT_LOG` (not a session log; detail `line`), `LLS_ERR_RECONSTRUCTION`.
+///
+/// # Safety
+/// `path` NULL or `path_len` readable bytes; `out`, `out_len`, `err` NULL or valid for writes.
+///
+/// Thread safety: may be called from any thread.
+#[no_mangle]
+pub unsafe extern "C" fn lls_verify_file(
+    path: *const c_char,
+    path_len: usize,
+    out: *mut *mut c_char,
+    out_len: *mut usize,
+    err: *mut *mut lls_error,
+) -> lls_status {
+    // SAFETY: pointer validity is the caller's contract, forwarded.
+    unsafe {
+        boundary(err, || {
+            let out = OutString::new(out, out_len, "out")?;
+            let path = path_arg(path, path_len, "path")?;
+            let records = file_records(&path)?;
+            let report = verify_records(&records).map_err(|e| e.context(&path))?;
+            out.write(&verify_json(&report))
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writing
+
+/// Appends one event given as JSON `{"type", "data", "surfaceOp"?, "sources"?}` (no `seq` or
+/// `time`: the log assigns them) and stores its seq in `*out_seq` (may be NULL). The event is
+/// validated first; a rejected event changes nothing. Hosts append their own log-only event
+/// types and context (`user/message` with `data.source` `"host"` or `"plugin"` and
+/// `"surfaceOp":"append"`); while an agent is live, the turn, step, tool, header and compaction
+/// events belong to it and are refused with `LLS_ERR_OUT_OF_ORDER`.
+///
+/// Errors: `LLS_ERR_NULL_POINTER` (`session`, `event_json`), `LLS_ERR_INVALID_HANDLE`,
+/// `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (detail `field`),
+/// `LLS_ERR_OUT_OF_ORDER`, `LLS_ERR_STORAGE`, `LLS_ERR_POISONED`.
+///
+/// # Safety
+/// `event_json` NULL or `event_len` readable bytes; `out_seq`, `err` NULL or valid for writes.
+///
+/// Thread safety: may be called from any thread, concurrently (serialised internally), also
+/// from an agent callback.
+#[no_mangle]
+pub unsafe extern "C" fn lls_session_append(
+    session: *mut lls_session,
+    event_json: *const c_char,
+    event_len: usize,
+    out_seq: *mut u64,
+    err: *mut *mut lls_error,
+) -> lls_status {
+    // SAFETY: pointer validity is the caller's contract, forwarded.
+    unsafe {
+        boundary(err, || {
+            let out_seq = OptOut::new(out_seq);
+            let s = session_arg(session, "session")?;
+            let v = buffers::input_json(event_json, event_len, "event_json")?;
+            let _mutating = s.poison.enter()?;
+            let seq = s.session.append_json(&v)?;
+            out_seq.write(seq);
+            Ok(())
+        })
+    }
+}
+
+/// Makes every event appended so far durable now (fsync for a file, `{"op":"sync"}` for a host
+/// store), whatever the durability option.
+///
+/// Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_STORAGE`.
+///
+/// # Safety
+/// `err` NULL or valid for writes.
+///
+/// Thread safety: may be called from any thread, concurrently.
+#[no_mangle]
+pub unsafe extern "C" fn lls_session_sync(session: *mut lls_session, err: *mut *mut lls_error) -> lls_status {
+    // SAFETY: pointer validity is the caller's contract, forwarded.
+    unsafe {
+        boundary(err, || {
+            let s = session_arg(session, "session")?;
+            s.session.sync()?;
+            Ok(())
+        })
+    }
+}
