@@ -331,8 +331,14 @@ function register(core, fn, encode) {
       replyFail(reply, describe(e));
       return CB_ERROR;
     }
-    const pendingDispose = op && op.disposeDuringCallback;
-    if (op) op.disposeDuringCallback = null;
+    // A dispose started from a callback (on another worker) must end the operation: the reply
+    // is answered only once that disposal returned, so the library is still waiting when the
+    // dispose ends its wait (the answer is then discarded).
+    const afterDispose = (answer) => {
+      const d = op && op.disposeDuringCallback;
+      if (d) d.then(answer, answer);
+      else answer();
+    };
     if (result && typeof result.then === 'function') {
       if (!op || !op.async) {
         const e = new CallbackError('this operation is synchronous: its callback must not return a Promise');
@@ -342,16 +348,21 @@ function register(core, fn, encode) {
       op.pending++;
       Promise.resolve(result).then(
         (v) => {
+          let t;
           try {
-            replyText(reply, encode(v), true);
+            t = encode(v);
           } catch (e) {
             op.errors.push(e);
             replyFail(reply, describe(e));
+            return;
           }
+          afterDispose(() => replyText(reply, t, true));
         },
         (e) => {
-          if (!(e instanceof CallbackError)) op.errors.push(e);
-          replyFail(reply, describe(e));
+          // After an abort, a rejection is the callback giving up (an AbortError from fetch):
+          // the operation reports CANCELLED, not this error.
+          if (!(e instanceof CallbackError) && !op.controller.signal.aborted) op.errors.push(e);
+          afterDispose(() => replyFail(reply, describe(e)));
         },
       ).finally(() => {
         op.pending--;
@@ -366,10 +377,8 @@ function register(core, fn, encode) {
       replyFail(reply, describe(e));
       return CB_ERROR;
     }
-    if (pendingDispose) {
-      // A dispose was started from inside this callback: keep the library waiting until the
-      // disposal (on another worker) ended its wait, then answer the abandoned reply.
-      pendingDispose.finally(() => replyText(reply, text, true));
+    if (op && op.disposeDuringCallback) {
+      afterDispose(() => replyText(reply, text, true));
       return CB_PENDING;
     }
     replyText(reply, text, false);
