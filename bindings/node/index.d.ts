@@ -13,7 +13,7 @@ export interface Block {
 export interface Message {
   role: 'user' | 'assistant' | 'tool' | string;
   content: Block[];
-  [key: string]: Json | undefined;
+  [key: string]: Json | Block[] | undefined;
 }
 
 /** Token usage reported by a provider. */
@@ -38,7 +38,7 @@ export interface Envelope {
   turn?: number;
   step?: number;
   maxTokens?: number;
-  [key: string]: Json | undefined;
+  [key: string]: Json | Message[] | undefined;
 }
 
 /** The call config every request carries. */
