@@ -403,3 +403,27 @@ test('close is idempotent and a closed handle is refused', () => {
   assert.throws(() => w.session.history(), { status: lls.Status.INVALID_HANDLE });
   assert.equal(lls.liveHandleCount(), 0);
 });
+
+test('dispose and close from a timer while nextRequest waits on a listener', async () => {
+  const w = world();
+  let listenerSignal = null;
+  w.agent.addPrefixListener(async ({ rest }, { signal }) => {
+    listenerSignal = signal;
+    await sleep(100);
+    return rest;
+  });
+  w.agent.startTurn('hello');
+  const p = w.agent.nextRequest();
+  await sleep(10);
+  const disposed = w.agent.dispose();
+  await assert.rejects(p, { status: lls.Status.DISPOSED });
+  await disposed;
+  assert.equal(w.session.events().at(-1).data.reason, 'disposed');
+  await assert.rejects(w.agent.nextRequest(), { status: lls.Status.DISPOSED });
+  w.agent.close();
+  assert.equal(listenerSignal.aborted, true);
+  await sleep(120);
+  w.session.close();
+  assert.equal(lls.liveHandleCount(), 0);
+  assert.equal(lls.registeredCallbackCount(), 0);
+});
