@@ -32,9 +32,9 @@ std::size_t prefix_len_of(const std::string &info) {
 
 // What the scripted model answers, in order: a tool call, then text.
 const std::vector<std::string> kScript = {
-    R"({"message":{"role":"assistant","content":[{"type":"tool-call","id":"c1","name":"read_file","arguments":"{\"path\":\"README.md\"}"}]},"usage":{"input":120,"output":12}})",
-    R"({"message":{"role":"assistant","content":[{"type":"text","text":"The README describes the build."}]},"usage":{"input":160,"output":9}})",
-    R"({"message":{"role":"assistant","content":[{"type":"text","text":"Run make test."}]},"usage":{"input":190,"output":5}})",
+    R"({"message":{"role":"assistant","content":[{"type":"tool-call","id":"c1","name":"read_file","arguments":"{\"path\":\"README.md\"}"}]},"usage":{"inputTokens":120,"outputTokens":12}})",
+    R"({"message":{"role":"assistant","content":[{"type":"text","text":"The README describes the build."}]},"usage":{"inputTokens":160,"outputTokens":9}})",
+    R"({"message":{"role":"assistant","content":[{"type":"text","text":"Run make test."}]},"usage":{"inputTokens":190,"outputTokens":5}})",
 };
 
 } // namespace

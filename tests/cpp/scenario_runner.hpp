@@ -204,7 +204,7 @@ struct ListenerState {
 
 struct SummaryCall {
     json input;        // the whole summariser input
-    std::string json;  // the request envelope, serialised
+    std::string text;  // the request envelope, serialised
     std::size_t shared_messages = 0;
 };
 
@@ -838,15 +838,15 @@ inline void expect_summary(World &w, const json &op) {
              std::to_string(seen.size()) + " sent)");
     }
     const SummaryCall &req = seen[static_cast<std::size_t>(i)];
-    json v = json::parse(req.json);
+    json v = json::parse(req.text);
     check_pointers("summary request", v, get_or_null(op, "pointers"));
     for (const auto &t : get_or_null(op, "includes")) {
-        if (req.json.find(t.get<std::string>()) == std::string::npos) {
+        if (req.text.find(t.get<std::string>()) == std::string::npos) {
             fail("summary request " + std::to_string(i) + " does not contain " + t.dump());
         }
     }
     for (const auto &t : get_or_null(op, "excludes")) {
-        if (req.json.find(t.get<std::string>()) != std::string::npos) {
+        if (req.text.find(t.get<std::string>()) != std::string::npos) {
             fail("summary request " + std::to_string(i) + " contains " + t.dump());
         }
     }

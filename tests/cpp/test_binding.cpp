@@ -114,7 +114,7 @@ TEST_F(Binding, ErrorsCarryStatusMessageAndDetail) {
     expect_error([&] { a.start_turn("\xc3\x28"); }, LLS_ERR_INVALID_UTF8);
     expect_error([&] { a.start_turn(R"({"role":"assistant","content":[]})"); }, LLS_ERR_INVALID_INPUT);
     expect_error([&] { a.set_policy(R"({"contextWindow":0})"); }, LLS_ERR_INVALID_POLICY);
-    expect_error([&] { a.compact(); }, LLS_ERR_OUT_OF_ORDER);
+    expect_error([&] { a.compact(); }, LLS_ERR_NOTHING_TO_COMPACT);
     expect_error([&] { llmsession::render("no-such-format", "{}", 0); }, LLS_ERR_INVALID_INPUT);
     expect_error([] { llmsession::verify_file("/nonexistent/llmsession.jsonl"); }, LLS_ERR_STORAGE);
     a.dispose();
@@ -221,7 +221,8 @@ TEST_F(Binding, HostStoreSession) {
 
     // A store that throws: the append fails, and the host exception comes back out.
     Session failing = Session::open_store(llmsession::Callback([](std::string_view in, Reply &r) {
-        if (json::parse(in)["op"] == "append") {
+        json req = json::parse(in);
+        if (req["op"] == "append" && req["record"].get<std::string>().find("host/note") != std::string::npos) {
             throw MyHostError("disk on fire");
         }
         r.complete(R"({"records":[]})");
@@ -277,13 +278,18 @@ TEST_F(Binding, UnansweredAndDroppedReplies) {
         },
         "{}");
     EXPECT_EQ(out, "1");
-    // Garbage is reported to the callback (an Error) and to the call.
+    // Garbage is reported to the callback (an Error) and to the call (a listener failure).
     e = expect_error(
         [] {
             llmsession::invoke_callback(
                 [](std::string_view, Reply &r) { EXPECT_THROW(r.complete("{oops"), Error); }, "{}");
         },
-        LLS_ERR_MALFORMED_JSON);
+        LLS_ERR_LISTENER);
+    EXPECT_EQ(json::parse(e.detail())["callback"], "malformed-json");
+    // Left uncaught, the callback's Error is what the call rethrows.
+    e = expect_error(
+        [] { llmsession::invoke_callback([](std::string_view, Reply &r) { r.complete("\xff"); }, "{}"); },
+        LLS_ERR_INVALID_UTF8);
 }
 
 TEST_F(Binding, InvokeCallbackSyncAndFromThread) {
