@@ -16,6 +16,7 @@
 
 #include "llmsession.h"
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -230,6 +231,8 @@ struct Trampoline;
 /// "dropped without an answer". Move-only.
 class Reply {
 public:
+    /// An empty reply (holds nothing; a place to move a pending reply into).
+    Reply() noexcept = default;
     Reply(const Reply &) = delete;
     Reply &operator=(const Reply &) = delete;
 

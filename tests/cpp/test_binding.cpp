@@ -368,26 +368,26 @@ TEST_F(Binding, CancellingAPendingSummariser) {
     Agent a(s, kOpts);
     std::mutex m;
     std::condition_variable cv;
-    std::optional<Reply> held;
+    Reply held; // empty until the summariser moves its reply here
     a.set_summariser(llmsession::Callback([&](std::string_view, Reply &r) {
         std::lock_guard<std::mutex> lock(m);
-        held.emplace(std::move(r)); // pending: nobody answers until after the cancel
+        held = std::move(r); // pending: nobody answers until after the cancel
         cv.notify_all();
     }));
     one_long_turn(a);
     Cancel cancel;
     std::thread tripper([&] {
         std::unique_lock<std::mutex> lock(m);
-        cv.wait(lock, [&] { return held.has_value(); });
+        cv.wait(lock, [&] { return held.valid(); });
         cancel.trip();
     });
     Error e = expect_error([&] { a.compact({}, &cancel); }, LLS_ERR_CANCELLED);
     tripper.join();
     EXPECT_TRUE(cancel.is_tripped());
     // The abandoned reply is still answered (accepted and discarded), so nothing leaks.
-    ASSERT_TRUE(held.has_value());
-    held->complete(R"({"text":"too late"})");
-    held.reset();
+    ASSERT_TRUE(held.valid());
+    held.complete(R"({"text":"too late"})");
+    EXPECT_FALSE(held.valid());
     EXPECT_EQ(s.history().find("too late"), std::string::npos);
 }
 
