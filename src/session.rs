@@ -130,7 +130,7 @@ impl Session {
         if !contents.records.is_empty() {
             return Err(Error::invalid("store", format!("{} already holds a session; open it instead", store.describe())));
         }
-        let header = SessionHeader { id: opts.id.unwrap_or_else(random_id), created_at: now_ms(), parent: None, lineage: Vec::new(), extra: JsonMap::new() };
+        let header = SessionHeader { id: new_id(opts.id)?, created_at: now_ms(), parent: None, lineage: Vec::new(), extra: JsonMap::new() };
         Session::start(store, header, Log::new(), opts.durability)
     }
 
@@ -320,6 +320,7 @@ impl Session {
             let events: Vec<Event> = (0..n).map(|s| g.log.event(s).expect("in range")).collect();
             (g.header.clone(), events)
         };
+        let id = new_id(opts.id)?;
         let log = Log::replay(&events)?;
         if !log.state().at_rest() {
             return Err(Error::invalid(
@@ -334,7 +335,7 @@ impl Session {
         let n = events.len() as u64;
         let lineage = parent.fork_lineage(n);
         let header = SessionHeader {
-            id: opts.id.unwrap_or_else(random_id),
+            id,
             created_at: now_ms(),
             parent: Some((parent.id.clone(), n)),
             lineage,
@@ -361,6 +362,15 @@ impl Session {
         if g.live_agent == Some(token) {
             g.live_agent = None;
         }
+    }
+}
+
+/// The id of a new session: the caller's (which the loader must accept) or a random one.
+fn new_id(id: Option<String>) -> Result<String> {
+    match id {
+        Some(id) if id.is_empty() => Err(Error::invalid("id", "must not be empty")),
+        Some(id) => Ok(id),
+        None => Ok(random_id()),
     }
 }
 

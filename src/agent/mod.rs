@@ -71,6 +71,9 @@ pub(crate) struct Frozen {
     pub bytes: PrefixBytes,
 }
 
+/// What the previous request carried: its prefix and the seqs of its history messages.
+pub(crate) type PrevRequest = (Option<Arc<Vec<Message>>>, Vec<u64>);
+
 /// Per-instance statistics.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct AgentStats {
@@ -106,7 +109,7 @@ pub struct Agent {
     pub(crate) policies: PolicyTable,
     pub(crate) meter: Meter,
     pub(crate) consecutive_overflows: u32,
-    pub(crate) prev_request: Option<(Option<Arc<Vec<Message>>>, Vec<u64>)>,
+    pub(crate) prev_request: Option<PrevRequest>,
     pub(crate) stats: AgentStats,
     released: bool,
 }

@@ -32,19 +32,15 @@ pub fn select_region(entries: &[Arc<Derived>], counts: &[u64], retained: u64) ->
         tail += counts[cut];
     }
     // Move the cut head-ward while a result in the tail answers a call in the region.
-    loop {
-        let mut moved = false;
-        for i in cut..n {
-            if let Some(id) = &entries[i].result_for {
-                if let Some(call_pos) = entries[..cut].iter().rposition(|d| d.calls.iter().any(|c| c == id)) {
-                    cut = call_pos;
-                    moved = true;
-                    break;
-                }
+    let mut i = cut;
+    while i < n {
+        let call_pos = entries[i].result_for.as_ref().and_then(|id| entries[..cut].iter().rposition(|d| d.calls.iter().any(|c| c == id)));
+        match call_pos {
+            Some(p) => {
+                cut = p;
+                i = cut;
             }
-        }
-        if !moved {
-            break;
+            None => i += 1,
         }
     }
     if cut == 0 {

@@ -60,6 +60,7 @@ pub mod error;
 pub mod handle;
 pub mod render;
 pub mod reply;
+pub mod response;
 pub mod session;
 pub mod status;
 pub mod version;

@@ -8,6 +8,7 @@
 use crate::error::{Error, Result};
 use crate::log::event::{types, Event};
 use crate::types::{blocks_from_value, Block, Fields, Message, Role};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 /// One derived history message: its projection, serialised once.
@@ -40,6 +41,9 @@ impl Derived {
 /// - `user/message` → its `message` (user role);
 /// - `assistant/message` → its `message` (assistant role);
 /// - `tool/result` → a user message with one `tool-result` block.
+///
+/// A message event may not carry `tool-result` blocks, and a user message no `tool-call`
+/// blocks: tool calls and results travel in their own events, where the pairing rules apply.
 pub fn project(ev: &Event) -> Result<Option<Message>> {
     let f = Fields::of(&ev.data, "data").map_err(|e| e.context(&ev.ty))?;
     let msg = match ev.ty.as_str() {
@@ -47,7 +51,20 @@ pub fn project(ev: &Event) -> Result<Option<Message>> {
             let m = Message::from_value(f.value("message")?, "data.message")?;
             let want = if ev.ty == types::USER_MESSAGE { Role::User } else { Role::Assistant };
             if m.role != want {
-                return Err(Error::invalid("data.message.role", format!("a {} event carries a {} message", ev.ty, want.as_str())));
+                let an = |r: Role| if r == Role::Assistant { "an" } else { "a" };
+                return Err(Error::invalid(
+                    "data.message.role",
+                    format!("{} {} event carries {} {} message, got {} {} message", an(want), ev.ty, an(want), want.as_str(), an(m.role), m.role.as_str()),
+                ));
+            }
+            // Tool blocks travel in their own events, where the pairing rules see them.
+            for (i, b) in m.content.iter().enumerate() {
+                let why = match b.kind() {
+                    "tool-result" => "a tool-result block belongs in a tool/result event",
+                    "tool-call" if m.role != Role::Assistant => "only an assistant message calls tools",
+                    _ => continue,
+                };
+                return Err(Error::invalid(format!("data.message.content[{i}]"), why));
             }
             m
         }
@@ -117,6 +134,8 @@ impl History {
     }
 
     /// Checks a replace of `start..=end` citing `sources` (nothing is changed).
+    ///
+    /// Linear in the span and the sources (a compaction may shadow most of a long session).
     pub(crate) fn check_replace(&self, start: usize, end: usize, sources: Option<&[u64]>) -> Result<()> {
         if start > end {
             return Err(Error::invalid("surfaceOp", format!("start ({start}) is after end ({end})")));
@@ -127,38 +146,46 @@ impl History {
                 format!("position {end} is past the end of the surface ({} events)", self.entries.len()),
             ));
         }
-        let shadowed: Vec<u64> = self.entries[start..=end].iter().map(|d| d.seq).collect();
+        let span = &self.entries[start..=end];
         let sources = sources.ok_or_else(|| Error::invalid("sources", "a replace must cite every shadowed event in sources"))?;
-        if let Some(missing) = shadowed.iter().find(|s| !sources.contains(s)) {
+        let shadowed: HashSet<u64> = span.iter().map(|d| d.seq).collect();
+        let mut cited = HashSet::with_capacity(sources.len());
+        let mut twice = None;
+        for s in sources {
+            if !cited.insert(*s) && twice.is_none() {
+                twice = Some(*s);
+            }
+        }
+        if let Some(missing) = span.iter().map(|d| d.seq).find(|s| !cited.contains(s)) {
             return Err(Error::invalid(
                 "sources",
-                format!("does not cite shadowed event seq {missing} (the span {start}..={end} shadows seqs {shadowed:?})"),
+                format!("does not cite shadowed event seq {missing} (the span {start}..={end} shadows {})", describe_seqs(span)),
             ));
         }
         if let Some(extra) = sources.iter().find(|s| !shadowed.contains(s)) {
             return Err(Error::invalid(
                 "sources",
-                format!("cites seq {extra}, which the span {start}..={end} does not shadow (it shadows {shadowed:?})"),
+                format!("cites seq {extra}, which the span {start}..={end} does not shadow (it shadows {})", describe_seqs(span)),
             ));
         }
+        if let Some(seq) = twice {
+            return Err(Error::invalid("sources", format!("cites seq {seq} more than once")));
+        }
         // Tool pairing: the span must hold each of its tool calls together with its result.
-        let span = &self.entries[start..=end];
+        let calls: HashSet<&str> = span.iter().flat_map(|d| d.calls.iter().map(|c| &**c)).collect();
+        let results: HashSet<&str> = span.iter().filter_map(|d| d.result_for.as_deref()).collect();
         for d in span {
-            for id in d.calls.iter() {
-                if !span.iter().any(|r| r.result_for.as_deref() == Some(&**id)) {
-                    return Err(Error::invalid(
-                        "surfaceOp",
-                        format!("the span {start}..={end} separates tool call {id:?} (seq {}) from its result", d.seq),
-                    ));
-                }
+            if let Some(id) = d.calls.iter().find(|id| !results.contains(&***id)) {
+                return Err(Error::invalid(
+                    "surfaceOp",
+                    format!("the span {start}..={end} separates tool call {id:?} (seq {}) from its result", d.seq),
+                ));
             }
-            if let Some(id) = &d.result_for {
-                if !span.iter().any(|c| c.calls.iter().any(|c| c == id)) {
-                    return Err(Error::invalid(
-                        "surfaceOp",
-                        format!("the span {start}..={end} separates the result of tool call {id:?} (seq {}) from its call", d.seq),
-                    ));
-                }
+            if let Some(id) = d.result_for.as_deref().filter(|id| !calls.contains(id)) {
+                return Err(Error::invalid(
+                    "surfaceOp",
+                    format!("the span {start}..={end} separates the result of tool call {id:?} (seq {}) from its call", d.seq),
+                ));
             }
         }
         Ok(())
@@ -180,5 +207,16 @@ impl History {
             first = false;
             out.extend_from_slice(d.json.as_bytes());
         }
+    }
+}
+
+/// The seqs of a span for a message: all of them when few, else the first few and a count.
+fn describe_seqs(span: &[Arc<Derived>]) -> String {
+    const SHOWN: usize = 8;
+    let seqs: Vec<String> = span.iter().take(SHOWN).map(|d| d.seq.to_string()).collect();
+    if span.len() <= SHOWN {
+        format!("seqs [{}]", seqs.join(", "))
+    } else {
+        format!("seqs [{}, ...] ({} events)", seqs.join(", "), span.len())
     }
 }

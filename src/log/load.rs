@@ -4,8 +4,8 @@
 //! Every event is checked exactly as an append would be. A damaged record (unparseable, or
 //! rejected by validation) is tolerated only when no complete turn follows it: a torn last line
 //! from a crash mid-write, or damage inside the trailing unfinished turn. Everything from that
-//! record on is cut. Damage before the end of the last complete turn is an error naming the
-//! line. A turn left open by a crash is closed by [`repair_events`].
+//! record on is cut. A last record without its newline counts as torn even when it parses.
+//! Damage before the end of the last complete turn is an error naming the line. A turn left open by a crash is closed by [`repair_events`].
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::event::{types, Event, NewEvent, TurnEndReason};
@@ -173,24 +173,32 @@ pub fn load_records(contents: &StoreContents) -> Result<Loaded> {
         .map_err(|e| as_corrupt(e, 1))?;
     let header = SessionHeader::from_value(&header_value).map_err(|e| as_corrupt(e, 1))?;
 
+    // A last record without its newline was cut short by a crash, even when it happens to
+    // parse: its append never returned, and keeping it would glue the next record onto it.
+    let whole = if contents.last_complete { records.len() } else { records.len() - 1 };
     let mut log = Log::new();
     let mut report = LoadReport::default();
-    let mut keep = records.len();
-    for (i, rec) in records.iter().enumerate().skip(1) {
+    let mut keep = whole;
+    for (i, rec) in records[..whole].iter().enumerate().skip(1) {
         let line = i + 1;
         let outcome = parse_record(rec).and_then(|ev| log.append(&ev).map(|_| ()));
         if let Err(e) = outcome {
             let is_last = i == records.len() - 1;
             let later_complete_turn =
-                records[i + 1..].iter().any(|r| parse_record(r).map(|ev| ev.ty == types::TURN_END).unwrap_or(false));
+                records[i + 1..whole].iter().any(|r| parse_record(r).map(|ev| ev.ty == types::TURN_END).unwrap_or(false));
             if !is_last && later_complete_turn {
                 return Err(as_corrupt(e, line).context("damage before the last complete turn"));
             }
-            report.cut_records = records.len() - i;
-            report.cut_at_line = Some(line);
             report.cut_reason = Some(e.message().to_string());
             keep = i;
             break;
+        }
+    }
+    if keep < records.len() {
+        report.cut_records = records.len() - keep;
+        report.cut_at_line = Some(keep + 1);
+        if report.cut_reason.is_none() {
+            report.cut_reason = Some(format!("line {}: the last line is incomplete (no newline): a write stopped mid-record", keep + 1));
         }
     }
     Ok(Loaded { header, log, report, keep_records: keep })

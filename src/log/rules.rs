@@ -122,7 +122,8 @@ pub struct LogState {
 
 fn field_err(ev: &Event, e: Error) -> Error {
     let field = e.detail().get("field").and_then(|f| f.as_str()).unwrap_or("").to_string();
-    Error::new(e.kind(), format!("{} (seq {}): {}", ev.ty, ev.seq, e.message()))
+    let name = if ev.ty.is_empty() { "event" } else { ev.ty.as_str() };
+    Error::new(e.kind(), format!("{name} (seq {}): {}", ev.seq, e.message()))
         .with("eventType", ev.ty.clone())
         .with("seq", ev.seq)
         .with("field", field)
@@ -138,6 +139,15 @@ impl LogState {
     pub fn check(&self, ev: &Event, next_seq: u64) -> Result<Effect> {
         if ev.seq != next_seq {
             return Err(field_err(ev, Error::invalid("seq", format!("expected {next_seq} (seqs are contiguous from 0), got {}", ev.seq))));
+        }
+        if ev.ty.is_empty() {
+            return Err(field_err(ev, Error::invalid("type", "must not be empty")));
+        }
+        if exceeds_depth(&ev.data, MAX_DATA_DEPTH) {
+            return Err(field_err(
+                ev,
+                Error::invalid("data", format!("nests deeper than {MAX_DATA_DEPTH} levels; the logged line could not be read back (JSON readers stop at 128)")),
+            ));
         }
         let visible = types::is_model_visible(&ev.ty);
         if !visible && (ev.surface_op.is_some() || ev.sources.is_some()) {
@@ -252,19 +262,22 @@ impl LogState {
                         Ok(Effect::Append(d))
                     }
                     (UserSource::Compaction, SurfaceOp::Replace { start, end }) => {
-                        match &self.compaction {
-                            Some(c) if c.summarised && !c.landed => {
-                                if c.span != (start, end) || ev.sources.as_deref() != Some(&c.seqs[..]) {
-                                    return Err(rule(
-                                        ev,
-                                        "surfaceOp",
-                                        format!("the checkpoint must replace the span its compaction/start announced ({}..={}, seqs {:?})", c.span.0, c.span.1, c.seqs),
-                                    ));
-                                }
-                            }
+                        let c = match &self.compaction {
+                            Some(c) if c.summarised && !c.landed => c,
                             _ => return Err(rule(ev, "", "a checkpoint lands only inside a compaction, after its compaction/summary")),
-                        }
+                        };
                         self.history.check_replace(start, end, ev.sources.as_deref())?;
+                        let mut cited: Vec<u64> = ev.sources.clone().unwrap_or_default();
+                        cited.sort_unstable();
+                        let mut announced = c.seqs.clone();
+                        announced.sort_unstable();
+                        if c.span != (start, end) || cited != announced {
+                            return Err(rule(
+                                ev,
+                                "surfaceOp",
+                                format!("the checkpoint must replace the span its compaction/start announced ({}..={}, seqs {:?})", c.span.0, c.span.1, c.seqs),
+                            ));
+                        }
                         Ok(Effect::Replace(start, end, d))
                     }
                     (UserSource::Compaction, SurfaceOp::Append) => {
@@ -292,9 +305,9 @@ impl LogState {
                 }
                 let msg = d.message();
                 let mut calls = Vec::new();
-                for (i, (id, name, args)) in msg.tool_calls().enumerate() {
+                for (i, (id, name, args)) in msg.content.iter().enumerate().filter_map(|(i, b)| Some((i, b.as_tool_call()?))) {
                     if self.known_calls.contains(id) || calls.iter().any(|(c, _, _): &(String, String, String)| c == id) {
-                        return Err(Error::invalid(format!("data.message.content (tool call {i})"), format!("tool call id {id:?} is already used in this session")));
+                        return Err(Error::invalid(format!("data.message.content[{i}].id"), format!("tool call id {id:?} is already used in this session")));
                     }
                     calls.push((id.to_string(), name.to_string(), args.to_string()));
                 }
@@ -405,6 +418,7 @@ impl LogState {
             }
             types::COMPACTION_END => {
                 let outcome = f.str("outcome")?;
+                f.opt_str("error")?;
                 if !["landed", "failed", "discarded", "cancelled"].contains(&outcome) {
                     return Err(Error::invalid("data.outcome", format!("expected landed, failed, discarded or cancelled, got {outcome:?}")));
                 }
@@ -493,6 +507,20 @@ impl LogState {
     /// Whether the turn/step/tool state is at rest (no open turn, step, batch or compaction).
     pub fn at_rest(&self) -> bool {
         self.open_turn.is_none() && self.pending.is_empty() && self.compaction.is_none()
+    }
+}
+
+/// How deeply an event's `data` may nest (arrays and objects, `data` itself being level 1), so
+/// that its line, one level deeper, stays within what JSON readers accept (serde_json: 128).
+pub const MAX_DATA_DEPTH: usize = 100;
+
+/// Whether `v` nests more than `levels` arrays/objects deep (stops descending at the limit).
+fn exceeds_depth(v: &serde_json::Value, levels: usize) -> bool {
+    use serde_json::Value;
+    match v {
+        Value::Array(a) => levels == 0 || a.iter().any(|x| exceeds_depth(x, levels - 1)),
+        Value::Object(m) => levels == 0 || m.values().any(|x| exceeds_depth(x, levels - 1)),
+        _ => false,
     }
 }
 

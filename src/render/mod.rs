@@ -23,9 +23,11 @@
 
 mod anthropic;
 mod openai;
+pub mod response;
 
 pub use anthropic::{render_anthropic, DEFAULT_ANTHROPIC_MAX_TOKENS};
 pub use openai::render_openai;
+pub use response::{is_context_overflow, parse_response, usage_from_provider, ParsedResponse};
 
 use crate::error::{Error, Result};
 use crate::types::{kind_of, Block, Fields, JsonMap, Message, Role, ToolSchema, ENVELOPE_KEYS};

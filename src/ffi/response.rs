@@ -1,0 +1,107 @@
+//! Provider responses and usage through the C ABI: the mapping helpers hosts use to report
+//! what a provider returned.
+
+use super::boundary::{boundary, boundary_value};
+use super::buffers::{self, OutString};
+use super::error::lls_error;
+use super::status::lls_status;
+use crate::error::{Error, ErrorKind};
+use crate::render::{is_context_overflow, parse_response, usage_from_provider, Renderer};
+use std::ffi::c_char;
+
+/// Parses a provider response body into `{"message", "usage"?, "finishReason"?}`, stored in
+/// `*out` (free it with `lls_string_free`). `message` is the assistant message to pass to
+/// `lls_agent_record_response` (with provenance when the response names its model); `usage` is
+/// mapped into disjoint buckets (`inputTokens` is the uncached part; `cacheReadTokens` from
+/// `prompt_tokens_details.cached_tokens`, DeepSeek's `prompt_cache_hit_tokens`, or Anthropic's
+/// `cache_read_input_tokens`); `finishReason` is `"stop"`, `"tool-calls"`, `"max-tokens"` or
+/// the provider's own word.
+///
+/// `(renderer, renderer_len)`: `"openai"` (OpenAI-compatible chat completions: OpenAI,
+/// DeepSeek, llama.cpp, vLLM) or `"anthropic"`.
+///
+/// Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`,
+/// `LLS_ERR_INVALID_INPUT` (an unknown renderer, or a response without the expected fields;
+/// detail `field`).
+///
+/// # Safety
+/// `renderer` and `body_json` NULL or readable for their lengths; `out`, `out_len`, `err` NULL or
+/// valid for writes.
+///
+/// Thread safety: may be called from any thread, concurrently (it holds no state).
+#[no_mangle]
+pub unsafe extern "C" fn lls_parse_response(
+    renderer: *const c_char,
+    renderer_len: usize,
+    body_json: *const c_char,
+    body_len: usize,
+    out: *mut *mut c_char,
+    out_len: *mut usize,
+    err: *mut *mut lls_error,
+) -> lls_status {
+    // SAFETY: pointer validity is the caller's contract, forwarded.
+    unsafe {
+        boundary(err, || {
+            let out = OutString::new(out, out_len, "out")?;
+            let renderer = Renderer::parse(buffers::input_str(renderer, renderer_len, "renderer")?)?;
+            let body = buffers::input_json(body_json, body_len, "body_json")?;
+            let parsed = parse_response(renderer, &body)?;
+            let text = serde_json::to_string(&parsed).map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?;
+            out.write(&text)
+        })
+    }
+}
+
+/// Maps a provider usage object into the library's `Usage` JSON (disjoint buckets), stored in
+/// `*out` (free it with `lls_string_free`). `(provider, provider_len)`: `"openai"`,
+/// `"llama.cpp"`, `"deepseek"` or `"anthropic"`.
+///
+/// Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`,
+/// `LLS_ERR_INVALID_INPUT` (an unknown provider, a missing or mistyped count; detail `field`).
+///
+/// # Safety
+/// `provider` and `usage_json` NULL or readable for their lengths; `out`, `out_len`, `err` NULL
+/// or valid for writes.
+///
+/// Thread safety: may be called from any thread, concurrently (it holds no state).
+#[no_mangle]
+pub unsafe extern "C" fn lls_usage_from_provider(
+    provider: *const c_char,
+    provider_len: usize,
+    usage_json: *const c_char,
+    usage_len: usize,
+    out: *mut *mut c_char,
+    out_len: *mut usize,
+    err: *mut *mut lls_error,
+) -> lls_status {
+    // SAFETY: pointer validity is the caller's contract, forwarded.
+    unsafe {
+        boundary(err, || {
+            let out = OutString::new(out, out_len, "out")?;
+            let provider = buffers::input_str(provider, provider_len, "provider")?;
+            let usage = buffers::input_json(usage_json, usage_len, "usage_json")?;
+            let mapped = usage_from_provider(provider, &usage)?;
+            let text = serde_json::to_string(&mapped).map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?;
+            out.write(&text)
+        })
+    }
+}
+
+/// Whether a provider error (HTTP `status` and the response body) reports that the prompt does
+/// not fit in the context window; pass the answer as `overflow` to `lls_agent_provider_error`.
+/// Returns false for a NULL or non-UTF-8 body.
+///
+/// # Safety
+/// `body` NULL or readable for `body_len` bytes.
+///
+/// Thread safety: may be called from any thread, concurrently (it holds no state).
+#[no_mangle]
+pub unsafe extern "C" fn lls_is_context_overflow(status: u16, body: *const c_char, body_len: usize) -> bool {
+    boundary_value(false, || {
+        // SAFETY: pointer validity is the caller's contract, forwarded.
+        match unsafe { buffers::input_str(body, body_len, "body") } {
+            Ok(text) => is_context_overflow(status, text),
+            Err(_) => false,
+        }
+    })
+}

@@ -1,0 +1,627 @@
+//! The JSONL store (issue #2): a saved log loads back equal; a torn tail is cut; damage before
+//! the last complete turn is an error naming the line; a turn left open by a crash is closed
+//! with synthetic events that are written durably.
+
+mod common;
+
+use common::*;
+use llmsession::error::ErrorKind;
+use llmsession::log::load::LoadReport;
+use llmsession::{NewEvent, Session, SessionOptions};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+fn open(path: &Path) -> (Session, LoadReport) {
+    Session::open_jsonl(path, SessionOptions::default())
+        .unwrap_or_else(|e| panic!("open failed: {e}"))
+}
+
+fn new_file() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("session.jsonl");
+    (dir, path)
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn types_of(path: &Path) -> Vec<String> {
+    lines(path)
+        .iter()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["type"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}
+
+/// A file holding the initial header and `turns` complete turns, then `tail`.
+/// The seq of the first surface event written by `saved` (header 0, turn/start 1, user 2).
+const FIRST_SURFACE_SEQ: u64 = 2;
+
+fn saved(path: &Path, turns: u64, tail: Vec<NewEvent>) -> Observed {
+    let (s, report) = open(path);
+    assert_eq!(report, LoadReport::default());
+    append_all(&s, vec![header("initial", 1, "sys")]);
+    for t in 1..=turns {
+        append_all(&s, complete_turn(t));
+    }
+    append_all(&s, tail);
+    observe(&s)
+}
+
+#[test]
+fn a_saved_log_loads_back_equal() {
+    let (_dir, path) = new_file();
+    let (s, _) = open(&path);
+    let id = s.id();
+    append_all(&s, vec![header("initial", 1, "line a\nline b")]);
+    append_all(&s, complete_turn(1));
+    append_all(
+        &s,
+        vec![
+            NewEvent::new(
+                "request/header-delta",
+                json!({"delta": {"system": {"keepLeading": 1, "keepTrailing": 0, "insert": ["line c"]}}, "instance": 1}),
+            ),
+            host("context between turns"),
+            NewEvent::new("acme/audit", json!({"who": "ops"})),
+        ],
+    );
+    append_all(&s, complete_turn(2));
+    let seqs = s.with_log(|l| l.history().seqs());
+    append_all(
+        &s,
+        vec![
+            compaction_start_seqs(1, 4, seqs[1..=4].to_vec()),
+            compaction_summary("two turns"),
+            checkpoint("two turns happened", 1, 4, seqs[1..=4].to_vec()),
+            compaction_end("landed"),
+        ],
+    );
+    append_all(&s, vec![header("resume", 2, "line a\nline c")]);
+    append_all(
+        &s,
+        vec![
+            turn_start(3),
+            user("third"),
+            step_start_of(3, 1, 2),
+            assistant(3, 1, "ok", &[]),
+            step_end(3, 1, "response"),
+            turn_end(3, "completed"),
+        ],
+    );
+    let before = observe(&s);
+    assert_eq!(before.generation, 1);
+    drop(s);
+
+    // The file is the session header and then exactly the event lines.
+    let file = lines(&path);
+    assert_eq!(file.len(), before.len + 1);
+    let first: Value = serde_json::from_str(&file[0]).unwrap();
+    assert_eq!(first["type"], "session");
+    assert_eq!(first["format"], "llmsession");
+    assert_eq!(first["version"], 1);
+    assert_eq!(first["id"], id.as_str());
+    assert!(first["createdAt"].as_u64().unwrap() > 0);
+    assert_eq!(format!("[{}]", file[1..].join(",")), before.events);
+
+    let (t, report) = open(&path);
+    assert_eq!(report, LoadReport::default());
+    assert_eq!(t.id(), id);
+    assert_eq!(observe(&t), before);
+    assert_eq!(t.request_header().unwrap().system_str(), "line a\nline c");
+    // And it goes on where it stopped.
+    append_all(&t, vec![turn_start(4)]);
+}
+
+#[test]
+fn a_torn_last_line_is_cut() {
+    let (_dir, path) = new_file();
+    let before = saved(
+        &path,
+        1,
+        vec![NewEvent::new("acme/note", json!({"text": "the last word"}))],
+    );
+    let whole = std::fs::read(&path).unwrap();
+    let last_len = lines(&path).last().unwrap().len() + 1;
+    let good = whole.len() - last_len;
+    // Cut the last line in the middle.
+    std::fs::write(&path, &whole[..good + last_len / 2]).unwrap();
+    let (s, report) = open(&path);
+    assert_eq!(report.cut_records, 1);
+    assert_eq!(report.cut_at_line, Some(before.len + 1));
+    assert!(report.cut_reason.is_some());
+    assert_eq!(report.repaired_events, 0);
+    assert_eq!(s.len(), before.len - 1);
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        &whole[..good],
+        "the torn line is cut from the file"
+    );
+    append_all(&s, vec![host("goes on")]);
+    drop(s);
+    let (s, report) = open(&path);
+    assert_eq!(report, LoadReport::default());
+    assert_eq!(s.len(), before.len);
+}
+
+#[test]
+fn a_last_line_without_its_newline_is_torn() {
+    // The write of the last record stopped just before its newline: the append never
+    // returned, so the record is not part of the log, and later appends must not be glued to it.
+    let (_dir, path) = new_file();
+    let before = saved(
+        &path,
+        1,
+        vec![NewEvent::new("acme/note", json!({"text": "unfinished"}))],
+    );
+    let whole = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &whole[..whole.len() - 1]).unwrap();
+    let (s, report) = open(&path);
+    assert_eq!(report.cut_records, 1);
+    assert_eq!(report.cut_at_line, Some(before.len + 1));
+    assert_eq!(s.len(), before.len - 1);
+    append_all(&s, vec![host("next")]);
+    drop(s);
+    let (s, report) = open(&path);
+    assert_eq!(
+        report,
+        LoadReport::default(),
+        "the file is whole after the cut"
+    );
+    assert_eq!(s.len(), before.len);
+    assert!(std::fs::read(&path).unwrap().ends_with(b"\n"));
+}
+
+#[test]
+fn damage_before_the_last_complete_turn_names_the_line() {
+    let (_dir, path) = new_file();
+    saved(&path, 2, vec![]);
+    let mut file = lines(&path);
+    file[4] = "{\"type\":\"step/start\",\"seq\":3,\"ti".into(); // line 5
+    let text = file.join("\n") + "\n";
+    std::fs::write(&path, &text).unwrap();
+    let e = Session::open_jsonl(&path, SessionOptions::default()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::CorruptLog);
+    assert!(e.message().contains("line 5"), "{}", e.message());
+    assert!(
+        e.message().contains("damage before the last complete turn"),
+        "{}",
+        e.message()
+    );
+    assert!(
+        e.message().contains(path.to_str().unwrap()),
+        "the message names the file: {}",
+        e.message()
+    );
+    assert_eq!(e.detail()["line"], 5);
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        text,
+        "a rejected file is left untouched"
+    );
+}
+
+#[test]
+fn a_rule_violation_before_the_last_complete_turn_names_the_line_and_field() {
+    let (_dir, path) = new_file();
+    saved(&path, 2, vec![]);
+    let mut file = lines(&path);
+    // Line 3 is turn/start of turn 1: renumber it.
+    let mut ev: Value = serde_json::from_str(&file[2]).unwrap();
+    assert_eq!(ev["type"], "turn/start");
+    ev["data"]["turn"] = json!(5);
+    file[2] = ev.to_string();
+    std::fs::write(&path, file.join("\n") + "\n").unwrap();
+    let e = Session::open_jsonl(&path, SessionOptions::default()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::CorruptLog);
+    assert!(e.message().contains("line 3"), "{}", e.message());
+    assert!(e.message().contains("data.turn"), "{}", e.message());
+    assert_eq!(e.detail()["line"], 3);
+    assert_eq!(e.detail()["field"], "data.turn");
+    assert_eq!(e.detail()["eventType"], "turn/start");
+
+    // A missing line is a seq gap.
+    let (_dir2, path2) = new_file();
+    saved(&path2, 2, vec![]);
+    let mut file = lines(&path2);
+    file.remove(6);
+    std::fs::write(&path2, file.join("\n") + "\n").unwrap();
+    let e = Session::open_jsonl(&path2, SessionOptions::default()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::CorruptLog);
+    assert_eq!(e.detail()["line"], 7);
+    assert!(e.message().contains("seq: expected 5"), "{}", e.message());
+}
+
+#[test]
+fn damage_inside_the_trailing_unfinished_turn_is_cut_and_repaired() {
+    let (_dir, path) = new_file();
+    let before = saved(
+        &path,
+        1,
+        vec![
+            turn_start(2),
+            user("q"),
+            step_start(2, 1),
+            assistant(2, 1, "thinking", &[]),
+            step_end(2, 1, "response"),
+            host("x"),
+        ],
+    );
+    let mut file = lines(&path);
+    let n = file.len();
+    // Garble the assistant message (three lines before the end).
+    file[n - 3] = "{\"type\":\"assistant/mess###".into();
+    std::fs::write(&path, file.join("\n") + "\n").unwrap();
+    let (s, report) = open(&path);
+    assert_eq!(report.cut_records, 3);
+    assert_eq!(report.cut_at_line, Some(n - 2));
+    assert!(
+        report
+            .cut_reason
+            .as_deref()
+            .unwrap()
+            .contains("malformed JSON"),
+        "{report:?}"
+    );
+    // The step that was open is closed with an error, then the turn.
+    assert_eq!(report.repaired_events, 2);
+    assert_eq!(s.len(), before.len - 3 + 2);
+    let types = types_of(&path);
+    assert_eq!(
+        &types[types.len() - 3..],
+        ["step/start", "step/end", "turn/end"]
+    );
+    let end: Value = serde_json::from_str(lines(&path).last().unwrap()).unwrap();
+    assert_eq!(end["data"], json!({"turn": 2, "reason": "interrupted"}));
+    drop(s);
+    let (s, report) = open(&path);
+    assert_eq!(report, LoadReport::default());
+    append_all(&s, vec![turn_start(3)]);
+}
+
+#[test]
+fn a_rule_violation_in_the_trailing_unfinished_turn_is_cut() {
+    let (_dir, path) = new_file();
+    saved(&path, 1, vec![turn_start(2), user("q")]);
+    let mut file = lines(&path);
+    let mut ev: Value = serde_json::from_str(file.last().unwrap()).unwrap();
+    ev["data"]["source"] = json!("robot");
+    *file.last_mut().unwrap() = ev.to_string();
+    file.push(
+        serde_json::to_string(&json!({"type": "acme/x", "seq": 14, "time": 1, "data": {}}))
+            .unwrap(),
+    );
+    std::fs::write(&path, file.join("\n") + "\n").unwrap();
+    let (_s, report) = open(&path);
+    assert_eq!(report.cut_records, 2);
+    assert!(
+        report
+            .cut_reason
+            .as_deref()
+            .unwrap()
+            .contains("data.source"),
+        "{report:?}"
+    );
+    assert_eq!(
+        report.repaired_events, 1,
+        "turn 2 (now without its message) is closed"
+    );
+}
+
+fn crash_and_reopen(
+    tail: Vec<NewEvent>,
+) -> (Session, LoadReport, Vec<Value>, tempfile::TempDir, PathBuf) {
+    let (dir, path) = new_file();
+    let before = saved(&path, 1, tail);
+    let (s, report) = open(&path);
+    // The repair is in the file, after the original events.
+    let file = lines(&path);
+    assert_eq!(file.len(), before.len + 1 + report.repaired_events);
+    let repaired: Vec<Value> = file[before.len + 1..]
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        s.events_json(before.len as u64, None),
+        format!("[{}]", file[before.len + 1..].join(","))
+    );
+    assert_eq!(
+        s.events_json(0, Some(before.len as u64)),
+        before.events,
+        "nothing before the repair changed"
+    );
+    assert!(
+        s.with_log(|l| l.state().at_rest()),
+        "the repaired log is at rest"
+    );
+    (s, report, repaired, dir, path)
+}
+
+fn reopen_needs_no_repair(path: &Path, s: Session) {
+    let after = observe(&s);
+    drop(s);
+    let (s, report) = open(path);
+    assert_eq!(report, LoadReport::default());
+    assert_eq!(observe(&s), after);
+}
+
+fn ty(v: &Value) -> &str {
+    v["type"].as_str().unwrap()
+}
+
+#[test]
+fn a_crash_inside_an_open_step_is_repaired() {
+    let (s, report, repaired, _dir, path) =
+        crash_and_reopen(vec![turn_start(2), user("q"), step_start(2, 1)]);
+    assert_eq!(report.repaired_events, 2);
+    assert_eq!(report.cut_records, 0);
+    assert_eq!(
+        repaired.iter().map(ty).collect::<Vec<_>>(),
+        ["step/end", "turn/end"]
+    );
+    assert_eq!(repaired[0]["data"]["outcome"], "error");
+    assert_eq!(repaired[0]["data"]["step"], 1);
+    assert!(repaired[0]["data"]["error"]
+        .as_str()
+        .unwrap()
+        .contains("interrupted"));
+    assert_eq!(
+        repaired[1]["data"],
+        json!({"turn": 2, "reason": "interrupted"})
+    );
+    reopen_needs_no_repair(&path, s);
+}
+
+#[test]
+fn a_crash_after_an_answer_with_pending_tool_calls_is_repaired() {
+    let calls = [
+        ("x1", "read", "{\"a\":1}"),
+        ("x2", "write", "{}"),
+        ("x3", "list", "{}"),
+    ];
+    let (s, report, repaired, _dir, path) = crash_and_reopen(vec![
+        turn_start(2),
+        user("q"),
+        step_start(2, 1),
+        assistant(2, 1, "three tools", &calls),
+        tool_call(2, 1, "x1", "read", "{\"a\":1}"),
+    ]);
+    assert_eq!(
+        repaired.iter().map(ty).collect::<Vec<_>>(),
+        [
+            "tool/call",
+            "tool/call",
+            "step/end",
+            "tool/result",
+            "tool/result",
+            "tool/result",
+            "turn/end"
+        ]
+    );
+    assert_eq!(report.repaired_events, 7);
+    assert_eq!(
+        repaired[0]["data"],
+        json!({"turn": 2, "step": 1, "callId": "x2", "name": "write", "arguments": "{}"})
+    );
+    assert_eq!(repaired[1]["data"]["callId"], "x3");
+    assert_eq!(repaired[2]["data"]["outcome"], "response");
+    for (r, id) in repaired[3..6].iter().zip(["x1", "x2", "x3"]) {
+        assert_eq!(r["data"]["callId"], id);
+        assert_eq!(r["data"]["isError"], true);
+        assert_eq!(r["surfaceOp"], "append");
+    }
+    assert_eq!(repaired[6]["data"]["reason"], "interrupted");
+    // Every call of the history now has its result.
+    let hist: Vec<Value> = serde_json::from_str(&s.history_json()).unwrap();
+    let results: Vec<&str> = hist
+        .iter()
+        .flat_map(|m| m["content"].as_array().unwrap())
+        .filter_map(|b| b["toolCallId"].as_str())
+        .collect();
+    assert!(
+        ["x1", "x2", "x3"].iter().all(|id| results.contains(id)),
+        "{results:?}"
+    );
+    reopen_needs_no_repair(&path, s);
+}
+
+#[test]
+fn a_crash_during_a_tool_batch_is_repaired() {
+    let (s, report, repaired, _dir, path) = crash_and_reopen(vec![
+        turn_start(2),
+        user("q"),
+        step_start(2, 1),
+        assistant(2, 1, "two tools", &[("y1", "t", "{}"), ("y2", "t", "{}")]),
+        tool_call(2, 1, "y1", "t", "{}"),
+        tool_call(2, 1, "y2", "t", "{}"),
+        step_end(2, 1, "response"),
+        tool_result("y1", "done"),
+    ]);
+    assert_eq!(report.repaired_events, 2);
+    assert_eq!(
+        repaired.iter().map(ty).collect::<Vec<_>>(),
+        ["tool/result", "turn/end"]
+    );
+    assert_eq!(repaired[0]["data"]["callId"], "y2");
+    assert_eq!(repaired[0]["data"]["isError"], true);
+    reopen_needs_no_repair(&path, s);
+}
+
+#[test]
+fn a_crash_between_steps_closes_just_the_turn() {
+    let (s, report, repaired, _dir, path) = crash_and_reopen(vec![turn_start(2), user("q")]);
+    assert_eq!(report.repaired_events, 1);
+    assert_eq!(
+        repaired[0]["data"],
+        json!({"turn": 2, "reason": "interrupted"})
+    );
+    reopen_needs_no_repair(&path, s);
+}
+
+#[test]
+fn a_crash_during_a_compaction_is_repaired() {
+    // Summarised, not landed: the compaction failed.
+    let (s, report, repaired, _dir, path) =
+        crash_and_reopen(vec![compaction_start_seqs(0, 0, vec![FIRST_SURFACE_SEQ]), compaction_summary("s")]);
+    assert_eq!(report.repaired_events, 1);
+    assert_eq!(ty(&repaired[0]), "compaction/end");
+    assert_eq!(repaired[0]["data"]["outcome"], "failed");
+    assert!(repaired[0]["data"]["error"]
+        .as_str()
+        .unwrap()
+        .contains("interrupted"));
+    assert_eq!(s.with_log(|l| l.history().generation()), 0);
+    reopen_needs_no_repair(&path, s);
+}
+
+#[test]
+fn a_crash_after_a_checkpoint_landed_ends_the_compaction_as_landed() {
+    let (dir, path) = new_file();
+    saved(&path, 1, vec![]);
+    let (s, _) = open(&path);
+    let seqs = s.with_log(|l| l.history().seqs());
+    append_all(
+        &s,
+        vec![
+            compaction_start_seqs(0, 3, seqs.clone()),
+            compaction_summary("s"),
+            checkpoint("c", 0, 3, seqs),
+        ],
+    );
+    let hist = s.history_json();
+    drop(s);
+    let (s, report) = open(&path);
+    assert_eq!(report.repaired_events, 1);
+    let last: Value = serde_json::from_str(lines(&path).last().unwrap()).unwrap();
+    assert_eq!(last["type"], "compaction/end");
+    assert_eq!(last["data"], json!({"outcome": "landed"}));
+    assert_eq!(s.history_json(), hist, "the landed checkpoint stays");
+    reopen_needs_no_repair(&path, s);
+    drop(dir);
+}
+
+#[test]
+fn a_crash_with_a_compaction_inside_an_open_turn_closes_both() {
+    let (s, report, repaired, _dir, path) =
+        crash_and_reopen(vec![turn_start(2), user("q"), compaction_start_seqs(0, 0, vec![FIRST_SURFACE_SEQ])]);
+    assert_eq!(report.repaired_events, 2);
+    assert_eq!(
+        repaired.iter().map(ty).collect::<Vec<_>>(),
+        ["compaction/end", "turn/end"]
+    );
+    reopen_needs_no_repair(&path, s);
+}
+
+#[test]
+fn the_session_header_is_checked() {
+    let (_dir, path) = new_file();
+    saved(&path, 1, vec![]);
+    let file = lines(&path);
+    let mut head: Value = serde_json::from_str(&file[0]).unwrap();
+    for (key, value, needle) in [
+        ("version", json!(2), "unsupported log version 2"),
+        ("format", json!("other"), "format: expected \"llmsession\""),
+        (
+            "type",
+            json!("turn/start"),
+            "the first record must be the session header",
+        ),
+        ("id", json!(""), "id: must not be empty"),
+    ] {
+        let saved_value = head[key].clone();
+        head[key] = value;
+        let mut f = file.clone();
+        f[0] = head.to_string();
+        std::fs::write(&path, f.join("\n") + "\n").unwrap();
+        let e = Session::open_jsonl(&path, SessionOptions::default()).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::CorruptLog, "{}", e.message());
+        assert!(e.message().contains("line 1"), "{}", e.message());
+        assert!(
+            e.message().contains(needle),
+            "{} lacks {needle:?}",
+            e.message()
+        );
+        assert_eq!(e.detail()["line"], 1);
+        head[key] = saved_value;
+    }
+    // Unknown header fields are kept.
+    head["hostName"] = json!("box-1");
+    let mut f = file.clone();
+    f[0] = head.to_string();
+    std::fs::write(&path, f.join("\n") + "\n").unwrap();
+    let (s, _) = open(&path);
+    assert_eq!(s.header_record().extra["hostName"], "box-1");
+}
+
+#[test]
+fn an_empty_file_becomes_a_new_session() {
+    let (_dir, path) = new_file();
+    std::fs::write(&path, b"").unwrap();
+    let (s, report) = open(&path);
+    assert_eq!(report, LoadReport::default());
+    assert!(s.is_empty());
+    assert_eq!(lines(&path).len(), 1);
+    // Creating over a used store is refused.
+    let store = llmsession::log::JsonlStore::open(&path).unwrap();
+    let e = Session::create(Box::new(store), SessionOptions::default()).unwrap_err();
+    assert!(
+        e.message().contains("already holds a session"),
+        "{}",
+        e.message()
+    );
+}
+
+/// `data` nested `levels` deep: `{"x": [[...[1]...]]}`.
+fn nested(levels: usize) -> Value {
+    let mut v = json!(1);
+    for _ in 1..levels {
+        v = Value::Array(vec![v]);
+    }
+    json!({ "x": v })
+}
+
+#[test]
+fn an_event_too_deep_to_load_back_is_rejected() {
+    // JSON readers (serde_json included) stop at 128 levels: an event nested deeper would be
+    // written but make the file unloadable, so the append is refused.
+    let (_dir, path) = new_file();
+    let (s, _) = open(&path);
+    let e = rejected(
+        &s,
+        NewEvent::new("acme/deep", nested(101)),
+        ErrorKind::InvalidInput,
+        &["acme/deep", "data", "nests deeper than 100 levels"],
+    );
+    assert_eq!(field(&e), "data");
+    // A message nested deep inside a user message is refused the same way.
+    append_all(&s, vec![turn_start(1)]);
+    let mut deep = user("x");
+    deep.data["message"]["content"][0]["meta"] = nested(98);
+    rejected(
+        &s,
+        deep,
+        ErrorKind::InvalidInput,
+        &["user/message", "nests deeper than 100 levels"],
+    );
+    append_all(
+        &s,
+        vec![
+            NewEvent::new("acme/deep", nested(100)),
+            turn_end(1, "completed"),
+        ],
+    );
+    let before = observe(&s);
+    drop(s);
+    let (s, report) = open(&path);
+    assert_eq!(report, LoadReport::default());
+    assert_eq!(observe(&s), before);
+}
