@@ -134,12 +134,12 @@ func (a *Agent) withCancel(ctx context.Context, f func(p *C.lls_agent, tok *C.ll
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	tok, done, err := opCancel(ctx)
+	tok, cbctx, done, err := opCancel(ctx)
 	if err != nil {
 		return err
 	}
 	defer done()
-	return a.with(ctx, func(p *C.lls_agent, e **C.lls_error) C.lls_status { return f(p, tok, e) })
+	return a.with(cbctx, func(p *C.lls_agent, e **C.lls_error) C.lls_status { return f(p, tok, e) })
 }
 
 func (a *Agent) jsonArg(v any, f func(p *C.lls_agent, b *C.char, n C.size_t, e **C.lls_error) C.lls_status) error {

@@ -101,7 +101,7 @@ func call(ctx opCtx, f func(e **C.lls_error) C.lls_status) error {
 	}
 	err := takeError(rc, e)
 	if err.Code == StatusCancelled && ctx.Err() != nil {
-		err.cause = ctx.Err()
+		err.cause = context.Cause(ctx)
 	} else if st.cbErr != nil {
 		err.cause = st.cbErr
 	}
@@ -291,14 +291,14 @@ func invoke(ctx context.Context, st *callbackState, in []byte) (json.RawMessage,
 	if abiErr != nil {
 		return nil, abiErr
 	}
-	tok, done, err := opCancel(ctx)
+	tok, cbctx, done, err := opCancel(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
 	h := newHandle(st)
 	p, n := cbuf(in)
-	return outString(ctx, func(out **C.char, l *C.size_t, e **C.lls_error) C.lls_status {
+	return outString(cbctx, func(out **C.char, l *C.size_t, e **C.lls_error) C.lls_status {
 		return C.goshim_callback_invoke(h, p, n, tok, out, l, e)
 	})
 }

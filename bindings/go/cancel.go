@@ -84,29 +84,37 @@ func WithCancel(ctx context.Context, c *Cancel) context.Context {
 
 // opCancel gives the token for one operation and a cleanup to call after it: the token of a
 // Cancel attached with WithCancel, or a new one; a goroutine trips it when ctx is done.
-func opCancel(ctx context.Context) (*C.lls_cancel, func(), error) {
+//
+// It also returns the context the operation's callbacks receive: it carries ctx's values and
+// is done only once the token has been tripped, so a callback that answers when its context is
+// done cannot race the cancellation (the operation then reliably fails with ErrCancelled).
+func opCancel(ctx context.Context) (*C.lls_cancel, context.Context, func(), error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	cbctx, cbCancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	var tok *C.lls_cancel
 	var cleanup []func()
 	if c, ok := ctx.Value(cancelKey{}).(*Cancel); ok && c != nil {
 		p, err := c.h.acquire()
 		if err != nil {
-			return nil, nil, err
+			cbCancel(nil)
+			return nil, nil, nil, err
 		}
 		tok = (*C.lls_cancel)(p)
 		cleanup = append(cleanup, c.h.release)
 	} else {
 		var e *C.lls_error
 		if rc := C.lls_cancel_new(&tok, &e); rc != 0 {
-			return nil, nil, takeError(rc, e)
+			cbCancel(nil)
+			return nil, nil, nil, takeError(rc, e)
 		}
 		t := tok
 		cleanup = append(cleanup, func() { C.lls_cancel_free(t) })
 	}
 	if ctx.Err() != nil {
 		C.lls_cancel_trip(tok, nil)
+		cbCancel(context.Cause(ctx))
 	} else if ctx.Done() != nil {
 		stop := make(chan struct{})
 		exited := make(chan struct{})
@@ -115,15 +123,17 @@ func opCancel(ctx context.Context) (*C.lls_cancel, func(), error) {
 			select {
 			case <-ctx.Done():
 				C.lls_cancel_trip(tok, nil)
+				cbCancel(context.Cause(ctx))
 			case <-stop:
 			}
 		}()
 		// Runs first: the watcher must be gone before the token is released.
 		cleanup = append([]func(){func() { close(stop); <-exited }}, cleanup...)
 	}
-	return tok, func() {
+	return tok, cbctx, func() {
 		for _, f := range cleanup {
 			f()
 		}
+		cbCancel(nil)
 	}, nil
 }
