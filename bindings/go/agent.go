@@ -139,7 +139,7 @@ func (a *Agent) withCancel(ctx context.Context, f func(p *C.lls_agent, tok *C.ll
 		return err
 	}
 	defer done()
-	return a.with(cbctx, func(p *C.lls_agent, e **C.lls_error) C.lls_status { return f(p, tok, e) })
+	return attachCause(ctx, a.with(cbctx, func(p *C.lls_agent, e **C.lls_error) C.lls_status { return f(p, tok, e) }))
 }
 
 func (a *Agent) jsonArg(v any, f func(p *C.lls_agent, b *C.char, n C.size_t, e **C.lls_error) C.lls_status) error {

@@ -294,10 +294,16 @@ func TestContextCancelsSummarisation(t *testing.T) {
 
 func TestPendingReplyFromAnotherGoroutine(t *testing.T) {
 	leakCheck(t)
+	var replies sync.WaitGroup
+	defer replies.Wait()
 	var seen SummaryInput
 	s, a := compactable(t, func(ctx context.Context, in SummaryInput, r *Reply) {
 		seen = in
-		go func() { r.Complete(SummaryOutput{Text: "The user asked about logs; they are fine."}) }()
+		replies.Add(1)
+		go func() {
+			defer replies.Done()
+			r.Complete(SummaryOutput{Text: "The user asked about logs; they are fine."})
+		}()
 	})
 	out, err := a.Compact(context.Background(), nil)
 	if err != nil {
@@ -318,7 +324,9 @@ func TestPendingReplyFromAnotherGoroutine(t *testing.T) {
 	}
 	// A pending reply answered twice: the second answer is refused.
 	got, err := InvokeCallbackAsync(context.Background(), func(ctx context.Context, in json.RawMessage, r *Reply) {
+		replies.Add(1)
 		go func() {
+			defer replies.Done()
 			r.Complete(map[string]any{"echo": in})
 			if err := r.Complete(1); !errors.Is(err, ErrReplyState) {
 				t.Errorf("second answer: %v", err)
@@ -416,7 +424,8 @@ func TestListenersTokenCounterAndStore(t *testing.T) {
 
 func TestConcurrentAgents(t *testing.T) {
 	leakCheck(t)
-	var wg sync.WaitGroup
+	var wg, replies sync.WaitGroup
+	defer replies.Wait()
 	errs := make(chan error, 8)
 	for g := 0; g < 8; g++ {
 		wg.Add(1)
@@ -439,7 +448,10 @@ func TestConcurrentAgents(t *testing.T) {
 				return append([]json.RawMessage{m}, in.Rest...), nil
 			})
 			a.SetSummariserAsync(func(ctx context.Context, in SummaryInput, r *Reply) {
-				go r.Complete(SummaryOutput{Text: "short"})
+				// lls_reply_complete may still be returning when the library call has
+				// returned: the leak check waits for it.
+				replies.Add(1)
+				go func() { defer replies.Done(); r.Complete(SummaryOutput{Text: "short"}) }()
 			})
 			for i := 0; i < 5; i++ {
 				if _, err := a.StartTurn(fmt.Sprintf("question %d %s", i, strings.Repeat("x ", 100))); err != nil {

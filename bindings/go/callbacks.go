@@ -298,9 +298,18 @@ func invoke(ctx context.Context, st *callbackState, in []byte) (json.RawMessage,
 	defer done()
 	h := newHandle(st)
 	p, n := cbuf(in)
-	return outString(cbctx, func(out **C.char, l *C.size_t, e **C.lls_error) C.lls_status {
+	out, err := outString(cbctx, func(out **C.char, l *C.size_t, e **C.lls_error) C.lls_status {
 		return C.goshim_callback_invoke(h, p, n, tok, out, l, e)
 	})
+	return out, attachCause(ctx, err)
+}
+
+// attachCause makes a cancellation caused by ctx unwrap to ctx's cause.
+func attachCause(ctx context.Context, err error) error {
+	if e, ok := err.(*Error); ok && e.Code == StatusCancelled && ctx != nil && ctx.Err() != nil {
+		e.cause = context.Cause(ctx)
+	}
+	return err
 }
 
 func cgoHandleDelete(h C.uintptr_t) { cgo.Handle(uintptr(h)).Delete() }
