@@ -506,3 +506,31 @@ func TestSharedAgentAcrossGoroutines(t *testing.T) {
 	wg.Wait()
 	turn(t, a, "hi", "ok")
 }
+
+func TestPanicInSummariserAndAsyncCallback(t *testing.T) {
+	leakCheck(t)
+	_, a := newPair(t)
+	a.SetSummariser(func(ctx context.Context, in SummaryInput) (SummaryOutput, error) {
+		panic(fmt.Errorf("summariser exploded"))
+	})
+	turn(t, a, strings.Repeat("long question ", 100), strings.Repeat("long answer ", 100))
+	turn(t, a, "short", "ok")
+	func() {
+		defer func() {
+			if v, ok := recover().(error); !ok || v.Error() != "summariser exploded" {
+				t.Errorf("recovered %v", v)
+			}
+		}()
+		a.Compact(context.Background(), nil)
+		t.Error("Compact returned after a panic")
+	}()
+	// Panicking before handing the reply off: the reply is failed, the panic re-raised.
+	func() {
+		defer func() {
+			if v := recover(); v != 42 {
+				t.Errorf("recovered %v", v)
+			}
+		}()
+		InvokeCallbackAsync(context.Background(), func(ctx context.Context, in json.RawMessage, r *Reply) { panic(42) }, []byte(`1`))
+	}()
+}
