@@ -267,6 +267,8 @@ func main() {
 	prefixDir := flag.String("prefix-dir", "", "directory whose files become the session prefix")
 	window := flag.Int("context-window", 0, "context window for the compaction policy (0: no automatic compaction)")
 	threshold := flag.Float64("threshold", 0.5, "compaction threshold, a fraction of -context-window")
+	retained := flag.Int("retained-tokens", 0, "tokens of recent history kept verbatim by compaction (0: the policy's default)")
+	summaryMax := flag.Int("summary-max-tokens", 256, "output limit of the summarisation request")
 	system := flag.String("system", "You are a helpful, concise assistant.", "system prompt")
 	maxTokens := flag.Int("max-tokens", 256, "maximum tokens per answer")
 	compact := flag.Bool("compact", false, "compact once after the last turn (with the same model)")
@@ -276,13 +278,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "example: -base-url is required")
 		os.Exit(2)
 	}
-	if err := run(*baseURL, *model, *logPath, *prefixDir, *system, *window, *threshold, *maxTokens, *compact, *timeout, flag.Args()); err != nil {
+	if err := run(*baseURL, *model, *logPath, *prefixDir, *system, *window, *threshold, *retained, *summaryMax, *maxTokens, *compact, *timeout, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "example:", err)
 		os.Exit(1)
 	}
 }
 
-func run(baseURL, model, logPath, prefixDir, system string, window int, threshold float64, maxTokens int, compact bool, timeout time.Duration, prompts []string) error {
+func run(baseURL, model, logPath, prefixDir, system string, window int, threshold float64, retained, summaryMax, maxTokens int, compact bool, timeout time.Duration, prompts []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -305,7 +307,11 @@ func run(baseURL, model, logPath, prefixDir, system string, window int, threshol
 		"system": system,
 	}
 	if window > 0 {
-		opts["policy"] = map[string]any{"contextWindow": window, "threshold": threshold, "summaryMaxTokens": maxTokens}
+		policy := map[string]any{"contextWindow": window, "threshold": threshold, "summaryMaxTokens": summaryMax}
+		if retained > 0 {
+			policy["retainedTokens"] = retained
+		}
+		opts["policy"] = policy
 	}
 	a, err := llmsession.NewAgent(s, opts)
 	if err != nil {
