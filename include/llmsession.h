@@ -1091,6 +1091,70 @@ lls_status lls_reply_complete(lls_reply *reply, const char *json, size_t len, ll
 lls_status lls_reply_fail(lls_reply *reply, const char *message, size_t len, lls_error **err);
 
 /**
+ * Parses a provider response body into `{"message", "usage"?, "finishReason"?}`, stored in
+ * `*out` (free it with `lls_string_free`). `message` is the assistant message to pass to
+ * `lls_agent_record_response` (with provenance when the response names its model); `usage` is
+ * mapped into disjoint buckets (`inputTokens` is the uncached part; `cacheReadTokens` from
+ * `prompt_tokens_details.cached_tokens`, DeepSeek's `prompt_cache_hit_tokens`, or Anthropic's
+ * `cache_read_input_tokens`); `finishReason` is `"stop"`, `"tool-calls"`, `"max-tokens"` or
+ * the provider's own word.
+ *
+ * `(renderer, renderer_len)`: `"openai"` (OpenAI-compatible chat completions: OpenAI,
+ * DeepSeek, llama.cpp, vLLM) or `"anthropic"`.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`,
+ * `LLS_ERR_INVALID_INPUT` (an unknown renderer, or a response without the expected fields;
+ * detail `field`).
+ *
+ * # Safety
+ * `renderer` and `body_json` NULL or readable for their lengths; `out`, `out_len`, `err` NULL or
+ * valid for writes.
+ *
+ * Thread safety: may be called from any thread, concurrently (it holds no state).
+ */
+lls_status lls_parse_response(const char *renderer,
+                              size_t renderer_len,
+                              const char *body_json,
+                              size_t body_len,
+                              char **out,
+                              size_t *out_len,
+                              lls_error **err);
+
+/**
+ * Maps a provider usage object into the library's `Usage` JSON (disjoint buckets), stored in
+ * `*out` (free it with `lls_string_free`). `(provider, provider_len)`: `"openai"`,
+ * `"llama.cpp"`, `"deepseek"` or `"anthropic"`.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`,
+ * `LLS_ERR_INVALID_INPUT` (an unknown provider, a missing or mistyped count; detail `field`).
+ *
+ * # Safety
+ * `provider` and `usage_json` NULL or readable for their lengths; `out`, `out_len`, `err` NULL
+ * or valid for writes.
+ *
+ * Thread safety: may be called from any thread, concurrently (it holds no state).
+ */
+lls_status lls_usage_from_provider(const char *provider,
+                                   size_t provider_len,
+                                   const char *usage_json,
+                                   size_t usage_len,
+                                   char **out,
+                                   size_t *out_len,
+                                   lls_error **err);
+
+/**
+ * Whether a provider error (HTTP `status` and the response body) reports that the prompt does
+ * not fit in the context window; pass the answer as `overflow` to `lls_agent_provider_error`.
+ * Returns false for a NULL or non-UTF-8 body.
+ *
+ * # Safety
+ * `body` NULL or readable for `body_len` bytes.
+ *
+ * Thread safety: may be called from any thread, concurrently (it holds no state).
+ */
+bool lls_is_context_overflow(uint16_t status, const char *body, size_t body_len);
+
+/**
  * Creates a new session kept in memory and stores it in `*out`.
  *
  * `opts_json` (may be NULL for the defaults) is `{"id"?: string, "durability"?:
@@ -1405,70 +1469,6 @@ lls_status lls_session_append(lls_session *session,
  * Thread safety: may be called from any thread, concurrently.
  */
 lls_status lls_session_sync(lls_session *session, lls_error **err);
-
-/**
- * Parses a provider response body into `{"message", "usage"?, "finishReason"?}`, stored in
- * `*out` (free it with `lls_string_free`). `message` is the assistant message to pass to
- * `lls_agent_record_response` (with provenance when the response names its model); `usage` is
- * mapped into disjoint buckets (`inputTokens` is the uncached part; `cacheReadTokens` from
- * `prompt_tokens_details.cached_tokens`, DeepSeek's `prompt_cache_hit_tokens`, or Anthropic's
- * `cache_read_input_tokens`); `finishReason` is `"stop"`, `"tool-calls"`, `"max-tokens"` or
- * the provider's own word.
- *
- * `(renderer, renderer_len)`: `"openai"` (OpenAI-compatible chat completions: OpenAI,
- * DeepSeek, llama.cpp, vLLM) or `"anthropic"`.
- *
- * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`,
- * `LLS_ERR_INVALID_INPUT` (an unknown renderer, or a response without the expected fields;
- * detail `field`).
- *
- * # Safety
- * `renderer` and `body_json` NULL or readable for their lengths; `out`, `out_len`, `err` NULL or
- * valid for writes.
- *
- * Thread safety: may be called from any thread, concurrently (it holds no state).
- */
-lls_status lls_parse_response(const char *renderer,
-                              size_t renderer_len,
-                              const char *body_json,
-                              size_t body_len,
-                              char **out,
-                              size_t *out_len,
-                              lls_error **err);
-
-/**
- * Maps a provider usage object into the library's `Usage` JSON (disjoint buckets), stored in
- * `*out` (free it with `lls_string_free`). `(provider, provider_len)`: `"openai"`,
- * `"llama.cpp"`, `"deepseek"` or `"anthropic"`.
- *
- * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`,
- * `LLS_ERR_INVALID_INPUT` (an unknown provider, a missing or mistyped count; detail `field`).
- *
- * # Safety
- * `provider` and `usage_json` NULL or readable for their lengths; `out`, `out_len`, `err` NULL
- * or valid for writes.
- *
- * Thread safety: may be called from any thread, concurrently (it holds no state).
- */
-lls_status lls_usage_from_provider(const char *provider,
-                                   size_t provider_len,
-                                   const char *usage_json,
-                                   size_t usage_len,
-                                   char **out,
-                                   size_t *out_len,
-                                   lls_error **err);
-
-/**
- * Whether a provider error (HTTP `status` and the response body) reports that the prompt does
- * not fit in the context window; pass the answer as `overflow` to `lls_agent_provider_error`.
- * Returns false for a NULL or non-UTF-8 body.
- *
- * # Safety
- * `body` NULL or readable for `body_len` bytes.
- *
- * Thread safety: may be called from any thread, concurrently (it holds no state).
- */
-bool lls_is_context_overflow(uint16_t status, const char *body, size_t body_len);
 
 /**
  * The library version as a static NUL-terminated string, e.g. `"0.1.0"`. Never free it.

@@ -139,10 +139,9 @@ pub fn compose(listeners: &[Arc<dyn PrefixListener>], ctx: &ListenerContext<'_>)
         check()?;
         let out = l.compose(ctx, &acc).map_err(|e| match e.kind() {
             ErrorKind::Cancelled | ErrorKind::Disposed => e,
-            _ => {
-                let msg = if e.kind() == ErrorKind::Listener { e.message().to_string() } else { format!("prefix listener #{i} failed: {}", e.message()) };
-                Error::new(ErrorKind::Listener, msg).with("listener", i as u64)
-            }
+            // Keep the detail (e.g. `callback`, `field`): it says what went wrong.
+            ErrorKind::Listener => e.with("listener", i as u64),
+            _ => e.with_kind(ErrorKind::Listener).context(format!("prefix listener #{i} failed")).with("listener", i as u64),
         })?;
         check()?;
         acc = out;

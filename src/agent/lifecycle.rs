@@ -119,7 +119,7 @@ impl Agent {
             check_op(&ctx)?;
             l.pre_step(&ctx, &info).map_err(|e| match e.kind() {
                 ErrorKind::Cancelled | ErrorKind::Disposed => e,
-                _ => Error::new(ErrorKind::Listener, format!("pre-step listener #{i} failed: {}", e.message())).with("listener", i as u64),
+                _ => e.with_kind(ErrorKind::Listener).context(format!("pre-step listener #{i} failed")).with("listener", i as u64),
             })?;
         }
         check_op(&ctx)

@@ -815,6 +815,15 @@ pub unsafe extern "C" fn lls_agent_next_request(
                 slot.last_request = Some(request_info(&req));
                 Ok(req)
             })?;
+            if a.dispose_requested.load(Ordering::SeqCst) {
+                // Disposed by a callback that ran after the last check (a token counter): the
+                // disposal closed the request's step, so the request must not be sent.
+                return Err(Error::new(
+                    ErrorKind::Disposed,
+                    "the agent instance was disposed while the request was being built; its step is closed",
+                )
+                .into());
+            }
             out.write(&req.json)
         })
     }
@@ -1055,8 +1064,9 @@ pub unsafe extern "C" fn lls_agent_end_turn(
 ///
 /// Errors: `LLS_ERR_NULL_POINTER` (`agent`, `out`), `LLS_ERR_INVALID_HANDLE`,
 /// `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (a bad span),
-/// `LLS_ERR_OUT_OF_ORDER` (a request or tool batch open; before the first request),
-/// `LLS_ERR_NOTHING_TO_COMPACT`, `LLS_ERR_SUMMARISER`, `LLS_ERR_CANCELLED`, `LLS_ERR_DISPOSED`,
+/// `LLS_ERR_OUT_OF_ORDER` (a request or tool batch open; a compactable history before the
+/// instance's first request, when its prefix is not composed yet), `LLS_ERR_NOTHING_TO_COMPACT`
+/// (the surface holds nothing compactable, e.g. before any turn), `LLS_ERR_SUMMARISER`, `LLS_ERR_CANCELLED`, `LLS_ERR_DISPOSED`,
 /// `LLS_ERR_STORAGE`, `LLS_ERR_POISONED`.
 ///
 /// # Safety
@@ -1274,4 +1284,75 @@ pub extern "C" fn lls_agent_free(agent: *mut lls_agent) {
         handle::unregister(&a);
         let _ = a.dispose_now();
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ffi::error::{lls_error_code, lls_error_free, lls_error_message};
+    use crate::ffi::session::{lls_session_append, lls_session_events, lls_session_free, lls_session_new_memory};
+    use crate::ffi::status::*;
+    use std::ptr::null_mut;
+
+    fn text(json: &[u8]) -> (*const c_char, usize) {
+        (json.as_ptr().cast(), json.len())
+    }
+
+    #[test]
+    fn a_panic_poisons_the_agent_and_dispose_still_releases_the_session() {
+        let mut s: *mut lls_session = null_mut();
+        assert_eq!(unsafe { lls_session_new_memory(std::ptr::null(), 0, &mut s, null_mut()) }, LLS_OK);
+        let (o, ol) = text(br#"{"config":{"provider":"p","model":"m"}}"#);
+        let mut a: *mut lls_agent = null_mut();
+        assert_eq!(unsafe { lls_agent_new(s, o, ol, &mut a, null_mut()) }, LLS_OK);
+        let obj = agent_arg(a).unwrap();
+        let mut err: *mut lls_error = null_mut();
+        let st = unsafe {
+            boundary(&mut err, || obj.run(None, |_, _| -> std::result::Result<(), FfiError> { panic!("deliberate test panic") }))
+        };
+        assert_eq!(st, LLS_ERR_PANIC);
+        lls_error_free(err);
+        assert!(!obj.on_this_thread(), "the owner is cleared when a call unwinds");
+        // Further changes are refused; reads still work.
+        let (m, ml) = text(br#"{"role":"user","content":[{"type":"text","text":"hi"}]}"#);
+        err = null_mut();
+        assert_eq!(unsafe { lls_agent_start_turn(a, m, ml, null_mut(), &mut err) }, LLS_ERR_POISONED);
+        assert_eq!(lls_error_code(err), LLS_ERR_POISONED);
+        let msg = unsafe { std::ffi::CStr::from_ptr(lls_error_message(err)) }.to_string_lossy().into_owned();
+        assert!(msg.contains("poisoned"), "{msg}");
+        lls_error_free(err);
+        let mut out: *mut c_char = null_mut();
+        assert_eq!(unsafe { lls_agent_stats(a, &mut out, null_mut(), null_mut()) }, LLS_OK);
+        unsafe { crate::ffi::buffers::lls_string_free(out) };
+        // Disposing a poisoned agent still frees the session for a new instance.
+        assert_eq!(unsafe { lls_agent_dispose(a, null_mut()) }, LLS_OK);
+        let mut b: *mut lls_agent = null_mut();
+        assert_eq!(unsafe { lls_agent_new(s, o, ol, &mut b, null_mut()) }, LLS_OK);
+        drop(obj);
+        lls_agent_free(a);
+        lls_agent_free(b);
+        lls_session_free(s);
+    }
+
+    #[test]
+    fn a_panic_poisons_the_session_for_writes_only() {
+        let mut s: *mut lls_session = null_mut();
+        assert_eq!(unsafe { lls_session_new_memory(std::ptr::null(), 0, &mut s, null_mut()) }, LLS_OK);
+        let obj = handle::lookup::<SessionObject>(s, "session").unwrap();
+        let st = unsafe {
+            boundary(null_mut(), || {
+                let _g = obj.poison.enter()?;
+                panic!("deliberate test panic")
+            })
+        };
+        assert_eq!(st, LLS_ERR_PANIC);
+        let (e, el) = text(br#"{"type":"host/note","data":{}}"#);
+        assert_eq!(unsafe { lls_session_append(s, e, el, null_mut(), null_mut()) }, LLS_ERR_POISONED);
+        let mut out: *mut c_char = null_mut();
+        assert_eq!(unsafe { lls_session_events(s, 0, u64::MAX, &mut out, null_mut(), null_mut()) }, LLS_OK);
+        assert_eq!(unsafe { std::ffi::CStr::from_ptr(out) }.to_str().unwrap(), "[]");
+        unsafe { crate::ffi::buffers::lls_string_free(out) };
+        drop(obj);
+        lls_session_free(s);
+    }
 }

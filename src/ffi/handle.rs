@@ -216,8 +216,9 @@ pub extern "C" fn lls_live_handle_count() -> usize {
 /// `write` gives exclusive access; if a panic unwinds while a write guard is held, the object
 /// is marked poisoned and every later `write` fails with `LLS_ERR_POISONED`. `read` gives
 /// shared access and works on a poisoned object (reads do not make things worse). A thread
-/// must not take the lock twice (the lock is not reentrant), and no lock may be held while a
-/// host callback runs.
+/// must not take the lock twice (the lock is not reentrant): an object whose lock stays held
+/// while a host callback runs (an agent) must detect and refuse a call back into it from that
+/// callback (see `src/ffi/agent.rs`).
 #[derive(Debug, Default)]
 pub struct Guarded<U> {
     poisoned: AtomicBool,

@@ -415,12 +415,23 @@ pub unsafe extern "C" fn lls_session_fork(
                 None => (None, None),
                 Some(f) => (f.opt_u64("seedLength")?, f.opt_str("path")?),
             };
+            let mut created = None;
             let store: Box<dyn Store> = match path {
                 None => Box::new(MemoryStore::new()),
                 Some("") => return Err(Error::invalid("opts.path", "must not be empty").into()),
-                Some(p) => Box::new(JsonlStore::open(p)?),
+                Some(p) => {
+                    if !std::path::Path::new(p).exists() {
+                        created = Some(p);
+                    }
+                    Box::new(JsonlStore::open(p)?)
+                }
             };
-            let forked = s.session.fork(seed, store, opts)?;
+            let forked = s.session.fork(seed, store, opts).inspect_err(|_| {
+                // A failed fork leaves no file behind that it created.
+                if let Some(p) = created {
+                    let _ = std::fs::remove_file(p);
+                }
+            })?;
             out.write(SessionObject::register(forked, LoadReport::default(), 0));
             Ok(())
         })

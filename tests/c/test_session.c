@@ -286,6 +286,14 @@ static void test_file_session(void) {
     CHECK_STR(t, "{\"compactions\":0,\"events\":1,\"requests\":0}");
     lls_string_free(t);
 
+    /* A failed fork leaves no file behind. */
+    char never[128];
+    path_in_tmp(never, sizeof never, "never.jsonl");
+    snprintf(opts, sizeof opts, "{\"path\":\"%s\",\"seedLength\":99}", never);
+    EXPECT_ERR(lls_session_fork(s, opts, strlen(opts), &again, &err), LLS_ERR_INVALID_INPUT, "past the end of the log");
+    CHECK(access(never, F_OK) != 0);
+    CHECK(again == NULL);
+
     /* Fork into memory with the defaults: every event. */
     EXPECT_OK(lls_session_fork(s, NULL, 0, &child, &err));
     CHECK_UNCHANGED(child, before);

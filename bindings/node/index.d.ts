@@ -1,0 +1,310 @@
+// TypeScript declarations of the llmsession Node binding (index.js). See docs/node.md.
+
+/** A JSON value. */
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+/** A content block: `{type: "text", text}`, `{type: "tool-call", id, name, arguments}`, ... */
+export interface Block {
+  type: string;
+  [key: string]: Json | undefined;
+}
+
+/** A message of a request or of the history. */
+export interface Message {
+  role: 'user' | 'assistant' | 'tool' | string;
+  content: Block[];
+  [key: string]: Json | Block[] | undefined;
+}
+
+/** Token usage reported by a provider. */
+export interface Usage {
+  inputTokens: number;
+  outputTokens: number;
+  cacheReadTokens?: number;
+  cacheWriteTokens?: number;
+  reasoningTokens?: number;
+  [key: string]: Json | undefined;
+}
+
+/** A request envelope as llmsession builds it (render it with `render`). */
+export interface Envelope {
+  provider: string;
+  model: string;
+  system?: string;
+  tools?: Json[];
+  messages: Message[];
+  purpose: 'conversation' | 'compaction' | string;
+  sessionId?: string;
+  turn?: number;
+  step?: number;
+  maxTokens?: number;
+  [key: string]: Json | Message[] | undefined;
+}
+
+/** The call config every request carries. */
+export interface CallConfig {
+  provider: string;
+  model: string;
+  [key: string]: Json | undefined;
+}
+
+/** A compaction policy. */
+export interface Policy {
+  contextWindow: number;
+  threshold?: number;
+  retainedRatio?: number;
+  retainedTokens?: number;
+  summaryMaxTokens?: number;
+  retries?: number;
+  overflowRetries?: number;
+  summaryProvider?: string;
+  summaryModel?: string;
+}
+
+/** A policy per model. */
+export interface PolicyTable {
+  default?: Policy;
+  models?: { [model: string]: Policy };
+}
+
+/** Options of an agent instance (`lls_agent_new`). */
+export interface AgentOptions {
+  config: CallConfig;
+  system?: string;
+  tools?: Json[];
+  checkRequests?: boolean;
+  policy?: Policy | PolicyTable;
+  tokenizer?: string;
+}
+
+/** Options of a new session. */
+export interface SessionOptions {
+  id?: string;
+  durability?: 'every-event' | 'turn-end' | 'never';
+}
+
+/** Options of `Session.fork`. */
+export interface ForkOptions extends SessionOptions {
+  seedLength?: number;
+  path?: string;
+}
+
+/** A logged event. */
+export interface SessionEvent {
+  type: string;
+  seq: number;
+  time: number;
+  data: { [key: string]: Json };
+  surfaceOp?: Json;
+  sources?: Json;
+}
+
+/** An event to append: no seq or time. */
+export interface NewEvent {
+  type: string;
+  data: { [key: string]: Json };
+  surfaceOp?: Json;
+  sources?: Json;
+}
+
+/** What `Agent.nextRequest` describes about a request. */
+export interface RequestInfo {
+  turn: number;
+  step: number;
+  digest: string;
+  bytes: number;
+  prefixLen: number;
+  messageCount: number;
+  sharedMessages: number;
+  instance: number;
+  stepSeq: number;
+}
+
+/** The result of `Agent.nextRequest`. */
+export interface BuiltRequest {
+  /** The exact envelope bytes (their SHA-256 is logged). */
+  json: string;
+  envelope: Envelope;
+  info: RequestInfo;
+}
+
+/** The outcome of a compaction. */
+export interface CompactionOutcome {
+  outcome: 'landed' | 'discarded' | 'failed' | 'cancelled';
+  span: [number, number];
+  seqs: number[];
+  request: { digest: string; sharedMessages: number; messageCount: number };
+  error?: string;
+}
+
+/** What a prefix listener receives. */
+export interface PrefixListenerInput {
+  rest: Message[];
+  instance: number;
+  turn: number;
+}
+
+/** What a pre-step listener receives. */
+export interface PreStepInput {
+  prefix: Message[];
+  system: string | null;
+  tools: Json[];
+  turn: number;
+  step: number;
+}
+
+/** What the summariser receives. */
+export interface SummaryInput {
+  request: Envelope;
+  provider: string;
+  model: string;
+  maxTokens: number;
+  digest: string;
+  sharedMessages: number;
+  prefixLen: number;
+}
+
+/** What the summariser answers (a string is `{text}`). */
+export interface SummaryOutput {
+  text: string;
+  usage?: Usage;
+  provider?: string;
+  model?: string;
+  truncated?: boolean;
+}
+
+/** What a host token counter receives. */
+export type TokenCountItem =
+  | { kind: 'system'; text: string }
+  | { kind: 'tools'; tools: Json[] }
+  | { kind: 'message'; message: Message };
+
+/** The second argument of every callback. */
+export interface CallbackContext {
+  /** Aborts when the operation's signal aborts (or the operation failed). */
+  signal: AbortSignal;
+}
+
+type MaybePromise<T> = T | Promise<T>;
+
+export type PrefixListener = (input: PrefixListenerInput, ctx: CallbackContext) => MaybePromise<Message[]>;
+export type PreStepListener = (input: PreStepInput, ctx: CallbackContext) => MaybePromise<void | null>;
+export type Summariser = (input: SummaryInput, ctx: CallbackContext) => MaybePromise<SummaryOutput | string>;
+export type TokenCounter = (item: TokenCountItem, ctx: CallbackContext) => MaybePromise<number | { tokens: number }>;
+
+/** Options of an operation that may wait. */
+export interface OperationOptions {
+  /** Trips the operation's cancel token (the operation fails with status CANCELLED). */
+  signal?: AbortSignal;
+}
+
+/** Status codes (lls_status). */
+export declare const Status: Readonly<{
+  OK: 0;
+  MALFORMED_JSON: 1;
+  INVALID_INPUT: 2;
+  OUT_OF_ORDER: 3;
+  BUSY: 4;
+  CORRUPT_LOG: 5;
+  STORAGE: 6;
+  CANCELLED: 7;
+  DISPOSED: 8;
+  LISTENER: 9;
+  SUMMARISER: 10;
+  RECONSTRUCTION: 11;
+  INVALID_POLICY: 12;
+  OVERFLOW_BUDGET: 13;
+  NOTHING_TO_COMPACT: 14;
+  TOKENIZER: 15;
+  POISONED: 16;
+  INTERNAL: 17;
+  NULL_POINTER: 100;
+  INVALID_UTF8: 101;
+  INVALID_HANDLE: 102;
+  PANIC: 103;
+  INVALID_ARGUMENT: 104;
+  REPLY_STATE: 105;
+  OUT_OF_MEMORY: 106;
+}>;
+
+/** An error reported by llmsession. */
+export declare class LlmSessionError extends Error {
+  /** The lls_status code. */
+  readonly status: number;
+  /** The stable kind name ("listener", "out-of-order", ...). */
+  readonly kind: string;
+  /** The JSON detail (`kind`, `status`, `message`, and context such as `field`, `seq`, `callback`). */
+  readonly detail: { kind: string; status: number; message: string; [key: string]: Json | undefined };
+  constructor(status: number, message: string, detail?: object | null, options?: { cause?: unknown });
+}
+
+/** Thrown by a callback to fail its reply on purpose (the operation fails with LlmSessionError). */
+export declare class CallbackError extends Error {
+  constructor(message: string, options?: { cause?: unknown });
+}
+
+/** A session: the append-only event log of one conversation. */
+export declare class Session {
+  private constructor(ptr: unknown);
+  static memory(options?: SessionOptions): Session;
+  static openFile(path: string, options?: SessionOptions): Session;
+  fork(options?: ForkOptions): Session;
+  readonly id: string;
+  info(): { type: 'session'; format: string; version: number; id: string; createdAt: number; [key: string]: Json };
+  loadReport(): { cutRecords: number; cutAtLine?: number; cutReason?: string; repairedEvents: number };
+  events(from?: number, to?: number): SessionEvent[];
+  history(): Message[];
+  header(): { config: CallConfig; system?: string; tools?: Json[]; messagePrefix?: Message[] } | null;
+  stats(): { [key: string]: number };
+  verify(): { events: number; requests: number; compactions: number };
+  append(event: NewEvent): number;
+  sync(): void;
+  close(): void;
+  readonly closed: boolean;
+}
+
+/** An agent instance over a session. */
+export declare class Agent {
+  constructor(session: Session, options: AgentOptions);
+  static create(session: Session, options: AgentOptions): Agent;
+  readonly session: Session;
+  setOptions(options: AgentOptions): void;
+  setPolicy(policy: Policy | PolicyTable | null): void;
+  setTokenizer(path: string): void;
+  clearTokenCounter(): void;
+  addPrefixListener(fn: PrefixListener): void;
+  addPreStepListener(fn: PreStepListener): void;
+  setSummariser(fn: Summariser): void;
+  setTokenCounter(fn: TokenCounter): void;
+  startTurn(message: string | Message): number;
+  nextRequest(options?: OperationOptions): Promise<BuiltRequest>;
+  requestInfo(): RequestInfo;
+  recordResponse(response: { message: Message; usage?: Usage; provider?: string; model?: string }): number;
+  recordToolResult(result: { callId: string; text?: string; content?: Block[]; isError?: boolean }): number;
+  inject(message: string | Message): number | null;
+  providerError(error: string | { message: string; overflow?: boolean }, options?: OperationOptions): Promise<{ retry: boolean }>;
+  endTurn(reason?: 'completed' | 'max-tokens' | 'aborted' | 'error' | 'rejected' | 'disposed' | 'interrupted'): void;
+  compact(options?: OperationOptions & { span?: [number, number] }): Promise<CompactionOutcome>;
+  measure(options?: OperationOptions): Promise<{ total: number; counter: string; [key: string]: Json }>;
+  stats(): { [key: string]: number };
+  prefix(): Message[] | null;
+  dispose(): Promise<void>;
+  close(): void;
+  readonly closed: boolean;
+}
+
+/** Renders an envelope into a provider's JSON body ("openai" or "anthropic"). */
+export declare function render(renderer: 'openai' | 'anthropic' | string, envelope: Envelope | string, prefixLen?: number): string;
+/** Verifies a stored JSONL log without opening it. */
+export declare function verifyFile(path: string): { events: number; requests: number; compactions: number };
+/** Calls `fn` through the library's callback machinery (a trampoline self-test). */
+export declare function invokeCallback(fn: (input: any, ctx: CallbackContext) => unknown, input: Json, options?: OperationOptions): Promise<Json>;
+/** Live library handles (for leak checks). */
+export declare function liveHandleCount(): number;
+/** JS callbacks registered with the library and not yet released. */
+export declare function registeredCallbackCount(): number;
+
+export declare const ABI_VERSION: number;
+export declare const version: string;
+export declare const abiVersion: number;
+export declare const libraryPath: string;

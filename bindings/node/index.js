@@ -1,0 +1,893 @@
+'use strict';
+// Node binding of llmsession's C ABI (include/llmsession.h, docs/abi.md), through koffi.
+//
+// Threading model (docs/node.md): operations that may call back into JS (nextRequest, compact,
+// providerError, measure) run the library call on a koffi worker thread (`fn.async`). When the
+// library calls a host callback on that worker, koffi queues the JS call on the main thread and
+// the worker waits for it to return. The trampoline calls the JS function; a plain value is
+// answered at once (lls_reply_set_json, LLS_CB_OK); a Promise makes the trampoline return
+// LLS_CB_PENDING, and the reply is completed (lls_reply_complete / lls_reply_fail) on the main
+// thread when the Promise settles, while the library waits on its worker thread.
+
+const koffi = require('koffi');
+const fs = require('fs');
+const path = require('path');
+
+/** The C ABI version this binding was written against (LLS_ABI_VERSION). */
+const ABI_VERSION = 1;
+
+/** Status codes (lls_status), as in include/llmsession.h. */
+const Status = Object.freeze({
+  OK: 0,
+  MALFORMED_JSON: 1,
+  INVALID_INPUT: 2,
+  OUT_OF_ORDER: 3,
+  BUSY: 4,
+  CORRUPT_LOG: 5,
+  STORAGE: 6,
+  CANCELLED: 7,
+  DISPOSED: 8,
+  LISTENER: 9,
+  SUMMARISER: 10,
+  RECONSTRUCTION: 11,
+  INVALID_POLICY: 12,
+  OVERFLOW_BUDGET: 13,
+  NOTHING_TO_COMPACT: 14,
+  TOKENIZER: 15,
+  POISONED: 16,
+  INTERNAL: 17,
+  NULL_POINTER: 100,
+  INVALID_UTF8: 101,
+  INVALID_HANDLE: 102,
+  PANIC: 103,
+  INVALID_ARGUMENT: 104,
+  REPLY_STATE: 105,
+  OUT_OF_MEMORY: 106,
+});
+
+const KIND_OF_STATUS = {
+  0: 'ok', 1: 'malformed-json', 2: 'invalid-input', 3: 'out-of-order', 4: 'busy', 5: 'corrupt-log',
+  6: 'storage', 7: 'cancelled', 8: 'disposed', 9: 'listener', 10: 'summariser', 11: 'reconstruction',
+  12: 'invalid-policy', 13: 'overflow-budget', 14: 'nothing-to-compact', 15: 'tokenizer', 16: 'poisoned',
+  17: 'internal', 100: 'null-pointer', 101: 'invalid-utf8', 102: 'invalid-handle', 103: 'panic',
+  104: 'invalid-argument', 105: 'reply-state', 106: 'out-of-memory',
+};
+
+const CB_OK = 0;
+const CB_PENDING = 1;
+const CB_ERROR = 2;
+const SEQ_NONE = 0xffffffffffffffffn;
+
+/**
+ * An error reported by llmsession: `status` (the lls_status code), `kind` (its stable name,
+ * e.g. "listener"), `message`, and `detail` (the parsed JSON detail: field, seq, line, ...).
+ */
+class LlmSessionError extends Error {
+  constructor(status, message, detail, options) {
+    super(message, options);
+    this.name = 'LlmSessionError';
+    this.status = status;
+    this.kind = (detail && detail.kind) || KIND_OF_STATUS[status] || 'unknown';
+    this.detail = detail || { kind: this.kind, status, message };
+  }
+}
+
+/**
+ * Thrown (or rejected with) by a listener, summariser or token counter to fail its reply on
+ * purpose: the library call then fails with the library's own error (LlmSessionError, status
+ * LISTENER or that of the operation), whose message includes this one. Any other exception is
+ * treated as a bug in the callback and re-raised as is (see docs/node.md).
+ */
+class CallbackError extends Error {
+  constructor(message, options) {
+    super(message, options);
+    this.name = 'CallbackError';
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading
+
+function candidates() {
+  if (process.env.LLMSESSION_LIB) return [process.env.LLMSESSION_LIB];
+  const list = [];
+  // A checkout: the library staged by `make build-lib`.
+  const built = path.resolve(__dirname, '..', '..', 'build', 'lib', 'libllmsession.so');
+  if (fs.existsSync(built)) list.push(built);
+  // An installed copy, found by the dynamic loader (soname first).
+  list.push('libllmsession.so.0.1', 'libllmsession.so');
+  for (const dir of ['/usr/local/lib', '/usr/lib']) {
+    const p = path.join(dir, 'libllmsession.so');
+    if (fs.existsSync(p)) list.push(p);
+  }
+  return list;
+}
+
+function loadLibrary() {
+  const tried = [];
+  for (const c of candidates()) {
+    try {
+      return { lib: koffi.load(c), file: c };
+    } catch (e) {
+      tried.push(`${c}: ${e.message}`);
+    }
+  }
+  throw new Error(
+    'llmsession: cannot load the shared library (build it with `make build-lib`, install it with ' +
+      '`make install`, or name it with LLMSESSION_LIB). Tried:\n  ' + tried.join('\n  '));
+}
+
+const { lib, file: libraryPath } = loadLibrary();
+
+const opaque = (name) => koffi.pointer(name, koffi.opaque());
+const P_session = opaque('lls_session');
+const P_agent = opaque('lls_agent');
+const P_cancel = opaque('lls_cancel');
+const P_error = opaque('lls_error');
+const P_reply = opaque('lls_reply');
+const P_str = opaque('lls_owned_str');
+// `void *userdata` is passed as an integer id (same register class on every supported ABI).
+const CallbackFn = koffi.proto(
+  'int32_t lls_callback_fn(intptr_t userdata, const char *in_json, size_t in_len, lls_reply *reply)');
+const FreeFn = koffi.proto('void lls_userdata_free_fn(intptr_t userdata)');
+
+const ERR = '_Out_ lls_error **err';
+const OUTS = `_Out_ lls_owned_str **out, _Out_ size_t *out_len, ${ERR}`;
+const REG = `lls_callback_fn *callback, intptr_t userdata, lls_userdata_free_fn *userdata_free, ${ERR}`;
+
+const C = {};
+function def(name, ret, params) {
+  C[name] = lib.func(`${ret} ${name}(${params})`);
+}
+def('lls_abi_version', 'uint32_t', 'void');
+def('lls_version', 'const char *', 'void');
+def('lls_live_handle_count', 'size_t', 'void');
+def('lls_string_free', 'void', 'lls_owned_str *s');
+def('lls_error_code', 'int32_t', 'const lls_error *e');
+def('lls_error_message', 'const char *', 'const lls_error *e');
+def('lls_error_detail', 'const char *', 'const lls_error *e');
+def('lls_error_free', 'void', 'lls_error *e');
+def('lls_cancel_new', 'int32_t', `_Out_ lls_cancel **out, ${ERR}`);
+def('lls_cancel_trip', 'int32_t', `const lls_cancel *c, ${ERR}`);
+def('lls_cancel_free', 'void', 'lls_cancel *c');
+def('lls_reply_set_json', 'int32_t', `lls_reply *r, const uint8_t *json, size_t len, ${ERR}`);
+def('lls_reply_complete', 'int32_t', `lls_reply *r, const uint8_t *json, size_t len, ${ERR}`);
+def('lls_reply_fail', 'int32_t', `lls_reply *r, const uint8_t *msg, size_t len, ${ERR}`);
+def('lls_callback_invoke', 'int32_t',
+  `lls_callback_fn *callback, intptr_t userdata, lls_userdata_free_fn *userdata_free, const uint8_t *in_json, size_t in_len, const lls_cancel *cancel, ${OUTS}`);
+def('lls_render', 'int32_t', `const uint8_t *renderer, size_t rlen, const uint8_t *env, size_t elen, size_t prefix_len, ${OUTS}`);
+def('lls_verify_file', 'int32_t', `const uint8_t *path, size_t plen, ${OUTS}`);
+
+def('lls_session_new_memory', 'int32_t', `const uint8_t *opts, size_t len, _Out_ lls_session **out, ${ERR}`);
+def('lls_session_open_file', 'int32_t',
+  `const uint8_t *path, size_t plen, const uint8_t *opts, size_t len, _Out_ lls_session **out, ${ERR}`);
+def('lls_session_fork', 'int32_t', `const lls_session *s, const uint8_t *opts, size_t len, _Out_ lls_session **out, ${ERR}`);
+def('lls_session_free', 'void', 'lls_session *s');
+for (const n of ['load_report', 'id', 'info', 'history', 'header', 'stats', 'verify']) {
+  def(`lls_session_${n}`, 'int32_t', `const lls_session *s, ${OUTS}`);
+}
+def('lls_session_events', 'int32_t', `const lls_session *s, uint64_t from, uint64_t to, ${OUTS}`);
+def('lls_session_append', 'int32_t', `lls_session *s, const uint8_t *ev, size_t len, _Out_ uint64_t *seq, ${ERR}`);
+def('lls_session_sync', 'int32_t', `lls_session *s, ${ERR}`);
+
+def('lls_agent_new', 'int32_t', `const lls_session *s, const uint8_t *opts, size_t len, _Out_ lls_agent **out, ${ERR}`);
+def('lls_agent_set_options', 'int32_t', `lls_agent *a, const uint8_t *opts, size_t len, ${ERR}`);
+def('lls_agent_set_policy', 'int32_t', `lls_agent *a, const uint8_t *p, size_t len, ${ERR}`);
+def('lls_agent_set_tokenizer', 'int32_t', `lls_agent *a, const uint8_t *p, size_t len, ${ERR}`);
+def('lls_agent_clear_token_counter', 'int32_t', `lls_agent *a, ${ERR}`);
+for (const n of ['add_prefix_listener', 'add_pre_step_listener', 'set_summariser', 'set_token_counter']) {
+  def(`lls_agent_${n}`, 'int32_t', `lls_agent *a, ${REG}`);
+}
+def('lls_agent_start_turn', 'int32_t', `lls_agent *a, const uint8_t *m, size_t len, _Out_ uint64_t *turn, ${ERR}`);
+def('lls_agent_next_request', 'int32_t', `lls_agent *a, const lls_cancel *c, ${OUTS}`);
+def('lls_agent_request_info', 'int32_t', `const lls_agent *a, ${OUTS}`);
+def('lls_agent_record_response', 'int32_t', `lls_agent *a, const uint8_t *r, size_t len, _Out_ uint64_t *seq, ${ERR}`);
+def('lls_agent_record_tool_result', 'int32_t', `lls_agent *a, const uint8_t *r, size_t len, _Out_ size_t *written, ${ERR}`);
+def('lls_agent_inject', 'int32_t', `lls_agent *a, const uint8_t *m, size_t len, _Out_ uint64_t *seq, ${ERR}`);
+def('lls_agent_provider_error', 'int32_t',
+  `lls_agent *a, const uint8_t *e, size_t len, const lls_cancel *c, _Out_ int32_t *retry, ${ERR}`);
+def('lls_agent_end_turn', 'int32_t', `lls_agent *a, const uint8_t *r, size_t len, ${ERR}`);
+def('lls_agent_compact', 'int32_t', `lls_agent *a, const uint8_t *o, size_t len, const lls_cancel *c, ${OUTS}`);
+def('lls_agent_measure', 'int32_t', `lls_agent *a, ${OUTS}`);
+def('lls_agent_stats', 'int32_t', `const lls_agent *a, ${OUTS}`);
+def('lls_agent_prefix', 'int32_t', `const lls_agent *a, ${OUTS}`);
+def('lls_agent_dispose', 'int32_t', `lls_agent *a, ${ERR}`);
+def('lls_agent_free', 'void', 'lls_agent *a');
+
+const loadedAbi = C.lls_abi_version();
+if (loadedAbi !== ABI_VERSION) {
+  throw new Error(
+    `llmsession: ${libraryPath} has ABI version ${loadedAbi}, but this binding needs ${ABI_VERSION}`);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+function utf8(s) {
+  return Buffer.from(s, 'utf8');
+}
+
+function jsonBuf(v) {
+  return utf8(typeof v === 'string' ? v : JSON.stringify(v));
+}
+
+/** Turns an lls_error* into an LlmSessionError and frees it. */
+function takeError(status, errPtr, cause) {
+  if (!errPtr) {
+    return new LlmSessionError(status, `llmsession call failed with status ${status}`, null, cause ? { cause } : undefined);
+  }
+  const code = C.lls_error_code(errPtr);
+  const message = C.lls_error_message(errPtr);
+  let detail = null;
+  try {
+    detail = JSON.parse(C.lls_error_detail(errPtr));
+  } catch (_) {
+    detail = null;
+  }
+  C.lls_error_free(errPtr);
+  return new LlmSessionError(code, message, detail, cause ? { cause } : undefined);
+}
+
+/** Reads and frees an owned output string. */
+function takeString(ptr, len) {
+  if (!ptr) return null;
+  const n = Number(len);
+  const bytes = n === 0 ? Buffer.alloc(0) : Buffer.from(koffi.decode(ptr, koffi.array('uint8_t', n)));
+  C.lls_string_free(ptr);
+  return bytes.toString('utf8');
+}
+
+function check(status, err) {
+  if (status !== Status.OK) throw takeError(status, err[0]);
+}
+
+/** Calls an entry point whose last three parameters are (char **out, size_t *out_len, err). */
+function callOut(fn, ...args) {
+  const out = [null];
+  const len = [0];
+  const err = [null];
+  const st = fn(...args, out, len, err);
+  check(st, err);
+  return takeString(out[0], len[0]);
+}
+
+function callJson(fn, ...args) {
+  return JSON.parse(callOut(fn, ...args));
+}
+
+function seqNumber(v) {
+  if (typeof v === 'bigint') return v === SEQ_NONE ? null : Number(v);
+  return v;
+}
+
+function userMessage(m) {
+  return typeof m === 'string' ? { role: 'user', content: [{ type: 'text', text: m }] } : m;
+}
+
+/** Runs `fn.async(...args, cb)` and resolves with its status. */
+function runAsync(fn, args) {
+  return new Promise((resolve, reject) => {
+    fn.async(...args, (e, st) => (e ? reject(e) : resolve(st)));
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Callbacks
+
+/** Live registrations: id -> entry. An entry is released once, by the library's userdata_free. */
+const registrations = new Map();
+let nextId = 1;
+
+const freeTrampoline = koffi.register((id) => {
+  const entry = registrations.get(Number(id));
+  if (!entry) return;
+  registrations.delete(Number(id));
+  entry.released = true;
+  koffi.unregister(entry.ptr);
+}, koffi.pointer(FreeFn));
+
+function replyText(reply, text, pending) {
+  const buf = utf8(text);
+  const err = [null];
+  const st = (pending ? C.lls_reply_complete : C.lls_reply_set_json)(reply, buf, buf.length, err);
+  if (st !== Status.OK) {
+    // The reply was answered with the failure by the library (unusable JSON), or was answered
+    // already; report nothing more here, the library call fails with LISTENER.
+    if (err[0]) C.lls_error_free(err[0]);
+  }
+}
+
+function replyFail(reply, message) {
+  const buf = utf8(message || 'host callback failed');
+  const err = [null];
+  C.lls_reply_fail(reply, buf, buf.length, err);
+  if (err[0]) C.lls_error_free(err[0]);
+}
+
+function describe(e) {
+  if (e instanceof Error) return e.message;
+  return String(e);
+}
+
+/**
+ * Creates a registration for `fn`. `encode` turns the JS result into reply JSON text. `core` is
+ * the owner's state: callbacks record exceptions there (`core.op`) so that the running
+ * operation re-raises them.
+ */
+function register(core, fn, encode) {
+  if (typeof fn !== 'function') throw new TypeError('expected a function');
+  const id = nextId++;
+  const entry = { id, ptr: null, released: false };
+  entry.ptr = koffi.register((_ud, inJson, _len, reply) => {
+    const op = core.op;
+    const ctx = { signal: op ? op.controller.signal : new AbortController().signal };
+    let input;
+    let result;
+    try {
+      input = JSON.parse(inJson);
+      result = fn(input, ctx);
+    } catch (e) {
+      if (op && !(e instanceof CallbackError)) op.errors.push(e);
+      replyFail(reply, describe(e));
+      return CB_ERROR;
+    }
+    // A dispose started from a callback (on another worker) must end the operation: the reply
+    // is answered only once that disposal returned, so the library is still waiting when the
+    // dispose ends its wait (the answer is then discarded).
+    const afterDispose = (answer) => {
+      const d = op && op.disposeDuringCallback;
+      if (d) d.then(answer, answer);
+      else answer();
+    };
+    if (result && typeof result.then === 'function') {
+      if (!op || !op.async) {
+        const e = new CallbackError('this operation is synchronous: its callback must not return a Promise');
+        replyFail(reply, e.message);
+        return CB_ERROR;
+      }
+      op.pending++;
+      Promise.resolve(result).then(
+        (v) => {
+          let t;
+          try {
+            t = encode(v);
+          } catch (e) {
+            op.errors.push(e);
+            replyFail(reply, describe(e));
+            return;
+          }
+          afterDispose(() => replyText(reply, t, true));
+        },
+        (e) => {
+          // After an abort, a rejection is the callback giving up (an AbortError from fetch):
+          // the operation reports CANCELLED, not this error.
+          if (!(e instanceof CallbackError) && !op.controller.signal.aborted) op.errors.push(e);
+          afterDispose(() => replyFail(reply, describe(e)));
+        },
+      ).finally(() => {
+        op.pending--;
+      });
+      return CB_PENDING;
+    }
+    let text;
+    try {
+      text = encode(result);
+    } catch (e) {
+      if (op) op.errors.push(e);
+      replyFail(reply, describe(e));
+      return CB_ERROR;
+    }
+    if (op && op.disposeDuringCallback) {
+      afterDispose(() => replyText(reply, text, true));
+      return CB_PENDING;
+    }
+    replyText(reply, text, false);
+    return CB_OK;
+  }, koffi.pointer(CallbackFn));
+  registrations.set(id, entry);
+  return entry;
+}
+
+const toJson = (v) => (v === undefined ? 'null' : JSON.stringify(v));
+// Replies go to the library as given; it validates them (an unusable reply fails the call
+// with LISTENER and a message saying what was wrong).
+const encoders = {
+  messages: toJson,
+  ignore: () => 'null',
+  summary: (v) => JSON.stringify(typeof v === 'string' ? { text: v } : v === undefined ? null : v),
+  count: toJson,
+  any: toJson,
+};
+
+/**
+ * Calls `fn` through the library's own callback machinery (lls_callback_invoke), as it calls
+ * listeners: a self-test of the trampoline. Resolves with the answer (parsed JSON).
+ */
+async function invokeCallback(fn, input, options = {}) {
+  const core = { op: null };
+  const op = newOp(core, options.signal);
+  const entry = register(core, fn, encoders.any);
+  const inBuf = jsonBuf(input);
+  const out = [null];
+  const len = [0];
+  const err = [null];
+  try {
+    const st = await runAsync(C.lls_callback_invoke, [entry.ptr, entry.id, freeTrampoline, inBuf, inBuf.length, op.cancel, out, len, err]);
+    return JSON.parse(finishOp(op, st, err, () => takeString(out[0], len[0])));
+  } finally {
+    endOp(core, op);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operations (one at a time per agent): a cancel token, an AbortSignal, errors from callbacks.
+
+function newOp(core, signal) {
+  const out = [null];
+  const err = [null];
+  check(C.lls_cancel_new(out, err), err);
+  const op = {
+    cancel: out[0],
+    controller: new AbortController(),
+    errors: [],
+    pending: 0,
+    async: true,
+    disposeDuringCallback: null,
+    signal,
+    onAbort: null,
+  };
+  if (signal) {
+    op.onAbort = () => {
+      C.lls_cancel_trip(op.cancel, null);
+      op.controller.abort(signal.reason);
+    };
+    if (signal.aborted) op.onAbort();
+    else signal.addEventListener('abort', op.onAbort, { once: true });
+  }
+  core.op = op;
+  return op;
+}
+
+function endOp(core, op) {
+  if (op.signal && op.onAbort) op.signal.removeEventListener('abort', op.onAbort);
+  C.lls_cancel_free(op.cancel);
+  op.cancel = null;
+  if (core.op === op) core.op = null;
+}
+
+/** The result of an operation: the first exception a callback threw wins over everything. */
+function finishOp(op, status, err, onOk) {
+  if (op.errors.length > 0) {
+    if (status !== Status.OK && err[0]) C.lls_error_free(err[0]);
+    if (status === Status.OK && onOk) {
+      // The library went ahead (e.g. a failed automatic compaction is only logged), but a
+      // callback threw: never report that as a success. Free what it returned.
+      try {
+        onOk();
+      } catch (_) {
+        /* ignore */
+      }
+    }
+    if (status !== Status.OK) op.controller.abort();
+    throw op.errors[0];
+  }
+  if (status !== Status.OK) {
+    op.controller.abort();
+    throw takeError(status, err[0]);
+  }
+  return onOk ? onOk() : undefined;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Handles and the FinalizationRegistry safety net
+
+const finalizer = new FinalizationRegistry((core) => {
+  if (core.ptr) {
+    const p = core.ptr;
+    core.ptr = null;
+    core.free(p);
+  }
+});
+
+function outOfOrder(message) {
+  return new LlmSessionError(Status.OUT_OF_ORDER, message, { kind: 'out-of-order', status: Status.OUT_OF_ORDER, message });
+}
+
+function livePtr(core, what) {
+  if (!core.ptr) {
+    const message = `this ${what} was closed`;
+    throw new LlmSessionError(Status.INVALID_HANDLE, message, { kind: 'invalid-handle', status: Status.INVALID_HANDLE, message });
+  }
+  return core.ptr;
+}
+
+/** A session: the append-only event log of one conversation. */
+class Session {
+  constructor(ptr) {
+    this._core = { ptr, free: (p) => C.lls_session_free(p) };
+    finalizer.register(this, this._core, this);
+  }
+
+  /** A new session kept in memory. */
+  static memory(options = {}) {
+    const b = jsonBuf(options);
+    const out = [null];
+    const err = [null];
+    check(C.lls_session_new_memory(b, b.length, out, err), err);
+    return new Session(out[0]);
+  }
+
+  /** Opens (or creates) the session stored in a JSONL file. */
+  static openFile(file, options = {}) {
+    const p = utf8(file);
+    const b = jsonBuf(options);
+    const out = [null];
+    const err = [null];
+    check(C.lls_session_open_file(p, p.length, b, b.length, out, err), err);
+    return new Session(out[0]);
+  }
+
+  get _ptr() {
+    return livePtr(this._core, 'session');
+  }
+
+  /** Forks this session into a new one (memory, or a JSONL file with `path`). */
+  fork(options = {}) {
+    const b = jsonBuf(options);
+    const out = [null];
+    const err = [null];
+    check(C.lls_session_fork(this._ptr, b, b.length, out, err), err);
+    return new Session(out[0]);
+  }
+
+  get id() {
+    return callOut(C.lls_session_id, this._ptr);
+  }
+
+  info() {
+    return callJson(C.lls_session_info, this._ptr);
+  }
+
+  loadReport() {
+    return callJson(C.lls_session_load_report, this._ptr);
+  }
+
+  events(from = 0, to) {
+    const end = to === undefined || to === null ? SEQ_NONE : BigInt(to);
+    return callJson(C.lls_session_events, this._ptr, BigInt(from), end);
+  }
+
+  history() {
+    return callJson(C.lls_session_history, this._ptr);
+  }
+
+  header() {
+    return callJson(C.lls_session_header, this._ptr);
+  }
+
+  stats() {
+    return callJson(C.lls_session_stats, this._ptr);
+  }
+
+  verify() {
+    return callJson(C.lls_session_verify, this._ptr);
+  }
+
+  /** Appends an event `{type, data, surfaceOp?, sources?}`; returns its seq. */
+  append(event) {
+    const b = jsonBuf(event);
+    const seq = [0];
+    const err = [null];
+    check(C.lls_session_append(this._ptr, b, b.length, seq, err), err);
+    return seqNumber(seq[0]);
+  }
+
+  sync() {
+    const err = [null];
+    check(C.lls_session_sync(this._ptr, err), err);
+  }
+
+  /** Frees the session handle (an agent over it keeps the state alive). Idempotent. */
+  close() {
+    finalizer.unregister(this);
+    if (this._core.ptr) {
+      const p = this._core.ptr;
+      this._core.ptr = null;
+      C.lls_session_free(p);
+    }
+  }
+
+  get closed() {
+    return !this._core.ptr;
+  }
+}
+
+/** An agent instance over a session. */
+class Agent {
+  constructor(session, options) {
+    if (!(session instanceof Session)) throw new TypeError('Agent needs a Session');
+    const b = jsonBuf(options);
+    const out = [null];
+    const err = [null];
+    check(C.lls_agent_new(session._ptr, b, b.length, out, err), err);
+    this.session = session;
+    this._core = { ptr: out[0], op: null, busy: false, free: (p) => C.lls_agent_free(p) };
+    finalizer.register(this, this._core, this);
+  }
+
+  static create(session, options) {
+    return new Agent(session, options);
+  }
+
+  get _ptr() {
+    return livePtr(this._core, 'agent');
+  }
+
+  /** The pointer, for a synchronous call: refused while an asynchronous call runs. */
+  _sync(what) {
+    const p = this._ptr;
+    if (this._core.busy) {
+      throw outOfOrder(`${what}: an asynchronous call on this agent is running (await it first)`);
+    }
+    return p;
+  }
+
+  _call(what, fn, ...args) {
+    const err = [null];
+    check(fn(this._sync(what), ...args, err), err);
+  }
+
+  _json(what, fn) {
+    return callJson(fn, this._sync(what));
+  }
+
+  /** Runs one asynchronous library call on a koffi worker thread. */
+  async _async(what, signal, call) {
+    const ptr = this._ptr;
+    const core = this._core;
+    if (core.busy) throw outOfOrder(`${what}: an asynchronous call on this agent is running (await it first)`);
+    core.busy = true;
+    const op = newOp(core, signal);
+    try {
+      return await call(ptr, op);
+    } finally {
+      core.busy = false;
+      endOp(core, op);
+    }
+  }
+
+  setOptions(options) {
+    const b = jsonBuf(options);
+    this._call('setOptions', C.lls_agent_set_options, b, b.length);
+  }
+
+  setPolicy(policy) {
+    const b = jsonBuf(policy === undefined ? null : policy);
+    this._call('setPolicy', C.lls_agent_set_policy, b, b.length);
+  }
+
+  setTokenizer(file) {
+    const b = utf8(file);
+    this._call('setTokenizer', C.lls_agent_set_tokenizer, b, b.length);
+  }
+
+  clearTokenCounter() {
+    this._call('clearTokenCounter', C.lls_agent_clear_token_counter);
+  }
+
+  _register(what, fn, c, encode) {
+    const p = this._sync(what);
+    const entry = register(this._core, fn, encode);
+    const err = [null];
+    // On failure the library calls userdata_free, which releases the entry.
+    check(c(p, entry.ptr, entry.id, freeTrampoline, err), err);
+  }
+
+  /** Adds a session prefix listener `({rest, instance, turn}, {signal}) => messages | Promise`. */
+  addPrefixListener(fn) {
+    this._register('addPrefixListener', fn, C.lls_agent_add_prefix_listener, encoders.messages);
+  }
+
+  /** Adds a pre-step listener `({prefix, system, tools, turn, step}, {signal}) => void | Promise`. */
+  addPreStepListener(fn) {
+    this._register('addPreStepListener', fn, C.lls_agent_add_pre_step_listener, encoders.ignore);
+  }
+
+  /** Sets the summariser `(input, {signal}) => {text, usage?, ...} | string | Promise`. */
+  setSummariser(fn) {
+    this._register('setSummariser', fn, C.lls_agent_set_summariser, encoders.summary);
+  }
+
+  /** Sets a host token counter `(item, {signal}) => number | Promise<number>`. */
+  setTokenCounter(fn) {
+    this._register('setTokenCounter', fn, C.lls_agent_set_token_counter, encoders.count);
+  }
+
+  /** Opens a turn with the user's message (a string or a message object); returns the turn. */
+  startTurn(message) {
+    const b = jsonBuf(userMessage(message));
+    const turn = [0];
+    this._call('startTurn', C.lls_agent_start_turn, b, b.length, turn);
+    return seqNumber(turn[0]);
+  }
+
+  /**
+   * Builds the next request. Resolves with `{json, envelope, info}`: the exact envelope bytes,
+   * the parsed envelope and its description (prefixLen, sharedMessages, digest, ...).
+   */
+  nextRequest(options = {}) {
+    return this._async('nextRequest', options.signal, async (ptr, op) => {
+      const out = [null];
+      const len = [0];
+      const err = [null];
+      const st = await runAsync(C.lls_agent_next_request, [ptr, op.cancel, out, len, err]);
+      const json = finishOp(op, st, err, () => takeString(out[0], len[0]));
+      const info = callJson(C.lls_agent_request_info, ptr);
+      return { json, envelope: JSON.parse(json), info };
+    });
+  }
+
+  requestInfo() {
+    return this._json('requestInfo', C.lls_agent_request_info);
+  }
+
+  /** Records the provider's response `{message, usage?}`; returns the assistant message's seq. */
+  recordResponse(response) {
+    const b = jsonBuf(response);
+    const seq = [0];
+    this._call('recordResponse', C.lls_agent_record_response, b, b.length, seq);
+    return seqNumber(seq[0]);
+  }
+
+  /** Records a tool result `{callId, text} | {callId, content}`; returns how many were written. */
+  recordToolResult(result) {
+    const b = jsonBuf(result);
+    const written = [0];
+    this._call('recordToolResult', C.lls_agent_record_tool_result, b, b.length, written);
+    return Number(written[0]);
+  }
+
+  /** Adds durable host context; returns its seq, or null when deferred. */
+  inject(message) {
+    const b = jsonBuf(userMessage(message));
+    const seq = [0];
+    this._call('inject', C.lls_agent_inject, b, b.length, seq);
+    return seqNumber(seq[0]);
+  }
+
+  /** Records a provider failure `{message, overflow?}`; resolves with `{retry}`. */
+  providerError(error, options = {}) {
+    const b = jsonBuf(typeof error === 'string' ? { message: error } : error);
+    return this._async('providerError', options.signal, async (ptr, op) => {
+      const retry = [0];
+      const err = [null];
+      const st = await runAsync(C.lls_agent_provider_error, [ptr, b, b.length, op.cancel, retry, err]);
+      finishOp(op, st, err);
+      return { retry: retry[0] === 1 };
+    });
+  }
+
+  endTurn(reason = 'completed') {
+    const b = utf8(reason);
+    this._call('endTurn', C.lls_agent_end_turn, b, b.length);
+  }
+
+  /** Compacts now (`{span?: [start, end]}`); resolves with the outcome object. */
+  compact(options = {}) {
+    const o = {};
+    if (options.span) o.span = options.span;
+    const b = jsonBuf(o);
+    return this._async('compact', options.signal, async (ptr, op) => {
+      const out = [null];
+      const len = [0];
+      const err = [null];
+      const st = await runAsync(C.lls_agent_compact, [ptr, b, b.length, op.cancel, out, len, err]);
+      return JSON.parse(finishOp(op, st, err, () => takeString(out[0], len[0])));
+    });
+  }
+
+  /** Measures the next request's prompt (may call a host token counter). */
+  measure(options = {}) {
+    return this._async('measure', options.signal, async (ptr, op) => {
+      const out = [null];
+      const len = [0];
+      const err = [null];
+      const st = await runAsync(C.lls_agent_measure, [ptr, out, len, err]);
+      return JSON.parse(finishOp(op, st, err, () => takeString(out[0], len[0])));
+    });
+  }
+
+  stats() {
+    return this._json('stats', C.lls_agent_stats);
+  }
+
+  /** The frozen session prefix, or null before the first request. */
+  prefix() {
+    return this._json('prefix', C.lls_agent_prefix);
+  }
+
+  /**
+   * Disposes the instance (an open turn ends `disposed`, callbacks are released). Called from
+   * inside one of the agent's callbacks, the running operation then fails with `disposed`.
+   */
+  dispose() {
+    const core = this._core;
+    if (!core.ptr) return Promise.resolve();
+    const ptr = core.ptr;
+    if (!core.busy) {
+      const err = [null];
+      try {
+        check(C.lls_agent_dispose(ptr, err), err);
+      } catch (e) {
+        return Promise.reject(e);
+      }
+      return Promise.resolve();
+    }
+    // An operation runs on a worker (we may be inside its callback): dispose from another
+    // worker, which ends the operation's waits and waits for it to return.
+    const err = [null];
+    const p = runAsync(C.lls_agent_dispose, [ptr, err]).then((st) => check(st, err));
+    if (core.op) core.op.disposeDuringCallback = p;
+    return p;
+  }
+
+  /** Frees the agent handle (disposing a live instance). Idempotent. */
+  close() {
+    const core = this._core;
+    finalizer.unregister(this);
+    if (!core.ptr) return;
+    if (core.busy) {
+      // Inside a callback, or while an operation runs: dispose first, free when it returned.
+      const p = this.dispose().catch(() => {});
+      p.then(() => this.close());
+      return;
+    }
+    const ptr = core.ptr;
+    core.ptr = null;
+    C.lls_agent_free(ptr);
+  }
+
+  get closed() {
+    return !this._core.ptr;
+  }
+}
+
+/** Renders an envelope (object or exact JSON text) into a provider body (JSON text). */
+function render(renderer, envelope, prefixLen = 0) {
+  const r = utf8(renderer);
+  const e = jsonBuf(envelope);
+  return callOut(C.lls_render, r, r.length, e, e.length, prefixLen);
+}
+
+/** Verifies a stored JSONL log without opening it. */
+function verifyFile(file) {
+  const p = utf8(file);
+  return callJson(C.lls_verify_file, p, p.length);
+}
+
+/** Number of live library handles (errors, tokens, replies awaiting an answer, ...). */
+function liveHandleCount() {
+  return Number(C.lls_live_handle_count());
+}
+
+/** Number of JS callbacks registered with the library and not yet released. */
+function registeredCallbackCount() {
+  return registrations.size;
+}
+
+module.exports = {
+  ABI_VERSION,
+  Status,
+  LlmSessionError,
+  CallbackError,
+  Session,
+  Agent,
+  render,
+  verifyFile,
+  invokeCallback,
+  liveHandleCount,
+  registeredCallbackCount,
+  version: C.lls_version(),
+  abiVersion: loadedAbi,
+  libraryPath,
+};

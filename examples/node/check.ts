@@ -1,0 +1,20 @@
+// Type-level check of the binding's declarations (compiled with `tsc --noEmit`, never run).
+import * as lls from '../../bindings/node';
+
+export async function typed(session: lls.Session): Promise<number> {
+  const agent = new lls.Agent(session, { config: { provider: 'openai', model: 'm' }, system: 's' });
+  agent.addPrefixListener(async ({ rest }, { signal }) => (signal.aborted ? rest : [{ role: 'user', content: [] }, ...rest]));
+  agent.addPreStepListener(() => undefined);
+  agent.setSummariser(async (input: lls.SummaryInput) => ({ text: `${input.request.messages.length}` }));
+  agent.setTokenCounter((item) => (item.kind === 'system' ? item.text.length : { tokens: 1 }));
+  agent.startTurn('hello');
+  const req: lls.BuiltRequest = await agent.nextRequest({ signal: AbortSignal.timeout(1000) });
+  const body: string = lls.render('openai', req.json, req.info.prefixLen);
+  try {
+    await agent.compact({ span: [0, 1] });
+  } catch (e) {
+    if (e instanceof lls.LlmSessionError && e.status === lls.Status.SUMMARISER) return e.detail.status;
+  }
+  agent.close();
+  return body.length;
+}

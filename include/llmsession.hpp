@@ -1,0 +1,844 @@
+/*
+ * llmsession -- C++17 header-only binding over the C ABI (llmsession.h).
+ *
+ * Move-only RAII wrappers over every handle (Session, Agent, Cancel; errors and replies are
+ * handled inside), exceptions (llmsession::Error) carrying the status, message and JSON detail
+ * of a failed call, and std::function callbacks behind noexcept trampolines: an exception a
+ * callback throws never crosses the C boundary; it fails the reply and is rethrown, as itself,
+ * when the library call that ran the callback fails. A callback may answer later, from another
+ * thread, through its Reply. JSON goes in as std::string_view and comes out as std::string.
+ *
+ * Documentation: docs/cpp.md. C ABI conventions: docs/abi.md.
+ */
+
+#ifndef LLMSESSION_HPP
+#define LLMSESSION_HPP
+
+#include "llmsession.h"
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+
+namespace llmsession {
+
+/// A failed llmsession call: the status (`LLS_ERR_*`), its stable kind name, the message, and
+/// the JSON detail object (`kind`, `status`, `message`, `field`, `seq`, `callback`, ...).
+class Error : public std::runtime_error {
+public:
+    /// An error with the given status, message and JSON detail.
+    Error(lls_status status, std::string message, std::string detail)
+        : std::runtime_error(message), status_(status), message_(std::move(message)),
+          detail_(std::move(detail)) {}
+
+    /// The status code (`LLS_ERR_*`).
+    lls_status status() const noexcept { return status_; }
+    /// The message (also `what()`).
+    const std::string &message() const noexcept { return message_; }
+    /// The JSON detail object, as text.
+    const std::string &detail() const noexcept { return detail_; }
+    /// The stable kind name of the status (`"invalid-input"`, `"cancelled"`, ...).
+    const char *kind() const noexcept { return kind_name(status_); }
+
+    /// The stable kind name of a status, as in the error detail's `kind` (docs/abi.md).
+    static const char *kind_name(lls_status status) noexcept {
+        switch (status) {
+        case LLS_OK: return "ok";
+        case LLS_ERR_MALFORMED_JSON: return "malformed-json";
+        case LLS_ERR_INVALID_INPUT: return "invalid-input";
+        case LLS_ERR_OUT_OF_ORDER: return "out-of-order";
+        case LLS_ERR_BUSY: return "busy";
+        case LLS_ERR_CORRUPT_LOG: return "corrupt-log";
+        case LLS_ERR_STORAGE: return "storage";
+        case LLS_ERR_CANCELLED: return "cancelled";
+        case LLS_ERR_DISPOSED: return "disposed";
+        case LLS_ERR_LISTENER: return "listener";
+        case LLS_ERR_SUMMARISER: return "summariser";
+        case LLS_ERR_RECONSTRUCTION: return "reconstruction";
+        case LLS_ERR_INVALID_POLICY: return "invalid-policy";
+        case LLS_ERR_OVERFLOW_BUDGET: return "overflow-budget";
+        case LLS_ERR_NOTHING_TO_COMPACT: return "nothing-to-compact";
+        case LLS_ERR_TOKENIZER: return "tokenizer";
+        case LLS_ERR_POISONED: return "poisoned";
+        case LLS_ERR_INTERNAL: return "internal";
+        case LLS_ERR_NULL_POINTER: return "null-pointer";
+        case LLS_ERR_INVALID_UTF8: return "invalid-utf8";
+        case LLS_ERR_INVALID_HANDLE: return "invalid-handle";
+        case LLS_ERR_PANIC: return "panic";
+        case LLS_ERR_INVALID_ARGUMENT: return "invalid-argument";
+        case LLS_ERR_REPLY_STATE: return "reply-state";
+        case LLS_ERR_OUT_OF_MEMORY: return "out-of-memory";
+        default: return "unknown";
+        }
+    }
+
+private:
+    lls_status status_;
+    std::string message_;
+    std::string detail_;
+};
+
+/// The loaded library's ABI version differs from the `LLS_ABI_VERSION` this header describes.
+class AbiMismatch : public std::runtime_error {
+public:
+    /// A mismatch between the header's ABI version and the library's.
+    AbiMismatch(std::uint32_t header, std::uint32_t library)
+        : std::runtime_error("llmsession: the loaded library has ABI version " +
+                             std::to_string(library) + ", but llmsession.hpp was built for " +
+                             std::to_string(header)),
+          header_(header), library_(library) {}
+    /// `LLS_ABI_VERSION` of the header.
+    std::uint32_t header_version() const noexcept { return header_; }
+    /// `lls_abi_version()` of the loaded library.
+    std::uint32_t library_version() const noexcept { return library_; }
+
+private:
+    std::uint32_t header_;
+    std::uint32_t library_;
+};
+
+/// The loaded library's version string, e.g. `"0.1.0"`.
+inline std::string version() { return lls_version(); }
+
+/// The loaded library's ABI version.
+inline std::uint32_t abi_version() noexcept { return lls_abi_version(); }
+
+/// The number of live C handles in the process (a leak check: see docs/abi.md).
+inline std::size_t live_handle_count() noexcept { return lls_live_handle_count(); }
+
+/// Throws AbiMismatch when the loaded library's ABI differs from this header's. Checked once,
+/// by the first wrapper object created; call it yourself to check at start-up.
+inline void check_abi() {
+    static const std::uint32_t loaded = lls_abi_version();
+    if (loaded != LLS_ABI_VERSION) {
+        throw AbiMismatch(LLS_ABI_VERSION, loaded);
+    }
+}
+
+namespace detail {
+
+/// Turns an owned `lls_error` into an Error (freeing it).
+inline Error take_error(lls_status status, lls_error *err) {
+    if (err == nullptr) {
+        return Error(status, std::string("llmsession call failed with status ") +
+                                 std::to_string(status) + " (" + Error::kind_name(status) + ")",
+                     "{}");
+    }
+    Error e(lls_error_code(err), lls_error_message(err), lls_error_detail(err));
+    lls_error_free(err);
+    return e;
+}
+
+/// Host exceptions captured by the trampolines of one library call.
+struct CallContext {
+    std::mutex mutex;
+    std::exception_ptr first;
+
+    void capture(std::exception_ptr e) noexcept {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!first) {
+            first = std::move(e);
+        }
+    }
+    std::exception_ptr take() noexcept {
+        std::lock_guard<std::mutex> lock(mutex);
+        return std::exchange(first, nullptr);
+    }
+};
+
+/// The context of the library call running on this thread (callbacks run on the calling
+/// thread, so a trampoline finds the call it serves here).
+inline std::shared_ptr<CallContext> &current_call() noexcept {
+    thread_local std::shared_ptr<CallContext> current;
+    return current;
+}
+
+/// Runs one C call: `f(&err)` returns a status. A failure throws the first host exception a
+/// callback of this call threw, or else an Error built from `err`.
+template <class F> void call(F &&f) {
+    auto ctx = std::make_shared<CallContext>();
+    auto previous = std::exchange(current_call(), ctx);
+    lls_error *err = nullptr;
+    lls_status status = f(&err);
+    current_call() = std::move(previous);
+    if (status == LLS_OK) {
+        return;
+    }
+    if (auto host = ctx->take()) {
+        lls_error_free(err);
+        std::rethrow_exception(host);
+    }
+    throw take_error(status, err);
+}
+
+/// A `(pointer, length)` for a C input buffer (never NULL, even for an empty view).
+inline const char *ptr(std::string_view s) noexcept { return s.data() ? s.data() : ""; }
+
+/// An optional JSON argument: an empty view means NULL (the defaults).
+inline const char *opt_ptr(std::string_view s) noexcept { return s.empty() ? nullptr : s.data(); }
+
+/// Copies a library-owned output string and frees it.
+inline std::string take_string(char *s, std::size_t len) {
+    struct Free {
+        char *p;
+        ~Free() { lls_string_free(p); }
+    } guard{s};
+    return s ? std::string(s, len) : std::string();
+}
+
+/// Runs a C call with a `char **out, size_t *out_len` output and returns the string.
+template <class F> std::string call_string(F &&f) {
+    char *out = nullptr;
+    std::size_t len = 0;
+    call([&](lls_error **err) { return f(&out, &len, err); });
+    return take_string(out, len);
+}
+
+/// The message of an exception (what() when it is a std::exception).
+inline std::string exception_message(const std::exception_ptr &e) noexcept {
+    try {
+        std::rethrow_exception(e);
+    } catch (const std::exception &x) {
+        try {
+            return x.what();
+        } catch (...) {
+            return {};
+        }
+    } catch (...) {
+        return "a C++ exception that is not a std::exception";
+    }
+}
+
+struct Trampoline;
+
+} // namespace detail
+
+/// The answer slot of one callback call. Answer it exactly once, with `complete` (JSON) or
+/// `fail`. Answered inside the callback, the answer is synchronous; moved out of the callback
+/// (into a std::thread, a queue, ...) it becomes pending, and may be answered later from any
+/// thread while the library call waits. A Reply destroyed unanswered fails its call with
+/// "dropped without an answer". Move-only.
+class Reply {
+public:
+    /// An empty reply (holds nothing; a place to move a pending reply into).
+    Reply() noexcept = default;
+    Reply(const Reply &) = delete;
+    Reply &operator=(const Reply &) = delete;
+
+    /// Takes over `other`'s answer slot; the reply becomes pending (answered from anywhere).
+    Reply(Reply &&other) noexcept
+        : handle_(std::exchange(other.handle_, nullptr)), ctx_(std::move(other.ctx_)),
+          sync_(false) {
+        other.moved_ = true;
+    }
+
+    /// Answers this reply (if still unanswered) as dropped, then takes over `other`'s slot.
+    Reply &operator=(Reply &&other) noexcept {
+        if (this != &other) {
+            drop();
+            handle_ = std::exchange(other.handle_, nullptr);
+            ctx_ = std::move(other.ctx_);
+            sync_ = false;
+            other.moved_ = true;
+        }
+        return *this;
+    }
+
+    /// Fails an unanswered pending reply ("dropped without an answer").
+    ~Reply() { drop(); }
+
+    /// Whether this object still holds an unanswered reply.
+    bool valid() const noexcept { return handle_ != nullptr; }
+    explicit operator bool() const noexcept { return valid(); }
+
+    /// Answers with a copy of the JSON text. Throws Error (and the call then fails with
+    /// `LLS_ERR_LISTENER`) when the text is not UTF-8 JSON; throws std::logic_error when the
+    /// reply was already answered or moved away.
+    void complete(std::string_view json) {
+        lls_reply *h = take("complete");
+        lls_error *err = nullptr;
+        lls_status st = sync_ ? lls_reply_set_json(h, detail::ptr(json), json.size(), &err)
+                              : lls_reply_complete(h, detail::ptr(json), json.size(), &err);
+        answered_ok_ = (st == LLS_OK);
+        if (st != LLS_OK) {
+            throw detail::take_error(st, err);
+        }
+    }
+
+    /// Fails the call with a message (the library call fails with `LLS_ERR_LISTENER`, or the
+    /// status of the operation the callback served, and a message that includes this one).
+    void fail(std::string_view message) {
+        lls_reply *h = take("fail");
+        answered_ok_ = false;
+        lls_reply_fail(h, detail::ptr(message), message.size(), nullptr);
+    }
+
+    /// Fails the call with an exception's message, and has the library call that waits for this
+    /// reply rethrow `e` if it fails.
+    void fail(std::exception_ptr e) {
+        if (ctx_ && e) {
+            ctx_->capture(e);
+        }
+        fail(detail::exception_message(e));
+    }
+
+private:
+    friend struct detail::Trampoline;
+
+    Reply(lls_reply *handle, std::shared_ptr<detail::CallContext> ctx) noexcept
+        : handle_(handle), ctx_(std::move(ctx)), sync_(true) {}
+
+    lls_reply *take(const char *what) {
+        if (handle_ == nullptr) {
+            throw std::logic_error(std::string("llmsession::Reply::") + what +
+                                   ": the reply was already answered or moved away");
+        }
+        answered_ = true;
+        return std::exchange(handle_, nullptr);
+    }
+
+    void drop() noexcept {
+        if (handle_ != nullptr && !sync_) {
+            static const char msg[] = "the C++ reply was dropped without an answer";
+            lls_reply_fail(std::exchange(handle_, nullptr), msg, sizeof msg - 1, nullptr);
+        }
+    }
+
+    lls_reply *handle_ = nullptr;
+    std::shared_ptr<detail::CallContext> ctx_;
+    bool sync_ = false;
+    bool moved_ = false;
+    bool answered_ = false;
+    bool answered_ok_ = false;
+};
+
+/// A callback in its general form: it receives the input JSON and answers through the Reply,
+/// synchronously or (moving the Reply elsewhere) later from any thread. An exception thrown
+/// while the reply is unanswered fails it and is rethrown by the library call if that fails.
+using Callback = std::function<void(std::string_view input_json, Reply &reply)>;
+
+namespace detail {
+
+/// The userdata of a registered callback.
+struct Trampoline {
+    Callback fn;
+
+    static void free(void *userdata) noexcept { delete static_cast<Trampoline *>(userdata); }
+
+    static std::int32_t run(void *userdata, const char *in, std::size_t len,
+                            lls_reply *handle) noexcept {
+        auto *self = static_cast<Trampoline *>(userdata);
+        std::shared_ptr<CallContext> ctx = current_call();
+        Reply reply(handle, ctx);
+        try {
+            self->fn(std::string_view(in, len), reply);
+        } catch (...) {
+            std::exception_ptr e = std::current_exception();
+            if (ctx) {
+                ctx->capture(e);
+            }
+            if (reply.handle_ != nullptr) {
+                std::string msg = exception_message(e);
+                lls_reply_fail(std::exchange(reply.handle_, nullptr), msg.data(), msg.size(),
+                               nullptr);
+                return LLS_CB_ERROR;
+            }
+        }
+        if (reply.moved_) {
+            return LLS_CB_PENDING;
+        }
+        if (reply.handle_ != nullptr) {
+            static const char msg[] = "the C++ callback returned without answering its reply";
+            lls_reply_fail(std::exchange(reply.handle_, nullptr), msg, sizeof msg - 1, nullptr);
+            return LLS_CB_ERROR;
+        }
+        return reply.answered_ok_ ? LLS_CB_OK : LLS_CB_ERROR;
+    }
+
+    /// Boxes `fn` for a registration; the library owns the box from the C call on.
+    static void *box(Callback fn) {
+        if (!fn) {
+            throw std::invalid_argument("llmsession: an empty std::function callback");
+        }
+        return new Trampoline{std::move(fn)};
+    }
+};
+
+/// Registers `fn` through a C function taking `(callback, userdata, userdata_free, err)`.
+template <class F> void register_callback(Callback fn, F &&reg) {
+    void *ud = Trampoline::box(std::move(fn));
+    call([&](lls_error **err) { return reg(&Trampoline::run, ud, &Trampoline::free, err); });
+}
+
+/// A callback answering with what `fn` returns.
+inline Callback returning(std::function<std::string(std::string_view)> fn) {
+    if (!fn) {
+        throw std::invalid_argument("llmsession: an empty std::function callback");
+    }
+    return [fn = std::move(fn)](std::string_view in, Reply &reply) { reply.complete(fn(in)); };
+}
+
+/// A callback answering with what the future `fn` returns resolves to (or its exception):
+/// at once when it is ready, otherwise from a thread that waits for it.
+inline Callback from_future(std::function<std::future<std::string>(std::string_view)> fn) {
+    if (!fn) {
+        throw std::invalid_argument("llmsession: an empty std::function callback");
+    }
+    return [fn = std::move(fn)](std::string_view in, Reply &reply) {
+        std::future<std::string> fut = fn(in);
+        if (fut.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+            reply.complete(fut.get());
+            return;
+        }
+        std::thread([fut = std::move(fut), r = std::move(reply)]() mutable {
+            try {
+                r.complete(fut.get());
+            } catch (...) {
+                if (r.valid()) {
+                    r.fail(std::current_exception());
+                }
+            }
+        }).detach();
+    };
+}
+
+/// Owns a C handle and frees it with `Free`.
+template <class T, void (*Free)(T *)> class Owned {
+public:
+    Owned() noexcept = default;
+    explicit Owned(T *p) noexcept : p_(p) {}
+    Owned(const Owned &) = delete;
+    Owned &operator=(const Owned &) = delete;
+    Owned(Owned &&o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+    Owned &operator=(Owned &&o) noexcept {
+        if (this != &o) {
+            reset(std::exchange(o.p_, nullptr));
+        }
+        return *this;
+    }
+    ~Owned() { reset(); }
+    void reset(T *p = nullptr) noexcept { Free(std::exchange(p_, p)); }
+    T *get() const noexcept { return p_; }
+    T *release() noexcept { return std::exchange(p_, nullptr); }
+
+private:
+    T *p_ = nullptr;
+};
+
+template <class T> T *require(T *p, const char *what) {
+    if (p == nullptr) {
+        throw std::logic_error(std::string("llmsession: use of a moved-from or closed ") + what);
+    }
+    return p;
+}
+
+} // namespace detail
+
+/// A cancel token (`lls_cancel`). Trip it from any thread to end the waits of the operations
+/// given it (they fail with `LLS_ERR_CANCELLED`). Move-only; stays tripped.
+class Cancel {
+public:
+    /// A new, untripped token.
+    Cancel() {
+        check_abi();
+        lls_cancel *p = nullptr;
+        detail::call([&](lls_error **err) { return lls_cancel_new(&p, err); });
+        h_.reset(p);
+    }
+    /// Trips the token (idempotent; any thread, any time).
+    void trip() const {
+        detail::call([&](lls_error **err) { return lls_cancel_trip(get(), err); });
+    }
+    /// Whether the token was tripped.
+    bool is_tripped() const {
+        bool out = false;
+        detail::call([&](lls_error **err) { return lls_cancel_is_tripped(get(), &out, err); });
+        return out;
+    }
+    /// The C handle (still owned by this object).
+    const lls_cancel *get() const { return detail::require(h_.get(), "llmsession::Cancel"); }
+
+private:
+    detail::Owned<lls_cancel, lls_cancel_free> h_;
+};
+
+namespace detail {
+inline const lls_cancel *cancel_ptr(const Cancel *c) { return c ? c->get() : nullptr; }
+} // namespace detail
+
+class Agent;
+
+/// A session (`lls_session`): the append-only event log of one conversation, in memory, in a
+/// JSONL file or in a host store. Move-only; thread-safe as the C session is.
+class Session {
+public:
+    /// A new in-memory session; `opts_json` `{"id"?, "durability"?}` (empty: defaults).
+    static Session memory(std::string_view opts_json = {}) {
+        return make([&](lls_session **out, lls_error **err) {
+            return lls_session_new_memory(detail::opt_ptr(opts_json), opts_json.size(), out, err);
+        });
+    }
+
+    /// Opens (or creates) the session in the JSONL file at `path`.
+    static Session open_file(std::string_view path, std::string_view opts_json = {}) {
+        return make([&](lls_session **out, lls_error **err) {
+            return lls_session_open_file(detail::ptr(path), path.size(),
+                                         detail::opt_ptr(opts_json), opts_json.size(), out, err);
+        });
+    }
+
+    /// Opens (or creates) a session kept in a host store: `store` receives `{"op":"load"}`,
+    /// `{"op":"append","record"}`, `{"op":"sync"}`, `{"op":"truncate","records"}` and answers
+    /// through its Reply (see `lls_session_open_store`). It runs while the session is locked.
+    static Session open_store(Callback store, std::string_view opts_json = {}) {
+        check_abi();
+        void *ud = detail::Trampoline::box(std::move(store));
+        lls_session *p = nullptr;
+        detail::call([&](lls_error **err) {
+            return lls_session_open_store(&detail::Trampoline::run, ud, &detail::Trampoline::free,
+                                          detail::opt_ptr(opts_json), opts_json.size(), &p, err);
+        });
+        return Session(p);
+    }
+
+    /// As `open_store`, with a store that returns its answer as JSON text.
+    static Session open_store(std::function<std::string(std::string_view)> store,
+                              std::string_view opts_json = {}) {
+        return open_store(detail::returning(std::move(store)), opts_json);
+    }
+
+    /// Forks into a new session: `opts_json` `{"seedLength"?, "path"?, "id"?, "durability"?}`.
+    Session fork(std::string_view opts_json = {}) const {
+        return make([&](lls_session **out, lls_error **err) {
+            return lls_session_fork(get(), detail::opt_ptr(opts_json), opts_json.size(), out, err);
+        });
+    }
+
+    /// What loading found and repaired, as JSON.
+    std::string load_report() const { return str(lls_session_load_report); }
+    /// The session id (plain text, not JSON).
+    std::string id() const { return str(lls_session_id); }
+    /// The header record (the log's first line), as JSON.
+    std::string info() const { return str(lls_session_info); }
+    /// The derived history, a JSON array of messages.
+    std::string history() const { return str(lls_session_history); }
+    /// The folded request header as JSON (`null` before the first request).
+    std::string header() const { return str(lls_session_header); }
+    /// Counters over the log, as JSON.
+    std::string stats() const { return str(lls_session_stats); }
+    /// Rebuilds every recorded request and compares digests; throws on a divergence.
+    std::string verify() const { return str(lls_session_verify); }
+
+    /// Events with seq in `[from, to)` as a JSON array (`to` defaults to the end).
+    std::string events(std::uint64_t from = 0, std::uint64_t to = UINT64_MAX) const {
+        return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
+            return lls_session_events(get(), from, to, out, len, err);
+        });
+    }
+
+    /// Appends an event `{"type","data","surfaceOp"?,"sources"?}`; returns its seq.
+    std::uint64_t append(std::string_view event_json) {
+        std::uint64_t seq = 0;
+        detail::call([&](lls_error **err) {
+            return lls_session_append(get(), detail::ptr(event_json), event_json.size(), &seq,
+                                      err);
+        });
+        return seq;
+    }
+
+    /// Makes every appended event durable now.
+    void sync() {
+        detail::call([&](lls_error **err) { return lls_session_sync(get(), err); });
+    }
+
+    /// The C handle (still owned by this object).
+    lls_session *get() const { return detail::require(h_.get(), "llmsession::Session"); }
+    /// Gives up ownership of the C handle.
+    lls_session *release() noexcept { return h_.release(); }
+    /// Whether this object holds a session.
+    explicit operator bool() const noexcept { return h_.get() != nullptr; }
+
+    /// Adopts a C handle (freed by this object).
+    explicit Session(lls_session *adopt) noexcept : h_(adopt) {}
+
+private:
+    template <class F> static Session make(F &&f) {
+        check_abi();
+        lls_session *p = nullptr;
+        detail::call([&](lls_error **err) { return f(&p, err); });
+        return Session(p);
+    }
+
+    std::string str(lls_status (*fn)(const lls_session *, char **, std::size_t *,
+                                     lls_error **)) const {
+        return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
+            return fn(get(), out, len, err);
+        });
+    }
+
+    detail::Owned<lls_session, lls_session_free> h_;
+};
+
+/// An agent instance (`lls_agent`) over a session: turns, steps, requests, compaction.
+/// Move-only; destroying it disposes the instance (as `lls_agent_free`).
+class Agent {
+public:
+    /// A new instance; `opts_json` as for `lls_agent_new` (`{"config", "system"?, "tools"?,
+    /// "checkRequests"?, "policy"?, "tokenizer"?}`).
+    Agent(const Session &session, std::string_view opts_json) {
+        check_abi();
+        lls_agent *p = nullptr;
+        detail::call([&](lls_error **err) {
+            return lls_agent_new(session.get(), detail::ptr(opts_json), opts_json.size(), &p,
+                                 err);
+        });
+        h_.reset(p);
+    }
+
+    /// Adopts a C handle (freed by this object).
+    explicit Agent(lls_agent *adopt) noexcept : h_(adopt) {}
+
+    /// Replaces the options `{"config","system"?,"tools"?,"checkRequests"?}`.
+    void set_options(std::string_view opts_json) { json_call(lls_agent_set_options, opts_json); }
+    /// Sets the compaction policy (a policy, a table, or `null`).
+    void set_policy(std::string_view policy_json) { json_call(lls_agent_set_policy, policy_json); }
+    /// Counts tokens with a HuggingFace tokenizer.json from now on.
+    void set_tokenizer(std::string_view path) { json_call(lls_agent_set_tokenizer, path); }
+    /// Back to the built-in token estimate.
+    void clear_token_counter() {
+        detail::call([&](lls_error **err) { return lls_agent_clear_token_counter(get(), err); });
+    }
+
+    /// Adds a session prefix listener in its general form (answers a JSON array of messages).
+    void add_prefix_listener(Callback fn) {
+        detail::register_callback(std::move(fn), [&](auto f, void *ud, auto fr, lls_error **e) {
+            return lls_agent_add_prefix_listener(get(), f, ud, fr, e);
+        });
+    }
+    /// Adds a prefix listener: receives `{"rest","instance","turn"}`, returns the extended
+    /// JSON array of messages (throw to fail).
+    void add_prefix_listener(std::function<std::string(std::string_view)> fn) {
+        add_prefix_listener(detail::returning(std::move(fn)));
+    }
+
+    /// Adds a pre-step listener in its general form (answer `null`).
+    void add_pre_step_listener(Callback fn) {
+        detail::register_callback(std::move(fn), [&](auto f, void *ud, auto fr, lls_error **e) {
+            return lls_agent_add_pre_step_listener(get(), f, ud, fr, e);
+        });
+    }
+    /// Adds a pre-step hook: receives `{"prefix","system","tools","turn","step"}` (throw to
+    /// fail the request).
+    void add_pre_step_listener(std::function<void(std::string_view)> fn) {
+        if (!fn) {
+            throw std::invalid_argument("llmsession: an empty std::function callback");
+        }
+        add_pre_step_listener(Callback([fn = std::move(fn)](std::string_view in, Reply &r) {
+            fn(in);
+            r.complete("null");
+        }));
+    }
+
+    /// Sets the summariser in its general form: it receives `{"request","provider","model",
+    /// "maxTokens","digest","sharedMessages","prefixLen"}` and answers `{"text","usage"?,
+    /// "provider"?,"model"?,"truncated"?}`, synchronously or later through its Reply.
+    void set_summariser(Callback fn) {
+        detail::register_callback(std::move(fn), [&](auto f, void *ud, auto fr, lls_error **e) {
+            return lls_agent_set_summariser(get(), f, ud, fr, e);
+        });
+    }
+    /// Sets a summariser that returns its answer JSON.
+    void set_summariser(std::function<std::string(std::string_view)> fn) {
+        set_summariser(detail::returning(std::move(fn)));
+    }
+    /// Sets a summariser that returns a future of its answer JSON (e.g. from std::async); the
+    /// library call waits for it (cancellable through the operation's Cancel).
+    void set_summariser(std::function<std::future<std::string>(std::string_view)> fn) {
+        set_summariser(detail::from_future(std::move(fn)));
+    }
+
+    /// Sets a host token counter in its general form (answers a count or `{"tokens": n}`).
+    void set_token_counter(Callback fn) {
+        detail::register_callback(std::move(fn), [&](auto f, void *ud, auto fr, lls_error **e) {
+            return lls_agent_set_token_counter(get(), f, ud, fr, e);
+        });
+    }
+    /// Sets a token counter: receives one item (`{"kind":"system"|"tools"|"message",...}`)
+    /// and returns its token count.
+    void set_token_counter(std::function<std::uint64_t(std::string_view)> fn) {
+        if (!fn) {
+            throw std::invalid_argument("llmsession: an empty std::function callback");
+        }
+        set_token_counter(Callback([fn = std::move(fn)](std::string_view in, Reply &r) {
+            r.complete(std::to_string(fn(in)));
+        }));
+    }
+
+    /// Opens a turn with a user message; returns the turn number.
+    std::uint64_t start_turn(std::string_view message_json) {
+        std::uint64_t turn = 0;
+        detail::call([&](lls_error **err) {
+            return lls_agent_start_turn(get(), detail::ptr(message_json), message_json.size(),
+                                        &turn, err);
+        });
+        return turn;
+    }
+
+    /// Builds the next request; returns its envelope JSON.
+    std::string next_request(const Cancel *cancel = nullptr) {
+        return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
+            return lls_agent_next_request(get(), detail::cancel_ptr(cancel), out, len, err);
+        });
+    }
+    /// As above, with a cancel token.
+    std::string next_request(const Cancel &cancel) { return next_request(&cancel); }
+
+    /// Describes the last request built (`prefixLen`, `sharedMessages`, `digest`, ...).
+    std::string request_info() const { return str(lls_agent_request_info); }
+
+    /// Records the provider's response `{"message","usage"?}`; returns the message's seq.
+    std::uint64_t record_response(std::string_view response_json) {
+        std::uint64_t seq = 0;
+        detail::call([&](lls_error **err) {
+            return lls_agent_record_response(get(), detail::ptr(response_json),
+                                             response_json.size(), &seq, err);
+        });
+        return seq;
+    }
+
+    /// Records a tool result `{"callId","content"|"text","isError"?}`; returns how many results
+    /// were written to the log.
+    std::size_t record_tool_result(std::string_view result_json) {
+        std::size_t written = 0;
+        detail::call([&](lls_error **err) {
+            return lls_agent_record_tool_result(get(), detail::ptr(result_json),
+                                                result_json.size(), &written, err);
+        });
+        return written;
+    }
+
+    /// Adds host context (a user message); returns its seq, or nothing when deferred.
+    std::optional<std::uint64_t> inject(std::string_view message_json) {
+        std::uint64_t seq = 0;
+        detail::call([&](lls_error **err) {
+            return lls_agent_inject(get(), detail::ptr(message_json), message_json.size(), &seq,
+                                    err);
+        });
+        if (seq == LLS_SEQ_NONE) {
+            return std::nullopt;
+        }
+        return seq;
+    }
+
+    /// Records a provider failure `{"message","overflow"?}`; true when the request should be
+    /// asked for again (an overflow that was compacted).
+    bool provider_error(std::string_view error_json, const Cancel *cancel = nullptr) {
+        std::int32_t retry = 0;
+        detail::call([&](lls_error **err) {
+            return lls_agent_provider_error(get(), detail::ptr(error_json), error_json.size(),
+                                            detail::cancel_ptr(cancel), &retry, err);
+        });
+        return retry != 0;
+    }
+
+    /// Ends the open turn (`"completed"`, `"aborted"`, `"error"`, ...).
+    void end_turn(std::string_view reason = "completed") {
+        detail::call([&](lls_error **err) {
+            return lls_agent_end_turn(get(), detail::ptr(reason), reason.size(), err);
+        });
+    }
+
+    /// Compacts now; `opts_json` `{"span"?: [start, end]}` (empty: the head region). Returns
+    /// `{"outcome","span","seqs","request",...}`.
+    std::string compact(std::string_view opts_json = {}, const Cancel *cancel = nullptr) {
+        return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
+            return lls_agent_compact(get(), detail::opt_ptr(opts_json), opts_json.size(),
+                                     detail::cancel_ptr(cancel), out, len, err);
+        });
+    }
+
+    /// Measures the prompt the next request would carry, as JSON.
+    std::string measure() {
+        return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
+            return lls_agent_measure(get(), out, len, err);
+        });
+    }
+    /// Statistics of this instance, as JSON.
+    std::string stats() const { return str(lls_agent_stats); }
+    /// The frozen session prefix (JSON array), or `null` before it was composed.
+    std::string prefix() const { return str(lls_agent_prefix); }
+
+    /// Disposes the instance (also from inside its own callbacks); idempotent.
+    void dispose() {
+        detail::call([&](lls_error **err) { return lls_agent_dispose(get(), err); });
+    }
+
+    /// The C handle (still owned by this object).
+    lls_agent *get() const { return detail::require(h_.get(), "llmsession::Agent"); }
+    /// Gives up ownership of the C handle.
+    lls_agent *release() noexcept { return h_.release(); }
+    /// Whether this object holds an agent.
+    explicit operator bool() const noexcept { return h_.get() != nullptr; }
+
+private:
+    void json_call(lls_status (*fn)(lls_agent *, const char *, std::size_t, lls_error **),
+                   std::string_view json) {
+        detail::call(
+            [&](lls_error **err) { return fn(get(), detail::ptr(json), json.size(), err); });
+    }
+
+    std::string str(lls_status (*fn)(const lls_agent *, char **, std::size_t *,
+                                     lls_error **)) const {
+        return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
+            return fn(get(), out, len, err);
+        });
+    }
+
+    detail::Owned<lls_agent, lls_agent_free> h_;
+};
+
+/// Verifies a stored JSONL log without opening it; returns what was checked, as JSON.
+inline std::string verify_file(std::string_view path) {
+    check_abi();
+    return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
+        return lls_verify_file(detail::ptr(path), path.size(), out, len, err);
+    });
+}
+
+/// Renders a request envelope into a provider body (`"openai"` or `"anthropic"`).
+inline std::string render(std::string_view renderer, std::string_view envelope_json,
+                          std::size_t prefix_len) {
+    check_abi();
+    return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
+        return lls_render(detail::ptr(renderer), renderer.size(), detail::ptr(envelope_json),
+                          envelope_json.size(), prefix_len, out, len, err);
+    });
+}
+
+/// Runs `fn` exactly as the library runs its callbacks (`lls_callback_invoke`) and returns its
+/// answer: a self-test of the trampolines.
+inline std::string invoke_callback(Callback fn, std::string_view input_json,
+                                   const Cancel *cancel = nullptr) {
+    check_abi();
+    void *ud = detail::Trampoline::box(std::move(fn));
+    return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
+        return lls_callback_invoke(&detail::Trampoline::run, ud, &detail::Trampoline::free,
+                                   detail::ptr(input_json), input_json.size(),
+                                   detail::cancel_ptr(cancel), out, len, err);
+    });
+}
+
+} // namespace llmsession
+
+#endif /* LLMSESSION_HPP */

@@ -1,0 +1,1024 @@
+// A C++ runner for the shared scenario files (tests/scenarios/*.json), through llmsession.hpp.
+// The format is specified in docs/scenarios.md; tests/scenarios.rs is the Rust runner this
+// one follows op for op.
+#pragma once
+
+#include "llmsession.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <cstdlib>
+#include <unistd.h>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace scenario {
+
+using json = nlohmann::json;
+
+/// A failed expectation (the runner's own error, unlike llmsession::Error).
+struct Failure : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+[[noreturn]] inline void fail(const std::string &why) { throw Failure(why); }
+
+/// The value at a JSON Pointer (RFC 6901), or nullptr.
+inline const json *pointer(const json &doc, const std::string &ptr) {
+    if (ptr.empty()) {
+        return &doc;
+    }
+    if (ptr[0] != '/') {
+        return nullptr;
+    }
+    const json *cur = &doc;
+    std::size_t pos = 1;
+    while (true) {
+        std::size_t next = ptr.find('/', pos);
+        std::string tok = ptr.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
+        std::string key;
+        for (std::size_t i = 0; i < tok.size(); ++i) {
+            if (tok[i] == '~' && i + 1 < tok.size()) {
+                key += tok[i + 1] == '1' ? '/' : '~';
+                ++i;
+            } else {
+                key += tok[i];
+            }
+        }
+        if (cur->is_object()) {
+            auto it = cur->find(key);
+            if (it == cur->end()) {
+                return nullptr;
+            }
+            cur = &*it;
+        } else if (cur->is_array()) {
+            if (key.empty() || key.find_first_not_of("0123456789") != std::string::npos ||
+                (key.size() > 1 && key[0] == '0')) {
+                return nullptr;
+            }
+            std::size_t i = std::stoul(key);
+            if (i >= cur->size()) {
+                return nullptr;
+            }
+            cur = &(*cur)[i];
+        } else {
+            return nullptr;
+        }
+        if (next == std::string::npos) {
+            return cur;
+        }
+        pos = next + 1;
+    }
+}
+
+/// A value shortened for a message.
+inline std::string clip(const std::string &s) {
+    if (s.size() <= 300) {
+        return s;
+    }
+    return s.substr(0, 300) + "... (" + std::to_string(s.size()) + " bytes)";
+}
+
+/// Equality, or a matcher object `{"$contains"|"$absent"|"$gt"|"$lt": ...}`.
+inline bool matches(const json *got, const json &want) {
+    if (want.is_object() && !want.empty()) {
+        bool all_dollar = true;
+        for (auto it = want.begin(); it != want.end(); ++it) {
+            all_dollar = all_dollar && !it.key().empty() && it.key()[0] == '$';
+        }
+        if (all_dollar) {
+            for (auto it = want.begin(); it != want.end(); ++it) {
+                const json &arg = it.value();
+                const std::string &k = it.key();
+                bool ok = false;
+                if (k == "$contains") {
+                    ok = got && got->is_string() && arg.is_string() &&
+                         got->get<std::string>().find(arg.get<std::string>()) != std::string::npos;
+                } else if (k == "$absent") {
+                    bool absent = arg.is_boolean() ? arg.get<bool>() : true;
+                    ok = (got == nullptr) == absent;
+                } else if (k == "$gt") {
+                    ok = got && got->is_number() && arg.is_number() &&
+                         got->get<double>() > arg.get<double>();
+                } else if (k == "$lt") {
+                    ok = got && got->is_number() && arg.is_number() &&
+                         got->get<double>() < arg.get<double>();
+                }
+                if (!ok) {
+                    return false;
+                }
+            }
+            return true;
+        }
+    }
+    return got != nullptr && *got == want;
+}
+
+inline void check_pointers(const std::string &what, const json &doc, const json &ptrs) {
+    if (!ptrs.is_object()) {
+        return;
+    }
+    for (auto it = ptrs.begin(); it != ptrs.end(); ++it) {
+        const json *got = pointer(doc, it.key());
+        if (!matches(got, it.value())) {
+            fail(what + ": at " + it.key() + ": expected " + it.value().dump() + ", got " +
+                 (got ? clip(got->dump()) : "(absent)"));
+        }
+    }
+}
+
+/// Expands `{"$repeat": text, "times": n}` everywhere.
+inline void expand(json &v) {
+    if (v.is_object() && v.contains("$repeat")) {
+        std::string text = v["$repeat"].get<std::string>();
+        std::size_t n = v.at("times").get<std::size_t>();
+        std::string out;
+        out.reserve(text.size() * n);
+        for (std::size_t i = 0; i < n; ++i) {
+            out += text;
+        }
+        v = out;
+    } else if (v.is_object() || v.is_array()) {
+        for (auto &x : v) {
+            expand(x);
+        }
+    }
+}
+
+inline std::string err_str(const llmsession::Error &e) {
+    return std::string("[") + e.kind() + "] " + e.message();
+}
+
+inline bool times_ok(const json &spec, std::size_t calls) {
+    auto it = spec.find("times");
+    return it == spec.end() || !it->is_number_unsigned() || calls < it->get<std::size_t>();
+}
+
+inline json user_message(const json &v) {
+    if (v.is_string()) {
+        return json{{"role", "user"}, {"content", json::array({{{"type", "text"}, {"text", v}}})}};
+    }
+    return v;
+}
+
+inline std::string str_or(const json &o, const char *key, const std::string &dflt) {
+    auto it = o.find(key);
+    return it != o.end() && it->is_string() ? it->get<std::string>() : dflt;
+}
+
+inline bool bool_or(const json &o, const char *key, bool dflt) {
+    auto it = o.find(key);
+    return it != o.end() && it->is_boolean() ? it->get<bool>() : dflt;
+}
+
+inline const json &get_or_null(const json &o, const char *key) {
+    static const json null;
+    if (!o.is_object()) {
+        return null;
+    }
+    auto it = o.find(key);
+    return it == o.end() ? null : *it;
+}
+
+/// The event appending `message` as context from `source` (`host` or `plugin`).
+inline std::string context_event(const json &message, const char *source) {
+    return json{{"type", "user/message"},
+                {"data", {{"message", message}, {"source", source}}},
+                {"surfaceOp", "append"}}
+        .dump();
+}
+
+struct ListenerState {
+    json spec;
+    std::atomic<std::size_t> calls{0};
+    std::mutex mutex;
+    json held = json::array();
+};
+
+struct SummaryCall {
+    json input;        // the whole summariser input
+    std::string text;  // the request envelope, serialised
+    std::size_t shared_messages = 0;
+};
+
+struct World;
+void new_agent(World &w);
+
+struct World {
+    std::optional<llmsession::Session> session;
+    std::optional<llmsession::Agent> agent;
+    json options;  // agent options without the policy
+    std::vector<std::shared_ptr<ListenerState>> listeners;
+    std::vector<std::shared_ptr<ListenerState>> pre_steps;
+    std::mutex seen_mutex;
+    std::vector<json> pre_step_seen;
+    std::vector<SummaryCall> summaries;
+    json summariser;  // spec (null: fixed)
+    json policy;      // null: none
+    std::vector<json> requests;
+    std::vector<std::size_t> request_marks;
+    std::optional<json> last_request;
+    std::shared_ptr<llmsession::Cancel> cancel = std::make_shared<llmsession::Cancel>();
+
+    llmsession::Agent &live_agent() {
+        if (!agent) {
+            fail("no live agent (disposed?)");
+        }
+        return *agent;
+    }
+
+    json events() const { return json::parse(session->events()); }
+};
+
+inline void set_listeners(World &w, const json &listeners, const json &pre) {
+    auto mk = [](const json &v) {
+        auto st = std::make_shared<ListenerState>();
+        st->spec = v;
+        if (v.contains("messages")) {
+            st->held = v["messages"];
+        }
+        return st;
+    };
+    if (listeners.is_array()) {
+        w.listeners.clear();
+        for (const auto &l : listeners) {
+            w.listeners.push_back(mk(l));
+        }
+    }
+    if (pre.is_array()) {
+        w.pre_steps.clear();
+        for (const auto &l : pre) {
+            w.pre_steps.push_back(mk(l));
+        }
+    }
+}
+
+inline llmsession::Callback prefix_listener(World &w, std::shared_ptr<ListenerState> st) {
+    World *wp = &w;
+    return [wp, st](std::string_view in, llmsession::Reply &reply) {
+        std::size_t n = st->calls.fetch_add(1);
+        bool active = times_ok(st->spec, n);
+        std::string kind = str_or(st->spec, "kind", "delegate");
+        json rest = json::parse(in).at("rest");
+        json held;
+        {
+            std::lock_guard<std::mutex> lock(st->mutex);
+            held = st->held;
+        }
+        auto prepend = [&] {
+            json out = held;
+            for (auto &m : rest) {
+                out.push_back(m);
+            }
+            return out;
+        };
+        if (kind == "prepend") {
+            reply.complete(prepend().dump());
+        } else if (kind == "append") {
+            json out = rest;
+            for (auto &m : held) {
+                out.push_back(m);
+            }
+            reply.complete(out.dump());
+        } else if (kind == "delegate") {
+            reply.complete(rest.dump());
+        } else if (kind == "fail" && active) {
+            reply.fail(str_or(st->spec, "message", "listener failed"));
+        } else if (kind == "invalid" && active) {
+            reply.complete(get_or_null(st->spec, "output").dump());
+        } else if (kind == "cancel" && active) {
+            wp->cancel->trip();
+            reply.complete(prepend().dump());
+        } else if (kind == "dispose" && active) {
+            wp->agent->dispose();
+            reply.complete(rest.dump());
+        } else if (kind == "append-event") {
+            if (active) {
+                for (const auto &m : get_or_null(st->spec, "events")) {
+                    wp->session->append(context_event(m, "plugin"));
+                }
+            }
+            reply.complete(prepend().dump());
+        } else {
+            reply.complete(prepend().dump());
+        }
+    };
+}
+
+inline llmsession::Callback pre_step_listener(World &w, std::shared_ptr<ListenerState> st) {
+    World *wp = &w;
+    return [wp, st](std::string_view in, llmsession::Reply &reply) {
+        std::size_t n = st->calls.fetch_add(1);
+        bool active = times_ok(st->spec, n);
+        {
+            std::lock_guard<std::mutex> lock(wp->seen_mutex);
+            wp->pre_step_seen.push_back(json::parse(in));
+        }
+        std::string kind = str_or(st->spec, "kind", "record");
+        if (kind == "inject" && active) {
+            for (const auto &m : get_or_null(st->spec, "messages")) {
+                wp->session->append(context_event(m, "plugin"));
+            }
+        } else if (kind == "fail" && active) {
+            reply.fail("pre-step failed");
+            return;
+        } else if (kind == "cancel" && active) {
+            wp->cancel->trip();
+        }
+        reply.complete("null");
+    };
+}
+
+inline llmsession::Callback summariser(World &w, json spec) {
+    World *wp = &w;
+    auto calls = std::make_shared<std::atomic<std::size_t>>(0);
+    return [wp, spec, calls](std::string_view in, llmsession::Reply &reply) {
+        json input = json::parse(in);
+        {
+            std::lock_guard<std::mutex> lock(wp->seen_mutex);
+            wp->summaries.push_back(
+                SummaryCall{input, input.at("request").dump(),
+                            input.at("sharedMessages").get<std::size_t>()});
+        }
+        std::size_t n = calls->fetch_add(1);
+        bool active = times_ok(spec, n);
+        json ok = {{"text", str_or(spec, "text", "Summary of the work so far.")}};
+        if (spec.contains("usage")) {
+            ok["usage"] = spec["usage"];
+        }
+        std::string kind = str_or(spec, "kind", "fixed");
+        if (kind == "fail" && active) {
+            reply.fail("summariser unavailable");
+            return;
+        } else if (kind == "empty" && active) {
+            ok["text"] = "   ";
+        } else if (kind == "truncated" && active) {
+            ok["truncated"] = true;
+        } else if (kind == "long" && active) {
+            std::string s;
+            for (int i = 0; i < 20000; ++i) {
+                s += "very long summary ";
+            }
+            ok["text"] = s;
+        } else if (kind == "cancel" && active) {
+            wp->cancel->trip();
+            reply.fail("cancelled");
+            return;
+        } else if (kind == "append-during" && active) {
+            for (const auto &m : get_or_null(spec, "messages")) {
+                wp->session->append(context_event(m, "host"));
+            }
+        }
+        reply.complete(ok.dump());
+    };
+}
+
+inline void new_agent(World &w) {
+    llmsession::Agent agent(*w.session, w.options.dump());
+    for (auto &l : w.listeners) {
+        agent.add_prefix_listener(prefix_listener(w, l));
+    }
+    for (auto &l : w.pre_steps) {
+        agent.add_pre_step_listener(pre_step_listener(w, l));
+    }
+    if (!w.policy.is_null()) {
+        agent.set_policy(w.policy.dump());
+    }
+    agent.set_summariser(summariser(w, w.summariser.is_null() ? json{{"kind", "fixed"}} : w.summariser));
+    w.agent.emplace(std::move(agent));
+}
+
+/// Checks an op's outcome against its `expectError`. `error` is the failure, if any.
+inline void check_error(const json &op, const std::optional<llmsession::Error> &error) {
+    auto it = op.find("expectError");
+    if (it == op.end()) {
+        if (error) {
+            fail("unexpected error: " + err_str(*error));
+        }
+        return;
+    }
+    if (!error) {
+        fail("expected an error " + it->dump() + ", got success");
+    }
+    std::string kind = str_or(*it, "kind", "");
+    if (!kind.empty() && kind != error->kind()) {
+        fail("expected error kind " + kind + ", got " + err_str(*error));
+    }
+    std::string contains = str_or(*it, "contains", "");
+    if (!contains.empty() && error->message().find(contains) == std::string::npos) {
+        fail("expected the error message to contain \"" + contains + "\", got " + err_str(*error));
+    }
+}
+
+/// Runs `f`, returning the llmsession::Error it threw, if any.
+template <class F> std::optional<llmsession::Error> attempt(F &&f) {
+    try {
+        f();
+        return std::nullopt;
+    } catch (const llmsession::Error &e) {
+        return e;
+    }
+}
+
+inline json messages_of(const json &req) {
+    const json &m = get_or_null(req, "messages");
+    return m.is_array() ? m : json::array();
+}
+
+inline bool is_prefix_of(const json &shorter, const json &longer) {
+    if (shorter.size() > longer.size()) {
+        return false;
+    }
+    for (std::size_t i = 0; i < shorter.size(); ++i) {
+        if (shorter[i].dump() != longer[i].dump()) {
+            return false;
+        }
+    }
+    return true;
+}
+
+inline void check_request(const json &req, const std::optional<json> &prev, const json &exp) {
+    check_pointers("request", req, get_or_null(exp, "pointers"));
+    if (exp.contains("equals") && exp["equals"] != req) {
+        fail("request differs:\n  expected " + exp["equals"].dump() + "\n  got      " + req.dump());
+    }
+    if (exp.contains("messageCount")) {
+        std::size_t n = exp["messageCount"].get<std::size_t>();
+        std::size_t got = messages_of(req).size();
+        if (got != n) {
+            fail("expected " + std::to_string(n) + " messages, got " + std::to_string(got) + ": " +
+                 clip(req["messages"].dump()));
+        }
+    }
+    for (const auto &p : get_or_null(exp, "absent")) {
+        const json *got = pointer(req, p.get<std::string>());
+        if (got) {
+            fail("expected " + p.get<std::string>() + " to be absent, got " + clip(got->dump()));
+        }
+    }
+    if (exp.contains("historyExcludes")) {
+        std::size_t plen = exp.value("prefixLen", std::size_t(0));
+        json msgs = messages_of(req);
+        std::string hist;
+        for (std::size_t i = plen; i < msgs.size(); ++i) {
+            hist += msgs[i].dump();
+        }
+        for (const auto &t : exp["historyExcludes"]) {
+            if (hist.find(t.get<std::string>()) != std::string::npos) {
+                fail("history contains " + t.dump());
+            }
+        }
+    }
+    if (bool_or(exp, "extendsPrevious", false)) {
+        if (!prev) {
+            fail("extendsPrevious: there is no previous request");
+        }
+        for (const char *k : {"provider", "model", "system", "tools", "temperature", "maxTokens",
+                              "reasoningEffort", "stop"}) {
+            if (get_or_null(*prev, k) != get_or_null(req, k) || prev->contains(k) != req.contains(k)) {
+                fail(std::string("extendsPrevious: field ") + k + " differs");
+            }
+        }
+        json a = messages_of(*prev), b = messages_of(req);
+        if (!is_prefix_of(a, b)) {
+            fail("extendsPrevious: the previous request's " + std::to_string(a.size()) +
+                 " messages are not a prefix of this one's " + std::to_string(b.size()));
+        }
+    }
+}
+
+inline void run_request(World &w, const json &op) {
+    if (bool_or(op, "cancelled", false)) {
+        w.cancel = std::make_shared<llmsession::Cancel>();
+        w.cancel->trip();
+    } else {
+        w.cancel = std::make_shared<llmsession::Cancel>();
+    }
+    auto cancel = w.cancel;
+    std::string env;
+    auto error = attempt([&] { env = w.live_agent().next_request(cancel.get()); });
+    if (!error) {
+        json v = json::parse(env);
+        json info = json::parse(w.agent->request_info());
+        json exp = get_or_null(op, "expect");
+        if (exp.contains("prefixLen") && info["prefixLen"] != exp["prefixLen"]) {
+            fail("expected prefixLen " + exp["prefixLen"].dump() + ", got " + info["prefixLen"].dump());
+        }
+        if (exp.contains("sharedMessages") && info["sharedMessages"] != exp["sharedMessages"]) {
+            fail("expected sharedMessages " + exp["sharedMessages"].dump() + ", got " +
+                 info["sharedMessages"].dump());
+        }
+        check_request(v, w.last_request, exp);
+        w.requests.push_back(v);
+        {
+            std::lock_guard<std::mutex> lock(w.seen_mutex);
+            w.request_marks.push_back(w.summaries.size());
+        }
+        w.last_request = v;
+    } else if (error->status() == LLS_ERR_DISPOSED) {
+        w.agent.reset();
+    }
+    check_error(op, error);
+}
+
+inline void dispose_agent(World &w) {
+    if (w.agent) {
+        w.agent->dispose();
+        w.agent.reset();
+    }
+}
+
+/// A session reopened from its serialised log, through a host store held in memory.
+inline llmsession::Session reload(const llmsession::Session &s) {
+    auto records = std::make_shared<std::vector<std::string>>();
+    records->push_back(json::parse(s.info()).dump());
+    for (const auto &e : json::parse(s.events())) {
+        records->push_back(e.dump());
+    }
+    return llmsession::Session::open_store(
+        std::function<std::string(std::string_view)>([records](std::string_view in) {
+            json req = json::parse(in);
+            std::string op = req.at("op");
+            if (op == "load") {
+                return json{{"records", *records}}.dump();
+            } else if (op == "append") {
+                records->push_back(req.at("record").get<std::string>());
+            } else if (op == "truncate") {
+                records->resize(req.at("records").get<std::size_t>());
+            }
+            return std::string("true");
+        }));
+}
+
+void expect_log(World &w, const json &op);
+void expect_summary(World &w, const json &op);
+
+inline void run_op(World &w, const json &op) {
+    std::string name = str_or(op, "op", "");
+    if (name == "turn") {
+        check_error(op, attempt([&] { w.live_agent().start_turn(user_message(op.at("user")).dump()); }));
+    } else if (name == "request") {
+        run_request(w, op);
+    } else if (name == "respond") {
+        json msg;
+        if (op.contains("message")) {
+            msg = op["message"];
+        } else {
+            json content = json::array();
+            if (op.contains("text") && op["text"].is_string()) {
+                content.push_back({{"type", "text"}, {"text", op["text"]}});
+            }
+            for (const auto &c : get_or_null(op, "toolCalls")) {
+                content.push_back({{"type", "tool-call"},
+                                   {"id", c.at("id")},
+                                   {"name", c.at("name")},
+                                   {"arguments", str_or(c, "arguments", "{}")}});
+            }
+            msg = {{"role", "assistant"}, {"content", content}};
+        }
+        json resp = {{"message", msg}};
+        if (op.contains("usage")) {
+            resp["usage"] = op["usage"];
+        }
+        check_error(op, attempt([&] { w.live_agent().record_response(resp.dump()); }));
+    } else if (name == "toolResult") {
+        json r = {{"callId", str_or(op, "callId", "")}};
+        if (op.contains("content")) {
+            r["content"] = op["content"];
+        } else {
+            r["text"] = str_or(op, "text", "ok");
+        }
+        r["isError"] = bool_or(op, "isError", false);
+        check_error(op, attempt([&] { w.live_agent().record_tool_result(r.dump()); }));
+    } else if (name == "inject") {
+        check_error(op, attempt([&] { w.live_agent().inject(user_message(op.at("user")).dump()); }));
+    } else if (name == "providerError") {
+        json e = {{"message", str_or(op, "message", "provider error")},
+                  {"overflow", bool_or(op, "overflow", false)}};
+        w.cancel = std::make_shared<llmsession::Cancel>();
+        auto cancel = w.cancel;
+        bool retry = false;
+        auto error = attempt([&] { retry = w.live_agent().provider_error(e.dump(), cancel.get()); });
+        if (!error && op.contains("expectOutcome")) {
+            std::string got = retry ? "retry" : "recorded";
+            if (got != op["expectOutcome"].get<std::string>()) {
+                fail("expected outcome " + op["expectOutcome"].get<std::string>() + ", got " + got);
+            }
+        }
+        check_error(op, error);
+    } else if (name == "endTurn") {
+        check_error(op, attempt([&] { w.live_agent().end_turn(str_or(op, "reason", "completed")); }));
+    } else if (name == "setOptions") {
+        json o = w.options;
+        if (op.contains("system")) {
+            if (op["system"].is_null()) {
+                o.erase("system");
+            } else {
+                o["system"] = op["system"];
+            }
+        }
+        if (op.contains("tools")) {
+            o["tools"] = op["tools"];
+        }
+        if (op.contains("config")) {
+            o["config"] = op["config"];
+        }
+        w.options = o;
+        check_error(op, attempt([&] { w.live_agent().set_options(o.dump()); }));
+    } else if (name == "mutateListener") {
+        std::size_t i = op.value("index", std::size_t(0));
+        if (i >= w.listeners.size()) {
+            fail("no such listener");
+        }
+        auto &l = w.listeners[i];
+        std::lock_guard<std::mutex> lock(l->mutex);
+        for (auto &m : l->held) {
+            m["content"] = json::array({{{"type", "text"}, {"text", str_or(op, "text", "mutated")}}});
+        }
+    } else if (name == "resume") {
+        dispose_agent(w);
+        if (bool_or(op, "reload", true)) {
+            llmsession::Session s = reload(*w.session);
+            w.session.emplace(std::move(s));
+        }
+        set_listeners(w, get_or_null(op, "listeners"), get_or_null(op, "preStep"));
+        if (op.contains("system")) {
+            if (op["system"].is_string()) {
+                w.options["system"] = op["system"];
+            } else {
+                w.options.erase("system");
+            }
+        }
+        w.last_request.reset();
+        auto error = attempt([&] { new_agent(w); });
+        if (op.contains("expectError")) {
+            if (!error) {
+                fail("expected resume to fail");
+            }
+        } else if (error) {
+            fail("resume: " + err_str(*error));
+        }
+    } else if (name == "secondAgent") {
+        check_error(op, attempt([&] { llmsession::Agent second(*w.session, w.options.dump()); }));
+    } else if (name == "fork") {
+        dispose_agent(w);
+        json opts = {{"id", "forked-session"}};
+        if (op.contains("seedLength")) {
+            opts["seedLength"] = op["seedLength"];
+        }
+        std::optional<llmsession::Session> forked;
+        auto error = attempt([&] { forked.emplace(w.session->fork(opts.dump())); });
+        if (forked) {
+            w.session.emplace(std::move(*forked));
+            w.last_request.reset();
+        }
+        new_agent(w);
+        check_error(op, error);
+    } else if (name == "compact") {
+        json opts = json::object();
+        if (op.contains("span")) {
+            opts["span"] = op["span"];
+        }
+        w.cancel = std::make_shared<llmsession::Cancel>();
+        auto cancel = w.cancel;
+        std::string out;
+        auto error = attempt([&] { out = w.live_agent().compact(opts.dump(), cancel.get()); });
+        json outcome;
+        if (!error) {
+            outcome = json::parse(out);
+        } else if (error->status() == LLS_ERR_SUMMARISER && !op.contains("expectError")) {
+            // The C ABI reports a compaction that did not land as an error whose detail carries
+            // the outcome object; the Rust API returns it. Compare the outcome.
+            json detail = json::parse(error->detail());
+            if (detail.contains("outcome") && op.contains("expectOutcome")) {
+                outcome = detail["outcome"];
+                error.reset();
+            }
+        }
+        if (!error && op.contains("expectOutcome")) {
+            std::string want = op["expectOutcome"];
+            std::string got = str_or(outcome, "outcome", "?");
+            if (got != want) {
+                fail("expected compaction outcome " + want + ", got " + got + " (" + outcome.dump() + ")");
+            }
+        }
+        check_error(op, error);
+    } else if (name == "setPolicy") {
+        auto error = attempt([&] { w.live_agent().set_policy(op.at("policy").dump()); });
+        if (!error) {
+            w.policy = op["policy"];
+        }
+        check_error(op, error);
+    } else if (name == "setSummariser") {
+        w.summariser = op.at("summariser");
+        w.live_agent().set_summariser(summariser(w, w.summariser));
+    } else if (name == "dispose") {
+        dispose_agent(w);
+    } else if (name == "expectLog") {
+        expect_log(w, op);
+    } else if (name == "expectSummaryRequest") {
+        expect_summary(w, op);
+    } else if (name == "expectPreStep") {
+        std::lock_guard<std::mutex> lock(w.seen_mutex);
+        std::size_t i = op.value("index", std::size_t(0));
+        if (i >= w.pre_step_seen.size()) {
+            fail("pre-step call " + std::to_string(i) + " did not happen (" +
+                 std::to_string(w.pre_step_seen.size()) + " calls)");
+        }
+        check_pointers("pre-step", w.pre_step_seen[i], get_or_null(op, "pointers"));
+    } else {
+        fail("unknown op \"" + name + "\"");
+    }
+}
+
+inline void expect_log(World &w, const json &op) {
+    json events = w.events();
+    if (op.contains("headers")) {
+        const json &want = op["headers"];
+        std::vector<json> got;
+        for (const auto &e : events) {
+            if (e["type"] == "request/header") {
+                got.push_back(e);
+            }
+        }
+        if (got.size() != want.size()) {
+            std::string reasons;
+            for (const auto &g : got) {
+                reasons += g["data"].value("reason", json()).dump() + " ";
+            }
+            fail("expected " + std::to_string(want.size()) + " header snapshots, got " +
+                 std::to_string(got.size()) + ": " + reasons);
+        }
+        for (std::size_t i = 0; i < got.size(); ++i) {
+            check_pointers("header", got[i]["data"], want[i]);
+        }
+    }
+    if (op.contains("count")) {
+        for (auto it = op["count"].begin(); it != op["count"].end(); ++it) {
+            std::size_t got = 0;
+            for (const auto &e : events) {
+                got += e["type"] == it.key() ? 1 : 0;
+            }
+            if (json(got) != it.value()) {
+                fail("expected " + it.value().dump() + " " + it.key() + " events, got " +
+                     std::to_string(got));
+            }
+        }
+    }
+    if (op.contains("last")) {
+        const json &want = op["last"];
+        if (events.size() < want.size()) {
+            fail("fewer events than expected");
+        }
+        std::size_t base = events.size() - want.size();
+        for (std::size_t i = 0; i < want.size(); ++i) {
+            check_pointers("event", events[base + i], want[i]);
+        }
+    }
+    if (op.contains("compositions")) {
+        std::size_t got = w.listeners.empty() ? 0 : w.listeners[0]->calls.load();
+        if (json(got) != op["compositions"]) {
+            fail("expected " + op["compositions"].dump() +
+                 " compositions (calls of the first listener), got " + std::to_string(got));
+        }
+    }
+    std::string h = w.session->history();
+    for (const auto &t : get_or_null(op, "historyExcludes")) {
+        if (h.find(t.get<std::string>()) != std::string::npos) {
+            fail("history contains " + t.dump());
+        }
+    }
+    for (const auto &t : get_or_null(op, "historyIncludes")) {
+        if (h.find(t.get<std::string>()) == std::string::npos) {
+            fail("history does not contain " + t.dump() + ": " + clip(h));
+        }
+    }
+    json hist = json::parse(h);
+    if (op.contains("historyPointers")) {
+        check_pointers("history", hist, op["historyPointers"]);
+    }
+    if (op.contains("historyLength") && json(hist.size()) != op["historyLength"]) {
+        fail("expected " + op["historyLength"].dump() + " history messages, got " +
+             std::to_string(hist.size()));
+    }
+}
+
+inline void expect_summary(World &w, const json &op) {
+    std::vector<SummaryCall> seen;
+    {
+        std::lock_guard<std::mutex> lock(w.seen_mutex);
+        seen = w.summaries;
+    }
+    if (op.contains("count")) {
+        if (json(seen.size()) != op["count"]) {
+            fail("expected " + op["count"].dump() + " summarisation requests so far, got " +
+                 std::to_string(seen.size()));
+        }
+        bool only = true;
+        for (auto it = op.begin(); it != op.end(); ++it) {
+            only = only && (it.key() == "op" || it.key() == "count");
+        }
+        if (only) {
+            return;
+        }
+    }
+    long long i = op.value("index", 0LL);
+    if (i < 0) {
+        i += static_cast<long long>(seen.size());
+    }
+    if (i < 0 || static_cast<std::size_t>(i) >= seen.size()) {
+        fail("summarisation request " + std::to_string(i) + " was not sent (" +
+             std::to_string(seen.size()) + " sent)");
+    }
+    const SummaryCall &req = seen[static_cast<std::size_t>(i)];
+    json v = json::parse(req.text);
+    check_pointers("summary request", v, get_or_null(op, "pointers"));
+    for (const auto &t : get_or_null(op, "includes")) {
+        if (req.text.find(t.get<std::string>()) == std::string::npos) {
+            fail("summary request " + std::to_string(i) + " does not contain " + t.dump());
+        }
+    }
+    for (const auto &t : get_or_null(op, "excludes")) {
+        if (req.text.find(t.get<std::string>()) != std::string::npos) {
+            fail("summary request " + std::to_string(i) + " contains " + t.dump());
+        }
+    }
+    bool replays = bool_or(op, "replaysLastRequest", false);
+    bool extends = bool_or(op, "extendsLastRequest", false);
+    if (!replays && !extends) {
+        return;
+    }
+    const json *last = nullptr;
+    for (std::size_t k = w.request_marks.size(); k-- > 0;) {
+        if (w.request_marks[k] <= static_cast<std::size_t>(i)) {
+            last = &w.requests[k];
+            break;
+        }
+    }
+    if (!last) {
+        fail("no routed request precedes this summarisation request");
+    }
+    for (const char *k : {"system", "tools"}) {
+        if (get_or_null(*last, k) != get_or_null(v, k)) {
+            fail(std::string("summary request ") + k + " differs from the last routed request");
+        }
+    }
+    json m = messages_of(v), l = messages_of(*last);
+    if (m.empty()) {
+        fail("the summary request has no messages");
+    }
+    json body(m.begin(), m.end() - 1);
+    const json &shorter = replays ? body : l;
+    const json &longer = replays ? l : body;
+    std::size_t shared = replays ? body.size() : l.size();
+    if (!is_prefix_of(shorter, longer)) {
+        fail("the summary request without its last message (" + std::to_string(body.size()) +
+             " messages) and the last routed request (" + std::to_string(l.size()) +
+             " messages) do not share their leading messages");
+    }
+    if (req.shared_messages != shared) {
+        fail("sharedMessages is " + std::to_string(req.shared_messages) + ", expected " +
+             std::to_string(shared));
+    }
+    const json &lastm = m.back();
+    if (lastm["role"] != "user" || lastm.dump().find("compaction engine") == std::string::npos) {
+        fail("the last message is not the instruction: " + clip(lastm.dump()));
+    }
+}
+
+/// A temporary file removed on destruction.
+struct TempFile {
+    std::string path;
+    explicit TempFile(const std::string &stem) {
+        static std::atomic<unsigned> counter{0};
+        const char *dir = std::getenv("TMPDIR");
+        path = std::string(dir && *dir ? dir : "/tmp") + "/llmsession-cpp-" + stem + "-" +
+               std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".jsonl";
+    }
+    ~TempFile() { std::remove(path.c_str()); }
+    void write(const std::vector<std::string> &lines) const {
+        std::ofstream f(path, std::ios::binary | std::ios::trunc);
+        for (const auto &l : lines) {
+            f << l << '\n';
+        }
+    }
+};
+
+/// Whether a verify failure names the step (detail `step`).
+inline void expect_verify_failure(const std::vector<std::string> &lines, const std::string &what) {
+    TempFile f("damaged");
+    f.write(lines);
+    auto error = attempt([&] { llmsession::verify_file(f.path); });
+    if (!error) {
+        fail("verify passed on a copy " + what);
+    }
+    json detail = json::parse(error->detail());
+    if (!detail.contains("step")) {
+        fail("verify failure does not name the step: " + err_str(*error));
+    }
+}
+
+/// The automatic checks after the last op: the final log verifies; damaged copies do not.
+inline void verify_and_damage(World &w) {
+    json header = json::parse(w.session->info());
+    json events = w.events();
+    std::vector<std::string> lines{header.dump()};
+    for (const auto &e : events) {
+        lines.push_back(e.dump());
+    }
+    TempFile f("final");
+    f.write(lines);
+    json report;
+    try {
+        report = json::parse(llmsession::verify_file(f.path));
+    } catch (const llmsession::Error &e) {
+        fail("verify failed on the final log: " + err_str(e));
+    }
+    if (report.value("requests", 0) == 0) {
+        return;
+    }
+    // Damage 1: the messagePrefix removed from the first header that has one.
+    for (std::size_t i = 0; i < events.size(); ++i) {
+        const json &e = events[i];
+        if (e["type"] == "request/header" && e["data"].contains("header") &&
+            e["data"]["header"].contains("messagePrefix")) {
+            json bad = events;
+            bad[i]["data"]["header"].erase("messagePrefix");
+            std::vector<std::string> bl{header.dump()};
+            for (const auto &x : bad) {
+                bl.push_back(x.dump());
+            }
+            expect_verify_failure(bl, "whose prefix was removed from the header");
+            break;
+        }
+    }
+    // Damage 2: the first user/message before the last step/start dropped.
+    std::size_t last_step = 0;
+    for (std::size_t i = 0; i < events.size(); ++i) {
+        if (events[i]["type"] == "step/start") {
+            last_step = i;
+        }
+    }
+    for (std::size_t i = 0; i < last_step; ++i) {
+        if (events[i]["type"] == "user/message") {
+            std::vector<std::string> bl{header.dump()};
+            for (std::size_t k = 0; k < events.size(); ++k) {
+                if (k != i) {
+                    bl.push_back(events[k].dump());
+                }
+            }
+            expect_verify_failure(bl, "with event " + std::to_string(i) + " dropped");
+            break;
+        }
+    }
+}
+
+/// Runs one scenario file; throws Failure naming the op that failed.
+inline void run_file(const std::string &path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+        fail(path + ": cannot read");
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    json sc = json::parse(ss.str());
+    expand(sc);
+    World w;
+    w.session.emplace(llmsession::Session::memory(R"({"id":"scenario-session"})"));
+    w.options = sc.at("agent");
+    w.options["checkRequests"] = true;
+    w.summariser = get_or_null(sc, "summariser");
+    w.policy = get_or_null(sc, "policy");
+    set_listeners(w, get_or_null(sc, "listeners"), get_or_null(sc, "preStep"));
+    try {
+        new_agent(w);
+    } catch (const llmsession::Error &e) {
+        fail("creating the agent: " + err_str(e));
+    }
+    const json &ops = sc.at("ops");
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+        try {
+            run_op(w, ops[i]);
+        } catch (const Failure &f) {
+            fail("op " + std::to_string(i) + " (" + ops[i].value("op", std::string("?")) + "): " + f.what());
+        } catch (const llmsession::Error &e) {
+            fail("op " + std::to_string(i) + " (" + ops[i].value("op", std::string("?")) +
+                 "): llmsession error " + err_str(e));
+        }
+    }
+    try {
+        verify_and_damage(w);
+    } catch (const llmsession::Error &e) {
+        fail("final checks: " + err_str(e));
+    }
+    dispose_agent(w);
+}
+
+} // namespace scenario

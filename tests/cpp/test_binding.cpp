@@ -1,0 +1,464 @@
+// The C++ binding's own tests: errors as exceptions, RAII (no leaked handle), callbacks and
+// their trampolines, replies completed from other threads, cancellation.
+#include "llmsession.hpp"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+using json = nlohmann::json;
+using llmsession::Agent;
+using llmsession::Cancel;
+using llmsession::Error;
+using llmsession::Reply;
+using llmsession::Session;
+
+namespace {
+
+const char *const kOpts = R"({"config":{"provider":"test","model":"m1"},"system":"be brief"})";
+
+std::string user(const std::string &text) {
+    return json{{"role", "user"}, {"content", {{{"type", "text"}, {"text", text}}}}}.dump();
+}
+
+std::string answer(const std::string &text) {
+    return json{{"message", {{"role", "assistant"}, {"content", {{{"type", "text"}, {"text", text}}}}}}}
+        .dump();
+}
+
+std::string long_text(const char *word, int times) {
+    std::string s;
+    for (int i = 0; i < times; ++i) {
+        s += word;
+    }
+    return s;
+}
+
+/// Records the status of the Error `f` throws (or fails the test).
+template <class F> Error expect_error(F &&f, lls_status status) {
+    try {
+        f();
+    } catch (const Error &e) {
+        EXPECT_EQ(e.status(), status) << e.kind() << ": " << e.message();
+        return e;
+    }
+    ADD_FAILURE() << "expected an llmsession::Error with status " << status;
+    return Error(LLS_OK, "", "{}");
+}
+
+/// One turn with one request and one long answer, ready to compact.
+void one_long_turn(Agent &a) {
+    a.start_turn(user(long_text("alpha ", 400)));
+    a.next_request();
+    a.record_response(answer("short"));
+    a.end_turn();
+}
+
+struct MyHostError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+/// The live handle count, once it is back to `expected` or clearly will not be. A reply answered
+/// from another thread wakes the waiting call just before that thread drops the reply's handle
+/// (lls_reply_complete unregisters after notifying), so right after such a call the count may
+/// still include the reply for a moment; this waits (a bounded number of yields) for it.
+std::size_t settled_handle_count(std::size_t expected) {
+    for (int i = 0; i < 2000000 && llmsession::live_handle_count() != expected; ++i) {
+        std::this_thread::yield();
+    }
+    return llmsession::live_handle_count();
+}
+
+/// Every test ends with the handle count it started with.
+class Binding : public testing::Test {
+protected:
+    void SetUp() override { before_ = llmsession::live_handle_count(); }
+    void TearDown() override { EXPECT_EQ(settled_handle_count(before_), before_) << "leaked handles"; }
+    std::size_t before_ = 0;
+};
+
+TEST_F(Binding, VersionsAndAbi) {
+    EXPECT_NO_THROW(llmsession::check_abi());
+    EXPECT_EQ(llmsession::abi_version(), static_cast<std::uint32_t>(LLS_ABI_VERSION));
+    std::string v = std::to_string(LLS_VERSION_MAJOR) + "." + std::to_string(LLS_VERSION_MINOR) + "." +
+                    std::to_string(LLS_VERSION_PATCH);
+    EXPECT_EQ(llmsession::version(), v);
+    llmsession::AbiMismatch m(1, 2);
+    EXPECT_NE(std::string(m.what()).find("ABI version 2"), std::string::npos);
+}
+
+TEST_F(Binding, ErrorsCarryStatusMessageAndDetail) {
+    Error e = expect_error([] { Session::memory("{not json"); }, LLS_ERR_MALFORMED_JSON);
+    EXPECT_STREQ(e.kind(), "malformed-json");
+    json d = json::parse(e.detail());
+    EXPECT_EQ(d["kind"], "malformed-json");
+    EXPECT_TRUE(d.contains("line"));
+    EXPECT_EQ(std::string(e.what()), e.message());
+
+    e = expect_error([] { Session::memory(R"({"durability":"sometimes"})"); }, LLS_ERR_INVALID_INPUT);
+    EXPECT_STREQ(e.kind(), "invalid-input");
+
+    Session s = Session::memory();
+    expect_error([&] { Agent(s, R"({"system":"no config"})"); }, LLS_ERR_INVALID_INPUT);
+    Agent a(s, kOpts);
+    e = expect_error([&] { a.next_request(); }, LLS_ERR_OUT_OF_ORDER);
+    EXPECT_STREQ(e.kind(), "out-of-order");
+    expect_error([&] { Agent second(s, kOpts); }, LLS_ERR_BUSY);
+    expect_error([&] { a.start_turn("\xc3\x28"); }, LLS_ERR_INVALID_UTF8);
+    expect_error([&] { a.start_turn(R"({"role":"assistant","content":[]})"); }, LLS_ERR_INVALID_INPUT);
+    expect_error([&] { a.set_policy(R"({"contextWindow":0})"); }, LLS_ERR_INVALID_POLICY);
+    expect_error([&] { a.compact(); }, LLS_ERR_NOTHING_TO_COMPACT);
+    expect_error([&] { llmsession::render("no-such-format", "{}", 0); }, LLS_ERR_INVALID_INPUT);
+    expect_error([] { llmsession::verify_file("/nonexistent/llmsession.jsonl"); }, LLS_ERR_STORAGE);
+    a.dispose();
+    expect_error([&] { a.start_turn(user("late")); }, LLS_ERR_DISPOSED);
+    EXPECT_STREQ(Error::kind_name(LLS_ERR_REPLY_STATE), "reply-state");
+    EXPECT_STREQ(Error::kind_name(12345), "unknown");
+}
+
+TEST_F(Binding, MovedFromObjectsRefuseUse) {
+    Session s = Session::memory();
+    Session t = std::move(s);
+    EXPECT_FALSE(static_cast<bool>(s));
+    EXPECT_TRUE(static_cast<bool>(t));
+    EXPECT_THROW(s.id(), std::logic_error);
+    Cancel c;
+    Cancel d = std::move(c);
+    EXPECT_THROW(c.trip(), std::logic_error);
+    EXPECT_FALSE(d.is_tripped());
+}
+
+TEST_F(Binding, RaiiFreesEveryHandle) {
+    std::size_t base = llmsession::live_handle_count();
+    {
+        Session s = Session::memory(R"({"id":"raii"})");
+        EXPECT_EQ(s.id(), "raii");
+        Cancel c;
+        EXPECT_GT(llmsession::live_handle_count(), base);
+        {
+            Agent a(s, kOpts);
+            a.add_prefix_listener([](std::string_view in) { return json::parse(in)["rest"].dump(); });
+            a.set_summariser([](std::string_view) { return std::string(R"({"text":"s"})"); });
+            a.start_turn(user("hello"));
+            a.next_request(c);
+            a.record_response(answer("hi"));
+            a.end_turn();
+            Agent moved = std::move(a);
+            EXPECT_EQ(json::parse(moved.stats())["requests"], 1);
+        }
+        Session f = s.fork(R"({"id":"raii-fork"})");
+        Session g = Session::memory();
+        g = std::move(f); // frees the earlier session of g
+        EXPECT_EQ(g.id(), "raii-fork");
+        json events = json::parse(s.events());
+        EXPECT_GT(events.size(), 3u);
+        EXPECT_EQ(json::parse(s.verify())["requests"], 1);
+        // Errors thrown and caught free their lls_error.
+        for (int i = 0; i < 10; ++i) {
+            EXPECT_THROW(Session::memory("["), Error);
+        }
+    }
+    EXPECT_EQ(llmsession::live_handle_count(), base);
+}
+
+TEST_F(Binding, AdoptAndRelease) {
+    Session s = Session::memory();
+    lls_session *raw = s.release();
+    EXPECT_FALSE(static_cast<bool>(s));
+    Session back(raw);
+    EXPECT_FALSE(back.id().empty());
+}
+
+TEST_F(Binding, FileSessionAndVerifyFile) {
+    std::string path = testing::TempDir() + "/llmsession-cpp-file-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + ".jsonl";
+    std::remove(path.c_str());
+    {
+        Session s = Session::open_file(path, R"({"id":"file-session"})");
+        Agent a(s, kOpts);
+        a.start_turn(user("to disk"));
+        a.next_request();
+        a.record_response(answer("stored"));
+        a.end_turn();
+        s.sync();
+    }
+    json report = json::parse(llmsession::verify_file(path));
+    EXPECT_EQ(report["requests"], 1);
+    Session again = Session::open_file(path);
+    EXPECT_EQ(again.id(), "file-session");
+    EXPECT_EQ(json::parse(again.load_report())["cutRecords"], 0);
+    EXPECT_NE(again.history().find("stored"), std::string::npos);
+    std::remove(path.c_str());
+}
+
+TEST_F(Binding, HostStoreSession) {
+    auto records = std::make_shared<std::vector<std::string>>();
+    auto store = [records](std::string_view in) {
+        json req = json::parse(in);
+        if (req["op"] == "load") {
+            return json{{"records", *records}}.dump();
+        }
+        if (req["op"] == "append") {
+            records->push_back(req["record"]);
+        }
+        return std::string("true");
+    };
+    {
+        Session s = Session::open_store(std::function<std::string(std::string_view)>(store),
+                                        R"({"id":"stored"})");
+        s.append(json{{"type", "host/note"}, {"data", {{"text", "remember"}}}}.dump());
+    }
+    EXPECT_EQ(records->size(), 2u);
+    Session s = Session::open_store(std::function<std::string(std::string_view)>(store));
+    EXPECT_EQ(s.id(), "stored");
+    EXPECT_EQ(json::parse(s.events()).size(), 1u);
+
+    // A store that throws: the append fails, and the host exception comes back out.
+    Session failing = Session::open_store(llmsession::Callback([](std::string_view in, Reply &r) {
+        json req = json::parse(in);
+        if (req["op"] == "append" && req["record"].get<std::string>().find("host/note") != std::string::npos) {
+            throw MyHostError("disk on fire");
+        }
+        r.complete(R"({"records":[]})");
+    }));
+    EXPECT_THROW(failing.append(R"({"type":"host/note","data":{}})"), MyHostError);
+    EXPECT_EQ(json::parse(failing.events()).size(), 0u);
+}
+
+TEST_F(Binding, ListenerExceptionIsRethrownAsItself) {
+    Session s = Session::memory();
+    Agent a(s, kOpts);
+    a.add_prefix_listener([](std::string_view) -> std::string { throw MyHostError("catalogue down"); });
+    a.start_turn(user("hi"));
+    try {
+        a.next_request();
+        FAIL() << "expected MyHostError";
+    } catch (const MyHostError &e) {
+        EXPECT_STREQ(e.what(), "catalogue down");
+    }
+    // The library saw a listener failure with the exception's message, and ended the turn.
+    json events = json::parse(s.events());
+    EXPECT_EQ(events.back()["type"], "turn/end");
+    EXPECT_EQ(events.back()["data"]["reason"], "error");
+}
+
+TEST_F(Binding, ExplicitFailureIsAnError) {
+    Session s = Session::memory();
+    Agent a(s, kOpts);
+    a.add_pre_step_listener(llmsession::Callback([](std::string_view, Reply &r) { r.fail("no go"); }));
+    a.start_turn(user("hi"));
+    Error e = expect_error([&] { a.next_request(); }, LLS_ERR_LISTENER);
+    EXPECT_NE(e.message().find("no go"), std::string::npos);
+}
+
+TEST_F(Binding, UnansweredAndDroppedReplies) {
+    // Returning without answering fails the call with a message that says so.
+    Error e = expect_error(
+        [] { llmsession::invoke_callback([](std::string_view, Reply &) {}, "{}"); }, LLS_ERR_LISTENER);
+    EXPECT_NE(e.message().find("without answering"), std::string::npos);
+    // A reply moved out and destroyed unanswered fails the call ("dropped").
+    e = expect_error(
+        [] {
+            llmsession::invoke_callback([](std::string_view, Reply &r) { Reply gone = std::move(r); }, "{}");
+        },
+        LLS_ERR_LISTENER);
+    EXPECT_NE(e.message().find("dropped"), std::string::npos);
+    // Answering twice is a logic error of the host; the first answer stands.
+    std::string out = llmsession::invoke_callback(
+        [](std::string_view, Reply &r) {
+            r.complete("1");
+            EXPECT_FALSE(r.valid());
+            EXPECT_THROW(r.complete("2"), std::logic_error);
+        },
+        "{}");
+    EXPECT_EQ(out, "1");
+    // Garbage is reported to the callback (an Error) and to the call (a listener failure).
+    e = expect_error(
+        [] {
+            llmsession::invoke_callback(
+                [](std::string_view, Reply &r) { EXPECT_THROW(r.complete("{oops"), Error); }, "{}");
+        },
+        LLS_ERR_LISTENER);
+    EXPECT_EQ(json::parse(e.detail())["callback"], "malformed-json");
+    // Left uncaught, the callback's Error is what the call rethrows.
+    e = expect_error(
+        [] { llmsession::invoke_callback([](std::string_view, Reply &r) { r.complete("\xff"); }, "{}"); },
+        LLS_ERR_INVALID_UTF8);
+}
+
+TEST_F(Binding, InvokeCallbackSyncAndFromThread) {
+    std::string out = llmsession::invoke_callback(
+        [](std::string_view in, Reply &r) { r.complete(json{{"echo", json::parse(in)}}.dump()); },
+        R"({"x":1})");
+    EXPECT_EQ(json::parse(out)["echo"]["x"], 1);
+
+    std::thread worker;
+    std::thread::id caller = std::this_thread::get_id();
+    std::thread::id answered_on;
+    out = llmsession::invoke_callback(
+        [&](std::string_view in, Reply &r) {
+            EXPECT_EQ(std::this_thread::get_id(), caller);
+            std::string copy(in);
+            worker = std::thread([&answered_on, copy, reply = std::move(r)]() mutable {
+                answered_on = std::this_thread::get_id();
+                reply.complete(copy);
+            });
+        },
+        R"([1,2,3])");
+    worker.join();
+    EXPECT_EQ(out, "[1,2,3]");
+    EXPECT_NE(answered_on, caller);
+}
+
+TEST_F(Binding, SummariserCompletesFromAnotherThread) {
+    Session s = Session::memory();
+    Agent a(s, kOpts);
+    std::thread::id caller = std::this_thread::get_id();
+    std::atomic<bool> other_thread{false};
+    std::vector<std::thread> workers;
+    a.set_summariser(llmsession::Callback([&](std::string_view in, Reply &r) {
+        json input = json::parse(in);
+        EXPECT_EQ(input["request"]["purpose"], "compaction");
+        workers.emplace_back([&, reply = std::move(r)]() mutable {
+            other_thread = std::this_thread::get_id() != caller;
+            reply.complete(R"({"text":"The user said alpha many times."})");
+        });
+    }));
+    one_long_turn(a);
+    json out = json::parse(a.compact());
+    for (auto &w : workers) {
+        w.join();
+    }
+    EXPECT_EQ(out["outcome"], "landed");
+    EXPECT_TRUE(other_thread.load());
+    EXPECT_NE(s.history().find("alpha many times"), std::string::npos);
+    EXPECT_EQ(s.history().find("alpha alpha"), std::string::npos);
+}
+
+TEST_F(Binding, SummariserReturningAFuture) {
+    Session s = Session::memory();
+    Agent a(s, kOpts);
+    std::function<std::future<std::string>(std::string_view)> summarise = [](std::string_view) {
+        return std::async(std::launch::async, [] { return std::string(R"({"text":"async summary"})"); });
+    };
+    a.set_summariser(summarise);
+    one_long_turn(a);
+    EXPECT_EQ(json::parse(a.compact())["outcome"], "landed");
+    EXPECT_NE(s.history().find("async summary"), std::string::npos);
+
+    // A future that holds an exception: the compaction fails and the exception comes out.
+    a.set_summariser(std::function<std::future<std::string>(std::string_view)>([](std::string_view) {
+        return std::async(std::launch::async, []() -> std::string { throw MyHostError("model offline"); });
+    }));
+    a.start_turn(user(long_text("beta ", 400)));
+    a.next_request();
+    a.record_response(answer("ok"));
+    a.end_turn();
+    EXPECT_THROW(a.compact(), MyHostError);
+}
+
+TEST_F(Binding, CancellingAPendingSummariser) {
+    Session s = Session::memory();
+    Agent a(s, kOpts);
+    std::mutex m;
+    std::condition_variable cv;
+    Reply held; // empty until the summariser moves its reply here
+    a.set_summariser(llmsession::Callback([&](std::string_view, Reply &r) {
+        std::lock_guard<std::mutex> lock(m);
+        held = std::move(r); // pending: nobody answers until after the cancel
+        cv.notify_all();
+    }));
+    one_long_turn(a);
+    Cancel cancel;
+    std::thread tripper([&] {
+        std::unique_lock<std::mutex> lock(m);
+        cv.wait(lock, [&] { return held.valid(); });
+        cancel.trip();
+    });
+    Error e = expect_error([&] { a.compact({}, &cancel); }, LLS_ERR_CANCELLED);
+    tripper.join();
+    EXPECT_TRUE(cancel.is_tripped());
+    // The abandoned reply is still answered (accepted and discarded), so nothing leaks.
+    ASSERT_TRUE(held.valid());
+    held.complete(R"({"text":"too late"})");
+    EXPECT_FALSE(held.valid());
+    EXPECT_EQ(s.history().find("too late"), std::string::npos);
+}
+
+TEST_F(Binding, TrippedTokenCancelsRequest) {
+    Session s = Session::memory();
+    Agent a(s, kOpts);
+    std::thread worker;
+    a.add_prefix_listener(llmsession::Callback([&](std::string_view, Reply &r) {
+        worker = std::thread([reply = std::move(r)]() mutable { reply.complete("[]"); });
+    }));
+    a.start_turn(user("hi"));
+    Cancel c;
+    c.trip();
+    expect_error([&] { a.next_request(c); }, LLS_ERR_CANCELLED);
+    if (worker.joinable()) {
+        worker.join();
+    }
+    json events = json::parse(s.events());
+    EXPECT_EQ(events.back()["data"]["reason"], "aborted");
+}
+
+TEST_F(Binding, TokenCounterAndMeasure) {
+    Session s = Session::memory();
+    Agent a(s, kOpts);
+    std::atomic<int> calls{0};
+    a.set_token_counter([&](std::string_view) {
+        ++calls;
+        return std::uint64_t{7};
+    });
+    a.start_turn(user("count me"));
+    json m = json::parse(a.measure());
+    EXPECT_EQ(m["counter"], "host");
+    EXPECT_GT(calls.load(), 0);
+    a.set_token_counter([](std::string_view) -> std::uint64_t { throw MyHostError("counter broke"); });
+    EXPECT_THROW(a.measure(), MyHostError);
+    a.clear_token_counter();
+    EXPECT_EQ(json::parse(a.measure())["counter"], "estimate");
+}
+
+TEST_F(Binding, DisposeFromInsideAListener) {
+    Session s = Session::memory();
+    std::optional<Agent> a(std::in_place, s, kOpts);
+    a->add_prefix_listener(llmsession::Callback([&](std::string_view in, Reply &r) {
+        a->dispose();
+        r.complete(json::parse(in)["rest"].dump());
+    }));
+    a->start_turn(user("hi"));
+    expect_error([&] { a->next_request(); }, LLS_ERR_DISPOSED);
+    a.reset();
+    Agent next(s, kOpts); // the session is free again
+    EXPECT_EQ(json::parse(s.events()).back()["data"]["reason"], "disposed");
+}
+
+TEST_F(Binding, InjectProviderErrorAndRender) {
+    Session s = Session::memory();
+    Agent a(s, kOpts);
+    a.start_turn(user("hi"));
+    std::string env = a.next_request();
+    EXPECT_FALSE(a.inject(user("deferred")).has_value());
+    EXPECT_FALSE(a.provider_error(R"({"message":"503"})"));
+    env = a.next_request();
+    json info = json::parse(a.request_info());
+    json body = json::parse(llmsession::render("anthropic", env, info["prefixLen"].get<std::size_t>()));
+    EXPECT_TRUE(body.contains("messages"));
+    a.record_response(answer("done"));
+    a.end_turn();
+    EXPECT_TRUE(a.inject(user("now")).has_value());
+    EXPECT_EQ(a.prefix(), "[]");
+    EXPECT_FALSE(json::parse(s.header()).is_null());
+    EXPECT_EQ(json::parse(s.info())["id"], s.id());
+    EXPECT_EQ(json::parse(s.stats())["requests"], 2);
+}
+
+} // namespace
