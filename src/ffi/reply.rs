@@ -113,31 +113,40 @@ impl ReplyObject {
         answer: Answer,
         via: Via,
     ) -> Result<(), FfiError> {
-        let (report, release) = {
+        // Decide under the lock, but publish the answer only after the host's reference is
+        // released: a waiter that wakes up must find the reply already unregistered, so a leak
+        // check right after the library call returns sees a settled handle count.
+        let (report, release, answer) = {
             let mut st = obj.state.lock();
-            let report = if st.answered {
-                Err(FfiError::new(
-                    LLS_ERR_REPLY_STATE,
-                    "argument `reply`: this reply was already answered (a reply is answered exactly once; the first answer stands)",
+            let (report, answer) = if st.answered {
+                (
+                    Err(FfiError::new(
+                        LLS_ERR_REPLY_STATE,
+                        "argument `reply`: this reply was already answered (a reply is answered exactly once; the first answer stands)",
+                    )
+                    .with("argument", "reply")),
+                    None,
                 )
-                .with("argument", "reply"))
             } else {
                 st.answered = true;
-                if st.phase != Phase::Abandoned {
-                    st.answer = Some(answer);
-                }
-                obj.cv.notify_all();
-                Ok(())
+                (Ok(()), Some(answer))
             };
             let release =
                 (via != Via::SetJson || st.phase != Phase::InCallback) && !st.host_released;
             if release {
                 st.host_released = true;
             }
-            (report, release)
+            (report, release, answer)
         };
         if release {
             handle::unregister(obj);
+        }
+        if let Some(answer) = answer {
+            let mut st = obj.state.lock();
+            if st.phase != Phase::Abandoned {
+                st.answer = Some(answer);
+            }
+            obj.cv.notify_all();
         }
         report
     }
