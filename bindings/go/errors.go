@@ -1,0 +1,159 @@
+package llmsession
+
+/*
+#include <llmsession.h>
+*/
+import "C"
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Status is a library status code (lls_status). Every non-zero Status is also an error value,
+// so it can serve as an errors.Is target: errors.Is(err, llmsession.ErrCancelled).
+type Status int32
+
+// Status codes (stable values, see docs/abi.md).
+const (
+	StatusOK               Status = 0
+	StatusMalformedJSON    Status = 1
+	StatusInvalidInput     Status = 2
+	StatusOutOfOrder       Status = 3
+	StatusBusy             Status = 4
+	StatusCorruptLog       Status = 5
+	StatusStorage          Status = 6
+	StatusCancelled        Status = 7
+	StatusDisposed         Status = 8
+	StatusListener         Status = 9
+	StatusSummariser       Status = 10
+	StatusReconstruction   Status = 11
+	StatusInvalidPolicy    Status = 12
+	StatusOverflowBudget   Status = 13
+	StatusNothingToCompact Status = 14
+	StatusTokenizer        Status = 15
+	StatusPoisoned         Status = 16
+	StatusInternal         Status = 17
+	StatusNullPointer      Status = 100
+	StatusInvalidUTF8      Status = 101
+	StatusInvalidHandle    Status = 102
+	StatusPanic            Status = 103
+	StatusInvalidArgument  Status = 104
+	StatusReplyState       Status = 105
+	StatusOutOfMemory      Status = 106
+	statusClosed           Status = -1
+)
+
+// Sentinel errors for errors.Is: an *Error matches the Status of its code.
+var (
+	ErrMalformedJSON    error = StatusMalformedJSON
+	ErrInvalidInput     error = StatusInvalidInput
+	ErrOutOfOrder       error = StatusOutOfOrder
+	ErrBusy             error = StatusBusy
+	ErrCorruptLog       error = StatusCorruptLog
+	ErrStorage          error = StatusStorage
+	ErrCancelled        error = StatusCancelled
+	ErrDisposed         error = StatusDisposed
+	ErrListener         error = StatusListener
+	ErrSummariser       error = StatusSummariser
+	ErrReconstruction   error = StatusReconstruction
+	ErrInvalidPolicy    error = StatusInvalidPolicy
+	ErrOverflowBudget   error = StatusOverflowBudget
+	ErrNothingToCompact error = StatusNothingToCompact
+	ErrTokenizer        error = StatusTokenizer
+	ErrPoisoned         error = StatusPoisoned
+	ErrInternal         error = StatusInternal
+	ErrInvalidHandle    error = StatusInvalidHandle
+	ErrInvalidArgument  error = StatusInvalidArgument
+	ErrReplyState       error = StatusReplyState
+	// ErrClosed is returned by a method of a Session, Agent or Cancel after Close.
+	ErrClosed error = statusClosed
+)
+
+var statusNames = map[Status]string{
+	0: "ok", 1: "malformed-json", 2: "invalid-input", 3: "out-of-order", 4: "busy", 5: "corrupt-log",
+	6: "storage", 7: "cancelled", 8: "disposed", 9: "listener", 10: "summariser", 11: "reconstruction",
+	12: "invalid-policy", 13: "overflow-budget", 14: "nothing-to-compact", 15: "tokenizer",
+	16: "poisoned", 17: "internal", 100: "null-pointer", 101: "invalid-utf8", 102: "invalid-handle",
+	103: "panic", 104: "invalid-argument", 105: "reply-state", 106: "out-of-memory", -1: "closed",
+}
+
+// String is the status's stable kind name ("cancelled", "invalid-input", ...).
+func (s Status) String() string {
+	if n, ok := statusNames[s]; ok {
+		return n
+	}
+	return fmt.Sprintf("status(%d)", int32(s))
+}
+
+// Error makes a Status usable as an error (and as an errors.Is target).
+func (s Status) Error() string {
+	if s == statusClosed {
+		return "llmsession: the handle was closed"
+	}
+	return "llmsession: " + s.String()
+}
+
+// Error is a library error: the status code, the message and the JSON detail (which field,
+// which seq, which line, ...). errors.Is(err, llmsession.ErrX) compares the code;
+// errors.As(err, &e) gives the *Error. Unwrap gives the cause when one is known: the
+// context's error for a cancelled operation, or the error a Go callback returned.
+type Error struct {
+	Code    Status          // the status code
+	Kind    string          // the detail's kind, e.g. "invalid-input"
+	Message string          // the library's message
+	Detail  json.RawMessage // the JSON detail object (kind, status, message, field, seq, ...)
+	cause   error
+}
+
+// Error formats the error as "llmsession: [kind] message".
+func (e *Error) Error() string {
+	k := e.Kind
+	if k == "" {
+		k = e.Code.String()
+	}
+	return fmt.Sprintf("llmsession: [%s] %s", k, e.Message)
+}
+
+// Is reports whether target is the Status of this error's code (or an *Error with that code).
+func (e *Error) Is(target error) bool {
+	switch t := target.(type) {
+	case Status:
+		return t == e.Code
+	case *Error:
+		return t.Code == e.Code
+	}
+	return false
+}
+
+// Unwrap returns the cause, when known (the context's error, or a callback's error).
+func (e *Error) Unwrap() error { return e.cause }
+
+// Field returns a string or number field of the detail (e.g. "field", "callback", "seq").
+func (e *Error) Field(name string) any {
+	var m map[string]any
+	if json.Unmarshal(e.Detail, &m) != nil {
+		return nil
+	}
+	return m[name]
+}
+
+// takeError converts and frees an lls_error.
+func takeError(st C.lls_status, e *C.lls_error) *Error {
+	if e == nil {
+		return &Error{Code: Status(st), Kind: Status(st).String(), Message: Status(st).String()}
+	}
+	out := &Error{
+		Code:    Status(C.lls_error_code(e)),
+		Message: C.GoString(C.lls_error_message(e)),
+		Detail:  json.RawMessage(C.GoString(C.lls_error_detail(e))),
+	}
+	C.lls_error_free(e)
+	var d struct {
+		Kind string `json:"kind"`
+	}
+	if json.Unmarshal(out.Detail, &d) == nil {
+		out.Kind = d.Kind
+	}
+	return out
+}

@@ -1,0 +1,3 @@
+module github.com/llmsession/llmsession/bindings/go
+
+go 1.22

@@ -1,0 +1,95 @@
+// Package llmsession is the Go binding of llmsession, the session-state library for LLM
+// agents (an append-only event log from which every request is rebuilt byte for byte, a
+// frozen per-instance session prefix, and cache-friendly compaction).
+//
+// It wraps the C ABI (include/llmsession.h) with cgo and finds the library with pkg-config
+// (`llmsession.pc`). Handles (Session, Agent, Cancel) are safe for use by several goroutines;
+// the library serialises calls internally. Close every handle when done; a finalizer frees
+// forgotten ones as a safety net. See docs/go.md.
+package llmsession
+
+/*
+#cgo pkg-config: llmsession
+#include <stdlib.h>
+#include <llmsession.h>
+*/
+import "C"
+
+import (
+	"encoding/json"
+	"fmt"
+	"unsafe"
+)
+
+// ABIVersion is the C ABI version this binding was written against (LLS_ABI_VERSION).
+const ABIVersion = 1
+
+// abiErr is non-nil when the loaded library speaks another ABI; every constructor returns it.
+var abiErr error
+
+func init() {
+	if got := uint32(C.lls_abi_version()); got != ABIVersion || C.LLS_ABI_VERSION != ABIVersion {
+		abiErr = fmt.Errorf("llmsession: the loaded library has ABI version %d (version %s), but this Go binding needs ABI version %d; rebuild or install a matching libllmsession",
+			got, C.GoString(C.lls_version()), ABIVersion)
+	}
+}
+
+// CheckABI reports whether the loaded C library has the ABI version this binding needs.
+// Constructors (NewMemorySession, OpenFile, NewCancel, ...) return the same error.
+func CheckABI() error { return abiErr }
+
+// Version is the loaded library's version, e.g. "0.1.0".
+func Version() string { return C.GoString(C.lls_version()) }
+
+// LiveHandleCount is the number of live library handles in the process (sessions, agents,
+// cancel tokens, errors, pending replies, ...): a leak check for tests.
+func LiveHandleCount() int { return int(C.lls_live_handle_count()) }
+
+// toJSON encodes an argument: json.RawMessage and []byte are taken as JSON text, anything
+// else is marshalled with encoding/json.
+func toJSON(v any) ([]byte, error) {
+	switch x := v.(type) {
+	case json.RawMessage:
+		return x, nil
+	case []byte:
+		return x, nil
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, &Error{Code: StatusInvalidInput, Kind: "invalid-input", Message: "cannot encode argument as JSON: " + err.Error()}
+		}
+		return b, nil
+	}
+}
+
+// empty is a one-byte buffer whose address is passed for zero-length input (never NULL).
+var empty = C.CString("")
+
+// cbuf returns a pointer and length for a Go byte slice passed to C for the call only.
+func cbuf(b []byte) (*C.char, C.size_t) {
+	if len(b) == 0 {
+		return empty, 0
+	}
+	return (*C.char)(unsafe.Pointer(&b[0])), C.size_t(len(b))
+}
+
+// takeString copies and frees a string returned by the library.
+func takeString(p *C.char, n C.size_t) []byte {
+	if p == nil {
+		return nil
+	}
+	b := C.GoBytes(unsafe.Pointer(p), C.int(n))
+	C.lls_string_free(p)
+	return b
+}
+
+// outString runs a call with a (char **out, size_t *out_len) result.
+func outString(ctx opCtx, f func(out **C.char, n *C.size_t, e **C.lls_error) C.lls_status) ([]byte, error) {
+	var p *C.char
+	var n C.size_t
+	err := call(ctx, func(e **C.lls_error) C.lls_status { return f(&p, &n, e) })
+	if err != nil {
+		return nil, err
+	}
+	return takeString(p, n), nil
+}

@@ -1,0 +1,312 @@
+package llmsession
+
+/*
+#include <stdint.h>
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"runtime"
+	"unsafe"
+)
+
+// Session is the append-only event log of one conversation (in memory, in a JSONL file or in
+// a host store). Safe for concurrent use; Close it when done.
+type Session struct {
+	h handle
+}
+
+// SessionOptions are the options of a new session (all optional).
+type SessionOptions struct {
+	ID         string `json:"id,omitempty"`         // the session id (random when empty)
+	Durability string `json:"durability,omitempty"` // "every-event", "turn-end" or "never"
+}
+
+// ForkOptions are the options of Fork (all optional).
+type ForkOptions struct {
+	SeedLength *uint64 `json:"seedLength,omitempty"` // events to seed with (default: all)
+	Path       string  `json:"path,omitempty"`       // keep the fork in this JSONL file (else memory)
+	ID         string  `json:"id,omitempty"`
+	Durability string  `json:"durability,omitempty"`
+}
+
+func optsJSON(v any) ([]byte, error) {
+	if v == nil {
+		return nil, nil
+	}
+	return toJSON(v)
+}
+
+func wrapSession(p *C.lls_session) *Session {
+	s := &Session{h: handle{ptr: unsafe.Pointer(p), free: func(p unsafe.Pointer) { C.lls_session_free((*C.lls_session)(p)) }}}
+	runtime.SetFinalizer(s, (*Session).Close)
+	return s
+}
+
+// NewMemorySession creates a session kept in memory. opts may be nil.
+func NewMemorySession(opts *SessionOptions) (*Session, error) {
+	if abiErr != nil {
+		return nil, abiErr
+	}
+	var o []byte
+	if opts != nil {
+		o, _ = toJSON(opts)
+	}
+	var p *C.lls_session
+	op, on := cbufOpt(o)
+	err := call(nil, func(e **C.lls_error) C.lls_status { return C.lls_session_new_memory(op, on, &p, e) })
+	if err != nil {
+		return nil, err
+	}
+	return wrapSession(p), nil
+}
+
+// cbufOpt is cbuf for an optional argument (nil gives NULL).
+func cbufOpt(b []byte) (*C.char, C.size_t) {
+	if b == nil {
+		return nil, 0
+	}
+	return cbuf(b)
+}
+
+// OpenFile opens the session stored in a JSONL file, or creates it when the file is missing
+// or empty. A torn last line is cut and a crashed turn closed (see LoadReport).
+func OpenFile(path string, opts *SessionOptions) (*Session, error) {
+	if abiErr != nil {
+		return nil, abiErr
+	}
+	var o []byte
+	if opts != nil {
+		o, _ = toJSON(opts)
+	}
+	pb := []byte(path)
+	pp, pn := cbuf(pb)
+	op, on := cbufOpt(o)
+	var p *C.lls_session
+	err := call(nil, func(e **C.lls_error) C.lls_status { return C.lls_session_open_file(pp, pn, op, on, &p, e) })
+	if err != nil {
+		return nil, err
+	}
+	return wrapSession(p), nil
+}
+
+// StoreFunc is a host store: it receives one JSON request per storage operation
+// ({"op":"load"}, {"op":"append","record"}, {"op":"sync"}, {"op":"truncate","records"}) and
+// returns the JSON answer (see lls_session_open_store). It runs while the session is locked:
+// it must not call into the session.
+type StoreFunc func(ctx context.Context, req json.RawMessage) (any, error)
+
+// OpenStore opens (or creates, when the store is empty) a session kept in a host store.
+func OpenStore(store StoreFunc, opts *SessionOptions) (*Session, error) {
+	if abiErr != nil {
+		return nil, abiErr
+	}
+	var o []byte
+	if opts != nil {
+		o, _ = toJSON(opts)
+	}
+	h := newHandle(&callbackState{sync: func(ctx context.Context, in []byte) ([]byte, error) {
+		out, err := store(ctx, in)
+		if err != nil {
+			return nil, err
+		}
+		return toJSON(out)
+	}})
+	op, on := cbufOpt(o)
+	var p *C.lls_session
+	err := call(nil, func(e **C.lls_error) C.lls_status { return C.goshim_open_store(h, op, on, &p, e) })
+	if err != nil {
+		return nil, err
+	}
+	return wrapSession(p), nil
+}
+
+// Close frees the session (an agent over it keeps its state alive until the agent is closed).
+func (s *Session) Close() error {
+	s.h.close()
+	runtime.SetFinalizer(s, nil)
+	return nil
+}
+
+func (s *Session) with(ctx opCtx, f func(p *C.lls_session, e **C.lls_error) C.lls_status) error {
+	p, err := s.h.acquire()
+	if err != nil {
+		return err
+	}
+	defer s.h.release()
+	return call(ctx, func(e **C.lls_error) C.lls_status { return f((*C.lls_session)(p), e) })
+}
+
+func (s *Session) str(f func(p *C.lls_session, out **C.char, n *C.size_t, e **C.lls_error) C.lls_status) (json.RawMessage, error) {
+	var out *C.char
+	var n C.size_t
+	if err := s.with(nil, func(p *C.lls_session, e **C.lls_error) C.lls_status { return f(p, &out, &n, e) }); err != nil {
+		return nil, err
+	}
+	return takeString(out, n), nil
+}
+
+// Fork creates a new session seeded with this one's first events. opts may be nil.
+func (s *Session) Fork(opts *ForkOptions) (*Session, error) {
+	var o []byte
+	if opts != nil {
+		o, _ = toJSON(opts)
+	}
+	op, on := cbufOpt(o)
+	var out *C.lls_session
+	if err := s.with(nil, func(p *C.lls_session, e **C.lls_error) C.lls_status {
+		return C.lls_session_fork(p, op, on, &out, e)
+	}); err != nil {
+		return nil, err
+	}
+	return wrapSession(out), nil
+}
+
+// ID is the session id.
+func (s *Session) ID() (string, error) {
+	b, err := s.str(func(p *C.lls_session, o **C.char, n *C.size_t, e **C.lls_error) C.lls_status {
+		return C.lls_session_id(p, o, n, e)
+	})
+	return string(b), err
+}
+
+// Info is the session's header record (the first line of its log).
+func (s *Session) Info() (json.RawMessage, error) {
+	return s.str(func(p *C.lls_session, o **C.char, n *C.size_t, e **C.lls_error) C.lls_status {
+		return C.lls_session_info(p, o, n, e)
+	})
+}
+
+// LoadReport says what loading found and repaired.
+func (s *Session) LoadReport() (json.RawMessage, error) {
+	return s.str(func(p *C.lls_session, o **C.char, n *C.size_t, e **C.lls_error) C.lls_status {
+		return C.lls_session_load_report(p, o, n, e)
+	})
+}
+
+// Events returns the events with seq from up to, not including, to (to < 0: to the end), as a
+// JSON array.
+func (s *Session) Events(from uint64, to int64) (json.RawMessage, error) {
+	t := uint64(math.MaxUint64)
+	if to >= 0 {
+		t = uint64(to)
+	}
+	return s.str(func(p *C.lls_session, o **C.char, n *C.size_t, e **C.lls_error) C.lls_status {
+		return C.lls_session_events(p, C.uint64_t(from), C.uint64_t(t), o, n, e)
+	})
+}
+
+// History is the derived history (the messages every request carries after the prefix).
+func (s *Session) History() (json.RawMessage, error) {
+	return s.str(func(p *C.lls_session, o **C.char, n *C.size_t, e **C.lls_error) C.lls_status {
+		return C.lls_session_history(p, o, n, e)
+	})
+}
+
+// Header is the folded request header, or null before the first request.
+func (s *Session) Header() (json.RawMessage, error) {
+	return s.str(func(p *C.lls_session, o **C.char, n *C.size_t, e **C.lls_error) C.lls_status {
+		return C.lls_session_header(p, o, n, e)
+	})
+}
+
+// Stats are counters over the log.
+func (s *Session) Stats() (json.RawMessage, error) {
+	return s.str(func(p *C.lls_session, o **C.char, n *C.size_t, e **C.lls_error) C.lls_status {
+		return C.lls_session_stats(p, o, n, e)
+	})
+}
+
+// Verify rebuilds every recorded request from the log and compares digests.
+func (s *Session) Verify() (json.RawMessage, error) {
+	return s.str(func(p *C.lls_session, o **C.char, n *C.size_t, e **C.lls_error) C.lls_status {
+		return C.lls_session_verify(p, o, n, e)
+	})
+}
+
+// Append appends one event {"type","data","surfaceOp"?,"sources"?} and returns its seq.
+// Allowed from inside an agent callback.
+func (s *Session) Append(event any) (uint64, error) {
+	b, err := toJSON(event)
+	if err != nil {
+		return 0, err
+	}
+	bp, bn := cbuf(b)
+	var seq C.uint64_t
+	err = s.with(nil, func(p *C.lls_session, e **C.lls_error) C.lls_status {
+		return C.lls_session_append(p, bp, bn, &seq, e)
+	})
+	return uint64(seq), err
+}
+
+// AppendContext appends a user message as plugin context (a user/message event with source
+// "plugin", surfaceOp "append"): the way a listener adds context to the current request.
+func (s *Session) AppendContext(message any) (uint64, error) {
+	m, err := toJSON(message)
+	if err != nil {
+		return 0, err
+	}
+	ev := map[string]any{"type": "user/message", "data": map[string]any{"message": json.RawMessage(m), "source": "plugin"}, "surfaceOp": "append"}
+	return s.Append(ev)
+}
+
+// Sync makes every appended event durable now.
+func (s *Session) Sync() error {
+	return s.with(nil, func(p *C.lls_session, e **C.lls_error) C.lls_status { return C.lls_session_sync(p, e) })
+}
+
+// VerifyFile verifies a stored JSONL log without opening it as a session.
+func VerifyFile(path string) (json.RawMessage, error) {
+	if abiErr != nil {
+		return nil, abiErr
+	}
+	pb := []byte(path)
+	pp, pn := cbuf(pb)
+	return outString(nil, func(o **C.char, n *C.size_t, e **C.lls_error) C.lls_status {
+		return C.lls_verify_file(pp, pn, o, n, e)
+	})
+}
+
+// Render renders a request envelope into a provider's JSON body ("openai" or "anthropic");
+// prefixLen is how many leading messages are the session prefix.
+func Render(renderer string, envelope []byte, prefixLen int) (json.RawMessage, error) {
+	rb := []byte(renderer)
+	rp, rn := cbuf(rb)
+	ep, en := cbuf(envelope)
+	return outString(nil, func(o **C.char, n *C.size_t, e **C.lls_error) C.lls_status {
+		return C.lls_render(rp, rn, ep, en, C.size_t(prefixLen), o, n, e)
+	})
+}
+
+// ParseResponse parses a provider response body ("openai" or "anthropic") into
+// {"message","usage"?,"finishReason"?}; message and usage go to Agent.RecordResponse.
+func ParseResponse(renderer string, body []byte) (json.RawMessage, error) {
+	rb := []byte(renderer)
+	rp, rn := cbuf(rb)
+	bp, bn := cbuf(body)
+	return outString(nil, func(o **C.char, n *C.size_t, e **C.lls_error) C.lls_status {
+		return C.lls_parse_response(rp, rn, bp, bn, o, n, e)
+	})
+}
+
+// UsageFromProvider maps a provider usage object ("openai", "llama.cpp", "deepseek",
+// "anthropic") into the library's Usage JSON.
+func UsageFromProvider(provider string, usage []byte) (json.RawMessage, error) {
+	pb := []byte(provider)
+	pp, pn := cbuf(pb)
+	up, un := cbuf(usage)
+	return outString(nil, func(o **C.char, n *C.size_t, e **C.lls_error) C.lls_status {
+		return C.lls_usage_from_provider(pp, pn, up, un, o, n, e)
+	})
+}
+
+// IsContextOverflow reports whether a provider error (HTTP status and body) says the prompt
+// does not fit the context window.
+func IsContextOverflow(status int, body []byte) bool {
+	bp, bn := cbuf(body)
+	return bool(C.lls_is_context_overflow(C.uint16_t(status), bp, bn))
+}
