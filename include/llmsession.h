@@ -764,8 +764,9 @@ lls_status lls_agent_end_turn(lls_agent *agent,
  *
  * Errors: `LLS_ERR_NULL_POINTER` (`agent`, `out`), `LLS_ERR_INVALID_HANDLE`,
  * `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (a bad span),
- * `LLS_ERR_OUT_OF_ORDER` (a request or tool batch open; before the first request),
- * `LLS_ERR_NOTHING_TO_COMPACT`, `LLS_ERR_SUMMARISER`, `LLS_ERR_CANCELLED`, `LLS_ERR_DISPOSED`,
+ * `LLS_ERR_OUT_OF_ORDER` (a request or tool batch open; a compactable history before the
+ * instance's first request, when its prefix is not composed yet), `LLS_ERR_NOTHING_TO_COMPACT`
+ * (the surface holds nothing compactable, e.g. before any turn), `LLS_ERR_SUMMARISER`, `LLS_ERR_CANCELLED`, `LLS_ERR_DISPOSED`,
  * `LLS_ERR_STORAGE`, `LLS_ERR_POISONED`.
  *
  * # Safety
