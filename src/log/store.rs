@@ -121,7 +121,13 @@ impl JsonlStore {
             .create(true)
             .open(&path)
             .map_err(|e| io_err(&path, "cannot open", e))?;
-        let len = file.metadata().map_err(|e| io_err(&path, "cannot stat", e))?.len();
+        let meta = file.metadata().map_err(|e| io_err(&path, "cannot stat", e))?;
+        if !meta.is_file() {
+            // A device or FIFO cannot be truncated, and reading one may never end (/dev/full).
+            return Err(Error::new(ErrorKind::Storage, format!("{}: not a regular file", path.display()))
+                .with("path", path.display().to_string()));
+        }
+        let len = meta.len();
         Ok(JsonlStore { path, file, offsets: Vec::new(), len })
     }
 
