@@ -180,10 +180,11 @@ impl Store for JsonlStore {
     }
 
     fn truncate(&mut self, records: usize) -> Result<()> {
-        if records >= self.offsets.len() {
+        if records > self.offsets.len() {
             return Ok(());
         }
-        let at = self.offsets[records];
+        // Keeping every record still cuts what a failed append may have left after them.
+        let at = self.offsets.get(records).copied().unwrap_or(self.len);
         self.file.set_len(at).map_err(|e| io_err(&self.path, "cannot truncate", e))?;
         self.file.sync_data().map_err(|e| io_err(&self.path, "cannot sync", e))?;
         self.offsets.truncate(records);
