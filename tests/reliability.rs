@@ -60,3 +60,24 @@ fn fork_with_empty_or_inherited_seed_reloads() {
     assert_eq!(h.lineage.last(), Some(&(child.id(), 1)));
     assert_eq!(h.session_id_at(0), root.id(), "the seeded event still names the session that wrote it");
 }
+
+/// Finding 6 (load_log fuzzing): serde_json's default float parser is not correctly rounded.
+/// A number in a carried-through field (here a 68-digit integer, read as a float) was rounded
+/// once on load and differently again on the next load, so the stored bytes drifted on every
+/// reload (`2.333333333333333e+67`, then `2.3333333333333333e+67`); a float in a call config
+/// could likewise rebuild a request differently after a reload.
+#[test]
+fn numbers_survive_reloads_byte_for_byte() {
+    use llmsession::log::{MemoryStore, Store};
+    let big = "23333333333333333333333333333333333333333333333333333333333333333338";
+    let header = format!(r#"{{"createdAt":1,"format":"llmsession","id":"s","note":{big},"type":"session","version":1}}"#);
+    let mut store = MemoryStore::new();
+    store.append(&header).unwrap();
+    let (s, _) = llmsession::Session::open(Box::new(store), llmsession::SessionOptions::default()).unwrap();
+    let first = s.header_record().to_value().to_string();
+    let again = reload(&s).unwrap();
+    assert_eq!(again.header_record().to_value().to_string(), first, "a reload changed the header's bytes");
+    let v: serde_json::Value = serde_json::from_str(big).unwrap();
+    let back: serde_json::Value = serde_json::from_str(&v.to_string()).unwrap();
+    assert_eq!(back.to_string(), v.to_string());
+}
