@@ -8,6 +8,7 @@ CC ?= cc
 .PHONY: build-lib header check-header check-symbols install install-check test-c test-c-one cbindgen
 .PHONY: go-pc test-go
 .PHONY: test-cpp cpp-deps cpp-install-check
+.PHONY: fuzz-smoke fuzz-build
 
 all: build
 
@@ -280,3 +281,40 @@ cpp-install-check: build-lib
 	if ldd "$$tmp/cm/llmsession_example" | grep -q "$(CURDIR)"; then \
 		echo "cpp-install-check: the example links the in-tree library"; exit 1; fi; \
 	echo "cpp-install-check: ok"
+
+# ---------------------------------------------------------------------------------------------
+# Fuzzing (docs/reliability.md). cargo-fuzz, pinned, installed into build/tools on first use;
+# it needs nightly features, which RUSTC_BOOTSTRAP enables on the stable toolchain. Targets are
+# built without a sanitizer (the core is safe Rust) and with debug assertions.
+CARGO_FUZZ_VERSION := 0.13.2
+CARGO_FUZZ := build/tools/bin/cargo-fuzz
+CARGO_FUZZ_STAMP := build/tools/cargo-fuzz-$(CARGO_FUZZ_VERSION).stamp
+FUZZ_TARGETS := load_log header_delta host_script ffi_json
+FUZZ_FLAGS := -s none -a
+# Seconds per target in `make fuzz-smoke`.
+FUZZ_SMOKE_SECONDS ?= 15
+
+$(CARGO_FUZZ_STAMP):
+	@if ! $(CARGO_FUZZ) --version 2>/dev/null | grep -q " $(CARGO_FUZZ_VERSION)$$"; then \
+		echo "installing cargo-fuzz $(CARGO_FUZZ_VERSION) into build/tools"; \
+		$(CARGO) install cargo-fuzz --version $(CARGO_FUZZ_VERSION) --locked --root build/tools; \
+	fi
+	@touch $@
+
+fuzz-build: $(CARGO_FUZZ_STAMP)
+	cd fuzz && PATH="$(abspath build/tools/bin):$$PATH" RUSTC_BOOTSTRAP=1 $(CARGO) fuzz build $(FUZZ_FLAGS)
+
+# A short run of every target over its committed corpus (fuzz/corpus/<target>); new inputs go
+# to build/fuzz-smoke, not into the repository.
+fuzz-smoke: fuzz-build
+	@for t in $(FUZZ_TARGETS); do \
+		mkdir -p build/fuzz-smoke/$$t; \
+		log=build/fuzz-smoke/$$t.log; \
+		if (cd fuzz && PATH="$(abspath build/tools/bin):$$PATH" RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $(FUZZ_FLAGS) $$t \
+			../build/fuzz-smoke/$$t corpus/$$t -- -max_total_time=$(FUZZ_SMOKE_SECONDS) -timeout=20 \
+			-rss_limit_mb=2048 -print_final_stats=1) >$$log 2>&1; then \
+			echo "fuzz-smoke: $$t: $$(sed -n 's/^stat::number_of_executed_units: *//p' $$log) executions, no finding"; \
+		else \
+			tail -n 40 $$log; echo "fuzz-smoke: $$t failed (full log: $$log, input in fuzz/artifacts/$$t)"; exit 1; \
+		fi; \
+	done

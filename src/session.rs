@@ -31,6 +31,8 @@ pub(crate) struct Inner {
     /// The id of the live agent instance, if any (at most one).
     pub live_agent: Option<u64>,
     next_agent_token: u64,
+    /// Set when a failed write could not be undone: the store is out of step with the log.
+    broken: Option<String>,
 }
 
 /// Current Unix time in milliseconds.
@@ -55,11 +57,17 @@ pub fn random_id() -> String {
 impl Inner {
     /// Validates, stores and applies one event. Returns its seq.
     pub fn append(&mut self, ev: NewEvent) -> Result<u64> {
+        self.check_store()?;
         let seq = self.log.next_seq();
         let event = ev.into_event(seq, now_ms());
         let effect = self.log.check(&event)?;
         let line: Arc<str> = event.to_json().into();
-        self.store.append(&line)?;
+        if let Err(e) = self.store.append(&line) {
+            // Cut whatever part of the record reached the store, or a later record would
+            // follow a torn one.
+            self.undo_tail(seq, &e);
+            return Err(e);
+        }
         let sync = match self.durability {
             Durability::EveryEvent => true,
             Durability::TurnEnd => matches!(event.ty.as_str(), types::TURN_END | types::COMPACTION_END),
@@ -69,7 +77,7 @@ impl Inner {
             if let Err(e) = self.store.sync() {
                 // The record was written but is not known durable; keep memory and store in step
                 // by dropping it again, and report the failure.
-                let _ = self.store.truncate(seq as usize + 1);
+                self.undo_tail(seq, &e);
                 return Err(e);
             }
         }
@@ -77,8 +85,32 @@ impl Inner {
         Ok(seq)
     }
 
+    /// Cuts the store back to the header and events before `seq` after a failed write. When
+    /// that fails too, the store may hold a record this session does not: it is out of step,
+    /// and every later write is refused (a new record would follow that one, or reuse its seq).
+    fn undo_tail(&mut self, seq: u64, cause: &Error) {
+        if let Err(u) = self.store.truncate(seq as usize + 1) {
+            self.broken = Some(format!("{}; undoing it failed: {}", cause.message(), u.message()));
+        }
+    }
+
+    /// Refuses writes once the store is out of step with the log (see `undo_tail`).
+    fn check_store(&self) -> Result<()> {
+        match &self.broken {
+            None => Ok(()),
+            Some(why) => Err(Error::new(
+                ErrorKind::Storage,
+                format!(
+                    "{}: a failed write could not be undone ({why}); the store may hold an event this handle does not, so it refuses further writes: reopen the session",
+                    self.store.describe()
+                ),
+            )),
+        }
+    }
+
     /// Makes everything appended so far durable.
     pub fn sync(&mut self) -> Result<()> {
+        self.check_store()?;
         self.store.sync()
     }
 }
@@ -140,7 +172,7 @@ impl Session {
             store.append(line)?;
         }
         store.sync()?;
-        Ok(Session::wrap(Inner { header, log, store, durability, live_agent: None, next_agent_token: 1 }))
+        Ok(Session::wrap(Inner { header, log, store, durability, live_agent: None, next_agent_token: 1, broken: None }))
     }
 
     fn wrap(inner: Inner) -> Session {
@@ -165,6 +197,7 @@ impl Session {
             durability: opts.durability,
             live_agent: None,
             next_agent_token: 1,
+            broken: None,
         };
         let mut report = loaded.report;
         let repairs = repair_events(&inner.log);

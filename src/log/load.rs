@@ -123,9 +123,9 @@ impl SessionHeader {
             out.push((id.clone(), (*end).min(n)));
             start = *end;
         }
-        if start < n {
-            out.push((self.id.clone(), n));
-        }
+        // The parent always ends the lineage (loading requires it), even when every seeded
+        // event came from an earlier ancestor or the seed is empty.
+        out.push((self.id.clone(), n));
         out
     }
 }

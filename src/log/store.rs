@@ -121,7 +121,13 @@ impl JsonlStore {
             .create(true)
             .open(&path)
             .map_err(|e| io_err(&path, "cannot open", e))?;
-        let len = file.metadata().map_err(|e| io_err(&path, "cannot stat", e))?.len();
+        let meta = file.metadata().map_err(|e| io_err(&path, "cannot stat", e))?;
+        if !meta.is_file() {
+            // A device or FIFO cannot be truncated, and reading one may never end (/dev/full).
+            return Err(Error::new(ErrorKind::Storage, format!("{}: not a regular file", path.display()))
+                .with("path", path.display().to_string()));
+        }
+        let len = meta.len();
         Ok(JsonlStore { path, file, offsets: Vec::new(), len })
     }
 
@@ -174,10 +180,11 @@ impl Store for JsonlStore {
     }
 
     fn truncate(&mut self, records: usize) -> Result<()> {
-        if records >= self.offsets.len() {
+        if records > self.offsets.len() {
             return Ok(());
         }
-        let at = self.offsets[records];
+        // Keeping every record still cuts what a failed append may have left after them.
+        let at = self.offsets.get(records).copied().unwrap_or(self.len);
         self.file.set_len(at).map_err(|e| io_err(&self.path, "cannot truncate", e))?;
         self.file.sync_data().map_err(|e| io_err(&self.path, "cannot sync", e))?;
         self.offsets.truncate(records);
