@@ -9,16 +9,9 @@ fn main() {
     let os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
     let major = std::env::var("CARGO_PKG_VERSION_MAJOR").unwrap_or_default();
     let minor = std::env::var("CARGO_PKG_VERSION_MINOR").unwrap_or_default();
-    let elf = matches!(
-        os.as_str(),
-        "linux" | "android" | "freebsd" | "netbsd" | "openbsd" | "dragonfly"
-    );
+    let elf = matches!(os.as_str(), "linux" | "android" | "freebsd" | "netbsd" | "openbsd" | "dragonfly");
     if elf {
-        let soname = if major == "0" {
-            format!("libllmsession.so.0.{minor}")
-        } else {
-            format!("libllmsession.so.{major}")
-        };
+        let soname = if major == "0" { format!("libllmsession.so.0.{minor}") } else { format!("libllmsession.so.{major}") };
         println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,{soname}");
     }
 }

@@ -18,9 +18,7 @@ fn tokenizer_path() -> PathBuf {
     }
     let cache = match std::env::var_os("LLMSESSION_CACHE") {
         Some(c) => PathBuf::from(c),
-        None => {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/llmsession")
-        }
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/llmsession"),
     };
     cache.join("deepseek-v3/tokenizer.json")
 }
@@ -35,15 +33,9 @@ fn main() {
         }
     };
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/tokens");
-    let mut files: Vec<(String, PathBuf)> = ["prose_en.txt", "code.txt", "prose_zh.txt"]
-        .iter()
-        .map(|n| (format!("tests/data/tokens/{n}"), dir.join(n)))
-        .collect();
-    files.extend(
-        std::env::args()
-            .skip(1)
-            .map(|a| (a.clone(), PathBuf::from(a))),
-    );
+    let mut files: Vec<(String, PathBuf)> =
+        ["prose_en.txt", "code.txt", "prose_zh.txt"].iter().map(|n| (format!("tests/data/tokens/{n}"), dir.join(n))).collect();
+    files.extend(std::env::args().skip(1).map(|a| (a.clone(), PathBuf::from(a))));
 
     println!("| corpus | chars | DeepSeek-V3 tokens | estimate | error |");
     println!("|---|---:|---:|---:|---:|");
@@ -55,14 +47,9 @@ fn main() {
                 std::process::exit(1);
             }
         };
-        let exact = counter
-            .count_text(&text)
-            .expect("the tokenizer encodes the corpus");
+        let exact = counter.count_text(&text).expect("the tokenizer encodes the corpus");
         let est = estimate_text(&text);
         let err = (est as f64 - exact as f64) / exact as f64 * 100.0;
-        println!(
-            "| {label} | {} | {exact} | {est} | {err:+.1} % |",
-            text.chars().count()
-        );
+        println!("| {label} | {} | {exact} | {est} | {err:+.1} % |", text.chars().count());
     }
 }

@@ -153,9 +153,7 @@ impl std::error::Error for Error {}
 
 impl From<serde_json::Error> for Error {
     fn from(e: serde_json::Error) -> Self {
-        Error::new(ErrorKind::MalformedJson, format!("malformed JSON: {e}"))
-            .with("line", e.line() as u64)
-            .with("column", e.column() as u64)
+        Error::new(ErrorKind::MalformedJson, format!("malformed JSON: {e}")).with("line", e.line() as u64).with("column", e.column() as u64)
     }
 }
 

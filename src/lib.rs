@@ -30,27 +30,27 @@ pub mod compaction;
 pub mod error;
 pub mod ffi;
 /// cbindgen:ignore
-pub mod types;
-/// cbindgen:ignore
 pub mod header;
 /// cbindgen:ignore
 pub mod log;
 /// cbindgen:ignore
 pub mod prefix;
 /// cbindgen:ignore
-pub mod session;
-/// cbindgen:ignore
 pub mod render;
 /// cbindgen:ignore
 pub mod request;
 /// cbindgen:ignore
+pub mod session;
+/// cbindgen:ignore
 pub mod tokens;
+/// cbindgen:ignore
+pub mod types;
 
+pub use agent::{Agent, AgentOptions};
 pub use cancel::CancelToken;
 pub use error::{Error, ErrorKind, Result};
-pub use types::{Block, CallConfig, JsonMap, Message, Provenance, Role, ToolSchema, Usage};
 pub use header::{EpochHeader, HeaderDelta, HeaderSnapshot, SnapshotReason};
 pub use log::{Durability, Event, NewEvent};
-pub use session::{Session, SessionOptions};
-pub use agent::{Agent, AgentOptions};
 pub use request::Request;
+pub use session::{Session, SessionOptions};
+pub use types::{Block, CallConfig, JsonMap, Message, Provenance, Role, ToolSchema, Usage};

@@ -118,7 +118,8 @@ where
 /// Validates what a listener returned as JSON (the form host callbacks use).
 pub fn parse_listener_output(v: &Value) -> Result<Vec<Message>> {
     Message::list_from_value(v, "prefix").map_err(|e| {
-        Error::new(ErrorKind::Listener, format!("a prefix listener returned invalid data: {}", e.message())).with("field", e.detail().get("field").cloned().unwrap_or(Value::Null))
+        Error::new(ErrorKind::Listener, format!("a prefix listener returned invalid data: {}", e.message()))
+            .with("field", e.detail().get("field").cloned().unwrap_or(Value::Null))
     })
 }
 

@@ -421,13 +421,21 @@ fn rebuild_compaction_digest(log: &Log, ev: &Event, session_id: &str, prefix: &m
     let span = f.value("span")?;
     let start = span.get("start").and_then(Value::as_u64).unwrap_or(0) as usize;
     let end = span.get("end").and_then(Value::as_u64).unwrap_or(0) as usize;
-    let header = log.state().headers.current().cloned().ok_or_else(|| Error::new(ErrorKind::Reconstruction, "compaction before any request header"))?;
+    let header = log
+        .state()
+        .headers
+        .current()
+        .cloned()
+        .ok_or_else(|| Error::new(ErrorKind::Reconstruction, "compaction before any request header"))?;
     if !prefix.is_for(header.message_prefix.as_ref()) {
         *prefix = PrefixBytes::of(header.message_prefix.as_ref());
     }
     let entries = log.history().entries();
     if end >= entries.len() || start > end {
-        return Err(Error::new(ErrorKind::Reconstruction, format!("compaction at seq {}: span {start}..={end} is outside the surface", ev.seq)));
+        return Err(Error::new(
+            ErrorKind::Reconstruction,
+            format!("compaction at seq {}: span {start}..={end} is outside the surface", ev.seq),
+        ));
     }
     let body = compaction_envelope(
         &header,

@@ -315,11 +315,8 @@ impl Session {
     pub fn append(&self, ev: NewEvent) -> Result<u64> {
         let mut g = self.lock();
         if g.live_agent.is_some() && is_agent_owned(&ev) {
-            return Err(Error::out_of_order(format!(
-                "{}: the live agent instance owns this event type; use the agent's API",
-                ev.ty
-            ))
-            .with("eventType", ev.ty.clone()));
+            return Err(Error::out_of_order(format!("{}: the live agent instance owns this event type; use the agent's API", ev.ty))
+                .with("eventType", ev.ty.clone()));
         }
         g.append(ev)
     }
@@ -367,13 +364,7 @@ impl Session {
         }
         let n = events.len() as u64;
         let lineage = parent.fork_lineage(n);
-        let header = SessionHeader {
-            id,
-            created_at: now_ms(),
-            parent: Some((parent.id.clone(), n)),
-            lineage,
-            extra: JsonMap::new(),
-        };
+        let header = SessionHeader { id, created_at: now_ms(), parent: Some((parent.id.clone(), n)), lineage, extra: JsonMap::new() };
         Session::start(store, header, log, opts.durability)
     }
 
@@ -381,7 +372,10 @@ impl Session {
     pub(crate) fn claim(&self) -> Result<u64> {
         let mut g = self.lock();
         if let Some(t) = g.live_agent {
-            return Err(Error::new(ErrorKind::Busy, format!("session {} already has a live agent instance (#{t}); dispose it first", g.header.id)));
+            return Err(Error::new(
+                ErrorKind::Busy,
+                format!("session {} already has a live agent instance (#{t}); dispose it first", g.header.id),
+            ));
         }
         let t = g.next_agent_token;
         g.next_agent_token += 1;

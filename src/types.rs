@@ -57,10 +57,7 @@ impl<'a> Fields<'a> {
     fn present(&self, key: &str) -> Result<Option<&'a Value>> {
         match self.map.get(key) {
             None => Ok(None),
-            Some(Value::Null) => Err(Error::invalid(
-                self.p(key),
-                "is null; optional fields must be absent, not null",
-            )),
+            Some(Value::Null) => Err(Error::invalid(self.p(key), "is null; optional fields must be absent, not null")),
             Some(v) => Ok(Some(v)),
         }
     }
@@ -77,36 +74,26 @@ impl<'a> Fields<'a> {
     pub fn opt_str(&self, key: &str) -> Result<Option<&'a str>> {
         match self.present(key)? {
             None => Ok(None),
-            Some(v) => v
-                .as_str()
-                .map(Some)
-                .ok_or_else(|| Error::invalid(self.p(key), format!("expected a string, got {}", kind_of(v)))),
+            Some(v) => v.as_str().map(Some).ok_or_else(|| Error::invalid(self.p(key), format!("expected a string, got {}", kind_of(v)))),
         }
     }
 
     pub fn u64(&self, key: &str) -> Result<u64> {
         let v = self.required(key)?;
-        v.as_u64()
-            .ok_or_else(|| Error::invalid(self.p(key), format!("expected a non-negative integer, got {v}")))
+        v.as_u64().ok_or_else(|| Error::invalid(self.p(key), format!("expected a non-negative integer, got {v}")))
     }
 
     pub fn opt_u64(&self, key: &str) -> Result<Option<u64>> {
         match self.present(key)? {
             None => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .map(Some)
-                .ok_or_else(|| Error::invalid(self.p(key), format!("expected a non-negative integer, got {v}"))),
+            Some(v) => v.as_u64().map(Some).ok_or_else(|| Error::invalid(self.p(key), format!("expected a non-negative integer, got {v}"))),
         }
     }
 
     pub fn opt_f64(&self, key: &str) -> Result<Option<f64>> {
         match self.present(key)? {
             None => Ok(None),
-            Some(v) => v
-                .as_f64()
-                .map(Some)
-                .ok_or_else(|| Error::invalid(self.p(key), format!("expected a number, got {}", kind_of(v)))),
+            Some(v) => v.as_f64().map(Some).ok_or_else(|| Error::invalid(self.p(key), format!("expected a number, got {}", kind_of(v)))),
         }
     }
 
@@ -118,10 +105,7 @@ impl<'a> Fields<'a> {
     pub fn opt_bool(&self, key: &str) -> Result<Option<bool>> {
         match self.present(key)? {
             None => Ok(None),
-            Some(v) => v
-                .as_bool()
-                .map(Some)
-                .ok_or_else(|| Error::invalid(self.p(key), format!("expected a boolean, got {}", kind_of(v)))),
+            Some(v) => v.as_bool().map(Some).ok_or_else(|| Error::invalid(self.p(key), format!("expected a boolean, got {}", kind_of(v)))),
         }
     }
 
@@ -133,10 +117,7 @@ impl<'a> Fields<'a> {
     pub fn opt_array(&self, key: &str) -> Result<Option<&'a Vec<Value>>> {
         match self.present(key)? {
             None => Ok(None),
-            Some(v) => v
-                .as_array()
-                .map(Some)
-                .ok_or_else(|| Error::invalid(self.p(key), format!("expected an array, got {}", kind_of(v)))),
+            Some(v) => v.as_array().map(Some).ok_or_else(|| Error::invalid(self.p(key), format!("expected an array, got {}", kind_of(v)))),
         }
     }
 
@@ -150,11 +131,7 @@ impl<'a> Fields<'a> {
 
     /// Every key not in `known`, copied.
     pub fn extra(&self, known: &[&str]) -> JsonMap {
-        self.map
-            .iter()
-            .filter(|(k, _)| !known.contains(&k.as_str()))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
+        self.map.iter().filter(|(k, _)| !known.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect()
     }
 }
 
@@ -536,8 +513,7 @@ impl ToolSchema {
 deserialize_via_from_value!(ToolSchema);
 
 /// Envelope keys that a call config's unknown fields may not shadow.
-pub(crate) const ENVELOPE_KEYS: &[&str] =
-    &["messages", "system", "tools", "sessionId", "turn", "step", "purpose", "instance"];
+pub(crate) const ENVELOPE_KEYS: &[&str] = &["messages", "system", "tools", "sessionId", "turn", "step", "purpose", "instance"];
 
 /// The per-call configuration: provider, model and sampling settings.
 #[derive(Clone, Debug, PartialEq, Serialize)]

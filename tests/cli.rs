@@ -24,9 +24,7 @@ fn write_log(path: &std::path::Path) {
         agent.start_turn(Message::user_text(*text)).unwrap();
         agent.next_request(&c).unwrap();
         let usage = Usage { input_tokens: 10, output_tokens: 3, cache_read_tokens: Some(20 * i as u64), ..Default::default() };
-        agent
-            .record_response(Message::new(Role::Assistant, vec![Block::tool_call(&format!("c{i}"), "read", "{}")]), Some(usage))
-            .unwrap();
+        agent.record_response(Message::new(Role::Assistant, vec![Block::tool_call(&format!("c{i}"), "read", "{}")]), Some(usage)).unwrap();
         agent.record_tool_result(ToolResultInput { call_id: format!("c{i}"), content: vec![Block::text("ok")], is_error: false }).unwrap();
         agent.next_request(&c).unwrap();
         agent.record_response(Message::new(Role::Assistant, vec![Block::text("done")]), None).unwrap();

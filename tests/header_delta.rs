@@ -20,43 +20,24 @@ fn system() -> impl Strategy<Value = Option<String>> {
 }
 
 fn tool(name: &str, variant: u8) -> ToolSchema {
-    let params = if variant % 2 == 0 {
-        json!({"type":"object"})
-    } else {
-        json!({"type":"object","properties":{"v":{"type":"integer"}}})
-    };
-    let desc = if variant < 2 {
-        "does things"
-    } else {
-        "does other things"
-    };
-    ToolSchema::from_value(
-        &json!({"name":name,"description":desc,"parameters":params}),
-        "",
-    )
-    .unwrap()
+    let params = if variant % 2 == 0 { json!({"type":"object"}) } else { json!({"type":"object","properties":{"v":{"type":"integer"}}}) };
+    let desc = if variant < 2 { "does things" } else { "does other things" };
+    ToolSchema::from_value(&json!({"name":name,"description":desc,"parameters":params}), "").unwrap()
 }
 
 /// A shuffled subset of five names, each with one of four schema variants.
 fn tools() -> impl Strategy<Value = Option<Vec<ToolSchema>>> {
     let names = vec!["a", "b", "c", "d", "e"];
-    (
-        prop::sample::subsequence(names, 0..=5).prop_shuffle(),
-        prop::collection::vec(0u8..4, 5),
-        any::<bool>(),
-    )
-        .prop_map(|(names, variants, absent_if_empty)| {
-            let list: Vec<ToolSchema> = names
-                .iter()
-                .zip(variants)
-                .map(|(n, v)| tool(n, v))
-                .collect();
+    (prop::sample::subsequence(names, 0..=5).prop_shuffle(), prop::collection::vec(0u8..4, 5), any::<bool>()).prop_map(
+        |(names, variants, absent_if_empty)| {
+            let list: Vec<ToolSchema> = names.iter().zip(variants).map(|(n, v)| tool(n, v)).collect();
             if list.is_empty() && absent_if_empty {
                 None
             } else {
                 Some(list)
             }
-        })
+        },
+    )
 }
 
 fn config() -> impl Strategy<Value = CallConfig> {
@@ -65,10 +46,7 @@ fn config() -> impl Strategy<Value = CallConfig> {
         prop::sample::select(vec!["m1", "m2"]),
         prop::option::of(prop::sample::select(vec!["low", "high"])),
         prop::option::of(0u64..3),
-        prop::option::of(prop::collection::vec(
-            prop::sample::select(vec!["END", "STOP"]),
-            0..2,
-        )),
+        prop::option::of(prop::collection::vec(prop::sample::select(vec!["END", "STOP"]), 0..2)),
     )
         .prop_map(|(p, m, effort, max, stop)| {
             let mut c = CallConfig::new(p, m);
@@ -90,13 +68,11 @@ fn prefix() -> impl Strategy<Value = Option<Arc<Vec<Message>>>> {
 
 /// Headers built as given (possibly non-canonical: `Some("")`, `Some(vec![])`).
 fn header() -> impl Strategy<Value = EpochHeader> {
-    (config(), system(), tools(), prefix()).prop_map(|(config, system, tools, message_prefix)| {
-        EpochHeader {
-            config,
-            system,
-            tools,
-            message_prefix,
-        }
+    (config(), system(), tools(), prefix()).prop_map(|(config, system, tools, message_prefix)| EpochHeader {
+        config,
+        system,
+        tools,
+        message_prefix,
     })
 }
 

@@ -69,26 +69,14 @@ struct Model {
 
 impl Model {
     fn new(s: Session) -> Model {
-        Model {
-            s,
-            surface: Vec::new(),
-            turn: 0,
-            open: false,
-            step: 0,
-            pending: Vec::new(),
-            next_call: 0,
-        }
+        Model { s, surface: Vec::new(), turn: 0, open: false, step: 0, pending: Vec::new(), next_call: 0 }
     }
 
     fn push(&mut self, ev: llmsession::NewEvent, calls: Vec<String>, answers: Option<String>) {
         let visible = ev.surface_op.is_some();
         let seq = self.s.append(ev).unwrap();
         if visible {
-            self.surface.push(Entry {
-                seq,
-                calls,
-                answers,
-            });
+            self.surface.push(Entry { seq, calls, answers });
         }
     }
 
@@ -114,14 +102,9 @@ impl Model {
                         format!("call-{}", self.next_call)
                     })
                     .collect();
-                let triples: Vec<(&str, &str, &str)> =
-                    ids.iter().map(|i| (i.as_str(), "tool", "{}")).collect();
+                let triples: Vec<(&str, &str, &str)> = ids.iter().map(|i| (i.as_str(), "tool", "{}")).collect();
                 self.push(step_start(t, st), vec![], None);
-                self.push(
-                    assistant(t, st, &format!("reply {t}.{st}"), &triples),
-                    ids.clone(),
-                    None,
-                );
+                self.push(assistant(t, st, &format!("reply {t}.{st}"), &triples), ids.clone(), None);
                 for id in &ids {
                     self.push(tool_call(t, st, id, "tool", "{}"), vec![], None);
                 }
@@ -135,20 +118,12 @@ impl Model {
             }
             Op::Result if !self.pending.is_empty() => {
                 let id = self.pending.remove(0);
-                self.push(
-                    tool_result(&id, &format!("result of {id}")),
-                    vec![],
-                    Some(id),
-                );
+                self.push(tool_result(&id, &format!("result of {id}")), vec![], Some(id));
             }
             Op::Context if self.pending.is_empty() => {
                 self.push(host("the host says hello"), vec![], None);
             }
-            Op::Note => self.push(
-                llmsession::NewEvent::new("test/note", serde_json::json!({"n": 1})),
-                vec![],
-                None,
-            ),
+            Op::Note => self.push(llmsession::NewEvent::new("test/note", serde_json::json!({"n": 1})), vec![], None),
             Op::Compact { a, b } if self.pending.is_empty() && !self.surface.is_empty() => {
                 let n = self.surface.len();
                 let (mut start, mut end) = (a as usize % n, b as usize % n);
@@ -157,12 +132,8 @@ impl Model {
                 }
                 let span = &self.surface[start..=end];
                 let balanced = span.iter().all(|e| {
-                    e.calls
-                        .iter()
-                        .all(|c| span.iter().any(|r| r.answers.as_ref() == Some(c)))
-                        && e.answers
-                            .as_ref()
-                            .map_or(true, |a| span.iter().any(|c| c.calls.contains(a)))
+                    e.calls.iter().all(|c| span.iter().any(|r| r.answers.as_ref() == Some(c)))
+                        && e.answers.as_ref().map_or(true, |a| span.iter().any(|c| c.calls.contains(a)))
                 });
                 let sources: Vec<u64> = span.iter().map(|e| e.seq).collect();
                 if balanced {
@@ -170,14 +141,7 @@ impl Model {
                     self.push(compaction_summary("summary"), vec![], None);
                     let cp = checkpoint(&format!("summary of {start}..={end}"), start, end, sources);
                     let seq = self.s.append(cp).unwrap();
-                    self.surface.splice(
-                        start..=end,
-                        std::iter::once(Entry {
-                            seq,
-                            calls: vec![],
-                            answers: None,
-                        }),
-                    );
+                    self.surface.splice(start..=end, std::iter::once(Entry { seq, calls: vec![], answers: None }));
                     self.push(compaction_end("landed"), vec![], None);
                 } else {
                     // An unbalanced span is refused when the compaction announces it.
@@ -195,8 +159,7 @@ impl Model {
             .iter()
             .map(|e| {
                 let ev = self.s.event(e.seq).unwrap();
-                serde_json::to_string(&project(&ev).unwrap().expect("surface events are visible"))
-                    .unwrap()
+                serde_json::to_string(&project(&ev).unwrap().expect("surface events are visible")).unwrap()
             })
             .collect();
         format!("[{}]", parts.join(","))
@@ -204,36 +167,17 @@ impl Model {
 
     fn check(&self) {
         let cached = self.s.history_json();
-        assert_eq!(
-            cached,
-            self.folded(),
-            "the cache differs from project folded over the surface"
-        );
-        let events: Vec<Event> = (0..self.s.len() as u64)
-            .map(|q| self.s.event(q).unwrap())
-            .collect();
+        assert_eq!(cached, self.folded(), "the cache differs from project folded over the surface");
+        let events: Vec<Event> = (0..self.s.len() as u64).map(|q| self.s.event(q).unwrap()).collect();
         let replayed = Log::replay(&events).unwrap();
         let mut out = Vec::new();
         out.push(b'[');
         replayed.history().write_json(&mut out, true);
         out.push(b']');
-        assert_eq!(
-            cached.as_bytes(),
-            out.as_slice(),
-            "the cache differs from a replay of the log"
-        );
-        assert_eq!(
-            self.s.with_log(|l| l.history().seqs()),
-            self.surface.iter().map(|e| e.seq).collect::<Vec<_>>()
-        );
-        assert_eq!(
-            self.s.with_log(|l| l.history().generation()),
-            replayed.history().generation()
-        );
-        assert_eq!(
-            self.s.with_log(|l| l.history().bytes()),
-            replayed.history().bytes()
-        );
+        assert_eq!(cached.as_bytes(), out.as_slice(), "the cache differs from a replay of the log");
+        assert_eq!(self.s.with_log(|l| l.history().seqs()), self.surface.iter().map(|e| e.seq).collect::<Vec<_>>());
+        assert_eq!(self.s.with_log(|l| l.history().generation()), replayed.history().generation());
+        assert_eq!(self.s.with_log(|l| l.history().bytes()), replayed.history().bytes());
     }
 }
 

@@ -35,10 +35,7 @@ fn measure(f: impl FnOnce()) -> Work {
     let region = Region::new(GLOBAL);
     f();
     let c = region.change();
-    Work {
-        allocations: c.allocations + c.reallocations,
-        bytes: c.bytes_allocated + c.bytes_reallocated.max(0) as usize,
-    }
+    Work { allocations: c.allocations + c.reallocations, bytes: c.bytes_allocated + c.bytes_reallocated.max(0) as usize }
 }
 
 /// Work of each phase for a session of about `events` events (`None`: phase not run).
@@ -53,36 +50,19 @@ struct Phases {
 }
 
 fn opts() -> SessionOptions {
-    SessionOptions {
-        durability: Durability::Never,
-        id: Some("long".into()),
-    }
+    SessionOptions { durability: Durability::Never, id: Some("long".into()) }
 }
 
 /// Writes a session file of the initial header and `turns` complete turns directly, without
 /// validation (the load that follows validates every line).
 fn write_file(path: &Path, turns: usize) {
-    let head = SessionHeader {
-        id: "long".into(),
-        created_at: 1,
-        parent: None,
-        lineage: Vec::new(),
-        extra: Default::default(),
-    };
+    let head = SessionHeader { id: "long".into(), created_at: 1, parent: None, lineage: Vec::new(), extra: Default::default() };
     let mut out = head.to_value().to_string();
     out.push('\n');
     let mut seq = 0;
-    let evs = std::iter::once(header("initial", 1, "sys"))
-        .chain((1..=turns as u64).flat_map(complete_turn));
+    let evs = std::iter::once(header("initial", 1, "sys")).chain((1..=turns as u64).flat_map(complete_turn));
     for ev in evs {
-        let ev = Event {
-            ty: ev.ty,
-            seq,
-            time: 1,
-            data: ev.data,
-            surface_op: ev.surface_op,
-            sources: ev.sources,
-        };
+        let ev = Event { ty: ev.ty, seq, time: 1, data: ev.data, surface_op: ev.surface_op, sources: ev.sources };
         out.push_str(&ev.to_json());
         out.push('\n');
         seq += 1;
@@ -143,14 +123,7 @@ fn run(events: usize, all: bool) -> Phases {
         );
     });
     assert_eq!(s.with_log(|l| l.history().len()), 2);
-    Phases {
-        events: n,
-        append,
-        load,
-        derive,
-        fork,
-        compact,
-    }
+    Phases { events: n, append, load, derive, fork, compact }
 }
 
 fn assert_linear(small: &Phases, large: &Phases) {
@@ -170,14 +143,8 @@ fn assert_linear(small: &Phases, large: &Phases) {
         // Bytes include amortised vector growth, whose power-of-two rounding can add up to a
         // factor of 2 between the two sizes; still far below quadratic growth.
         let byte_ratio = b.bytes as f64 / a.bytes.max(1) as f64;
-        assert!(
-            count_ratio < 1.5 * factor,
-            "{name}: allocations grew {count_ratio:.1}x for {factor:.1}x events ({a:?} -> {b:?})"
-        );
-        assert!(
-            byte_ratio < 2.5 * factor,
-            "{name}: bytes grew {byte_ratio:.1}x for {factor:.1}x events ({a:?} -> {b:?})"
-        );
+        assert!(count_ratio < 1.5 * factor, "{name}: allocations grew {count_ratio:.1}x for {factor:.1}x events ({a:?} -> {b:?})");
+        assert!(byte_ratio < 2.5 * factor, "{name}: bytes grew {byte_ratio:.1}x for {factor:.1}x events ({a:?} -> {b:?})");
     }
 }
 

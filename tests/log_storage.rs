@@ -12,8 +12,7 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
 fn open(path: &Path) -> (Session, LoadReport) {
-    Session::open_jsonl(path, SessionOptions::default())
-        .unwrap_or_else(|e| panic!("open failed: {e}"))
+    Session::open_jsonl(path, SessionOptions::default()).unwrap_or_else(|e| panic!("open failed: {e}"))
 }
 
 fn new_file() -> (tempfile::TempDir, PathBuf) {
@@ -23,23 +22,11 @@ fn new_file() -> (tempfile::TempDir, PathBuf) {
 }
 
 fn lines(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect()
+    std::fs::read_to_string(path).unwrap().lines().map(str::to_string).collect()
 }
 
 fn types_of(path: &Path) -> Vec<String> {
-    lines(path)
-        .iter()
-        .map(|l| {
-            serde_json::from_str::<Value>(l).unwrap()["type"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
-        .collect()
+    lines(path).iter().map(|l| serde_json::from_str::<Value>(l).unwrap()["type"].as_str().unwrap().to_string()).collect()
 }
 
 /// A file holding the initial header and `turns` complete turns, then `tail`.
@@ -125,11 +112,7 @@ fn a_saved_log_loads_back_equal() {
 #[test]
 fn a_torn_last_line_is_cut() {
     let (_dir, path) = new_file();
-    let before = saved(
-        &path,
-        1,
-        vec![NewEvent::new("acme/note", json!({"text": "the last word"}))],
-    );
+    let before = saved(&path, 1, vec![NewEvent::new("acme/note", json!({"text": "the last word"}))]);
     let whole = std::fs::read(&path).unwrap();
     let last_len = lines(&path).last().unwrap().len() + 1;
     let good = whole.len() - last_len;
@@ -141,11 +124,7 @@ fn a_torn_last_line_is_cut() {
     assert!(report.cut_reason.is_some());
     assert_eq!(report.repaired_events, 0);
     assert_eq!(s.len(), before.len - 1);
-    assert_eq!(
-        std::fs::read(&path).unwrap(),
-        &whole[..good],
-        "the torn line is cut from the file"
-    );
+    assert_eq!(std::fs::read(&path).unwrap(), &whole[..good], "the torn line is cut from the file");
     append_all(&s, vec![host("goes on")]);
     drop(s);
     let (s, report) = open(&path);
@@ -158,11 +137,7 @@ fn a_last_line_without_its_newline_is_torn() {
     // The write of the last record stopped just before its newline: the append never
     // returned, so the record is not part of the log, and later appends must not be glued to it.
     let (_dir, path) = new_file();
-    let before = saved(
-        &path,
-        1,
-        vec![NewEvent::new("acme/note", json!({"text": "unfinished"}))],
-    );
+    let before = saved(&path, 1, vec![NewEvent::new("acme/note", json!({"text": "unfinished"}))]);
     let whole = std::fs::read(&path).unwrap();
     std::fs::write(&path, &whole[..whole.len() - 1]).unwrap();
     let (s, report) = open(&path);
@@ -172,11 +147,7 @@ fn a_last_line_without_its_newline_is_torn() {
     append_all(&s, vec![host("next")]);
     drop(s);
     let (s, report) = open(&path);
-    assert_eq!(
-        report,
-        LoadReport::default(),
-        "the file is whole after the cut"
-    );
+    assert_eq!(report, LoadReport::default(), "the file is whole after the cut");
     assert_eq!(s.len(), before.len);
     assert!(std::fs::read(&path).unwrap().ends_with(b"\n"));
 }
@@ -192,22 +163,10 @@ fn damage_before_the_last_complete_turn_names_the_line() {
     let e = Session::open_jsonl(&path, SessionOptions::default()).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::CorruptLog);
     assert!(e.message().contains("line 5"), "{}", e.message());
-    assert!(
-        e.message().contains("damage before the last complete turn"),
-        "{}",
-        e.message()
-    );
-    assert!(
-        e.message().contains(path.to_str().unwrap()),
-        "the message names the file: {}",
-        e.message()
-    );
+    assert!(e.message().contains("damage before the last complete turn"), "{}", e.message());
+    assert!(e.message().contains(path.to_str().unwrap()), "the message names the file: {}", e.message());
     assert_eq!(e.detail()["line"], 5);
-    assert_eq!(
-        std::fs::read_to_string(&path).unwrap(),
-        text,
-        "a rejected file is left untouched"
-    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), text, "a rejected file is left untouched");
 }
 
 #[test]
@@ -247,14 +206,7 @@ fn damage_inside_the_trailing_unfinished_turn_is_cut_and_repaired() {
     let before = saved(
         &path,
         1,
-        vec![
-            turn_start(2),
-            user("q"),
-            step_start(2, 1),
-            assistant(2, 1, "thinking", &[]),
-            step_end(2, 1, "response"),
-            host("x"),
-        ],
+        vec![turn_start(2), user("q"), step_start(2, 1), assistant(2, 1, "thinking", &[]), step_end(2, 1, "response"), host("x")],
     );
     let mut file = lines(&path);
     let n = file.len();
@@ -264,22 +216,12 @@ fn damage_inside_the_trailing_unfinished_turn_is_cut_and_repaired() {
     let (s, report) = open(&path);
     assert_eq!(report.cut_records, 3);
     assert_eq!(report.cut_at_line, Some(n - 2));
-    assert!(
-        report
-            .cut_reason
-            .as_deref()
-            .unwrap()
-            .contains("malformed JSON"),
-        "{report:?}"
-    );
+    assert!(report.cut_reason.as_deref().unwrap().contains("malformed JSON"), "{report:?}");
     // The step that was open is closed with an error, then the turn.
     assert_eq!(report.repaired_events, 2);
     assert_eq!(s.len(), before.len - 3 + 2);
     let types = types_of(&path);
-    assert_eq!(
-        &types[types.len() - 3..],
-        ["step/start", "step/end", "turn/end"]
-    );
+    assert_eq!(&types[types.len() - 3..], ["step/start", "step/end", "turn/end"]);
     let end: Value = serde_json::from_str(lines(&path).last().unwrap()).unwrap();
     assert_eq!(end["data"], json!({"turn": 2, "reason": "interrupted"}));
     drop(s);
@@ -296,53 +238,25 @@ fn a_rule_violation_in_the_trailing_unfinished_turn_is_cut() {
     let mut ev: Value = serde_json::from_str(file.last().unwrap()).unwrap();
     ev["data"]["source"] = json!("robot");
     *file.last_mut().unwrap() = ev.to_string();
-    file.push(
-        serde_json::to_string(&json!({"type": "acme/x", "seq": 14, "time": 1, "data": {}}))
-            .unwrap(),
-    );
+    file.push(serde_json::to_string(&json!({"type": "acme/x", "seq": 14, "time": 1, "data": {}})).unwrap());
     std::fs::write(&path, file.join("\n") + "\n").unwrap();
     let (_s, report) = open(&path);
     assert_eq!(report.cut_records, 2);
-    assert!(
-        report
-            .cut_reason
-            .as_deref()
-            .unwrap()
-            .contains("data.source"),
-        "{report:?}"
-    );
-    assert_eq!(
-        report.repaired_events, 1,
-        "turn 2 (now without its message) is closed"
-    );
+    assert!(report.cut_reason.as_deref().unwrap().contains("data.source"), "{report:?}");
+    assert_eq!(report.repaired_events, 1, "turn 2 (now without its message) is closed");
 }
 
-fn crash_and_reopen(
-    tail: Vec<NewEvent>,
-) -> (Session, LoadReport, Vec<Value>, tempfile::TempDir, PathBuf) {
+fn crash_and_reopen(tail: Vec<NewEvent>) -> (Session, LoadReport, Vec<Value>, tempfile::TempDir, PathBuf) {
     let (dir, path) = new_file();
     let before = saved(&path, 1, tail);
     let (s, report) = open(&path);
     // The repair is in the file, after the original events.
     let file = lines(&path);
     assert_eq!(file.len(), before.len + 1 + report.repaired_events);
-    let repaired: Vec<Value> = file[before.len + 1..]
-        .iter()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(
-        s.events_json(before.len as u64, None),
-        format!("[{}]", file[before.len + 1..].join(","))
-    );
-    assert_eq!(
-        s.events_json(0, Some(before.len as u64)),
-        before.events,
-        "nothing before the repair changed"
-    );
-    assert!(
-        s.with_log(|l| l.state().at_rest()),
-        "the repaired log is at rest"
-    );
+    let repaired: Vec<Value> = file[before.len + 1..].iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(s.events_json(before.len as u64, None), format!("[{}]", file[before.len + 1..].join(",")));
+    assert_eq!(s.events_json(0, Some(before.len as u64)), before.events, "nothing before the repair changed");
+    assert!(s.with_log(|l| l.state().at_rest()), "the repaired log is at rest");
     (s, report, repaired, dir, path)
 }
 
@@ -360,34 +274,20 @@ fn ty(v: &Value) -> &str {
 
 #[test]
 fn a_crash_inside_an_open_step_is_repaired() {
-    let (s, report, repaired, _dir, path) =
-        crash_and_reopen(vec![turn_start(2), user("q"), step_start(2, 1)]);
+    let (s, report, repaired, _dir, path) = crash_and_reopen(vec![turn_start(2), user("q"), step_start(2, 1)]);
     assert_eq!(report.repaired_events, 2);
     assert_eq!(report.cut_records, 0);
-    assert_eq!(
-        repaired.iter().map(ty).collect::<Vec<_>>(),
-        ["step/end", "turn/end"]
-    );
+    assert_eq!(repaired.iter().map(ty).collect::<Vec<_>>(), ["step/end", "turn/end"]);
     assert_eq!(repaired[0]["data"]["outcome"], "error");
     assert_eq!(repaired[0]["data"]["step"], 1);
-    assert!(repaired[0]["data"]["error"]
-        .as_str()
-        .unwrap()
-        .contains("interrupted"));
-    assert_eq!(
-        repaired[1]["data"],
-        json!({"turn": 2, "reason": "interrupted"})
-    );
+    assert!(repaired[0]["data"]["error"].as_str().unwrap().contains("interrupted"));
+    assert_eq!(repaired[1]["data"], json!({"turn": 2, "reason": "interrupted"}));
     reopen_needs_no_repair(&path, s);
 }
 
 #[test]
 fn a_crash_after_an_answer_with_pending_tool_calls_is_repaired() {
-    let calls = [
-        ("x1", "read", "{\"a\":1}"),
-        ("x2", "write", "{}"),
-        ("x3", "list", "{}"),
-    ];
+    let calls = [("x1", "read", "{\"a\":1}"), ("x2", "write", "{}"), ("x3", "list", "{}")];
     let (s, report, repaired, _dir, path) = crash_and_reopen(vec![
         turn_start(2),
         user("q"),
@@ -397,21 +297,10 @@ fn a_crash_after_an_answer_with_pending_tool_calls_is_repaired() {
     ]);
     assert_eq!(
         repaired.iter().map(ty).collect::<Vec<_>>(),
-        [
-            "tool/call",
-            "tool/call",
-            "step/end",
-            "tool/result",
-            "tool/result",
-            "tool/result",
-            "turn/end"
-        ]
+        ["tool/call", "tool/call", "step/end", "tool/result", "tool/result", "tool/result", "turn/end"]
     );
     assert_eq!(report.repaired_events, 7);
-    assert_eq!(
-        repaired[0]["data"],
-        json!({"turn": 2, "step": 1, "callId": "x2", "name": "write", "arguments": "{}"})
-    );
+    assert_eq!(repaired[0]["data"], json!({"turn": 2, "step": 1, "callId": "x2", "name": "write", "arguments": "{}"}));
     assert_eq!(repaired[1]["data"]["callId"], "x3");
     assert_eq!(repaired[2]["data"]["outcome"], "response");
     for (r, id) in repaired[3..6].iter().zip(["x1", "x2", "x3"]) {
@@ -422,15 +311,8 @@ fn a_crash_after_an_answer_with_pending_tool_calls_is_repaired() {
     assert_eq!(repaired[6]["data"]["reason"], "interrupted");
     // Every call of the history now has its result.
     let hist: Vec<Value> = serde_json::from_str(&s.history_json()).unwrap();
-    let results: Vec<&str> = hist
-        .iter()
-        .flat_map(|m| m["content"].as_array().unwrap())
-        .filter_map(|b| b["toolCallId"].as_str())
-        .collect();
-    assert!(
-        ["x1", "x2", "x3"].iter().all(|id| results.contains(id)),
-        "{results:?}"
-    );
+    let results: Vec<&str> = hist.iter().flat_map(|m| m["content"].as_array().unwrap()).filter_map(|b| b["toolCallId"].as_str()).collect();
+    assert!(["x1", "x2", "x3"].iter().all(|id| results.contains(id)), "{results:?}");
     reopen_needs_no_repair(&path, s);
 }
 
@@ -447,10 +329,7 @@ fn a_crash_during_a_tool_batch_is_repaired() {
         tool_result("y1", "done"),
     ]);
     assert_eq!(report.repaired_events, 2);
-    assert_eq!(
-        repaired.iter().map(ty).collect::<Vec<_>>(),
-        ["tool/result", "turn/end"]
-    );
+    assert_eq!(repaired.iter().map(ty).collect::<Vec<_>>(), ["tool/result", "turn/end"]);
     assert_eq!(repaired[0]["data"]["callId"], "y2");
     assert_eq!(repaired[0]["data"]["isError"], true);
     reopen_needs_no_repair(&path, s);
@@ -460,10 +339,7 @@ fn a_crash_during_a_tool_batch_is_repaired() {
 fn a_crash_between_steps_closes_just_the_turn() {
     let (s, report, repaired, _dir, path) = crash_and_reopen(vec![turn_start(2), user("q")]);
     assert_eq!(report.repaired_events, 1);
-    assert_eq!(
-        repaired[0]["data"],
-        json!({"turn": 2, "reason": "interrupted"})
-    );
+    assert_eq!(repaired[0]["data"], json!({"turn": 2, "reason": "interrupted"}));
     reopen_needs_no_repair(&path, s);
 }
 
@@ -475,10 +351,7 @@ fn a_crash_during_a_compaction_is_repaired() {
     assert_eq!(report.repaired_events, 1);
     assert_eq!(ty(&repaired[0]), "compaction/end");
     assert_eq!(repaired[0]["data"]["outcome"], "failed");
-    assert!(repaired[0]["data"]["error"]
-        .as_str()
-        .unwrap()
-        .contains("interrupted"));
+    assert!(repaired[0]["data"]["error"].as_str().unwrap().contains("interrupted"));
     assert_eq!(s.with_log(|l| l.history().generation()), 0);
     reopen_needs_no_repair(&path, s);
 }
@@ -489,14 +362,7 @@ fn a_crash_after_a_checkpoint_landed_ends_the_compaction_as_landed() {
     saved(&path, 1, vec![]);
     let (s, _) = open(&path);
     let seqs = s.with_log(|l| l.history().seqs());
-    append_all(
-        &s,
-        vec![
-            compaction_start_seqs(0, 3, seqs.clone()),
-            compaction_summary("s"),
-            checkpoint("c", 0, 3, seqs),
-        ],
-    );
+    append_all(&s, vec![compaction_start_seqs(0, 3, seqs.clone()), compaction_summary("s"), checkpoint("c", 0, 3, seqs)]);
     let hist = s.history_json();
     drop(s);
     let (s, report) = open(&path);
@@ -514,10 +380,7 @@ fn a_crash_with_a_compaction_inside_an_open_turn_closes_both() {
     let (s, report, repaired, _dir, path) =
         crash_and_reopen(vec![turn_start(2), user("q"), compaction_start_seqs(0, 0, vec![FIRST_SURFACE_SEQ])]);
     assert_eq!(report.repaired_events, 2);
-    assert_eq!(
-        repaired.iter().map(ty).collect::<Vec<_>>(),
-        ["compaction/end", "turn/end"]
-    );
+    assert_eq!(repaired.iter().map(ty).collect::<Vec<_>>(), ["compaction/end", "turn/end"]);
     reopen_needs_no_repair(&path, s);
 }
 
@@ -530,11 +393,7 @@ fn the_session_header_is_checked() {
     for (key, value, needle) in [
         ("version", json!(2), "unsupported log version 2"),
         ("format", json!("other"), "format: expected \"llmsession\""),
-        (
-            "type",
-            json!("turn/start"),
-            "the first record must be the session header",
-        ),
+        ("type", json!("turn/start"), "the first record must be the session header"),
         ("id", json!(""), "id: must not be empty"),
     ] {
         let saved_value = head[key].clone();
@@ -545,11 +404,7 @@ fn the_session_header_is_checked() {
         let e = Session::open_jsonl(&path, SessionOptions::default()).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::CorruptLog, "{}", e.message());
         assert!(e.message().contains("line 1"), "{}", e.message());
-        assert!(
-            e.message().contains(needle),
-            "{} lacks {needle:?}",
-            e.message()
-        );
+        assert!(e.message().contains(needle), "{} lacks {needle:?}", e.message());
         assert_eq!(e.detail()["line"], 1);
         head[key] = saved_value;
     }
@@ -573,11 +428,7 @@ fn an_empty_file_becomes_a_new_session() {
     // Creating over a used store is refused.
     let store = llmsession::log::JsonlStore::open(&path).unwrap();
     let e = Session::create(Box::new(store), SessionOptions::default()).unwrap_err();
-    assert!(
-        e.message().contains("already holds a session"),
-        "{}",
-        e.message()
-    );
+    assert!(e.message().contains("already holds a session"), "{}", e.message());
 }
 
 /// `data` nested `levels` deep: `{"x": [[...[1]...]]}`.
@@ -606,19 +457,8 @@ fn an_event_too_deep_to_load_back_is_rejected() {
     append_all(&s, vec![turn_start(1)]);
     let mut deep = user("x");
     deep.data["message"]["content"][0]["meta"] = nested(98);
-    rejected(
-        &s,
-        deep,
-        ErrorKind::InvalidInput,
-        &["user/message", "nests deeper than 100 levels"],
-    );
-    append_all(
-        &s,
-        vec![
-            NewEvent::new("acme/deep", nested(100)),
-            turn_end(1, "completed"),
-        ],
-    );
+    rejected(&s, deep, ErrorKind::InvalidInput, &["user/message", "nests deeper than 100 levels"]);
+    append_all(&s, vec![NewEvent::new("acme/deep", nested(100)), turn_end(1, "completed")]);
     let before = observe(&s);
     drop(s);
     let (s, report) = open(&path);

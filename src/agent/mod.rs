@@ -15,7 +15,7 @@ use crate::cancel::{CancelGuard, CancelToken};
 use crate::compaction::{CompactionPolicy, PolicyTable, Summariser};
 use crate::error::{Error, ErrorKind, Result};
 use crate::header::EpochHeader;
-use crate::prefix::{PrefixListener, PreStepListener};
+use crate::prefix::{PreStepListener, PrefixListener};
 use crate::request::{DigestCache, PrefixBytes};
 use crate::session::Session;
 use crate::tokens::meter::Meter;

@@ -71,7 +71,8 @@ fn replay(header: &SessionHeader, events: &[Event]) -> Result<Vec<Seen>, String>
                 }
             }
             "step/start" => {
-                let h: EpochHeader = log.state().headers.current().cloned().ok_or(format!("seq {}: a request before any header", ev.seq))?;
+                let h: EpochHeader =
+                    log.state().headers.current().cloned().ok_or(format!("seq {}: a request before any header", ev.seq))?;
                 if !prefix.is_for(h.message_prefix.as_ref()) {
                     prefix = PrefixBytes::of(h.message_prefix.as_ref());
                 }
@@ -145,12 +146,22 @@ fn cmd_stats(path: &str, as_json: bool) -> Result<(), String> {
         return Ok(());
     }
     println!("session {}  ({} requests)", header.id, rows.len());
-    println!("{:>4} {:>5} {:>4} {:>8} {:>7} {:>8} {:>5} {:>8} {:>8} {:>6}", "req", "turn", "step", "messages", "shared", "header", "comp", "prompt", "cached", "hit");
+    println!(
+        "{:>4} {:>5} {:>4} {:>8} {:>7} {:>8} {:>5} {:>8} {:>8} {:>6}",
+        "req", "turn", "step", "messages", "shared", "header", "comp", "prompt", "cached", "hit"
+    );
     for r in &rows {
         println!(
             "{:>4} {:>5} {:>4} {:>8} {:>7} {:>8} {:>5} {:>8} {:>8} {:>5.0}%",
-            r["request"], r["turn"], r["step"], r["messages"], r["sharedWithPrevious"],
-            r["header"].as_str().unwrap_or("-"), r["compactionsBefore"], r["promptTokens"], r["cachedTokens"],
+            r["request"],
+            r["turn"],
+            r["step"],
+            r["messages"],
+            r["sharedWithPrevious"],
+            r["header"].as_str().unwrap_or("-"),
+            r["compactionsBefore"],
+            r["promptTokens"],
+            r["cachedTokens"],
             r["hitRatio"].as_f64().unwrap_or(0.0) * 100.0
         );
     }
@@ -179,7 +190,12 @@ fn describe_change(prev: &EpochHeader, cur: &EpochHeader) -> Vec<String> {
     let d = diff(prev, cur);
     let mut out = Vec::new();
     if let Some(s) = &d.system {
-        out.push(format!("system: kept {} leading and {} trailing lines, {} line(s) inserted", s.keep_leading, s.keep_trailing, s.insert.len()));
+        out.push(format!(
+            "system: kept {} leading and {} trailing lines, {} line(s) inserted",
+            s.keep_leading,
+            s.keep_trailing,
+            s.insert.len()
+        ));
     }
     if let Some(t) = &d.tools {
         if !t.removed.is_empty() {
@@ -250,7 +266,10 @@ fn run(args: &[String]) -> Result<(), String> {
         "verify" => cmd_verify(path),
         "stats" => cmd_stats(path, args.iter().any(|a| a == "--json")),
         "show" => {
-            let step = flag("--step").ok_or("show needs --step N")?.parse::<usize>().map_err(|_| "--step takes a number (1 = the first request)")?;
+            let step = flag("--step")
+                .ok_or("show needs --step N")?
+                .parse::<usize>()
+                .map_err(|_| "--step takes a number (1 = the first request)")?;
             cmd_show(path, step, flag("--render"))
         }
         "headers" => cmd_headers(path),

@@ -97,9 +97,9 @@ impl Agent {
     /// After a context overflow: compact down to the newest message, within the budget.
     pub(crate) fn recover_overflow(&mut self, cancel: &CancelToken, _turn: u64) -> Result<crate::agent::ProviderErrorOutcome> {
         self.consecutive_overflows += 1;
-        let policy = self.current_policy().ok_or_else(|| {
-            Error::new(ErrorKind::OverflowBudget, "context overflow, and no compaction policy is set for this model")
-        })?;
+        let policy = self
+            .current_policy()
+            .ok_or_else(|| Error::new(ErrorKind::OverflowBudget, "context overflow, and no compaction policy is set for this model"))?;
         if self.consecutive_overflows > policy.overflow_retries {
             return Err(Error::new(
                 ErrorKind::OverflowBudget,
@@ -157,7 +157,14 @@ impl Agent {
     }
 
     /// Writes `compaction/start`, asks the summariser, and lands or records the failure.
-    fn run_compaction(&mut self, trigger: Trigger, region: Region, m: &Measure, policy: &CompactionPolicy, op: &CancelToken) -> Result<CompactionOutcome> {
+    fn run_compaction(
+        &mut self,
+        trigger: Trigger,
+        region: Region,
+        m: &Measure,
+        policy: &CompactionPolicy,
+        op: &CancelToken,
+    ) -> Result<CompactionOutcome> {
         let counter = self.counter_or_default();
         // Before the session's first request no header is logged: the request is built from this
         // instance's header (and targets its options). Record that header first, as the
@@ -307,7 +314,11 @@ impl Agent {
         g = self.session.lock();
         g.append(NewEvent::new(types::COMPACTION_SUMMARY, data))?;
         let checkpoint = context_event(Message::user_text(checkpoint_text(&out.text)), UserSource::Compaction)?;
-        let ev = NewEvent { surface_op: Some(crate::log::SurfaceOp::Replace { start: region.start, end: region.end }), sources: Some(region.seqs.clone()), ..checkpoint };
+        let ev = NewEvent {
+            surface_op: Some(crate::log::SurfaceOp::Replace { start: region.start, end: region.end }),
+            sources: Some(region.seqs.clone()),
+            ..checkpoint
+        };
         g.append(ev)?;
         drop(g);
         self.stats.compactions += 1;

@@ -29,11 +29,7 @@ pub fn panic_message(payload: &(dyn Any + Send)) -> String {
 /// The error reported for a caught panic.
 pub fn panic_error(payload: &(dyn Any + Send)) -> FfiError {
     let msg = panic_message(payload);
-    FfiError::new(
-        LLS_ERR_PANIC,
-        format!("llmsession panicked (this is a bug): {msg}"),
-    )
-    .with("panic", msg)
+    FfiError::new(LLS_ERR_PANIC, format!("llmsession panicked (this is a bug): {msg}")).with("panic", msg)
 }
 
 /// Runs an entry point body: returns `LLS_OK` when it succeeds; otherwise stores an
@@ -85,27 +81,17 @@ mod tests {
         let mut err: *mut lls_error = std::ptr::null_mut();
         assert_eq!(unsafe { boundary(&mut err, || Ok(())) }, LLS_OK);
         assert!(err.is_null());
-        let st = unsafe {
-            boundary(&mut err, || {
-                Err(crate::Error::invalid("messages[0].role", "unknown role").into())
-            })
-        };
+        let st = unsafe { boundary(&mut err, || Err(crate::Error::invalid("messages[0].role", "unknown role").into())) };
         assert_eq!(st, LLS_ERR_INVALID_INPUT);
         assert_eq!(lls_error_code(err), LLS_ERR_INVALID_INPUT);
-        assert_eq!(
-            text(lls_error_message(err)),
-            "messages[0].role: unknown role"
-        );
+        assert_eq!(text(lls_error_message(err)), "messages[0].role: unknown role");
         let d: serde_json::Value = serde_json::from_str(&text(lls_error_detail(err))).unwrap();
         assert_eq!(d["field"], "messages[0].role");
         assert_eq!(d["kind"], "invalid-input");
         lls_error_free(err);
         assert_eq!(lls_error_code(err), LLS_ERR_INVALID_HANDLE);
         // A NULL err is allowed: the status alone comes back.
-        assert_eq!(
-            unsafe { boundary(std::ptr::null_mut(), || Err(FfiError::null_pointer("x"))) },
-            LLS_ERR_NULL_POINTER
-        );
+        assert_eq!(unsafe { boundary(std::ptr::null_mut(), || Err(FfiError::null_pointer("x"))) }, LLS_ERR_NULL_POINTER);
     }
 
     #[test]

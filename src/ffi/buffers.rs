@@ -22,19 +22,12 @@ use std::ffi::c_char;
 /// # Safety
 /// When `ptr` is not NULL it must point to `len` readable bytes that stay valid and unchanged
 /// for the lifetime `'a` (in practice: the current call).
-pub unsafe fn input_bytes<'a>(
-    ptr: *const c_char,
-    len: usize,
-    argument: &str,
-) -> Result<&'a [u8], FfiError> {
+pub unsafe fn input_bytes<'a>(ptr: *const c_char, len: usize, argument: &str) -> Result<&'a [u8], FfiError> {
     if ptr.is_null() {
         return Err(FfiError::null_pointer(argument));
     }
     if len > isize::MAX as usize {
-        return Err(FfiError::invalid_argument(
-            &format!("{argument}_len"),
-            format!("length {len} is too large"),
-        ));
+        return Err(FfiError::invalid_argument(&format!("{argument}_len"), format!("length {len} is too large")));
     }
     // SAFETY: non-NULL, length bounded by isize::MAX, validity guaranteed by the caller.
     Ok(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) })
@@ -45,10 +38,7 @@ pub fn utf8<'a>(bytes: &'a [u8], argument: &str) -> Result<&'a str, FfiError> {
     std::str::from_utf8(bytes).map_err(|e| {
         FfiError::new(
             LLS_ERR_INVALID_UTF8,
-            format!(
-                "argument `{argument}` is not valid UTF-8 (first invalid byte at offset {})",
-                e.valid_up_to()
-            ),
+            format!("argument `{argument}` is not valid UTF-8 (first invalid byte at offset {})", e.valid_up_to()),
         )
         .with("argument", argument)
         .with("validUpTo", e.valid_up_to() as u64)
@@ -57,24 +47,15 @@ pub fn utf8<'a>(bytes: &'a [u8], argument: &str) -> Result<&'a str, FfiError> {
 
 /// Parses JSON text (`LLS_ERR_MALFORMED_JSON` with `line`, `column` and `argument`).
 pub fn json(text: &str, argument: &str) -> Result<Value, FfiError> {
-    serde_json::from_str(text).map_err(|e| {
-        FfiError::from(
-            Error::from(e)
-                .context(format!("argument `{argument}`"))
-                .with("argument", argument),
-        )
-    })
+    serde_json::from_str(text)
+        .map_err(|e| FfiError::from(Error::from(e).context(format!("argument `{argument}`")).with("argument", argument)))
 }
 
 /// Borrows an input buffer as UTF-8 text.
 ///
 /// # Safety
 /// As for [`input_bytes`].
-pub unsafe fn input_str<'a>(
-    ptr: *const c_char,
-    len: usize,
-    argument: &str,
-) -> Result<&'a str, FfiError> {
+pub unsafe fn input_str<'a>(ptr: *const c_char, len: usize, argument: &str) -> Result<&'a str, FfiError> {
     // SAFETY: forwarded.
     utf8(unsafe { input_bytes(ptr, len, argument) }?, argument)
 }
@@ -83,11 +64,7 @@ pub unsafe fn input_str<'a>(
 ///
 /// # Safety
 /// As for [`input_bytes`].
-pub unsafe fn input_str_opt<'a>(
-    ptr: *const c_char,
-    len: usize,
-    argument: &str,
-) -> Result<Option<&'a str>, FfiError> {
+pub unsafe fn input_str_opt<'a>(ptr: *const c_char, len: usize, argument: &str) -> Result<Option<&'a str>, FfiError> {
     if ptr.is_null() {
         return Ok(None);
     }
@@ -99,11 +76,7 @@ pub unsafe fn input_str_opt<'a>(
 ///
 /// # Safety
 /// As for [`input_bytes`].
-pub unsafe fn input_json(
-    ptr: *const c_char,
-    len: usize,
-    argument: &str,
-) -> Result<Value, FfiError> {
+pub unsafe fn input_json(ptr: *const c_char, len: usize, argument: &str) -> Result<Value, FfiError> {
     // SAFETY: forwarded.
     json(unsafe { input_str(ptr, len, argument) }?, argument)
 }
@@ -112,11 +85,7 @@ pub unsafe fn input_json(
 ///
 /// # Safety
 /// As for [`input_bytes`].
-pub unsafe fn input_json_text<'a>(
-    ptr: *const c_char,
-    len: usize,
-    argument: &str,
-) -> Result<&'a str, FfiError> {
+pub unsafe fn input_json_text<'a>(ptr: *const c_char, len: usize, argument: &str) -> Result<&'a str, FfiError> {
     // SAFETY: forwarded.
     let text = unsafe { input_str(ptr, len, argument) }?;
     json(text, argument)?;
@@ -128,13 +97,7 @@ pub fn alloc_c_string(bytes: &[u8]) -> Result<*mut c_char, FfiError> {
     // SAFETY: malloc has no preconditions; the result is checked for NULL.
     let p = unsafe { libc::malloc(bytes.len() + 1) }.cast::<u8>();
     if p.is_null() {
-        return Err(FfiError::new(
-            LLS_ERR_OUT_OF_MEMORY,
-            format!(
-                "could not allocate {} bytes for an output buffer",
-                bytes.len() + 1
-            ),
-        ));
+        return Err(FfiError::new(LLS_ERR_OUT_OF_MEMORY, format!("could not allocate {} bytes for an output buffer", bytes.len() + 1)));
     }
     // SAFETY: `p` has room for len + 1 bytes and does not overlap `bytes`.
     unsafe {
@@ -158,11 +121,7 @@ impl OutString {
     /// # Safety
     /// `out` (when not NULL) and `out_len` (when not NULL) must be valid for writes until
     /// [`OutString::write`] is called.
-    pub unsafe fn new(
-        out: *mut *mut c_char,
-        out_len: *mut usize,
-        argument: &str,
-    ) -> Result<OutString, FfiError> {
+    pub unsafe fn new(out: *mut *mut c_char, out_len: *mut usize, argument: &str) -> Result<OutString, FfiError> {
         if out.is_null() {
             return Err(FfiError::null_pointer(argument));
         }
@@ -238,11 +197,7 @@ impl<T> OptOut<T> {
 ///
 /// # Safety
 /// As for [`input_bytes`].
-pub unsafe fn input_json_opt(
-    ptr: *const c_char,
-    len: usize,
-    argument: &str,
-) -> Result<Option<Value>, FfiError> {
+pub unsafe fn input_json_opt(ptr: *const c_char, len: usize, argument: &str) -> Result<Option<Value>, FfiError> {
     if ptr.is_null() {
         return Ok(None);
     }
@@ -281,11 +236,7 @@ mod tests {
         let e = unsafe { input_json(txt.as_ptr().cast(), txt.len(), "json") }.unwrap_err();
         assert_eq!(e.status(), LLS_ERR_MALFORMED_JSON);
         assert_eq!(e.detail()["line"], 2);
-        assert!(
-            e.message().starts_with("argument `json`: malformed JSON"),
-            "{}",
-            e.message()
-        );
+        assert!(e.message().starts_with("argument `json`: malformed JSON"), "{}", e.message());
         let ok = b"[1,2] trailing";
         let e = unsafe { input_json(ok.as_ptr().cast(), 5, "json") }.unwrap();
         assert_eq!(e, serde_json::json!([1, 2]));
@@ -300,10 +251,7 @@ mod tests {
         let o = unsafe { OutString::new(&mut out, &mut len, "out") }.unwrap();
         o.write("héllo").unwrap();
         assert_eq!(len, 6);
-        assert_eq!(
-            unsafe { std::ffi::CStr::from_ptr(out) }.to_str().unwrap(),
-            "héllo"
-        );
+        assert_eq!(unsafe { std::ffi::CStr::from_ptr(out) }.to_str().unwrap(), "héllo");
         unsafe { lls_string_free(out) };
         unsafe { lls_string_free(std::ptr::null_mut()) };
         assert!(unsafe { OutString::new(std::ptr::null_mut(), &mut len, "out") }.is_err());

@@ -22,14 +22,8 @@ use std::ffi::{c_char, c_void};
 ///
 /// Thread safety: called only on the thread that made the library call, with no library lock
 /// held; it may read the object it serves but must not free it.
-pub type lls_callback_fn = Option<
-    unsafe extern "C" fn(
-        userdata: *mut c_void,
-        in_json: *const c_char,
-        in_len: usize,
-        reply: *mut lls_reply,
-    ) -> i32,
->;
+pub type lls_callback_fn =
+    Option<unsafe extern "C" fn(userdata: *mut c_void, in_json: *const c_char, in_len: usize, reply: *mut lls_reply) -> i32>;
 
 /// The non-NULL function inside an [`lls_callback_fn`].
 type CallbackFnPtr = unsafe extern "C" fn(*mut c_void, *const c_char, usize, *mut lls_reply) -> i32;
@@ -70,9 +64,7 @@ pub struct HostCallback {
 
 impl std::fmt::Debug for HostCallback {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HostCallback")
-            .field("userdata", &self.userdata.ptr)
-            .finish()
+        f.debug_struct("HostCallback").field("userdata", &self.userdata.ptr).finish()
     }
 }
 
@@ -92,10 +84,7 @@ impl HostCallback {
         userdata_free: lls_userdata_free_fn,
         argument: &str,
     ) -> std::result::Result<HostCallback, FfiError> {
-        let userdata = UserData {
-            ptr: userdata,
-            free: userdata_free,
-        };
+        let userdata = UserData { ptr: userdata, free: userdata_free };
         match func {
             Some(func) => Ok(HostCallback { func, userdata }),
             None => {
@@ -119,14 +108,7 @@ impl HostCallback {
         buf.push(0);
         // SAFETY: `from_raw`'s contract; `buf` outlives the call and holds `input.len()` bytes
         // plus a NUL; `reply_ptr` is a live handle registered for the host.
-        let code = unsafe {
-            (self.func)(
-                self.userdata.ptr,
-                buf.as_ptr().cast(),
-                input.len(),
-                reply_ptr,
-            )
-        };
+        let code = unsafe { (self.func)(self.userdata.ptr, buf.as_ptr().cast(), input.len(), reply_ptr) };
         drop(buf);
         ReplyObject::after_return(&reply, code);
         let answer = match code {
@@ -174,8 +156,7 @@ fn failed(host_message: &str) -> Error {
     if host_message.is_empty() {
         callback_error("failed", "host callback failed (it gave no message)")
     } else {
-        callback_error("failed", format!("host callback failed: {host_message}"))
-            .with("hostMessage", host_message)
+        callback_error("failed", format!("host callback failed: {host_message}")).with("hostMessage", host_message)
     }
 }
 
@@ -240,22 +221,12 @@ mod tests {
         FREED.fetch_add(1, Ordering::SeqCst);
     }
 
-    unsafe extern "C" fn echo(
-        _: *mut c_void,
-        json: *const c_char,
-        len: usize,
-        reply: *mut lls_reply,
-    ) -> i32 {
+    unsafe extern "C" fn echo(_: *mut c_void, json: *const c_char, len: usize, reply: *mut lls_reply) -> i32 {
         unsafe { lls_reply_set_json(reply, json, len, std::ptr::null_mut()) };
         LLS_CB_OK
     }
 
-    unsafe extern "C" fn garbage(
-        ud: *mut c_void,
-        _: *const c_char,
-        _: usize,
-        reply: *mut lls_reply,
-    ) -> i32 {
+    unsafe extern "C" fn garbage(ud: *mut c_void, _: *const c_char, _: usize, reply: *mut lls_reply) -> i32 {
         let s: &[u8] = match ud as usize {
             1 => b"{nope",
             2 => b"\"\xc3\x28\"",
@@ -265,24 +236,14 @@ mod tests {
         LLS_CB_OK
     }
 
-    unsafe extern "C" fn fail(
-        _: *mut c_void,
-        _: *const c_char,
-        _: usize,
-        reply: *mut lls_reply,
-    ) -> i32 {
+    unsafe extern "C" fn fail(_: *mut c_void, _: *const c_char, _: usize, reply: *mut lls_reply) -> i32 {
         let m = b"disk on fire";
         unsafe { lls_reply_fail(reply, m.as_ptr().cast(), m.len(), std::ptr::null_mut()) };
         LLS_CB_ERROR
     }
 
     /// Hands the reply to another thread through the channel in userdata.
-    unsafe extern "C" fn pending(
-        ud: *mut c_void,
-        _: *const c_char,
-        _: usize,
-        reply: *mut lls_reply,
-    ) -> i32 {
+    unsafe extern "C" fn pending(ud: *mut c_void, _: *const c_char, _: usize, reply: *mut lls_reply) -> i32 {
         let tx = unsafe { &*(ud as *const mpsc::Sender<usize>) };
         tx.send(reply as usize).unwrap();
         LLS_CB_PENDING
@@ -291,41 +252,22 @@ mod tests {
     #[test]
     fn sync_fail_and_garbage() {
         let before = FREED.load(Ordering::SeqCst);
-        let cb = unsafe {
-            HostCallback::from_raw(Some(echo), std::ptr::null_mut(), Some(count_free), "cb")
-        }
-        .unwrap();
+        let cb = unsafe { HostCallback::from_raw(Some(echo), std::ptr::null_mut(), Some(count_free), "cb") }.unwrap();
         let t = CancelToken::new();
         assert_eq!(cb.call("{\"a\":1}", &t).unwrap(), "{\"a\":1}");
-        assert_eq!(
-            cb.call_json(&serde_json::json!([1]), &t).unwrap(),
-            serde_json::json!([1])
-        );
+        assert_eq!(cb.call_json(&serde_json::json!([1]), &t).unwrap(), serde_json::json!([1]));
         drop(cb);
-        let cb = unsafe {
-            HostCallback::from_raw(Some(fail), std::ptr::null_mut(), Some(count_free), "cb")
-        }
-        .unwrap();
+        let cb = unsafe { HostCallback::from_raw(Some(fail), std::ptr::null_mut(), Some(count_free), "cb") }.unwrap();
         let e = cb.call("{}", &t).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Listener);
         assert_eq!(e.message(), "host callback failed: disk on fire");
         drop(cb);
-        for (ud, reason) in [
-            (1usize, "malformed-json"),
-            (2, "invalid-utf8"),
-            (3, "malformed-json"),
-        ] {
-            let cb = unsafe {
-                HostCallback::from_raw(Some(garbage), ud as *mut c_void, Some(count_free), "cb")
-            }
-            .unwrap();
+        for (ud, reason) in [(1usize, "malformed-json"), (2, "invalid-utf8"), (3, "malformed-json")] {
+            let cb = unsafe { HostCallback::from_raw(Some(garbage), ud as *mut c_void, Some(count_free), "cb") }.unwrap();
             let e = cb.call("{}", &t).unwrap_err();
             assert_eq!(e.detail()["callback"], reason, "{}", e.message());
         }
-        assert!(unsafe {
-            HostCallback::from_raw(None, std::ptr::null_mut(), Some(count_free), "cb")
-        }
-        .is_err());
+        assert!(unsafe { HostCallback::from_raw(None, std::ptr::null_mut(), Some(count_free), "cb") }.is_err());
         assert!(FREED.load(Ordering::SeqCst) - before >= 6);
     }
 
@@ -333,34 +275,14 @@ mod tests {
     fn pending_completed_elsewhere_and_abandoned() {
         let (tx, rx) = mpsc::channel::<usize>();
         let tx = Box::new(tx);
-        let cb = unsafe {
-            HostCallback::from_raw(Some(pending), &*tx as *const _ as *mut c_void, None, "cb")
-        }
-        .unwrap();
+        let cb = unsafe { HostCallback::from_raw(Some(pending), &*tx as *const _ as *mut c_void, None, "cb") }.unwrap();
         let worker = std::thread::spawn(move || {
             let r = rx.recv().unwrap();
             let j = b"{\"late\":true}";
-            assert_eq!(
-                unsafe {
-                    lls_reply_complete(
-                        r as *mut lls_reply,
-                        j.as_ptr().cast(),
-                        j.len(),
-                        std::ptr::null_mut(),
-                    )
-                },
-                LLS_OK
-            );
+            assert_eq!(unsafe { lls_reply_complete(r as *mut lls_reply, j.as_ptr().cast(), j.len(), std::ptr::null_mut(),) }, LLS_OK);
             // The handle is now invalid.
             assert_eq!(
-                unsafe {
-                    lls_reply_complete(
-                        r as *mut lls_reply,
-                        j.as_ptr().cast(),
-                        j.len(),
-                        std::ptr::null_mut(),
-                    )
-                },
+                unsafe { lls_reply_complete(r as *mut lls_reply, j.as_ptr().cast(), j.len(), std::ptr::null_mut(),) },
                 LLS_ERR_INVALID_HANDLE
             );
             rx
@@ -374,17 +296,7 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::Cancelled);
         let r = rx.recv().unwrap();
         let j = b"1";
-        assert_eq!(
-            unsafe {
-                lls_reply_complete(
-                    r as *mut lls_reply,
-                    j.as_ptr().cast(),
-                    j.len(),
-                    std::ptr::null_mut(),
-                )
-            },
-            LLS_OK
-        );
+        assert_eq!(unsafe { lls_reply_complete(r as *mut lls_reply, j.as_ptr().cast(), j.len(), std::ptr::null_mut(),) }, LLS_OK);
         drop(cb);
     }
 }

@@ -48,17 +48,12 @@ pub fn cancel_arg(ptr: *const lls_cancel, argument: &str) -> Result<CancelToken,
 ///
 /// Thread safety: may be called from any thread.
 #[no_mangle]
-pub unsafe extern "C" fn lls_cancel_new(
-    out: *mut *mut lls_cancel,
-    err: *mut *mut lls_error,
-) -> lls_status {
+pub unsafe extern "C" fn lls_cancel_new(out: *mut *mut lls_cancel, err: *mut *mut lls_error) -> lls_status {
     // SAFETY: pointer validity is the caller's contract, forwarded.
     unsafe {
         boundary(err, || {
             let out = Out::new(out, "out")?;
-            let (ptr, _) = handle::register(CancelObject {
-                token: CancelToken::new(),
-            });
+            let (ptr, _) = handle::register(CancelObject { token: CancelToken::new() });
             out.write(ptr);
             Ok(())
         })
@@ -76,16 +71,11 @@ pub unsafe extern "C" fn lls_cancel_new(
 /// Thread safety: may be called from any thread at any time, including while another thread is
 /// blocked in an operation using the token.
 #[no_mangle]
-pub unsafe extern "C" fn lls_cancel_trip(
-    cancel: *const lls_cancel,
-    err: *mut *mut lls_error,
-) -> lls_status {
+pub unsafe extern "C" fn lls_cancel_trip(cancel: *const lls_cancel, err: *mut *mut lls_error) -> lls_status {
     // SAFETY: pointer validity is the caller's contract, forwarded.
     unsafe {
         boundary(err, || {
-            handle::lookup::<CancelObject>(cancel, "cancel")?
-                .token
-                .cancel();
+            handle::lookup::<CancelObject>(cancel, "cancel")?.token.cancel();
             Ok(())
         })
     }
@@ -100,18 +90,12 @@ pub unsafe extern "C" fn lls_cancel_trip(
 ///
 /// Thread safety: may be called from any thread at any time.
 #[no_mangle]
-pub unsafe extern "C" fn lls_cancel_is_tripped(
-    cancel: *const lls_cancel,
-    out: *mut bool,
-    err: *mut *mut lls_error,
-) -> lls_status {
+pub unsafe extern "C" fn lls_cancel_is_tripped(cancel: *const lls_cancel, out: *mut bool, err: *mut *mut lls_error) -> lls_status {
     // SAFETY: pointer validity is the caller's contract, forwarded.
     unsafe {
         boundary(err, || {
             let out = Out::new(out, "out")?;
-            let tripped = handle::lookup::<CancelObject>(cancel, "cancel")?
-                .token
-                .is_cancelled();
+            let tripped = handle::lookup::<CancelObject>(cancel, "cancel")?.token.is_cancelled();
             out.write(tripped);
             Ok(())
         })
@@ -136,31 +120,16 @@ mod tests {
     #[test]
     fn trip_from_another_thread() {
         let mut c: *mut lls_cancel = std::ptr::null_mut();
-        assert_eq!(
-            unsafe { lls_cancel_new(&mut c, std::ptr::null_mut()) },
-            LLS_OK
-        );
+        assert_eq!(unsafe { lls_cancel_new(&mut c, std::ptr::null_mut()) }, LLS_OK);
         let token = cancel_arg(c, "cancel").unwrap();
         let addr = c as usize;
-        std::thread::spawn(move || unsafe {
-            lls_cancel_trip(addr as *const lls_cancel, std::ptr::null_mut())
-        })
-        .join()
-        .unwrap();
+        std::thread::spawn(move || unsafe { lls_cancel_trip(addr as *const lls_cancel, std::ptr::null_mut()) }).join().unwrap();
         assert!(token.is_cancelled());
         let mut b = false;
-        assert_eq!(
-            unsafe { lls_cancel_is_tripped(c, &mut b, std::ptr::null_mut()) },
-            LLS_OK
-        );
+        assert_eq!(unsafe { lls_cancel_is_tripped(c, &mut b, std::ptr::null_mut()) }, LLS_OK);
         assert!(b);
         lls_cancel_free(c);
-        assert_eq!(
-            unsafe { lls_cancel_trip(c, std::ptr::null_mut()) },
-            LLS_ERR_INVALID_HANDLE
-        );
-        assert!(!cancel_arg(std::ptr::null(), "cancel")
-            .unwrap()
-            .is_cancelled());
+        assert_eq!(unsafe { lls_cancel_trip(c, std::ptr::null_mut()) }, LLS_ERR_INVALID_HANDLE);
+        assert!(!cancel_arg(std::ptr::null(), "cancel").unwrap().is_cancelled());
     }
 }

@@ -26,11 +26,7 @@ impl FfiError {
     /// A new error with an empty detail. `status` must not be `LLS_OK`.
     pub fn new(status: lls_status, message: impl Into<String>) -> FfiError {
         debug_assert_ne!(status, LLS_OK);
-        FfiError {
-            status,
-            message: message.into(),
-            detail: Map::new(),
-        }
+        FfiError { status, message: message.into(), detail: Map::new() }
     }
 
     /// Adds a detail key (builder style).
@@ -41,20 +37,12 @@ impl FfiError {
 
     /// A required pointer argument was NULL.
     pub fn null_pointer(argument: &str) -> FfiError {
-        FfiError::new(
-            LLS_ERR_NULL_POINTER,
-            format!("argument `{argument}` is NULL"),
-        )
-        .with("argument", argument)
+        FfiError::new(LLS_ERR_NULL_POINTER, format!("argument `{argument}` is NULL")).with("argument", argument)
     }
 
     /// A non-pointer argument is out of range.
     pub fn invalid_argument(argument: &str, why: impl std::fmt::Display) -> FfiError {
-        FfiError::new(
-            LLS_ERR_INVALID_ARGUMENT,
-            format!("argument `{argument}`: {why}"),
-        )
-        .with("argument", argument)
+        FfiError::new(LLS_ERR_INVALID_ARGUMENT, format!("argument `{argument}`: {why}")).with("argument", argument)
     }
 
     /// The status code.
@@ -85,11 +73,7 @@ impl FfiError {
 
 impl From<Error> for FfiError {
     fn from(e: Error) -> FfiError {
-        FfiError {
-            status: status_of(&e),
-            message: e.message().to_string(),
-            detail: e.detail().clone(),
-        }
+        FfiError { status: status_of(&e), message: e.message().to_string(), detail: e.detail().clone() }
     }
 }
 
@@ -128,11 +112,7 @@ impl HandleKind for ErrorObject {
 impl ErrorObject {
     /// Builds the C error object from an [`FfiError`].
     pub fn from_error(e: &FfiError) -> ErrorObject {
-        ErrorObject {
-            code: e.status,
-            message: to_cstring(e.message.clone()),
-            detail: to_cstring(e.detail_json().to_string()),
-        }
+        ErrorObject { code: e.status, message: to_cstring(e.message.clone()), detail: to_cstring(e.detail_json().to_string()) }
     }
 
     /// The status code.
@@ -177,8 +157,7 @@ pub unsafe fn store_error(err: *mut *mut lls_error, e: &FfiError) {
 }
 
 const MSG_NULL: &std::ffi::CStr = c"lls_error: the error handle is NULL";
-const MSG_INVALID: &std::ffi::CStr =
-    c"lls_error: not a live lls_error handle (freed, or not an lls_error)";
+const MSG_INVALID: &std::ffi::CStr = c"lls_error: not a live lls_error handle (freed, or not an lls_error)";
 const DETAIL_NULL: &std::ffi::CStr =
     c"{\"kind\":\"null-pointer\",\"status\":100,\"argument\":\"err\",\"message\":\"lls_error: the error handle is NULL\"}";
 const DETAIL_INVALID: &std::ffi::CStr = c"{\"kind\":\"invalid-handle\",\"status\":102,\"argument\":\"err\",\"message\":\"lls_error: not a live lls_error handle (freed, or not an lls_error)\"}";

@@ -65,12 +65,7 @@ pub struct Object<T> {
 
 impl<T: HandleKind> Object<T> {
     fn new(value: T) -> Object<T> {
-        Object {
-            header: HandleHeader {
-                magic: AtomicU64::new(T::MAGIC),
-            },
-            value,
-        }
+        Object { header: HandleHeader { magic: AtomicU64::new(T::MAGIC) }, value }
     }
 
     /// Whether the header still carries the type's magic.
@@ -110,13 +105,7 @@ pub fn register<T: HandleKind>(value: T) -> (*mut T::C, Arc<Object<T>>) {
     let obj = Arc::new(Object::new(value));
     let addr = Arc::as_ptr(&obj) as usize;
     let erased: Arc<dyn Any + Send + Sync> = obj.clone();
-    REGISTRY.lock().insert(
-        addr,
-        Entry {
-            name: T::NAME,
-            object: erased,
-        },
-    );
+    REGISTRY.lock().insert(addr, Entry { name: T::NAME, object: erased });
     (obj.c_ptr(), obj)
 }
 
@@ -136,31 +125,19 @@ pub fn lookup<T: HandleKind>(ptr: *const T::C, argument: &str) -> Result<Arc<Obj
     let Some((name, object)) = found else {
         return Err(FfiError::new(
             LLS_ERR_INVALID_HANDLE,
-            format!(
-                "argument `{argument}` is not a live {} handle (it was freed, or was never returned by llmsession)",
-                T::NAME
-            ),
+            format!("argument `{argument}` is not a live {} handle (it was freed, or was never returned by llmsession)", T::NAME),
         )
         .with("argument", argument)
         .with("expected", T::NAME));
     };
     match object.downcast::<Object<T>>() {
         Ok(obj) if obj.tag_ok() => Ok(obj),
-        Ok(_) => Err(FfiError::new(
-            LLS_ERR_INVALID_HANDLE,
-            format!(
-                "argument `{argument}`: {} handle has a damaged tag",
-                T::NAME
-            ),
-        )
-        .with("argument", argument)
-        .with("expected", T::NAME)),
+        Ok(_) => Err(FfiError::new(LLS_ERR_INVALID_HANDLE, format!("argument `{argument}`: {} handle has a damaged tag", T::NAME))
+            .with("argument", argument)
+            .with("expected", T::NAME)),
         Err(_) => Err(FfiError::new(
             LLS_ERR_INVALID_HANDLE,
-            format!(
-                "argument `{argument}` is an {name} handle, but an {} handle is expected",
-                T::NAME
-            ),
+            format!("argument `{argument}` is an {name} handle, but an {} handle is expected", T::NAME),
         )
         .with("argument", argument)
         .with("expected", T::NAME)
@@ -175,9 +152,7 @@ pub fn unregister<T: HandleKind>(obj: &Arc<Object<T>>) -> bool {
     let removed = {
         let mut reg = REGISTRY.lock();
         match reg.get(&addr) {
-            Some(e) if std::ptr::addr_eq(Arc::as_ptr(&e.object), Arc::as_ptr(obj)) => {
-                reg.remove(&addr)
-            }
+            Some(e) if std::ptr::addr_eq(Arc::as_ptr(&e.object), Arc::as_ptr(obj)) => reg.remove(&addr),
             _ => None,
         }
     };
@@ -228,10 +203,7 @@ pub struct Guarded<U> {
 impl<U> Guarded<U> {
     /// Wraps a value.
     pub fn new(value: U) -> Guarded<U> {
-        Guarded {
-            poisoned: AtomicBool::new(false),
-            lock: RwLock::new(value),
-        }
+        Guarded { poisoned: AtomicBool::new(false), lock: RwLock::new(value) }
     }
 
     /// Exclusive access, refused with `LLS_ERR_POISONED` after a panic.
@@ -240,10 +212,7 @@ impl<U> Guarded<U> {
         if self.is_poisoned() {
             return Err(poisoned_error());
         }
-        Ok(WriteGuard {
-            guard,
-            poisoned: &self.poisoned,
-        })
+        Ok(WriteGuard { guard, poisoned: &self.poisoned })
     }
 
     /// Exclusive access that ignores poisoning, for tearing an object down (dispose, free):
@@ -264,11 +233,8 @@ impl<U> Guarded<U> {
 }
 
 fn poisoned_error() -> FfiError {
-    Error::new(
-        ErrorKind::Poisoned,
-        "this object was poisoned by an earlier panic inside llmsession and refuses further changes; free it",
-    )
-    .into()
+    Error::new(ErrorKind::Poisoned, "this object was poisoned by an earlier panic inside llmsession and refuses further changes; free it")
+        .into()
 }
 
 /// Panic poisoning for an object whose state is serialised elsewhere (a core type with its own
@@ -291,9 +257,7 @@ impl PoisonFlag {
         if self.is_poisoned() {
             return Err(poisoned_error());
         }
-        Ok(PoisonGuard {
-            poisoned: &self.poisoned,
-        })
+        Ok(PoisonGuard { poisoned: &self.poisoned })
     }
 
     /// Whether a panic happened during a mutation.
@@ -369,16 +333,9 @@ mod tests {
         assert_eq!(lookup::<Apple>(p, "a").unwrap().0, 7);
         let e = lookup::<Pear>(p as *const u16, "pear").unwrap_err();
         assert_eq!(e.status(), LLS_ERR_INVALID_HANDLE);
-        assert!(
-            e.message().contains("is an lls_test_apple handle"),
-            "{}",
-            e.message()
-        );
+        assert!(e.message().contains("is an lls_test_apple handle"), "{}", e.message());
         assert_eq!(e.detail()["actual"], "lls_test_apple");
-        assert_eq!(
-            lookup::<Apple>(std::ptr::null(), "a").unwrap_err().status(),
-            LLS_ERR_NULL_POINTER
-        );
+        assert_eq!(lookup::<Apple>(std::ptr::null(), "a").unwrap_err().status(), LLS_ERR_NULL_POINTER);
         free::<Apple>(p);
         // Our own reference keeps the memory, so the address cannot be reused yet.
         let e = lookup::<Apple>(p, "a").unwrap_err();

@@ -97,22 +97,13 @@ impl ReplyObject {
     /// A fresh reply (the callback is about to run).
     pub fn new() -> ReplyObject {
         ReplyObject {
-            state: Mutex::new(ReplyState {
-                phase: Phase::InCallback,
-                answered: false,
-                answer: None,
-                host_released: false,
-            }),
+            state: Mutex::new(ReplyState { phase: Phase::InCallback, answered: false, answer: None, host_released: false }),
             cv: Condvar::new(),
         }
     }
 
     /// Records a host answer and releases the host's reference when the rules say so.
-    fn host_answer(
-        obj: &Arc<Object<ReplyObject>>,
-        answer: Answer,
-        via: Via,
-    ) -> Result<(), FfiError> {
+    fn host_answer(obj: &Arc<Object<ReplyObject>>, answer: Answer, via: Via) -> Result<(), FfiError> {
         // Decide under the lock, but publish the answer only after the host's reference is
         // released: a waiter that wakes up must find the reply already unregistered, so a leak
         // check right after the library call returns sees a settled handle count.
@@ -131,8 +122,7 @@ impl ReplyObject {
                 st.answered = true;
                 (Ok(()), Some(answer))
             };
-            let release =
-                (via != Via::SetJson || st.phase != Phase::InCallback) && !st.host_released;
+            let release = (via != Via::SetJson || st.phase != Phase::InCallback) && !st.host_released;
             if release {
                 st.host_released = true;
             }
@@ -155,11 +145,7 @@ impl ReplyObject {
     pub(crate) fn after_return(obj: &Arc<Object<ReplyObject>>, code: i32) {
         let release = {
             let mut st = obj.state.lock();
-            st.phase = if code == LLS_CB_PENDING {
-                Phase::Pending
-            } else {
-                Phase::Finished
-            };
+            st.phase = if code == LLS_CB_PENDING { Phase::Pending } else { Phase::Finished };
             let release = (code != LLS_CB_PENDING || st.answered) && !st.host_released;
             if release {
                 st.host_released = true;
@@ -214,18 +200,8 @@ unsafe fn json_answer(json: *const c_char, len: usize) -> (Answer, Result<(), Ff
     let bytes = match unsafe { buffers::input_bytes(json, len, "json") } {
         Ok(b) => b,
         Err(e) => {
-            let reason = if json.is_null() {
-                "null-reply"
-            } else {
-                "invalid-argument"
-            };
-            let inner = callback_error(
-                reason,
-                format!(
-                    "host callback replied with an unusable buffer: {}",
-                    e.message()
-                ),
-            );
+            let reason = if json.is_null() { "null-reply" } else { "invalid-argument" };
+            let inner = callback_error(reason, format!("host callback replied with an unusable buffer: {}", e.message()));
             return (Answer::Invalid(inner), Err(e));
         }
     };
@@ -233,28 +209,17 @@ unsafe fn json_answer(json: *const c_char, len: usize) -> (Answer, Result<(), Ff
         Ok(t) => t,
         Err(e) => {
             let at = e.detail()["validUpTo"].clone();
-            let inner = callback_error(
-                "invalid-utf8",
-                format!(
-                    "host callback replied with invalid UTF-8 (first invalid byte at offset {at})"
-                ),
-            )
-            .with("validUpTo", at);
+            let inner =
+                callback_error("invalid-utf8", format!("host callback replied with invalid UTF-8 (first invalid byte at offset {at})"))
+                    .with("validUpTo", at);
             return (Answer::Invalid(inner), Err(e));
         }
     };
     if let Err(pe) = serde_json::from_str::<serde::de::IgnoredAny>(text) {
-        let inner = callback_error(
-            "malformed-json",
-            format!("host callback replied with malformed JSON: {pe}"),
-        )
-        .with("line", pe.line() as u64)
-        .with("column", pe.column() as u64);
-        let outer = FfiError::from(
-            crate::Error::from(pe)
-                .context("argument `json`")
-                .with("argument", "json"),
-        );
+        let inner = callback_error("malformed-json", format!("host callback replied with malformed JSON: {pe}"))
+            .with("line", pe.line() as u64)
+            .with("column", pe.column() as u64);
+        let outer = FfiError::from(crate::Error::from(pe).context("argument `json`").with("argument", "json"));
         return (Answer::Invalid(inner), Err(outer));
     }
     (Answer::Json(text.to_string()), Ok(()))
@@ -308,13 +273,7 @@ pub unsafe extern "C" fn lls_reply_complete(
     unsafe { answer_json(reply, json, len, Via::Complete, err) }
 }
 
-unsafe fn answer_json(
-    reply: *mut lls_reply,
-    json: *const c_char,
-    len: usize,
-    via: Via,
-    err: *mut *mut lls_error,
-) -> lls_status {
+unsafe fn answer_json(reply: *mut lls_reply, json: *const c_char, len: usize, via: Via, err: *mut *mut lls_error) -> lls_status {
     // SAFETY: forwarded from the caller.
     unsafe {
         boundary(err, || {
@@ -340,12 +299,7 @@ unsafe fn answer_json(
 ///
 /// Thread safety: once per reply, from any thread.
 #[no_mangle]
-pub unsafe extern "C" fn lls_reply_fail(
-    reply: *mut lls_reply,
-    message: *const c_char,
-    len: usize,
-    err: *mut *mut lls_error,
-) -> lls_status {
+pub unsafe extern "C" fn lls_reply_fail(reply: *mut lls_reply, message: *const c_char, len: usize, err: *mut *mut lls_error) -> lls_status {
     // SAFETY: forwarded from the caller.
     unsafe {
         boundary(err, || {

@@ -201,11 +201,7 @@ pub fn status_name(status: lls_status) -> &'static str {
         LLS_ERR_INVALID_ARGUMENT => "invalid-argument",
         LLS_ERR_REPLY_STATE => "reply-state",
         LLS_ERR_OUT_OF_MEMORY => "out-of-memory",
-        other => ALL_KINDS
-            .iter()
-            .find(|k| status_for_kind(**k) == other)
-            .map(|k| k.name())
-            .unwrap_or("unknown"),
+        other => ALL_KINDS.iter().find(|k| status_for_kind(**k) == other).map(|k| k.name()).unwrap_or("unknown"),
     }
 }
 
@@ -253,9 +249,6 @@ mod tests {
         assert_eq!(LLS_ERR_NULL_POINTER, 100);
         assert_eq!(LLS_ERR_OUT_OF_MEMORY, 106);
         assert_eq!((LLS_CB_OK, LLS_CB_PENDING, LLS_CB_ERROR), (0, 1, 2));
-        assert_eq!(
-            status_of(&Error::new(ErrorKind::Cancelled, "x")),
-            LLS_ERR_CANCELLED
-        );
+        assert_eq!(status_of(&Error::new(ErrorKind::Cancelled, "x")), LLS_ERR_CANCELLED);
     }
 }

@@ -108,10 +108,7 @@ pub struct ToolsEdit {
 impl ToolsEdit {
     /// True when the edit names nothing (no removal, change, order or addition).
     pub fn is_empty(&self) -> bool {
-        self.removed.is_empty()
-            && self.changed.is_empty()
-            && self.order.is_none()
-            && self.added.is_empty()
+        self.removed.is_empty() && self.changed.is_empty() && self.order.is_none() && self.added.is_empty()
     }
 }
 
@@ -175,21 +172,8 @@ fn diff_system(from: &str, to: &str) -> Option<SystemEdit> {
     let b = system_lines(to);
     let lead = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
     let room = a.len().min(b.len()) - lead;
-    let trail = a
-        .iter()
-        .rev()
-        .zip(b.iter().rev())
-        .take(room)
-        .take_while(|(x, y)| x == y)
-        .count();
-    Some(SystemEdit {
-        keep_leading: lead,
-        keep_trailing: trail,
-        insert: b[lead..b.len() - trail]
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
-    })
+    let trail = a.iter().rev().zip(b.iter().rev()).take(room).take_while(|(x, y)| x == y).count();
+    Some(SystemEdit { keep_leading: lead, keep_trailing: trail, insert: b[lead..b.len() - trail].iter().map(|s| s.to_string()).collect() })
 }
 
 fn diff_tools(from: &[ToolSchema], to: &[ToolSchema]) -> Option<ToolsEdit> {
@@ -212,17 +196,10 @@ fn diff_tools(from: &[ToolSchema], to: &[ToolSchema]) -> Option<ToolsEdit> {
                     edit.changed.push(t.clone());
                 }
             }
-            None => edit.added.push(AddedTool {
-                index,
-                tool: t.clone(),
-            }),
+            None => edit.added.push(AddedTool { index, tool: t.clone() }),
         }
     }
-    let kept_old_order: Vec<&String> = from
-        .iter()
-        .map(|t| &t.name)
-        .filter(|n| find(to, n).is_some())
-        .collect();
+    let kept_old_order: Vec<&String> = from.iter().map(|t| &t.name).filter(|n| find(to, n).is_some()).collect();
     if kept_old_order.iter().copied().ne(kept_new_order.iter()) {
         edit.order = Some(kept_new_order);
     }
@@ -232,10 +209,7 @@ fn diff_tools(from: &[ToolSchema], to: &[ToolSchema]) -> Option<ToolsEdit> {
 impl HeaderDelta {
     /// True when the delta has no arm (applying it changes nothing).
     pub fn is_empty(&self) -> bool {
-        self.system.is_none()
-            && self.tools.is_none()
-            && self.config.is_none()
-            && self.message_prefix.is_none()
+        self.system.is_none() && self.tools.is_none() && self.config.is_none() && self.message_prefix.is_none()
     }
 
     /// Validates a delta object at `path` (e.g. `"delta"`).
@@ -248,10 +222,7 @@ impl HeaderDelta {
     pub fn from_value(v: &Value, path: &str) -> Result<HeaderDelta> {
         let f = Fields::of(v, path)?;
         if let Some(k) = f.map.keys().find(|k| !ARMS.contains(&k.as_str())) {
-            return Err(Error::invalid(
-                f.p(k),
-                "is not a header delta arm (system, tools, config, messagePrefix)",
-            ));
+            return Err(Error::invalid(f.p(k), "is not a header delta arm (system, tools, config, messagePrefix)"));
         }
         let system = match f.opt_value("system")? {
             None => None,
@@ -267,22 +238,11 @@ impl HeaderDelta {
         };
         let message_prefix = match f.opt_value("messagePrefix")? {
             None => None,
-            Some(p) => Some(Arc::new(Message::list_from_value(
-                p,
-                &f.p("messagePrefix"),
-            )?)),
+            Some(p) => Some(Arc::new(Message::list_from_value(p, &f.p("messagePrefix"))?)),
         };
-        let delta = HeaderDelta {
-            system,
-            tools,
-            config,
-            message_prefix,
-        };
+        let delta = HeaderDelta { system, tools, config, message_prefix };
         if delta.is_empty() {
-            return Err(Error::invalid(
-                path,
-                "a header delta needs at least one arm (system, tools, config, messagePrefix)",
-            ));
+            return Err(Error::invalid(path, "a header delta needs at least one arm (system, tools, config, messagePrefix)"));
         }
         delta.validate(path)?;
         Ok(delta)
@@ -295,26 +255,18 @@ impl HeaderDelta {
             let mut o = JsonMap::new();
             o.insert("keepLeading".into(), (s.keep_leading as u64).into());
             o.insert("keepTrailing".into(), (s.keep_trailing as u64).into());
-            o.insert(
-                "insert".into(),
-                Value::Array(s.insert.iter().map(|l| Value::String(l.clone())).collect()),
-            );
+            o.insert("insert".into(), Value::Array(s.insert.iter().map(|l| Value::String(l.clone())).collect()));
             m.insert("system".into(), Value::Object(o));
         }
         if let Some(t) = &self.tools {
-            let tool_value =
-                |t: &ToolSchema| serde_json::to_value(t).expect("a tool schema always serialises");
-            let names =
-                |n: &[String]| Value::Array(n.iter().map(|s| Value::String(s.clone())).collect());
+            let tool_value = |t: &ToolSchema| serde_json::to_value(t).expect("a tool schema always serialises");
+            let names = |n: &[String]| Value::Array(n.iter().map(|s| Value::String(s.clone())).collect());
             let mut o = JsonMap::new();
             if !t.removed.is_empty() {
                 o.insert("removed".into(), names(&t.removed));
             }
             if !t.changed.is_empty() {
-                o.insert(
-                    "changed".into(),
-                    Value::Array(t.changed.iter().map(tool_value).collect()),
-                );
+                o.insert("changed".into(), Value::Array(t.changed.iter().map(tool_value).collect()));
             }
             if let Some(order) = &t.order {
                 o.insert("order".into(), names(order));
@@ -338,10 +290,7 @@ impl HeaderDelta {
             m.insert("config".into(), c.to_value());
         }
         if let Some(p) = &self.message_prefix {
-            m.insert(
-                "messagePrefix".into(),
-                Value::Array(p.iter().map(Message::to_value).collect()),
-            );
+            m.insert("messagePrefix".into(), Value::Array(p.iter().map(Message::to_value).collect()));
         }
         Value::Object(m)
     }
@@ -363,11 +312,7 @@ impl HeaderDelta {
         self.validate(path)?;
         let system = match &self.system {
             None => base.system.clone(),
-            Some(edit) => Some(apply_system(
-                edit,
-                base.system_str(),
-                &join(path, "system"),
-            )?),
+            Some(edit) => Some(apply_system(edit, base.system_str(), &join(path, "system"))?),
         };
         let tools = match &self.tools {
             None => base.tools.clone(),
@@ -386,10 +331,7 @@ impl HeaderDelta {
         if let Some(s) = &self.system {
             for (i, line) in s.insert.iter().enumerate() {
                 if line.contains('\n') {
-                    return Err(Error::invalid(
-                        format!("{}.insert[{i}]", join(path, "system")),
-                        "a line must not contain a newline",
-                    ));
+                    return Err(Error::invalid(format!("{}.insert[{i}]", join(path, "system")), "a line must not contain a newline"));
                 }
             }
         }
@@ -402,36 +344,24 @@ impl HeaderDelta {
                     return Err(Error::invalid(at, "must not be empty"));
                 }
                 if !removed.insert(name.as_str()) {
-                    return Err(Error::invalid(
-                        at,
-                        format!("tool {name:?} is removed twice"),
-                    ));
+                    return Err(Error::invalid(at, format!("tool {name:?} is removed twice")));
                 }
             }
             let mut changed = HashSet::new();
             for (i, tool) in t.changed.iter().enumerate() {
                 let at = format!("{p}.changed[{i}].name");
                 if removed.contains(tool.name.as_str()) {
-                    return Err(Error::invalid(
-                        at,
-                        format!("tool {:?} is both removed and changed", tool.name),
-                    ));
+                    return Err(Error::invalid(at, format!("tool {:?} is both removed and changed", tool.name)));
                 }
                 if !changed.insert(tool.name.as_str()) {
-                    return Err(Error::invalid(
-                        at,
-                        format!("tool {:?} is changed twice", tool.name),
-                    ));
+                    return Err(Error::invalid(at, format!("tool {:?} is changed twice", tool.name)));
                 }
             }
             if let Some(order) = &t.order {
                 let mut seen = HashSet::new();
                 for (i, name) in order.iter().enumerate() {
                     if !seen.insert(name.as_str()) {
-                        return Err(Error::invalid(
-                            format!("{p}.order[{i}]"),
-                            format!("tool {name:?} is listed twice"),
-                        ));
+                        return Err(Error::invalid(format!("{p}.order[{i}]"), format!("tool {name:?} is listed twice")));
                     }
                 }
             }
@@ -440,18 +370,11 @@ impl HeaderDelta {
                 if i > 0 && a.index <= t.added[i - 1].index {
                     return Err(Error::invalid(
                         format!("{p}.added[{i}].index"),
-                        format!(
-                            "indices must strictly increase ({} follows {})",
-                            a.index,
-                            t.added[i - 1].index
-                        ),
+                        format!("indices must strictly increase ({} follows {})", a.index, t.added[i - 1].index),
                     ));
                 }
                 if !added.insert(a.tool.name.as_str()) {
-                    return Err(Error::invalid(
-                        format!("{p}.added[{i}].tool.name"),
-                        format!("tool {:?} is added twice", a.tool.name),
-                    ));
+                    return Err(Error::invalid(format!("{p}.added[{i}].tool.name"), format!("tool {:?} is added twice", a.tool.name)));
                 }
             }
         }
@@ -469,10 +392,7 @@ fn apply_system(edit: &SystemEdit, base: &str, path: &str) -> Result<String> {
     if edit.keep_leading > n {
         return Err(Error::invalid(
             format!("{path}.keepLeading"),
-            format!(
-                "keeps {} leading lines but the base system prompt has {n}",
-                edit.keep_leading
-            ),
+            format!("keeps {} leading lines but the base system prompt has {n}", edit.keep_leading),
         ));
     }
     if edit.keep_trailing > n - edit.keep_leading {
@@ -484,8 +404,7 @@ fn apply_system(edit: &SystemEdit, base: &str, path: &str) -> Result<String> {
             ),
         ));
     }
-    let mut out: Vec<&str> =
-        Vec::with_capacity(edit.keep_leading + edit.insert.len() + edit.keep_trailing);
+    let mut out: Vec<&str> = Vec::with_capacity(edit.keep_leading + edit.insert.len() + edit.keep_trailing);
     out.extend_from_slice(&lines[..edit.keep_leading]);
     out.extend(edit.insert.iter().map(String::as_str));
     out.extend_from_slice(&lines[n - edit.keep_trailing..]);
@@ -495,63 +414,43 @@ fn apply_system(edit: &SystemEdit, base: &str, path: &str) -> Result<String> {
 fn apply_tools(edit: &ToolsEdit, base: &[ToolSchema], path: &str) -> Result<Vec<ToolSchema>> {
     let mut tools = base.to_vec();
     for (i, name) in edit.removed.iter().enumerate() {
-        let at = tools.iter().position(|t| &t.name == name).ok_or_else(|| {
-            Error::invalid(
-                format!("{path}.removed[{i}]"),
-                format!("no tool named {name:?} in the base header"),
-            )
-        })?;
+        let at = tools
+            .iter()
+            .position(|t| &t.name == name)
+            .ok_or_else(|| Error::invalid(format!("{path}.removed[{i}]"), format!("no tool named {name:?} in the base header")))?;
         tools.remove(at);
     }
     for (i, tool) in edit.changed.iter().enumerate() {
-        let slot = tools
-            .iter_mut()
-            .find(|t| t.name == tool.name)
-            .ok_or_else(|| {
-                Error::invalid(
-                    format!("{path}.changed[{i}].name"),
-                    format!("no tool named {:?} in the base header", tool.name),
-                )
-            })?;
+        let slot = tools.iter_mut().find(|t| t.name == tool.name).ok_or_else(|| {
+            Error::invalid(format!("{path}.changed[{i}].name"), format!("no tool named {:?} in the base header", tool.name))
+        })?;
         *slot = tool.clone();
     }
     if let Some(order) = &edit.order {
         let mut reordered = Vec::with_capacity(tools.len());
         for (i, name) in order.iter().enumerate() {
-            let t = tools.iter().find(|t| &t.name == name).ok_or_else(|| {
-                Error::invalid(
-                    format!("{path}.order[{i}]"),
-                    format!("{name:?} is not a kept tool of the base header"),
-                )
-            })?;
+            let t = tools
+                .iter()
+                .find(|t| &t.name == name)
+                .ok_or_else(|| Error::invalid(format!("{path}.order[{i}]"), format!("{name:?} is not a kept tool of the base header")))?;
             reordered.push(t.clone());
         }
         if let Some(missing) = tools.iter().find(|t| !order.contains(&t.name)) {
             return Err(Error::invalid(
                 format!("{path}.order"),
-                format!(
-                    "does not list kept tool {:?}; it must list every kept tool once",
-                    missing.name
-                ),
+                format!("does not list kept tool {:?}; it must list every kept tool once", missing.name),
             ));
         }
         tools = reordered;
     }
     for (i, a) in edit.added.iter().enumerate() {
         if tools.iter().any(|t| t.name == a.tool.name) {
-            return Err(Error::invalid(
-                format!("{path}.added[{i}].tool.name"),
-                format!("a tool named {:?} already exists", a.tool.name),
-            ));
+            return Err(Error::invalid(format!("{path}.added[{i}].tool.name"), format!("a tool named {:?} already exists", a.tool.name)));
         }
         if a.index > tools.len() {
             return Err(Error::invalid(
                 format!("{path}.added[{i}].index"),
-                format!(
-                    "{} is past the end of the tool list (length {} at this point)",
-                    a.index,
-                    tools.len()
-                ),
+                format!("{} is past the end of the tool list (length {} at this point)", a.index, tools.len()),
             ));
         }
         tools.insert(a.index, a.tool.clone());
@@ -565,21 +464,13 @@ fn usize_at(f: &Fields<'_>, key: &str) -> Result<usize> {
 }
 
 fn names_at(v: &Value, path: &str) -> Result<Vec<String>> {
-    let arr = v.as_array().ok_or_else(|| {
-        Error::invalid(
-            path,
-            format!("expected an array of tool names, got {}", kind_of(v)),
-        )
-    })?;
+    let arr = v.as_array().ok_or_else(|| Error::invalid(path, format!("expected an array of tool names, got {}", kind_of(v))))?;
     arr.iter()
         .enumerate()
         .map(|(i, n)| match n.as_str() {
             Some("") => Err(Error::invalid(format!("{path}[{i}]"), "must not be empty")),
             Some(s) => Ok(s.to_string()),
-            None => Err(Error::invalid(
-                format!("{path}[{i}]"),
-                format!("expected a string, got {}", kind_of(n)),
-            )),
+            None => Err(Error::invalid(format!("{path}[{i}]"), format!("expected a string, got {}", kind_of(n)))),
         })
         .collect()
 }
@@ -593,11 +484,7 @@ fn reject_unknown(f: &Fields<'_>, known: &[&str], what: &str) -> Result<()> {
 
 fn system_from_value(v: &Value, path: &str) -> Result<SystemEdit> {
     let f = Fields::of(v, path)?;
-    reject_unknown(
-        &f,
-        &["keepLeading", "keepTrailing", "insert"],
-        "a system line edit",
-    )?;
+    reject_unknown(&f, &["keepLeading", "keepTrailing", "insert"], "a system line edit")?;
     let keep_leading = usize_at(&f, "keepLeading")?;
     let keep_trailing = usize_at(&f, "keepTrailing")?;
     let insert = f
@@ -605,28 +492,17 @@ fn system_from_value(v: &Value, path: &str) -> Result<SystemEdit> {
         .iter()
         .enumerate()
         .map(|(i, l)| {
-            l.as_str().map(str::to_string).ok_or_else(|| {
-                Error::invalid(
-                    format!("{}[{i}]", f.p("insert")),
-                    format!("expected a string, got {}", kind_of(l)),
-                )
-            })
+            l.as_str()
+                .map(str::to_string)
+                .ok_or_else(|| Error::invalid(format!("{}[{i}]", f.p("insert")), format!("expected a string, got {}", kind_of(l))))
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok(SystemEdit {
-        keep_leading,
-        keep_trailing,
-        insert,
-    })
+    Ok(SystemEdit { keep_leading, keep_trailing, insert })
 }
 
 fn tools_from_value(v: &Value, path: &str) -> Result<ToolsEdit> {
     let f = Fields::of(v, path)?;
-    reject_unknown(
-        &f,
-        &["removed", "changed", "order", "added"],
-        "a tools edit",
-    )?;
+    reject_unknown(&f, &["removed", "changed", "order", "added"], "a tools edit")?;
     let removed = match f.opt_value("removed")? {
         None => Vec::new(),
         Some(r) => names_at(r, &f.p("removed"))?,
@@ -648,24 +524,13 @@ fn tools_from_value(v: &Value, path: &str) -> Result<ToolsEdit> {
                 let at = format!("{}[{i}]", f.p("added"));
                 let g = Fields::of(e, &at)?;
                 reject_unknown(&g, &["index", "tool"], "an added tool")?;
-                Ok(AddedTool {
-                    index: usize_at(&g, "index")?,
-                    tool: ToolSchema::from_value(g.value("tool")?, &g.p("tool"))?,
-                })
+                Ok(AddedTool { index: usize_at(&g, "index")?, tool: ToolSchema::from_value(g.value("tool")?, &g.p("tool"))? })
             })
             .collect::<Result<Vec<_>>>()?,
     };
-    let edit = ToolsEdit {
-        removed,
-        changed,
-        order,
-        added,
-    };
+    let edit = ToolsEdit { removed, changed, order, added };
     if edit.is_empty() {
-        return Err(Error::invalid(
-            path,
-            "changes nothing (no removed, changed, order or added); omit the arm",
-        ));
+        return Err(Error::invalid(path, "changes nothing (no removed, changed, order or added); omit the arm"));
     }
     Ok(edit)
 }
@@ -678,11 +543,7 @@ mod tests {
     use serde_json::json;
 
     fn tool(name: &str, desc: &str) -> ToolSchema {
-        ToolSchema::from_value(
-            &json!({"name":name,"description":desc,"parameters":{"type":"object"}}),
-            "",
-        )
-        .unwrap()
+        ToolSchema::from_value(&json!({"name":name,"description":desc,"parameters":{"type":"object"}}), "").unwrap()
     }
 
     fn header(system: Option<&str>, tools: &[(&str, &str)]) -> EpochHeader {
@@ -695,10 +556,7 @@ mod tests {
     }
 
     fn parse_err(v: Value) -> String {
-        HeaderDelta::from_value(&v, "delta")
-            .unwrap_err()
-            .message()
-            .to_string()
+        HeaderDelta::from_value(&v, "delta").unwrap_err().message().to_string()
     }
 
     fn round_trip(a: &EpochHeader, b: &EpochHeader) -> HeaderDelta {
@@ -727,10 +585,7 @@ mod tests {
         let a = header(Some("one\ntwo\nthree\nfour"), &[]);
         let b = header(Some("one\nTWO\n2.5\nfour"), &[]);
         let d = round_trip(&a, &b);
-        assert_eq!(
-            d.to_value(),
-            json!({"system":{"keepLeading":1,"keepTrailing":1,"insert":["TWO","2.5"]}})
-        );
+        assert_eq!(d.to_value(), json!({"system":{"keepLeading":1,"keepTrailing":1,"insert":["TWO","2.5"]}}));
     }
 
     #[test]
@@ -742,55 +597,29 @@ mod tests {
             }
         }
         let d = diff(&header(Some("a"), &[]), &header(Some("a\n"), &[]));
-        assert_eq!(
-            d.to_value(),
-            json!({"system":{"keepLeading":1,"keepTrailing":0,"insert":[""]}})
-        );
+        assert_eq!(d.to_value(), json!({"system":{"keepLeading":1,"keepTrailing":0,"insert":[""]}}));
     }
 
     #[test]
     fn system_arm_emptying_the_prompt_makes_it_absent() {
         let a = header(Some("x\ny"), &[]);
-        let d = HeaderDelta::from_value(
-            &json!({"system":{"keepLeading":0,"keepTrailing":0,"insert":[]}}),
-            "delta",
-        )
-        .unwrap();
+        let d = HeaderDelta::from_value(&json!({"system":{"keepLeading":0,"keepTrailing":0,"insert":[]}}), "delta").unwrap();
         let got = d.apply(&a).unwrap();
         assert_eq!(got.system, None);
-        assert_eq!(
-            got.to_value(),
-            json!({"config":{"provider":"p","model":"m"}})
-        );
+        assert_eq!(got.to_value(), json!({"config":{"provider":"p","model":"m"}}));
         // An absent system prompt has no lines: keeping one is an error.
-        let d = HeaderDelta::from_value(
-            &json!({"system":{"keepLeading":1,"keepTrailing":0,"insert":[]}}),
-            "delta",
-        )
-        .unwrap();
+        let d = HeaderDelta::from_value(&json!({"system":{"keepLeading":1,"keepTrailing":0,"insert":[]}}), "delta").unwrap();
         let e = d.apply(&header(None, &[])).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidInput);
-        assert_eq!(
-            e.message(),
-            "delta.system.keepLeading: keeps 1 leading lines but the base system prompt has 0"
-        );
+        assert_eq!(e.message(), "delta.system.keepLeading: keeps 1 leading lines but the base system prompt has 0");
     }
 
     #[test]
     fn system_arm_that_keeps_too_much_is_rejected() {
-        let d = HeaderDelta::from_value(
-            &json!({"system":{"keepLeading":2,"keepTrailing":2,"insert":["x"]}}),
-            "delta",
-        )
-        .unwrap();
+        let d = HeaderDelta::from_value(&json!({"system":{"keepLeading":2,"keepTrailing":2,"insert":["x"]}}), "delta").unwrap();
         let e = d.apply(&header(Some("a\nb\nc"), &[])).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidInput);
-        assert!(
-            e.message()
-                .starts_with("delta.system.keepTrailing: keeps 2 trailing lines"),
-            "{}",
-            e.message()
-        );
+        assert!(e.message().starts_with("delta.system.keepTrailing: keeps 2 trailing lines"), "{}", e.message());
         assert_eq!(e.detail()["field"], "delta.system.keepTrailing");
     }
 
@@ -840,10 +669,7 @@ mod tests {
                 "delta.tools.added[0].index: 3 is past the end of the tool list (length 2 at this point)",
             ),
             (json!({"order":["a","z"]}), "delta.tools.order[1]: \"z\" is not a kept tool of the base header"),
-            (
-                json!({"order":["a"]}),
-                "delta.tools.order: does not list kept tool \"b\"; it must list every kept tool once",
-            ),
+            (json!({"order":["a"]}), "delta.tools.order: does not list kept tool \"b\"; it must list every kept tool once"),
             (json!({"removed":["a"],"order":["a","b"]}), "delta.tools.order[0]: \"a\" is not a kept tool of the base header"),
         ];
         for (arm, want) in cases {
@@ -872,13 +698,9 @@ mod tests {
     fn config_arm_replaces_the_whole_config() {
         let a = header(Some("s"), &[]);
         let mut b = a.clone();
-        b.config =
-            CallConfig::from_value(&json!({"provider":"q","model":"n","maxTokens":5}), "").unwrap();
+        b.config = CallConfig::from_value(&json!({"provider":"q","model":"n","maxTokens":5}), "").unwrap();
         let d = round_trip(&a, &b);
-        assert_eq!(
-            d.to_value(),
-            json!({"config":{"provider":"q","model":"n","maxTokens":5}})
-        );
+        assert_eq!(d.to_value(), json!({"config":{"provider":"q","model":"n","maxTokens":5}}));
         let e = parse_err(json!({"config":{"provider":"q"}}));
         assert_eq!(e, "delta.config.model: is required");
     }
@@ -889,10 +711,7 @@ mod tests {
         let mut b = a.clone();
         b.message_prefix = Some(Arc::new(vec![Message::user_text("hello")]));
         let d = round_trip(&a, &b);
-        assert_eq!(
-            d.to_value(),
-            json!({"messagePrefix":[{"role":"user","content":[{"type":"text","text":"hello"}]}]})
-        );
+        assert_eq!(d.to_value(), json!({"messagePrefix":[{"role":"user","content":[{"type":"text","text":"hello"}]}]}));
         let back = round_trip(&b, &a);
         assert_eq!(back.to_value(), json!({"messagePrefix":[]}));
         assert_eq!(back.apply(&b).unwrap().message_prefix, None);
@@ -903,10 +722,7 @@ mod tests {
         let a = header(Some("s"), &[("a", "1")]);
         let mut b = header(Some("t"), &[("a", "1")]);
         let d = diff_for_writer(&a, &b).unwrap();
-        assert_eq!(
-            d.to_value(),
-            json!({"system":{"keepLeading":0,"keepTrailing":0,"insert":["t"]}})
-        );
+        assert_eq!(d.to_value(), json!({"system":{"keepLeading":0,"keepTrailing":0,"insert":["t"]}}));
         assert!(!needs_snapshot(&a, &b));
         b.message_prefix = Some(Arc::new(vec![Message::user_text("p")]));
         assert!(needs_snapshot(&a, &b));
@@ -945,10 +761,7 @@ mod tests {
                 "delta.system.keepTrailing: expected a non-negative integer, got 1.5",
             ),
             (json!({"system":{"keepLeading":0,"keepTrailing":0}}), "delta.system.insert: is required"),
-            (
-                json!({"system":{"keepLeading":0,"keepTrailing":0,"insert":[3]}}),
-                "delta.system.insert[0]: expected a string, got a number",
-            ),
+            (json!({"system":{"keepLeading":0,"keepTrailing":0,"insert":[3]}}), "delta.system.insert[0]: expected a string, got a number"),
             (
                 json!({"system":{"keepLeading":0,"keepTrailing":0,"insert":["a\nb"]}}),
                 "delta.system.insert[0]: a line must not contain a newline",
@@ -964,10 +777,7 @@ mod tests {
             (json!({"tools":{"removed":[""]}}), "delta.tools.removed[0]: must not be empty"),
             (json!({"tools":{"removed":["a","a"]}}), "delta.tools.removed[1]: tool \"a\" is removed twice"),
             (json!({"tools":{"changed":[t("a"),t("a")]}}), "delta.tools.changed[1].name: duplicate tool name \"a\""),
-            (
-                json!({"tools":{"removed":["a"],"changed":[t("a")]}}),
-                "delta.tools.changed[0].name: tool \"a\" is both removed and changed",
-            ),
+            (json!({"tools":{"removed":["a"],"changed":[t("a")]}}), "delta.tools.changed[0].name: tool \"a\" is both removed and changed"),
             (json!({"tools":{"order":["a","a"]}}), "delta.tools.order[1]: tool \"a\" is listed twice"),
             (
                 json!({"tools":{"added":[{"index":1,"tool":t("a")},{"index":1,"tool":t("b")}]}}),
@@ -978,10 +788,7 @@ mod tests {
                 "delta.tools.added[1].tool.name: tool \"a\" is added twice",
             ),
             (json!({"tools":{"added":[{"tool":t("a")}]}}), "delta.tools.added[0].index: is required"),
-            (
-                json!({"tools":{"added":[{"index":0,"tool":t("a"),"at":0}]}}),
-                "delta.tools.added[0].at: is not a field of an added tool",
-            ),
+            (json!({"tools":{"added":[{"index":0,"tool":t("a"),"at":0}]}}), "delta.tools.added[0].at: is not a field of an added tool"),
             (
                 json!({"tools":{"added":[{"index":0,"tool":{"name":"a","description":"d"}}]}}),
                 "delta.tools.added[0].tool.parameters: is required",
@@ -999,18 +806,11 @@ mod tests {
     #[test]
     fn programmatic_delta_with_a_newline_line_is_rejected_by_apply() {
         let d = HeaderDelta {
-            system: Some(SystemEdit {
-                keep_leading: 0,
-                keep_trailing: 0,
-                insert: vec!["a\nb".into()],
-            }),
+            system: Some(SystemEdit { keep_leading: 0, keep_trailing: 0, insert: vec!["a\nb".into()] }),
             ..HeaderDelta::default()
         };
         let e = d.apply(&header(None, &[])).unwrap_err();
-        assert_eq!(
-            e.message(),
-            "delta.system.insert[0]: a line must not contain a newline"
-        );
+        assert_eq!(e.message(), "delta.system.insert[0]: a line must not contain a newline");
     }
 
     #[test]
@@ -1020,11 +820,7 @@ mod tests {
         let e = fold.check_delta(&d).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::CorruptLog);
         assert_eq!(e.detail()["field"], "data");
-        assert!(
-            e.message().contains("before any request/header snapshot"),
-            "{}",
-            e.message()
-        );
+        assert!(e.message().contains("before any request/header snapshot"), "{}", e.message());
     }
 
     #[test]
@@ -1033,14 +829,7 @@ mod tests {
         let b = header(Some("one\n2"), &[("b", "1"), ("a", "1")]);
         let c = header(Some("one\n2\n"), &[("a", "2")]);
         let mut fold = HeaderFold::default();
-        fold.apply_snapshot(
-            0,
-            &HeaderSnapshot {
-                header: a.clone(),
-                reason: SnapshotReason::Initial,
-                instance: 1,
-            },
-        );
+        fold.apply_snapshot(0, &HeaderSnapshot { header: a.clone(), reason: SnapshotReason::Initial, instance: 1 });
         for (seq, (from, to)) in [(&a, &b), (&b, &c)].into_iter().enumerate() {
             let d = diff_for_writer(from, to).unwrap();
             let data = crate::header::delta_event_data(&d, 1);
@@ -1054,10 +843,7 @@ mod tests {
         // A delta that does not fit the folded header is refused and changes nothing.
         let bad = HeaderDelta::from_value(&json!({"tools":{"removed":["b"]}}), "delta").unwrap();
         let e = fold.check_delta(&bad).unwrap_err();
-        assert_eq!(
-            e.message(),
-            "delta.tools.removed[0]: no tool named \"b\" in the base header"
-        );
+        assert_eq!(e.message(), "delta.tools.removed[0]: no tool named \"b\" in the base header");
         assert_eq!(fold.current(), Some(&c));
     }
 }

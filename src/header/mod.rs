@@ -216,8 +216,7 @@ impl HeaderFold {
     /// Checks that a delta can be folded (a snapshot exists and the delta applies).
     pub fn check_delta(&self, delta: &HeaderDelta) -> Result<EpochHeader> {
         let cur = self.current.as_ref().ok_or_else(|| {
-            Error::new(ErrorKind::CorruptLog, "request/header-delta before any request/header snapshot")
-                .with("field", "data")
+            Error::new(ErrorKind::CorruptLog, "request/header-delta before any request/header snapshot").with("field", "data")
         })?;
         delta.apply(cur)
     }
@@ -252,11 +251,9 @@ mod tests {
 
     #[test]
     fn canonical_form_drops_empty_parts() {
-        let h = EpochHeader::from_value(
-            &json!({"config":{"provider":"p","model":"m"},"system":"","tools":[],"messagePrefix":[]}),
-            "header",
-        )
-        .unwrap();
+        let h =
+            EpochHeader::from_value(&json!({"config":{"provider":"p","model":"m"},"system":"","tools":[],"messagePrefix":[]}), "header")
+                .unwrap();
         assert_eq!(h.to_value(), json!({"config":{"provider":"p","model":"m"}}));
         assert_eq!(h, EpochHeader::new(CallConfig::new("p", "m")));
     }

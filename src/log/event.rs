@@ -56,8 +56,7 @@ pub mod types {
     ];
 
     /// Namespaces reserved for the catalogue: a host's own type may not start with these.
-    pub const RESERVED_PREFIXES: &[&str] =
-        &["turn/", "step/", "user/", "assistant/", "tool/", "request/", "compaction/", "session"];
+    pub const RESERVED_PREFIXES: &[&str] = &["turn/", "step/", "user/", "assistant/", "tool/", "request/", "compaction/", "session"];
 
     /// Whether events of this type are model-visible (enter the surface).
     pub fn is_model_visible(ty: &str) -> bool {
@@ -156,7 +155,8 @@ impl Event {
                 a.iter()
                     .enumerate()
                     .map(|(i, s)| {
-                        s.as_u64().ok_or_else(|| Error::invalid(format!("{}[{i}]", f.p("sources")), "expected a seq (a non-negative integer)"))
+                        s.as_u64()
+                            .ok_or_else(|| Error::invalid(format!("{}[{i}]", f.p("sources")), "expected a seq (a non-negative integer)"))
                     })
                     .collect::<Result<Vec<u64>>>()?,
             ),
@@ -274,12 +274,12 @@ impl TurnEndReason {
             "rejected" => TurnEndReason::Rejected,
             "max-tokens" => TurnEndReason::MaxTokens,
             "interrupted" => TurnEndReason::Interrupted,
-            other => {
-                return Err(Error::invalid(
-                    path,
-                    format!("unknown turn end reason {other:?} (expected completed, aborted, disposed, error, rejected, max-tokens or interrupted)"),
-                ))
-            }
+            other => return Err(Error::invalid(
+                path,
+                format!(
+                    "unknown turn end reason {other:?} (expected completed, aborted, disposed, error, rejected, max-tokens or interrupted)"
+                ),
+            )),
         })
     }
 }

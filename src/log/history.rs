@@ -54,7 +54,15 @@ pub fn project(ev: &Event) -> Result<Option<Message>> {
                 let an = |r: Role| if r == Role::Assistant { "an" } else { "a" };
                 return Err(Error::invalid(
                     "data.message.role",
-                    format!("{} {} event carries {} {} message, got {} {} message", an(want), ev.ty, an(want), want.as_str(), an(m.role), m.role.as_str()),
+                    format!(
+                        "{} {} event carries {} {} message, got {} {} message",
+                        an(want),
+                        ev.ty,
+                        an(want),
+                        want.as_str(),
+                        an(m.role),
+                        m.role.as_str()
+                    ),
                 ));
             }
             // Tool blocks travel in their own events, where the pairing rules see them.

@@ -228,7 +228,9 @@ pub fn repair_events(log: &Log) -> Vec<NewEvent> {
                 ));
                 pending.push(id.clone());
             }
-            let outcome = if t.step_answered { json!({"turn": t.turn, "step": t.last_step, "outcome": "response"}) } else {
+            let outcome = if t.step_answered {
+                json!({"turn": t.turn, "step": t.last_step, "outcome": "response"})
+            } else {
                 json!({"turn": t.turn, "step": t.last_step, "outcome": "error", "error": "interrupted: the session stopped before the response arrived"})
             };
             out.push(NewEvent::new(types::STEP_END, outcome));

@@ -146,12 +146,21 @@ impl LogState {
         if exceeds_depth(&ev.data, MAX_DATA_DEPTH) {
             return Err(field_err(
                 ev,
-                Error::invalid("data", format!("nests deeper than {MAX_DATA_DEPTH} levels; the logged line could not be read back (JSON readers stop at 128)")),
+                Error::invalid(
+                    "data",
+                    format!("nests deeper than {MAX_DATA_DEPTH} levels; the logged line could not be read back (JSON readers stop at 128)"),
+                ),
             ));
         }
         let visible = types::is_model_visible(&ev.ty);
         if !visible && (ev.surface_op.is_some() || ev.sources.is_some()) {
-            return Err(field_err(ev, Error::invalid("surfaceOp", "only model-visible events (user/message, assistant/message, tool/result) carry surfaceOp and sources")));
+            return Err(field_err(
+                ev,
+                Error::invalid(
+                    "surfaceOp",
+                    "only model-visible events (user/message, assistant/message, tool/result) carry surfaceOp and sources",
+                ),
+            ));
         }
         if visible && ev.surface_op.is_none() {
             return Err(field_err(ev, Error::invalid("surfaceOp", "is required on a model-visible event (\"append\" or a replace)")));
@@ -216,7 +225,11 @@ impl LogState {
                 match self.headers.instance() {
                     None => return Err(rule(ev, "", "no request header was recorded before the first request")),
                     Some(i) if i != instance => {
-                        return Err(rule(ev, "data.instance", format!("instance {instance} has not recorded its header (the latest header is instance {i}'s)")))
+                        return Err(rule(
+                            ev,
+                            "data.instance",
+                            format!("instance {instance} has not recorded its header (the latest header is instance {i}'s)"),
+                        ))
                     }
                     _ => {}
                 }
@@ -234,9 +247,16 @@ impl LogState {
                     return Err(rule(ev, "data.step", format!("turn {turn} step {step} is not the open step")));
                 }
                 match outcome {
-                    "response" if !t.step_answered => return Err(rule(ev, "data.outcome", "a response step needs its assistant/message first")),
+                    "response" if !t.step_answered => {
+                        return Err(rule(ev, "data.outcome", "a response step needs its assistant/message first"))
+                    }
                     "response" | "error" | "cancelled" => {}
-                    other => return Err(Error::invalid("data.outcome", format!("expected \"response\", \"error\" or \"cancelled\", got {other:?}"))),
+                    other => {
+                        return Err(Error::invalid(
+                            "data.outcome",
+                            format!("expected \"response\", \"error\" or \"cancelled\", got {other:?}"),
+                        ))
+                    }
                 }
                 if let Some((id, _, _)) = t.calls_to_log.first() {
                     return Err(rule(ev, "", format!("tool call {id:?} of this step's assistant message has no tool/call event yet")));
@@ -275,7 +295,10 @@ impl LogState {
                             return Err(rule(
                                 ev,
                                 "surfaceOp",
-                                format!("the checkpoint must replace the span its compaction/start announced ({}..={}, seqs {:?})", c.span.0, c.span.1, c.seqs),
+                                format!(
+                                    "the checkpoint must replace the span its compaction/start announced ({}..={}, seqs {:?})",
+                                    c.span.0, c.span.1, c.seqs
+                                ),
                             ));
                         }
                         Ok(Effect::Replace(start, end, d))
@@ -283,7 +306,9 @@ impl LogState {
                     (UserSource::Compaction, SurfaceOp::Append) => {
                         Err(Error::invalid("surfaceOp", "a compaction checkpoint replaces the span it summarises"))
                     }
-                    (_, SurfaceOp::Replace { .. }) => Err(Error::invalid("surfaceOp", "only a compaction checkpoint may replace surface events")),
+                    (_, SurfaceOp::Replace { .. }) => {
+                        Err(Error::invalid("surfaceOp", "only a compaction checkpoint may replace surface events"))
+                    }
                     (_, SurfaceOp::Append) => Ok(Effect::Append(d)),
                 }
             }
@@ -307,7 +332,10 @@ impl LogState {
                 let mut calls = Vec::new();
                 for (i, (id, name, args)) in msg.content.iter().enumerate().filter_map(|(i, b)| Some((i, b.as_tool_call()?))) {
                     if self.known_calls.contains(id) || calls.iter().any(|(c, _, _): &(String, String, String)| c == id) {
-                        return Err(Error::invalid(format!("data.message.content[{i}].id"), format!("tool call id {id:?} is already used in this session")));
+                        return Err(Error::invalid(
+                            format!("data.message.content[{i}].id"),
+                            format!("tool call id {id:?} is already used in this session"),
+                        ));
                     }
                     calls.push((id.to_string(), name.to_string(), args.to_string()));
                 }
@@ -324,8 +352,12 @@ impl LogState {
                     return Err(rule(ev, "data.step", format!("turn {turn} step {step} is not the open step")));
                 }
                 match t.calls_to_log.first() {
-                    None => Err(rule(ev, "data.callId", format!("the step's assistant message has no (further) tool call; {id:?} is unknown"))),
-                    Some((want, wname, wargs)) if want != id => Err(rule(ev, "data.callId", format!("expected tool call {want:?} next (model order), got {id:?}"))),
+                    None => {
+                        Err(rule(ev, "data.callId", format!("the step's assistant message has no (further) tool call; {id:?} is unknown")))
+                    }
+                    Some((want, wname, wargs)) if want != id => {
+                        Err(rule(ev, "data.callId", format!("expected tool call {want:?} next (model order), got {id:?}")))
+                    }
                     Some((_, wname, wargs)) if wname != name || wargs != args => {
                         Err(rule(ev, "data", format!("name/arguments of tool call {id:?} differ from the assistant message")))
                     }
@@ -361,11 +393,17 @@ impl LogState {
                 let prev = self.headers.instance();
                 match (snap.reason, prev) {
                     (SnapshotReason::Initial, None) => {}
-                    (SnapshotReason::Initial, Some(_)) => return Err(rule(ev, "data.reason", "\"initial\" is only for the first header of the session")),
+                    (SnapshotReason::Initial, Some(_)) => {
+                        return Err(rule(ev, "data.reason", "\"initial\" is only for the first header of the session"))
+                    }
                     (_, None) => return Err(rule(ev, "data.reason", "the first header of a session has reason \"initial\"")),
                     (SnapshotReason::Resume, Some(_)) => {
                         if snap.instance <= self.headers.max_instance() {
-                            return Err(rule(ev, "data.instance", format!("a resume starts a new instance: expected more than {}", self.headers.max_instance())));
+                            return Err(rule(
+                                ev,
+                                "data.instance",
+                                format!("a resume starts a new instance: expected more than {}", self.headers.max_instance()),
+                            ));
                         }
                     }
                     (SnapshotReason::Change, Some(p)) => {
@@ -403,7 +441,13 @@ impl LogState {
                     .collect::<Result<_>>()?;
                 // The span must exist, be tool-balanced, and the seqs must be exactly its events.
                 self.history.check_replace(start, end, Some(&seqs)).map_err(|e| {
-                    let field = e.detail().get("field").and_then(|f| f.as_str()).unwrap_or("").replace("surfaceOp", "data.span").replace("sources", "data.seqs");
+                    let field = e
+                        .detail()
+                        .get("field")
+                        .and_then(|f| f.as_str())
+                        .unwrap_or("")
+                        .replace("surfaceOp", "data.span")
+                        .replace("sources", "data.seqs");
                     Error::new(e.kind(), e.message().replace("surfaceOp", "data.span").replace("sources", "data.seqs")).with("field", field)
                 })?;
                 Ok(Effect::CompactionStart((start, end), seqs))
@@ -420,17 +464,31 @@ impl LogState {
                 let outcome = f.str("outcome")?;
                 f.opt_str("error")?;
                 if !["landed", "failed", "discarded", "cancelled"].contains(&outcome) {
-                    return Err(Error::invalid("data.outcome", format!("expected landed, failed, discarded or cancelled, got {outcome:?}")));
+                    return Err(Error::invalid(
+                        "data.outcome",
+                        format!("expected landed, failed, discarded or cancelled, got {outcome:?}"),
+                    ));
                 }
                 let c = self.compaction.as_ref().ok_or_else(|| rule(ev, "", "no compaction is open"))?;
                 if (outcome == "landed") != c.landed {
-                    return Err(rule(ev, "data.outcome", if c.landed { "the checkpoint landed, so the outcome is \"landed\"" } else { "\"landed\" needs the checkpoint user/message first" }));
+                    return Err(rule(
+                        ev,
+                        "data.outcome",
+                        if c.landed {
+                            "the checkpoint landed, so the outcome is \"landed\""
+                        } else {
+                            "\"landed\" needs the checkpoint user/message first"
+                        },
+                    ));
                 }
                 Ok(Effect::CompactionEnd)
             }
             other => {
                 if let Some(p) = types::RESERVED_PREFIXES.iter().find(|p| other.starts_with(*p)) {
-                    return Err(Error::invalid("type", format!("{other:?} is not in the catalogue, and the {p:?} namespace is reserved for it")));
+                    return Err(Error::invalid(
+                        "type",
+                        format!("{other:?} is not in the catalogue, and the {p:?} namespace is reserved for it"),
+                    ));
                 }
                 Ok(Effect::None)
             }
@@ -443,8 +501,7 @@ impl LogState {
             Effect::None => {}
             Effect::TurnStart(turn) => {
                 self.last_turn = turn;
-                self.open_turn =
-                    Some(OpenTurn { turn, last_step: 0, step_open: false, step_answered: false, calls_to_log: Vec::new() });
+                self.open_turn = Some(OpenTurn { turn, last_step: 0, step_open: false, step_answered: false, calls_to_log: Vec::new() });
             }
             Effect::TurnEnd => self.open_turn = None,
             Effect::StepStart(step) => {

@@ -115,17 +115,13 @@ impl JsonlStore {
     /// Opens (creating if missing) a JSONL file for reading and appending.
     pub fn open(path: impl AsRef<Path>) -> Result<JsonlStore> {
         let path = path.as_ref().to_path_buf();
-        let file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(&path)
-            .map_err(|e| io_err(&path, "cannot open", e))?;
+        let file = OpenOptions::new().read(true).append(true).create(true).open(&path).map_err(|e| io_err(&path, "cannot open", e))?;
         let meta = file.metadata().map_err(|e| io_err(&path, "cannot stat", e))?;
         if !meta.is_file() {
             // A device or FIFO cannot be truncated, and reading one may never end (/dev/full).
-            return Err(Error::new(ErrorKind::Storage, format!("{}: not a regular file", path.display()))
-                .with("path", path.display().to_string()));
+            return Err(
+                Error::new(ErrorKind::Storage, format!("{}: not a regular file", path.display())).with("path", path.display().to_string())
+            );
         }
         let len = meta.len();
         Ok(JsonlStore { path, file, offsets: Vec::new(), len })

@@ -87,9 +87,7 @@ pub fn render_anthropic(envelope: &Value, options: &RenderOptions) -> Result<Val
             if tool.contains_key(k) {
                 return Err(Error::invalid(
                     format!("tools[{t_i}].{k}"),
-                    format!(
-                        "unknown tool field collides with the {k:?} field the {NAME} renderer sets"
-                    ),
+                    format!("unknown tool field collides with the {k:?} field the {NAME} renderer sets"),
                 ));
             }
             tool.insert(k.clone(), v.clone());
@@ -127,8 +125,7 @@ pub fn render_anthropic(envelope: &Value, options: &RenderOptions) -> Result<Val
     }
     env.pass_through(&mut body, NAME)?;
     // After the pass-through, so that a `max_tokens` config field can stand in for `maxTokens`.
-    body.entry("max_tokens")
-        .or_insert(DEFAULT_ANTHROPIC_MAX_TOKENS.into());
+    body.entry("max_tokens").or_insert(DEFAULT_ANTHROPIC_MAX_TOKENS.into());
     Ok(Value::Object(body))
 }
 
@@ -143,22 +140,14 @@ struct Rendered {
 impl Rendered {
     /// The index of the last block that may carry `cache_control` (thinking blocks may not).
     fn last_cacheable(&self) -> Option<usize> {
-        self.content.iter().rposition(|b| {
-            !matches!(
-                b.get("type").and_then(Value::as_str),
-                Some("thinking" | "redacted_thinking")
-            )
-        })
+        self.content.iter().rposition(|b| !matches!(b.get("type").and_then(Value::as_str), Some("thinking" | "redacted_thinking")))
     }
 }
 
 /// The (message, block) position of the last block that may carry `cache_control`, searching
 /// back from the last message (a message holding only thinking blocks is passed over).
 fn last_cacheable(out: &[Rendered]) -> Option<(usize, usize)> {
-    out.iter()
-        .enumerate()
-        .rev()
-        .find_map(|(k, r)| r.last_cacheable().map(|j| (k, j)))
+    out.iter().enumerate().rev().find_map(|(k, r)| r.last_cacheable().map(|j| (k, j)))
 }
 
 /// Appends `r`, merging it into the previous message when both hold only tool results: all
@@ -208,9 +197,7 @@ fn render_message(m: &Message, i: usize) -> Result<Option<Rendered>> {
             (Role::User, "image") => Some(image_block(b, &path)?),
             (Role::User, "tool-result") => Some(tool_result_block(b, &path)?),
             (Role::Assistant, "reasoning") => thinking_block(b, &path)?,
-            (Role::Assistant, "redacted-thinking") => {
-                Some(json!({"type": "redacted_thinking", "data": required_str(b, &path, "data")?}))
-            }
+            (Role::Assistant, "redacted-thinking") => Some(json!({"type": "redacted_thinking", "data": required_str(b, &path, "data")?})),
             (Role::Assistant, "tool-call") => Some(tool_use_block(b, &path)?),
             _ => return Err(unsupported(&path, b, m.role, NAME)),
         };
@@ -219,17 +206,9 @@ fn render_message(m: &Message, i: usize) -> Result<Option<Rendered>> {
     if content.is_empty() {
         return Ok(None);
     }
-    let role = if m.role == Role::Assistant {
-        "assistant"
-    } else {
-        "user"
-    };
+    let role = if m.role == Role::Assistant { "assistant" } else { "user" };
     let tool_results_only = role == "user" && content.iter().all(|b| b["type"] == "tool_result");
-    Ok(Some(Rendered {
-        role,
-        content,
-        tool_results_only,
-    }))
+    Ok(Some(Rendered { role, content, tool_results_only }))
 }
 
 fn required_str<'a>(b: &'a Block, path: &str, key: &str) -> Result<&'a str> {
@@ -237,10 +216,7 @@ fn required_str<'a>(b: &'a Block, path: &str, key: &str) -> Result<&'a str> {
         Some(Value::String(s)) if !s.is_empty() => Ok(s),
         Some(Value::String(_)) => Err(Error::invalid(format!("{path}.{key}"), "must not be empty")),
         None => Err(Error::invalid(format!("{path}.{key}"), "is required")),
-        Some(v) => Err(Error::invalid(
-            format!("{path}.{key}"),
-            format!("expected a string, got {}", crate::types::kind_of(v)),
-        )),
+        Some(v) => Err(Error::invalid(format!("{path}.{key}"), format!("expected a string, got {}", crate::types::kind_of(v)))),
     }
 }
 
@@ -313,10 +289,7 @@ fn tool_result_block(b: &Block, path: &str) -> Result<Value> {
     }
     let mut m = JsonMap::new();
     m.insert("type".into(), "tool_result".into());
-    m.insert(
-        "tool_use_id".into(),
-        b.tool_result_id().expect("validated tool-result").into(),
-    );
+    m.insert("tool_use_id".into(), b.tool_result_id().expect("validated tool-result").into());
     if !content.is_empty() {
         m.insert("content".into(), Value::Array(content));
     }
@@ -369,10 +342,7 @@ mod tests {
     #[test]
     fn max_tokens_default_and_pass_through() {
         let body = render(&json!({"model":"m","messages":[]}), 0).unwrap();
-        assert_eq!(
-            body,
-            json!({"model":"m","max_tokens":DEFAULT_ANTHROPIC_MAX_TOKENS,"messages":[]})
-        );
+        assert_eq!(body, json!({"model":"m","max_tokens":DEFAULT_ANTHROPIC_MAX_TOKENS,"messages":[]}));
         let body = render(
             &json!({"model":"m","messages":[],"max_tokens":9000,
                                   "thinking":{"type":"enabled","budget_tokens":4000}}),
@@ -380,32 +350,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!(body["max_tokens"], json!(9000));
-        assert_eq!(
-            body["thinking"],
-            json!({"type":"enabled","budget_tokens":4000})
-        );
-        let e = render(
-            &json!({"model":"m","messages":[],"maxTokens":1,"max_tokens":9000}),
-            0,
-        )
-        .unwrap_err();
+        assert_eq!(body["thinking"], json!({"type":"enabled","budget_tokens":4000}));
+        let e = render(&json!({"model":"m","messages":[],"maxTokens":1,"max_tokens":9000}), 0).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidInput);
-        assert!(
-            e.message()
-                .starts_with("max_tokens: unknown config field collides"),
-            "{}",
-            e.message()
-        );
-        let e = render(
-            &json!({"model":"m","messages":[],"stop":["x"],"stop_sequences":["y"]}),
-            0,
-        )
-        .unwrap_err();
-        assert!(
-            e.message().starts_with("stop_sequences: "),
-            "{}",
-            e.message()
-        );
+        assert!(e.message().starts_with("max_tokens: unknown config field collides"), "{}", e.message());
+        let e = render(&json!({"model":"m","messages":[],"stop":["x"],"stop_sequences":["y"]}), 0).unwrap_err();
+        assert!(e.message().starts_with("stop_sequences: "), "{}", e.message());
     }
 
     #[test]
@@ -417,29 +367,27 @@ mod tests {
         assert_eq!(body["tools"][1]["type"], json!("custom"));
         let e = json!({"model":"m","messages":[],"tools":[{"name":"a","description":"d","parameters":{},"input_schema":{}}]});
         let err = render(&e, 0).unwrap_err();
-        assert!(
-            err.message()
-                .starts_with("tools[0].input_schema: unknown tool field collides"),
-            "{}",
-            err.message()
-        );
+        assert!(err.message().starts_with("tools[0].input_schema: unknown tool field collides"), "{}", err.message());
     }
 
     #[test]
     fn assistant_blocks() {
-        let body = render(&env(json!([
-            {"role":"user","content":[{"type":"text","text":"go"}]},
-            {"role":"assistant","content":[
-                {"type":"reasoning","text":"secret","signature":"sig=="},
-                {"type":"reasoning","text":"unsigned"},
-                {"type":"redacted-thinking","data":"opaque"},
-                {"type":"text","text":""},
-                {"type":"text","text":"Reading."},
-                {"type":"tool-call","id":"c1","name":"read","arguments":"{\"path\":\"a\",\"n\":2}"},
-                {"type":"tool-call","id":"c2","name":"ls","arguments":""}
-            ]},
-            {"role":"user","content":[{"type":"text","text":"next"}]}
-        ])), 0)
+        let body = render(
+            &env(json!([
+                {"role":"user","content":[{"type":"text","text":"go"}]},
+                {"role":"assistant","content":[
+                    {"type":"reasoning","text":"secret","signature":"sig=="},
+                    {"type":"reasoning","text":"unsigned"},
+                    {"type":"redacted-thinking","data":"opaque"},
+                    {"type":"text","text":""},
+                    {"type":"text","text":"Reading."},
+                    {"type":"tool-call","id":"c1","name":"read","arguments":"{\"path\":\"a\",\"n\":2}"},
+                    {"type":"tool-call","id":"c2","name":"ls","arguments":""}
+                ]},
+                {"role":"user","content":[{"type":"text","text":"next"}]}
+            ])),
+            0,
+        )
         .unwrap();
         assert_eq!(
             body["messages"][1],
@@ -455,15 +403,18 @@ mod tests {
 
     #[test]
     fn tool_results_merge_and_map() {
-        let body = render(&env(json!([
-            {"role":"assistant","content":[
-                {"type":"tool-call","id":"a","name":"t","arguments":"{}"},
-                {"type":"tool-call","id":"b","name":"t","arguments":"{}"}]},
-            {"role":"user","content":[{"type":"tool-result","toolCallId":"a","isError":false,
-              "content":[{"type":"text","text":"ok"},{"type":"image","mediaType":"image/png","data":"AAAA"}]}]},
-            {"role":"user","content":[{"type":"tool-result","toolCallId":"b","isError":true,"content":[]}]},
-            {"role":"user","content":[{"type":"text","text":"injected"}]}
-        ])), 0)
+        let body = render(
+            &env(json!([
+                {"role":"assistant","content":[
+                    {"type":"tool-call","id":"a","name":"t","arguments":"{}"},
+                    {"type":"tool-call","id":"b","name":"t","arguments":"{}"}]},
+                {"role":"user","content":[{"type":"tool-result","toolCallId":"a","isError":false,
+                  "content":[{"type":"text","text":"ok"},{"type":"image","mediaType":"image/png","data":"AAAA"}]}]},
+                {"role":"user","content":[{"type":"tool-result","toolCallId":"b","isError":true,"content":[]}]},
+                {"role":"user","content":[{"type":"text","text":"injected"}]}
+            ])),
+            0,
+        )
         .unwrap();
         assert_eq!(
             body["messages"],
@@ -489,10 +440,7 @@ mod tests {
             0,
         )
         .unwrap();
-        assert_eq!(
-            body["messages"][0]["content"][0],
-            json!({"type":"image","source":{"type":"url","url":"https://example.com/a.png"}})
-        );
+        assert_eq!(body["messages"][0]["content"][0], json!({"type":"image","source":{"type":"url","url":"https://example.com/a.png"}}));
     }
 
     #[test]
@@ -507,10 +455,7 @@ mod tests {
             0,
         )
         .unwrap();
-        assert_eq!(
-            body["messages"],
-            json!([{"role":"user","content":[{"type":"text","text":"q","cache_control":CC()}]}])
-        );
+        assert_eq!(body["messages"], json!([{"role":"user","content":[{"type":"text","text":"q","cache_control":CC()}]}]));
     }
 
     #[test]
@@ -539,10 +484,7 @@ mod tests {
             {"role":"user","content":[{"type":"text","text":"q"}]}
         ]});
         let body = render(&e, 1).unwrap();
-        assert_eq!(
-            body["system"],
-            json!([{"type":"text","text":"S"},{"type":"text","text":"policy","cache_control":CC()}])
-        );
+        assert_eq!(body["system"], json!([{"type":"text","text":"S"},{"type":"text","text":"policy","cache_control":CC()}]));
         // Outside the prefix, a system-role message is an error.
         let err = render(&e, 0).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidInput);
@@ -559,13 +501,7 @@ mod tests {
         let tools = json!([{"name":"t","description":"d","parameters":{}}]);
         // Prefix of 1, history of 2: marks on messages[0] and the last message.
         let body = render(&env(json!([user("p"), user("h1"), user("h2")])), 1).unwrap();
-        let marks: Vec<bool> = (0..3)
-            .map(|k| {
-                body["messages"][k]["content"][0]
-                    .get("cache_control")
-                    .is_some()
-            })
-            .collect();
+        let marks: Vec<bool> = (0..3).map(|k| body["messages"][k]["content"][0].get("cache_control").is_some()).collect();
         assert_eq!(marks, [true, false, true]);
         // The whole envelope is the prefix: one mark.
         let body = render(&env(json!([user("p")])), 1).unwrap();
@@ -595,9 +531,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(body["messages"][1]["content"][0]["cache_control"], CC());
-        assert!(body["messages"][1]["content"][1]
-            .get("cache_control")
-            .is_none());
+        assert!(body["messages"][1]["content"][1].get("cache_control").is_none());
         // A trailing thinking-only message passes the end mark back to the message before.
         let body = render(
             &env(json!([user("q"), {"role":"assistant","content":[
@@ -606,9 +540,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(body["messages"][0]["content"][0]["cache_control"], CC());
-        assert!(body["messages"][1]["content"][0]
-            .get("cache_control")
-            .is_none());
+        assert!(body["messages"][1]["content"][0].get("cache_control").is_none());
     }
 
     #[test]
@@ -643,22 +575,10 @@ mod tests {
             0,
         )
         .unwrap_err();
-        assert!(
-            e.message()
-                .starts_with("messages[0].content[0].arguments: is not valid JSON"),
-            "{}",
-            e.message()
-        );
+        assert!(e.message().starts_with("messages[0].content[0].arguments: is not valid JSON"), "{}", e.message());
         assert!(e.detail().get("blockType").is_none());
-        let e = render(
-            &env(json!([{"role":"user","content":[{"type":"video"}]}])),
-            0,
-        )
-        .unwrap_err();
+        let e = render(&env(json!([{"role":"user","content":[{"type":"video"}]}])), 0).unwrap_err();
         assert_eq!(e.detail().get("blockType"), Some(&json!("video")));
-        assert_eq!(
-            e.detail().get("field"),
-            Some(&json!("messages[0].content[0]"))
-        );
+        assert_eq!(e.detail().get("field"), Some(&json!("messages[0].content[0]")));
     }
 }

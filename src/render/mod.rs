@@ -65,10 +65,7 @@ impl Renderer {
         match name {
             "openai" => Ok(Renderer::OpenAi),
             "anthropic" => Ok(Renderer::Anthropic),
-            other => Err(Error::invalid(
-                "renderer",
-                format!("expected \"openai\" or \"anthropic\", got {other:?}"),
-            )),
+            other => Err(Error::invalid("renderer", format!("expected \"openai\" or \"anthropic\", got {other:?}"))),
         }
     }
 
@@ -98,14 +95,7 @@ impl Renderer {
 // The parsed envelope, shared by both renderers.
 
 /// Config keys the renderers map themselves.
-const CONFIG_KEYS: &[&str] = &[
-    "provider",
-    "model",
-    "reasoningEffort",
-    "temperature",
-    "maxTokens",
-    "stop",
-];
+const CONFIG_KEYS: &[&str] = &["provider", "model", "reasoningEffort", "temperature", "maxTokens", "stop"];
 
 /// A validated request envelope.
 pub(crate) struct Envelope {
@@ -136,12 +126,7 @@ impl Envelope {
             return Err(Error::invalid("model", "must not be empty"));
         }
         let temperature = match f.opt_value("temperature")? {
-            Some(t) if !t.is_number() => {
-                return Err(Error::invalid(
-                    "temperature",
-                    format!("expected a number, got {}", kind_of(t)),
-                ))
-            }
+            Some(t) if !t.is_number() => return Err(Error::invalid("temperature", format!("expected a number, got {}", kind_of(t)))),
             t => t.cloned(),
         };
         let stop = match f.opt_array("stop")? {
@@ -149,10 +134,7 @@ impl Envelope {
             Some(a) => {
                 for (i, s) in a.iter().enumerate() {
                     if !s.is_string() {
-                        return Err(Error::invalid(
-                            format!("stop[{i}]"),
-                            format!("expected a string, got {}", kind_of(s)),
-                        ));
+                        return Err(Error::invalid(format!("stop[{i}]"), format!("expected a string, got {}", kind_of(s))));
                     }
                 }
                 Some(a.clone()).filter(|a| !a.is_empty())
@@ -171,10 +153,7 @@ impl Envelope {
             temperature,
             max_tokens: f.opt_u64("maxTokens")?,
             stop,
-            system: f
-                .opt_str("system")?
-                .filter(|s| !s.is_empty())
-                .map(str::to_string),
+            system: f.opt_str("system")?.filter(|s| !s.is_empty()).map(str::to_string),
             tools,
             messages,
             extra: f.extra(&known),
@@ -184,13 +163,7 @@ impl Envelope {
     /// Checks that the prefix fits in the messages.
     pub fn check_prefix_len(&self, prefix_len: usize) -> Result<()> {
         if prefix_len > self.messages.len() {
-            return Err(Error::invalid(
-                "prefixLen",
-                format!(
-                    "is {prefix_len} but the envelope has only {} messages",
-                    self.messages.len()
-                ),
-            ));
+            return Err(Error::invalid("prefixLen", format!("is {prefix_len} but the envelope has only {} messages", self.messages.len())));
         }
         Ok(())
     }
@@ -237,13 +210,8 @@ pub(crate) fn image_source<'a>(block: &'a Block, path: &str) -> Result<ImageSour
         match block.get(key) {
             None => Ok(None),
             Some(Value::String(s)) if !s.is_empty() => Ok(Some(s.as_str())),
-            Some(Value::String(_)) => {
-                Err(Error::invalid(format!("{path}.{key}"), "must not be empty"))
-            }
-            Some(v) => Err(Error::invalid(
-                format!("{path}.{key}"),
-                format!("expected a string, got {}", kind_of(v)),
-            )),
+            Some(Value::String(_)) => Err(Error::invalid(format!("{path}.{key}"), "must not be empty")),
+            Some(v) => Err(Error::invalid(format!("{path}.{key}"), format!("expected a string, got {}", kind_of(v)))),
         }
     };
     let url = field("url")?;
@@ -252,11 +220,8 @@ pub(crate) fn image_source<'a>(block: &'a Block, path: &str) -> Result<ImageSour
     match (url, media_type, data) {
         (Some(url), None, None) => Ok(ImageSource::Url(url)),
         (None, Some(media_type), Some(data)) => Ok(ImageSource::Base64 { media_type, data }),
-        _ => Err(Error::invalid(
-            path,
-            "an image block needs either \"url\" or both \"mediaType\" and \"data\" (base64)",
-        )
-        .with("blockType", "image")),
+        _ => Err(Error::invalid(path, "an image block needs either \"url\" or both \"mediaType\" and \"data\" (base64)")
+            .with("blockType", "image")),
     }
 }
 
@@ -267,14 +232,8 @@ pub(crate) fn unsupported(path: &str, block: &Block, role: Role, renderer: &str)
         Role::User => "a user",
         Role::Assistant => "an assistant",
     };
-    Error::invalid(
-        path,
-        format!(
-            "block type {:?} is not supported in {role} message by the {renderer} renderer",
-            block.kind()
-        ),
-    )
-    .with("blockType", block.kind())
+    Error::invalid(path, format!("block type {:?} is not supported in {role} message by the {renderer} renderer", block.kind()))
+        .with("blockType", block.kind())
 }
 
 #[cfg(test)]
@@ -291,24 +250,16 @@ mod tests {
         assert_eq!(Renderer::Anthropic.name(), "anthropic");
         let e = Renderer::parse("gemini").unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidInput);
-        assert_eq!(
-            e.message(),
-            "renderer: expected \"openai\" or \"anthropic\", got \"gemini\""
-        );
+        assert_eq!(e.message(), "renderer: expected \"openai\" or \"anthropic\", got \"gemini\"");
     }
 
     #[test]
     fn prefix_len_beyond_messages_is_rejected_by_both() {
         let env = json!({"provider":"p","model":"m","messages":[{"role":"user","content":[]}]});
         for r in [Renderer::OpenAi, Renderer::Anthropic] {
-            let e = r
-                .render(&env, &RenderOptions::with_prefix_len(2))
-                .unwrap_err();
+            let e = r.render(&env, &RenderOptions::with_prefix_len(2)).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::InvalidInput);
-            assert_eq!(
-                e.message(),
-                "prefixLen: is 2 but the envelope has only 1 messages"
-            );
+            assert_eq!(e.message(), "prefixLen: is 2 but the envelope has only 1 messages");
             assert!(r.render(&env, &RenderOptions::with_prefix_len(1)).is_ok());
         }
     }
@@ -317,39 +268,18 @@ mod tests {
     fn envelope_errors_name_the_field() {
         let cases = [
             (json!({"messages":[]}), "model: is required"),
-            (
-                json!({"model":"","messages":[]}),
-                "model: must not be empty",
-            ),
+            (json!({"model":"","messages":[]}), "model: must not be empty"),
             (json!({"model":"m"}), "messages: is required"),
-            (
-                json!({"model":"m","messages":{}}),
-                "messages: expected an array of messages, got an object",
-            ),
-            (
-                json!({"model":"m","messages":[],"temperature":"hot"}),
-                "temperature: expected a number, got a string",
-            ),
-            (
-                json!({"model":"m","messages":[],"maxTokens":-1}),
-                "maxTokens: expected a non-negative integer, got -1",
-            ),
-            (
-                json!({"model":"m","messages":[],"stop":["a",1]}),
-                "stop[1]: expected a string, got a number",
-            ),
-            (
-                json!({"model":"m","messages":[],"system":null}),
-                "system: is null; optional fields must be absent, not null",
-            ),
+            (json!({"model":"m","messages":{}}), "messages: expected an array of messages, got an object"),
+            (json!({"model":"m","messages":[],"temperature":"hot"}), "temperature: expected a number, got a string"),
+            (json!({"model":"m","messages":[],"maxTokens":-1}), "maxTokens: expected a non-negative integer, got -1"),
+            (json!({"model":"m","messages":[],"stop":["a",1]}), "stop[1]: expected a string, got a number"),
+            (json!({"model":"m","messages":[],"system":null}), "system: is null; optional fields must be absent, not null"),
             (
                 json!({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text"}]}]}),
                 "messages[0].content[1].text: is required",
             ),
-            (
-                json!({"model":"m","messages":[],"tools":[{"name":"t","description":"d"}]}),
-                "tools[0].parameters: is required",
-            ),
+            (json!({"model":"m","messages":[],"tools":[{"name":"t","description":"d"}]}), "tools[0].parameters: is required"),
         ];
         for (env, want) in cases {
             for r in [Renderer::OpenAi, Renderer::Anthropic] {
@@ -366,14 +296,7 @@ mod tests {
                          "turn":1,"step":2,"instance":3});
         for r in [Renderer::OpenAi, Renderer::Anthropic] {
             let body = r.render(&env, &RenderOptions::default()).unwrap();
-            for k in [
-                "provider",
-                "sessionId",
-                "purpose",
-                "turn",
-                "step",
-                "instance",
-            ] {
+            for k in ["provider", "sessionId", "purpose", "turn", "step", "instance"] {
                 assert!(body.get(k).is_none(), "{} leaked {k}", r.name());
             }
         }
@@ -382,24 +305,12 @@ mod tests {
     #[test]
     fn image_sources() {
         let ok = Block::from_value(&json!({"type":"image","url":"https://x/y.png"}), "").unwrap();
-        assert!(matches!(
-            image_source(&ok, "p").unwrap(),
-            ImageSource::Url("https://x/y.png")
-        ));
+        assert!(matches!(image_source(&ok, "p").unwrap(), ImageSource::Url("https://x/y.png")));
         let bad = [
             (json!({"type":"image"}), "p: an image block needs"),
-            (
-                json!({"type":"image","mediaType":"image/png"}),
-                "p: an image block needs",
-            ),
-            (
-                json!({"type":"image","url":"u","data":"d","mediaType":"image/png"}),
-                "p: an image block needs",
-            ),
-            (
-                json!({"type":"image","url":7}),
-                "p.url: expected a string, got a number",
-            ),
+            (json!({"type":"image","mediaType":"image/png"}), "p: an image block needs"),
+            (json!({"type":"image","url":"u","data":"d","mediaType":"image/png"}), "p: an image block needs"),
+            (json!({"type":"image","url":7}), "p.url: expected a string, got a number"),
             (json!({"type":"image","url":""}), "p.url: must not be empty"),
         ];
         for (b, want) in bad {

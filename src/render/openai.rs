@@ -114,9 +114,7 @@ fn render_message(m: &Message, i: usize, out: &mut Vec<Value>) -> Result<()> {
             for (j, b) in m.content.iter().enumerate() {
                 match b.kind() {
                     "text" => texts.push(b.get_str("text").unwrap_or_default()),
-                    "reasoning" => reasoning
-                        .get_or_insert_with(Vec::new)
-                        .push(b.get_str("text").unwrap_or_default()),
+                    "reasoning" => reasoning.get_or_insert_with(Vec::new).push(b.get_str("text").unwrap_or_default()),
                     "tool-call" => {
                         let (id, name, arguments) = b.as_tool_call().expect("validated tool-call");
                         calls.push(json!({
@@ -132,11 +130,7 @@ fn render_message(m: &Message, i: usize, out: &mut Vec<Value>) -> Result<()> {
             }
             let mut msg = JsonMap::new();
             msg.insert("role".into(), "assistant".into());
-            let content = if texts.is_empty() && !calls.is_empty() {
-                Value::Null
-            } else {
-                texts.join("\n").into()
-            };
+            let content = if texts.is_empty() && !calls.is_empty() { Value::Null } else { texts.join("\n").into() };
             msg.insert("content".into(), content);
             if let Some(r) = reasoning {
                 msg.insert("reasoning_content".into(), r.join("\n").into());
@@ -154,10 +148,7 @@ fn render_message(m: &Message, i: usize, out: &mut Vec<Value>) -> Result<()> {
 /// content parts.
 fn user_message(run: &[(usize, &Block)], i: usize) -> Result<Value> {
     if run.iter().all(|(_, b)| b.kind() == "text") {
-        let texts: Vec<&str> = run
-            .iter()
-            .map(|(_, b)| b.get_str("text").unwrap_or_default())
-            .collect();
+        let texts: Vec<&str> = run.iter().map(|(_, b)| b.get_str("text").unwrap_or_default()).collect();
         return Ok(json!({"role": "user", "content": texts.join("\n")}));
     }
     let mut parts = Vec::with_capacity(run.len());
@@ -244,10 +235,7 @@ mod tests {
     #[test]
     fn empty_system_tools_and_stop_are_left_out() {
         let e = json!({"model":"m","system":"","tools":[],"stop":[],"messages":[]});
-        assert_eq!(
-            render_openai(&e).unwrap(),
-            json!({"model":"m","messages":[]})
-        );
+        assert_eq!(render_openai(&e).unwrap(), json!({"model":"m","messages":[]}));
     }
 
     #[test]
@@ -258,22 +246,14 @@ mod tests {
         assert_eq!(body["thinking"], json!({"type":"enabled"}));
         // A pass-through field may supply a body field the renderer did not set...
         let e = json!({"model":"m","messages":[],"max_completion_tokens":100});
-        assert_eq!(
-            render_openai(&e).unwrap()["max_completion_tokens"],
-            json!(100)
-        );
+        assert_eq!(render_openai(&e).unwrap()["max_completion_tokens"], json!(100));
         let e = json!({"model":"m","messages":[],"max_tokens":100});
         assert_eq!(render_openai(&e).unwrap()["max_tokens"], json!(100));
         // ...but never replace one it did set.
         let e = json!({"model":"m","messages":[],"maxTokens":5,"max_tokens":100});
         let err = render_openai(&e).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidInput);
-        assert!(
-            err.message()
-                .starts_with("max_tokens: unknown config field collides"),
-            "{}",
-            err.message()
-        );
+        assert!(err.message().starts_with("max_tokens: unknown config field collides"), "{}", err.message());
     }
 
     #[test]
@@ -317,10 +297,7 @@ mod tests {
         .unwrap();
         assert_eq!(msgs(&body)[0]["content"], Value::Null);
         // An empty reasoning block still yields reasoning_content (DeepSeek wants it back).
-        assert_eq!(
-            msgs(&body)[1],
-            json!({"role":"assistant","content":"","reasoning_content":""})
-        );
+        assert_eq!(msgs(&body)[1], json!({"role":"assistant","content":"","reasoning_content":""}));
         assert_eq!(msgs(&body)[2], json!({"role":"assistant","content":""}));
     }
 

@@ -40,7 +40,9 @@ fn u(v: &Value, ptr: &str) -> Option<u64> {
 ///   `cache_creation_input_tokens` are separate buckets.
 pub fn usage_from_provider(provider: &str, usage: &Value) -> Result<Usage> {
     as_object(usage, "usage")?;
-    let need = |ptr: &str| u(usage, ptr).ok_or_else(|| Error::invalid(format!("usage{}", ptr.replace('/', ".")), "expected a non-negative integer"));
+    let need = |ptr: &str| {
+        u(usage, ptr).ok_or_else(|| Error::invalid(format!("usage{}", ptr.replace('/', ".")), "expected a non-negative integer"))
+    };
     let mut out = Usage::default();
     match provider {
         "anthropic" => {
@@ -66,7 +68,10 @@ pub fn usage_from_provider(provider: &str, usage: &Value) -> Result<Usage> {
             out.reasoning_tokens = u(usage, "/completion_tokens_details/reasoning_tokens");
         }
         other => {
-            return Err(Error::invalid("provider", format!("unknown usage shape {other:?} (expected openai, anthropic, deepseek or llama.cpp)")))
+            return Err(Error::invalid(
+                "provider",
+                format!("unknown usage shape {other:?} (expected openai, anthropic, deepseek or llama.cpp)"),
+            ))
         }
     }
     Ok(out)
@@ -81,7 +86,11 @@ pub fn parse_response(renderer: Renderer, body: &Value) -> Result<ParsedResponse
 }
 
 fn provenance(body: &Value, provider: &str) -> Option<Provenance> {
-    body.get("model").and_then(Value::as_str).map(|m| Provenance { provider: provider.to_string(), model: m.to_string(), extra: JsonMap::new() })
+    body.get("model").and_then(Value::as_str).map(|m| Provenance {
+        provider: provider.to_string(),
+        model: m.to_string(),
+        extra: JsonMap::new(),
+    })
 }
 
 fn parse_openai(body: &Value) -> Result<ParsedResponse> {
@@ -109,8 +118,15 @@ fn parse_openai(body: &Value) -> Result<ParsedResponse> {
     if let Some(Value::Array(calls)) = msg.get("tool_calls") {
         for (i, c) in calls.iter().enumerate() {
             let path = format!("response.choices[0].message.tool_calls[{i}]");
-            let id = c.get("id").and_then(Value::as_str).filter(|s| !s.is_empty()).ok_or_else(|| Error::invalid(format!("{path}.id"), "expected a non-empty string"))?;
-            let name = c.pointer("/function/name").and_then(Value::as_str).ok_or_else(|| Error::invalid(format!("{path}.function.name"), "expected a string"))?;
+            let id = c
+                .get("id")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| Error::invalid(format!("{path}.id"), "expected a non-empty string"))?;
+            let name = c
+                .pointer("/function/name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| Error::invalid(format!("{path}.function.name"), "expected a string"))?;
             let args = match c.pointer("/function/arguments") {
                 Some(Value::String(s)) => s.clone(),
                 Some(other) => other.to_string(),
@@ -155,7 +171,8 @@ fn parse_anthropic(body: &Value) -> Result<ParsedResponse> {
             }
             Some("tool_use") => {
                 let id = b.get("id").and_then(Value::as_str).ok_or_else(|| Error::invalid(format!("{path}.id"), "expected a string"))?;
-                let name = b.get("name").and_then(Value::as_str).ok_or_else(|| Error::invalid(format!("{path}.name"), "expected a string"))?;
+                let name =
+                    b.get("name").and_then(Value::as_str).ok_or_else(|| Error::invalid(format!("{path}.name"), "expected a string"))?;
                 let args = b.get("input").map(|v| v.to_string()).unwrap_or_else(|| "{}".into());
                 content.push(Block::tool_call(id, name, &args));
             }
@@ -225,9 +242,17 @@ mod tests {
 
     #[test]
     fn deepseek_and_anthropic_usage_are_disjoint_buckets() {
-        let d = usage_from_provider("deepseek", &json!({"prompt_tokens":50,"completion_tokens":3,"prompt_cache_hit_tokens":40,"prompt_cache_miss_tokens":10})).unwrap();
+        let d = usage_from_provider(
+            "deepseek",
+            &json!({"prompt_tokens":50,"completion_tokens":3,"prompt_cache_hit_tokens":40,"prompt_cache_miss_tokens":10}),
+        )
+        .unwrap();
         assert_eq!((d.input_tokens, d.cache_read_tokens), (10, Some(40)));
-        let a = usage_from_provider("anthropic", &json!({"input_tokens":5,"output_tokens":2,"cache_read_input_tokens":900,"cache_creation_input_tokens":30})).unwrap();
+        let a = usage_from_provider(
+            "anthropic",
+            &json!({"input_tokens":5,"output_tokens":2,"cache_read_input_tokens":900,"cache_creation_input_tokens":30}),
+        )
+        .unwrap();
         assert_eq!((a.input_tokens, a.cache_read_tokens, a.cache_write_tokens, a.prompt_tokens()), (5, Some(900), Some(30), 935));
         let e = usage_from_provider("openai", &json!({"completion_tokens":1})).unwrap_err();
         assert_eq!(e.message(), "usage.prompt_tokens: expected a non-negative integer");
@@ -258,7 +283,10 @@ mod tests {
     fn overflow_errors_are_recognised() {
         assert!(is_context_overflow(400, r#"{"error":{"code":"context_length_exceeded"}}"#));
         assert!(is_context_overflow(400, r#"{"error":{"message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#));
-        assert!(is_context_overflow(400, r#"{"error":{"type":"exceed_context_size_error","message":"the request exceeds the available context size"}}"#));
+        assert!(is_context_overflow(
+            400,
+            r#"{"error":{"type":"exceed_context_size_error","message":"the request exceeds the available context size"}}"#
+        ));
         assert!(!is_context_overflow(429, "rate limited: too many tokens per minute"));
         assert!(!is_context_overflow(400, "invalid tool schema"));
     }

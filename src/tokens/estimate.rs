@@ -121,17 +121,10 @@ fn classify(c: char) -> Class {
                 Class::Punct
             }
         }
-        '\u{4e00}'..='\u{9fff}'
-        | '\u{3400}'..='\u{4dbf}'
-        | '\u{f900}'..='\u{faff}'
-        | '\u{20000}'..='\u{3134f}' => Class::Han,
+        '\u{4e00}'..='\u{9fff}' | '\u{3400}'..='\u{4dbf}' | '\u{f900}'..='\u{faff}' | '\u{20000}'..='\u{3134f}' => Class::Han,
         '\u{3040}'..='\u{30ff}' | '\u{31f0}'..='\u{31ff}' | '\u{ff66}'..='\u{ff9f}' => Class::Kana,
-        '\u{ac00}'..='\u{d7af}' | '\u{1100}'..='\u{11ff}' | '\u{3130}'..='\u{318f}' => {
-            Class::Hangul
-        }
-        '\u{3000}'..='\u{303f}' | '\u{ff00}'..='\u{ff65}' | '\u{2010}'..='\u{205e}' => {
-            Class::WidePunct
-        }
+        '\u{ac00}'..='\u{d7af}' | '\u{1100}'..='\u{11ff}' | '\u{3130}'..='\u{318f}' => Class::Hangul,
+        '\u{3000}'..='\u{303f}' | '\u{ff00}'..='\u{ff65}' | '\u{2010}'..='\u{205e}' => Class::WidePunct,
         '\u{300}'..='\u{36f}' => Class::Letter2, // combining accents
         _ if c.is_whitespace() => Class::Space,
         _ if c.is_alphanumeric() => {
@@ -199,9 +192,7 @@ impl Scan {
             cost::WORD + (len - 2) * cost::CAPS_EXTRA_LETTER
         } else {
             let capitalised = self.lowers + 1 == len && len >= cost::CAP_LONG_LEN;
-            cost::WORD
-                + len.saturating_sub(cost::WORD_FREE_LEN) * cost::WORD_EXTRA_LETTER
-                + if capitalised { cost::CAP_LONG } else { 0 }
+            cost::WORD + len.saturating_sub(cost::WORD_FREE_LEN) * cost::WORD_EXTRA_LETTER + if capitalised { cost::CAP_LONG } else { 0 }
         };
         let glue = match (self.glued, len) {
             (false, _) | (true, 0..=2) => 0,
@@ -241,11 +232,10 @@ impl Scan {
             Class::Space | Class::Newline => {
                 if self.ws_newline {
                     // Punctuation absorbs a few newlines that follow it (`;\n\n`).
-                    let absorbed = matches!(self.before_ws, Some(Class::Punct | Class::WidePunct))
-                        && self.newlines <= cost::NEWLINES_ABSORBED;
+                    let absorbed =
+                        matches!(self.before_ws, Some(Class::Punct | Class::WidePunct)) && self.newlines <= cost::NEWLINES_ABSORBED;
                     if !absorbed {
-                        self.milli +=
-                            self.newlines.div_ceil(cost::NEWLINES_PER_TOKEN) * cost::WHITESPACE;
+                        self.milli += self.newlines.div_ceil(cost::NEWLINES_PER_TOKEN) * cost::WHITESPACE;
                     }
                 }
                 // Whitespace after the last newline: one space or tab rides along with a
@@ -266,8 +256,7 @@ impl Scan {
                 let standalone = self.run - u64::from(carried && self.run > 0);
                 if standalone > 0 {
                     let width = if self.ws_tab { cost::TAB_WIDTH } else { 1 };
-                    self.milli +=
-                        (standalone * width).div_ceil(cost::SPACES_PER_TOKEN) * cost::WHITESPACE;
+                    self.milli += (standalone * width).div_ceil(cost::SPACES_PER_TOKEN) * cost::WHITESPACE;
                 }
             }
             // Per-character classes were charged as they came.
@@ -279,8 +268,7 @@ impl Scan {
         let class = classify(c);
         let prev = self.prev;
         let continues = match (prev, class) {
-            (Some(Class::Lower), Class::Lower)
-            | (Some(Class::Upper), Class::Lower | Class::Upper) => true,
+            (Some(Class::Lower), Class::Lower) | (Some(Class::Upper), Class::Lower | Class::Upper) => true,
             (Some(Class::Lower), Class::Upper) => false, // camelCase: a new segment
             (Some(Class::Space | Class::Newline), Class::Space | Class::Newline) => true,
             (Some(p), c) => p == c && matches!(c, Class::Digit | Class::Punct),

@@ -83,7 +83,13 @@ impl Meter {
     /// Measures `header` (what the next request will carry, with the live prefix) plus the
     /// session's history. `header_logged`: whether `header` equals the latest logged header
     /// (otherwise provider usage cannot anchor the count).
-    pub fn measure(&mut self, counter: &Arc<dyn TokenCounter>, session: &Session, header: &EpochHeader, header_logged: bool) -> Result<Measure> {
+    pub fn measure(
+        &mut self,
+        counter: &Arc<dyn TokenCounter>,
+        session: &Session,
+        header: &EpochHeader,
+        header_logged: bool,
+    ) -> Result<Measure> {
         let id = Arc::as_ptr(counter) as *const () as usize;
         if id != self.counter_id {
             *self = Meter { counter_id: id, ..Meter::default() };
@@ -96,9 +102,9 @@ impl Meter {
             let incremental = st.history.generation() == self.generation && h.len() >= self.seqs.len();
             let from = if incremental { self.seqs.len() } else { 0 };
             let anchor = st.last_usage.clone();
-            let anchor_ok = anchor.as_ref().is_some_and(|(seq, _)| {
-                st.headers.last_seq().is_some_and(|hs| hs < *seq) && st.last_replace_seq.is_none_or(|r| r < *seq)
-            });
+            let anchor_ok = anchor
+                .as_ref()
+                .is_some_and(|(seq, _)| st.headers.last_seq().is_some_and(|hs| hs < *seq) && st.last_replace_seq.is_none_or(|r| r < *seq));
             Snapshot { generation: st.history.generation(), fresh: h[from..].to_vec(), from, anchor, anchor_ok }
         };
         if snap.from == 0 {

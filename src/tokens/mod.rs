@@ -83,10 +83,7 @@ impl Countable<'_> {
         match self {
             Countable::System(text) => json!({"kind": "system", "text": text}),
             Countable::Tools(tools) => {
-                let tools: Vec<Value> = tools
-                    .iter()
-                    .map(|t| serde_json::to_value(t).expect("a tool schema always serialises"))
-                    .collect();
+                let tools: Vec<Value> = tools.iter().map(|t| serde_json::to_value(t).expect("a tool schema always serialises")).collect();
                 json!({"kind": "tools", "tools": tools})
             }
             Countable::Message(m) => json!({"kind": "message", "message": m.to_value()}),
@@ -104,10 +101,7 @@ pub trait TokenCounter: Send + Sync {
 }
 
 /// Applies the framing rules, measuring each piece of text with `text`.
-pub(crate) fn count_with(
-    item: Countable<'_>,
-    text: &mut dyn FnMut(&str) -> Result<u64>,
-) -> Result<u64> {
+pub(crate) fn count_with(item: Countable<'_>, text: &mut dyn FnMut(&str) -> Result<u64>) -> Result<u64> {
     match item {
         Countable::System(s) => {
             if s.is_empty() {
@@ -192,9 +186,7 @@ impl std::fmt::Debug for HostCounter {
 impl HostCounter {
     /// Wraps a host callback.
     pub fn new(callback: impl Fn(&Value) -> Result<u64> + Send + Sync + 'static) -> Self {
-        HostCounter {
-            callback: Box::new(callback),
-        }
+        HostCounter { callback: Box::new(callback) }
     }
 
     /// Wraps an already boxed host callback.
@@ -207,18 +199,8 @@ impl TokenCounter for HostCounter {
     fn count(&self, item: Countable<'_>) -> Result<u64> {
         let kind = item.kind();
         (self.callback)(&item.to_json()).map_err(|e| {
-            let new_kind = if e.kind() == ErrorKind::Cancelled {
-                ErrorKind::Cancelled
-            } else {
-                ErrorKind::Listener
-            };
-            let mut out = Error::new(
-                new_kind,
-                format!(
-                    "host token counter failed on a {kind} item: {}",
-                    e.message()
-                ),
-            );
+            let new_kind = if e.kind() == ErrorKind::Cancelled { ErrorKind::Cancelled } else { ErrorKind::Listener };
+            let mut out = Error::new(new_kind, format!("host token counter failed on a {kind} item: {}", e.message()));
             for (k, v) in e.detail() {
                 out = out.with(k, v.clone());
             }

@@ -19,9 +19,7 @@ pub struct TokenizerCounter {
 
 impl std::fmt::Debug for TokenizerCounter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TokenizerCounter")
-            .field("source", &self.source)
-            .finish_non_exhaustive()
+        f.debug_struct("TokenizerCounter").field("source", &self.source).finish_non_exhaustive()
     }
 }
 
@@ -35,11 +33,7 @@ impl TokenizerCounter {
         let path = path.as_ref();
         let shown = path.display().to_string();
         let bytes = std::fs::read(path).map_err(|e| {
-            Error::new(
-                ErrorKind::Tokenizer,
-                format!("cannot read tokenizer file {shown}: {e}"),
-            )
-            .with("path", shown.clone())
+            Error::new(ErrorKind::Tokenizer, format!("cannot read tokenizer file {shown}: {e}")).with("path", shown.clone())
         })?;
         Self::load(&bytes, &shown).map_err(|e| e.with("path", shown.clone()))
     }
@@ -51,23 +45,13 @@ impl TokenizerCounter {
     }
 
     fn load(bytes: &[u8], source: &str) -> Result<Self> {
-        let mut tokenizer = tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| {
-            Error::new(
-                ErrorKind::Tokenizer,
-                format!("{source} is not a valid tokenizer.json: {e}"),
-            )
-        })?;
+        let mut tokenizer = tokenizers::Tokenizer::from_bytes(bytes)
+            .map_err(|e| Error::new(ErrorKind::Tokenizer, format!("{source} is not a valid tokenizer.json: {e}")))?;
         tokenizer.with_padding(None);
-        tokenizer.with_truncation(None).map_err(|e| {
-            Error::new(
-                ErrorKind::Tokenizer,
-                format!("{source}: cannot disable truncation: {e}"),
-            )
-        })?;
-        Ok(TokenizerCounter {
-            tokenizer,
-            source: source.to_string(),
-        })
+        tokenizer
+            .with_truncation(None)
+            .map_err(|e| Error::new(ErrorKind::Tokenizer, format!("{source}: cannot disable truncation: {e}")))?;
+        Ok(TokenizerCounter { tokenizer, source: source.to_string() })
     }
 
     /// Where the tokenizer was loaded from (the path, or `<bytes>`).
@@ -81,14 +65,7 @@ impl TokenizerCounter {
             return Ok(0);
         }
         let encoding = self.tokenizer.encode_fast(text, false).map_err(|e| {
-            Error::new(
-                ErrorKind::Tokenizer,
-                format!(
-                    "tokenizer {} failed to encode a text of {} bytes: {e}",
-                    self.source,
-                    text.len()
-                ),
-            )
+            Error::new(ErrorKind::Tokenizer, format!("tokenizer {} failed to encode a text of {} bytes: {e}", self.source, text.len()))
         })?;
         Ok(encoding.len() as u64)
     }

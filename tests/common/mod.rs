@@ -34,10 +34,7 @@ pub fn turn_end(turn: u64, reason: &str) -> NewEvent {
 
 /// A user message with the given source, appended.
 pub fn user_from(source: &str, text: &str) -> NewEvent {
-    NewEvent::visible(
-        "user/message",
-        json!({"message": {"role": "user", "content": [{"type": "text", "text": text}]}, "source": source}),
-    )
+    NewEvent::visible("user/message", json!({"message": {"role": "user", "content": [{"type": "text", "text": text}]}, "source": source}))
 }
 
 /// The user's own message.
@@ -57,18 +54,12 @@ pub fn step_start(turn: u64, step: u64) -> NewEvent {
 
 /// `step/start` of a given instance.
 pub fn step_start_of(turn: u64, step: u64, instance: u64) -> NewEvent {
-    NewEvent::new(
-        "step/start",
-        json!({"turn": turn, "step": step, "instance": instance, "digest": DIGEST, "bytes": 100}),
-    )
+    NewEvent::new("step/start", json!({"turn": turn, "step": step, "instance": instance, "digest": DIGEST, "bytes": 100}))
 }
 
 /// `step/end` with an outcome.
 pub fn step_end(turn: u64, step: u64, outcome: &str) -> NewEvent {
-    NewEvent::new(
-        "step/end",
-        json!({"turn": turn, "step": step, "outcome": outcome}),
-    )
+    NewEvent::new("step/end", json!({"turn": turn, "step": step, "outcome": outcome}))
 }
 
 /// An assistant message with text and tool calls `(id, name, arguments)`.
@@ -87,26 +78,17 @@ pub fn assistant(turn: u64, step: u64, text: &str, calls: &[(&str, &str, &str)])
 
 /// `tool/call`.
 pub fn tool_call(turn: u64, step: u64, id: &str, name: &str, args: &str) -> NewEvent {
-    NewEvent::new(
-        "tool/call",
-        json!({"turn": turn, "step": step, "callId": id, "name": name, "arguments": args}),
-    )
+    NewEvent::new("tool/call", json!({"turn": turn, "step": step, "callId": id, "name": name, "arguments": args}))
 }
 
 /// A successful `tool/result` with one text block.
 pub fn tool_result(id: &str, text: &str) -> NewEvent {
-    NewEvent::visible(
-        "tool/result",
-        json!({"callId": id, "content": [{"type": "text", "text": text}], "isError": false}),
-    )
+    NewEvent::visible("tool/result", json!({"callId": id, "content": [{"type": "text", "text": text}], "isError": false}))
 }
 
 /// `compaction/start` announcing the surface span `start..=end` with its `seqs`.
 pub fn compaction_start_seqs(start: usize, end: usize, seqs: Vec<u64>) -> NewEvent {
-    NewEvent::new(
-        "compaction/start",
-        json!({"trigger": "manual", "span": {"start": start, "end": end}, "seqs": seqs}),
-    )
+    NewEvent::new("compaction/start", json!({"trigger": "manual", "span": {"start": start, "end": end}, "seqs": seqs}))
 }
 
 /// `compaction/start` announcing the span `start..=end` of `s`'s current surface.
@@ -146,9 +128,7 @@ pub fn append_all(s: &Session, evs: Vec<NewEvent>) -> u64 {
     let mut last = 0;
     for ev in evs {
         let ty = ev.ty.clone();
-        last = s
-            .append(ev)
-            .unwrap_or_else(|e| panic!("{ty} rejected: {e}"));
+        last = s.append(ev).unwrap_or_else(|e| panic!("{ty} rejected: {e}"));
     }
     last
 }
@@ -211,11 +191,7 @@ pub fn rejected(s: &Session, ev: NewEvent, kind: ErrorKind, needles: &[&str]) ->
     };
     assert_eq!(e.kind(), kind, "kind of: {}", e.message());
     for n in needles {
-        assert!(
-            e.message().contains(n),
-            "message {:?} does not contain {n:?}",
-            e.message()
-        );
+        assert!(e.message().contains(n), "message {:?} does not contain {n:?}", e.message());
     }
     assert_eq!(observe(s), before, "a rejected {ty} changed the session");
     e
@@ -223,10 +199,7 @@ pub fn rejected(s: &Session, ev: NewEvent, kind: ErrorKind, needles: &[&str]) ->
 
 /// The `field` detail of an error.
 pub fn field(e: &Error) -> &str {
-    e.detail()
-        .get("field")
-        .and_then(Value::as_str)
-        .unwrap_or("<none>")
+    e.detail().get("field").and_then(Value::as_str).unwrap_or("<none>")
 }
 
 /// What a [`CountingStore`] saw, shared with the test.
@@ -253,13 +226,7 @@ impl CountingStore {
     /// A new store and the handle to its counters.
     pub fn new() -> (CountingStore, Arc<Mutex<StoreStats>>) {
         let stats = Arc::new(Mutex::new(StoreStats::default()));
-        (
-            CountingStore {
-                inner: MemoryStore::new(),
-                stats: stats.clone(),
-            },
-            stats,
-        )
+        (CountingStore { inner: MemoryStore::new(), stats: stats.clone() }, stats)
     }
 }
 
