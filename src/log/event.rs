@@ -274,12 +274,10 @@ impl TurnEndReason {
             "rejected" => TurnEndReason::Rejected,
             "max-tokens" => TurnEndReason::MaxTokens,
             "interrupted" => TurnEndReason::Interrupted,
-            other => return Err(Error::invalid(
-                path,
-                format!(
-                    "unknown turn end reason {other:?} (expected completed, aborted, disposed, error, rejected, max-tokens or interrupted)"
-                ),
-            )),
+            other => {
+                const EXPECTED: &str = "completed, aborted, disposed, error, rejected, max-tokens or interrupted";
+                return Err(Error::invalid(path, format!("unknown turn end reason {other:?} (expected {EXPECTED})")));
+            }
         })
     }
 }
