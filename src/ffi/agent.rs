@@ -101,8 +101,16 @@ impl Drop for OwnerGuard<'_> {
     }
 }
 
+fn disposed(instance: u64) -> FfiError {
+    Error::new(ErrorKind::Disposed, format!("agent instance {instance} was disposed")).into()
+}
+
 fn live(agent: &mut Option<Agent>, instance: u64) -> std::result::Result<&mut Agent, FfiError> {
-    agent.as_mut().ok_or_else(|| Error::new(ErrorKind::Disposed, format!("agent instance {instance} was disposed")).into())
+    agent.as_mut().ok_or_else(|| disposed(instance))
+}
+
+fn live_ref(agent: &Option<Agent>, instance: u64) -> std::result::Result<&Agent, FfiError> {
+    agent.as_ref().ok_or_else(|| disposed(instance))
 }
 
 impl AgentObject {
@@ -1177,9 +1185,7 @@ pub unsafe extern "C" fn lls_agent_stats(
             let out = OutString::new(out, out_len, "out")?;
             let a = agent_arg(agent)?;
             let json = a.read(|slot| {
-                let ag = slot.agent.as_ref().ok_or_else(|| {
-                    FfiError::from(Error::new(ErrorKind::Disposed, format!("agent instance {} was disposed", a.instance)))
-                })?;
+                let ag = live_ref(&slot.agent, a.instance)?;
                 let s = ag.stats();
                 Ok(json!({
                     "instance": ag.instance(),
@@ -1219,9 +1225,7 @@ pub unsafe extern "C" fn lls_agent_prefix(
             let out = OutString::new(out, out_len, "out")?;
             let a = agent_arg(agent)?;
             let text = a.read(|slot| {
-                let ag = slot.agent.as_ref().ok_or_else(|| {
-                    FfiError::from(Error::new(ErrorKind::Disposed, format!("agent instance {} was disposed", a.instance)))
-                })?;
+                let ag = live_ref(&slot.agent, a.instance)?;
                 Ok(match ag.prefix() {
                     None => "null".to_string(),
                     Some(p) => serde_json::to_string(&*p).map_err(|e| FfiError::from(Error::new(ErrorKind::Internal, e.to_string())))?,
