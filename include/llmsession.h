@@ -633,7 +633,9 @@ lls_status lls_agent_request_info(const lls_agent *agent,
 
 /**
  * Records the provider's response to the open request: `{"message": assistant message,
- * "usage"?: usage}` (provenance defaults to the request's provider and model). Writes
+ * "usage"?: usage, "finishReason"?: string}` (provenance defaults to the request's provider
+ * and model), so the output of `lls_parse_response` can be passed as it is; `finishReason` is
+ * checked to be a string and not logged (the message says whether tools were called). Writes
  * `assistant/message`, one `tool/call` per tool-call block and `step/end`; stores the seq of
  * the `assistant/message` in `*out_seq` (may be NULL). Then report each tool call's result
  * with `lls_agent_record_tool_result` and ask for the next request, or end the turn.

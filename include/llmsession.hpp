@@ -707,7 +707,20 @@ public:
     /// Describes the last request built (`prefixLen`, `sharedMessages`, `digest`, ...).
     std::string request_info() const { return str(lls_agent_request_info); }
 
-    /// Records the provider's response `{"message","usage"?}`; returns the message's seq.
+    /// The last request's `prefixLen` (how many leading messages are the session prefix), the
+    /// number `render` takes; read from `request_info()`.
+    std::size_t prefix_len() const {
+        std::string info = request_info();
+        static constexpr std::string_view key = "\"prefixLen\":";
+        std::size_t at = info.find(key);
+        if (at == std::string::npos) {
+            throw std::runtime_error("llmsession: request_info has no prefixLen: " + info);
+        }
+        return static_cast<std::size_t>(std::stoull(info.substr(at + key.size())));
+    }
+
+    /// Records the provider's response `{"message","usage"?,"finishReason"?}` (what
+    /// `parse_response` returns); returns the message's seq.
     std::uint64_t record_response(std::string_view response_json) {
         std::uint64_t seq = 0;
         detail::call([&](lls_error **err) {
@@ -824,6 +837,33 @@ inline std::string render(std::string_view renderer, std::string_view envelope_j
         return lls_render(detail::ptr(renderer), renderer.size(), detail::ptr(envelope_json),
                           envelope_json.size(), prefix_len, out, len, err);
     });
+}
+
+/// Parses a provider's response body (`"openai"` or `"anthropic"`) into
+/// `{"message","usage"?,"finishReason"?}`, which `Agent::record_response` takes as it is.
+inline std::string parse_response(std::string_view renderer, std::string_view body_json) {
+    check_abi();
+    return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
+        return lls_parse_response(detail::ptr(renderer), renderer.size(), detail::ptr(body_json),
+                                  body_json.size(), out, len, err);
+    });
+}
+
+/// Maps a provider's usage object (`"openai"`, `"llama.cpp"`, `"deepseek"`, `"anthropic"`)
+/// into the library's usage JSON.
+inline std::string usage_from_provider(std::string_view provider, std::string_view usage_json) {
+    check_abi();
+    return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
+        return lls_usage_from_provider(detail::ptr(provider), provider.size(),
+                                       detail::ptr(usage_json), usage_json.size(), out, len, err);
+    });
+}
+
+/// Whether a provider error (HTTP status and body) says the prompt did not fit the context
+/// window; pass it as `overflow` to `Agent::provider_error`.
+inline bool is_context_overflow(std::uint16_t status, std::string_view body) {
+    check_abi();
+    return lls_is_context_overflow(status, detail::ptr(body), body.size());
 }
 
 /// Runs `fn` exactly as the library runs its callbacks (`lls_callback_invoke`) and returns its

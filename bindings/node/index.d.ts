@@ -279,7 +279,7 @@ export declare class Agent {
   startTurn(message: string | Message): number;
   nextRequest(options?: OperationOptions): Promise<BuiltRequest>;
   requestInfo(): RequestInfo;
-  recordResponse(response: { message: Message; usage?: Usage; provider?: string; model?: string }): number;
+  recordResponse(response: { message: Message; usage?: Usage; finishReason?: string }): number;
   recordToolResult(result: { callId: string; text?: string; content?: Block[]; isError?: boolean }): number;
   inject(message: string | Message): number | null;
   providerError(error: string | { message: string; overflow?: boolean }, options?: OperationOptions): Promise<{ retry: boolean }>;
@@ -295,6 +295,18 @@ export declare class Agent {
 
 /** Renders an envelope into a provider's JSON body ("openai" or "anthropic"). */
 export declare function render(renderer: 'openai' | 'anthropic' | string, envelope: Envelope | string, prefixLen?: number): string;
+/** A provider response parsed by `parseResponse`; `agent.recordResponse` takes it as it is. */
+export interface ParsedResponse {
+  message: Message;
+  usage?: Usage;
+  finishReason?: 'stop' | 'tool-calls' | 'max-tokens' | string;
+}
+/** Parses a provider's response body ("openai" or "anthropic"). */
+export declare function parseResponse(renderer: 'openai' | 'anthropic' | string, body: string | Buffer | Json): ParsedResponse;
+/** Maps a provider's usage object ("openai", "llama.cpp", "deepseek", "anthropic") into a Usage. */
+export declare function usageFromProvider(provider: string, usage: Json): Usage;
+/** Whether a provider error (HTTP status and body) says the prompt did not fit the context window. */
+export declare function isContextOverflow(status: number, body: string | Buffer): boolean;
 /** Verifies a stored JSONL log without opening it. */
 export declare function verifyFile(path: string): { events: number; requests: number; compactions: number };
 /** Calls `fn` through the library's callback machinery (a trampoline self-test). */

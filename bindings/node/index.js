@@ -157,6 +157,9 @@ def('lls_callback_invoke', 'int32_t',
   `lls_callback_fn *callback, intptr_t userdata, lls_userdata_free_fn *userdata_free, const uint8_t *in_json, size_t in_len, const lls_cancel *cancel, ${OUTS}`);
 def('lls_render', 'int32_t', `const uint8_t *renderer, size_t rlen, const uint8_t *env, size_t elen, size_t prefix_len, ${OUTS}`);
 def('lls_verify_file', 'int32_t', `const uint8_t *path, size_t plen, ${OUTS}`);
+def('lls_parse_response', 'int32_t', `const uint8_t *renderer, size_t rlen, const uint8_t *body, size_t blen, ${OUTS}`);
+def('lls_usage_from_provider', 'int32_t', `const uint8_t *provider, size_t plen, const uint8_t *usage, size_t ulen, ${OUTS}`);
+def('lls_is_context_overflow', 'bool', 'uint16_t status, const uint8_t *body, size_t blen');
 
 def('lls_session_new_memory', 'int32_t', `const uint8_t *opts, size_t len, _Out_ lls_session **out, ${ERR}`);
 def('lls_session_open_file', 'int32_t',
@@ -859,6 +862,32 @@ function render(renderer, envelope, prefixLen = 0) {
   return callOut(C.lls_render, r, r.length, e, e.length, prefixLen);
 }
 
+/**
+ * Parses a provider's response body (JSON text, a Buffer or an object) into
+ * `{message, usage?, finishReason?}`, which `agent.recordResponse` takes as it is.
+ */
+function parseResponse(renderer, body) {
+  const r = utf8(renderer);
+  const b = Buffer.isBuffer(body) ? body : jsonBuf(body);
+  return callJson(C.lls_parse_response, r, r.length, b, b.length);
+}
+
+/** Maps a provider's usage object ("openai", "llama.cpp", "deepseek", "anthropic") into a Usage. */
+function usageFromProvider(provider, usage) {
+  const p = utf8(provider);
+  const u = jsonBuf(usage);
+  return callJson(C.lls_usage_from_provider, p, p.length, u, u.length);
+}
+
+/** Whether a provider error (HTTP status and body) says the prompt did not fit the context. */
+function isContextOverflow(status, body) {
+  if (!Number.isInteger(status) || status < 0 || status > 65535) {
+    throw new TypeError(`isContextOverflow: status must be an HTTP status code, got ${status}`);
+  }
+  const b = Buffer.isBuffer(body) ? body : utf8(String(body));
+  return C.lls_is_context_overflow(status, b, b.length);
+}
+
 /** Verifies a stored JSONL log without opening it. */
 function verifyFile(file) {
   const p = utf8(file);
@@ -883,6 +912,9 @@ module.exports = {
   Session,
   Agent,
   render,
+  parseResponse,
+  usageFromProvider,
+  isContextOverflow,
   verifyFile,
   invokeCallback,
   liveHandleCount,

@@ -304,11 +304,16 @@ fn outcome_json(o: &CompactionOutcome) -> Value {
 
 const AGENT_OPTION_KEYS: [&str; 4] = ["config", "system", "tools", "checkRequests"];
 
-/// Parses `{"message", "usage"?}`.
+/// Parses `{"message", "usage"?, "finishReason"?}` (what `lls_parse_response` produces).
 fn parse_response(v: &Value) -> Result<(Message, Option<Usage>)> {
     let f = Fields::of(v, "")?;
-    if let Some(k) = f.map.keys().find(|k| !["message", "usage"].contains(&k.as_str())) {
-        return Err(Error::invalid(k.as_str(), "is not a response field (expected message, usage)"));
+    if let Some(k) = f.map.keys().find(|k| !["message", "usage", "finishReason"].contains(&k.as_str())) {
+        return Err(Error::invalid(k.as_str(), "is not a response field (expected message, usage, finishReason)"));
+    }
+    if let Some(r) = f.map.get("finishReason") {
+        if !r.is_string() {
+            return Err(Error::invalid("finishReason", "must be a string"));
+        }
     }
     let message = Message::from_value(f.value("message")?, "message")?;
     let usage = match f.opt_value("usage")? {
@@ -872,7 +877,9 @@ pub unsafe extern "C" fn lls_agent_request_info(
 }
 
 /// Records the provider's response to the open request: `{"message": assistant message,
-/// "usage"?: usage}` (provenance defaults to the request's provider and model). Writes
+/// "usage"?: usage, "finishReason"?: string}` (provenance defaults to the request's provider
+/// and model), so the output of `lls_parse_response` can be passed as it is; `finishReason` is
+/// checked to be a string and not logged (the message says whether tools were called). Writes
 /// `assistant/message`, one `tool/call` per tool-call block and `step/end`; stores the seq of
 /// the `assistant/message` in `*out_seq` (may be NULL). Then report each tool call's result
 /// with `lls_agent_record_tool_result` and ask for the next request, or end the turn.

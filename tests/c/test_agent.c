@@ -807,6 +807,8 @@ static void test_agent_bad_inputs(void) {
     EXPECT_ERR(op_record_response(a, S("{\"message\":{\"role\":\"assistant\",\"content\":[{\"type\":\"tool-call\",\"id\":\"c\"}]}}"), &err),
                LLS_ERR_INVALID_INPUT, "content[0]");
     EXPECT_ERR(op_record_response(a, S("{\"msg\":{}}"), &err), LLS_ERR_INVALID_INPUT, "msg: is not a response field");
+    EXPECT_ERR(op_record_response(a, S("{\"message\":" USER("x") ",\"finishReason\":1}"), &err), LLS_ERR_INVALID_INPUT,
+               "finishReason: must be a string");
     EXPECT_ERR(op_record_tool_result(a, S("{\"callId\":\"x\"}"), &err), LLS_ERR_INVALID_INPUT, "content: is required (or give text)");
     EXPECT_ERR(op_record_tool_result(a, S("{\"callId\":\"x\",\"text\":\"a\",\"content\":[]}"), &err), LLS_ERR_INVALID_INPUT, "not both");
     EXPECT_ERR(op_record_tool_result(a, S("{\"callId\":\"x\",\"content\":[{\"text\":\"no type\"}]}"), &err), LLS_ERR_INVALID_INPUT, "content[0]");

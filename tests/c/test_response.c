@@ -20,6 +20,29 @@ static void test_parse_openai_response(void) {
     lls_string_free(out);
 }
 
+/* The parser's output is what lls_agent_record_response takes, finishReason included. */
+static void test_parsed_response_records(void) {
+    lls_session *s = NULL;
+    lls_agent *a = NULL;
+    char *req = NULL, *parsed = NULL, *history = NULL;
+    size_t len = 0;
+    uint64_t seq = 0;
+    EXPECT_OK(lls_session_new_memory(NULL, 0, &s, &err));
+    EXPECT_OK(lls_agent_new(s, S("{\"config\":{\"provider\":\"openai\",\"model\":\"smol\"}}"), &a, &err));
+    EXPECT_OK(lls_agent_start_turn(a, S("{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}"), NULL, &err));
+    EXPECT_OK(lls_agent_next_request(a, NULL, &req, &len, &err));
+    EXPECT_OK(lls_parse_response(S("openai"), S(OPENAI), &parsed, &len, &err));
+    EXPECT_OK(lls_agent_record_response(a, parsed, len, &seq, &err));
+    CHECK(seq > 0);
+    EXPECT_OK(lls_session_history(s, &history, &len, &err));
+    CHECK_CONTAINS(history, "\"name\":\"read\"");
+    lls_string_free(history);
+    lls_string_free(parsed);
+    lls_string_free(req);
+    lls_agent_free(a);
+    lls_session_free(s);
+}
+
 static void test_usage_mapping(void) {
     char *out = NULL;
     size_t len = 0;
@@ -60,6 +83,7 @@ static void test_overflow(void) {
 
 int main(void) {
     RUN(test_parse_openai_response);
+    RUN(test_parsed_response_records);
     RUN(test_usage_mapping);
     RUN(test_bad_inputs);
     RUN(test_overflow);

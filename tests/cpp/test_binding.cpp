@@ -461,4 +461,27 @@ TEST_F(Binding, InjectProviderErrorAndRender) {
     EXPECT_EQ(json::parse(s.stats())["requests"], 2);
 }
 
+TEST_F(Binding, ParsedResponseIsRecordedAsItIs) {
+    Session s = Session::memory();
+    Agent a(s, kOpts);
+    a.start_turn(user("hi"));
+    std::string env = a.next_request();
+    EXPECT_EQ(a.prefix_len(), json::parse(a.request_info())["prefixLen"].get<std::size_t>());
+    std::string body = R"({"model":"smol","choices":[{"finish_reason":"stop","message":{"role":"assistant","content":"Hello!"}}],)"
+                       R"("usage":{"prompt_tokens":30,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":20}}})";
+    json parsed = json::parse(llmsession::parse_response("openai", body));
+    EXPECT_EQ(parsed["finishReason"], "stop");
+    EXPECT_EQ(parsed["usage"]["cacheReadTokens"], 20);
+    EXPECT_GT(a.record_response(parsed.dump()), 0u);
+    a.end_turn();
+    EXPECT_EQ(json::parse(s.verify())["requests"], 1);
+    EXPECT_EQ(json::parse(llmsession::usage_from_provider("anthropic", R"({"input_tokens":5,"output_tokens":2})"))["inputTokens"], 5);
+    EXPECT_TRUE(llmsession::is_context_overflow(400, R"({"error":{"code":"context_length_exceeded"}})"));
+    EXPECT_FALSE(llmsession::is_context_overflow(429, "too many tokens per minute"));
+    expect_error([&] { llmsession::parse_response("gemini", body); }, LLS_ERR_INVALID_INPUT);
+    expect_error([&] { llmsession::parse_response("openai", R"({"choices":)"); }, LLS_ERR_MALFORMED_JSON);
+    expect_error([&] { a.record_response(R"({"message":{"role":"assistant","content":[]},"finishReason":1})"); },
+                 LLS_ERR_INVALID_INPUT);
+}
+
 } // namespace

@@ -427,3 +427,35 @@ test('dispose and close from a timer while nextRequest waits on a listener', asy
   assert.equal(lls.liveHandleCount(), 0);
   assert.equal(lls.registeredCallbackCount(), 0);
 });
+
+test('parseResponse output goes straight into recordResponse; usage and overflow helpers', async () => {
+  const w = world();
+  try {
+    w.agent.startTurn('hi');
+    await w.agent.nextRequest();
+    const body = JSON.stringify({
+      model: 'smol',
+      choices: [{ finish_reason: 'stop', message: { role: 'assistant', content: 'Hello!' } }],
+      usage: { prompt_tokens: 30, completion_tokens: 3, prompt_tokens_details: { cached_tokens: 20 } },
+    });
+    const parsed = lls.parseResponse('openai', body);
+    assert.equal(parsed.finishReason, 'stop');
+    assert.deepEqual(parsed.usage, { inputTokens: 10, outputTokens: 3, cacheReadTokens: 20 });
+    assert.ok(w.agent.recordResponse(parsed) > 0);
+    w.agent.endTurn();
+    assert.equal(w.session.verify().requests, 1);
+    assert.deepEqual(lls.parseResponse('openai', Buffer.from(body)).message, parsed.message);
+
+    assert.deepEqual(lls.usageFromProvider('anthropic', { input_tokens: 5, output_tokens: 2, cache_read_input_tokens: 9 }),
+      { inputTokens: 5, outputTokens: 2, cacheReadTokens: 9 });
+    assert.equal(lls.isContextOverflow(400, '{"error":{"code":"context_length_exceeded"}}'), true);
+    assert.equal(lls.isContextOverflow(429, 'too many tokens per minute'), false);
+
+    assert.throws(() => lls.parseResponse('gemini', body), (e) => e.status === lls.Status.INVALID_INPUT && /gemini/.test(e.message));
+    assert.throws(() => lls.parseResponse('openai', '{"choices":'), (e) => e.status === lls.Status.MALFORMED_JSON);
+    assert.throws(() => lls.usageFromProvider('openai', { completion_tokens: 1 }), /usage\.prompt_tokens/);
+    assert.throws(() => lls.isContextOverflow(-1, ''), TypeError);
+  } finally {
+    w.close();
+  }
+});
