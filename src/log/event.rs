@@ -191,7 +191,15 @@ impl Event {
 
     /// The event as one line of JSON (no newline).
     pub fn to_json(&self) -> String {
-        serde_json::to_string(self).expect("an event always serialises")
+        self.to_json_sized(128)
+    }
+
+    /// [`to_json`](Self::to_json) into a buffer of `capacity` bytes to start with (the length
+    /// of the stored line, when loading: the buffer is then not grown and copied again).
+    pub(crate) fn to_json_sized(&self, capacity: usize) -> String {
+        let mut out = Vec::with_capacity(capacity);
+        serde_json::to_writer(&mut out, self).expect("an event always serialises");
+        String::from_utf8(out).expect("serde_json writes UTF-8")
     }
 
     /// A data field as an object reader.

@@ -390,3 +390,68 @@ fn describe_seqs(span: &[Arc<Derived>]) -> String {
         format!("seqs [{}, ...] ({} events)", seqs.join(", "), span.len())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(seq: u64, text: &str) -> Arc<Derived> {
+        let json = serde_json::to_string(&Message::user_text(text)).unwrap();
+        Arc::new(Derived { seq, role: Role::User, json: json.into(), calls: Box::new([]), result_for: None, checkpoint: false })
+    }
+
+    /// The history's JSON, entry by entry (what it must always equal).
+    fn one_by_one(h: &History) -> String {
+        h.entries().iter().map(|d| d.json.to_string()).collect::<Vec<_>>().join(",")
+    }
+
+    fn joined(h: &History) -> String {
+        let mut out = Vec::new();
+        h.write_json(&mut out, true);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn sealed_runs_keep_every_message_and_its_order() {
+        let mut h = History::default();
+        let text = "x".repeat(300);
+        for seq in 0..100 {
+            h.push(entry(seq, &format!("{seq} {text}")));
+            assert_eq!(joined(&h), one_by_one(&h));
+        }
+        // 100 messages of ~330 bytes: sealed into a few runs, copied as such.
+        assert!(runs(h.entries()).count() < 10, "{} runs", runs(h.entries()).count());
+        assert_eq!(h.bytes(), h.entries().iter().map(|d| d.json.len()).sum::<usize>());
+        for (i, d) in h.entries().iter().enumerate() {
+            assert_eq!(d.seq, i as u64);
+            assert_eq!(d.message(), Message::user_text(format!("{i} {text}")));
+        }
+        let mut s = String::new();
+        write_joined(&mut s, &h.entries()[5..60], false);
+        assert_eq!(s, format!(",{}", h.entries()[5..60].iter().map(|d| d.json.to_string()).collect::<Vec<_>>().join(",")));
+        assert_eq!(joined_len(&h.entries()[5..60]) + 1, s.len());
+    }
+
+    #[test]
+    fn a_replace_across_sealed_runs_keeps_the_bytes() {
+        let mut h = History::default();
+        let text = "y".repeat(500);
+        for seq in 0..60 {
+            h.push(entry(seq, &text));
+        }
+        let sealed = h.sealed;
+        assert!(sealed > 20);
+        h.replace(3, 20, entry(100, "summary"));
+        assert_eq!(h.len(), 60 - 18 + 1);
+        assert_eq!(joined(&h), one_by_one(&h));
+        assert_eq!(h.bytes(), h.entries().iter().map(|d| d.json.len()).sum::<usize>());
+        assert_eq!(h.generation(), 1);
+        for seq in 200..240 {
+            h.push(entry(seq, &text));
+            assert_eq!(joined(&h), one_by_one(&h));
+        }
+        let seqs = h.seqs();
+        assert_eq!(&seqs[..4], &[0, 1, 2, 100]);
+        assert_eq!(seqs.last(), Some(&239));
+    }
+}

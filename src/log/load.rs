@@ -189,7 +189,7 @@ pub fn load_records_releasing(contents: &mut StoreContents) -> Result<Loaded> {
     let mut keep = whole;
     for i in 1..whole {
         let line = i + 1;
-        let outcome = parse_record(&records[i]).and_then(|ev| log.append(&ev).map(|_| ()));
+        let outcome = parse_record(&records[i]).and_then(|ev| log.append_sized(&ev, records[i].len() + 1).map(|_| ()));
         if outcome.is_ok() {
             records[i] = Vec::new();
         }
