@@ -10,6 +10,7 @@
 use crate::error::{Error, ErrorKind, Result};
 use crate::header::EpochHeader;
 use crate::log::event::{types, Event};
+use crate::log::history::{joined_len, write_joined};
 use crate::log::load::{parse_records, SessionHeader};
 use crate::log::{Derived, Log};
 use crate::types::{CallConfig, Message, ToolSchema};
@@ -104,11 +105,14 @@ impl EnvelopeParts<'_> {
     /// prefix messages) and where it ends (after its last message). Every piece is already
     /// text, so the envelope is built as a `String` and needs no UTF-8 check afterwards.
     fn write_marked(&self) -> (String, usize, usize) {
+        self.write_after(&self.head())
+    }
+
+    /// The envelope's leading bytes, up to the first history message: the config, system and
+    /// tools, then `"messages":[` and the prefix messages.
+    fn head(&self) -> String {
         let cfg = serde_json::to_string(self.config).expect("a config serialises");
-        let hist_bytes: usize = self.history.iter().map(|d| d.json.len() + 1).sum();
-        let other: usize = self.prefix.iter().chain(self.trailing).map(|m| m.len() + 1).sum();
-        let sys = self.system.map(|s| s.len() + 16).unwrap_or(0);
-        let mut out = String::with_capacity(cfg.len() + hist_bytes + other + sys + 256);
+        let mut out = String::with_capacity(cfg.len() + self.prefix.iter().map(|m| m.len() + 1).sum::<usize>() + 32);
         out.push_str(&cfg[..cfg.len() - 1]); // the config object without its '}'
         if let Some(s) = self.system {
             out.push_str(",\"system\":");
@@ -119,21 +123,30 @@ impl EnvelopeParts<'_> {
             out.push_str(&serde_json::to_string(t).expect("tools serialise"));
         }
         out.push_str(",\"messages\":[");
-        let mut first = true;
-        for m in self.prefix.iter() {
-            if !first {
+        for (i, m) in self.prefix.iter().enumerate() {
+            if i > 0 {
                 out.push(',');
             }
-            first = false;
             out.push_str(m);
         }
+        out
+    }
+
+    /// Writes the envelope given its [`head`](Self::head) (see [`write_marked`](Self::write_marked)).
+    fn write_after(&self, head: &str) -> (String, usize, usize) {
+        let session_id = serde_json::to_string(self.session_id).expect("a string serialises");
+        // The exact size (bar the turn and step digits), so the buffer is never grown: growing
+        // it would copy everything written so far once more.
+        let hist_bytes = joined_len(self.history) + 1;
+        let other: usize = self.trailing.iter().map(|m| m.len() + 1).sum();
+        let mut out = String::with_capacity(size_class(head.len() + hist_bytes + other + session_id.len() + 128));
+        let capacity = out.capacity();
+        out.push_str(head);
         let head_end = out.len();
-        for d in self.history {
-            if !first {
-                out.push(',');
-            }
+        let mut first = self.prefix.is_empty();
+        if !self.history.is_empty() {
+            write_joined(&mut out, self.history, first);
             first = false;
-            out.push_str(&d.json);
         }
         let hist_end = out.len();
         for m in self.trailing {
@@ -144,15 +157,28 @@ impl EnvelopeParts<'_> {
             out.push_str(m);
         }
         out.push_str("],\"sessionId\":");
-        out.push_str(&serde_json::to_string(self.session_id).expect("a string serialises"));
+        out.push_str(&session_id);
         if let Some((turn, step)) = self.turn_step {
-            out.push_str(&format!(",\"turn\":{turn},\"step\":{step}"));
+            use std::fmt::Write;
+            write!(out, ",\"turn\":{turn},\"step\":{step}").expect("writing to a String");
         }
         out.push_str(",\"purpose\":\"");
         out.push_str(self.purpose.as_str());
         out.push_str("\"}");
+        debug_assert_eq!(out.capacity(), capacity, "the envelope's size is computed in advance");
         (out, head_end, hist_end)
     }
+}
+
+/// The capacity to allocate for an envelope of `n` bytes: `n` rounded up to a size class (a
+/// sixteenth of its power of two, at least 4 KiB). The requests of a conversation grow by a
+/// little at every step; with exact sizes each one is larger than the buffer the host just
+/// freed, so the allocator cannot reuse it and serves fresh pages (for requests of megabytes,
+/// page faults cost more than writing the bytes). With size classes, consecutive requests
+/// usually ask for the same size and reuse the freed buffer. At most 1/16 is unused.
+fn size_class(n: usize) -> usize {
+    let step = (n.next_power_of_two() / 16).max(4096);
+    n.div_ceil(step) * step
 }
 
 /// The `sha256:<hex>` digest of request bytes.
@@ -163,8 +189,10 @@ pub fn digest(bytes: &[u8]) -> String {
 fn hex_digest(d: &[u8]) -> String {
     let mut s = String::with_capacity(7 + 64);
     s.push_str("sha256:");
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     for b in d {
-        s.push_str(&format!("{b:02x}"));
+        s.push(HEX[usize::from(b >> 4)] as char);
+        s.push(HEX[usize::from(b & 15)] as char);
     }
     s
 }
@@ -214,7 +242,7 @@ pub fn conversation_envelope(log: &Log, header: &EpochHeader, prefix: &PrefixByt
 /// envelope hashes only what is new instead of the whole history again. It is reused only when
 /// the next envelope provably starts with the same bytes: the same bytes before the history
 /// (config, system, tools, prefix: compared exactly), and a history that only grew since (the
-/// same replace generation, the same `Derived` entries at the first and last covered positions).
+/// same replace generation, the same events at the first and last covered positions).
 #[derive(Clone, Default)]
 pub struct DigestCache {
     state: Option<CachedDigest>,
@@ -228,23 +256,25 @@ impl std::fmt::Debug for DigestCache {
 
 #[derive(Clone)]
 struct CachedDigest {
+    /// The header and prefix the head was written from.
+    header: EpochHeader,
+    prefix: Option<Arc<Vec<Message>>>,
     /// The envelope's bytes before its first history message.
-    head: Vec<u8>,
+    head: String,
     generation: u64,
     entries: usize,
-    first: Option<Arc<Derived>>,
-    last: Option<Arc<Derived>>,
+    /// Seqs of the first and last history entries covered.
+    first: Option<u64>,
+    last: Option<u64>,
     /// Bytes hashed into `hasher`: through the last history message.
     covered: usize,
     hasher: Sha256,
 }
 
-fn same_entry(a: Option<&Arc<Derived>>, b: Option<&Arc<Derived>>) -> bool {
-    match (a, b) {
-        (None, None) => true,
-        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-        _ => false,
-    }
+/// Whether history entry `b` is the entry projected from event `a` (seqs are unique in a log;
+/// the entries themselves are rebuilt when their bytes are sealed into a shared run).
+fn same_entry(a: Option<u64>, b: Option<&Arc<Derived>>) -> bool {
+    a == b.map(|d| d.seq)
 }
 
 /// Writes the conversation envelope exactly as [`conversation_envelope`] does (as text) and
@@ -261,7 +291,7 @@ pub fn conversation_envelope_digest(
 ) -> (String, String) {
     let history = log.history();
     let entries = history.entries();
-    let (body, head_end, hist_end) = EnvelopeParts {
+    let parts = EnvelopeParts {
         config: &header.config,
         system: header.system.as_deref(),
         tools: header.tools.as_deref(),
@@ -271,31 +301,50 @@ pub fn conversation_envelope_digest(
         session_id,
         turn_step: Some((turn, step)),
         purpose: Purpose::Conversation,
-    }
-    .write_marked();
-    let reuse = cache.state.take().filter(|c| {
-        c.generation == history.generation()
-            && c.entries <= entries.len()
-            && same_entry(c.first.as_ref(), if c.entries > 0 { entries.first() } else { None })
-            && same_entry(c.last.as_ref(), c.entries.checked_sub(1).map(|i| &entries[i]))
-            && c.head[..] == body.as_bytes()[..head_end]
-            && c.covered <= hist_end
-    });
-    let (head, mut hasher, from) = match reuse {
-        Some(c) => (c.head, c.hasher, c.covered),
-        None => (body.as_bytes()[..head_end].to_vec(), Sha256::new(), 0),
     };
+    // The head is written again only when the header or the prefix changed (comparing them
+    // costs far less than serialising the system prompt and the tools).
+    let same_head = |c: &CachedDigest| {
+        c.header == *header
+            && match (&c.prefix, &prefix.source) {
+                (None, None) => true,
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            }
+    };
+    let cached = cache.state.take().filter(|c| same_head(c));
+    let (body, head_end, hist_end) = match &cached {
+        Some(c) => parts.write_after(&c.head),
+        None => parts.write_marked(),
+    };
+    debug_assert_eq!(body, parts.write_marked().0, "the cached head is the head");
+    let (cached_header, cached_prefix, head, prior) = match cached {
+        Some(c) => {
+            // The bytes hashed so far are still the start of this envelope when the history
+            // only grew since.
+            let grown = c.generation == history.generation()
+                && c.entries <= entries.len()
+                && same_entry(c.first, if c.entries > 0 { entries.first() } else { None })
+                && same_entry(c.last, c.entries.checked_sub(1).map(|i| &entries[i]))
+                && c.covered <= hist_end;
+            (c.header, c.prefix, c.head, grown.then_some((c.hasher, c.covered)))
+        }
+        None => (header.clone(), prefix.source.clone(), body[..head_end].to_string(), None),
+    };
+    let (mut hasher, from) = prior.unwrap_or_else(|| (Sha256::new(), 0));
     hasher.update(&body.as_bytes()[from..hist_end]);
     let mid = hasher.clone();
     hasher.update(&body.as_bytes()[hist_end..]);
     let d = hex_digest(&hasher.finalize());
     debug_assert_eq!(d, digest(body.as_bytes()), "the incremental digest is the digest of the bytes");
     cache.state = Some(CachedDigest {
+        header: cached_header,
+        prefix: cached_prefix,
         head,
         generation: history.generation(),
         entries: entries.len(),
-        first: entries.first().cloned(),
-        last: entries.last().cloned(),
+        first: entries.first().map(|d| d.seq),
+        last: entries.last().map(|d| d.seq),
         covered: hist_end,
         hasher: mid,
     });

@@ -7,7 +7,7 @@
 use crate::error::{Error, ErrorKind, Result};
 use crate::header::EpochHeader;
 use crate::log::event::{types, Event, NewEvent, UserSource};
-use crate::log::load::{load_records, repair_events, LoadReport, SessionHeader};
+use crate::log::load::{load_records_releasing, repair_events, LoadReport, SessionHeader};
 use crate::log::{Derived, Durability, JsonlStore, Log, MemoryStore, Store};
 use crate::types::JsonMap;
 use parking_lot::{Mutex, MutexGuard};
@@ -182,11 +182,11 @@ impl Session {
     /// Opens the session in `store`: loads it (validating every event, cutting a torn tail,
     /// closing a turn left open by a crash) or, when the store is empty, creates one.
     pub fn open(mut store: Box<dyn Store>, opts: SessionOptions) -> Result<(Session, LoadReport)> {
-        let contents = store.load()?;
+        let mut contents = store.load()?;
         if contents.records.is_empty() {
             return Ok((Session::create(store, opts)?, LoadReport::default()));
         }
-        let loaded = load_records(&contents).map_err(|e| e.context(store.describe()))?;
+        let loaded = load_records_releasing(&mut contents).map_err(|e| e.context(store.describe()))?;
         if loaded.keep_records < contents.records.len() {
             store.truncate(loaded.keep_records)?;
         }

@@ -170,12 +170,36 @@ impl Event {
     /// Parses an event from one JSON line.
     pub fn from_json(text: &str) -> Result<Event> {
         let v: Value = serde_json::from_str(text)?;
-        Event::from_value(&v, "")
+        Event::from_owned_value(v, "")
+    }
+
+    /// [`from_value`](Self::from_value), moving `data` out of `v` instead of copying it.
+    pub fn from_owned_value(mut v: Value, path: &str) -> Result<Event> {
+        // An object `data` is set aside (an empty object stands in for it, which the envelope
+        // checks treat alike), so only the envelope's few fields are looked at and nothing is
+        // copied; any other `data` is left where it is for the checks to report.
+        let data = match v.get_mut("data") {
+            Some(d @ Value::Object(_)) => Some(std::mem::replace(d, Value::Object(Default::default()))),
+            _ => None,
+        };
+        let mut ev = Event::from_value(&v, path)?;
+        if let Some(data) = data {
+            ev.data = data;
+        }
+        Ok(ev)
     }
 
     /// The event as one line of JSON (no newline).
     pub fn to_json(&self) -> String {
-        serde_json::to_string(self).expect("an event always serialises")
+        self.to_json_sized(128)
+    }
+
+    /// [`to_json`](Self::to_json) into a buffer of `capacity` bytes to start with (the length
+    /// of the stored line, when loading: the buffer is then not grown and copied again).
+    pub(crate) fn to_json_sized(&self, capacity: usize) -> String {
+        let mut out = Vec::with_capacity(capacity);
+        serde_json::to_writer(&mut out, self).expect("an event always serialises");
+        String::from_utf8(out).expect("serde_json writes UTF-8")
     }
 
     /// A data field as an object reader.

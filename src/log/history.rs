@@ -4,12 +4,128 @@
 //! ([`project`]) turns a surface event into a provider message; the derived history is that
 //! projection folded over the surface. Each projection is serialised once and shared through an
 //! `Arc`, so reading the history, or building a request from it, copies bytes, never messages.
+//!
+//! The history's bytes are kept contiguous: a new message's JSON first lives in a buffer of its
+//! own; once the messages not yet sealed reach [`SEAL_BYTES`], they are copied into one shared
+//! buffer, separated by commas (`m1,m2,m3`), and their entries are rebuilt as ranges of it. A
+//! request then copies runs of many messages at once ([`write_joined`]) instead of gathering
+//! one allocation per message, and the history costs one allocation per run.
 
 use crate::error::{Error, Result};
 use crate::log::event::{types, Event};
 use crate::types::{blocks_from_value, Block, Fields, Message, Role};
 use std::collections::HashSet;
 use std::sync::Arc;
+
+/// The JSON text of a derived message: a range of a shared, immutable buffer (its own buffer,
+/// or the run of messages it was sealed into). Dereferences to `str`.
+#[derive(Clone)]
+pub struct Text {
+    buf: Arc<str>,
+    start: usize,
+    end: usize,
+}
+
+impl Text {
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        &self.buf[self.start..self.end]
+    }
+
+    /// Whether `next` follows this text in the same buffer, after one separating byte (two
+    /// consecutive messages of a sealed run).
+    fn followed_by(&self, next: &Text) -> bool {
+        Arc::ptr_eq(&self.buf, &next.buf) && next.start == self.end + 1
+    }
+}
+
+impl std::ops::Deref for Text {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl AsRef<str> for Text {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::fmt::Debug for Text {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl std::fmt::Display for Text {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq for Text {
+    fn eq(&self, other: &Text) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Text {}
+
+impl PartialEq<str> for Text {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl From<String> for Text {
+    fn from(s: String) -> Text {
+        let end = s.len();
+        Text { buf: s.into(), start: 0, end }
+    }
+}
+
+impl From<&str> for Text {
+    fn from(s: &str) -> Text {
+        Text { buf: s.into(), start: 0, end: s.len() }
+    }
+}
+
+/// The JSON texts of `entries` as runs: each run is the text of consecutive messages sealed
+/// into one buffer, already separated by commas, so it is copied at once.
+pub fn runs(entries: &[Arc<Derived>]) -> impl Iterator<Item = &str> {
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        let start = &entries.get(i)?.json;
+        let mut end = start;
+        i += 1;
+        while let Some(next) = entries.get(i).map(|d| &d.json).filter(|n| end.followed_by(n)) {
+            end = next;
+            i += 1;
+        }
+        Some(&start.buf[start.start..end.end])
+    })
+}
+
+/// Writes the JSON texts of `entries` separated by commas (a comma first unless `first`),
+/// copying each run (see [`runs`]) at once.
+pub fn write_joined(out: &mut String, entries: &[Arc<Derived>], mut first: bool) {
+    for run in runs(entries) {
+        if !first {
+            out.push(',');
+        }
+        first = false;
+        out.push_str(run);
+    }
+}
+
+/// Total bytes of `entries` joined by commas, as [`write_joined`] writes them.
+pub fn joined_len(entries: &[Arc<Derived>]) -> usize {
+    entries.iter().map(|d| d.json.len()).sum::<usize>() + entries.len().saturating_sub(1)
+}
+
+/// Unsealed history bytes at which they are sealed into one buffer (see the module docs).
+pub const SEAL_BYTES: usize = 8 * 1024;
 
 /// One derived history message: its projection, serialised once.
 #[derive(Debug)]
@@ -19,7 +135,7 @@ pub struct Derived {
     /// The message's role.
     pub role: Role,
     /// The message as canonical JSON.
-    pub json: Box<str>,
+    pub json: Text,
     /// Tool-call ids this (assistant) message opens, in order.
     pub calls: Box<[Box<str>]>,
     /// The tool-call id this (tool result) message answers.
@@ -89,12 +205,17 @@ pub fn project(ev: &Event) -> Result<Option<Message>> {
 
 /// Projects and serialises one event (see [`project`]).
 pub fn derive(ev: &Event) -> Result<Option<Derived>> {
+    Ok(derive_message(ev)?.map(|(d, _)| d))
+}
+
+/// [`derive`], also returning the projected message.
+pub(crate) fn derive_message(ev: &Event) -> Result<Option<(Derived, Message)>> {
     let Some(msg) = project(ev)? else { return Ok(None) };
     let calls: Box<[Box<str>]> = msg.tool_calls().map(|(id, _, _)| Box::<str>::from(id)).collect();
     let result_for = msg.content.iter().find_map(|b| b.tool_result_id()).map(Box::<str>::from);
-    let json = serde_json::to_string(&msg).expect("a message always serialises").into_boxed_str();
+    let json = serde_json::to_string(&msg).expect("a message always serialises").into();
     let checkpoint = ev.ty == types::USER_MESSAGE && ev.data.get("source").and_then(|s| s.as_str()) == Some("compaction");
-    Ok(Some(Derived { seq: ev.seq, role: msg.role, json, calls, result_for, checkpoint }))
+    Ok(Some((Derived { seq: ev.seq, role: msg.role, json, calls, result_for, checkpoint }, msg)))
 }
 
 /// The surface with its derivation cache.
@@ -103,6 +224,10 @@ pub struct History {
     entries: Vec<Arc<Derived>>,
     generation: u64,
     bytes: usize,
+    /// Entries before this position are sealed into shared runs.
+    sealed: usize,
+    /// Bytes of the entries from `sealed` on.
+    unsealed_bytes: usize,
 }
 
 impl History {
@@ -138,7 +263,36 @@ impl History {
 
     pub(crate) fn push(&mut self, d: Arc<Derived>) {
         self.bytes += d.json.len();
+        self.unsealed_bytes += d.json.len();
         self.entries.push(d);
+        if self.unsealed_bytes >= SEAL_BYTES {
+            self.seal();
+        }
+    }
+
+    /// Copies the unsealed entries into one buffer and rebuilds them as ranges of it.
+    fn seal(&mut self) {
+        let tail = &self.entries[self.sealed..];
+        let mut buf = String::with_capacity(joined_len(tail));
+        write_joined(&mut buf, tail, true);
+        let buf: Arc<str> = buf.into();
+        let mut at = 0;
+        for e in &mut self.entries[self.sealed..] {
+            let len = e.json.len();
+            let json = Text { buf: buf.clone(), start: at, end: at + len };
+            debug_assert_eq!(json.as_str(), e.json.as_str());
+            at += len + 1;
+            *e = Arc::new(Derived {
+                seq: e.seq,
+                role: e.role,
+                json,
+                calls: e.calls.clone(),
+                result_for: e.result_for.clone(),
+                checkpoint: e.checkpoint,
+            });
+        }
+        self.sealed = self.entries.len();
+        self.unsealed_bytes = 0;
     }
 
     /// Checks a replace of `start..=end` citing `sources` (nothing is changed).
@@ -204,16 +358,24 @@ impl History {
         self.bytes = self.bytes - removed + d.json.len();
         self.entries.splice(start..=end, std::iter::once(d));
         self.generation += 1;
+        // The checkpoint has a buffer of its own: what follows it is sealed again with it (the
+        // entries after it stay ranges of their runs until then).
+        if start < self.sealed {
+            self.sealed = start;
+        } else {
+            self.sealed = self.sealed.min(self.entries.len());
+        }
+        self.unsealed_bytes = self.entries[self.sealed..].iter().map(|d| d.json.len()).sum();
     }
 
     /// Writes the history as comma-separated JSON messages into `out` (no brackets).
     pub fn write_json(&self, out: &mut Vec<u8>, mut first: bool) {
-        for d in &self.entries {
+        for run in runs(&self.entries) {
             if !first {
                 out.push(b',');
             }
             first = false;
-            out.extend_from_slice(d.json.as_bytes());
+            out.extend_from_slice(run.as_bytes());
         }
     }
 }
@@ -226,5 +388,70 @@ fn describe_seqs(span: &[Arc<Derived>]) -> String {
         format!("seqs [{}]", seqs.join(", "))
     } else {
         format!("seqs [{}, ...] ({} events)", seqs.join(", "), span.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(seq: u64, text: &str) -> Arc<Derived> {
+        let json = serde_json::to_string(&Message::user_text(text)).unwrap();
+        Arc::new(Derived { seq, role: Role::User, json: json.into(), calls: Box::new([]), result_for: None, checkpoint: false })
+    }
+
+    /// The history's JSON, entry by entry (what it must always equal).
+    fn one_by_one(h: &History) -> String {
+        h.entries().iter().map(|d| d.json.to_string()).collect::<Vec<_>>().join(",")
+    }
+
+    fn joined(h: &History) -> String {
+        let mut out = Vec::new();
+        h.write_json(&mut out, true);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn sealed_runs_keep_every_message_and_its_order() {
+        let mut h = History::default();
+        let text = "x".repeat(300);
+        for seq in 0..100 {
+            h.push(entry(seq, &format!("{seq} {text}")));
+            assert_eq!(joined(&h), one_by_one(&h));
+        }
+        // 100 messages of ~330 bytes: sealed into a few runs, copied as such.
+        assert!(runs(h.entries()).count() < 10, "{} runs", runs(h.entries()).count());
+        assert_eq!(h.bytes(), h.entries().iter().map(|d| d.json.len()).sum::<usize>());
+        for (i, d) in h.entries().iter().enumerate() {
+            assert_eq!(d.seq, i as u64);
+            assert_eq!(d.message(), Message::user_text(format!("{i} {text}")));
+        }
+        let mut s = String::new();
+        write_joined(&mut s, &h.entries()[5..60], false);
+        assert_eq!(s, format!(",{}", h.entries()[5..60].iter().map(|d| d.json.to_string()).collect::<Vec<_>>().join(",")));
+        assert_eq!(joined_len(&h.entries()[5..60]) + 1, s.len());
+    }
+
+    #[test]
+    fn a_replace_across_sealed_runs_keeps_the_bytes() {
+        let mut h = History::default();
+        let text = "y".repeat(500);
+        for seq in 0..60 {
+            h.push(entry(seq, &text));
+        }
+        let sealed = h.sealed;
+        assert!(sealed > 20);
+        h.replace(3, 20, entry(100, "summary"));
+        assert_eq!(h.len(), 60 - 18 + 1);
+        assert_eq!(joined(&h), one_by_one(&h));
+        assert_eq!(h.bytes(), h.entries().iter().map(|d| d.json.len()).sum::<usize>());
+        assert_eq!(h.generation(), 1);
+        for seq in 200..240 {
+            h.push(entry(seq, &text));
+            assert_eq!(joined(&h), one_by_one(&h));
+        }
+        let seqs = h.seqs();
+        assert_eq!(&seqs[..4], &[0, 1, 2, 100]);
+        assert_eq!(seqs.last(), Some(&239));
     }
 }

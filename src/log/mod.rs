@@ -71,8 +71,13 @@ impl Log {
 
     /// Validates and applies an event.
     pub fn append(&mut self, ev: &Event) -> Result<Arc<str>> {
+        self.append_sized(ev, 128)
+    }
+
+    /// [`append`](Self::append), serialising the line into a buffer of `capacity` bytes.
+    pub(crate) fn append_sized(&mut self, ev: &Event, capacity: usize) -> Result<Arc<str>> {
         let effect = self.check(ev)?;
-        let line: Arc<str> = ev.to_json().into();
+        let line: Arc<str> = ev.to_json_sized(capacity).into();
         self.commit(ev, effect, line.clone());
         Ok(line)
     }

@@ -8,8 +8,8 @@
 use crate::error::{Error, ErrorKind, Result};
 use crate::header::{delta_from_event_data, EpochHeader, HeaderFold, HeaderSnapshot, SnapshotReason};
 use crate::log::event::{types, Event, SurfaceOp, TurnEndReason, UserSource};
-use crate::log::history::{derive, Derived, History};
-use crate::types::{blocks_from_value, Fields, Usage};
+use crate::log::history::{derive, derive_message, Derived, History};
+use crate::types::{Fields, Usage};
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -320,7 +320,8 @@ impl LogState {
                 if ev.surface_op != Some(SurfaceOp::Append) {
                     return Err(Error::invalid("surfaceOp", "an assistant message is appended"));
                 }
-                let d = Arc::new(derive(ev)?.expect("assistant/message is visible"));
+                let (d, msg) = derive_message(ev)?.expect("assistant/message is visible");
+                let d = Arc::new(d);
                 let t = self.open_turn.as_ref().ok_or_else(|| rule(ev, "", "no turn is open"))?;
                 if !t.step_open || t.turn != turn || t.last_step != step {
                     return Err(rule(ev, "data.step", format!("turn {turn} step {step} is not the open step")));
@@ -328,7 +329,6 @@ impl LogState {
                 if t.step_answered {
                     return Err(rule(ev, "", format!("step {step} already has its assistant message")));
                 }
-                let msg = d.message();
                 let mut calls = Vec::new();
                 for (i, (id, name, args)) in msg.content.iter().enumerate().filter_map(|(i, b)| Some((i, b.as_tool_call()?))) {
                     if self.known_calls.contains(id) || calls.iter().any(|(c, _, _): &(String, String, String)| c == id) {
@@ -365,9 +365,9 @@ impl LogState {
                 }
             }
             types::TOOL_RESULT => {
+                // The projection checks callId, content and isError, in that order.
+                let d = derive(ev)?.expect("tool/result is visible");
                 let id = f.str("callId")?;
-                blocks_from_value(f.value("content")?, "data.content")?;
-                f.bool("isError")?;
                 if ev.surface_op != Some(SurfaceOp::Append) {
                     return Err(Error::invalid("surfaceOp", "a tool result is appended"));
                 }
@@ -385,7 +385,7 @@ impl LogState {
                             Err(rule(ev, "data.callId", format!("{id:?} is not a pending tool call")))
                         }
                     }
-                    Some(_) => Ok(Effect::ToolResult(Arc::new(derive(ev)?.expect("tool/result is visible")))),
+                    Some(_) => Ok(Effect::ToolResult(Arc::new(d))),
                 }
             }
             types::REQUEST_HEADER => {
