@@ -6,7 +6,8 @@
 // Same procedure as examples/bench_bindings.rs (see there): per round, fork DIR/session.jsonl
 // into memory, create an agent, open a turn, build the first request (untimed), then for each
 // exchange of DIR/inputs.jsonl record the response and the tool result and build the next
-// request with Agent::next_request (what a C++ host gets), timing the step and the request
+// request with Agent::next_request (what a C++ host gets: an OwnedString, the library's
+// buffer without a copy), timing the step and the request
 // alone. Round 0 warms up. Writes "next_ns step_ns" per iteration to OUT; prints
 // "bytes=N digest=D" (the last request of the first timed round).
 #include <llmsession.hpp>
@@ -70,7 +71,7 @@ int main(int argc, char **argv) {
                 agent.record_response(lines[3 + 2 * k]);
                 agent.record_tool_result(lines[4 + 2 * k]);
                 auto t1 = clock::now();
-                std::string request = agent.next_request();
+                llmsession::OwnedString request = agent.next_request();
                 auto t2 = clock::now();
                 bytes = request.size();
                 if (round > 0) samples.emplace_back(ns(t2 - t1), ns(t2 - t0));

@@ -6,7 +6,8 @@
 // Same procedure as examples/bench_bindings.rs (see there): per round, fork DIR/session.jsonl
 // into memory, create an agent, open a turn, build the first request (untimed), then for each
 // exchange of DIR/inputs.jsonl record the response and the tool result and build the next
-// request with `await agent.nextRequest()` (what a Node host gets), timing the step and the
+// request with `await agent.nextRequest()` (what a Node host gets: the envelope as a Buffer,
+// its string and parsed forms decoded only on access), timing the step and the
 // request alone with process.hrtime. Round 0 warms up. Writes "next_ns step_ns" per iteration
 // to OUT; prints "bytes=N digest=D" (the last request of the first timed round).
 const fs = require('fs');
@@ -39,7 +40,7 @@ async function main() {
       const t1 = process.hrtime.bigint();
       const req = await agent.nextRequest();
       const t2 = process.hrtime.bigint();
-      bytes = Buffer.byteLength(req.json);
+      bytes = req.bytes.length;
       if (round === 1) digest = req.info.digest;
       if (round > 0) samples.push(`${t2 - t1} ${t2 - t0}`);
     }
