@@ -64,7 +64,7 @@ run() { # name command...: runs one harness, appends its samples, records "bytes
 	echo "pass $pass $name: $res"
 }
 
-names="rust c go node cpp"
+names="rust c go goview node cpp"
 rm -f "$out/passes"
 for n in $names; do rm -f "$out/$n.samples" "$out/$n.pass"; done
 for pass in $(seq 1 "$passes"); do
@@ -72,6 +72,8 @@ for pass in $(seq 1 "$passes"); do
 	run c "$out/bindings_c" "$fixture" "$iterations" "$out/c.pass"
 	run go env LLMSESSION_BENCH_DIR="$root/$fixture" LLMSESSION_BENCH_OUT="$root/$out/go.pass" \
 		"$out/bindings_go.test" -test.run '^$' -test.bench '^BenchmarkNextRequest$' -test.benchtime "${iterations}x"
+	run goview env LLMSESSION_BENCH_DIR="$root/$fixture" LLMSESSION_BENCH_OUT="$root/$out/goview.pass" \
+		"$out/bindings_go.test" -test.run '^$' -test.bench '^BenchmarkNextRequestView$' -test.benchtime "${iterations}x"
 	run node node bindings/node/bench/next_request.js "$fixture" "$iterations" "$out/node.pass"
 	run cpp "$out/bindings_cpp" "$fixture" "$iterations" "$out/cpp.pass"
 	# Per-pass medians, to show how much the ratios move between passes.
@@ -80,10 +82,11 @@ for pass in $(seq 1 "$passes"); do
 	done
 done
 
-python3 - "$out" "$passes" $names <<'EOF'
+python3 - "$out" "$passes" "$profile" $names <<'EOF'
 import statistics, sys
-out, passes, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+out, passes, profile, names = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
 labels = {"rust": "Rust `Agent::next_request`", "c": "C (direct `lls_` calls)", "go": "Go `Agent.NextRequest`",
+          "goview": "Go `Agent.NextRequestView` (envelope lent)",
           "node": "Node `await agent.nextRequest()`", "cpp": "C++ `Agent::next_request`"}
 results = {n: open(f"{out}/{n}.result").read().split() for n in names}
 if len({tuple(r) for r in results.values()}) != 1:
@@ -102,6 +105,8 @@ def fmt(ns):
 rn, rs = statistics.median(samples["rust"][0]), statistics.median(samples["rust"][1])
 print()
 print(f"{results['rust'][0]}, {results['rust'][1]}; {len(samples['rust'][0])} samples per harness ({passes} passes)")
+if profile != "release":
+    print(f"(a smoke run: the Rust harness is the {profile} build, so the timings and ratios mean nothing)")
 print()
 print("| harness | next request | vs Rust | per-pass ratios | step (exchange + request) | vs Rust |")
 print("|---|---|---|---|---|---|")

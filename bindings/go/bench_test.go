@@ -28,6 +28,29 @@ import (
 //
 //	go test -run '^$' -bench NextRequest -benchtime 300x
 func BenchmarkNextRequest(b *testing.B) {
+	benchSteps(b, func(a *Agent, ctx context.Context) (int, string, error) {
+		req, err := a.NextRequest(ctx)
+		if err != nil {
+			return 0, "", err
+		}
+		return len(req.Envelope), req.Info.Digest, nil
+	})
+}
+
+// BenchmarkNextRequestView is BenchmarkNextRequest with Agent.NextRequestView (the envelope
+// lent, not copied into Go memory).
+func BenchmarkNextRequestView(b *testing.B) {
+	benchSteps(b, func(a *Agent, ctx context.Context) (n int, digest string, err error) {
+		err = a.NextRequestView(ctx, func(env []byte, info RequestInfo) error {
+			n, digest = len(env), info.Digest
+			return nil
+		})
+		return n, digest, err
+	})
+}
+
+// benchSteps runs the steps; request builds the next request and returns its size and digest.
+func benchSteps(b *testing.B, request func(a *Agent, ctx context.Context) (int, string, error)) {
 	dir := os.Getenv("LLMSESSION_BENCH_DIR")
 	if dir == "" {
 		b.Skip("LLMSESSION_BENCH_DIR is not set (see benches/bindings.sh)")
@@ -65,7 +88,7 @@ func BenchmarkNextRequest(b *testing.B) {
 		if _, err := a.StartTurn(json.RawMessage(user)); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := a.NextRequest(ctx); err != nil {
+		if _, _, err := request(a, ctx); err != nil {
 			b.Fatal(err)
 		}
 		for k := 0; k+1 < len(exchanges) && (round == 0 || len(next) < b.N); k += 2 {
@@ -80,7 +103,7 @@ func BenchmarkNextRequest(b *testing.B) {
 				b.Fatal(err)
 			}
 			t1 := time.Now()
-			req, err := a.NextRequest(ctx)
+			n, d, err := request(a, ctx)
 			t2 := time.Now()
 			if round > 0 {
 				b.StopTimer()
@@ -88,9 +111,9 @@ func BenchmarkNextRequest(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			bytes = len(req.Envelope)
+			bytes = n
 			if round == 1 {
-				digest = req.Info.Digest
+				digest = d
 			}
 			if round > 0 {
 				next = append(next, t2.Sub(t1))
