@@ -113,7 +113,7 @@ pub fn alloc_c_string(bytes: &[u8]) -> Result<*mut c_char, FfiError> {
 }
 
 /// Outputs at least this long are handed out without a copy by [`OutString::write_owned`].
-pub const OWNED_MIN: usize = 64 * 1024;
+const OWNED_MIN: usize = 64 * 1024;
 
 /// Buffers handed out by [`OutString::write_owned`] and not freed yet: address -> capacity.
 static OWNED: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
