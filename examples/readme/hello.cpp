@@ -7,7 +7,7 @@ int main() try {
     auto session = llmsession::Session::open_file("hello.jsonl");
     llmsession::Agent agent(session, R"({"config":{"provider":"llama.cpp","model":"smollm2"},"system":"Be brief."})");
     agent.start_turn(R"({"role":"user","content":[{"type":"text","text":"Hi!"}]})");
-    std::string request = agent.next_request(); // logged; verify() rebuilds it byte for byte
+    auto request = agent.next_request(); // logged; verify() rebuilds it byte for byte
     std::string body = llmsession::render("openai", request, agent.prefix_len()); // POST to /chat/completions
     std::string reply = R"({"choices":[{"message":{"role":"assistant","content":"Hello!"},"finish_reason":"stop"}],)"
                         R"("usage":{"prompt_tokens":14,"completion_tokens":3}})";

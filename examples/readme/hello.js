@@ -5,8 +5,8 @@ async function main() {
   const session = lls.Session.openFile('hello.jsonl');
   const agent = new lls.Agent(session, { config: { provider: 'llama.cpp', model: 'smollm2' }, system: 'Be brief.' });
   agent.startTurn('Hi!');
-  const { json, info } = await agent.nextRequest(); // logged; verify() rebuilds it byte for byte
-  const body = lls.render('openai', json, info.prefixLen); // POST to /chat/completions
+  const { bytes, info } = await agent.nextRequest(); // logged; verify() rebuilds it byte for byte
+  const body = lls.render('openai', bytes, info.prefixLen); // POST to /chat/completions
   const reply = {
     choices: [{ message: { role: 'assistant', content: 'Hello!' }, finish_reason: 'stop' }],
     usage: { prompt_tokens: 14, completion_tokens: 3 },

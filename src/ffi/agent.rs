@@ -837,7 +837,7 @@ pub unsafe extern "C" fn lls_agent_next_request(
                 )
                 .into());
             }
-            out.write(&req.json)
+            out.write_owned(req.json)
         })
     }
 }

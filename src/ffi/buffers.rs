@@ -8,14 +8,19 @@
 //! Output: `char **out, size_t *out_len`. The library allocates a NUL-terminated copy with the C
 //! allocator (`malloc`) and the host frees it with `lls_string_free` only (which calls `free`;
 //! the host must not rely on that and never call `free` itself, so the allocator may change).
-//! `*out_len` is the length without the NUL. Out-parameters are checked for NULL before any
+//! A large output the library built for the call anyway (a request envelope,
+//! [`OutString::write_owned`]) is handed out without a copy: its Rust buffer is registered and
+//! `lls_string_free` gives it back to Rust. `*out_len` is the length without the NUL. Out-parameters are checked for NULL before any
 //! work ([`OutString::new`], [`Out::new`]) and written last, only on success.
 
 use super::error::FfiError;
 use super::status::*;
 use crate::error::Error;
+use parking_lot::Mutex;
 use serde_json::Value;
+use std::collections::HashMap;
 use std::ffi::c_char;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Borrows an input buffer as bytes.
 ///
@@ -107,7 +112,17 @@ pub fn alloc_c_string(bytes: &[u8]) -> Result<*mut c_char, FfiError> {
     Ok(p.cast())
 }
 
-/// A checked `char **out, size_t *out_len` pair, written only by [`OutString::write`].
+/// Outputs at least this long are handed out without a copy by [`OutString::write_owned`].
+const OWNED_MIN: usize = 64 * 1024;
+
+/// Buffers handed out by [`OutString::write_owned`] and not freed yet: address -> capacity.
+static OWNED: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
+
+/// How many buffers [`OWNED`] holds (lets `lls_string_free` skip the lock when none).
+static OWNED_LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// A checked `char **out, size_t *out_len` pair, written only by [`OutString::write`] or
+/// [`OutString::write_owned`].
 #[derive(Debug)]
 pub struct OutString {
     out: *mut *mut c_char,
@@ -126,6 +141,36 @@ impl OutString {
             return Err(FfiError::null_pointer(argument));
         }
         Ok(OutString { out, out_len })
+    }
+
+    /// Hands `text` out without copying it when it is large (at least [`OWNED_MIN`] bytes):
+    /// its buffer gets the NUL (usually within its capacity) and is registered, so that
+    /// `lls_string_free` returns it to Rust; a smaller text is copied as by
+    /// [`OutString::write`]. For outputs built for the call anyway, such as request envelopes,
+    /// where a copy of half a megabyte would cost more than the FFI call itself.
+    pub fn write_owned(self, text: String) -> Result<(), FfiError> {
+        if text.len() < OWNED_MIN {
+            return self.write(&text);
+        }
+        let len = text.len();
+        let mut bytes = text.into_bytes();
+        bytes.push(0);
+        let mut bytes = std::mem::ManuallyDrop::new(bytes);
+        let (p, cap) = (bytes.as_mut_ptr(), bytes.capacity());
+        {
+            let mut owned = OWNED.lock();
+            let map = owned.get_or_insert_with(HashMap::new);
+            map.insert(p as usize, cap);
+            OWNED_LIVE.store(map.len(), Ordering::Release);
+        }
+        // SAFETY: validity promised to `new`.
+        unsafe {
+            self.out.write(p.cast());
+            if !self.out_len.is_null() {
+                self.out_len.write(len);
+            }
+        }
+        Ok(())
     }
 
     /// Allocates the output and writes both out-parameters (the last step of a call).
@@ -214,10 +259,25 @@ pub unsafe fn input_json_opt(ptr: *const c_char, len: usize, argument: &str) -> 
 /// Thread safety: may be called from any thread; each string exactly once.
 #[no_mangle]
 pub unsafe extern "C" fn lls_string_free(s: *mut c_char) {
-    if !s.is_null() {
-        // SAFETY: `s` came from `alloc_c_string` (malloc), per the contract.
-        unsafe { libc::free(s.cast()) }
+    if s.is_null() {
+        return;
     }
+    if OWNED_LIVE.load(Ordering::Acquire) != 0 {
+        let cap = {
+            let mut owned = OWNED.lock();
+            let cap = owned.as_mut().and_then(|m| m.remove(&(s as usize)));
+            OWNED_LIVE.store(owned.as_ref().map_or(0, HashMap::len), Ordering::Release);
+            cap
+        };
+        if let Some(cap) = cap {
+            // SAFETY: `s` is the buffer of a `Vec<u8>` of capacity `cap` that `write_owned`
+            // gave up (registered, so handed out and not freed yet).
+            drop(unsafe { Vec::from_raw_parts(s.cast::<u8>(), 0, cap) });
+            return;
+        }
+    }
+    // SAFETY: `s` came from `alloc_c_string` (malloc), per the contract.
+    unsafe { libc::free(s.cast()) }
 }
 
 #[cfg(test)]
@@ -255,5 +315,27 @@ mod tests {
         unsafe { lls_string_free(out) };
         unsafe { lls_string_free(std::ptr::null_mut()) };
         assert!(unsafe { OutString::new(std::ptr::null_mut(), &mut len, "out") }.is_err());
+    }
+
+    #[test]
+    fn large_outputs_are_handed_out_without_a_copy() {
+        let mut text = String::with_capacity(OWNED_MIN + 11);
+        text.push_str(&"x".repeat(OWNED_MIN + 10));
+        let expected = text.clone();
+        let mut out: *mut c_char = std::ptr::null_mut();
+        let mut len = 0usize;
+        let o = unsafe { OutString::new(&mut out, &mut len, "out") }.unwrap();
+        let p = text.as_ptr();
+        o.write_owned(text).unwrap();
+        assert_eq!(out.cast::<u8>().cast_const(), p, "the String's own buffer");
+        assert_eq!(len, expected.len());
+        assert_eq!(unsafe { std::ffi::CStr::from_ptr(out) }.to_str().unwrap(), expected);
+        // A small one is copied, and both free through lls_string_free in any order.
+        let mut small: *mut c_char = std::ptr::null_mut();
+        let o = unsafe { OutString::new(&mut small, std::ptr::null_mut(), "out") }.unwrap();
+        o.write_owned("small".to_string()).unwrap();
+        assert_eq!(unsafe { std::ffi::CStr::from_ptr(small) }.to_str().unwrap(), "small");
+        unsafe { lls_string_free(out) };
+        unsafe { lls_string_free(small) };
     }
 }

@@ -441,6 +441,28 @@ TEST_F(Binding, DisposeFromInsideAListener) {
     EXPECT_EQ(json::parse(s.events()).back()["data"]["reason"], "disposed");
 }
 
+TEST_F(Binding, NextRequestHandsOverTheLibraryBuffer) {
+    Session s = Session::memory();
+    Agent a(s, kOpts);
+    a.start_turn(user("hi"));
+    llmsession::OwnedString env = a.next_request();
+    json info = json::parse(a.request_info());
+    EXPECT_EQ(env.size(), info["bytes"].get<std::size_t>());
+    EXPECT_EQ(env.c_str()[env.size()], '\0');
+    std::string copy = env.str();
+    EXPECT_EQ(env, copy);
+    EXPECT_EQ(std::string_view(env), copy);
+    EXPECT_EQ(json::parse(env)["messages"][0]["content"][0]["text"], "hi");
+    llmsession::OwnedString moved = std::move(env);
+    EXPECT_TRUE(env.empty());
+    EXPECT_STREQ(env.c_str(), "");
+    EXPECT_EQ(moved, copy);
+    std::string converted = moved; // the implicit copy existing code relies on
+    EXPECT_EQ(converted, copy);
+    a.record_response(answer("done"));
+    a.end_turn();
+}
+
 TEST_F(Binding, InjectProviderErrorAndRender) {
     Session s = Session::memory();
     Agent a(s, kOpts);

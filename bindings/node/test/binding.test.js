@@ -138,6 +138,26 @@ test('an async summariser that awaits a real HTTP request on 127.0.0.1 compacts'
   }
 });
 
+test('nextRequest gives the exact bytes as a Buffer, and decodes json and envelope on access', async () => {
+  const w = world();
+  w.agent.startTurn('héllo bytes');
+  const r = await w.agent.nextRequest();
+  assert.ok(Buffer.isBuffer(r.bytes));
+  assert.equal(r.bytes.length, r.info.bytes);
+  assert.equal(r.json, r.bytes.toString('utf8'));
+  assert.equal(r.json, r.json, 'decoded once, then the same string');
+  assert.equal(r.envelope, r.envelope, 'parsed once, then the same object');
+  assert.equal(r.envelope.messages.at(-1).content[0].text, 'héllo bytes');
+  const { bytes, json, envelope, info } = r; // destructuring still sees every field
+  assert.equal(bytes, r.bytes);
+  assert.equal(json, r.json);
+  assert.equal(envelope, r.envelope);
+  assert.equal(info.step, 1);
+  // render takes the Buffer as the envelope's JSON text.
+  assert.equal(lls.render('openai', r.bytes, r.info.prefixLen), lls.render('openai', r.json, r.info.prefixLen));
+  w.close();
+});
+
 test('automatic compaction calls the async summariser from nextRequest', async () => {
   const server = await summaryServer();
   const w = world({ policy: { contextWindow: 4000, threshold: 0.25, retainedTokens: 50, summaryMaxTokens: 200 } });

@@ -1,0 +1,167 @@
+//! Binding overhead (docs/performance.md): the Rust side of `benches/bindings.sh`.
+//!
+//! ```text
+//! cargo run --release --example bench_bindings -- write DIR [MESSAGES]
+//! cargo run --release --example bench_bindings -- run DIR ITERATIONS OUT
+//! ```
+//!
+//! `write` writes the shared fixture every harness (Rust, C, Go, Node, C++) reads:
+//! - `DIR/session.jsonl`: a finished session whose history holds about MESSAGES (default 1,000)
+//!   agent exchanges' messages (`benches/fixture`);
+//! - `DIR/inputs.jsonl`: one JSON document per line: the agent options, the fork options, the
+//!   user message that opens the measured turn, then `ROUND` exchanges as pairs of lines (the
+//!   response `{"message"}`, the tool result `{"callId","content"}`), the next exchanges of the
+//!   fixture.
+//!
+//! `run` is the Rust harness; every harness does the same thing. It opens `session.jsonl`,
+//! and for each round forks it into memory (fork options from the inputs: a fixed id, so every
+//! harness builds byte-identical requests), creates an agent, opens a turn and builds its first
+//! request (untimed), then for each of the `ROUND` exchanges records the response and the tool
+//! result and builds the next request, timing both the whole step and the request alone. A
+//! round grows the history by a tenth at most, as in `benches/request.rs`. One untimed round
+//! warms up first. Each timed iteration appends `next_ns step_ns` to OUT; the last line of
+//! stdout is `bytes=<request bytes> digest=<digest of the last request of the first round>`.
+
+#[path = "../benches/fixture/mod.rs"]
+mod fixture;
+
+use llmsession::agent::ToolResultInput;
+use llmsession::log::store::MemoryStore;
+use llmsession::{Agent, CancelToken, Durability, Message, Session, SessionOptions};
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::Path;
+use std::time::Instant;
+
+/// Exchanges per round: two history messages each, so a round grows 1,000 messages by a tenth.
+const ROUND: usize = 50;
+
+/// The fork's id: fixed, so the requests of every harness are the same bytes.
+const FORK_ID: &str = "bench-bindings";
+
+fn write(dir: &Path, messages: usize) {
+    std::fs::create_dir_all(dir).expect("create the fixture directory");
+    let path = dir.join("session.jsonl");
+    let _ = std::fs::remove_file(&path);
+    let (session, _) =
+        Session::open_jsonl(&path, SessionOptions { durability: Durability::Never, id: Some("bench".into()) }).expect("open_jsonl");
+    let f = fixture::Fixture::build(session, messages);
+    let next = f.next;
+    let session = f.finish();
+    session.sync().expect("sync");
+    let history = session.history().len();
+
+    let opts = fixture::options();
+    let mut lines: Vec<Value> = vec![
+        json!({
+            "config": opts.config.to_value(),
+            "system": opts.system,
+            "tools": opts.tools,
+            "checkRequests": opts.check_requests,
+        }),
+        json!({ "id": FORK_ID }),
+        Message::user_text(user_text()).to_value(),
+    ];
+    for i in next..next + ROUND as u64 {
+        lines.push(json!({ "message": fixture::assistant(i).to_value() }));
+        let r = fixture::result(i);
+        let content: Vec<Value> = r.content.into_iter().map(|b| b.into_value()).collect();
+        lines.push(json!({ "callId": r.call_id, "content": content }));
+    }
+    let mut out = std::fs::File::create(dir.join("inputs.jsonl")).expect("inputs.jsonl");
+    for l in &lines {
+        writeln!(out, "{l}").expect("write inputs.jsonl");
+    }
+    println!("fixture: {} ({history} history messages), {} exchanges per round", path.display(), ROUND);
+}
+
+fn user_text() -> &'static str {
+    "Summarise how a request is built."
+}
+
+/// The inputs, parsed back into the Rust API's types (outside every timed region).
+struct Inputs {
+    fork_id: String,
+    user: Message,
+    exchanges: Vec<(Message, ToolResultInput)>,
+}
+
+fn read_inputs(dir: &Path) -> Inputs {
+    let text = std::fs::read_to_string(dir.join("inputs.jsonl")).expect("inputs.jsonl (run `write` first)");
+    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+    let fork_id = lines[1]["id"].as_str().expect("fork id").to_string();
+    let user = Message::from_value(&lines[2], "user").expect("user message");
+    let exchanges = lines[3..]
+        .chunks(2)
+        .map(|p| {
+            let m = Message::from_value(&p[0]["message"], "message").expect("response");
+            let content = p[1]["content"]
+                .as_array()
+                .expect("content")
+                .iter()
+                .map(|b| llmsession::Block::from_value(b, "content").expect("block"))
+                .collect();
+            let r = ToolResultInput { call_id: p[1]["callId"].as_str().expect("callId").to_string(), content, is_error: false };
+            (m, r)
+        })
+        .collect();
+    Inputs { fork_id, user, exchanges }
+}
+
+fn run(dir: &Path, iterations: usize, out: &Path) {
+    let inputs = read_inputs(dir);
+    let (parent, _) =
+        Session::open_jsonl(dir.join("session.jsonl"), SessionOptions { durability: Durability::Never, id: None }).expect("open fixture");
+    let cancel = CancelToken::new();
+    let mut samples: Vec<(u128, u128)> = Vec::with_capacity(iterations);
+    let mut bytes = 0;
+    let mut digest = String::new();
+    let mut round = 0;
+    // Round 0 warms up and is not recorded.
+    while samples.len() < iterations {
+        let child = parent
+            .fork(None, Box::new(MemoryStore::new()), SessionOptions { durability: Durability::Never, id: Some(inputs.fork_id.clone()) })
+            .expect("fork");
+        let mut agent = Agent::new(&child, fixture::options()).expect("agent");
+        agent.start_turn(inputs.user.clone()).expect("start_turn");
+        agent.next_request(&cancel).expect("first request");
+        for (m, r) in &inputs.exchanges {
+            if round > 0 && samples.len() == iterations {
+                break;
+            }
+            let (m, r) = (m.clone(), r.clone());
+            let t0 = Instant::now();
+            agent.record_response(m, None).expect("record_response");
+            agent.record_tool_result(r).expect("record_tool_result");
+            let t1 = Instant::now();
+            let req = std::hint::black_box(agent.next_request(&cancel).expect("next_request"));
+            let t2 = Instant::now();
+            bytes = req.json.len();
+            if round == 1 {
+                digest = req.digest.clone();
+            }
+            if round > 0 {
+                samples.push(((t2 - t1).as_nanos(), (t2 - t0).as_nanos()));
+            }
+        }
+        agent.dispose().expect("dispose");
+        round += 1;
+    }
+    let mut f = std::fs::File::create(out).expect("OUT");
+    for (n, s) in &samples {
+        writeln!(f, "{n} {s}").expect("write OUT");
+    }
+    println!("bytes={bytes} digest={digest}");
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    match args.get(1).map(String::as_str) {
+        Some("write") => write(Path::new(&args[2]), args.get(3).map_or(1_000, |n| n.parse().expect("MESSAGES"))),
+        Some("run") => run(Path::new(&args[2]), args[3].parse().expect("ITERATIONS"), Path::new(&args[4])),
+        _ => {
+            eprintln!("usage: bench_bindings write DIR [MESSAGES] | run DIR ITERATIONS OUT");
+            std::process::exit(2);
+        }
+    }
+}
