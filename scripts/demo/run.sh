@@ -34,7 +34,6 @@ REPORT="$OUT/report.json"
 mkdir -p "$OUT"
 
 say() { printf '\n== %s\n' "$*"; }
-die() { printf '%s: ERROR: %s\n' "make $MODE" "$*" >&2; exit 1; }
 
 # ---- the server -------------------------------------------------------------------------------
 # The compaction's summarisation request is followed by the peer-style one, which has another
@@ -122,113 +121,7 @@ say "e2e: cache rules on the report"
 
 # ---- e2e: the inspector CLI -------------------------------------------------------------------
 say "e2e: the inspector CLI"
-fails=0
-pass() { echo "ok    $*"; }
-fail() {
-    echo "FAIL  $*"
-    fails=$((fails + 1))
-}
+scripts/demo/cli-checks.sh "$LOG" "$REPORT" "$OUT"
 
-# expect_ok NAME CMD...: the command succeeds.
-expect_ok() {
-    local name="$1" out
-    shift
-    if out="$("$@" 2>&1)"; then pass "$name"; else
-        fail "$name: exit $?"
-        printf '%s\n' "$out" | tail -n 20
-    fi
-}
-# expect_fail NAME PATTERN CMD...: the command fails and its message matches PATTERN.
-expect_fail() {
-    local name="$1" pattern="$2" out rc=0
-    shift 2
-    out="$("$@" 2>&1)" || rc=$?
-    if [[ "$rc" == 0 ]]; then
-        fail "$name: exit 0, expected a failure"
-    elif ! grep -Eq -- "$pattern" <<<"$out"; then
-        fail "$name: message does not match /$pattern/: $out"
-    else
-        pass "$name (exit $rc): $out"
-    fi
-}
-
-expect_ok "verify on the log" "$CLI" verify "$LOG"
-expect_ok "stats on the log" "$CLI" stats "$LOG"
-expect_ok "stats --json on the log" "$CLI" stats "$LOG" --json
-expect_ok "show --step 2 --render openai" "$CLI" show "$LOG" --step 2 --render openai
-expect_ok "show --step 2 --render anthropic" "$CLI" show "$LOG" --step 2 --render anthropic
-expect_ok "headers on the log" "$CLI" headers "$LOG"
-
-# stats --json agrees with the report: same number of conversation requests and cached tokens.
-if python3 - "$LOG" "$REPORT" "$CLI" <<'PY'; then pass "stats --json matches the host's report"; else fail "stats --json differs from the host's report"; fi
-import json, subprocess, sys
-log, report, cli = sys.argv[1:4]
-stats = json.loads(subprocess.run([cli, "stats", log, "--json"], check=True, capture_output=True, text=True).stdout)
-rows = [r for r in json.load(open(report))["requests"] if r["kind"] == "conversation"]
-got = [(r["promptTokens"], r["cachedTokens"]) for r in stats["requests"]]
-want = [(r["promptTokens"], r["cachedTokens"]) for r in rows]
-if got != want:
-    print("stats:", got, "\nreport:", want)
-    sys.exit(1)
-PY
-
-# Hand-damaged copies: each must fail verify, naming the turn and step of the first request
-# that no longer matches.
-python3 - "$LOG" "$OUT" <<'PY'
-import json, sys
-log, out = sys.argv[1], sys.argv[2]
-lines = open(log, encoding="utf-8").read().splitlines()
-events = [json.loads(l) for l in lines]
-
-def write(name, changed):
-    with open(f"{out}/{name}", "w", encoding="utf-8") as f:
-        for e in changed:
-            f.write(json.dumps(e, separators=(",", ":"), ensure_ascii=False) + "\n")
-
-# 1. a tool result's content altered: the first request that carried it no longer rebuilds
-ev = json.loads(json.dumps(events))
-target = None
-for i, e in enumerate(ev):
-    for b in e.get("data", {}).get("message", {}).get("content", []) if isinstance(e.get("data"), dict) else []:
-        if b.get("type") == "tool-result":
-            b["content"][0]["text"] = b["content"][0]["text"].replace("Fahrenheit", "Farenheit", 1)
-            target = i
-            break
-    if target is not None:
-        break
-assert target is not None, "no tool result in the log"
-turn = next(e["data"]["turn"] for e in ev[target:] if e.get("type") == "step/start")
-step = next(e["data"]["step"] for e in ev[target:] if e.get("type") == "step/start")
-write("damaged-content.jsonl", ev)
-open(f"{out}/damaged-content.expect", "w").write(f"turn {turn} step {step}\n")
-
-# 2. a step/start digest changed (the recorded request of the 3rd step)
-ev = json.loads(json.dumps(events))
-starts = [e for e in ev if e.get("type") == "step/start"]
-s = starts[2]
-d = s["data"]["digest"]
-s["data"]["digest"] = d[:-6] + ("000000" if d[-6:] != "000000" else "111111")
-write("damaged-digest.jsonl", ev)
-open(f"{out}/damaged-digest.expect", "w").write(f"turn {s['data']['turn']} step {s['data']['step']}\n")
-
-# 3. the last line cut in half (a torn write), and 4. not a session log at all
-with open(f"{out}/damaged-torn.jsonl", "w", encoding="utf-8") as f:
-    f.write("\n".join(lines[:-1]) + "\n" + lines[-1][: len(lines[-1]) // 2])
-open(f"{out}/not-a-log.jsonl", "w").write("this is not a session log\n")
-PY
-for d in content digest; do
-    want="$(cat "$OUT/damaged-$d.expect")"
-    expect_fail "verify on a copy with a damaged $d names $want" "verify failed: $want \(seq [0-9]+\)" "$CLI" verify "$OUT/damaged-$d.jsonl"
-done
-expect_ok "verify on a copy with a torn last line (a torn tail is dropped on load)" "$CLI" verify "$OUT/damaged-torn.jsonl"
-expect_fail "verify on a file that is not a session log" "not-a-log.jsonl: line 1: malformed JSON" "$CLI" verify "$OUT/not-a-log.jsonl"
-expect_fail "stats on a file that is not a session log" "not-a-log.jsonl: line 1: malformed JSON" "$CLI" stats "$OUT/not-a-log.jsonl"
-expect_fail "verify on a missing file" "no-such-file.jsonl: No such file" "$CLI" verify "$OUT/no-such-file.jsonl"
-expect_fail "show of a request the log does not have" "there is no request 9999" "$CLI" show "$LOG" --step 9999
-expect_fail "an unknown command" "unknown command" "$CLI" frobnicate "$LOG"
-
-if ((fails > 0)); then
-    die "$fails CLI check(s) failed"
-fi
 echo
 echo "e2e: passed in $SECONDS s (log $LOG, report $REPORT)"
