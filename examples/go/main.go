@@ -6,11 +6,18 @@
 //
 // Every file in -prefix-dir becomes one message of the session prefix (through a prefix
 // listener). Each positional argument is one user turn (without any, one turn per line of
-// standard input). Requests are rendered by the library ("openai" renderer), sent with
-// net/http, and their responses parsed by the library. Compaction (automatic, once the prompt
-// nears -context-window, or forced with -compact) asks the same endpoint for the summary,
-// sending the summarisation request the library built. Per request it prints the prompt
-// tokens, the cached tokens and the leading messages shared with the previous request.
+// standard input; with -script, the turns of a JSON script). Requests are rendered by the
+// library ("openai" renderer), sent with net/http, and their responses parsed by the library.
+// Compaction (automatic, once the prompt nears -context-window, or forced with -compact) asks
+// the same endpoint for the summary, sending the summarisation request the library built.
+// Per request it prints the prompt tokens, the cached tokens and the leading messages shared
+// with the previous request.
+//
+// The demo (`make demo`, docs/demo.md) adds: -workspace (a read_file tool over a folder, which
+// the host calls itself in the turns the script names), -peer-summary (after each summarisation
+// request, the same summary asked for in the style of a harness without a shared prefix),
+// -llama (llama.cpp extras: the token length of system + tools + session prefix), -report (a
+// JSON report of every request) and -check-report (the end-to-end rules, applied to a report).
 package main
 
 import (
@@ -41,7 +48,11 @@ type client struct {
 
 // post sends a rendered body to /chat/completions and returns the status and the body.
 func (c *client) post(ctx context.Context, body []byte) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(c.baseURL, "/")+"/chat/completions", bytes.NewReader(body))
+	return c.postTo(ctx, strings.TrimRight(c.baseURL, "/")+"/chat/completions", body)
+}
+
+func (c *client) postTo(ctx context.Context, url string, body []byte) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, err
 	}
@@ -65,11 +76,17 @@ type parsed struct {
 	FinishReason string          `json:"finishReason"`
 }
 
-// rawUsage reads the provider's own usage figures (for the per-request report).
-func rawUsage(body []byte) (prompt, cached int) {
+// providerUsage is the provider's own usage figures (for the per-request report).
+type providerUsage struct {
+	prompt, cached, completion int
+}
+
+// rawUsage reads the provider's own usage figures.
+func rawUsage(body []byte) providerUsage {
 	var r struct {
 		Usage struct {
 			PromptTokens        int `json:"prompt_tokens"`
+			CompletionTokens    int `json:"completion_tokens"`
 			PromptTokensDetails struct {
 				CachedTokens int `json:"cached_tokens"`
 			} `json:"prompt_tokens_details"`
@@ -79,11 +96,11 @@ func rawUsage(body []byte) (prompt, cached int) {
 		} `json:"timings"`
 	}
 	_ = json.Unmarshal(body, &r)
-	cached = r.Usage.PromptTokensDetails.CachedTokens
-	if cached == 0 {
-		cached = r.Timings.CacheN // llama.cpp without prompt_tokens_details
+	u := providerUsage{prompt: r.Usage.PromptTokens, cached: r.Usage.PromptTokensDetails.CachedTokens, completion: r.Usage.CompletionTokens}
+	if u.cached == 0 {
+		u.cached = r.Timings.CacheN // llama.cpp without prompt_tokens_details
 	}
-	return r.Usage.PromptTokens, cached
+	return u
 }
 
 // parse turns a response body into the message and usage to record; it uses the library's
@@ -99,15 +116,9 @@ func parse(body []byte) (parsed, error) {
 	}
 	if len(p.Usage) == 0 {
 		// inputTokens is the uncached part; cached tokens are reported separately.
-		prompt, cached := rawUsage(body)
-		var r struct {
-			Usage struct {
-				CompletionTokens int `json:"completion_tokens"`
-			} `json:"usage"`
-		}
-		_ = json.Unmarshal(body, &r)
-		if prompt > 0 {
-			p.Usage, _ = json.Marshal(map[string]any{"inputTokens": prompt - cached, "cacheReadTokens": cached, "outputTokens": r.Usage.CompletionTokens})
+		u := rawUsage(body)
+		if u.prompt > 0 {
+			p.Usage, _ = json.Marshal(map[string]any{"inputTokens": u.prompt - u.cached, "cacheReadTokens": u.cached, "outputTokens": u.completion})
 		}
 	}
 	return p, nil
@@ -130,21 +141,48 @@ func textOf(message json.RawMessage) string {
 	return b.String()
 }
 
-func toolCalls(message json.RawMessage) []string {
+// toolCall is a tool-call block of an assistant message.
+type toolCall struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+func toolCalls(message json.RawMessage) []toolCall {
 	var m struct {
 		Content []struct {
 			Type string `json:"type"`
-			ID   string `json:"id"`
+			toolCall
 		} `json:"content"`
 	}
 	_ = json.Unmarshal(message, &m)
-	var ids []string
+	var calls []toolCall
 	for _, c := range m.Content {
 		if c.Type == "tool-call" {
-			ids = append(ids, c.ID)
+			calls = append(calls, c.toolCall)
 		}
 	}
-	return ids
+	return calls
+}
+
+// withToolCall returns message with one more tool-call block (a host-scripted call).
+func withToolCall(message json.RawMessage, call toolCall) (json.RawMessage, error) {
+	var m map[string]any
+	if err := json.Unmarshal(message, &m); err != nil {
+		return nil, err
+	}
+	content, _ := m["content"].([]any)
+	m["content"] = append(content, map[string]any{"type": "tool-call", "id": call.ID, "name": call.Name, "arguments": call.Arguments})
+	return json.Marshal(m)
+}
+
+// oneLine shortens a reply for the console.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "..."
+	}
+	return s
 }
 
 // prefixFromDir is a prefix listener: one user message per file of dir, in name order.
@@ -171,15 +209,91 @@ func prefixFromDir(dir string) llmsession.PrefixListener {
 	}
 }
 
+// readFileTool is the schema of the demo's one tool.
+var readFileTool = map[string]any{
+	"name":        "read_file",
+	"description": "Read a text file of the workspace. Paths are relative to the workspace root.",
+	"parameters": map[string]any{
+		"type":                 "object",
+		"properties":           map[string]any{"path": map[string]any{"type": "string", "description": "file path, e.g. units/units.go"}},
+		"required":             []string{"path"},
+		"additionalProperties": false,
+	},
+}
+
+// runTool runs a tool call against the workspace and returns the result text.
+func runTool(workspace string, call toolCall) (string, bool) {
+	if workspace == "" || call.Name != "read_file" {
+		return "no such tool: " + call.Name, true
+	}
+	var args struct {
+		Path string `json:"path"`
+	}
+	if err := json.Unmarshal([]byte(call.Arguments), &args); err != nil || args.Path == "" {
+		return "read_file: arguments must be {\"path\": \"...\"}", true
+	}
+	clean := filepath.Clean(args.Path)
+	if filepath.IsAbs(clean) || strings.HasPrefix(clean, "..") {
+		return "read_file: the path must stay inside the workspace", true
+	}
+	b, err := os.ReadFile(filepath.Join(workspace, clean))
+	if err != nil {
+		return "read_file: " + err.Error(), true
+	}
+	return string(b), false
+}
+
+// turnSpec is one user turn of a -script file.
+type turnSpec struct {
+	User string `json:"user"`
+	// ReadFile makes the host call read_file on this path after the model's first reply of the
+	// turn (SmolLM2 and other small models do not call tools by themselves).
+	ReadFile string `json:"readFile,omitempty"`
+}
+
+func loadScript(path string) ([]turnSpec, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var s struct {
+		Turns []turnSpec `json:"turns"`
+	}
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	for i, t := range s.Turns {
+		if strings.TrimSpace(t.User) == "" {
+			return nil, fmt.Errorf("%s: turns[%d].user is empty", path, i)
+		}
+	}
+	return s.Turns, nil
+}
+
+// host is one run of the example.
+type host struct {
+	c         *client
+	workspace string
+	sampling  map[string]any // sent with every request (temperature, seed)
+	peer      bool
+	llama     bool
+	rep       *recorder
+	a         *llmsession.Agent
+}
+
 // summariser compacts with the session's own model: it renders the library's summarisation
 // request (which replays the last request's prefix, so the provider's cache hits) and sends it.
-func summariser(c *client) llmsession.Summariser {
+// With -peer-summary it then sends the peer-style request for the same summary.
+func (h *host) summariser() llmsession.Summariser {
 	return func(ctx context.Context, in llmsession.SummaryInput) (llmsession.SummaryOutput, error) {
 		body, err := llmsession.Render("openai", in.Request, in.PrefixLen)
+		if err == nil {
+			body, err = h.bodyWithSampling(body)
+		}
 		if err != nil {
 			return llmsession.SummaryOutput{}, err
 		}
-		status, resp, err := c.post(ctx, body)
+		status, resp, err := h.c.post(ctx, body)
 		if err != nil {
 			return llmsession.SummaryOutput{}, err
 		}
@@ -190,28 +304,126 @@ func summariser(c *client) llmsession.Summariser {
 		if err != nil {
 			return llmsession.SummaryOutput{}, err
 		}
-		prompt, cached := rawUsage(resp)
-		fmt.Printf("  [summary] prompt %d tokens, cached %d, shared leading messages %d\n", prompt, cached, in.SharedMessages)
+		u := rawUsage(resp)
+		count := messageCount(in.Request)
+		fmt.Printf("  [summary] prompt %d tokens, cached %d, shared leading messages %d of %d, reply %d tokens (%s)\n",
+			u.prompt, u.cached, in.SharedMessages, count, u.completion, p.FinishReason)
+		h.rep.add(row{Kind: kindSummary, PromptTokens: u.prompt, CachedTokens: u.cached, CompletionTokens: u.completion,
+			SharedMessages: in.SharedMessages, MessageCount: count, PrefixLen: in.PrefixLen, FinishReason: p.FinishReason})
+		if h.peer {
+			if err := h.peerSummary(ctx, in); err != nil {
+				return llmsession.SummaryOutput{}, fmt.Errorf("peer-style summary request: %w", err)
+			}
+		}
 		return llmsession.SummaryOutput{Text: textOf(p.Message), Usage: p.Usage, Truncated: p.FinishReason == "max-tokens"}, nil
 	}
 }
 
+func messageCount(envelope json.RawMessage) int {
+	var e struct {
+		Messages []json.RawMessage `json:"messages"`
+	}
+	_ = json.Unmarshal(envelope, &e)
+	return len(e.Messages)
+}
+
+// bodyWithSampling adds the host's sampling fields to a rendered body where it lacks them.
+func (h *host) bodyWithSampling(body []byte) ([]byte, error) {
+	if len(h.sampling) == 0 {
+		return body, nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, err
+	}
+	for k, v := range h.sampling {
+		if _, ok := m[k]; !ok {
+			m[k] = v
+		}
+	}
+	return json.Marshal(m)
+}
+
+// measurePrefix asks llama-server (-llama) for the token length of system + tools + the
+// session prefix of a rendered body: /apply-template renders them, /tokenize counts. 0 when
+// the server does not offer these endpoints.
+func (h *host) measurePrefix(ctx context.Context, body []byte, prefixLen int) int {
+	if !h.llama {
+		return 0
+	}
+	var b struct {
+		Messages []json.RawMessage `json:"messages"`
+		Tools    json.RawMessage   `json:"tools,omitempty"`
+	}
+	if json.Unmarshal(body, &b) != nil {
+		return 0
+	}
+	n := prefixLen
+	var first struct {
+		Role string `json:"role"`
+	}
+	if len(b.Messages) > 0 && json.Unmarshal(b.Messages[0], &first) == nil && first.Role == "system" {
+		n++
+	}
+	if n > len(b.Messages) {
+		return 0
+	}
+	root := strings.TrimSuffix(strings.TrimRight(h.c.baseURL, "/"), "/v1")
+	req, _ := json.Marshal(map[string]any{"messages": b.Messages[:n], "tools": b.Tools})
+	status, resp, err := h.c.postTo(ctx, root+"/apply-template", req)
+	if err != nil || status != http.StatusOK {
+		return 0
+	}
+	var t struct {
+		Prompt string `json:"prompt"`
+	}
+	if json.Unmarshal(resp, &t) != nil {
+		return 0
+	}
+	// The template ends with the generation prompt; the request goes on with the history there.
+	prompt := strings.TrimSuffix(t.Prompt, "<|im_start|>assistant\n")
+	req, _ = json.Marshal(map[string]any{"content": prompt, "add_special": false, "parse_special": true})
+	status, resp, err = h.c.postTo(ctx, root+"/tokenize", req)
+	if err != nil || status != http.StatusOK {
+		return 0
+	}
+	var tk struct {
+		Tokens []json.RawMessage `json:"tokens"`
+	}
+	if json.Unmarshal(resp, &tk) != nil {
+		return 0
+	}
+	return len(tk.Tokens)
+}
+
 // runTurn runs one user turn to its end.
-func runTurn(ctx context.Context, c *client, a *llmsession.Agent, prompt string) error {
-	if _, err := a.StartTurn(prompt); err != nil {
+func (h *host) runTurn(ctx context.Context, turn turnSpec) error {
+	a := h.a
+	if _, err := a.StartTurn(turn.User); err != nil {
 		return err
 	}
 	for {
+		landedBefore, summariesBefore := h.compactionsLanded(), h.rep.summaries()
 		r, err := a.NextRequest(ctx)
 		if err != nil {
 			return err // the library has ended the turn (aborted / error)
 		}
+		after := ""
+		if h.rep.summaries() > summariesBefore {
+			after = "failed"
+			if h.compactionsLanded() > landedBefore {
+				after = "landed"
+			}
+		}
 		body, err := llmsession.Render("openai", r.Envelope, r.Info.PrefixLen)
+		if err == nil {
+			body, err = h.bodyWithSampling(body)
+		}
 		if err != nil {
 			a.EndTurn("error")
 			return err
 		}
-		status, resp, err := c.post(ctx, body)
+		status, resp, err := h.c.post(ctx, body)
 		if err == nil && status != http.StatusOK {
 			err = fmt.Errorf("HTTP %d: %s", status, bytes.TrimSpace(resp))
 		}
@@ -230,10 +442,39 @@ func runTurn(ctx context.Context, c *client, a *llmsession.Agent, prompt string)
 			a.EndTurn("error")
 			return err
 		}
-		prompt, cached := rawUsage(resp)
-		fmt.Printf("  [request turn %d step %d] prompt %d tokens, cached %d, shared leading messages %d of %d\n",
-			r.Info.Turn, r.Info.Step, prompt, cached, r.Info.SharedMessages, r.Info.MessageCount)
-		rec := map[string]any{"message": p.Message}
+		u := rawUsage(resp)
+		rw := row{Kind: kindConversation, Instance: r.Info.Instance, Turn: r.Info.Turn, Step: r.Info.Step,
+			PromptTokens: u.prompt, CachedTokens: u.cached, CompletionTokens: u.completion,
+			SharedMessages: r.Info.SharedMessages, MessageCount: r.Info.MessageCount, PrefixLen: r.Info.PrefixLen,
+			FinishReason: p.FinishReason, AfterCompaction: after}
+		if h.rep.firstOf(r.Info.Instance) || after != "" {
+			rw.PrefixTokens = h.measurePrefix(ctx, body, r.Info.PrefixLen)
+		}
+		note := ""
+		if after != "" {
+			note = ", after a " + after + " compaction"
+		}
+		fmt.Printf("  [request turn %d step %d] prompt %d tokens, cached %d, shared leading messages %d of %d%s\n",
+			r.Info.Turn, r.Info.Step, u.prompt, u.cached, r.Info.SharedMessages, r.Info.MessageCount, note)
+		if t := textOf(p.Message); t != "" {
+			fmt.Printf("assistant: %s\n", oneLine(t, 160))
+		}
+		msg := p.Message
+		calls := toolCalls(msg)
+		if turn.ReadFile != "" && r.Info.Step == 1 && len(calls) == 0 {
+			// The host-scripted tool round: the assistant message gets a read_file call.
+			args, _ := json.Marshal(map[string]string{"path": turn.ReadFile})
+			call := toolCall{ID: fmt.Sprintf("call_t%d_1", r.Info.Turn), Name: "read_file", Arguments: string(args)}
+			if msg, err = withToolCall(msg, call); err != nil {
+				a.EndTurn("error")
+				return err
+			}
+			calls = []toolCall{call}
+			rw.ToolCall = "read_file " + turn.ReadFile
+			fmt.Printf("  (host-scripted tool call: read_file %s)\n", turn.ReadFile)
+		}
+		h.rep.add(rw)
+		rec := map[string]any{"message": msg}
 		if len(p.Usage) > 0 {
 			rec["usage"] = p.Usage
 		}
@@ -241,10 +482,6 @@ func runTurn(ctx context.Context, c *client, a *llmsession.Agent, prompt string)
 			a.EndTurn("error")
 			return err
 		}
-		if t := textOf(p.Message); t != "" {
-			fmt.Printf("assistant: %s\n", strings.TrimSpace(t))
-		}
-		calls := toolCalls(p.Message)
 		if len(calls) == 0 {
 			reason := "completed"
 			if p.FinishReason == "max-tokens" {
@@ -252,12 +489,26 @@ func runTurn(ctx context.Context, c *client, a *llmsession.Agent, prompt string)
 			}
 			return a.EndTurn(reason)
 		}
-		for _, id := range calls { // this example offers no tools
-			if _, err := a.RecordToolResult(map[string]any{"callId": id, "text": "no tools are available", "isError": true}); err != nil {
+		for _, call := range calls {
+			text, isErr := runTool(h.workspace, call)
+			if _, err := a.RecordToolResult(map[string]any{"callId": call.ID, "text": text, "isError": isErr}); err != nil {
 				return err
 			}
 		}
 	}
+}
+
+// compactionsLanded is the instance's count of landed compactions.
+func (h *host) compactionsLanded() int {
+	b, err := h.a.Stats()
+	if err != nil {
+		return 0
+	}
+	var s struct {
+		Compactions int `json:"compactions"`
+	}
+	_ = json.Unmarshal(b, &s)
+	return s.Compactions
 }
 
 func main() {
@@ -273,23 +524,70 @@ func main() {
 	maxTokens := flag.Int("max-tokens", 256, "maximum tokens per answer")
 	compact := flag.Bool("compact", false, "compact once after the last turn (with the same model)")
 	timeout := flag.Duration("timeout", 5*time.Minute, "time limit for the whole run")
+	script := flag.String("script", "", "JSON file {\"turns\":[{\"user\",\"readFile\"?}]}: the user turns (instead of arguments)")
+	workspace := flag.String("workspace", "", "offer a read_file tool over this folder")
+	temperature := flag.Float64("temperature", -1, "sampling temperature sent with every request (negative: not sent)")
+	seed := flag.Int("seed", -1, "seed sent with every request (negative: not sent)")
+	peer := flag.Bool("peer-summary", false, "after each summarisation request, send the peer-style request for the same summary")
+	llama := flag.Bool("llama", false, "the server is llama.cpp's llama-server: also measure system + tools + prefix in tokens")
+	report := flag.String("report", "", "write a JSON report of every request to this file")
+	checkReport := flag.String("check-report", "", "check a report against the end-to-end rules (docs/demo.md) and exit")
 	flag.Parse()
+	if *checkReport != "" {
+		os.Exit(runCheck(*checkReport))
+	}
 	if *baseURL == "" {
 		fmt.Fprintln(os.Stderr, "example: -base-url is required")
 		os.Exit(2)
 	}
-	if err := run(*baseURL, *model, *logPath, *prefixDir, *system, *window, *threshold, *retained, *summaryMax, *maxTokens, *compact, *timeout, flag.Args()); err != nil {
+	var turns []turnSpec
+	if *script != "" {
+		var err error
+		if turns, err = loadScript(*script); err != nil {
+			fmt.Fprintln(os.Stderr, "example:", err)
+			os.Exit(2)
+		}
+	}
+	for _, p := range flag.Args() {
+		turns = append(turns, turnSpec{User: p})
+	}
+	cfg := map[string]any{"provider": "openai", "model": *model, "maxTokens": *maxTokens}
+	sampling := map[string]any{}
+	if *temperature >= 0 {
+		cfg["temperature"] = *temperature
+		sampling["temperature"] = *temperature
+	}
+	if *seed >= 0 {
+		cfg["seed"] = *seed // an unknown config field: passed through into every body
+		sampling["seed"] = *seed
+	}
+	h := &host{
+		c:         &client{baseURL: *baseURL, apiKey: os.Getenv("OPENAI_API_KEY"), http: &http.Client{}},
+		workspace: *workspace,
+		sampling:  sampling,
+		peer:      *peer,
+		llama:     *llama,
+		rep:       &recorder{},
+	}
+	err := h.run(cfg, *logPath, *prefixDir, *system, *window, *threshold, *retained, *summaryMax, *compact, *timeout, turns)
+	if *report != "" {
+		if werr := h.rep.write(*report, *logPath, err); werr != nil {
+			fmt.Fprintln(os.Stderr, "example: report:", werr)
+		}
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "example:", err)
 		os.Exit(1)
 	}
+	h.rep.printTable(os.Stdout)
 }
 
-func run(baseURL, model, logPath, prefixDir, system string, window int, threshold float64, retained, summaryMax, maxTokens int, compact bool, timeout time.Duration, prompts []string) error {
+func (h *host) run(cfg map[string]any, logPath, prefixDir, system string, window int, threshold float64, retained, summaryMax int,
+	compact bool, timeout time.Duration, turns []turnSpec) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	c := &client{baseURL: baseURL, apiKey: os.Getenv("OPENAI_API_KEY"), http: &http.Client{}}
 
 	var s *llmsession.Session
 	var err error
@@ -302,9 +600,9 @@ func run(baseURL, model, logPath, prefixDir, system string, window int, threshol
 		return err
 	}
 	defer s.Close()
-	opts := map[string]any{
-		"config": map[string]any{"provider": "openai", "model": model, "maxTokens": maxTokens},
-		"system": system,
+	opts := map[string]any{"config": cfg, "system": system}
+	if h.workspace != "" {
+		opts["tools"] = []any{readFileTool}
 	}
 	if window > 0 {
 		policy := map[string]any{"contextWindow": window, "threshold": threshold, "summaryMaxTokens": summaryMax}
@@ -318,26 +616,27 @@ func run(baseURL, model, logPath, prefixDir, system string, window int, threshol
 		return err
 	}
 	defer a.Close()
+	h.a = a
 	if prefixDir != "" {
 		if err := a.AddPrefixListener(prefixFromDir(prefixDir)); err != nil {
 			return err
 		}
 	}
-	if err := a.SetSummariser(summariser(c)); err != nil {
+	if err := a.SetSummariser(h.summariser()); err != nil {
 		return err
 	}
 
-	if len(prompts) == 0 {
+	if len(turns) == 0 {
 		sc := bufio.NewScanner(os.Stdin)
 		for sc.Scan() {
 			if t := strings.TrimSpace(sc.Text()); t != "" {
-				prompts = append(prompts, t)
+				turns = append(turns, turnSpec{User: t})
 			}
 		}
 	}
-	for _, p := range prompts {
-		fmt.Printf("user: %s\n", p)
-		if err := runTurn(ctx, c, a, p); err != nil {
+	for _, t := range turns {
+		fmt.Printf("user: %s\n", oneLine(t.User, 160))
+		if err := h.runTurn(ctx, t); err != nil {
 			return err
 		}
 	}
@@ -357,10 +656,12 @@ func run(baseURL, model, logPath, prefixDir, system string, window int, threshol
 	}
 	stats, _ := a.Stats()
 	fmt.Printf("agent stats: %s\n", stats)
+	h.rep.Landed = h.compactionsLanded()
 	v, err := s.Verify()
 	if err != nil {
 		return fmt.Errorf("verify: %w", err)
 	}
 	fmt.Printf("verify: %s\n", v)
+	h.rep.Verified = true
 	return nil
 }

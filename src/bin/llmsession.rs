@@ -151,17 +151,19 @@ fn cmd_stats(path: &str, as_json: bool) -> Result<(), String> {
         "req", "turn", "step", "messages", "shared", "header", "comp", "prompt", "cached", "hit"
     );
     for r in &rows {
+        // serde_json's Display ignores width and alignment: format the numbers as strings
+        let n = |key: &str| r[key].to_string();
         println!(
             "{:>4} {:>5} {:>4} {:>8} {:>7} {:>8} {:>5} {:>8} {:>8} {:>5.0}%",
-            r["request"],
-            r["turn"],
-            r["step"],
-            r["messages"],
-            r["sharedWithPrevious"],
+            n("request"),
+            n("turn"),
+            n("step"),
+            n("messages"),
+            n("sharedWithPrevious"),
             r["header"].as_str().unwrap_or("-"),
-            r["compactionsBefore"],
-            r["promptTokens"],
-            r["cachedTokens"],
+            n("compactionsBefore"),
+            n("promptTokens"),
+            n("cachedTokens"),
             r["hitRatio"].as_f64().unwrap_or(0.0) * 100.0
         );
     }

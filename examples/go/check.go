@@ -1,0 +1,133 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+)
+
+// The end-to-end rules (docs/demo.md), applied to a -report file by -check-report.
+const (
+	// summaryMinRatio: the automatic compaction's summarisation request reads at least this
+	// share of its prompt tokens from the cache.
+	summaryMinRatio = 0.95
+	// peerMaxRatio: the peer-style request for the same summary reads at most this share.
+	peerMaxRatio = 0.10
+)
+
+// checkReport applies the end-to-end rules to a report. It returns one line per rule checked
+// (what was compared) and one line per violation; the report passes when there are none.
+func checkReport(r report) (checked, violations []string) {
+	fail := func(format string, a ...any) { violations = append(violations, fmt.Sprintf(format, a...)) }
+	ok := func(format string, a ...any) { checked = append(checked, fmt.Sprintf(format, a...)) }
+	if r.Error != "" {
+		fail("the run failed: %s", r.Error)
+	}
+	if !r.Verified {
+		fail("the session log was not verified")
+	}
+	prev := map[uint64]row{}
+	conversations, summaries, peers := 0, 0, 0
+	for i, x := range r.Requests {
+		n := i + 1
+		switch x.Kind {
+		case kindConversation:
+			conversations++
+			p, seen := prev[x.Instance]
+			prev[x.Instance] = x
+			name := fmt.Sprintf("request %d (instance %d turn %d step %d)", n, x.Instance, x.Turn, x.Step)
+			switch {
+			case !seen:
+				ok("%s: first of its instance, no cache rule", name)
+			case x.AfterCompaction != "":
+				// Its history was rewritten: it shares system, tools and the session prefix.
+				if x.SharedMessages < x.PrefixLen {
+					fail("%s after a compaction shares %d leading messages, less than the %d of the session prefix", name, x.SharedMessages, x.PrefixLen)
+				}
+				if x.PrefixTokens <= 0 {
+					fail("%s after a compaction: the length of system + tools + prefix was not measured (-llama)", name)
+				} else if x.CachedTokens < x.PrefixTokens {
+					fail("%s after a compaction read %d tokens from cache, less than system + tools + prefix (%d)", name, x.CachedTokens, x.PrefixTokens)
+				} else {
+					ok("%s after a %s compaction: cached %d >= system + tools + prefix %d; shares %d messages >= prefix %d",
+						name, x.AfterCompaction, x.CachedTokens, x.PrefixTokens, x.SharedMessages, x.PrefixLen)
+				}
+			default:
+				if x.CachedTokens < p.PromptTokens-1 {
+					fail("%s read %d tokens from cache, less than the previous prompt %d - 1", name, x.CachedTokens, p.PromptTokens)
+				} else {
+					ok("%s: cached %d >= previous prompt %d - 1", name, x.CachedTokens, p.PromptTokens)
+				}
+			}
+		case kindSummary:
+			summaries++
+			ratio := ratioOf(x)
+			if ratio < summaryMinRatio {
+				fail("summarisation request %d read %d of %d prompt tokens from cache (%.1f%%), less than %.0f%%",
+					n, x.CachedTokens, x.PromptTokens, ratio*100, summaryMinRatio*100)
+			} else {
+				ok("summarisation request %d: cached %d of %d (%.1f%%) >= %.0f%%", n, x.CachedTokens, x.PromptTokens, ratio*100, summaryMinRatio*100)
+			}
+		case kindPeer:
+			peers++
+			ratio := ratioOf(x)
+			if i == 0 || r.Requests[i-1].Kind != kindSummary {
+				fail("peer-style request %d does not follow a summarisation request", n)
+			} else if s := r.Requests[i-1]; x.CachedTokens >= s.CachedTokens {
+				fail("peer-style request %d read %d tokens from cache, not less than the summarisation request's %d", n, x.CachedTokens, s.CachedTokens)
+			}
+			if ratio > peerMaxRatio {
+				fail("peer-style request %d read %d of %d prompt tokens from cache (%.1f%%), more than %.0f%%",
+					n, x.CachedTokens, x.PromptTokens, ratio*100, peerMaxRatio*100)
+			} else {
+				ok("peer-style request %d: cached %d of %d (%.1f%%) <= %.0f%%", n, x.CachedTokens, x.PromptTokens, ratio*100, peerMaxRatio*100)
+			}
+		default:
+			fail("request %d has an unknown kind %q", n, x.Kind)
+		}
+	}
+	if conversations < 2 {
+		fail("the run has %d conversation requests; the rules need at least 2", conversations)
+	}
+	if summaries == 0 || r.Landed == 0 {
+		fail("no automatic compaction landed (%d summarisation requests, %d landed)", summaries, r.Landed)
+	}
+	if peers != summaries {
+		fail("%d summarisation requests but %d peer-style requests", summaries, peers)
+	}
+	return checked, violations
+}
+
+func ratioOf(x row) float64 {
+	if x.PromptTokens <= 0 {
+		return 0
+	}
+	return float64(x.CachedTokens) / float64(x.PromptTokens)
+}
+
+// runCheck is -check-report: prints what was checked and exits 0 (passed) or 1.
+func runCheck(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "check-report:", err)
+		return 2
+	}
+	var r report
+	if err := json.Unmarshal(b, &r); err != nil {
+		fmt.Fprintf(os.Stderr, "check-report: %s: %v\n", path, err)
+		return 2
+	}
+	checked, violations := checkReport(r)
+	for _, c := range checked {
+		fmt.Println("ok   ", c)
+	}
+	for _, v := range violations {
+		fmt.Println("FAIL ", v)
+	}
+	if len(violations) > 0 {
+		fmt.Printf("check-report: %d rule(s) violated in %s\n", len(violations), path)
+		return 1
+	}
+	fmt.Printf("check-report: all %d checks passed (%s)\n", len(checked), path)
+	return 0
+}

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// goodReport is a run that keeps every rule: two requests, a compaction whose summary request
+// reads 96 % from cache, the peer-style request that reads little, and the request after it.
+func goodReport() report {
+	return report{Verified: true, Landed: 1, Requests: []row{
+		{Kind: kindConversation, Instance: 1, Turn: 1, Step: 1, PromptTokens: 2400, CachedTokens: 0, PrefixLen: 3, PrefixTokens: 2300},
+		{Kind: kindConversation, Instance: 1, Turn: 2, Step: 1, PromptTokens: 7300, CachedTokens: 2447, SharedMessages: 5, PrefixLen: 3},
+		{Kind: kindSummary, PromptTokens: 7500, CachedTokens: 7200, SharedMessages: 7, PrefixLen: 3},
+		{Kind: kindPeer, PromptTokens: 7600, CachedTokens: 6},
+		{Kind: kindConversation, Instance: 1, Turn: 3, Step: 1, PromptTokens: 3000, CachedTokens: 2305, SharedMessages: 3, PrefixLen: 3,
+			AfterCompaction: "landed", PrefixTokens: 2300},
+	}}
+}
+
+func violationsOf(t *testing.T, r report) []string {
+	t.Helper()
+	_, v := checkReport(r)
+	return v
+}
+
+func wantViolation(t *testing.T, r report, fragment string) {
+	t.Helper()
+	v := violationsOf(t, r)
+	for _, s := range v {
+		if strings.Contains(s, fragment) {
+			return
+		}
+	}
+	t.Fatalf("no violation mentioning %q; got %q", fragment, v)
+}
+
+func TestCheckReportPasses(t *testing.T) {
+	checked, v := checkReport(goodReport())
+	if len(v) != 0 {
+		t.Fatalf("violations on a good report: %q", v)
+	}
+	if len(checked) != 5 {
+		t.Fatalf("checked %d rules, want 5: %q", len(checked), checked)
+	}
+}
+
+func TestCheckReportCacheMissWithinInstance(t *testing.T) {
+	r := goodReport()
+	r.Requests[1].CachedTokens = 2398 // previous prompt 2400, one token short of 2400 - 1
+	wantViolation(t, r, "less than the previous prompt 2400 - 1")
+	r.Requests[1].CachedTokens = 2399 // exactly previous - 1 passes
+	if v := violationsOf(t, r); len(v) != 0 {
+		t.Fatalf("violations: %q", v)
+	}
+}
+
+func TestCheckReportNewInstanceHasNoRule(t *testing.T) {
+	r := goodReport()
+	r.Requests[1].Instance = 2 // the first request of another instance: cold is fine
+	r.Requests[1].CachedTokens = 0
+	if v := violationsOf(t, r); len(v) != 0 {
+		t.Fatalf("violations: %q", v)
+	}
+}
+
+func TestCheckReportSummaryBelowThreshold(t *testing.T) {
+	r := goodReport()
+	r.Requests[2].CachedTokens = 7124 // 94.99 %
+	wantViolation(t, r, "less than 95%")
+	r.Requests[2].CachedTokens = 7125 // 95 % exactly passes
+	if v := violationsOf(t, r); len(v) != 0 {
+		t.Fatalf("violations: %q", v)
+	}
+}
+
+func TestCheckReportPeerReadsTooMuch(t *testing.T) {
+	r := goodReport()
+	r.Requests[3].CachedTokens = 800
+	wantViolation(t, r, "more than 10%")
+	r.Requests[3].CachedTokens = 7300
+	wantViolation(t, r, "not less than the summarisation request's 7200")
+}
+
+func TestCheckReportPeerMissing(t *testing.T) {
+	r := goodReport()
+	r.Requests = append(r.Requests[:3:3], r.Requests[4])
+	wantViolation(t, r, "1 summarisation requests but 0 peer-style requests")
+}
+
+func TestCheckReportAfterCompaction(t *testing.T) {
+	r := goodReport()
+	r.Requests[4].CachedTokens = 2299 // less than system + tools + prefix
+	wantViolation(t, r, "less than system + tools + prefix (2300)")
+
+	r = goodReport()
+	r.Requests[4].SharedMessages = 2
+	wantViolation(t, r, "shares 2 leading messages, less than the 3 of the session prefix")
+
+	r = goodReport()
+	r.Requests[4].PrefixTokens = 0
+	wantViolation(t, r, "was not measured")
+}
+
+func TestCheckReportNoCompaction(t *testing.T) {
+	r := goodReport()
+	r.Landed = 0
+	wantViolation(t, r, "no automatic compaction landed")
+	r = goodReport()
+	r.Requests = r.Requests[:2]
+	wantViolation(t, r, "no automatic compaction landed (0 summarisation requests")
+}
+
+func TestCheckReportRunFailed(t *testing.T) {
+	r := goodReport()
+	r.Error = "HTTP 500: boom"
+	r.Verified = false
+	wantViolation(t, r, "the run failed: HTTP 500: boom")
+	wantViolation(t, r, "not verified")
+}
+
+func TestRunCheckExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.json")
+	b, _ := json.Marshal(goodReport())
+	if err := os.WriteFile(good, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code := runCheck(good); code != 0 {
+		t.Fatalf("runCheck(good) = %d, want 0", code)
+	}
+	bad := goodReport()
+	bad.Requests[2].CachedTokens = 10
+	b, _ = json.Marshal(bad)
+	badPath := filepath.Join(dir, "bad.json")
+	_ = os.WriteFile(badPath, b, 0o644)
+	if code := runCheck(badPath); code != 1 {
+		t.Fatalf("runCheck(bad) = %d, want 1", code)
+	}
+	if code := runCheck(filepath.Join(dir, "missing.json")); code != 2 {
+		t.Fatalf("runCheck(missing) = %d, want 2", code)
+	}
+	_ = os.WriteFile(filepath.Join(dir, "junk.json"), []byte("{"), 0o644)
+	if code := runCheck(filepath.Join(dir, "junk.json")); code != 2 {
+		t.Fatalf("runCheck(junk) = %d, want 2", code)
+	}
+}
+
+func TestFlattenTranscript(t *testing.T) {
+	msgs := []json.RawMessage{
+		json.RawMessage(`{"role":"user","content":[{"type":"text","text":"read it"}]}`),
+		json.RawMessage(`{"role":"assistant","content":[{"type":"text","text":"ok"},{"type":"tool-call","id":"c1","name":"read_file","arguments":"{\"path\":\"a.go\"}"}]}`),
+		json.RawMessage(`{"role":"user","content":[{"type":"tool-result","toolCallId":"c1","content":[{"type":"text","text":"package a"}]}]}`),
+	}
+	got := flatten(msgs)
+	want := "[user]\nread it\n\n[assistant]\nok\n\n[assistant calls read_file {\"path\":\"a.go\"}]\n\n[tool result]\npackage a\n\n"
+	if got != want {
+		t.Fatalf("flatten:\n%q\nwant\n%q", got, want)
+	}
+}
+
+func TestRunToolStaysInWorkspace(t *testing.T) {
+	dir := t.TempDir()
+	_ = os.WriteFile(filepath.Join(dir, "a.txt"), []byte("hello"), 0o644)
+	if text, isErr := runTool(dir, toolCall{Name: "read_file", Arguments: `{"path":"a.txt"}`}); isErr || text != "hello" {
+		t.Fatalf("read a.txt: %q %v", text, isErr)
+	}
+	for _, args := range []string{`{"path":"../etc/passwd"}`, `{"path":"/etc/passwd"}`, `{}`, `not json`} {
+		if text, isErr := runTool(dir, toolCall{Name: "read_file", Arguments: args}); !isErr {
+			t.Fatalf("read_file %s succeeded: %q", args, text)
+		}
+	}
+	if _, isErr := runTool(dir, toolCall{Name: "write_file", Arguments: `{}`}); !isErr {
+		t.Fatal("an unknown tool succeeded")
+	}
+}

@@ -1,0 +1,3 @@
+module example.com/weather-cli
+
+go 1.22

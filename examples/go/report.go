@@ -1,0 +1,264 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+
+	llmsession "github.com/llmsession/llmsession/bindings/go"
+)
+
+// Request kinds in the report.
+const (
+	kindConversation = "conversation" // a request of a turn
+	kindSummary      = "summary"      // the library's summarisation request
+	kindPeer         = "peer-summary" // the peer-style request for the same summary
+)
+
+// row is one request sent to the server, with the provider's figures.
+type row struct {
+	Kind     string `json:"kind"`
+	Instance uint64 `json:"instance,omitempty"`
+	Turn     uint64 `json:"turn,omitempty"`
+	Step     uint64 `json:"step,omitempty"`
+	// PromptTokens, CachedTokens and CompletionTokens are the server's usage figures
+	// (prompt_tokens, prompt_tokens_details.cached_tokens, completion_tokens).
+	PromptTokens     int `json:"promptTokens"`
+	CachedTokens     int `json:"cachedTokens"`
+	CompletionTokens int `json:"completionTokens"`
+	// SharedMessages is the library's count of leading messages shared with the previous
+	// request (for a summary: with the last routed request); MessageCount and PrefixLen
+	// describe the request's messages (PrefixLen = session prefix messages).
+	SharedMessages int    `json:"sharedMessages"`
+	MessageCount   int    `json:"messageCount"`
+	PrefixLen      int    `json:"prefixLen"`
+	FinishReason   string `json:"finishReason,omitempty"`
+	// AfterCompaction is "landed" or "failed" for the first request built after a compaction ran.
+	AfterCompaction string `json:"afterCompaction,omitempty"`
+	// PrefixTokens (-llama) is the token length of system + tools + session prefix, measured on
+	// the first request of an instance and on the first request after a compaction.
+	PrefixTokens int `json:"prefixTokens,omitempty"`
+	// ToolCall names the host-scripted tool call added to this request's reply.
+	ToolCall string `json:"toolCall,omitempty"`
+}
+
+// report is what -report writes.
+type report struct {
+	Log      string `json:"log,omitempty"`
+	Error    string `json:"error,omitempty"`
+	Verified bool   `json:"verified"`
+	Landed   int    `json:"compactionsLanded"`
+	Requests []row  `json:"requests"`
+}
+
+// recorder collects the rows of a run.
+type recorder struct {
+	report
+}
+
+func (r *recorder) add(x row) { r.Requests = append(r.Requests, x) }
+
+func (r *recorder) summaries() int {
+	n := 0
+	for _, x := range r.Requests {
+		if x.Kind == kindSummary {
+			n++
+		}
+	}
+	return n
+}
+
+// firstOf reports whether no conversation request of instance was recorded yet.
+func (r *recorder) firstOf(instance uint64) bool {
+	for _, x := range r.Requests {
+		if x.Kind == kindConversation && x.Instance == instance {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *recorder) write(path, logPath string, runErr error) error {
+	r.Log = logPath
+	if runErr != nil {
+		r.Error = runErr.Error()
+	}
+	b, err := json.MarshalIndent(r.report, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+func pct(cached, prompt int) string {
+	if prompt == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", float64(cached)*100/float64(prompt))
+}
+
+// printTable prints every request, then each summarisation request beside its peer-style twin.
+func (r *recorder) printTable(w io.Writer) {
+	fmt.Fprintf(w, "\nrequests (prompt and cached tokens as the server reported them)\n")
+	fmt.Fprintf(w, "%3s  %-20s %7s %7s %7s  %-13s %s\n", "#", "request", "prompt", "cached", "hit", "shared msgs", "note")
+	prev := map[uint64]int{}
+	for i, x := range r.Requests {
+		name, shared, note := "", fmt.Sprintf("%d of %d", x.SharedMessages, x.MessageCount), ""
+		switch x.Kind {
+		case kindConversation:
+			name = fmt.Sprintf("turn %d step %d", x.Turn, x.Step)
+			p, seen := prev[x.Instance]
+			switch {
+			case !seen:
+				note = "first request of the instance (cold)"
+				if x.PrefixTokens > 0 {
+					note += fmt.Sprintf("; system+tools+prefix = %d tokens", x.PrefixTokens)
+				}
+			case x.AfterCompaction != "":
+				note = "after a " + x.AfterCompaction + " compaction: history rewritten"
+				if x.PrefixTokens > 0 {
+					note += fmt.Sprintf("; system+tools+prefix = %d tokens", x.PrefixTokens)
+				}
+			default:
+				note = fmt.Sprintf("previous prompt %d", p)
+			}
+			if x.ToolCall != "" {
+				note += "; reply + host tool call " + x.ToolCall
+			}
+			prev[x.Instance] = x.PromptTokens
+		case kindSummary:
+			name = "summarisation"
+			note = "the library's request: prefix + region + instruction"
+		case kindPeer:
+			name = "  peer-style summary"
+			shared = "-"
+			note = "own system prompt + flattened transcript"
+		}
+		fmt.Fprintf(w, "%3d  %-20s %7d %7d %7s  %-13s %s\n", i+1, name, x.PromptTokens, x.CachedTokens, pct(x.CachedTokens, x.PromptTokens), shared, note)
+	}
+	n := 0
+	for i, x := range r.Requests {
+		if x.Kind != kindSummary {
+			continue
+		}
+		n++
+		fmt.Fprintf(w, "\ncompaction summary request %d, same summary asked for two ways:\n", n)
+		fmt.Fprintf(w, "  llmsession (replays the last request's prefix): prompt %5d, cached %5d (%s), uncached %5d\n",
+			x.PromptTokens, x.CachedTokens, pct(x.CachedTokens, x.PromptTokens), x.PromptTokens-x.CachedTokens)
+		if i+1 < len(r.Requests) && r.Requests[i+1].Kind == kindPeer {
+			y := r.Requests[i+1]
+			fmt.Fprintf(w, "  peer-style (own system prompt, transcript):      prompt %5d, cached %5d (%s), uncached %5d\n",
+				y.PromptTokens, y.CachedTokens, pct(y.CachedTokens, y.PromptTokens), y.PromptTokens-y.CachedTokens)
+		}
+	}
+}
+
+// peerMaxTokens caps the reply of the peer-style request, which is not used.
+const peerMaxTokens = 16
+
+// peerSystem is the system prompt of the peer-style summarisation request: a harness that has
+// a dedicated summariser call, which sees the conversation as one flattened transcript.
+const peerSystem = "You are a summarisation assistant. You receive the transcript of a conversation between a " +
+	"user and a coding agent, and you write the checkpoint that the instructions after the transcript ask for."
+
+// flatten writes the messages of an envelope as a plain-text transcript.
+func flatten(messages []json.RawMessage) string {
+	var b strings.Builder
+	for _, raw := range messages {
+		var m struct {
+			Role    string `json:"role"`
+			Content []struct {
+				Type      string `json:"type"`
+				Text      string `json:"text"`
+				Name      string `json:"name"`
+				Arguments string `json:"arguments"`
+				Content   []struct {
+					Type string `json:"type"`
+					Text string `json:"text"`
+				} `json:"content"`
+			} `json:"content"`
+		}
+		if json.Unmarshal(raw, &m) != nil {
+			continue
+		}
+		for _, c := range m.Content {
+			switch c.Type {
+			case "text":
+				fmt.Fprintf(&b, "[%s]\n%s\n\n", m.Role, c.Text)
+			case "tool-call":
+				fmt.Fprintf(&b, "[%s calls %s %s]\n\n", m.Role, c.Name, c.Arguments)
+			case "tool-result":
+				var parts []string
+				for _, t := range c.Content {
+					if t.Type == "text" {
+						parts = append(parts, t.Text)
+					}
+				}
+				fmt.Fprintf(&b, "[tool result]\n%s\n\n", strings.Join(parts, "\n"))
+			}
+		}
+	}
+	return b.String()
+}
+
+// peerSummary sends the summary request a harness without a shared prefix would send for the
+// same compaction: its own system prompt, no tools, and one user message holding the same
+// messages (session prefix and region) as a flattened transcript, then the same instruction.
+func (h *host) peerSummary(ctx context.Context, in llmsession.SummaryInput) error {
+	var env struct {
+		Model     string            `json:"model"`
+		MaxTokens *int              `json:"maxTokens"`
+		Messages  []json.RawMessage `json:"messages"`
+	}
+	if err := json.Unmarshal(in.Request, &env); err != nil {
+		return err
+	}
+	if len(env.Messages) == 0 {
+		return fmt.Errorf("the summarisation request has no messages")
+	}
+	last := len(env.Messages) - 1
+	instruction := textOf(env.Messages[last])
+	user := "Transcript:\n\n" + flatten(env.Messages[:last]) + "Instructions:\n\n" + instruction
+	body := map[string]any{
+		"model":    env.Model,
+		"messages": []any{map[string]any{"role": "system", "content": peerSystem}, map[string]any{"role": "user", "content": user}},
+	}
+	// Only the prompt figures are compared and the reply is thrown away, so the output is
+	// capped (peerMaxTokens) instead of the summary budget: this saves minutes on a CPU.
+	body["max_tokens"] = peerMaxTokens
+	if env.MaxTokens != nil && *env.MaxTokens < peerMaxTokens {
+		body["max_tokens"] = *env.MaxTokens
+	}
+	for k, v := range h.sampling {
+		body[k] = v
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	status, resp, err := h.c.post(ctx, b)
+	if err != nil {
+		return err
+	}
+	if status != http.StatusOK {
+		return fmt.Errorf("HTTP %d: %s", status, resp)
+	}
+	var r struct {
+		Choices []struct {
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+	}
+	_ = json.Unmarshal(resp, &r)
+	finish := ""
+	if len(r.Choices) > 0 {
+		finish = r.Choices[0].FinishReason
+	}
+	u := rawUsage(resp)
+	fmt.Printf("  [peer-style summary] prompt %d tokens, cached %d, reply %d tokens (%s)\n", u.prompt, u.cached, u.completion, finish)
+	h.rep.add(row{Kind: kindPeer, PromptTokens: u.prompt, CachedTokens: u.cached, CompletionTokens: u.completion, MessageCount: 2, FinishReason: finish})
+	return nil
+}

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# The inspector CLI checks of `make e2e` (docs/demo.md), on the session log of a demo run:
+#
+#   LLMSESSION_CLI=target/release/llmsession scripts/demo/cli-checks.sh LOG REPORT OUTDIR
+#
+# verify/stats/show/headers must succeed on LOG (and stats --json agree with the host's REPORT);
+# hand-damaged copies written to OUTDIR must fail verify naming the step; bad files must fail
+# with a clear message and a non-zero exit status. Exit 0 when every check passed.
+set -euo pipefail
+
+CLI="${LLMSESSION_CLI:?set LLMSESSION_CLI to the built llmsession inspector}"
+LOG="${1:?usage: $0 LOG REPORT OUTDIR}"
+REPORT="${2:?usage: $0 LOG REPORT OUTDIR}"
+OUT="${3:?usage: $0 LOG REPORT OUTDIR}"
+mkdir -p "$OUT"
+
+fails=0
+pass() { echo "ok    $*"; }
+fail() {
+    echo "FAIL  $*"
+    fails=$((fails + 1))
+}
+
+# expect_ok NAME CMD...: the command succeeds.
+expect_ok() {
+    local name="$1" out rc=0
+    shift
+    out="$("$@" 2>&1)" || rc=$?
+    if [[ "$rc" == 0 ]]; then
+        pass "$name"
+    else
+        fail "$name: exit $rc"
+        printf '%s\n' "$out" | tail -n 20
+    fi
+}
+
+# expect_fail NAME PATTERN CMD...: the command fails and its output matches PATTERN (ERE).
+expect_fail() {
+    local name="$1" pattern="$2" out rc=0
+    shift 2
+    out="$("$@" 2>&1)" || rc=$?
+    if [[ "$rc" == 0 ]]; then
+        fail "$name: exit 0, expected a failure"
+    elif ! grep -Eq -- "$pattern" <<<"$out"; then
+        fail "$name: the message does not match /$pattern/: $out"
+    else
+        pass "$name (exit $rc): $(head -n 1 <<<"$out")"
+    fi
+}
+
+expect_ok "verify on the log" "$CLI" verify "$LOG"
+expect_ok "stats on the log" "$CLI" stats "$LOG"
+expect_ok "stats --json on the log" "$CLI" stats "$LOG" --json
+expect_ok "show --step 2 --render openai" "$CLI" show "$LOG" --step 2 --render openai
+expect_ok "show --step 2 --render anthropic" "$CLI" show "$LOG" --step 2 --render anthropic
+expect_ok "show --step 2 (the envelope)" "$CLI" show "$LOG" --step 2
+expect_ok "headers on the log" "$CLI" headers "$LOG"
+
+# stats --json agrees with the host's report: the same prompt and cached tokens per request.
+if python3 - "$LOG" "$REPORT" "$CLI" <<'PY'; then
+import json, subprocess, sys
+log, report, cli = sys.argv[1:4]
+stats = json.loads(subprocess.run([cli, "stats", log, "--json"], check=True, capture_output=True, text=True).stdout)
+rows = [r for r in json.load(open(report))["requests"] if r["kind"] == "conversation"]
+got = [(r["promptTokens"], r["cachedTokens"]) for r in stats["requests"]]
+want = [(r["promptTokens"], r["cachedTokens"]) for r in rows]
+if got != want:
+    print("stats --json:", got, "\nreport:      ", want)
+    sys.exit(1)
+PY
+    pass "stats --json matches the host's report"
+else
+    fail "stats --json differs from the host's report"
+fi
+
+# Hand-damaged copies. Only the damaged line is rewritten; every other line keeps its bytes.
+# Each .expect file holds "turn T step S" of the first request that must no longer rebuild.
+python3 - "$LOG" "$OUT" <<'PY'
+import json, sys
+log, out = sys.argv[1], sys.argv[2]
+lines = open(log, encoding="utf-8").read().splitlines()
+events = [json.loads(l) for l in lines]
+
+def first_step_after(i):
+    e = next(e for e in events[i + 1:] if e.get("type") == "step/start")
+    return f"turn {e['data']['turn']} step {e['data']['step']}"
+
+def write(name, i, event, expect):
+    changed = list(lines)
+    changed[i] = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
+    with open(f"{out}/{name}.jsonl", "w", encoding="utf-8") as f:
+        f.write("\n".join(changed) + "\n")
+    with open(f"{out}/{name}.expect", "w") as f:
+        f.write(expect + "\n")
+
+# 1. the first tool result's text altered: the next request, which carried it, differs
+i = next(i for i, e in enumerate(events) if e.get("type") == "tool/result")
+ev = json.loads(lines[i])
+text = ev["data"]["content"][0]["text"]
+ev["data"]["content"][0]["text"] = text.replace("Fahrenheit", "Farenheit", 1) if "Fahrenheit" in text else text + " "
+write("damaged-content", i, ev, first_step_after(i))
+
+# 2. a recorded request digest changed: the step/start of the first request after the first
+#    compaction (the last request when there was none)
+starts = [i for i, e in enumerate(events) if e.get("type") == "step/start"]
+ends = [i for i, e in enumerate(events) if e.get("type") == "compaction/end"]
+i = next((j for j in starts if ends and j > ends[0]), starts[-1])
+ev = json.loads(lines[i])
+d = ev["data"]["digest"]
+ev["data"]["digest"] = d[:-6] + ("000000" if d[-6:] != "000000" else "111111")
+write("damaged-digest", i, ev, f"turn {ev['data']['turn']} step {ev['data']['step']}")
+
+# 3. the last line cut in half (a torn write), and 4. not a session log at all
+with open(f"{out}/damaged-torn.jsonl", "w", encoding="utf-8") as f:
+    f.write("\n".join(lines[:-1]) + "\n" + lines[-1][: len(lines[-1]) // 2])
+with open(f"{out}/not-a-log.jsonl", "w") as f:
+    f.write("this is not a session log\n")
+PY
+
+for d in content digest; do
+    want="$(cat "$OUT/damaged-$d.expect")"
+    expect_fail "verify on a copy with a damaged $d names $want" \
+        "verify failed: $want \(seq [0-9]+\): the request rebuilt from the log differs" \
+        "$CLI" verify "$OUT/damaged-$d.jsonl"
+done
+expect_ok "verify on a copy with a torn last line (a torn tail is dropped on load)" "$CLI" verify "$OUT/damaged-torn.jsonl"
+expect_fail "verify on a file that is not a session log" "not-a-log.jsonl: line 1: malformed JSON" "$CLI" verify "$OUT/not-a-log.jsonl"
+expect_fail "stats on a file that is not a session log" "not-a-log.jsonl: line 1: malformed JSON" "$CLI" stats "$OUT/not-a-log.jsonl"
+expect_fail "verify on a missing file" "no-such-file.jsonl: No such file" "$CLI" verify "$OUT/no-such-file.jsonl"
+expect_fail "show of a request the log does not have" "there is no request 9999" "$CLI" show "$LOG" --step 9999
+expect_fail "an unknown command" "unknown command" "$CLI" frobnicate "$LOG"
+
+if ((fails > 0)); then
+    echo "cli-checks: $fails check(s) failed" >&2
+    exit 1
+fi
+echo "cli-checks: all passed"
