@@ -98,3 +98,25 @@ fn cli_inspects_a_log_and_names_the_damaged_step() {
     let (ok, out) = cli(&["verify", "/nonexistent/x.jsonl"]);
     assert!(!ok && out.contains("No such file"), "{out}");
 }
+
+/// `llmsession show LOG --step N | head -c 1`: the reader goes away after one byte; the CLI
+/// stops quietly with success instead of panicking on the closed pipe.
+#[test]
+fn cli_stops_quietly_when_its_reader_goes_away() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.jsonl");
+    write_log(&path);
+    let p = path.to_str().unwrap();
+    for args in [vec!["show", p, "--step", "4"], vec!["headers", p], vec!["stats", p]] {
+        let mut child =
+            Command::new(env!("CARGO_BIN_EXE_llmsession")).args(&args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        drop(child.stdout.take()); // closed before the CLI writes anything
+        let mut err = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        let status = child.wait().unwrap();
+        assert!(status.success(), "{args:?}: {status:?} {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}

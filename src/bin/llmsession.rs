@@ -19,6 +19,21 @@ use serde_json::{json, Value};
 use std::process::ExitCode;
 use std::sync::Arc;
 
+/// `println!` that stops quietly when the reader went away (`llmsession stats LOG | head`):
+/// a closed pipe ends the program with success instead of a panic.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout().lock(), $($arg)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+            eprintln!("llmsession: writing the output failed: {e}");
+            std::process::exit(1);
+        }
+    }};
+}
+
 const USAGE: &str = "usage:
   llmsession verify LOG
   llmsession stats LOG [--json]
@@ -116,7 +131,7 @@ fn cmd_verify(path: &str) -> Result<(), String> {
     let (header, events) = read_log(path)?;
     match verify_events(&header, &events) {
         Ok(r) => {
-            println!("ok: {} events, {} requests and {} compaction requests rebuilt byte for byte", r.events, r.requests, r.compactions);
+            out!("ok: {} events, {} requests and {} compaction requests rebuilt byte for byte", r.events, r.requests, r.compactions);
             Ok(())
         }
         Err(e) => Err(format!("verify failed: {}", e.message())),
@@ -142,18 +157,27 @@ fn cmd_stats(path: &str, as_json: bool) -> Result<(), String> {
         }));
     }
     if as_json {
-        println!("{}", json!({"session": header.id, "requests": rows, "cachedTokens": cached_total, "promptTokens": prompt_total}));
+        out!("{}", json!({"session": header.id, "requests": rows, "cachedTokens": cached_total, "promptTokens": prompt_total}));
         return Ok(());
     }
-    println!("session {}  ({} requests)", header.id, rows.len());
-    println!(
+    out!("session {}  ({} requests)", header.id, rows.len());
+    out!(
         "{:>4} {:>5} {:>4} {:>8} {:>7} {:>8} {:>5} {:>8} {:>8} {:>6}",
-        "req", "turn", "step", "messages", "shared", "header", "comp", "prompt", "cached", "hit"
+        "req",
+        "turn",
+        "step",
+        "messages",
+        "shared",
+        "header",
+        "comp",
+        "prompt",
+        "cached",
+        "hit"
     );
     for r in &rows {
         // serde_json's Display ignores width and alignment: format the numbers as strings
         let n = |key: &str| r[key].to_string();
-        println!(
+        out!(
             "{:>4} {:>5} {:>4} {:>8} {:>7} {:>8} {:>5} {:>8} {:>8} {:>5.0}%",
             n("request"),
             n("turn"),
@@ -168,7 +192,7 @@ fn cmd_stats(path: &str, as_json: bool) -> Result<(), String> {
         );
     }
     let ratio = if prompt_total > 0 { cached_total as f64 * 100.0 / prompt_total as f64 } else { 0.0 };
-    println!("total: {prompt_total} prompt tokens reported, {cached_total} read from cache ({ratio:.0}%)");
+    out!("total: {prompt_total} prompt tokens reported, {cached_total} read from cache ({ratio:.0}%)");
     Ok(())
 }
 
@@ -184,7 +208,7 @@ fn cmd_show(path: &str, step: usize, render: Option<&str>) -> Result<(), String>
             r.render(&v, &RenderOptions::with_prefix_len(s.prefix_len)).map_err(|e| e.message().to_string())?
         }
     };
-    println!("{}", serde_json::to_string_pretty(&out).unwrap());
+    out!("{}", serde_json::to_string_pretty(&out).unwrap());
     Ok(())
 }
 
@@ -234,7 +258,7 @@ fn cmd_headers(path: &str) -> Result<(), String> {
         let cur = log.state().headers.current().cloned().expect("folded");
         let reason = ev.data["reason"].as_str().unwrap_or("delta");
         let instance = ev.data["instance"].as_u64().unwrap_or(0);
-        println!(
+        out!(
             "seq {:>6}  {:<8} instance {:<3} {}/{}  system {} line(s), {} tool(s), prefix {} message(s)",
             ev.seq,
             reason,
@@ -248,11 +272,11 @@ fn cmd_headers(path: &str) -> Result<(), String> {
         if let Some(p) = &prev {
             let changes = describe_change(p, &cur);
             if changes.is_empty() {
-                println!("            (no change)");
+                out!("            (no change)");
             }
             for c in changes {
                 let mark = if reason == "resume" { "DRIFT " } else { "" };
-                println!("            {mark}{c}");
+                out!("            {mark}{c}");
             }
         }
         prev = Some(cur);
