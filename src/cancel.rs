@@ -44,10 +44,16 @@ impl CancelToken {
 
     /// Trips the token and runs every registered hook (once). Idempotent.
     pub fn cancel(&self) {
-        if self.inner.tripped.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        let hooks: Vec<Hook> = self.inner.hooks.lock().iter().map(|(_, h)| h.clone()).collect();
+        // The flag is set under the hooks' lock, so a hook registered concurrently is either
+        // in this snapshot (and `on_cancel` saw the token untripped) or not (and `on_cancel`
+        // runs it itself): never both.
+        let hooks: Vec<Hook> = {
+            let hooks = self.inner.hooks.lock();
+            if self.inner.tripped.swap(true, Ordering::SeqCst) {
+                return;
+            }
+            hooks.iter().map(|(_, h)| h.clone()).collect()
+        };
         for h in hooks {
             h();
         }
@@ -58,13 +64,21 @@ impl CancelToken {
         self.inner.tripped.load(Ordering::SeqCst)
     }
 
-    /// Registers a hook that runs when the token trips (immediately if it already has).
-    /// The hook is removed when the returned guard is dropped.
+    /// Registers a hook that runs once when the token trips (immediately, on this thread, if
+    /// it already has). The hook is removed when the returned guard is dropped.
     pub fn on_cancel(&self, hook: impl Fn() + Send + Sync + 'static) -> CancelGuard {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let hook: Hook = Arc::new(hook);
-        self.inner.hooks.lock().push((id, hook.clone()));
-        if self.is_cancelled() {
+        let tripped = {
+            // Decided under the lock `cancel` sets the flag under (see there).
+            let mut hooks = self.inner.hooks.lock();
+            let tripped = self.is_cancelled();
+            if !tripped {
+                hooks.push((id, hook.clone()));
+            }
+            tripped
+        };
+        if tripped {
             hook();
         }
         CancelGuard { token: self.clone(), id }
@@ -114,5 +128,41 @@ mod tests {
             n4.fetch_add(10, Ordering::SeqCst);
         });
         assert_eq!(n.load(Ordering::SeqCst), 11, "a hook registered after the trip runs at once");
+    }
+
+    /// A hook registered while another thread trips the token runs exactly once: either the
+    /// trip runs it or the registration does, never both (docs/reliability.md, F7). Each round
+    /// registers a burst of hooks while the token trips, so some registrations race the trip.
+    #[test]
+    fn a_hook_registered_during_a_trip_runs_once() {
+        let mut twice = 0;
+        for _ in 0..300 {
+            let t = CancelToken::new();
+            let start = Arc::new(std::sync::Barrier::new(2));
+            let (t2, s2) = (t.clone(), start.clone());
+            let tripper = std::thread::spawn(move || {
+                s2.wait();
+                t2.cancel();
+            });
+            start.wait();
+            let mut hooks = Vec::new();
+            for _ in 0..300 {
+                let n = Arc::new(AtomicUsize::new(0));
+                let n2 = n.clone();
+                let guard = t.on_cancel(move || {
+                    n2.fetch_add(1, Ordering::SeqCst);
+                });
+                hooks.push((n, guard));
+            }
+            tripper.join().unwrap();
+            for (n, _) in &hooks {
+                match n.load(Ordering::SeqCst) {
+                    1 => {}
+                    2 => twice += 1,
+                    other => panic!("a hook ran {other} times"),
+                }
+            }
+        }
+        assert_eq!(twice, 0, "{twice} hooks ran twice");
     }
 }

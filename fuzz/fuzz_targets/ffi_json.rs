@@ -1,7 +1,8 @@
 //! JSON inputs of the C ABI. The first byte picks the parser; the rest is the argument buffer,
 //! read through the ffi input functions (src/ffi/buffers.rs: pointer + length, UTF-8, JSON)
 //! and then handed to the parser the entry point uses. Rejection is fine; panics are findings.
-//! When the session/agent entry points land, route each of them here (see the `match`).
+//! The entry points themselves (`lls_session_*`, `lls_agent_*`, replies, renderers) are driven
+//! by the `ffi_calls` target, with the same kinds of JSON as their arguments.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
