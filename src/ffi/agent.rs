@@ -33,7 +33,7 @@ use crate::prefix::{parse_listener_output, ListenerContext, PreStepInfo, PreStep
 use crate::request::Request;
 use crate::tokens::{HostCounter, TokenCounter, TokenizerCounter};
 use crate::types::{blocks_from_value, Block, Fields, Message, Usage};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, ReentrantMutex};
 use serde_json::{json, Value};
 use std::ffi::{c_char, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -72,6 +72,11 @@ pub struct AgentObject {
     owner: Mutex<Option<ThreadId>>,
     dispose_handle: DisposeHandle,
     dispose_requested: AtomicBool,
+    /// Held by the thread tearing the instance down, for the whole teardown: a second
+    /// `lls_agent_dispose` from another thread returns only once the session is released, so
+    /// an `lls_agent_new` right after it never meets `LLS_ERR_BUSY`. Reentrant: a
+    /// `userdata_free` run by the teardown may dispose or free the same agent again.
+    disposal: ReentrantMutex<()>,
     /// Tripped on dispose: ends a host token counter's pending wait.
     disposed_token: CancelToken,
     /// The token the host token counter waits with during the current call.
@@ -182,6 +187,7 @@ impl AgentObject {
         if self.on_this_thread() {
             return Ok(());
         }
+        let _teardown = self.disposal.lock();
         let agent = self.state.write_for_teardown().agent.take();
         match agent {
             Some(a) => a.dispose(),
@@ -454,6 +460,7 @@ pub unsafe extern "C" fn lls_agent_new(
                 state: Guarded::new(AgentSlot { agent: Some(agent), last_request: None }),
                 owner: Mutex::new(None),
                 dispose_requested: AtomicBool::new(false),
+                disposal: ReentrantMutex::new(()),
                 counter_cancel: Arc::new(Mutex::new(disposed_token.clone())),
                 disposed_token,
                 session: s,
@@ -1364,6 +1371,59 @@ mod tests {
         assert_eq!(unsafe { std::ffi::CStr::from_ptr(out) }.to_str().unwrap(), "[]");
         unsafe { crate::ffi::buffers::lls_string_free(out) };
         drop(obj);
+        lls_session_free(s);
+    }
+
+    /// A second `lls_agent_dispose` (another thread) while the first is still tearing the
+    /// instance down (here: writing the open turn's `turn/end` to a slow host store) returns only
+    /// once the session is free, so an `lls_agent_new` right after it works.
+    #[test]
+    fn a_concurrent_dispose_returns_after_the_teardown() {
+        use crate::ffi::reply::{lls_reply, lls_reply_set_json};
+        use crate::ffi::session::lls_session_open_store;
+        use std::sync::mpsc;
+        static ARMED: AtomicBool = AtomicBool::new(false);
+        static IN_TEARDOWN: AtomicBool = AtomicBool::new(false);
+        unsafe extern "C" fn store(_: *mut c_void, input: *const c_char, len: usize, reply: *mut lls_reply) -> i32 {
+            let input = unsafe { std::slice::from_raw_parts(input.cast::<u8>(), len) };
+            let input = std::str::from_utf8(input).unwrap();
+            let answer: &[u8] = if input.contains(r#""op":"load""#) { br#"{"records":[]}"# } else { b"true" };
+            if ARMED.load(Ordering::SeqCst) && input.contains("turn/end") {
+                IN_TEARDOWN.store(true, Ordering::SeqCst);
+                std::thread::sleep(std::time::Duration::from_millis(300));
+            }
+            unsafe { lls_reply_set_json(reply, answer.as_ptr().cast(), answer.len(), null_mut()) };
+            0
+        }
+        let mut s: *mut lls_session = null_mut();
+        assert_eq!(unsafe { lls_session_open_store(Some(store), null_mut(), None, std::ptr::null(), 0, &mut s, null_mut()) }, LLS_OK);
+        let (o, ol) = text(br#"{"config":{"provider":"p","model":"m"}}"#);
+        let mut a: *mut lls_agent = null_mut();
+        assert_eq!(unsafe { lls_agent_new(s, o, ol, &mut a, null_mut()) }, LLS_OK);
+        let (m, ml) = text(br#"{"role":"user","content":[{"type":"text","text":"hi"}]}"#);
+        assert_eq!(unsafe { lls_agent_start_turn(a, m, ml, null_mut(), null_mut()) }, LLS_OK);
+        ARMED.store(true, Ordering::SeqCst);
+        let (tx, rx) = mpsc::channel();
+        let a_addr = a as usize;
+        let first = std::thread::spawn(move || {
+            let st = unsafe { lls_agent_dispose(a_addr as *mut lls_agent, null_mut()) };
+            tx.send(st).unwrap();
+        });
+        while !IN_TEARDOWN.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        assert_eq!(unsafe { lls_agent_dispose(a, null_mut()) }, LLS_OK);
+        let mut b: *mut lls_agent = null_mut();
+        let mut err: *mut lls_error = null_mut();
+        let st = unsafe { lls_agent_new(s, o, ol, &mut b, &mut err) };
+        if st != LLS_OK {
+            let msg = unsafe { std::ffi::CStr::from_ptr(lls_error_message(err)) }.to_string_lossy().into_owned();
+            panic!("lls_agent_new right after the second dispose: status {st}: {msg}");
+        }
+        assert_eq!(rx.recv().unwrap(), LLS_OK);
+        first.join().unwrap();
+        lls_agent_free(a);
+        lls_agent_free(b);
         lls_session_free(s);
     }
 }
