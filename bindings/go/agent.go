@@ -305,6 +305,35 @@ func (a *Agent) StartTurn(msg any) (uint64, error) {
 // instance, running pre-step listeners and, under pressure, compaction). ctx cancels
 // composition, listeners and summarisation.
 func (a *Agent) NextRequest(ctx context.Context) (*Request, error) {
+	var r *Request
+	err := a.nextRequest(ctx, func(out *C.char, n C.size_t, info RequestInfo) error {
+		r = &Request{Envelope: takeString(out, n), Info: info}
+		return nil
+	})
+	return r, err
+}
+
+// NextRequestView builds the next request like NextRequest, but lends the envelope instead of
+// copying it into Go memory: view runs with the library's own buffer, valid only until view
+// returns (do not keep envelope or a slice of it; copy what must outlive the call), and its
+// error is returned. For hosts that use the bytes at once (write them into a request body,
+// hash or render them): at 1k messages the envelope is half a megabyte, and copying it into
+// the Go heap costs more than building it.
+func (a *Agent) NextRequestView(ctx context.Context, view func(envelope []byte, info RequestInfo) error) error {
+	return a.nextRequest(ctx, func(out *C.char, n C.size_t, info RequestInfo) error {
+		defer C.lls_string_free(out)
+		var env []byte
+		if n > 0 {
+			env = unsafe.Slice((*byte)(unsafe.Pointer(out)), int(n))
+		}
+		return view(env, info)
+	})
+}
+
+// nextRequest builds the next request and its description in one acquisition of the agent and
+// hands the library's envelope buffer to use, which owns it from then on (frees it, or takes it
+// with takeString). On failure the buffer is freed here and use is not called.
+func (a *Agent) nextRequest(ctx context.Context, use func(out *C.char, n C.size_t, info RequestInfo) error) error {
 	var out *C.char
 	var n C.size_t
 	var info *C.char
@@ -318,50 +347,19 @@ func (a *Agent) NextRequest(ctx context.Context) (*Request, error) {
 		}
 		return rc
 	})
-	env := takeString(out, n)
-	if err != nil {
-		return nil, err
-	}
-	r := &Request{Envelope: env}
-	if err := json.Unmarshal(takeString(info, in), &r.Info); err != nil {
-		return nil, err
-	}
-	return r, nil
-}
-
-// NextRequestView builds the next request like NextRequest, but lends the envelope instead of
-// copying it into Go memory: view runs with the library's own buffer, valid only until view
-// returns (do not keep envelope or a slice of it; copy what must outlive the call), and its
-// error is returned. For hosts that use the bytes at once (write them into a request body,
-// hash or render them): at 1k messages the envelope is half a megabyte, and copying it into
-// the Go heap costs more than building it.
-func (a *Agent) NextRequestView(ctx context.Context, view func(envelope []byte, info RequestInfo) error) error {
-	var out *C.char
-	var n C.size_t
-	var info *C.char
-	var in C.size_t
-	err := a.withCancel(ctx, func(p *C.lls_agent, tok *C.lls_cancel, e **C.lls_error) C.lls_status {
-		rc := C.lls_agent_next_request(p, tok, &out, &n, e)
-		if rc == 0 {
-			rc = C.lls_agent_request_info(p, &info, &in, e)
-		}
-		return rc
-	})
-	if out != nil {
-		defer C.lls_string_free(out)
-	}
-	if err != nil {
-		return err
-	}
 	var ri RequestInfo
-	if err := json.Unmarshal(takeString(info, in), &ri); err != nil {
+	if err == nil {
+		err = json.Unmarshal(takeString(info, in), &ri)
+	} else if info != nil {
+		C.lls_string_free(info)
+	}
+	if err != nil {
+		if out != nil {
+			C.lls_string_free(out)
+		}
 		return err
 	}
-	var env []byte
-	if n > 0 {
-		env = unsafe.Slice((*byte)(unsafe.Pointer(out)), int(n))
-	}
-	return view(env, ri)
+	return use(out, n, ri)
 }
 
 // RequestInfo describes the last request NextRequest built.
