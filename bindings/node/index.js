@@ -904,7 +904,7 @@ function render(renderer, envelope, prefixLen = 0) {
  */
 function parseResponse(renderer, body) {
   const r = utf8(renderer);
-  const b = Buffer.isBuffer(body) ? body : jsonBuf(body);
+  const b = jsonBuf(body);
   return callJson(C.lls_parse_response, r, r.length, b, b.length);
 }
 
