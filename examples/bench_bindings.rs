@@ -26,7 +26,7 @@
 mod fixture;
 
 use llmsession::agent::ToolResultInput;
-use llmsession::log::store::MemoryStore;
+use llmsession::store::MemoryStore;
 use llmsession::{Agent, CancelToken, Durability, Message, Session, SessionOptions};
 use serde_json::{json, Value};
 use std::io::Write;

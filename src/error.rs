@@ -45,6 +45,13 @@ pub enum ErrorKind {
     Poisoned,
     /// An internal invariant failed (a bug in llmsession).
     Internal,
+    /// The session is in use: another writer holds its lock or lease.
+    Locked,
+    /// The store refused an append because another writer appended first (the seq it names is
+    /// taken), or the handle refuses appends since such a refusal until it is refreshed.
+    Conflict,
+    /// The session was opened read-only and cannot be changed.
+    ReadOnly,
 }
 
 impl ErrorKind {
@@ -68,6 +75,9 @@ impl ErrorKind {
             ErrorKind::Tokenizer => "tokenizer",
             ErrorKind::Poisoned => "poisoned",
             ErrorKind::Internal => "internal",
+            ErrorKind::Locked => "locked",
+            ErrorKind::Conflict => "conflict",
+            ErrorKind::ReadOnly => "read-only",
         }
     }
 }

@@ -8,7 +8,8 @@
 //!
 //! Where to find each concept:
 //! - [`types`]: the JSON vocabulary (messages, blocks, usage, tools, call config).
-//! - [`log`]: events, validation, the surface, history derivation, storage, loading, fork.
+//! - [`log`]: events, validation, the surface, history derivation, the chained digest, loading.
+//! - [`store`]: where a log is kept (memory, JSONL file): one writer, conditional appends.
 //! - [`header`]: request headers, snapshots, deltas and their fold.
 //! - [`prefix`]: session prefix composition.
 //! - [`request`]: request envelopes, digests, reconstruction and `verify`.
@@ -42,6 +43,8 @@ pub mod request;
 /// cbindgen:ignore
 pub mod session;
 /// cbindgen:ignore
+pub mod store;
+/// cbindgen:ignore
 pub mod tokens;
 /// cbindgen:ignore
 pub mod types;
@@ -50,7 +53,8 @@ pub use agent::{Agent, AgentOptions};
 pub use cancel::CancelToken;
 pub use error::{Error, ErrorKind, Result};
 pub use header::{EpochHeader, HeaderDelta, HeaderSnapshot, SnapshotReason};
-pub use log::{Durability, Event, NewEvent};
+pub use log::{Event, NewEvent};
 pub use request::Request;
 pub use session::{Session, SessionOptions};
+pub use store::Durability;
 pub use types::{Block, CallConfig, JsonMap, Message, Provenance, Role, ToolSchema, Usage};

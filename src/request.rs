@@ -11,8 +11,9 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::header::EpochHeader;
 use crate::log::event::{types, Event};
 use crate::log::history::{joined_len, write_joined};
-use crate::log::load::{parse_records, SessionHeader};
+use crate::log::load::{load_records, parse_records, SessionHeader};
 use crate::log::{Derived, Log};
+use crate::store::StoreContents;
 use crate::types::{CallConfig, Message, ToolSchema};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -499,8 +500,28 @@ fn rebuild_compaction_digest(log: &Log, ev: &Event, session_id: &str, prefix: &m
     Ok(digest(&body))
 }
 
-/// Verifies a whole stored log given as its records (session header first).
+/// Verifies a whole stored log given as its records (session header first): see
+/// [`verify_contents`]; the last record counts as complete.
 pub fn verify_records(records: &[Vec<u8>]) -> Result<VerifyReport> {
-    let (header, events) = parse_records(records)?;
+    verify_contents(&StoreContents { records: records.to_vec(), last_complete: true })
+}
+
+/// Verifies a stored log: first every check that opening it makes (the header, the chained
+/// digest of every record in a version 2 log, the log rules), so that what `verify` accepts
+/// also opens, and damage that opening would cut from an unfinished last turn fails here
+/// instead, naming its line (only a torn last record, a write cut short, is tolerated); then it
+/// rebuilds every recorded request from the log alone (see [`verify_events`]).
+pub fn verify_contents(contents: &StoreContents) -> Result<VerifyReport> {
+    let loaded = load_records(contents)?;
+    if loaded.report.cut_damaged {
+        let line = loaded.report.cut_at_line.unwrap_or(0);
+        let why = loaded.report.cut_reason.clone().unwrap_or_default();
+        return Err(Error::new(
+            ErrorKind::CorruptLog,
+            format!("{why} (opening the log for writing would cut {} records from line {line})", loaded.report.cut_records),
+        )
+        .with("line", line as u64));
+    }
+    let (header, events) = parse_records(&contents.records[..loaded.keep_records])?;
     verify_events(&header, &events)
 }

@@ -1,15 +1,19 @@
 //! A session: a [`Log`] tied to a [`Store`], shared by handle.
 //!
-//! `Session` is a cheap, cloneable, thread-safe handle. Every append is validated, written to
-//! the store (made durable per the [`Durability`] policy), and only then applied in memory: a
-//! failed write or a rejected event changes nothing.
+//! `Session` is a cheap, cloneable, thread-safe handle. Every append is a batch of events that
+//! is validated, written to the store in one conditional append (made durable per the
+//! [`Durability`] policy), and only then visible in memory: a rejected event, a failed write or
+//! a refused (conflicting) append changes nothing, in memory or in the store, and the same call
+//! can be retried. A handle opened read-only refuses appends and can [`refresh`](Session::refresh)
+//! to read what the writer appended since.
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::header::EpochHeader;
-use crate::log::event::{types, Event, NewEvent, UserSource};
-use crate::log::load::{load_records_releasing, repair_events, LoadReport, SessionHeader};
-use crate::log::{Derived, Durability, JsonlStore, Log, MemoryStore, Store};
-use crate::types::JsonMap;
+use crate::log::event::{types, Event, NewEvent, SurfaceOp, UserSource};
+use crate::log::load::{load_record, load_records_releasing, repair_events, LoadReport, SessionHeader};
+use crate::log::{chain, Derived, Log};
+use crate::request::VerifyReport;
+use crate::store::{read_only_error, Batch, Durability, FileOptions, JsonlStore, MemoryStore, Store, StoreContents};
 use parking_lot::{Mutex, MutexGuard};
 use std::path::Path;
 use std::sync::Arc;
@@ -25,6 +29,8 @@ pub struct SessionOptions {
 
 pub(crate) struct Inner {
     pub header: SessionHeader,
+    /// The session header record as stored: its bytes start the chain.
+    header_line: Arc<str>,
     pub log: Log,
     pub store: Box<dyn Store>,
     pub durability: Durability,
@@ -33,6 +39,9 @@ pub(crate) struct Inner {
     next_agent_token: u64,
     /// Set when a failed write could not be undone: the store is out of step with the log.
     broken: Option<String>,
+    /// Set when the store refused an append as a conflict (another writer appended): appends are
+    /// refused until a refresh reads what the store holds.
+    conflict: Option<String>,
 }
 
 /// Current Unix time in milliseconds.
@@ -55,47 +64,96 @@ pub fn random_id() -> String {
 }
 
 impl Inner {
+    fn new(header: SessionHeader, header_line: Arc<str>, log: Log, store: Box<dyn Store>, durability: Durability) -> Inner {
+        Inner { header, header_line, log, store, durability, live_agent: None, next_agent_token: 1, broken: None, conflict: None }
+    }
+
     /// Validates, stores and applies one event. Returns its seq.
     pub fn append(&mut self, ev: NewEvent) -> Result<u64> {
-        self.check_store()?;
-        let seq = self.log.next_seq();
-        let event = ev.into_event(seq, now_ms());
-        let effect = self.log.check(&event)?;
-        let line: Arc<str> = event.to_json().into();
-        if let Err(e) = self.store.append(&line) {
-            // Cut whatever part of the record reached the store, or a later record would
-            // follow a torn one.
-            self.undo_tail(seq, &e);
+        self.append_batch(vec![ev]).map(|r| r.start)
+    }
+
+    /// Validates, stores and applies events as one batch: all of them or none. Each event is
+    /// validated against the state the ones before it leave; the batch is then written to the
+    /// store in one conditional append and, as the durability policy says, made durable. A
+    /// rejected event, a failed write or sync, or a conflict leaves the log, the memory state and
+    /// the store as they were. Returns the seqs the events got.
+    pub fn append_batch(&mut self, evs: Vec<NewEvent>) -> Result<std::ops::Range<u64>> {
+        self.check_writable()?;
+        let first = self.log.next_seq();
+        if evs.is_empty() {
+            return Ok(first..first);
+        }
+        let replaces = evs.iter().any(|e| matches!(e.surface_op, Some(SurfaceOp::Replace { .. })));
+        let headers = evs.iter().any(|e| e.ty == types::REQUEST_HEADER || e.ty == types::REQUEST_HEADER_DELTA);
+        let mut sp = self.log.savepoint(replaces, headers);
+        let mut sync = self.durability == Durability::EveryEvent;
+        let time = now_ms();
+        let mut lines = Vec::with_capacity(evs.len());
+        for ev in evs {
+            let event = ev.into_event(self.log.next_seq(), time);
+            let effect = match self.log.check(&event) {
+                Ok(effect) => effect,
+                Err(e) => {
+                    self.log.rollback(sp);
+                    return Err(e);
+                }
+            };
+            if self.durability == Durability::TurnEnd && matches!(event.ty.as_str(), types::TURN_END | types::COMPACTION_END) {
+                sync = true;
+            }
+            let (line, link) = self.log.seal(event.to_json());
+            Log::note_effect(&mut sp, &effect);
+            lines.push(line.clone());
+            self.log.commit_sealed(&event, effect, line, link);
+        }
+        let batch = Batch { session_id: &self.header.id, header: None, seq: first, events: &lines };
+        if let Err(e) = self.store.append(&batch) {
+            self.log.rollback(sp);
+            self.note_refusal(&e);
             return Err(e);
         }
-        let sync = match self.durability {
-            Durability::EveryEvent => true,
-            Durability::TurnEnd => matches!(event.ty.as_str(), types::TURN_END | types::COMPACTION_END),
-            Durability::Never => false,
-        };
         if sync {
             if let Err(e) = self.store.sync() {
-                // The record was written but is not known durable; keep memory and store in step
-                // by dropping it again, and report the failure.
-                self.undo_tail(seq, &e);
+                // The batch was written but is not known durable: remove it again, so that memory
+                // and store stay in step, and report the failure. When that fails too, the store
+                // may hold events this handle does not: it refuses further writes.
+                if let Err(u) = self.store.undo(first as usize + 1) {
+                    self.broken = Some(format!("{}; undoing it failed: {}", e.message(), u.message()));
+                }
+                self.log.rollback(sp);
                 return Err(e);
             }
         }
-        self.log.commit(&event, effect, line);
-        Ok(seq)
+        Ok(first..self.log.next_seq())
     }
 
-    /// Cuts the store back to the header and events before `seq` after a failed write. When
-    /// that fails too, the store may hold a record this session does not: it is out of step,
-    /// and every later write is refused (a new record would follow that one, or reuse its seq).
-    fn undo_tail(&mut self, seq: u64, cause: &Error) {
-        if let Err(u) = self.store.truncate(seq as usize + 1) {
-            self.broken = Some(format!("{}; undoing it failed: {}", cause.message(), u.message()));
+    /// Remembers a conflict, and a failed write the store could not undo.
+    fn note_refusal(&mut self, e: &Error) {
+        match e.kind() {
+            ErrorKind::Conflict => self.conflict = Some(e.message().to_string()),
+            _ if e.detail().get("undoFailed").and_then(|v| v.as_bool()) == Some(true) => {
+                self.broken = Some(e.message().to_string());
+            }
+            _ => {}
         }
     }
 
-    /// Refuses writes once the store is out of step with the log (see `undo_tail`).
-    fn check_store(&self) -> Result<()> {
+    /// Refuses writes on a read-only handle, after a conflict, and once the store is out of step
+    /// with the log (see `append_batch`).
+    fn check_writable(&self) -> Result<()> {
+        if self.store.read_only() {
+            return Err(read_only_error(&self.store.describe(), "append events"));
+        }
+        if let Some(why) = &self.conflict {
+            return Err(Error::new(
+                ErrorKind::Conflict,
+                format!(
+                    "{}: the store refused an earlier append ({why}); this handle appends nothing until it is refreshed or reopened",
+                    self.store.describe()
+                ),
+            ));
+        }
         match &self.broken {
             None => Ok(()),
             Some(why) => Err(Error::new(
@@ -108,11 +166,32 @@ impl Inner {
         }
     }
 
-    /// Makes everything appended so far durable.
+    /// Makes everything appended so far durable (nothing to do for a read-only handle).
     pub fn sync(&mut self) -> Result<()> {
-        self.check_store()?;
+        if self.store.read_only() {
+            return Ok(());
+        }
+        self.check_writable()?;
         self.store.sync()
     }
+
+    /// The stored records as bytes: the header record, then every event's.
+    fn record_bytes(&self) -> Vec<Vec<u8>> {
+        let mut records = Vec::with_capacity(self.log.len() + 1);
+        records.push(self.header_line.as_bytes().to_vec());
+        records.extend(self.log.lines().iter().map(|l| l.as_bytes().to_vec()));
+        records
+    }
+}
+
+/// What a refresh read.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RefreshReport {
+    /// Events read since the last load or refresh.
+    pub new_events: u64,
+    /// Events in the log now.
+    pub events: u64,
 }
 
 /// Counters over a session's log.
@@ -135,6 +214,12 @@ pub struct SessionStats {
     pub cached_tokens: u64,
     /// Provider-reported prompt tokens (uncached + cache reads + cache writes), summed.
     pub prompt_tokens: u64,
+    /// Whether this handle was opened read-only.
+    pub read_only: bool,
+    /// The chain value after the last event (version 2 logs), hex: keep it elsewhere to tell a
+    /// log that lost its last records from an intact one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chain_head: Option<String>,
 }
 
 /// A session handle.
@@ -158,62 +243,133 @@ impl Session {
 
     /// Creates a new session in an empty store.
     pub fn create(mut store: Box<dyn Store>, opts: SessionOptions) -> Result<Session> {
+        if store.read_only() {
+            return Err(read_only_error(&store.describe(), "create a session"));
+        }
         let contents = store.load()?;
         if !contents.records.is_empty() {
             return Err(Error::invalid("store", format!("{} already holds a session; open it instead", store.describe())));
         }
-        let header = SessionHeader { id: new_id(opts.id)?, created_at: now_ms(), parent: None, lineage: Vec::new(), extra: JsonMap::new() };
-        Session::start(store, header, Log::new(), opts.durability)
+        let header = SessionHeader::new(new_id(opts.id)?, now_ms());
+        Session::start(store, header, Vec::new(), opts.durability)
     }
 
-    fn start(mut store: Box<dyn Store>, header: SessionHeader, log: Log, durability: Durability) -> Result<Session> {
-        store.append(&header.to_value().to_string())?;
-        for line in log.lines() {
-            store.append(line)?;
+    /// Writes a new session (header and seed events, chained anew under the new header) to an
+    /// empty store in one append.
+    fn start(mut store: Box<dyn Store>, header: SessionHeader, events: Vec<Event>, durability: Durability) -> Result<Session> {
+        let header_line: Arc<str> = header.to_value().to_string().into();
+        let mut log = header.start_log(header_line.as_bytes());
+        for ev in &events {
+            let effect = log.check(ev)?;
+            let (line, link) = log.seal(ev.to_json());
+            log.commit_sealed(ev, effect, line, link);
         }
+        store.append(&Batch { session_id: &header.id, header: Some(&header_line), seq: 0, events: log.lines() })?;
         store.sync()?;
-        Ok(Session::wrap(Inner { header, log, store, durability, live_agent: None, next_agent_token: 1, broken: None }))
+        Ok(Session::wrap(Inner::new(header, header_line, log, store, durability)))
     }
 
     fn wrap(inner: Inner) -> Session {
         Session { inner: Arc::new(Mutex::new(inner)) }
     }
 
-    /// Opens the session in `store`: loads it (validating every event, cutting a torn tail,
-    /// closing a turn left open by a crash) or, when the store is empty, creates one.
+    /// Opens the session in `store`: loads it, validating every event (and, in a version 2 log,
+    /// its chained digest), or, when the store is empty and writable, creates one. A writer cuts
+    /// a torn or damaged unfinished tail (the store keeps the cut records: see
+    /// [`LoadReport::cut_saved_to`]) and closes a turn left open by a crash. A read-only open
+    /// changes nothing: it reads the valid records and leaves the rest unread.
     pub fn open(mut store: Box<dyn Store>, opts: SessionOptions) -> Result<(Session, LoadReport)> {
+        let read_only = store.read_only();
         let mut contents = store.load()?;
         if contents.records.is_empty() {
+            if read_only {
+                return Err(Error::new(
+                    ErrorKind::CorruptLog,
+                    format!("{}: holds no session (a read-only open creates none)", store.describe()),
+                ));
+            }
             return Ok((Session::create(store, opts)?, LoadReport::default()));
         }
         let loaded = load_records_releasing(&mut contents).map_err(|e| e.context(store.describe()))?;
-        if loaded.keep_records < contents.records.len() {
-            store.truncate(loaded.keep_records)?;
-        }
-        let mut inner = Inner {
-            header: loaded.header,
-            log: loaded.log,
-            store,
-            durability: opts.durability,
-            live_agent: None,
-            next_agent_token: 1,
-            broken: None,
-        };
+        let header_line: Arc<str> = String::from_utf8_lossy(&contents.records[0]).into_owned().into();
         let mut report = loaded.report;
-        let repairs = repair_events(&inner.log);
-        report.repaired_events = repairs.len();
-        for ev in repairs {
-            inner.append(ev).map_err(|e| e.context("closing the turn left open by a crash"))?;
+        if loaded.keep_records < contents.records.len() && !read_only {
+            let reason = report.cut_reason.clone().unwrap_or_default();
+            report.cut_saved_to = store.cut(loaded.keep_records, &reason)?;
         }
-        if report.repaired_events > 0 {
-            inner.sync()?;
+        let mut inner = Inner::new(loaded.header, header_line, loaded.log, store, opts.durability);
+        if !read_only {
+            let repairs = repair_events(&inner.log);
+            report.repaired_events = repairs.len();
+            if !repairs.is_empty() {
+                inner.append_batch(repairs).map_err(|e| e.context("closing the turn left open by a crash"))?;
+                inner.sync()?;
+            }
         }
         Ok((Session::wrap(inner), report))
     }
 
-    /// Opens (or creates) a session in a JSONL file.
+    /// Opens (or creates) a session in a JSONL file, with the file's write lock.
     pub fn open_jsonl(path: impl AsRef<Path>, opts: SessionOptions) -> Result<(Session, LoadReport)> {
         Session::open(Box::new(JsonlStore::open(path)?), opts)
+    }
+
+    /// Opens a session in a JSONL file as `file` says (read-only, the mode of a created file).
+    pub fn open_jsonl_with(path: impl AsRef<Path>, file: FileOptions, opts: SessionOptions) -> Result<(Session, LoadReport)> {
+        Session::open(Box::new(JsonlStore::open_with(path, file)?), opts)
+    }
+
+    /// Reads what the store holds beyond this handle's last event: the events another writer
+    /// appended since (a read-only handle's way to follow a live session), or, after a
+    /// [`Conflict`](ErrorKind::Conflict), what the other writer appended, after which this handle
+    /// may append again. Complete records only: a torn last record is left for the next refresh.
+    /// The new events are checked as loading checks them; on damage nothing is applied and the
+    /// error names the line. A writer refreshes only with no live agent instance.
+    pub fn refresh(&self) -> Result<RefreshReport> {
+        let mut g = self.lock();
+        if !g.store.read_only() && g.live_agent.is_some() {
+            return Err(Error::out_of_order(
+                "the session has a live agent instance; dispose it before refreshing (its state would not follow what another writer appended)",
+            ));
+        }
+        let have = g.log.len() + 1;
+        let StoreContents { mut records, last_complete } = g.store.load_from(have)?;
+        if !last_complete {
+            records.pop();
+        }
+        if records.is_empty() {
+            g.conflict = None;
+            return Ok(RefreshReport { new_events: 0, events: g.log.len() as u64 });
+        }
+        let sp = g.log.savepoint(true, true);
+        let mut sp = Some(sp);
+        for (i, rec) in records.iter_mut().enumerate() {
+            let line = have + i + 1;
+            if let Err(e) = load_record(&mut g.log, rec) {
+                g.log.rollback(sp.take().expect("once"));
+                return Err(crate::log::rules::as_corrupt(e, line).context(g.store.describe()));
+            }
+        }
+        g.conflict = None;
+        Ok(RefreshReport { new_events: records.len() as u64, events: g.log.len() as u64 })
+    }
+
+    /// Whether the session was opened read-only.
+    pub fn read_only(&self) -> bool {
+        self.lock().store.read_only()
+    }
+
+    /// Where the log's chain ends (`None` for a version 1 log, which has no chain).
+    pub fn chain_head(&self) -> Option<chain::ChainHead> {
+        let g = self.lock();
+        g.log.chain_head().map(|l| chain::ChainHead { events: g.log.len() as u64, chain: chain::hex(l) })
+    }
+
+    /// Checks the whole log as it is stored: every check loading makes (chain, rules), then the
+    /// reconstruction of every recorded request (see [`crate::request::verify_contents`]).
+    pub fn verify(&self) -> Result<VerifyReport> {
+        let records = self.lock().record_bytes();
+        crate::request::verify_contents(&StoreContents { records, last_complete: true })
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -233,6 +389,17 @@ impl Session {
     /// The session header record.
     pub fn header_record(&self) -> SessionHeader {
         self.lock().header.clone()
+    }
+
+    /// The stored records of the log: the session header record exactly as stored (its bytes
+    /// start the chain), then every event's record. Writing them to an empty store, one per
+    /// record, gives a store that opens to this session.
+    pub fn records(&self) -> Vec<Arc<str>> {
+        let g = self.lock();
+        let mut out = Vec::with_capacity(g.log.len() + 1);
+        out.push(g.header_line.clone());
+        out.extend(g.log.lines().iter().cloned());
+        out
     }
 
     /// Number of events.
@@ -306,6 +473,8 @@ impl Session {
             generation: st.history.generation(),
             cached_tokens: st.cached_tokens,
             prompt_tokens: st.prompt_tokens,
+            read_only: g.store.read_only(),
+            chain_head: g.log.chain_head().map(chain::hex),
         }
     }
 
@@ -364,13 +533,17 @@ impl Session {
         }
         let n = events.len() as u64;
         let lineage = parent.fork_lineage(n);
-        let header = SessionHeader { id, created_at: now_ms(), parent: Some((parent.id.clone(), n)), lineage, extra: JsonMap::new() };
-        Session::start(store, header, log, opts.durability)
+        let header = SessionHeader { parent: Some((parent.id.clone(), n)), lineage, ..SessionHeader::new(id, now_ms()) };
+        Session::start(store, header, events, opts.durability)
     }
 
-    /// Claims the session for an agent instance (at most one live instance).
+    /// Claims the session for an agent instance (at most one live instance, never on a
+    /// read-only handle).
     pub(crate) fn claim(&self) -> Result<u64> {
         let mut g = self.lock();
+        if g.store.read_only() {
+            return Err(read_only_error(&g.store.describe(), "run an agent instance"));
+        }
         if let Some(t) = g.live_agent {
             return Err(Error::new(
                 ErrorKind::Busy,

@@ -72,20 +72,36 @@ fn cli_inspects_a_log_and_names_the_damaged_step() {
     let (ok, out) = cli(&["headers", p]);
     assert!(ok && out.contains("initial"), "{out}");
 
-    // Hand-damaged copy: the prefix removed from the header.
+    // Hand-damaged copies: the prefix removed from the header. Edited by hand, the record no
+    // longer matches its chained digest: verify names the line.
     let text = std::fs::read_to_string(&path).unwrap();
-    let damaged: Vec<String> = text
-        .lines()
-        .map(|l| {
-            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
-            if v["type"] == "request/header" {
-                v["data"]["header"].as_object_mut().unwrap().remove("messagePrefix");
-            }
-            v.to_string()
-        })
-        .collect();
+    let lines: Vec<&str> = text.lines().collect();
+    let edit = |l: &str| -> String {
+        let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+        if v["type"] == "request/header" {
+            v["data"]["header"].as_object_mut().unwrap().remove("messagePrefix");
+        }
+        v.as_object_mut().unwrap().remove("chain");
+        v.to_string()
+    };
+    let header_line = lines.iter().position(|l| l.contains("\"request/header\"")).unwrap() + 1;
+    let mut damaged: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    damaged[header_line - 1] = edit(lines[header_line - 1]);
     let bad = dir.path().join("bad.jsonl");
     std::fs::write(&bad, damaged.join("\n") + "\n").unwrap();
+    let (ok, out) = cli(&["verify", bad.to_str().unwrap()]);
+    assert!(!ok, "{out}");
+    assert!(out.contains(&format!("line {header_line}")) && out.contains("chain"), "{out}");
+    // The same edit with every digest recomputed (a deliberate rewrite): the chain holds, and
+    // the rebuilt requests name the step that differs.
+    let mut link = llmsession::log::chain::start(lines[0].as_bytes());
+    let mut forged = vec![lines[0].to_string()];
+    for l in &lines[1..] {
+        let (rec, next) = llmsession::log::chain::seal(&link, &edit(l));
+        link = next;
+        forged.push(rec);
+    }
+    std::fs::write(&bad, forged.join("\n") + "\n").unwrap();
     let (ok, out) = cli(&["verify", bad.to_str().unwrap()]);
     assert!(!ok, "{out}");
     assert!(out.contains("turn 1 step 1"), "{out}");

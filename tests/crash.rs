@@ -11,8 +11,8 @@
 use llmsession::agent::ToolResultInput;
 use llmsession::compaction::{CompactionPolicy, Retained, SummaryOutput, SummaryRequest};
 use llmsession::log::load::load_records;
-use llmsession::log::{Durability, JsonlStore, Store};
 use llmsession::request::verify_records;
+use llmsession::store::{Durability, JsonlStore, Store};
 use llmsession::{Agent, AgentOptions, Block, CallConfig, CancelToken, Message, Role, Session, SessionOptions, Usage};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};

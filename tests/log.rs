@@ -6,7 +6,8 @@ mod common;
 
 use common::*;
 use llmsession::error::ErrorKind;
-use llmsession::log::{Event, Log, MemoryStore, SurfaceOp};
+use llmsession::log::{Event, Log, SurfaceOp};
+use llmsession::store::MemoryStore;
 use llmsession::{Durability, NewEvent, Session, SessionOptions};
 use serde_json::{json, Value};
 
@@ -108,14 +109,16 @@ fn every_catalogue_type_round_trips_through_json() {
     for (i, line) in s.with_log(|l| l.lines().to_vec()).iter().enumerate() {
         let ev = Event::from_json(line).unwrap();
         assert_eq!(ev.seq, i as u64);
-        assert_eq!(ev.to_json(), **line, "serialise(parse(line)) differs for seq {i}");
+        assert_eq!(ev.to_json(), llmsession::log::chain::without_chain(line), "serialise(parse(line)) differs for seq {i}");
         let again = Event::from_json(&ev.to_json()).unwrap();
         assert_eq!(again, ev, "parse(serialise(event)) differs for seq {i}");
     }
 
-    // A log rebuilt from the parsed events is the same log.
+    // A log rebuilt from the parsed events is the same log (without the chain, which replay
+    // does not write).
     let rebuilt = Log::replay(&events).unwrap();
-    assert_eq!(rebuilt.lines(), s.with_log(|l| l.lines().to_vec()).as_slice());
+    let stored: Vec<String> = s.with_log(|l| l.lines().iter().map(|r| llmsession::log::chain::without_chain(r).into_owned()).collect());
+    assert_eq!(rebuilt.lines().iter().map(|r| r.to_string()).collect::<Vec<_>>(), stored);
     assert_eq!(rebuilt.history().seqs(), s.with_log(|l| l.history().seqs()));
 }
 
@@ -591,7 +594,7 @@ fn wrong_types_are_rejected_naming_the_field() {
     for (bad, needle) in [
         (json!({"type": 3, "data": {}}), "event.type: expected a string"),
         (json!({"type": "acme/x"}), "event.data: is required"),
-        (json!({"type": "acme/x", "data": {}, "seq": 3}), "seq and time are assigned by the log"),
+        (json!({"type": "acme/x", "data": {}, "seq": 3}), "seq, time and chain are assigned by the log"),
         (json!({"type": "acme/x", "data": {}, "extra": 1}), "event.extra: is not an event envelope field"),
         (json!({"type": "user/message", "data": {}, "surfaceOp": "prepend"}), "event.surfaceOp: expected \"append\" or a replace object"),
         (json!({"type": "user/message", "data": {}, "surfaceOp": "append", "sources": ["a"]}), "event.sources[0]: expected a seq"),
@@ -842,12 +845,17 @@ fn a_fork_at_a_turn_boundary_records_its_parent() {
     let boundary = s.len() as u64;
     append_all(&s, complete_turn(2));
     let fork_path = dir.path().join("fork.jsonl");
-    let store = llmsession::log::JsonlStore::open(&fork_path).unwrap();
+    let store = llmsession::store::JsonlStore::open(&fork_path).unwrap();
     let f = s.fork(Some(boundary), Box::new(store), SessionOptions::default()).unwrap();
     assert_ne!(f.id(), s.id());
     assert_eq!(f.header_record().parent, Some((s.id(), boundary)));
     assert_eq!(f.len() as u64, boundary);
-    assert_eq!(f.events_json(0, None), s.events_json(0, Some(boundary)));
+    // The same events; each record is chained anew under the fork's own header.
+    let unchained = |s: &Session| -> Vec<String> {
+        s.with_log(|l| l.lines().iter().map(|r| llmsession::log::chain::without_chain(r).into_owned()).collect())
+    };
+    assert_eq!(unchained(&f), unchained(&s)[..boundary as usize]);
+    assert_ne!(f.records()[1], s.records()[1]);
     // The header record on disk names the parent and the seed length.
     let text = std::fs::read_to_string(&fork_path).unwrap();
     let first: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
@@ -919,8 +927,7 @@ fn a_fork_past_the_end_or_into_a_used_store_is_rejected() {
     assert_eq!(e.kind(), ErrorKind::InvalidInput);
     assert_eq!(field(&e), "seedLength");
     assert!(e.message().contains(&format!("{} is past the end of the log ({n} events)", n + 1)), "{}", e.message());
-    let mut used = MemoryStore::new();
-    llmsession::log::Store::append(&mut used, "{}").unwrap();
+    let used = MemoryStore::with_records(vec!["{}".into()]);
     let e = s.fork(Some(n), Box::new(used), SessionOptions::default()).unwrap_err();
     assert_eq!(field(&e), "store");
     assert!(e.message().contains("already holds a session"), "{}", e.message());

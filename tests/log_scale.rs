@@ -15,7 +15,8 @@ mod common;
 
 use common::*;
 use llmsession::log::load::SessionHeader;
-use llmsession::log::{Event, MemoryStore};
+use llmsession::log::Event;
+use llmsession::store::MemoryStore;
 use llmsession::{Durability, Session, SessionOptions};
 use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 use std::alloc::System;
@@ -56,14 +57,17 @@ fn opts() -> SessionOptions {
 /// Writes a session file of the initial header and `turns` complete turns directly, without
 /// validation (the load that follows validates every line).
 fn write_file(path: &Path, turns: usize) {
-    let head = SessionHeader { id: "long".into(), created_at: 1, parent: None, lineage: Vec::new(), extra: Default::default() };
-    let mut out = head.to_value().to_string();
+    let head = SessionHeader::new("long".into(), 1).to_value().to_string();
+    let mut link = llmsession::log::chain::start(head.as_bytes());
+    let mut out = head;
     out.push('\n');
     let mut seq = 0;
     let evs = std::iter::once(header("initial", 1, "sys")).chain((1..=turns as u64).flat_map(complete_turn));
     for ev in evs {
         let ev = Event { ty: ev.ty, seq, time: 1, data: ev.data, surface_op: ev.surface_op, sources: ev.sources };
-        out.push_str(&ev.to_json());
+        let (record, next) = llmsession::log::chain::seal(&link, &ev.to_json());
+        link = next;
+        out.push_str(&record);
         out.push('\n');
         seq += 1;
     }

@@ -95,7 +95,7 @@ fn a_saved_log_loads_back_equal() {
     let first: Value = serde_json::from_str(&file[0]).unwrap();
     assert_eq!(first["type"], "session");
     assert_eq!(first["format"], "llmsession");
-    assert_eq!(first["version"], 1);
+    assert_eq!(first["version"], 2);
     assert_eq!(first["id"], id.as_str());
     assert!(first["createdAt"].as_u64().unwrap() > 0);
     assert_eq!(format!("[{}]", file[1..].join(",")), before.events);
@@ -179,6 +179,7 @@ fn a_rule_violation_before_the_last_complete_turn_names_the_line_and_field() {
     assert_eq!(ev["type"], "turn/start");
     ev["data"]["turn"] = json!(5);
     file[2] = ev.to_string();
+    rechain(&mut file);
     std::fs::write(&path, file.join("\n") + "\n").unwrap();
     let e = Session::open_jsonl(&path, SessionOptions::default()).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::CorruptLog);
@@ -193,6 +194,7 @@ fn a_rule_violation_before_the_last_complete_turn_names_the_line_and_field() {
     saved(&path2, 2, vec![]);
     let mut file = lines(&path2);
     file.remove(6);
+    rechain(&mut file);
     std::fs::write(&path2, file.join("\n") + "\n").unwrap();
     let e = Session::open_jsonl(&path2, SessionOptions::default()).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::CorruptLog);
@@ -239,6 +241,7 @@ fn a_rule_violation_in_the_trailing_unfinished_turn_is_cut() {
     ev["data"]["source"] = json!("robot");
     *file.last_mut().unwrap() = ev.to_string();
     file.push(serde_json::to_string(&json!({"type": "acme/x", "seq": 14, "time": 1, "data": {}})).unwrap());
+    rechain(&mut file);
     std::fs::write(&path, file.join("\n") + "\n").unwrap();
     let (_s, report) = open(&path);
     assert_eq!(report.cut_records, 2);
@@ -391,7 +394,7 @@ fn the_session_header_is_checked() {
     let file = lines(&path);
     let mut head: Value = serde_json::from_str(&file[0]).unwrap();
     for (key, value, needle) in [
-        ("version", json!(2), "unsupported log version 2"),
+        ("version", json!(3), "unsupported log version 3"),
         ("format", json!("other"), "format: expected \"llmsession\""),
         ("type", json!("turn/start"), "the first record must be the session header"),
         ("id", json!(""), "id: must not be empty"),
@@ -412,6 +415,12 @@ fn the_session_header_is_checked() {
     head["hostName"] = json!("box-1");
     let mut f = file.clone();
     f[0] = head.to_string();
+    // The header starts the chain: edited by hand, the first event no longer matches it.
+    std::fs::write(&path, f.join("\n") + "\n").unwrap();
+    let e = Session::open_jsonl(&path, SessionOptions::default()).unwrap_err();
+    assert_eq!(e.detail()["line"], 2, "{}", e.message());
+    assert!(e.message().contains("chained digest does not match"), "{}", e.message());
+    rechain(&mut f);
     std::fs::write(&path, f.join("\n") + "\n").unwrap();
     let (s, _) = open(&path);
     assert_eq!(s.header_record().extra["hostName"], "box-1");
@@ -425,8 +434,12 @@ fn an_empty_file_becomes_a_new_session() {
     assert_eq!(report, LoadReport::default());
     assert!(s.is_empty());
     assert_eq!(lines(&path).len(), 1);
+    // A second writer is refused while the first holds the file.
+    let e = llmsession::store::JsonlStore::open(&path).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Locked, "{}", e.message());
+    drop(s);
     // Creating over a used store is refused.
-    let store = llmsession::log::JsonlStore::open(&path).unwrap();
+    let store = llmsession::store::JsonlStore::open(&path).unwrap();
     let e = Session::create(Box::new(store), SessionOptions::default()).unwrap_err();
     assert!(e.message().contains("already holds a session"), "{}", e.message());
 }

@@ -28,11 +28,9 @@ fn host_script_smoke() {
 
 /// Reloads a session from its stored records.
 fn reload(session: &llmsession::Session) -> llmsession::Result<llmsession::Session> {
-    use llmsession::log::{MemoryStore, Store};
-    let mut store = MemoryStore::new();
-    for r in support::host_script::records_of(session) {
-        store.append(std::str::from_utf8(&r).unwrap())?;
-    }
+    use llmsession::store::MemoryStore;
+    let records = support::host_script::records_of(session).into_iter().map(|r| String::from_utf8(r).unwrap()).collect();
+    let store = MemoryStore::with_records(records);
     llmsession::Session::open(Box::new(store), llmsession::SessionOptions::default()).map(|(s, _)| s)
 }
 
@@ -41,7 +39,7 @@ fn reload(session: &llmsession::Session) -> llmsession::Result<llmsession::Sessi
 /// fork could not be loaded again ("lineage: the last ancestor must be the parent").
 #[test]
 fn fork_with_empty_or_inherited_seed_reloads() {
-    use llmsession::log::MemoryStore;
+    use llmsession::store::MemoryStore;
     use llmsession::{Session, SessionOptions};
     let root = Session::in_memory();
     root.append(llmsession::NewEvent::new("host/note", serde_json::json!({"n": 1}))).unwrap();
@@ -68,11 +66,10 @@ fn fork_with_empty_or_inherited_seed_reloads() {
 /// could likewise rebuild a request differently after a reload.
 #[test]
 fn numbers_survive_reloads_byte_for_byte() {
-    use llmsession::log::{MemoryStore, Store};
+    use llmsession::store::MemoryStore;
     let big = "23333333333333333333333333333333333333333333333333333333333333333338";
     let header = format!(r#"{{"createdAt":1,"format":"llmsession","id":"s","note":{big},"type":"session","version":1}}"#);
-    let mut store = MemoryStore::new();
-    store.append(&header).unwrap();
+    let store = MemoryStore::with_records(vec![header]);
     let (s, _) = llmsession::Session::open(Box::new(store), llmsession::SessionOptions::default()).unwrap();
     let first = s.header_record().to_value().to_string();
     let again = reload(&s).unwrap();

@@ -4,9 +4,10 @@
 use llmsession::agent::ToolResultInput;
 use llmsession::compaction::{PolicyTable, SummaryOutput, SummaryRequest};
 use llmsession::log::load::parse_records;
-use llmsession::log::{MemoryStore, TurnEndReason};
+use llmsession::log::TurnEndReason;
 use llmsession::prefix::{parse_listener_output, ListenerContext, PreStepInfo};
 use llmsession::request::verify_events;
+use llmsession::store::MemoryStore;
 use llmsession::types::blocks_from_value;
 use llmsession::{Agent, AgentOptions, Block, CancelToken, Error, ErrorKind, Message, Session, SessionOptions, Usage};
 use parking_lot::Mutex;
@@ -486,12 +487,7 @@ fn run_op(w: &mut World, op: &Value) -> Res<()> {
                 a.dispose().map_err(|e| err_str(&e))?;
             }
             if op.get("reload").and_then(Value::as_bool).unwrap_or(true) {
-                let mut store = MemoryStore::new();
-                use llmsession::log::Store;
-                store.append(&w.session.header_record().to_value().to_string()).unwrap();
-                for l in serde_json::from_str::<Value>(&w.session.events_json(0, None)).unwrap().as_array().unwrap() {
-                    store.append(&l.to_string()).unwrap();
-                }
+                let store = MemoryStore::with_records(w.session.records().iter().map(|r| r.to_string()).collect());
                 let (s, _) = Session::open(Box::new(store), SessionOptions::default()).map_err(|e| err_str(&e))?;
                 w.session = s;
             }

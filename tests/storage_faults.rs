@@ -4,7 +4,8 @@
 //! reported durable and verifies.
 
 use llmsession::agent::ToolResultInput;
-use llmsession::log::{Durability, JsonlStore, Store, StoreContents, TurnEndReason};
+use llmsession::log::TurnEndReason;
+use llmsession::store::{Batch, Durability, JsonlStore, Store, StoreContents};
 use llmsession::{Agent, AgentOptions, Block, CallConfig, CancelToken, Error, ErrorKind, Message, Role, Session, SessionOptions};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
@@ -52,17 +53,20 @@ impl Store for FaultStore {
     fn load(&mut self) -> llmsession::Result<StoreContents> {
         self.inner.load()
     }
-    fn append(&mut self, record: &str) -> llmsession::Result<()> {
+    fn append(&mut self, batch: &Batch<'_>) -> llmsession::Result<()> {
         if hit(&self.faults.append_in) {
             if self.faults.torn.load(Ordering::SeqCst) {
-                // Half the record reaches the file, then the disk is full.
+                // Half the first record reaches the file, then the disk is full.
                 use std::io::Write;
+                let first = batch.header.unwrap_or_else(|| &batch.events[0]);
                 let mut f = std::fs::OpenOptions::new().append(true).open(self.inner.path()).unwrap();
-                f.write_all(&record.as_bytes()[..record.len() / 2]).unwrap();
+                f.write_all(&first.as_bytes()[..first.len() / 2]).unwrap();
+                // The store cuts what a failed write of its own left after its last record.
+                self.inner.undo(self.inner.records()).unwrap();
             }
             return Err(os_error(libc::ENOSPC, "append"));
         }
-        self.inner.append(record)
+        self.inner.append(batch)
     }
     fn sync(&mut self) -> llmsession::Result<()> {
         if hit(&self.faults.sync_in) {
@@ -70,11 +74,17 @@ impl Store for FaultStore {
         }
         self.inner.sync()
     }
-    fn truncate(&mut self, records: usize) -> llmsession::Result<()> {
+    fn undo(&mut self, from: usize) -> llmsession::Result<()> {
         if self.faults.truncate_always.load(Ordering::SeqCst) {
             return Err(os_error(libc::EIO, "truncate"));
         }
-        self.inner.truncate(records)
+        self.inner.undo(from)
+    }
+    fn cut(&mut self, keep: usize, reason: &str) -> llmsession::Result<Option<String>> {
+        if self.faults.truncate_always.load(Ordering::SeqCst) {
+            return Err(os_error(libc::EIO, "truncate"));
+        }
+        self.inner.cut(keep, reason)
     }
     fn describe(&self) -> String {
         format!("fault store over {}", self.inner.describe())

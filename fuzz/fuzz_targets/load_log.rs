@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use llmsession::log::load::load_records;
-use llmsession::log::{MemoryStore, Store, StoreContents};
+use llmsession::store::{MemoryStore, Store, StoreContents};
 use llmsession::{Session, SessionOptions};
 
 fn split(data: &[u8]) -> StoreContents {

@@ -11,9 +11,10 @@
 
 use llmsession::header::delta::diff;
 use llmsession::log::load::{parse_records, SessionHeader};
-use llmsession::log::{Event, Log, StoreContents};
+use llmsession::log::{Event, Log};
 use llmsession::render::{RenderOptions, Renderer};
-use llmsession::request::{conversation_envelope, verify_events, PrefixBytes};
+use llmsession::request::{conversation_envelope, verify_contents, PrefixBytes};
+use llmsession::store::{JsonlStore, Store, StoreContents};
 use llmsession::{EpochHeader, Usage};
 use serde_json::{json, Value};
 use std::process::ExitCode;
@@ -40,18 +41,19 @@ const USAGE: &str = "usage:
   llmsession show LOG --step N [--render openai|anthropic]
   llmsession headers LOG";
 
-fn read_log(path: &str) -> Result<(SessionHeader, Vec<Event>), String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
-    let mut contents = StoreContents { records: Vec::new(), last_complete: bytes.last() == Some(&b'\n') };
-    for line in bytes.split(|b| *b == b'\n') {
-        contents.records.push(line.to_vec());
-    }
-    if contents.last_complete {
-        contents.records.pop();
-    }
+/// Reads a log the way a read-only session open does: no lock is taken and nothing is written,
+/// so this works on a log that a live agent is writing (complete lines only).
+fn read_contents(path: &str) -> Result<StoreContents, String> {
+    let mut store = JsonlStore::open_read_only(path).map_err(|e| e.message().to_string())?;
+    let contents = store.load().map_err(|e| e.message().to_string())?;
     if contents.records.is_empty() {
         return Err(format!("{path}: empty file, not a session log"));
     }
+    Ok(contents)
+}
+
+fn read_log(path: &str) -> Result<(SessionHeader, Vec<Event>), String> {
+    let contents = read_contents(path)?;
     parse_records(&contents.records).map_err(|e| format!("{path}: {}", e.message()))
 }
 
@@ -128,8 +130,8 @@ fn shared(prev: Option<&Seen>, cur: &Seen) -> usize {
 }
 
 fn cmd_verify(path: &str) -> Result<(), String> {
-    let (header, events) = read_log(path)?;
-    match verify_events(&header, &events) {
+    let contents = read_contents(path)?;
+    match verify_contents(&contents) {
         Ok(r) => {
             out!("ok: {} events, {} requests and {} compaction requests rebuilt byte for byte", r.events, r.requests, r.compactions);
             Ok(())

@@ -17,9 +17,9 @@ use super::status::lls_status;
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::load::LoadReport;
-use crate::log::{Durability, JsonlStore, MemoryStore, Store, StoreContents};
-use crate::request::{verify_records, VerifyReport};
+use crate::request::{verify_contents, VerifyReport};
 use crate::session::{Session, SessionOptions};
+use crate::store::{Batch, Durability, FileOptions, JsonlStore, MemoryStore, Store, StoreContents};
 use crate::types::Fields;
 use serde_json::{json, Value};
 use std::cell::RefCell;
@@ -110,13 +110,15 @@ pub(crate) fn check_not_in_store(key: u64) -> std::result::Result<(), FfiError> 
     Ok(())
 }
 
-/// A [`Store`] over one host callback. Every operation is a JSON request:
-/// `{"op":"load"}` → `{"records":[strings],"lastComplete"?:bool}`,
-/// `{"op":"append","record":str}`, `{"op":"sync"}`, `{"op":"truncate","records":n}` → any
-/// JSON. A failed or unusable reply is an [`ErrorKind::Storage`] error.
+/// A [`Store`] over one host callback. Every operation is a JSON request (see
+/// `lls_session_open_store` for the protocol); a failed or unusable reply is an
+/// [`ErrorKind::Storage`] error, `{"locked": why}` from `load` is [`ErrorKind::Locked`] and
+/// `{"conflict": why}` from `append` is [`ErrorKind::Conflict`].
 struct HostStore {
     callback: HostCallback,
     key: u64,
+    /// The session id (from the header record once loaded or created).
+    session_id: String,
 }
 
 impl HostStore {
@@ -126,6 +128,13 @@ impl HostStore {
         self.callback
             .call_json(&input, &CancelToken::new())
             .map_err(|e| e.with_kind(ErrorKind::Storage).context(format!("host store `{op}`")).with("op", op))
+    }
+
+    /// A refusal the host signalled in its reply (`{"locked": why}`, `{"conflict": why}`).
+    fn refusal(reply: &Value, key: &str, kind: ErrorKind, op: &str) -> Option<Error> {
+        let why = reply.as_object()?.get(key)?;
+        let why = why.as_str().map(str::to_string).unwrap_or_else(|| why.to_string());
+        Some(Error::new(kind, format!("host store `{op}`: {why}")).with("op", op))
     }
 }
 
@@ -138,6 +147,9 @@ fn store_reply_error(op: &str, e: Error) -> Error {
 impl Store for HostStore {
     fn load(&mut self) -> Result<StoreContents> {
         let reply = self.call("load", json!({"op": "load"}))?;
+        if let Some(e) = HostStore::refusal(&reply, "locked", ErrorKind::Locked, "load") {
+            return Err(e);
+        }
         let parse = || -> Result<StoreContents> {
             let f = Fields::of(&reply, "reply")?;
             let mut records = Vec::new();
@@ -146,23 +158,56 @@ impl Store for HostStore {
                 records.push(text.as_bytes().to_vec());
             }
             if let Some(k) = f.map.keys().find(|k| !["records", "lastComplete"].contains(&k.as_str())) {
-                return Err(Error::invalid(f.p(k), "is not a load reply field (expected records, lastComplete)"));
+                return Err(Error::invalid(f.p(k), "is not a load reply field (expected records, lastComplete, or locked)"));
             }
             Ok(StoreContents { records, last_complete: f.opt_bool("lastComplete")?.unwrap_or(true) })
         };
-        parse().map_err(|e| store_reply_error("load", e))
+        let contents = parse().map_err(|e| store_reply_error("load", e))?;
+        if let Some(id) = contents
+            .records
+            .first()
+            .and_then(|r| serde_json::from_slice::<Value>(r).ok())
+            .and_then(|v| v["id"].as_str().map(str::to_string))
+        {
+            self.session_id = id;
+        }
+        Ok(contents)
     }
 
-    fn append(&mut self, record: &str) -> Result<()> {
-        self.call("append", json!({"op": "append", "record": record})).map(|_| ())
+    fn append(&mut self, batch: &Batch<'_>) -> Result<()> {
+        let mut req = json!({"op": "append", "sessionId": batch.session_id, "seq": batch.seq, "records": batch.events.iter().map(|r| &**r).collect::<Vec<&str>>()});
+        if let Some(h) = batch.header {
+            req["header"] = h.into();
+        }
+        let reply = self.call("append", req)?;
+        if let Some(e) = HostStore::refusal(&reply, "conflict", ErrorKind::Conflict, "append") {
+            return Err(Error::new(
+                ErrorKind::Conflict,
+                format!(
+                    "{} (the append named seq {}): another writer appended to this session; refresh or reopen it",
+                    e.message(),
+                    batch.seq
+                ),
+            )
+            .with("op", "append")
+            .with("seq", batch.seq)
+            .with("sessionId", batch.session_id));
+        }
+        self.session_id = batch.session_id.to_string();
+        Ok(())
     }
 
     fn sync(&mut self) -> Result<()> {
         self.call("sync", json!({"op": "sync"})).map(|_| ())
     }
 
-    fn truncate(&mut self, records: usize) -> Result<()> {
-        self.call("truncate", json!({"op": "truncate", "records": records})).map(|_| ())
+    fn undo(&mut self, from: usize) -> Result<()> {
+        self.call("undo", json!({"op": "undo", "sessionId": self.session_id, "from": from})).map(|_| ())
+    }
+
+    fn cut(&mut self, keep: usize, reason: &str) -> Result<Option<String>> {
+        let reply = self.call("cut", json!({"op": "cut", "sessionId": self.session_id, "keep": keep, "reason": reason}))?;
+        Ok(reply.get("savedTo").and_then(Value::as_str).map(str::to_string))
     }
 
     fn describe(&self) -> String {
@@ -201,6 +246,33 @@ fn session_options<'a>(v: Option<&'a Value>, path: &'a str, more: &[&str]) -> Re
     Ok((SessionOptions { durability, id }, Some(f)))
 }
 
+/// Parses the file options `readOnly`, `mode` and `maxBytes` of `lls_session_open_file`.
+fn file_options(f: Option<&Fields<'_>>) -> Result<FileOptions> {
+    let mut o = FileOptions::default();
+    let Some(f) = f else { return Ok(o) };
+    o.read_only = f.opt_bool("readOnly")?.unwrap_or(false);
+    if let Some(m) = f.opt_value("mode")? {
+        let bits = match m {
+            Value::String(t) => u32::from_str_radix(t.trim_start_matches("0o"), 8).ok(),
+            Value::Number(n) => n.as_u64().and_then(|n| u32::try_from(n).ok()),
+            _ => None,
+        };
+        o.mode = match bits {
+            Some(b) if b <= 0o7777 => b,
+            _ => {
+                return Err(Error::invalid(
+                    f.p("mode"),
+                    "expected permission bits: an octal string such as \"0600\" or \"640\", or a number up to 4095",
+                ))
+            }
+        };
+    }
+    if let Some(n) = f.opt_u64("maxBytes")? {
+        o.max_bytes = n;
+    }
+    Ok(o)
+}
+
 /// A file path argument: UTF-8, not empty, no NUL byte.
 unsafe fn path_arg(ptr: *const c_char, len: usize, argument: &str) -> std::result::Result<String, FfiError> {
     // SAFETY: forwarded from the caller.
@@ -222,28 +294,17 @@ fn report_json(r: &LoadReport) -> String {
     if let Some(why) = &r.cut_reason {
         v["cutReason"] = why.clone().into();
     }
+    if r.cut_records > 0 {
+        v["cutDamaged"] = r.cut_damaged.into();
+    }
+    if let Some(p) = &r.cut_saved_to {
+        v["cutSavedTo"] = p.clone().into();
+    }
     v.to_string()
 }
 
 fn verify_json(r: &VerifyReport) -> String {
     json!({"events": r.events, "requests": r.requests, "compactions": r.compactions}).to_string()
-}
-
-/// Splits a stored file into records the way the JSONL store does.
-fn file_records(path: &str) -> Result<Vec<Vec<u8>>> {
-    let bytes = std::fs::read(path).map_err(|e| {
-        Error::new(ErrorKind::Storage, format!("{path}: cannot read: {e}"))
-            .with("path", path)
-            .with("os", e.raw_os_error().map(i64::from).unwrap_or(-1))
-    })?;
-    let mut records: Vec<Vec<u8>> = bytes.split(|b| *b == b'\n').map(<[u8]>::to_vec).collect();
-    if bytes.last() == Some(&b'\n') || bytes.is_empty() {
-        records.pop();
-    }
-    if records.is_empty() {
-        return Err(Error::new(ErrorKind::CorruptLog, format!("{path}: the file is empty, not a session log")).with("path", path));
-    }
-    Ok(records)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -284,21 +345,35 @@ pub unsafe extern "C" fn lls_session_new_memory(
 /// Opens the session stored in the JSONL file at `(path, path_len)` (UTF-8, need not be
 /// NUL-terminated), or creates the file with a new session when it is missing or empty.
 ///
-/// Loading checks every event; a torn last line (a crash mid-write) is cut, and a turn left
-/// open by a crash is closed with synthetic events (see `lls_session_load_report`). Damage
-/// before the last complete turn is `LLS_ERR_CORRUPT_LOG` with the `line` in the detail.
-/// `opts_json` (may be NULL) is as for `lls_session_new_memory`; `id` applies only to a new
-/// session.
+/// One writer: a writing open takes an exclusive lock on the file; while another handle (in
+/// this process or another) holds it, the open fails with `LLS_ERR_LOCKED` (detail `path`, and
+/// `holder` where the platform tells). The lock is released by `lls_session_free` (once no agent
+/// uses the session) and by the OS when the process dies.
+///
+/// Loading checks every event (and the chained digest of every record of a version 2 log). A
+/// writing open cuts a torn last line (a crash mid-write) or damage inside an unfinished last
+/// turn, keeping the cut bytes in a sidecar file `<path>.cut-<unix ms>`, and closes a turn left
+/// open by a crash with synthetic events (see `lls_session_load_report`). Damage before the last
+/// complete turn is `LLS_ERR_CORRUPT_LOG` with the `line` in the detail. The last path component
+/// must not be a symbolic link; devices and FIFOs are refused.
+///
+/// `opts_json` (may be NULL) is `{"id"?, "durability"?, "readOnly"?: bool, "mode"?: "0600",
+/// "maxBytes"?: n}`: `id` applies only to a new session; `readOnly` opens without the lock,
+/// creates and changes nothing (appends and agents get `LLS_ERR_READ_ONLY`; follow a writer with
+/// `lls_session_refresh`); `mode` is the permission bits of a file this call creates (default
+/// `"0600"`: logs hold users' prompts), as an octal string or a number; `maxBytes` the largest
+/// log it reads (default 8 GiB).
 ///
 /// Errors: `LLS_ERR_NULL_POINTER` (`path`, `out`), `LLS_ERR_INVALID_UTF8`,
 /// `LLS_ERR_INVALID_ARGUMENT` (empty path), `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT`,
-/// `LLS_ERR_STORAGE` (I/O; detail `path`, `os`), `LLS_ERR_CORRUPT_LOG`.
+/// `LLS_ERR_LOCKED`, `LLS_ERR_STORAGE` (I/O, a symbolic link, not a regular file, too large;
+/// detail `path`, `os`), `LLS_ERR_CORRUPT_LOG`.
 ///
 /// # Safety
 /// `path` NULL or `path_len` readable bytes; `opts_json` likewise; `out`, `err` NULL or valid
 /// for writes.
 ///
-/// Thread safety: may be called from any thread; open a file with one session at a time.
+/// Thread safety: may be called from any thread.
 #[no_mangle]
 pub unsafe extern "C" fn lls_session_open_file(
     path: *const c_char,
@@ -314,8 +389,9 @@ pub unsafe extern "C" fn lls_session_open_file(
             let out = Out::new(out, "out")?;
             let path = path_arg(path, path_len, "path")?;
             let v = buffers::input_json_opt(opts_json, opts_len, "opts_json")?;
-            let (opts, _) = session_options(v.as_ref(), "opts", &[])?;
-            let (session, report) = Session::open_jsonl(&path, opts)?;
+            let (opts, f) = session_options(v.as_ref(), "opts", &["readOnly", "mode", "maxBytes"])?;
+            let file = file_options(f.as_ref())?;
+            let (session, report) = Session::open_jsonl_with(&path, file, opts)?;
             out.write(SessionObject::register(session, report, 0));
             Ok(())
         })
@@ -328,14 +404,27 @@ pub unsafe extern "C" fn lls_session_open_file(
 ///
 /// - `{"op":"load"}` → `{"records": [string, ...], "lastComplete"?: bool}`: every stored
 ///   record in order (the session header first, then one event per record), and whether the
-///   last one was completely written (default true);
-/// - `{"op":"append","record": string}` → any JSON (e.g. `true`): store one record at the end;
+///   last one was completely written (default true); or `{"locked": why}` when another writer
+///   holds the session (the open fails with `LLS_ERR_LOCKED`);
+/// - `{"op":"append","sessionId": id,"seq": n,"records": [string, ...],"header"?: string}` →
+///   any JSON (e.g. `true`): store the records as the events with seqs `n, n+1, ...`, all of
+///   them or none (one transaction); `header` is the session header record, present when the
+///   append creates the session (then `n` is 0). When `n` is not the number of events stored
+///   (another writer appended first), store nothing and answer `{"conflict": why}`: the call
+///   fails with `LLS_ERR_CONFLICT` and the session appends nothing until refreshed. A database
+///   gets this from a unique key on `(sessionId, seq)`;
 /// - `{"op":"sync"}` → any JSON: make every appended record durable;
-/// - `{"op":"truncate","records": n}` → any JSON: keep only the first `n` records.
+/// - `{"op":"undo","sessionId": id,"from": n}` → any JSON: remove the records from record `n`
+///   on (the header is record 0), which this handle appended in its last append and could not
+///   make durable;
+/// - `{"op":"cut","sessionId": id,"keep": n,"reason": string}` → any JSON, optionally
+///   `{"savedTo": where}`: a damaged tail found on open: move the records from record `n` on out
+///   of the log, keeping them (a quarantine), not destroying them.
 ///
 /// A failed reply (`lls_reply_fail`, `LLS_CB_ERROR`, garbage) fails the operation with
 /// `LLS_ERR_STORAGE` (detail `op`, and `callback` for the failure's reason) and the session is
-/// left as it was: an append that the store refused is not in the log.
+/// left as it was: an append that the store refused is not in the log. `docs/storage.md` says
+/// what a host store must guarantee.
 ///
 /// The callback runs on the thread of the session call that needs the store, **while the
 /// session is locked**: it must not call into this session or its agent (refused with
@@ -347,8 +436,8 @@ pub unsafe extern "C" fn lls_session_open_file(
 /// session is freed and no agent uses it any more.
 ///
 /// Errors: `LLS_ERR_NULL_POINTER` (`store`, `out`), `LLS_ERR_INVALID_UTF8`,
-/// `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (options), `LLS_ERR_STORAGE`,
-/// `LLS_ERR_CORRUPT_LOG`.
+/// `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (options), `LLS_ERR_LOCKED`,
+/// `LLS_ERR_CONFLICT`, `LLS_ERR_STORAGE`, `LLS_ERR_CORRUPT_LOG`.
 ///
 /// # Safety
 /// `store`/`userdata`/`userdata_free` as for any callback registration; `opts_json` NULL or
@@ -373,7 +462,7 @@ pub unsafe extern "C" fn lls_session_open_store(
             let v = buffers::input_json_opt(opts_json, opts_len, "opts_json")?;
             let (opts, _) = session_options(v.as_ref(), "opts", &[])?;
             let key = NEXT_STORE_KEY.fetch_add(1, Ordering::Relaxed);
-            let (session, report) = Session::open(Box::new(HostStore { callback, key }), opts)?;
+            let (session, report) = Session::open(Box::new(HostStore { callback, key, session_id: String::new() }), opts)?;
             out.write(SessionObject::register(session, report, key));
             Ok(())
         })
@@ -611,7 +700,10 @@ pub unsafe extern "C" fn lls_session_header(
 }
 
 /// Counters over the session's log, as JSON `{"events","turns","requests","compactions",
-/// "surface","generation","cachedTokens","promptTokens"}`. Free `*out` with `lls_string_free`.
+/// "surface","generation","cachedTokens","promptTokens","readOnly","chainHead"?}` (`chainHead`:
+/// the chained digest after the last event, for a version 2 log; a host that keeps it elsewhere
+/// can tell a log that lost its last records from an intact one). Free `*out` with
+/// `lls_string_free`.
 ///
 /// Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`.
 ///
@@ -654,16 +746,7 @@ pub unsafe extern "C" fn lls_session_verify(
     err: *mut *mut lls_error,
 ) -> lls_status {
     // SAFETY: forwarded.
-    unsafe {
-        read_out(session, out, out_len, err, |s| {
-            let header = s.session.header_record().to_value().to_string();
-            let lines = s.session.with_log(|l| l.lines().to_vec());
-            let mut records = Vec::with_capacity(lines.len() + 1);
-            records.push(header.into_bytes());
-            records.extend(lines.iter().map(|l| l.as_bytes().to_vec()));
-            Ok(verify_json(&verify_records(&records)?))
-        })
-    }
+    unsafe { read_out(session, out, out_len, err, |s| Ok(verify_json(&s.session.verify()?))) }
 }
 
 /// Verifies a stored JSONL log at `(path, path_len)` without opening it as a session (nothing is
@@ -691,8 +774,13 @@ pub unsafe extern "C" fn lls_verify_file(
         boundary(err, || {
             let out = OutString::new(out, out_len, "out")?;
             let path = path_arg(path, path_len, "path")?;
-            let records = file_records(&path)?;
-            let report = verify_records(&records).map_err(|e| e.context(&path))?;
+            let contents = JsonlStore::open_read_only(&path)?.load()?;
+            if contents.records.is_empty() {
+                return Err(Error::new(ErrorKind::CorruptLog, format!("{path}: the file is empty, not a session log"))
+                    .with("path", path)
+                    .into());
+            }
+            let report = verify_contents(&contents).map_err(|e| e.context(&path))?;
             out.write(&verify_json(&report))
         })
     }
@@ -734,6 +822,39 @@ pub unsafe extern "C" fn lls_session_append(
             let _mutating = s.poison.enter()?;
             let seq = s.session.append_json(&v)?;
             out_seq.write(seq);
+            Ok(())
+        })
+    }
+}
+
+/// Reads what the session's store holds beyond this handle's last event, and stores the number
+/// of new events in `*out_new_events` (may be NULL).
+///
+/// For a read-only handle this follows a live writer: the events it appended since the open or
+/// the last refresh (complete records only; a record the writer is still writing is read by a
+/// later refresh). After `LLS_ERR_CONFLICT` on a writing handle it reads what the other writer
+/// appended, after which the handle may append again. New events are checked as loading checks
+/// them; on damage nothing is applied (`LLS_ERR_CORRUPT_LOG`, detail `line`). A writing handle
+/// refreshes only while no agent instance is live over it (`LLS_ERR_OUT_OF_ORDER`).
+///
+/// Errors: `LLS_ERR_NULL_POINTER` (`session`), `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_OUT_OF_ORDER`,
+/// `LLS_ERR_STORAGE`, `LLS_ERR_CORRUPT_LOG`, `LLS_ERR_LOCKED` (a database store whose lease
+/// another writer took).
+///
+/// # Safety
+/// `out_new_events`, `err` NULL or valid for writes.
+///
+/// Thread safety: may be called from any thread, concurrently with reads (serialised
+/// internally).
+#[no_mangle]
+pub unsafe extern "C" fn lls_session_refresh(session: *mut lls_session, out_new_events: *mut u64, err: *mut *mut lls_error) -> lls_status {
+    // SAFETY: pointer validity is the caller's contract, forwarded.
+    unsafe {
+        boundary(err, || {
+            let out = OptOut::new(out_new_events);
+            let s = session_arg(session, "session")?;
+            let report = s.session.refresh()?;
+            out.write(report.new_events);
             Ok(())
         })
     }

@@ -90,6 +90,24 @@ pub const LLS_ERR_POISONED: lls_status = 16;
 ///
 /// Thread safety: a constant.
 pub const LLS_ERR_INTERNAL: lls_status = 17;
+/// The session is in use: another writer (another handle in this process, another process, or
+/// another machine for a database store) holds its write lock or lease. The detail carries
+/// `path` or `sessionId` and, where the store can tell, the `holder`. Open it read-only to
+/// inspect it.
+///
+/// Thread safety: a constant.
+pub const LLS_ERR_LOCKED: lls_status = 18;
+/// The store refused an append because the seq it names is taken: another writer appended to
+/// the session. Nothing of the refused operation was applied; the session handle refuses
+/// further appends until it is refreshed (`lls_session_refresh`) or reopened. The detail
+/// carries `seq`.
+///
+/// Thread safety: a constant.
+pub const LLS_ERR_CONFLICT: lls_status = 19;
+/// The session was opened read-only: appends, agents and repairs are refused.
+///
+/// Thread safety: a constant.
+pub const LLS_ERR_READ_ONLY: lls_status = 20;
 
 /// A required pointer argument was NULL (the detail names the `argument`).
 ///
@@ -160,6 +178,9 @@ pub fn status_for_kind(kind: ErrorKind) -> lls_status {
         ErrorKind::Tokenizer => LLS_ERR_TOKENIZER,
         ErrorKind::Poisoned => LLS_ERR_POISONED,
         ErrorKind::Internal => LLS_ERR_INTERNAL,
+        ErrorKind::Locked => LLS_ERR_LOCKED,
+        ErrorKind::Conflict => LLS_ERR_CONFLICT,
+        ErrorKind::ReadOnly => LLS_ERR_READ_ONLY,
     }
 }
 
@@ -169,7 +190,7 @@ pub fn status_of(error: &Error) -> lls_status {
 }
 
 /// Every core error kind, in status order (used by tests and `status_name`).
-pub const ALL_KINDS: [ErrorKind; 17] = [
+pub const ALL_KINDS: [ErrorKind; 20] = [
     ErrorKind::MalformedJson,
     ErrorKind::InvalidInput,
     ErrorKind::OutOfOrder,
@@ -187,6 +208,9 @@ pub const ALL_KINDS: [ErrorKind; 17] = [
     ErrorKind::Tokenizer,
     ErrorKind::Poisoned,
     ErrorKind::Internal,
+    ErrorKind::Locked,
+    ErrorKind::Conflict,
+    ErrorKind::ReadOnly,
 ];
 
 /// A short stable name for a status (`"ok"`, the error kind's name, or the FFI condition's
@@ -246,6 +270,7 @@ mod tests {
         assert_eq!(LLS_ERR_MALFORMED_JSON, 1);
         assert_eq!(LLS_ERR_LISTENER, 9);
         assert_eq!(LLS_ERR_INTERNAL, 17);
+        assert_eq!((LLS_ERR_LOCKED, LLS_ERR_CONFLICT, LLS_ERR_READ_ONLY), (18, 19, 20));
         assert_eq!(LLS_ERR_NULL_POINTER, 100);
         assert_eq!(LLS_ERR_OUT_OF_MEMORY, 106);
         assert_eq!((LLS_CB_OK, LLS_CB_PENDING, LLS_CB_ERROR), (0, 1, 2));

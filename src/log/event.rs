@@ -161,7 +161,9 @@ impl Event {
                     .collect::<Result<Vec<u64>>>()?,
             ),
         };
-        if let Some(k) = f.map.keys().find(|k| !["type", "seq", "time", "data", "surfaceOp", "sources"].contains(&k.as_str())) {
+        // `chain` is the stored record's chained digest (log format 2), checked by the loader
+        // against the record's bytes; it is not part of the event.
+        if let Some(k) = f.map.keys().find(|k| !["type", "seq", "time", "data", "surfaceOp", "sources", "chain"].contains(&k.as_str())) {
             return Err(Error::invalid(f.p(k), "is not an event envelope field"));
         }
         Ok(Event { ty: ty.to_string(), seq: f.u64("seq")?, time: f.u64("time")?, data, surface_op, sources })
@@ -241,8 +243,8 @@ impl NewEvent {
     pub fn from_value(v: &Value, path: &str) -> Result<NewEvent> {
         let f = Fields::of(v, path)?;
         let mut m: JsonMap = f.map.clone();
-        if m.contains_key("seq") || m.contains_key("time") {
-            return Err(Error::invalid(path, "seq and time are assigned by the log; leave them out"));
+        if m.contains_key("seq") || m.contains_key("time") || m.contains_key("chain") {
+            return Err(Error::invalid(path, "seq, time and chain are assigned by the log; leave them out"));
         }
         m.insert("seq".into(), 0.into());
         m.insert("time".into(), 0.into());

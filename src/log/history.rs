@@ -218,6 +218,15 @@ pub(crate) fn derive_message(ev: &Event) -> Result<Option<(Derived, Message)>> {
     Ok(Some((Derived { seq: ev.seq, role: msg.role, json, calls, result_for, checkpoint }, msg)))
 }
 
+/// A saved position of a [`History`] (see [`History::mark`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Mark {
+    len: usize,
+    generation: u64,
+    bytes: usize,
+    sealed: usize,
+}
+
 /// The surface with its derivation cache.
 #[derive(Clone, Debug, Default)]
 pub struct History {
@@ -259,6 +268,23 @@ impl History {
     /// The surface seqs in order.
     pub fn seqs(&self) -> Vec<u64> {
         self.entries.iter().map(|d| d.seq).collect()
+    }
+
+    /// Where the history stands, for [`rollback`](Self::rollback) after pushes.
+    pub(crate) fn mark(&self) -> Mark {
+        Mark { len: self.entries.len(), generation: self.generation, bytes: self.bytes, sealed: self.sealed }
+    }
+
+    /// Drops the entries pushed since `m` was taken (only pushes: a replace needs a whole copy).
+    /// Entries that a seal since then rebuilt as ranges of a new run stay correct; they count as
+    /// unsealed again and are sealed anew later.
+    pub(crate) fn rollback(&mut self, m: Mark) {
+        debug_assert_eq!(m.generation, self.generation, "a replace cannot be rolled back by mark");
+        self.entries.truncate(m.len);
+        self.generation = m.generation;
+        self.bytes = m.bytes;
+        self.sealed = m.sealed.min(self.entries.len());
+        self.unsealed_bytes = self.entries[self.sealed..].iter().map(|d| d.json.len()).sum();
     }
 
     pub(crate) fn push(&mut self, d: Arc<Derived>) {

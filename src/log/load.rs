@@ -1,7 +1,9 @@
 //! Loading a stored log (SPEC §2 "Loading").
 //!
-//! The first record is the session header; it must name format `llmsession`, version 1.
-//! Every event is checked exactly as an append would be. A damaged record (unparseable, or
+//! The first record is the session header; it must name format `llmsession`, version 1 or 2.
+//! In a version 2 log every event record carries a chained digest ([`crate::log::chain`]); it is
+//! checked first, so an edited, inserted, removed or reordered record is damage at its line.
+//! Every event is then checked exactly as an append would be. A damaged record (unparseable, or
 //! rejected by validation) is tolerated only when no complete turn follows it: a torn last line
 //! from a crash mid-write, or damage inside the trailing unfinished turn. Everything from that
 //! record on is cut. A last record without its newline counts as torn even when it parses.
@@ -10,15 +12,19 @@
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::event::{types, Event, NewEvent, TurnEndReason};
 use crate::log::rules::as_corrupt;
-use crate::log::store::StoreContents;
-use crate::log::Log;
+use crate::log::{chain, Log};
+use crate::store::StoreContents;
 use crate::types::{Fields, JsonMap};
 use serde_json::{json, Value};
 
 /// The format name in the session header.
 pub const FORMAT: &str = "llmsession";
-/// The log format version this library reads and writes.
-pub const VERSION: u64 = 1;
+/// The log format version this library writes: version 2 chains every event record.
+pub const VERSION: u64 = 2;
+/// The oldest log format version this library reads. A version 1 log (no chain) is read as it
+/// is, and the events appended to it are written as version 1 records, so a file never mixes
+/// the two; `docs/log.md` says how to upgrade one.
+pub const OLDEST_VERSION: u64 = 1;
 
 /// The first record of a stored log.
 #[derive(Clone, Debug, PartialEq)]
@@ -33,6 +39,8 @@ pub struct SessionHeader {
     /// log (the last entry is the parent). Requests rebuilt from seeded events carry the id of
     /// the session that sent them.
     pub lineage: Vec<(String, u64)>,
+    /// The log format version: 2 (chained) for new sessions, 1 for older logs.
+    pub version: u64,
     /// Other fields, carried through.
     pub extra: JsonMap,
 }
@@ -50,8 +58,11 @@ impl SessionHeader {
             return Err(Error::invalid("format", format!("expected {FORMAT:?}, got {format:?}")));
         }
         let version = f.u64("version")?;
-        if version != VERSION {
-            return Err(Error::invalid("version", format!("unsupported log version {version} (this library reads version {VERSION})")));
+        if !(OLDEST_VERSION..=VERSION).contains(&version) {
+            return Err(Error::invalid(
+                "version",
+                format!("unsupported log version {version} (this library reads versions {OLDEST_VERSION} to {VERSION})"),
+            ));
         }
         let id = f.str("id")?;
         if id.is_empty() {
@@ -82,6 +93,7 @@ impl SessionHeader {
             created_at: f.u64("createdAt")?,
             parent,
             lineage,
+            version,
             extra: f.extra(&["type", "format", "version", "id", "createdAt", "parent", "lineage"]),
         })
     }
@@ -91,7 +103,7 @@ impl SessionHeader {
         let mut m = JsonMap::new();
         m.insert("type".into(), "session".into());
         m.insert("format".into(), FORMAT.into());
-        m.insert("version".into(), VERSION.into());
+        m.insert("version".into(), self.version.into());
         m.insert("id".into(), self.id.clone().into());
         m.insert("createdAt".into(), self.created_at.into());
         if let Some((id, n)) = &self.parent {
@@ -107,6 +119,26 @@ impl SessionHeader {
 }
 
 impl SessionHeader {
+    /// A new session's header (the current format version, no parent).
+    pub fn new(id: String, created_at: u64) -> SessionHeader {
+        SessionHeader { id, created_at, parent: None, lineage: Vec::new(), version: VERSION, extra: JsonMap::new() }
+    }
+
+    /// Whether the log's event records carry the chained digest (version 2 and later).
+    pub fn chained(&self) -> bool {
+        self.version >= 2
+    }
+
+    /// The empty log this header starts: chained from `record` (the header's stored bytes)
+    /// for a version 2 log.
+    pub fn start_log(&self, record: &[u8]) -> Log {
+        if self.chained() {
+            Log::chained(chain::start(record))
+        } else {
+            Log::new()
+        }
+    }
+
     /// The id of the session that appended event `seq` (an ancestor's for seeded events).
     pub fn session_id_at(&self, seq: u64) -> &str {
         self.lineage.iter().find(|(_, end)| seq < *end).map(|(id, _)| id.as_str()).unwrap_or(&self.id)
@@ -139,6 +171,10 @@ pub struct LoadReport {
     pub cut_at_line: Option<usize>,
     /// Why it was cut.
     pub cut_reason: Option<String>,
+    /// Whether the cut starts at a damaged record (false: only a torn last line was cut).
+    pub cut_damaged: bool,
+    /// Where the cut records were kept (a sidecar file, a quarantine table), if anywhere.
+    pub cut_saved_to: Option<String>,
     /// Synthetic events appended to close a turn left open.
     pub repaired_events: usize,
 }
@@ -153,6 +189,30 @@ pub struct Loaded {
     pub report: LoadReport,
     /// How many records are valid (header included); the store must be cut to this.
     pub keep_records: usize,
+}
+
+/// Checks one stored event record (that it parses, then its chain link in a chained log, then
+/// the log rules) and appends it. The
+/// record's buffer is released once it is read; a chained record is kept verbatim as the
+/// event's line, an unchained one is re-serialised.
+pub(crate) fn load_record(log: &mut Log, rec: &mut Vec<u8>) -> Result<()> {
+    let ev = parse_record(rec)?;
+    let link = match log.chain_head() {
+        Some(prev) => Some(chain::check(prev, rec).map_err(|why| Error::new(ErrorKind::CorruptLog, why))?),
+        None => None,
+    };
+    match link {
+        None => {
+            log.append_sized(&ev, rec.len() + 1)?;
+            *rec = Vec::new();
+        }
+        Some(link) => {
+            let effect = log.check(&ev)?;
+            let text = String::from_utf8(std::mem::take(rec)).expect("parse_record checked UTF-8");
+            log.commit_sealed(&ev, effect, text.into(), Some(link));
+        }
+    }
+    Ok(())
 }
 
 fn parse_record(rec: &[u8]) -> Result<Event> {
@@ -184,15 +244,12 @@ pub fn load_records_releasing(contents: &mut StoreContents) -> Result<Loaded> {
     // A last record without its newline was cut short by a crash, even when it happens to
     // parse: its append never returned, and keeping it would glue the next record onto it.
     let whole = if contents.last_complete { records.len() } else { records.len() - 1 };
-    let mut log = Log::new();
+    let mut log = header.start_log(first);
     let mut report = LoadReport::default();
     let mut keep = whole;
     for i in 1..whole {
         let line = i + 1;
-        let outcome = parse_record(&records[i]).and_then(|ev| log.append_sized(&ev, records[i].len() + 1).map(|_| ()));
-        if outcome.is_ok() {
-            records[i] = Vec::new();
-        }
+        let outcome = load_record(&mut log, &mut records[i]);
         if let Err(e) = outcome {
             let is_last = i == records.len() - 1;
             let later_complete_turn =
@@ -200,7 +257,8 @@ pub fn load_records_releasing(contents: &mut StoreContents) -> Result<Loaded> {
             if !is_last && later_complete_turn {
                 return Err(as_corrupt(e, line).context("damage before the last complete turn"));
             }
-            report.cut_reason = Some(e.message().to_string());
+            report.cut_reason = Some(format!("line {line}: {}", e.message()));
+            report.cut_damaged = true;
             keep = i;
             break;
         }

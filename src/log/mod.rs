@@ -6,16 +6,15 @@
 //! cache, the header fold). It knows nothing about storage; [`crate::session::Session`] ties a
 //! log to a [`Store`].
 
+pub mod chain;
 pub mod event;
 pub mod history;
 pub mod load;
 pub mod rules;
-pub mod store;
 
 pub use event::{Event, NewEvent, SurfaceOp, TurnEndReason, UserSource};
 pub use history::{Derived, History};
 pub use rules::{Effect, LogState};
-pub use store::{Durability, JsonlStore, MemoryStore, Store, StoreContents};
 
 use crate::error::Result;
 use std::sync::Arc;
@@ -25,12 +24,71 @@ use std::sync::Arc;
 pub struct Log {
     lines: Vec<Arc<str>>,
     state: LogState,
+    /// The chain value after the last event, for a chained (version 2) log.
+    chain: Option<chain::Link>,
+}
+
+/// What [`Log::savepoint`] saved.
+#[derive(Debug)]
+pub(crate) struct Savepoint {
+    lines: usize,
+    chain: Option<chain::Link>,
+    state: rules::StateSave,
 }
 
 impl Log {
-    /// An empty log.
+    /// An empty log whose records are not chained (a version 1 log, or events replayed for a
+    /// check).
     pub fn new() -> Log {
         Log::default()
+    }
+
+    /// An empty chained log (version 2): `start` is the digest of its session header record.
+    pub fn chained(start: chain::Link) -> Log {
+        Log { chain: Some(start), ..Log::default() }
+    }
+
+    /// The chain value after the last event, for a chained log.
+    pub fn chain_head(&self) -> Option<&chain::Link> {
+        self.chain.as_ref()
+    }
+
+    /// The stored form of an event's JSON line: with its chain field when the log is chained.
+    /// Returns the record and the chain value it ends with.
+    pub(crate) fn seal(&self, line: String) -> (Arc<str>, Option<chain::Link>) {
+        match &self.chain {
+            None => (line.into(), None),
+            Some(prev) => {
+                let (rec, next) = chain::seal(prev, &line);
+                (rec.into(), Some(next))
+            }
+        }
+    }
+
+    /// Applies a checked event with its stored record and the chain value the record ends with
+    /// (see [`seal`](Self::seal)).
+    pub(crate) fn commit_sealed(&mut self, ev: &Event, effect: Effect, line: Arc<str>, link: Option<chain::Link>) {
+        if link.is_some() {
+            self.chain = link;
+        }
+        self.commit(ev, effect, line);
+    }
+
+    /// Saves the log before a batch of appends (see [`LogState::savepoint`]).
+    pub(crate) fn savepoint(&self, replaces: bool, headers: bool) -> Savepoint {
+        Savepoint { lines: self.lines.len(), chain: self.chain, state: self.state.savepoint(replaces, headers) }
+    }
+
+    /// Notes the tool-call ids an effect about to be committed makes known.
+    pub(crate) fn note_effect(sp: &mut Savepoint, effect: &Effect) {
+        sp.state.added_calls.extend(effect.new_call_ids().map(str::to_string));
+    }
+
+    /// Undoes every append since `sp`.
+    pub(crate) fn rollback(&mut self, sp: Savepoint) {
+        self.lines.truncate(sp.lines);
+        self.chain = sp.chain;
+        self.state.rollback(sp.state);
     }
 
     /// Number of events.

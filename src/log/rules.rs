@@ -120,6 +120,42 @@ pub struct LogState {
     pub compactions: u64,
 }
 
+/// What [`LogState::savepoint`] saved.
+#[derive(Debug)]
+pub(crate) struct StateSave {
+    last_turn: u64,
+    open_turn: Option<OpenTurn>,
+    pending: Vec<PendingCall>,
+    compaction: Option<OpenCompaction>,
+    history: HistorySave,
+    headers: Option<HeaderFold>,
+    last_usage: Option<(u64, Usage)>,
+    last_replace_seq: Option<u64>,
+    requests: u64,
+    cached_tokens: u64,
+    prompt_tokens: u64,
+    compactions: u64,
+    /// Tool-call ids that effects applied since the savepoint made known.
+    pub added_calls: Vec<String>,
+}
+
+#[derive(Debug)]
+enum HistorySave {
+    Whole(History),
+    Mark(crate::log::history::Mark),
+}
+
+impl Effect {
+    /// The tool-call ids this effect makes known (an assistant message's calls).
+    pub(crate) fn new_call_ids(&self) -> impl Iterator<Item = &str> {
+        let calls: &[(String, String, String)] = match self {
+            Effect::Assistant(_, calls, _) => calls,
+            _ => &[],
+        };
+        calls.iter().map(|(id, _, _)| id.as_str())
+    }
+}
+
 fn field_err(ev: &Event, e: Error) -> Error {
     let field = e.detail().get("field").and_then(|f| f.as_str()).unwrap_or("").to_string();
     let name = if ev.ty.is_empty() { "event" } else { ev.ty.as_str() };
@@ -558,6 +594,52 @@ impl LogState {
                     self.compactions += 1;
                 }
             }
+        }
+    }
+
+    /// Saves what a batch of appends may change, so that [`rollback`](Self::rollback) can undo
+    /// them when the store refuses the batch. Cheap for the usual batch: the history is saved
+    /// by length unless the batch replaces a span (`replaces`), the header fold only when the
+    /// batch records a header (`headers`).
+    pub(crate) fn savepoint(&self, replaces: bool, headers: bool) -> StateSave {
+        StateSave {
+            last_turn: self.last_turn,
+            open_turn: self.open_turn.clone(),
+            pending: self.pending.clone(),
+            compaction: self.compaction.clone(),
+            history: if replaces { HistorySave::Whole(self.history.clone()) } else { HistorySave::Mark(self.history.mark()) },
+            headers: headers.then(|| self.headers.clone()),
+            last_usage: self.last_usage.clone(),
+            last_replace_seq: self.last_replace_seq,
+            requests: self.requests,
+            cached_tokens: self.cached_tokens,
+            prompt_tokens: self.prompt_tokens,
+            compactions: self.compactions,
+            added_calls: Vec::new(),
+        }
+    }
+
+    /// Undoes every effect applied since `save` was taken (see [`savepoint`](Self::savepoint)).
+    pub(crate) fn rollback(&mut self, save: StateSave) {
+        self.last_turn = save.last_turn;
+        self.open_turn = save.open_turn;
+        self.pending = save.pending;
+        self.compaction = save.compaction;
+        match save.history {
+            HistorySave::Whole(h) => self.history = h,
+            HistorySave::Mark(m) => self.history.rollback(m),
+        }
+        if let Some(h) = save.headers {
+            self.headers = h;
+        }
+        self.last_usage = save.last_usage;
+        self.last_replace_seq = save.last_replace_seq;
+        self.requests = save.requests;
+        self.cached_tokens = save.cached_tokens;
+        self.prompt_tokens = save.prompt_tokens;
+        self.compactions = save.compactions;
+        for id in save.added_calls {
+            self.known_calls.remove(&id);
         }
     }
 

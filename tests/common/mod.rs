@@ -4,8 +4,8 @@
 #![allow(dead_code)]
 
 use llmsession::error::{Error, ErrorKind, Result};
-use llmsession::log::store::StoreContents;
-use llmsession::log::{MemoryStore, Store};
+use llmsession::store::StoreContents;
+use llmsession::store::{Batch, MemoryStore, Store};
 use llmsession::{EpochHeader, NewEvent, Session, SessionOptions};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
@@ -205,9 +205,13 @@ pub fn field(e: &Error) -> &str {
 /// What a [`CountingStore`] saw, shared with the test.
 #[derive(Debug, Default)]
 pub struct StoreStats {
+    /// Append calls (batches).
     pub appends: usize,
     pub syncs: usize,
-    pub truncates: usize,
+    /// Undo calls (a failed sync's batch removed again).
+    pub undos: usize,
+    /// Cut calls (a damaged tail moved aside on open).
+    pub cuts: usize,
     /// Records appended so far (stored in the inner memory store).
     pub records: usize,
     /// Fail every append once this many records are stored.
@@ -234,14 +238,14 @@ impl Store for CountingStore {
     fn load(&mut self) -> Result<StoreContents> {
         self.inner.load()
     }
-    fn append(&mut self, record: &str) -> Result<()> {
+    fn append(&mut self, batch: &Batch<'_>) -> Result<()> {
         let mut st = self.stats.lock().unwrap();
         st.appends += 1;
         if st.fail_append_after.is_some_and(|n| st.records >= n) {
             return Err(Error::new(ErrorKind::Storage, "test store: disk full"));
         }
-        self.inner.append(record)?;
-        st.records += 1;
+        self.inner.append(batch)?;
+        st.records = self.inner.records().len();
         Ok(())
     }
     fn sync(&mut self) -> Result<()> {
@@ -252,12 +256,19 @@ impl Store for CountingStore {
         }
         Ok(())
     }
-    fn truncate(&mut self, records: usize) -> Result<()> {
+    fn undo(&mut self, from: usize) -> Result<()> {
         let mut st = self.stats.lock().unwrap();
-        st.truncates += 1;
-        self.inner.truncate(records)?;
+        st.undos += 1;
+        self.inner.undo(from)?;
         st.records = self.inner.records().len();
         Ok(())
+    }
+    fn cut(&mut self, keep: usize, reason: &str) -> Result<Option<String>> {
+        let mut st = self.stats.lock().unwrap();
+        st.cuts += 1;
+        self.inner.cut(keep, reason)?;
+        st.records = self.inner.records().len();
+        Ok(None)
     }
     fn describe(&self) -> String {
         "counting test store".into()
@@ -269,4 +280,21 @@ pub fn counting_session(opts: SessionOptions) -> (Session, Arc<Mutex<StoreStats>
     let (store, stats) = CountingStore::new();
     let s = Session::create(Box::new(store), opts).unwrap();
     (s, stats)
+}
+
+/// Recomputes the chained digest of every event record after a test edited records by hand
+/// (what a deliberate rewrite would do), so that the test reaches the checks behind the chain.
+/// A record that is not JSON is left as it is.
+pub fn rechain(lines: &mut [String]) {
+    let mut link = llmsession::log::chain::start(lines[0].as_bytes());
+    for l in lines[1..].iter_mut() {
+        let Ok(mut v) = serde_json::from_str::<Value>(l) else { continue };
+        let body = match v.as_object_mut().and_then(|m| m.remove("chain")) {
+            Some(_) if llmsession::log::chain::without_chain(l).len() < l.len() => llmsession::log::chain::without_chain(l).into_owned(),
+            _ => v.to_string(),
+        };
+        let (rec, next) = llmsession::log::chain::seal(&link, &body);
+        link = next;
+        *l = rec;
+    }
 }

@@ -11,9 +11,10 @@
 use llmsession::agent::ToolResultInput;
 use llmsession::compaction::{CompactionPolicy, SummaryOutput, SummaryRequest};
 use llmsession::log::load::parse_records;
-use llmsession::log::{Log, MemoryStore, Store, TurnEndReason, UserSource};
+use llmsession::log::{Log, TurnEndReason, UserSource};
 use llmsession::prefix::{context_event, ListenerContext, PreStepInfo};
 use llmsession::request::verify_events;
+use llmsession::store::MemoryStore;
 use llmsession::{
     Agent, AgentOptions, Block, CallConfig, CancelToken, Error, ErrorKind, Message, NewEvent, Role, Session, SessionOptions, ToolSchema,
     Usage,
@@ -325,12 +326,7 @@ impl World {
                     a.dispose()?;
                 }
                 if reload {
-                    let mut store = MemoryStore::new();
-                    store.append(&self.session.header_record().to_value().to_string())?;
-                    let lines: Vec<String> = self.session.with_log(|l| l.lines().iter().map(|s| s.to_string()).collect());
-                    for l in lines {
-                        store.append(&l)?;
-                    }
+                    let store = MemoryStore::with_records(self.session.records().iter().map(|r| r.to_string()).collect());
                     let (s, _) = Session::open(Box::new(store), SessionOptions::default())?;
                     self.session = s;
                 }
@@ -458,9 +454,7 @@ impl World {
 
 /// The stored records of a session (header first), as a reload would see them.
 pub fn records_of(session: &Session) -> Vec<Vec<u8>> {
-    let mut records = vec![session.header_record().to_value().to_string().into_bytes()];
-    session.with_log(|l| records.extend(l.lines().iter().map(|s| s.as_bytes().to_vec())));
-    records
+    session.records().iter().map(|r| r.as_bytes().to_vec()).collect()
 }
 
 /// Verifies a session's log and compares its history with a from-scratch replay.

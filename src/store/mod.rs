@@ -1,0 +1,248 @@
+//! Storage for a session log (SPEC §2 "Storage", "One writer per session"): in memory
+//! ([`MemoryStore`]), a JSONL file ([`JsonlStore`], the embedded default), or a store the host
+//! provides (the C ABI adapts a host callback to the [`Store`] trait).
+//!
+//! A store holds records: the session header first, then one event per record, each a line of
+//! JSON without its newline. The rules every store follows are written down once, here and in
+//! `docs/storage.md`:
+//!
+//! - **One writer.** A store opened for writing is the only writer of its session: a second
+//!   writer is refused when it opens ([`ErrorKind::Locked`](crate::ErrorKind::Locked)). A store
+//!   opened read-only takes no write lock and refuses appends
+//!   ([`ErrorKind::ReadOnly`](crate::ErrorKind::ReadOnly)).
+//! - **Conditional, atomic appends.** Every append is a [`Batch`] that names the seq its first
+//!   event must have. A store whose next seq is not that one refuses the whole batch
+//!   ([`ErrorKind::Conflict`](crate::ErrorKind::Conflict)) and writes nothing; a store that fails
+//!   (an I/O error) leaves nothing of the batch behind, or at most a torn last record that
+//!   loading cuts. A store never removes a record another writer wrote.
+//! - **Durability.** [`Store::sync`] makes every appended record durable; the [`Durability`]
+//!   policy decides when the session calls it.
+//! - **Evidence is kept.** Records that loading cuts (a torn or damaged tail) are moved aside
+//!   ([`Store::cut`]), not destroyed.
+
+pub mod file;
+mod jsonl;
+
+pub use jsonl::{FileOptions, JsonlStore};
+
+use crate::error::{Error, ErrorKind, Result};
+use std::sync::Arc;
+
+/// When appended events are made durable (fsync for a file, a synchronous commit for a
+/// database).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// After every event.
+    EveryEvent,
+    /// After every `turn/end` (and after repairs and compactions).
+    #[default]
+    TurnEnd,
+    /// Never explicitly (the OS or the database server decides).
+    Never,
+}
+
+impl Durability {
+    /// Parses "every-event" | "turn-end" | "never".
+    pub fn parse(s: &str) -> Result<Durability> {
+        match s {
+            "every-event" => Ok(Durability::EveryEvent),
+            "turn-end" => Ok(Durability::TurnEnd),
+            "never" => Ok(Durability::Never),
+            other => Err(Error::invalid("durability", format!("expected \"every-event\", \"turn-end\" or \"never\", got {other:?}"))),
+        }
+    }
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Durability::EveryEvent => "every-event",
+            Durability::TurnEnd => "turn-end",
+            Durability::Never => "never",
+        }
+    }
+}
+
+/// What a store holds when a session is opened (or, for [`Store::load_from`], what it holds
+/// from a record on).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StoreContents {
+    /// The records in order (raw bytes: a damaged file may hold invalid UTF-8).
+    pub records: Vec<Vec<u8>>,
+    /// Whether the last record was completely written (a file's last line ended with '\n').
+    pub last_complete: bool,
+}
+
+impl StoreContents {
+    /// Splits the bytes of a JSONL log into records, one per line; a last line without its
+    /// newline is a torn record (`last_complete` is false).
+    pub fn from_jsonl(bytes: &[u8]) -> StoreContents {
+        let mut records = Vec::new();
+        let mut start = 0;
+        for (i, b) in bytes.iter().enumerate() {
+            if *b == b'\n' {
+                records.push(bytes[start..i].to_vec());
+                start = i + 1;
+            }
+        }
+        let last_complete = start == bytes.len();
+        if !last_complete {
+            records.push(bytes[start..].to_vec());
+        }
+        StoreContents { records, last_complete }
+    }
+}
+
+/// One atomic, conditional append: the records of `events` become the events with seqs
+/// `seq, seq + 1, ...` of session `session_id`, all of them or none.
+#[derive(Clone, Copy, Debug)]
+pub struct Batch<'a> {
+    /// The session the records belong to.
+    pub session_id: &'a str,
+    /// The session header record, when this batch creates the session (then `seq` is 0).
+    pub header: Option<&'a str>,
+    /// The seq the first event record must have: the number of events the store holds.
+    pub seq: u64,
+    /// The event records (JSON lines without their newline).
+    pub events: &'a [Arc<str>],
+}
+
+impl Batch<'_> {
+    /// The number of records the batch writes (header included).
+    pub fn len(&self) -> usize {
+        self.events.len() + usize::from(self.header.is_some())
+    }
+
+    /// Whether the batch writes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A place to keep a session log. See the module docs for the rules every store follows.
+pub trait Store: Send {
+    /// Every stored record, in order (the session header first).
+    fn load(&mut self) -> Result<StoreContents>;
+
+    /// The records from record `from` on (`from` counts the header: the first event is record
+    /// 1), for a refresh. A torn last record is reported through `last_complete`, not as an
+    /// error. The default loads everything and drops the first `from` records.
+    fn load_from(&mut self, from: usize) -> Result<StoreContents> {
+        let mut c = self.load()?;
+        if from >= c.records.len() {
+            c.records.clear();
+            c.last_complete = true;
+        } else {
+            c.records.drain(..from);
+        }
+        Ok(c)
+    }
+
+    /// Appends a batch, all or nothing, if the store's next seq is `batch.seq` (and, with a
+    /// header, the store holds no session yet); otherwise [`ErrorKind::Conflict`] and nothing is
+    /// written.
+    fn append(&mut self, batch: &Batch<'_>) -> Result<()>;
+
+    /// Makes every appended record durable.
+    fn sync(&mut self) -> Result<()>;
+
+    /// Removes the records of this handle's last append, which start at record `from`, after
+    /// it could not be made durable. Only ever removes what this handle wrote.
+    fn undo(&mut self, from: usize) -> Result<()>;
+
+    /// Moves the records from record `keep` on out of the log (a torn or damaged tail found on
+    /// open), keeping them as evidence; returns where they went (a file, a table), if anywhere.
+    fn cut(&mut self, keep: usize, reason: &str) -> Result<Option<String>>;
+
+    /// A short description for messages ("memory", a file path, ...).
+    fn describe(&self) -> String;
+
+    /// Whether this store was opened read-only (appends are refused).
+    fn read_only(&self) -> bool {
+        false
+    }
+}
+
+/// The error a read-only store gives for a write.
+pub fn read_only_error(store: &str, what: &str) -> Error {
+    Error::new(
+        ErrorKind::ReadOnly,
+        format!("{store}: opened read-only, so it cannot {what}; open it for writing (one writer at a time) to change it"),
+    )
+    .with("store", store.to_string())
+}
+
+/// The error for a batch whose seq is not the store's next one.
+pub fn conflict_error(store: &str, want: u64, have: u64) -> Error {
+    Error::new(
+        ErrorKind::Conflict,
+        format!(
+            "{store}: the append names seq {want}, but the store holds {have} events: another writer appended to this session; refresh or reopen it"
+        ),
+    )
+    .with("store", store.to_string())
+    .with("seq", want)
+    .with("storeSeq", have)
+}
+
+/// Records in memory.
+#[derive(Clone, Debug, Default)]
+pub struct MemoryStore {
+    records: Vec<String>,
+    cut: Vec<String>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> MemoryStore {
+        MemoryStore::default()
+    }
+
+    /// A store holding these records (for tests and tools).
+    pub fn with_records(records: Vec<String>) -> MemoryStore {
+        MemoryStore { records, cut: Vec::new() }
+    }
+
+    /// The stored records.
+    pub fn records(&self) -> &[String] {
+        &self.records
+    }
+
+    /// The records that [`Store::cut`] moved aside, in order.
+    pub fn cut_records(&self) -> &[String] {
+        &self.cut
+    }
+}
+
+impl Store for MemoryStore {
+    fn load(&mut self) -> Result<StoreContents> {
+        Ok(StoreContents { records: self.records.iter().map(|r| r.as_bytes().to_vec()).collect(), last_complete: true })
+    }
+    fn append(&mut self, batch: &Batch<'_>) -> Result<()> {
+        let have = self.records.len().saturating_sub(1) as u64;
+        if batch.header.is_some() != self.records.is_empty() || (!self.records.is_empty() && have != batch.seq) {
+            return Err(conflict_error("memory", batch.seq, have));
+        }
+        if let Some(h) = batch.header {
+            self.records.push(h.to_string());
+        }
+        self.records.extend(batch.events.iter().map(|r| r.to_string()));
+        Ok(())
+    }
+    fn sync(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn undo(&mut self, from: usize) -> Result<()> {
+        self.records.truncate(from);
+        Ok(())
+    }
+    fn cut(&mut self, keep: usize, _reason: &str) -> Result<Option<String>> {
+        if keep < self.records.len() {
+            let tail = self.records.split_off(keep);
+            self.cut.extend(tail);
+        }
+        Ok(None)
+    }
+    fn describe(&self) -> String {
+        "memory".into()
+    }
+}
