@@ -298,6 +298,33 @@ typedef void (*lls_userdata_free_fn)(void *userdata);
 #define LLS_ERR_INTERNAL 17
 
 /**
+ * The session is in use: another writer (another handle in this process, another process, or
+ * another machine for a database store) holds its write lock or lease. The detail carries
+ * `path` or `sessionId` and, where the store can tell, the `holder`. Open it read-only to
+ * inspect it.
+ *
+ * Thread safety: a constant.
+ */
+#define LLS_ERR_LOCKED 18
+
+/**
+ * The store refused an append because the seq it names is taken: another writer appended to
+ * the session. Nothing of the refused operation was applied; the session handle refuses
+ * further appends until it is refreshed (`lls_session_refresh`) or reopened. The detail
+ * carries `seq`.
+ *
+ * Thread safety: a constant.
+ */
+#define LLS_ERR_CONFLICT 19
+
+/**
+ * The session was opened read-only: appends, agents and repairs are refused.
+ *
+ * Thread safety: a constant.
+ */
+#define LLS_ERR_READ_ONLY 20
+
+/**
  * A required pointer argument was NULL (the detail names the `argument`).
  *
  * Thread safety: a constant.
@@ -1180,21 +1207,35 @@ lls_status lls_session_new_memory(const char *opts_json,
  * Opens the session stored in the JSONL file at `(path, path_len)` (UTF-8, need not be
  * NUL-terminated), or creates the file with a new session when it is missing or empty.
  *
- * Loading checks every event; a torn last line (a crash mid-write) is cut, and a turn left
- * open by a crash is closed with synthetic events (see `lls_session_load_report`). Damage
- * before the last complete turn is `LLS_ERR_CORRUPT_LOG` with the `line` in the detail.
- * `opts_json` (may be NULL) is as for `lls_session_new_memory`; `id` applies only to a new
- * session.
+ * One writer: a writing open takes an exclusive lock on the file; while another handle (in
+ * this process or another) holds it, the open fails with `LLS_ERR_LOCKED` (detail `path`, and
+ * `holder` where the platform tells). The lock is released by `lls_session_free` (once no agent
+ * uses the session) and by the OS when the process dies.
+ *
+ * Loading checks every event (and the chained digest of every record of a version 2 log). A
+ * writing open cuts a torn last line (a crash mid-write) or damage inside an unfinished last
+ * turn, keeping the cut bytes in a sidecar file `<path>.cut-<unix ms>`, and closes a turn left
+ * open by a crash with synthetic events (see `lls_session_load_report`). Damage before the last
+ * complete turn is `LLS_ERR_CORRUPT_LOG` with the `line` in the detail. The last path component
+ * must not be a symbolic link; devices and FIFOs are refused.
+ *
+ * `opts_json` (may be NULL) is `{"id"?, "durability"?, "readOnly"?: bool, "mode"?: "0600",
+ * "maxBytes"?: n}`: `id` applies only to a new session; `readOnly` opens without the lock,
+ * creates and changes nothing (appends and agents get `LLS_ERR_READ_ONLY`; follow a writer with
+ * `lls_session_refresh`); `mode` is the permission bits of a file this call creates (default
+ * `"0600"`: logs hold users' prompts), as an octal string or a number; `maxBytes` the largest
+ * log it reads (default 8 GiB).
  *
  * Errors: `LLS_ERR_NULL_POINTER` (`path`, `out`), `LLS_ERR_INVALID_UTF8`,
  * `LLS_ERR_INVALID_ARGUMENT` (empty path), `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT`,
- * `LLS_ERR_STORAGE` (I/O; detail `path`, `os`), `LLS_ERR_CORRUPT_LOG`.
+ * `LLS_ERR_LOCKED`, `LLS_ERR_STORAGE` (I/O, a symbolic link, not a regular file, too large;
+ * detail `path`, `os`), `LLS_ERR_CORRUPT_LOG`.
  *
  * # Safety
  * `path` NULL or `path_len` readable bytes; `opts_json` likewise; `out`, `err` NULL or valid
  * for writes.
  *
- * Thread safety: may be called from any thread; open a file with one session at a time.
+ * Thread safety: may be called from any thread.
  */
 lls_status lls_session_open_file(const char *path,
                                  size_t path_len,
@@ -1210,14 +1251,27 @@ lls_status lls_session_open_file(const char *path,
  *
  * - `{"op":"load"}` → `{"records": [string, ...], "lastComplete"?: bool}`: every stored
  *   record in order (the session header first, then one event per record), and whether the
- *   last one was completely written (default true);
- * - `{"op":"append","record": string}` → any JSON (e.g. `true`): store one record at the end;
+ *   last one was completely written (default true); or `{"locked": why}` when another writer
+ *   holds the session (the open fails with `LLS_ERR_LOCKED`);
+ * - `{"op":"append","sessionId": id,"seq": n,"records": [string, ...],"header"?: string}` →
+ *   any JSON (e.g. `true`): store the records as the events with seqs `n, n+1, ...`, all of
+ *   them or none (one transaction); `header` is the session header record, present when the
+ *   append creates the session (then `n` is 0). When `n` is not the number of events stored
+ *   (another writer appended first), store nothing and answer `{"conflict": why}`: the call
+ *   fails with `LLS_ERR_CONFLICT` and the session appends nothing until refreshed. A database
+ *   gets this from a unique key on `(sessionId, seq)`;
  * - `{"op":"sync"}` → any JSON: make every appended record durable;
- * - `{"op":"truncate","records": n}` → any JSON: keep only the first `n` records.
+ * - `{"op":"undo","sessionId": id,"from": n}` → any JSON: remove the records from record `n`
+ *   on (the header is record 0), which this handle appended in its last append and could not
+ *   make durable;
+ * - `{"op":"cut","sessionId": id,"keep": n,"reason": string}` → any JSON, optionally
+ *   `{"savedTo": where}`: a damaged tail found on open: move the records from record `n` on out
+ *   of the log, keeping them (a quarantine), not destroying them.
  *
  * A failed reply (`lls_reply_fail`, `LLS_CB_ERROR`, garbage) fails the operation with
  * `LLS_ERR_STORAGE` (detail `op`, and `callback` for the failure's reason) and the session is
- * left as it was: an append that the store refused is not in the log.
+ * left as it was: an append that the store refused is not in the log. `docs/storage.md` says
+ * what a host store must guarantee.
  *
  * The callback runs on the thread of the session call that needs the store, **while the
  * session is locked**: it must not call into this session or its agent (refused with
@@ -1229,8 +1283,8 @@ lls_status lls_session_open_file(const char *path,
  * session is freed and no agent uses it any more.
  *
  * Errors: `LLS_ERR_NULL_POINTER` (`store`, `out`), `LLS_ERR_INVALID_UTF8`,
- * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (options), `LLS_ERR_STORAGE`,
- * `LLS_ERR_CORRUPT_LOG`.
+ * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (options), `LLS_ERR_LOCKED`,
+ * `LLS_ERR_CONFLICT`, `LLS_ERR_STORAGE`, `LLS_ERR_CORRUPT_LOG`.
  *
  * # Safety
  * `store`/`userdata`/`userdata_free` as for any callback registration; `opts_json` NULL or
@@ -1383,7 +1437,10 @@ lls_status lls_session_header(const lls_session *session,
 
 /**
  * Counters over the session's log, as JSON `{"events","turns","requests","compactions",
- * "surface","generation","cachedTokens","promptTokens"}`. Free `*out` with `lls_string_free`.
+ * "surface","generation","cachedTokens","promptTokens","readOnly","chainHead"?}` (`chainHead`:
+ * the chained digest after the last event, for a version 2 log; a host that keeps it elsewhere
+ * can tell a log that lost its last records from an intact one). Free `*out` with
+ * `lls_string_free`.
  *
  * Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`.
  *
@@ -1459,6 +1516,29 @@ lls_status lls_session_append(lls_session *session,
                               size_t event_len,
                               uint64_t *out_seq,
                               lls_error **err);
+
+/**
+ * Reads what the session's store holds beyond this handle's last event, and stores the number
+ * of new events in `*out_new_events` (may be NULL).
+ *
+ * For a read-only handle this follows a live writer: the events it appended since the open or
+ * the last refresh (complete records only; a record the writer is still writing is read by a
+ * later refresh). After `LLS_ERR_CONFLICT` on a writing handle it reads what the other writer
+ * appended, after which the handle may append again. New events are checked as loading checks
+ * them; on damage nothing is applied (`LLS_ERR_CORRUPT_LOG`, detail `line`). A writing handle
+ * refreshes only while no agent instance is live over it (`LLS_ERR_OUT_OF_ORDER`).
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`session`), `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_OUT_OF_ORDER`,
+ * `LLS_ERR_STORAGE`, `LLS_ERR_CORRUPT_LOG`, `LLS_ERR_LOCKED` (a database store whose lease
+ * another writer took).
+ *
+ * # Safety
+ * `out_new_events`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread, concurrently with reads (serialised
+ * internally).
+ */
+lls_status lls_session_refresh(lls_session *session, uint64_t *out_new_events, lls_error **err);
 
 /**
  * Makes every event appended so far durable now (fsync for a file, `{"op":"sync"}` for a host

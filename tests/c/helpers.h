@@ -75,6 +75,17 @@ static inline char *events_of(const lls_session *s) {
         lls_string_free(after_);                                                          \
     } while (0)
 
+/* Removes every `,"chain":"<64 hex>"` field from `json` in place (a fork chains its records
+   anew under its own header, so its events equal the parent's without their chains). */
+static inline void strip_chains(char *json) {
+    const char *field = ",\"chain\":\"";
+    size_t flen = strlen(field), total = flen + 64 + 1;
+    char *p;
+    while ((p = strstr(json, field)) != NULL) {
+        memmove(p, p + total, strlen(p + total) + 1);
+    }
+}
+
 /* How many times `needle` occurs in `hay`. */
 static inline int count_of(const char *hay, const char *needle) {
     int n = 0;

@@ -4,6 +4,7 @@
 
 #include "helpers.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const char NOTE[] = "{\"type\":\"host/note\",\"data\":{\"text\":\"hello\"}}";
@@ -157,7 +158,7 @@ static void test_session_bad_inputs(void) {
     EXPECT_ERR(lls_session_append(s, S("{\"type\":\"host/note\"}"), &seq, &err), LLS_ERR_INVALID_INPUT, "data: is required");
     EXPECT_ERR(lls_session_append(s, S("{\"type\":7,\"data\":{}}"), &seq, &err), LLS_ERR_INVALID_INPUT, "type: expected a string");
     EXPECT_ERR(lls_session_append(s, S("{\"type\":\"host/note\",\"data\":{},\"seq\":1}"), &seq, &err),
-               LLS_ERR_INVALID_INPUT, "seq and time are assigned by the log");
+               LLS_ERR_INVALID_INPUT, "seq, time and chain are assigned by the log");
     EXPECT_ERR(lls_session_append(s, S("\"just a string\""), &seq, &err), LLS_ERR_INVALID_INPUT, "expected an object");
     EXPECT_ERR(lls_session_append(s, S("{\"type\":\"step/start\",\"data\":{\"turn\":1,\"step\":1}}"), &seq, &err),
                LLS_ERR_INVALID_INPUT, "data.instance: is required");
@@ -192,7 +193,7 @@ static void test_session_bad_inputs(void) {
     EXPECT_ERR(lls_verify_file(NULL, 0, &out, NULL, &err), LLS_ERR_NULL_POINTER, "argument `path` is NULL");
     EXPECT_ERR(lls_verify_file(S("/nonexistent/llmsession/log.jsonl"), NULL, NULL, &err), LLS_ERR_NULL_POINTER, "argument `out` is NULL");
     EXPECT_ERR_DETAIL(lls_verify_file(S("/nonexistent/llmsession/log.jsonl"), &out, NULL, &err), LLS_ERR_STORAGE,
-                      "/nonexistent/llmsession/log.jsonl: cannot read", "\"path\":\"/nonexistent/llmsession/log.jsonl\"");
+                      "/nonexistent/llmsession/log.jsonl: cannot open a session log", "\"path\":\"/nonexistent/llmsession/log.jsonl\"");
     EXPECT_ERR(lls_verify_file(S("\xc3"), &out, NULL, &err), LLS_ERR_INVALID_UTF8, "`path`");
     CHECK(made == NULL);
     CHECK(out == NULL);
@@ -278,10 +279,12 @@ static void test_file_session(void) {
     CHECK_CONTAINS(t, "\"parent\":{\"id\":\"file-1\",\"seedLength\":1}");
     lls_string_free(t);
     CHECK_INT(event_count(child), 1);
-    /* A file that already holds a session cannot take a fork. */
+    /* A file another handle writes cannot take a fork (its lock is held); one that already
+       holds a session cannot either. */
     lls_session *again = NULL;
-    EXPECT_ERR(lls_session_fork(s, opts, strlen(opts), &again, &err), LLS_ERR_INVALID_INPUT, "already holds a session");
+    EXPECT_ERR(lls_session_fork(s, opts, strlen(opts), &again, &err), LLS_ERR_LOCKED, "the session is in use");
     lls_session_free(child);
+    EXPECT_ERR(lls_session_fork(s, opts, strlen(opts), &again, &err), LLS_ERR_INVALID_INPUT, "already holds a session");
     EXPECT_OK(lls_verify_file(child_path, strlen(child_path), &t, NULL, &err));
     CHECK_STR(t, "{\"compactions\":0,\"events\":1,\"requests\":0}");
     lls_string_free(t);
@@ -294,15 +297,124 @@ static void test_file_session(void) {
     CHECK(access(never, F_OK) != 0);
     CHECK(again == NULL);
 
-    /* Fork into memory with the defaults: every event. */
+    /* Fork into memory with the defaults: every event (chained anew under the fork's header). */
     EXPECT_OK(lls_session_fork(s, NULL, 0, &child, &err));
-    CHECK_UNCHANGED(child, before);
+    {
+        char *forked = events_of(child);
+        char *parent = strdup(before);
+        strip_chains(forked);
+        strip_chains(parent);
+        CHECK_STR(forked, parent);
+        free(parent);
+        lls_string_free(forked);
+    }
     lls_session_free(child);
     lls_session_free(s);
     lls_string_free(before);
     unlink(path);
     unlink(bad);
     unlink(child_path);
+}
+
+/* ---------------------------------------------------------------- one writer per file */
+
+static void test_file_single_writer(void) {
+    char path[128], link[128], fifo[128];
+    path_in_tmp(path, sizeof path, "writer.jsonl");
+    lls_session *w = NULL, *other = NULL, *r = NULL;
+    EXPECT_OK(lls_session_open_file(path, strlen(path), S("{\"durability\":\"every-event\"}"), &w, &err));
+
+    /* Created private: 0600 whatever the umask allows. */
+    struct stat st;
+    CHECK(stat(path, &st) == 0);
+    CHECK_INT(st.st_mode & 0777, 0600);
+
+    /* A second writer, here in the same process, is refused at open, naming the file and the
+       holder. */
+    EXPECT_ERR_DETAIL(lls_session_open_file(path, strlen(path), NULL, 0, &other, &err), LLS_ERR_LOCKED,
+                      "the session is in use", "\"holder\":\"this process");
+    CHECK(other == NULL);
+
+    /* A reader takes no lock, refuses writes and agents, and follows the writer. */
+    EXPECT_OK(lls_session_open_file(path, strlen(path), S("{\"readOnly\":true}"), &r, &err));
+    CHECK_INT(event_count(r), 0);
+    EXPECT_ERR(lls_session_append(r, S(NOTE), NULL, &err), LLS_ERR_READ_ONLY, "opened read-only");
+    lls_agent *a = NULL;
+    EXPECT_ERR(lls_agent_new(r, S("{\"config\":{\"provider\":\"p\",\"model\":\"m\"}}"), &a, &err), LLS_ERR_READ_ONLY,
+               "run an agent instance");
+    CHECK(a == NULL);
+    EXPECT_OK(lls_session_append(w, S(NOTE), NULL, &err));
+    EXPECT_OK(lls_session_append(w, S(CONTEXT), NULL, &err));
+    uint64_t fresh = 0;
+    EXPECT_OK(lls_session_refresh(r, &fresh, &err));
+    CHECK_INT(fresh, 2);
+    char *mine = events_of(w);
+    CHECK_UNCHANGED(r, mine);
+    /* A record the writer is still writing is not read yet, and is no error. */
+    append_raw(path, "{\"type\":\"host/no");
+    EXPECT_OK(lls_session_refresh(r, &fresh, &err));
+    CHECK_INT(fresh, 0);
+    char *stats = NULL;
+    EXPECT_OK(lls_session_stats(r, &stats, NULL, &err));
+    CHECK_CONTAINS(stats, "\"readOnly\":true");
+    CHECK_CONTAINS(stats, "\"chainHead\":\"");
+    lls_string_free(stats);
+    lls_session_free(r);
+    lls_session_free(w);
+
+    /* The lock goes with the handle: a new writer opens (and cuts the torn record, keeping it in
+       a sidecar file named in the load report). */
+    EXPECT_OK(lls_session_open_file(path, strlen(path), NULL, 0, &w, &err));
+    CHECK_UNCHANGED(w, mine);
+    char *report = NULL;
+    EXPECT_OK(lls_session_load_report(w, &report, NULL, &err));
+    CHECK_CONTAINS(report, "\"cutSavedTo\":\"");
+    CHECK_CONTAINS(report, ".cut-");
+    lls_string_free(report);
+    lls_session_free(w);
+    lls_string_free(mine);
+
+    /* A read-only open creates nothing. */
+    char missing[128];
+    path_in_tmp(missing, sizeof missing, "missing.jsonl");
+    EXPECT_ERR(lls_session_open_file(missing, strlen(missing), S("{\"readOnly\":true}"), &r, &err), LLS_ERR_STORAGE, "No such file");
+    CHECK(access(missing, F_OK) != 0);
+
+    /* The mode of a created log can be chosen; a bad one is refused. */
+    char shared[128];
+    path_in_tmp(shared, sizeof shared, "shared.jsonl");
+    mode_t old = umask(022);
+    EXPECT_OK(lls_session_open_file(shared, strlen(shared), S("{\"mode\":\"0640\"}"), &w, &err));
+    umask(old);
+    CHECK(stat(shared, &st) == 0);
+    CHECK_INT(st.st_mode & 0777, 0640);
+    lls_session_free(w);
+    EXPECT_ERR(lls_session_open_file(shared, strlen(shared), S("{\"mode\":\"rw\"}"), &w, &err), LLS_ERR_INVALID_INPUT, "opts.mode");
+
+    /* Symbolic links are not followed, dangling or not: nothing is created through them. */
+    path_in_tmp(link, sizeof link, "link.jsonl");
+    CHECK(symlink(path, link) == 0);
+    EXPECT_ERR(lls_session_open_file(link, strlen(link), NULL, 0, &w, &err), LLS_ERR_STORAGE, "symbolic link");
+    unlink(link);
+    CHECK(symlink(missing, link) == 0);
+    EXPECT_ERR(lls_session_open_file(link, strlen(link), NULL, 0, &w, &err), LLS_ERR_STORAGE, "symbolic link");
+    CHECK(access(missing, F_OK) != 0);
+    unlink(link);
+
+    /* A FIFO is refused at once (no wait for a writer), as is a device: open and verify. */
+    path_in_tmp(fifo, sizeof fifo, "pipe.jsonl");
+    CHECK(mkfifo(fifo, 0600) == 0);
+    EXPECT_ERR(lls_session_open_file(fifo, strlen(fifo), NULL, 0, &w, &err), LLS_ERR_STORAGE, "not a regular file (a FIFO)");
+    char *out = NULL;
+    EXPECT_ERR(lls_verify_file(fifo, strlen(fifo), &out, NULL, &err), LLS_ERR_STORAGE, "not a regular file (a FIFO)");
+    EXPECT_ERR(lls_verify_file(S("/dev/zero"), &out, NULL, &err), LLS_ERR_STORAGE, "not a regular file (a character device)");
+    CHECK(out == NULL);
+    unlink(fifo);
+    unlink(shared);
+    /* Sidecar files of the cut records. */
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -f %s %s.cut-*", path, path);
+    CHECK(system(cmd) == 0);
 }
 
 /* ---------------------------------------------------------------- host stores */
@@ -316,8 +428,9 @@ typedef struct {
     bool fail_appends;
     bool fail_sync;
     bool pending_appends;
+    bool conflict_appends; /* answer appends with {"conflict": ...} (another writer was first) */
     const char *load_reply; /* replaces the load reply when set */
-    int loads, appends, syncs, truncates, frees;
+    int loads, appends, syncs, undos, cuts, frees;
     /* reentrancy probe: call into the stored session from inside the callback */
     lls_session *session;
     bool probe;
@@ -344,6 +457,34 @@ static void store_push(host_store *st, const char *lit, size_t len) {
     st->records[st->n++] = copy;
 }
 
+/* The length of the JSON string literal at `p` (quotes included), escapes skipped. */
+static size_t literal_len(const char *p) {
+    size_t i = 1;
+    while (p[i] != '"') {
+        i += p[i] == '\\' ? 2 : 1;
+    }
+    return i + 1;
+}
+
+/* {"op":"append",...,"header"?:"...","records":["...",...],"seq":n,...}: stores the header
+   literal, then each record literal, as the records of the batch. */
+static void store_push_batch(host_store *st, const char *in) {
+    const char *h = strstr(in, "\"header\":\"");
+    if (h != NULL) {
+        h += strlen("\"header\":");
+        store_push(st, h, literal_len(h));
+    }
+    const char *r = strstr(in, "\"records\":[") + strlen("\"records\":[");
+    while (*r == '"') {
+        size_t n = literal_len(r);
+        store_push(st, r, n);
+        r += n;
+        if (*r == ',') {
+            r++;
+        }
+    }
+}
+
 static void store_truncate(host_store *st, size_t n) {
     while (st->n > n) {
         free(st->records[--st->n]);
@@ -368,6 +509,7 @@ static void *complete_true(void *arg) {
 
 static int32_t store_cb(void *userdata, const char *in, size_t in_len, lls_reply *reply) {
     host_store *st = userdata;
+    (void)in_len;
     if (strstr(in, "\"op\":\"load\"") != NULL) {
         st->loads++;
         if (st->load_reply != NULL) {
@@ -402,9 +544,16 @@ static int32_t store_cb(void *userdata, const char *in, size_t in_len, lls_reply
             lls_reply_fail(reply, S("disk full"), NULL);
             return LLS_CB_ERROR;
         }
-        /* {"op":"append","record":"..."}: the record literal runs to the closing brace. */
-        const char *rec = strstr(in, "\"record\":") + strlen("\"record\":");
-        store_push(st, rec, (size_t)(in + in_len - 1 - rec));
+        if (st->conflict_appends) {
+            lls_reply_set_json(reply, S("{\"conflict\":\"seq taken\"}"), NULL);
+            return LLS_CB_OK;
+        }
+        /* A conditional append: the seq must be the number of events stored. */
+        if (st->n > 0 && (size_t)json_int(in, "seq") != st->n - 1) {
+            lls_reply_set_json(reply, S("{\"conflict\":\"seq is not the next one\"}"), NULL);
+            return LLS_CB_OK;
+        }
+        store_push_batch(st, in);
         if (st->pending_appends) {
             st->worker_started = pthread_create(&st->worker, NULL, complete_true, reply) == 0;
             return LLS_CB_PENDING;
@@ -421,10 +570,16 @@ static int32_t store_cb(void *userdata, const char *in, size_t in_len, lls_reply
         lls_reply_set_json(reply, S("null"), NULL);
         return LLS_CB_OK;
     }
-    if (strstr(in, "\"op\":\"truncate\"") != NULL) {
-        st->truncates++;
-        store_truncate(st, (size_t)json_int(in, "records"));
+    if (strstr(in, "\"op\":\"undo\"") != NULL) {
+        st->undos++;
+        store_truncate(st, (size_t)json_int(in, "from"));
         lls_reply_set_json(reply, S("true"), NULL);
+        return LLS_CB_OK;
+    }
+    if (strstr(in, "\"op\":\"cut\"") != NULL) {
+        st->cuts++;
+        store_truncate(st, (size_t)json_int(in, "keep"));
+        lls_reply_set_json(reply, S("{\"savedTo\":\"quarantine\"}"), NULL);
         return LLS_CB_OK;
     }
     lls_reply_fail(reply, S("unknown op"), NULL);
@@ -460,13 +615,26 @@ static void test_host_store(void) {
     CHECK_UNCHANGED(s, before);
     CHECK_INT(st.n, 3);
 
-    /* A failing sync (durability every-event) drops the record again. */
+    /* A failing sync (durability every-event) undoes the append again. */
     st.fail_sync = true;
     EXPECT_ERR(lls_session_append(s, S(NOTE), NULL, &err), LLS_ERR_STORAGE, "host store `sync`: host callback failed: fsync failed");
+    CHECK_INT(st.undos, 1);
     EXPECT_ERR(lls_session_sync(s, &err), LLS_ERR_STORAGE, "fsync failed");
     st.fail_sync = false;
     CHECK_UNCHANGED(s, before);
     CHECK_INT(st.n, 3);
+
+    /* A refused (conflicting) append: LLS_ERR_CONFLICT, nothing changes, and the handle appends
+       nothing more until it is refreshed. */
+    st.conflict_appends = true;
+    EXPECT_ERR_DETAIL(lls_session_append(s, S(NOTE), NULL, &err), LLS_ERR_CONFLICT, "seq taken", "\"seq\":2");
+    st.conflict_appends = false;
+    CHECK_UNCHANGED(s, before);
+    EXPECT_ERR(lls_session_append(s, S(NOTE), NULL, &err), LLS_ERR_CONFLICT, "until it is refreshed or reopened");
+    CHECK_INT(st.n, 3);
+    uint64_t fresh = 99;
+    EXPECT_OK(lls_session_refresh(s, &fresh, &err));
+    CHECK_INT(fresh, 0);
 
     /* The store callback may not call into its own session (it is locked): refused. */
     st.session = s;
@@ -496,24 +664,34 @@ static void test_host_store(void) {
     lls_session_free(s);
     CHECK_INT(st.frees, 1);
 
-    /* A torn last record is cut (the store is truncated) and reported. */
+    /* A torn last record is cut (moved to the store's quarantine) and reported. */
     store_push(&st, S("\"{\\\"type\\\":\\\"host/no\""));
     st.last_complete = false;
     st.frees = 0;
-    st.truncates = 0;
+    st.cuts = 0;
     s = NULL;
     EXPECT_OK(lls_session_open_store(store_cb, &st, store_free, NULL, 0, &s, &err));
     CHECK_UNCHANGED(s, before);
-    CHECK_INT(st.truncates, 1);
+    CHECK_INT(st.cuts, 1);
     CHECK_INT(st.n, 5);
     char *t = NULL;
     EXPECT_OK(lls_session_load_report(s, &t, NULL, &err));
     CHECK_CONTAINS(t, "\"cutRecords\":1");
     CHECK_CONTAINS(t, "\"cutAtLine\":6");
+    CHECK_CONTAINS(t, "\"cutSavedTo\":\"quarantine\"");
     lls_string_free(t);
     lls_session_free(s);
     CHECK_INT(st.frees, 1);
     st.last_complete = true;
+
+    /* A store that says another writer holds the session: LLS_ERR_LOCKED at open. */
+    st.load_reply = "{\"locked\":\"worker 7 holds the lease\"}";
+    st.frees = 0;
+    s = NULL;
+    EXPECT_ERR(lls_session_open_store(store_cb, &st, store_free, NULL, 0, &s, &err), LLS_ERR_LOCKED, "worker 7 holds the lease");
+    CHECK(s == NULL);
+    CHECK_INT(st.frees, 1);
+    st.load_reply = NULL;
 
     /* Garbage load replies: a storage error; userdata freed once. */
     const char *garbage[] = {"{\"records\":[1]}", "{\"records\":\"x\"}", "[]", "{\"records\":[],\"extra\":1}"};
@@ -566,8 +744,14 @@ int main(void) {
     RUN(test_memory_session);
     RUN(test_session_bad_inputs);
     RUN(test_file_session);
+    RUN(test_file_single_writer);
     RUN(test_host_store);
     RUN(test_no_handle_leaks);
-    rmdir(tmpdir);
+    /* The directory also holds the sidecar files of records cut on open. */
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "could not remove %s\n", tmpdir);
+    }
     return check_report();
 }
