@@ -1365,9 +1365,9 @@ lls_status lls_session_load_report(const lls_session *session,
 lls_status lls_session_id(const lls_session *session, char **out, size_t *out_len, lls_error **err);
 
 /**
- * The session's header record (the first line of its log) as JSON: `{"type":"session",
- * "format":"llmsession","version":1,"id","createdAt","parent"?:{"id","seedLength"},
- * "lineage"?:[...]}`. Free `*out` with `lls_string_free`.
+ * The session's header record (the first line of its log), exactly as stored: `{"type":
+ * "session","format":"llmsession","version":2,"id","createdAt","parent"?:{"id","seedLength"},
+ * "lineage"?:[...]}` (version 1 for an older log). Free `*out` with `lls_string_free`.
  *
  * Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`.
  *

@@ -391,6 +391,11 @@ impl Session {
         self.lock().header.clone()
     }
 
+    /// The session header record exactly as stored (its bytes start the chain).
+    pub fn header_line(&self) -> Arc<str> {
+        self.lock().header_line.clone()
+    }
+
     /// The stored records of the log: the session header record exactly as stored (its bytes
     /// start the chain), then every event's record. Writing them to an empty store, one per
     /// record, gives a store that opens to this session.

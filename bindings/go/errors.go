@@ -34,6 +34,9 @@ const (
 	StatusTokenizer        Status = 15
 	StatusPoisoned         Status = 16
 	StatusInternal         Status = 17
+	StatusLocked           Status = 18
+	StatusConflict         Status = 19
+	StatusReadOnly         Status = 20
 	StatusNullPointer      Status = 100
 	StatusInvalidUTF8      Status = 101
 	StatusInvalidHandle    Status = 102
@@ -63,9 +66,16 @@ var (
 	ErrTokenizer        error = StatusTokenizer
 	ErrPoisoned         error = StatusPoisoned
 	ErrInternal         error = StatusInternal
-	ErrInvalidHandle    error = StatusInvalidHandle
-	ErrInvalidArgument  error = StatusInvalidArgument
-	ErrReplyState       error = StatusReplyState
+	// ErrLocked: the session is in use (another writer holds its lock or lease).
+	ErrLocked error = StatusLocked
+	// ErrConflict: the store refused an append because another writer appended first; refresh
+	// or reopen the session.
+	ErrConflict error = StatusConflict
+	// ErrReadOnly: the session was opened read-only.
+	ErrReadOnly        error = StatusReadOnly
+	ErrInvalidHandle   error = StatusInvalidHandle
+	ErrInvalidArgument error = StatusInvalidArgument
+	ErrReplyState      error = StatusReplyState
 	// ErrClosed is returned by a method of a Session, Agent or Cancel after Close.
 	ErrClosed error = statusClosed
 )
@@ -74,7 +84,7 @@ var statusNames = map[Status]string{
 	0: "ok", 1: "malformed-json", 2: "invalid-input", 3: "out-of-order", 4: "busy", 5: "corrupt-log",
 	6: "storage", 7: "cancelled", 8: "disposed", 9: "listener", 10: "summariser", 11: "reconstruction",
 	12: "invalid-policy", 13: "overflow-budget", 14: "nothing-to-compact", 15: "tokenizer",
-	16: "poisoned", 17: "internal", 100: "null-pointer", 101: "invalid-utf8", 102: "invalid-handle",
+	16: "poisoned", 17: "internal", 18: "locked", 19: "conflict", 20: "read-only", 100: "null-pointer", 101: "invalid-utf8", 102: "invalid-handle",
 	103: "panic", 104: "invalid-argument", 105: "reply-state", 106: "out-of-memory", -1: "closed",
 }
 

@@ -20,10 +20,16 @@ type Session struct {
 	h handle
 }
 
-// SessionOptions are the options of a new session (all optional).
+// SessionOptions are the options of opening or creating a session (all optional).
 type SessionOptions struct {
-	ID         string `json:"id,omitempty"`         // the session id (random when empty)
+	ID         string `json:"id,omitempty"`         // the session id of a new session (random when empty)
 	Durability string `json:"durability,omitempty"` // "every-event", "turn-end" or "never"
+	// ReadOnly (files): open without the write lock; appends and agents fail with ErrReadOnly,
+	// Refresh follows the writer. Nothing is created or changed.
+	ReadOnly bool `json:"readOnly,omitempty"`
+	// Mode (files): the permission bits of a log this open creates, in octal ("0640");
+	// default "0600".
+	Mode string `json:"mode,omitempty"`
 }
 
 // ForkOptions are the options of Fork (all optional).
@@ -74,7 +80,10 @@ func cbufOpt(b []byte) (*C.char, C.size_t) {
 }
 
 // OpenFile opens the session stored in a JSONL file, or creates it when the file is missing
-// or empty. A torn last line is cut and a crashed turn closed (see LoadReport).
+// or empty. A writing open holds the file's lock until Close: a second writer, in this process
+// or another, gets an error matching ErrLocked. A torn last line is cut (kept in a sidecar
+// file) and a crashed turn closed (see LoadReport). With opts.ReadOnly nothing is locked,
+// created or changed.
 func OpenFile(path string, opts *SessionOptions) (*Session, error) {
 	if abiErr != nil {
 		return nil, abiErr
@@ -95,9 +104,11 @@ func OpenFile(path string, opts *SessionOptions) (*Session, error) {
 }
 
 // StoreFunc is a host store: it receives one JSON request per storage operation
-// ({"op":"load"}, {"op":"append","record"}, {"op":"sync"}, {"op":"truncate","records"}) and
-// returns the JSON answer (see lls_session_open_store). It runs while the session is locked:
-// it must not call into the session.
+// ({"op":"load"}, {"op":"append","sessionId","seq","records","header"?}, {"op":"sync"},
+// {"op":"undo","from"}, {"op":"cut","keep","reason"}) and returns the JSON answer (see
+// lls_session_open_store and docs/storage.md): an append whose seq is taken answers
+// {"conflict": why}, a load of a session another writer holds {"locked": why}. It runs while
+// the session is locked: it must not call into the session.
 type StoreFunc func(ctx context.Context, req json.RawMessage) (any, error)
 
 // OpenStore opens (or creates, when the store is empty) a session kept in a host store.
@@ -252,6 +263,15 @@ func (s *Session) AppendContext(message any) (uint64, error) {
 	}
 	ev := map[string]any{"type": "user/message", "data": map[string]any{"message": json.RawMessage(m), "source": "plugin"}, "surfaceOp": "append"}
 	return s.Append(ev)
+}
+
+// Refresh reads what the store holds beyond this handle's last event (what another writer
+// appended since) and returns how many new events it read: a read-only handle's way to follow
+// a live session, and a writer's way back after ErrConflict (with no live agent).
+func (s *Session) Refresh() (uint64, error) {
+	var n C.uint64_t
+	err := s.with(nil, func(p *C.lls_session, e **C.lls_error) C.lls_status { return C.lls_session_refresh(p, &n, e) })
+	return uint64(n), err
 }
 
 // Sync makes every appended event durable now.

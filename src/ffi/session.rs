@@ -601,9 +601,9 @@ pub unsafe extern "C" fn lls_session_id(
     unsafe { read_out(session, out, out_len, err, |s| Ok(s.session.id())) }
 }
 
-/// The session's header record (the first line of its log) as JSON: `{"type":"session",
-/// "format":"llmsession","version":1,"id","createdAt","parent"?:{"id","seedLength"},
-/// "lineage"?:[...]}`. Free `*out` with `lls_string_free`.
+/// The session's header record (the first line of its log), exactly as stored: `{"type":
+/// "session","format":"llmsession","version":2,"id","createdAt","parent"?:{"id","seedLength"},
+/// "lineage"?:[...]}` (version 1 for an older log). Free `*out` with `lls_string_free`.
 ///
 /// Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`.
 ///
@@ -619,7 +619,7 @@ pub unsafe extern "C" fn lls_session_info(
     err: *mut *mut lls_error,
 ) -> lls_status {
     // SAFETY: forwarded.
-    unsafe { read_out(session, out, out_len, err, |s| Ok(s.session.header_record().to_value().to_string())) }
+    unsafe { read_out(session, out, out_len, err, |s| Ok(s.session.header_line().to_string())) }
 }
 
 /// The events with seq `from` up to, not including, `to` (`UINT64_MAX`: to the end), as a
