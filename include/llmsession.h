@@ -1382,6 +1382,24 @@ lls_status lls_session_info(const lls_session *session,
                             lls_error **err);
 
 /**
+ * The whole log as a JSONL file holds it, in `*out`: the session header record, then every
+ * event record, each exactly as stored (chained digest included) and followed by a newline.
+ * Written to a file, it opens (with `lls_session_open_file`) to this session: a way to copy a
+ * session from one store to another, or to keep a backup. Free `*out` with `lls_string_free`.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`.
+ *
+ * # Safety
+ * `out`, `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread, concurrently (also from an agent callback).
+ */
+lls_status lls_session_export(const lls_session *session,
+                              char **out,
+                              size_t *out_len,
+                              lls_error **err);
+
+/**
  * The events with seq `from` up to, not including, `to` (`UINT64_MAX`: to the end), as a
  * JSON array of event objects `{"type","seq","time","data","surfaceOp"?,"sources"?}` exactly
  * as logged. A range past the end is clamped (an empty array). Free `*out` with

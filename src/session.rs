@@ -391,6 +391,20 @@ impl Session {
         self.lock().header.clone()
     }
 
+    /// The log as a JSONL file holds it: every stored record (see [`records`](Self::records)),
+    /// each followed by a newline. Written to a file, it opens to this session.
+    pub fn export_jsonl(&self) -> String {
+        let g = self.lock();
+        let mut out = String::with_capacity(g.header_line.len() + 1 + g.log.lines().iter().map(|l| l.len() + 1).sum::<usize>());
+        out.push_str(&g.header_line);
+        out.push('\n');
+        for l in g.log.lines() {
+            out.push_str(l);
+            out.push('\n');
+        }
+        out
+    }
+
     /// The session header record exactly as stored (its bytes start the chain).
     pub fn header_line(&self) -> Arc<str> {
         self.lock().header_line.clone()

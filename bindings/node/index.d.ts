@@ -83,6 +83,16 @@ export interface SessionOptions {
   durability?: 'every-event' | 'turn-end' | 'never';
 }
 
+/** Options of `Session.openFile`. */
+export interface FileOptions extends SessionOptions {
+  /** Open without the write lock; nothing is created or changed; follow the writer with refresh(). */
+  readOnly?: boolean;
+  /** Permission bits of a log this open creates, in octal ("0640"); default "0600". */
+  mode?: string | number;
+  /** The largest log that is read, in bytes (default 8 GiB). */
+  maxBytes?: number;
+}
+
 /** Options of `Session.fork`. */
 export interface ForkOptions extends SessionOptions {
   seedLength?: number;
@@ -221,6 +231,9 @@ export declare const Status: Readonly<{
   TOKENIZER: 15;
   POISONED: 16;
   INTERNAL: 17;
+  LOCKED: 18;
+  CONFLICT: 19;
+  READ_ONLY: 20;
   NULL_POINTER: 100;
   INVALID_UTF8: 101;
   INVALID_HANDLE: 102;
@@ -234,6 +247,9 @@ export declare const Status: Readonly<{
 export declare class LlmSessionError extends Error {
   /** The lls_status code. */
   readonly status: number;
+  /** The status's C name, e.g. "LLS_ERR_LOCKED" (another writer holds the session),
+   * "LLS_ERR_CONFLICT" (another writer appended first), "LLS_ERR_READ_ONLY". */
+  readonly code: string;
   /** The stable kind name ("listener", "out-of-order", ...). */
   readonly kind: string;
   /** The JSON detail (`kind`, `status`, `message`, and context such as `field`, `seq`, `callback`). */
@@ -250,18 +266,31 @@ export declare class CallbackError extends Error {
 export declare class Session {
   private constructor(ptr: unknown);
   static memory(options?: SessionOptions): Session;
-  static openFile(path: string, options?: SessionOptions): Session;
+  static openFile(path: string, options?: FileOptions): Session;
   fork(options?: ForkOptions): Session;
   readonly id: string;
   info(): { type: 'session'; format: string; version: number; id: string; createdAt: number; [key: string]: Json };
-  loadReport(): { cutRecords: number; cutAtLine?: number; cutReason?: string; repairedEvents: number };
+  loadReport(): {
+    cutRecords: number;
+    cutAtLine?: number;
+    cutReason?: string;
+    /** Whether the cut starts at a damaged record (false: only a torn last line). */
+    cutDamaged?: boolean;
+    /** Where the cut records were kept (a sidecar file `<log>.cut-<ms>`, a quarantine). */
+    cutSavedTo?: string;
+    repairedEvents: number;
+  };
   events(from?: number, to?: number): SessionEvent[];
   history(): Message[];
   header(): { config: CallConfig; system?: string; tools?: Json[]; messagePrefix?: Message[] } | null;
-  stats(): { [key: string]: number };
+  stats(): { readOnly: boolean; chainHead?: string; [key: string]: number | boolean | string | undefined };
   verify(): { events: number; requests: number; compactions: number };
   append(event: NewEvent): number;
   sync(): void;
+  /** Reads what another writer appended since; returns the number of new events. */
+  refresh(): number;
+  /** The whole log as JSONL text, each record exactly as stored. */
+  exportJsonl(): string;
   close(): void;
   readonly closed: boolean;
 }
@@ -289,7 +318,7 @@ export declare class Agent {
   endTurn(reason?: 'completed' | 'max-tokens' | 'aborted' | 'error' | 'rejected' | 'disposed' | 'interrupted'): void;
   compact(options?: OperationOptions & { span?: [number, number] }): Promise<CompactionOutcome>;
   measure(options?: OperationOptions): Promise<{ total: number; counter: string; [key: string]: Json }>;
-  stats(): { [key: string]: number };
+  stats(): { readOnly: boolean; chainHead?: string; [key: string]: number | boolean | string | undefined };
   prefix(): Message[] | null;
   dispose(): Promise<void>;
   close(): void;

@@ -36,6 +36,9 @@ const Status = Object.freeze({
   TOKENIZER: 15,
   POISONED: 16,
   INTERNAL: 17,
+  LOCKED: 18,
+  CONFLICT: 19,
+  READ_ONLY: 20,
   NULL_POINTER: 100,
   INVALID_UTF8: 101,
   INVALID_HANDLE: 102,
@@ -49,7 +52,7 @@ const KIND_OF_STATUS = {
   0: 'ok', 1: 'malformed-json', 2: 'invalid-input', 3: 'out-of-order', 4: 'busy', 5: 'corrupt-log',
   6: 'storage', 7: 'cancelled', 8: 'disposed', 9: 'listener', 10: 'summariser', 11: 'reconstruction',
   12: 'invalid-policy', 13: 'overflow-budget', 14: 'nothing-to-compact', 15: 'tokenizer', 16: 'poisoned',
-  17: 'internal', 100: 'null-pointer', 101: 'invalid-utf8', 102: 'invalid-handle', 103: 'panic',
+  17: 'internal', 18: 'locked', 19: 'conflict', 20: 'read-only', 100: 'null-pointer', 101: 'invalid-utf8', 102: 'invalid-handle', 103: 'panic',
   104: 'invalid-argument', 105: 'reply-state', 106: 'out-of-memory',
 };
 
@@ -58,15 +61,24 @@ const CB_PENDING = 1;
 const CB_ERROR = 2;
 const SEQ_NONE = 0xffffffffffffffffn;
 
+/** The C name of a status, the Node-style `code` of an error: 18 → "LLS_ERR_LOCKED". */
+function codeOf(status) {
+  const name = Object.keys(Status).find((k) => Status[k] === status);
+  if (name === undefined) return 'LLS_ERR_UNKNOWN';
+  return name === 'OK' ? 'LLS_OK' : `LLS_ERR_${name}`;
+}
+
 /**
- * An error reported by llmsession: `status` (the lls_status code), `kind` (its stable name,
- * e.g. "listener"), `message`, and `detail` (the parsed JSON detail: field, seq, line, ...).
+ * An error reported by llmsession: `status` (the lls_status code), `code` (its C name, e.g.
+ * "LLS_ERR_LOCKED", for `switch (e.code)`), `kind` (its stable name, e.g. "listener"),
+ * `message`, and `detail` (the parsed JSON detail: field, seq, line, ...).
  */
 class LlmSessionError extends Error {
   constructor(status, message, detail, options) {
     super(message, options);
     this.name = 'LlmSessionError';
     this.status = status;
+    this.code = codeOf(status);
     this.kind = (detail && detail.kind) || KIND_OF_STATUS[status] || 'unknown';
     this.detail = detail || { kind: this.kind, status, message };
   }
@@ -166,12 +178,13 @@ def('lls_session_open_file', 'int32_t',
   `const uint8_t *path, size_t plen, const uint8_t *opts, size_t len, _Out_ lls_session **out, ${ERR}`);
 def('lls_session_fork', 'int32_t', `const lls_session *s, const uint8_t *opts, size_t len, _Out_ lls_session **out, ${ERR}`);
 def('lls_session_free', 'void', 'lls_session *s');
-for (const n of ['load_report', 'id', 'info', 'history', 'header', 'stats', 'verify']) {
+for (const n of ['load_report', 'id', 'info', 'history', 'header', 'stats', 'verify', 'export']) {
   def(`lls_session_${n}`, 'int32_t', `const lls_session *s, ${OUTS}`);
 }
 def('lls_session_events', 'int32_t', `const lls_session *s, uint64_t from, uint64_t to, ${OUTS}`);
 def('lls_session_append', 'int32_t', `lls_session *s, const uint8_t *ev, size_t len, _Out_ uint64_t *seq, ${ERR}`);
 def('lls_session_sync', 'int32_t', `lls_session *s, ${ERR}`);
+def('lls_session_refresh', 'int32_t', `lls_session *s, _Out_ uint64_t *n, ${ERR}`);
 
 def('lls_agent_new', 'int32_t', `const lls_session *s, const uint8_t *opts, size_t len, _Out_ lls_agent **out, ${ERR}`);
 def('lls_agent_set_options', 'int32_t', `lls_agent *a, const uint8_t *opts, size_t len, ${ERR}`);
@@ -555,7 +568,13 @@ class Session {
     return new Session(out[0]);
   }
 
-  /** Opens (or creates) the session stored in a JSONL file. */
+  /**
+   * Opens (or creates) the session stored in a JSONL file. A writing open holds the file's lock
+   * until close(): a second writer (in this process or another) gets an error with code
+   * LLS_ERR_LOCKED. `{readOnly: true}` locks, creates and changes nothing (appends throw
+   * LLS_ERR_READ_ONLY; refresh() follows the writer); `mode` ("0600" by default) is the
+   * permission bits of a created file.
+   */
   static openFile(file, options = {}) {
     const p = utf8(file);
     const b = jsonBuf(options);
@@ -623,6 +642,23 @@ class Session {
   sync() {
     const err = [null];
     check(C.lls_session_sync(this._ptr, err), err);
+  }
+
+  /**
+   * Reads what the store holds beyond this handle's last event (what another writer appended
+   * since); returns how many new events it read. A read-only handle follows a live session this
+   * way; a writer gets back to appending after LLS_ERR_CONFLICT (with no live agent).
+   */
+  refresh() {
+    const n = [0];
+    const err = [null];
+    check(C.lls_session_refresh(this._ptr, n, err), err);
+    return seqNumber(n[0]);
+  }
+
+  /** The whole log as JSONL text, each record exactly as stored: written to a file, it opens. */
+  exportJsonl() {
+    return callOut(C.lls_session_export, this._ptr);
   }
 
   /** Frees the session handle (an agent over it keeps the state alive). Idempotent. */

@@ -622,6 +622,28 @@ pub unsafe extern "C" fn lls_session_info(
     unsafe { read_out(session, out, out_len, err, |s| Ok(s.session.header_line().to_string())) }
 }
 
+/// The whole log as a JSONL file holds it, in `*out`: the session header record, then every
+/// event record, each exactly as stored (chained digest included) and followed by a newline.
+/// Written to a file, it opens (with `lls_session_open_file`) to this session: a way to copy a
+/// session from one store to another, or to keep a backup. Free `*out` with `lls_string_free`.
+///
+/// Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`.
+///
+/// # Safety
+/// `out`, `out_len`, `err` NULL or valid for writes.
+///
+/// Thread safety: may be called from any thread, concurrently (also from an agent callback).
+#[no_mangle]
+pub unsafe extern "C" fn lls_session_export(
+    session: *const lls_session,
+    out: *mut *mut c_char,
+    out_len: *mut usize,
+    err: *mut *mut lls_error,
+) -> lls_status {
+    // SAFETY: forwarded.
+    unsafe { read_out(session, out, out_len, err, |s| Ok(s.session.export_jsonl())) }
+}
+
 /// The events with seq `from` up to, not including, `to` (`UINT64_MAX`: to the end), as a
 /// JSON array of event objects `{"type","seq","time","data","surfaceOp"?,"sources"?}` exactly
 /// as logged. A range past the end is clamped (an empty array). Free `*out` with

@@ -420,8 +420,7 @@ async function runOp(w, op) {
       if (op.reload !== false) {
         // Serialise the log (header record + events) and reopen it from storage.
         const file = path.join(w.tmp, `reload-${w.sessions.length}.jsonl`);
-        const lines = [JSON.stringify(w.session.info()), ...w.events().map((e) => JSON.stringify(e))];
-        fs.writeFileSync(file, lines.join('\n') + '\n');
+        fs.writeFileSync(file, w.session.exportJsonl());
         w.session = lls.Session.openFile(file);
         w.sessions.push(w.session);
       }
@@ -595,7 +594,10 @@ function expectSummary(w, op) {
   }
 }
 
-/** Verifies the final log, then two damaged copies (which must fail, naming the step). */
+/**
+ * Verifies the final log, then two damaged copies (which must fail, naming the line of the
+ * record whose chained digest breaks, or the step whose request differs).
+ */
 function verifyAndDamage(w, name) {
   const header = w.session.info();
   const events = w.events();
@@ -606,7 +608,9 @@ function verifyAndDamage(w, name) {
   };
   let report;
   try {
-    report = lls.verifyFile(write(events, 'final'));
+    const file = path.join(w.tmp, 'verify-final.jsonl');
+    fs.writeFileSync(file, w.session.exportJsonl());
+    report = lls.verifyFile(file);
   } catch (e) {
     throw new Error(`${name}: verify failed on the final log: ${errStr(e)}`);
   }
@@ -616,7 +620,9 @@ function verifyAndDamage(w, name) {
       lls.verifyFile(write(evs, tag));
     } catch (e) {
       if (!(e instanceof lls.LlmSessionError)) throw e;
-      if (e.detail.step === undefined) throw new Error(`${name}: verify failure does not name the step: ${errStr(e)}`);
+      if (e.detail.step === undefined && e.detail.line === undefined) {
+        throw new Error(`${name}: verify failure names neither the line nor the step: ${errStr(e)}`);
+      }
       return;
     }
     throw new Error(`${name}: verify passed on a copy ${what}`);
