@@ -73,6 +73,9 @@ public:
         case LLS_ERR_TOKENIZER: return "tokenizer";
         case LLS_ERR_POISONED: return "poisoned";
         case LLS_ERR_INTERNAL: return "internal";
+        case LLS_ERR_LOCKED: return "locked";
+        case LLS_ERR_CONFLICT: return "conflict";
+        case LLS_ERR_READ_ONLY: return "read-only";
         case LLS_ERR_NULL_POINTER: return "null-pointer";
         case LLS_ERR_INVALID_UTF8: return "invalid-utf8";
         case LLS_ERR_INVALID_HANDLE: return "invalid-handle";
@@ -88,6 +91,25 @@ private:
     lls_status status_;
     std::string message_;
     std::string detail_;
+};
+
+/// `LLS_ERR_LOCKED`: the session is in use (another writer holds its lock or lease).
+class LockedError : public Error {
+public:
+    using Error::Error;
+};
+
+/// `LLS_ERR_CONFLICT`: the store refused an append because another writer appended first; the
+/// session appends nothing until `Session::refresh()` or a reopen.
+class ConflictError : public Error {
+public:
+    using Error::Error;
+};
+
+/// `LLS_ERR_READ_ONLY`: the session was opened read-only.
+class ReadOnlyError : public Error {
+public:
+    using Error::Error;
 };
 
 /// The loaded library's ABI version differs from the `LLS_ABI_VERSION` this header describes.
@@ -141,6 +163,18 @@ inline Error take_error(lls_status status, lls_error *err) {
     return e;
 }
 
+/// Throws the error of a failed call (freeing `err`), as its own type where the status has one
+/// (LockedError, ConflictError, ReadOnlyError), else as Error.
+[[noreturn]] inline void throw_error(lls_status status, lls_error *err) {
+    Error e = take_error(status, err);
+    switch (e.status()) {
+    case LLS_ERR_LOCKED: throw LockedError(e.status(), e.message(), e.detail());
+    case LLS_ERR_CONFLICT: throw ConflictError(e.status(), e.message(), e.detail());
+    case LLS_ERR_READ_ONLY: throw ReadOnlyError(e.status(), e.message(), e.detail());
+    default: throw e;
+    }
+}
+
 /// Host exceptions captured by the trampolines of one library call.
 struct CallContext {
     std::mutex mutex;
@@ -180,7 +214,7 @@ template <class F> void call(F &&f) {
         lls_error_free(err);
         std::rethrow_exception(host);
     }
-    throw take_error(status, err);
+    throw_error(status, err);
 }
 
 /// A `(pointer, length)` for a C input buffer (never NULL, even for an empty view).
@@ -555,7 +589,10 @@ public:
         });
     }
 
-    /// Opens (or creates) the session in the JSONL file at `path`.
+    /// Opens (or creates) the session in the JSONL file at `path`. A writing open holds the
+    /// file's lock until the session is freed: a second writer gets LockedError. `opts_json`
+    /// `{"id"?, "durability"?, "readOnly"?, "mode"?, "maxBytes"?}`: with `readOnly` nothing is
+    /// locked, created or changed (appends throw ReadOnlyError; `refresh()` follows the writer).
     static Session open_file(std::string_view path, std::string_view opts_json = {}) {
         return make([&](lls_session **out, lls_error **err) {
             return lls_session_open_file(detail::ptr(path), path.size(),
@@ -564,8 +601,10 @@ public:
     }
 
     /// Opens (or creates) a session kept in a host store: `store` receives `{"op":"load"}`,
-    /// `{"op":"append","record"}`, `{"op":"sync"}`, `{"op":"truncate","records"}` and answers
-    /// through its Reply (see `lls_session_open_store`). It runs while the session is locked.
+    /// `{"op":"append","sessionId","seq","records","header"?}`, `{"op":"sync"}`,
+    /// `{"op":"undo","from"}`, `{"op":"cut","keep","reason"}` and answers through its Reply
+    /// (see `lls_session_open_store`; `{"conflict": why}` refuses a stale append). It runs while
+    /// the session is locked.
     static Session open_store(Callback store, std::string_view opts_json = {}) {
         check_abi();
         void *ud = detail::Trampoline::box(std::move(store));
@@ -626,6 +665,17 @@ public:
     void sync() {
         detail::call([&](lls_error **err) { return lls_session_sync(get(), err); });
     }
+
+    /// Reads what another writer appended since; returns the number of new events (see
+    /// `lls_session_refresh`).
+    std::uint64_t refresh() {
+        std::uint64_t n = 0;
+        detail::call([&](lls_error **err) { return lls_session_refresh(get(), &n, err); });
+        return n;
+    }
+
+    /// The whole log as JSONL text, each record exactly as stored (see `lls_session_export`).
+    std::string export_jsonl() const { return str(lls_session_export); }
 
     /// The C handle (still owned by this object).
     lls_session *get() const { return detail::require(h_.get(), "llmsession::Session"); }

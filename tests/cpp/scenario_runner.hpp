@@ -535,13 +535,24 @@ inline void dispose_agent(World &w) {
     }
 }
 
-/// A session reopened from its serialised log, through a host store held in memory.
-inline llmsession::Session reload(const llmsession::Session &s) {
-    auto records = std::make_shared<std::vector<std::string>>();
-    records->push_back(json::parse(s.info()).dump());
-    for (const auto &e : json::parse(s.events())) {
-        records->push_back(e.dump());
+/// The stored records of a session (its exported JSONL, one record per line, bytes kept).
+inline std::vector<std::string> stored_records(const llmsession::Session &s) {
+    std::vector<std::string> out;
+    std::string text = s.export_jsonl();
+    std::size_t start = 0;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        if (text[i] == '\n') {
+            out.push_back(text.substr(start, i - start));
+            start = i + 1;
+        }
     }
+    return out;
+}
+
+/// A session reopened from its serialised log, through a host store held in memory (a
+/// conditional, all-or-nothing store as a database would be).
+inline llmsession::Session reload(const llmsession::Session &s) {
+    auto records = std::make_shared<std::vector<std::string>>(stored_records(s));
     return llmsession::Session::open_store(
         std::function<std::string(std::string_view)>([records](std::string_view in) {
             json req = json::parse(in);
@@ -549,9 +560,21 @@ inline llmsession::Session reload(const llmsession::Session &s) {
             if (op == "load") {
                 return json{{"records", *records}}.dump();
             } else if (op == "append") {
-                records->push_back(req.at("record").get<std::string>());
-            } else if (op == "truncate") {
-                records->resize(req.at("records").get<std::size_t>());
+                bool create = req.contains("header");
+                if (create != records->empty() ||
+                    (!records->empty() && req.at("seq").get<std::size_t>() != records->size() - 1)) {
+                    return std::string(R"({"conflict":"seq is not the next one"})");
+                }
+                if (create) {
+                    records->push_back(req.at("header").get<std::string>());
+                }
+                for (const auto &r : req.at("records")) {
+                    records->push_back(r.get<std::string>());
+                }
+            } else if (op == "undo") {
+                records->resize(std::min(records->size(), req.at("from").get<std::size_t>()));
+            } else if (op == "cut") {
+                records->resize(std::min(records->size(), req.at("keep").get<std::size_t>()));
             }
             return std::string("true");
         }));
@@ -911,7 +934,8 @@ struct TempFile {
     }
 };
 
-/// Whether a verify failure names the step (detail `step`).
+/// Whether a verify failure names the line (a record whose chained digest breaks) or the step
+/// (a rebuilt request that differs).
 inline void expect_verify_failure(const std::vector<std::string> &lines, const std::string &what) {
     TempFile f("damaged");
     f.write(lines);
@@ -920,8 +944,8 @@ inline void expect_verify_failure(const std::vector<std::string> &lines, const s
         fail("verify passed on a copy " + what);
     }
     json detail = json::parse(error->detail());
-    if (!detail.contains("step")) {
-        fail("verify failure does not name the step: " + err_str(*error));
+    if (!detail.contains("step") && !detail.contains("line")) {
+        fail("verify failure names neither the line nor the step: " + err_str(*error));
     }
 }
 
@@ -929,12 +953,8 @@ inline void expect_verify_failure(const std::vector<std::string> &lines, const s
 inline void verify_and_damage(World &w) {
     json header = json::parse(w.session->info());
     json events = w.events();
-    std::vector<std::string> lines{header.dump()};
-    for (const auto &e : events) {
-        lines.push_back(e.dump());
-    }
     TempFile f("final");
-    f.write(lines);
+    f.write(stored_records(*w.session));
     json report;
     try {
         report = json::parse(llmsession::verify_file(f.path));

@@ -205,7 +205,12 @@ TEST_F(Binding, HostStoreSession) {
             return json{{"records", *records}}.dump();
         }
         if (req["op"] == "append") {
-            records->push_back(req["record"]);
+            if (req.contains("header")) {
+                records->push_back(req["header"]);
+            }
+            for (const auto &r : req["records"]) {
+                records->push_back(r);
+            }
         }
         return std::string("true");
     };
@@ -222,13 +227,63 @@ TEST_F(Binding, HostStoreSession) {
     // A store that throws: the append fails, and the host exception comes back out.
     Session failing = Session::open_store(llmsession::Callback([](std::string_view in, Reply &r) {
         json req = json::parse(in);
-        if (req["op"] == "append" && req["record"].get<std::string>().find("host/note") != std::string::npos) {
+        if (req["op"] == "append" && req["records"].dump().find("host/note") != std::string::npos) {
             throw MyHostError("disk on fire");
         }
         r.complete(R"({"records":[]})");
     }));
     EXPECT_THROW(failing.append(R"({"type":"host/note","data":{}})"), MyHostError);
     EXPECT_EQ(json::parse(failing.events()).size(), 0u);
+}
+
+TEST_F(Binding, OneWriterPerFileAndTypedStorageErrors) {
+    std::string path = ::testing::TempDir() + "llmsession-cpp-writer-" + std::to_string(::getpid()) + ".jsonl";
+    std::remove(path.c_str());
+    Session writer = Session::open_file(path);
+    // A second writer: LockedError, naming the file.
+    try {
+        Session::open_file(path);
+        FAIL() << "a second writer was allowed";
+    } catch (const llmsession::LockedError &e) {
+        EXPECT_EQ(e.status(), LLS_ERR_LOCKED);
+        EXPECT_STREQ(e.kind(), "locked");
+        EXPECT_NE(e.message().find(path), std::string::npos) << e.message();
+    }
+    // A reader follows the writer and refuses writes.
+    Session reader = Session::open_file(path, R"({"readOnly":true})");
+    EXPECT_THROW(reader.append(R"({"type":"host/note","data":{}})"), llmsession::ReadOnlyError);
+    writer.append(R"({"type":"host/note","data":{"n":1}})");
+    EXPECT_EQ(reader.refresh(), 1u);
+    EXPECT_EQ(reader.events(), writer.events());
+    // A host store that refuses a stale append: ConflictError, and nothing more until refresh.
+    auto records = std::make_shared<std::vector<std::string>>();
+    auto conflict = std::make_shared<bool>(false);
+    Session hosted = Session::open_store(std::function<std::string(std::string_view)>([records, conflict](std::string_view in) {
+        json req = json::parse(in);
+        if (req["op"] == "load") {
+            return json{{"records", *records}}.dump();
+        }
+        if (req["op"] == "append") {
+            if (*conflict) {
+                return std::string(R"({"conflict":"another worker wrote it"})");
+            }
+            if (req.contains("header")) {
+                records->push_back(req["header"]);
+            }
+            for (const auto &r : req["records"]) {
+                records->push_back(r);
+            }
+        }
+        return std::string("true");
+    }));
+    *conflict = true;
+    EXPECT_THROW(hosted.append(R"({"type":"host/note","data":{}})"), llmsession::ConflictError);
+    *conflict = false;
+    EXPECT_THROW(hosted.append(R"({"type":"host/note","data":{}})"), llmsession::ConflictError);
+    EXPECT_EQ(hosted.refresh(), 0u);
+    EXPECT_EQ(hosted.append(R"({"type":"host/note","data":{}})"), 0u);
+    EXPECT_EQ(hosted.export_jsonl().size() > 0, true);
+    std::remove(path.c_str());
 }
 
 TEST_F(Binding, ListenerExceptionIsRethrownAsItself) {
