@@ -110,7 +110,19 @@ impl Inner {
         let batch = Batch { session_id: &self.header.id, header: None, seq: first, events: &lines };
         if let Err(e) = self.store.append(&batch) {
             self.log.rollback(sp);
-            self.note_refusal(&e);
+            match e.kind() {
+                // Refused as a whole: nothing of the batch is in the store.
+                ErrorKind::Conflict => self.conflict = Some(e.message().to_string()),
+                ErrorKind::ReadOnly | ErrorKind::Locked => {}
+                // A failed write may have left part of the batch behind, or (a host store whose
+                // reply was lost) all of it: ask the store to remove what this handle appended.
+                // When that fails too, the store may hold events this handle does not.
+                _ => {
+                    if let Err(u) = self.store.undo(first as usize + 1) {
+                        self.broken = Some(format!("{}; undoing it failed: {}", e.message(), u.message()));
+                    }
+                }
+            }
             return Err(e);
         }
         if sync {
@@ -126,17 +138,6 @@ impl Inner {
             }
         }
         Ok(first..self.log.next_seq())
-    }
-
-    /// Remembers a conflict, and a failed write the store could not undo.
-    fn note_refusal(&mut self, e: &Error) {
-        match e.kind() {
-            ErrorKind::Conflict => self.conflict = Some(e.message().to_string()),
-            _ if e.detail().get("undoFailed").and_then(|v| v.as_bool()) == Some(true) => {
-                self.broken = Some(e.message().to_string());
-            }
-            _ => {}
-        }
     }
 
     /// Refuses writes on a read-only handle, after a conflict, and once the store is out of step

@@ -366,7 +366,13 @@ fn store_cb(ud: &Ud, v: &Value, reply: *mut lls_reply) -> i32 {
                 call("store lls_reply_fail", |e| unsafe { lls_reply_fail(reply, b"disk full".as_ptr().cast(), 9, e) });
                 return LLS_CB_ERROR;
             }
-            records.lock().unwrap().push(v["record"].as_str().expect("append has a record").to_owned());
+            let mut r = records.lock().unwrap();
+            if let Some(h) = v["header"].as_str() {
+                r.push(h.to_owned());
+            }
+            for rec in v["records"].as_array().expect("append has records") {
+                r.push(rec.as_str().expect("a record is a string").to_owned());
+            }
             b"{}".to_vec()
         }
         "sync" => {
@@ -375,11 +381,12 @@ fn store_cb(ud: &Ud, v: &Value, reply: *mut lls_reply) -> i32 {
             }
             b"{}".to_vec()
         }
-        "truncate" => {
+        "undo" | "cut" => {
             if mode == Mode::UnknownCode {
                 return 77;
             }
-            let n = v["records"].as_u64().expect("truncate has a count") as usize;
+            let key = if op == "undo" { "from" } else { "keep" };
+            let n = v[key].as_u64().expect("undo and cut have a record index") as usize;
             records.lock().unwrap().truncate(n);
             b"{}".to_vec()
         }

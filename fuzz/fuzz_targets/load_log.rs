@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use llmsession::log::load::load_records;
-use llmsession::store::{MemoryStore, Store, StoreContents};
+use llmsession::store::{MemoryStore, StoreContents};
 use llmsession::{Session, SessionOptions};
 
 fn split(data: &[u8]) -> StoreContents {
@@ -18,9 +18,7 @@ fn split(data: &[u8]) -> StoreContents {
 }
 
 fn lines(s: &Session) -> Vec<String> {
-    let mut out = vec![s.header_record().to_value().to_string()];
-    s.with_log(|l| out.extend(l.lines().iter().map(|x| x.to_string())));
-    out
+    s.records().iter().map(|x| x.to_string()).collect()
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -28,10 +26,7 @@ fuzz_target!(|data: &[u8]| {
     let loaded = load_records(&contents);
     // Through a store holding the same records, as a host opening the file would.
     let Ok(texts) = contents.records.iter().map(|r| std::str::from_utf8(r)).collect::<Result<Vec<&str>, _>>() else { return };
-    let mut store = MemoryStore::new();
-    for t in &texts {
-        store.append(t).unwrap();
-    }
+    let store = MemoryStore::with_records(texts.iter().map(|t| t.to_string()).collect());
     let opened = Session::open(Box::new(store), SessionOptions::default());
     match (&loaded, &opened) {
         (Ok(l), o) => {
@@ -51,10 +46,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok((session, _)) = opened else { return };
     let first = lines(&session);
     // Reopen what was kept: same events, nothing more to repair.
-    let mut again = MemoryStore::new();
-    for l in &first {
-        again.append(l).unwrap();
-    }
+    let again = MemoryStore::with_records(first.clone());
     let (reopened, report) = Session::open(Box::new(again), SessionOptions::default()).expect("a kept log reopens");
     assert_eq!(report.repaired_events, 0, "a repaired log needed repair again");
     assert_eq!(lines(&reopened), first, "reopening changed the log");

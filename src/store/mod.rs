@@ -145,8 +145,10 @@ pub trait Store: Send {
     /// Makes every appended record durable.
     fn sync(&mut self) -> Result<()>;
 
-    /// Removes the records of this handle's last append, which start at record `from`, after
-    /// it could not be made durable. Only ever removes what this handle wrote.
+    /// Removes the records of this handle's last append, which start at record `from` (the
+    /// header is record 0): after the append failed (whatever part of it reached the store) or
+    /// could not be made durable. Only ever removes what this handle wrote; nothing to remove is
+    /// no error.
     fn undo(&mut self, from: usize) -> Result<()>;
 
     /// Moves the records from record `keep` on out of the log (a torn or damaged tail found on
