@@ -478,3 +478,91 @@ fn an_event_too_deep_to_load_back_is_rejected() {
     assert_eq!(report, LoadReport::default());
     assert_eq!(observe(&s), before);
 }
+
+/// A version 2 log edited anywhere, with records swapped, inserted or removed, fails to open and
+/// to verify, naming the line: every line of a finished session is tried, the last assistant
+/// message and the last `turn/end` included (content no request has carried yet).
+#[test]
+fn an_edit_anywhere_fails_open_and_verify_naming_the_line() {
+    let (_dir, path) = new_file();
+    saved(&path, 3, vec![]);
+    let file = lines(&path);
+    let n = file.len();
+    let check = |bad: &[String], line: usize, what: &str| {
+        std::fs::write(&path, bad.join("\n") + "\n").unwrap();
+        let e = Session::open_jsonl(&path, SessionOptions::default()).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::CorruptLog, "{what}: {}", e.message());
+        assert_eq!(e.detail()["line"], line as u64, "{what}: {}", e.message());
+        assert!(e.message().contains(&format!("line {line}")), "{what}: {}", e.message());
+        let contents = llmsession::store::StoreContents::from_jsonl(&std::fs::read(&path).unwrap());
+        let v = llmsession::request::verify_contents(&contents).unwrap_err();
+        assert_eq!(v.detail()["line"], line as u64, "verify, {what}: {}", v.message());
+        // The file is left as it was found.
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), bad.join("\n") + "\n", "{what}");
+    };
+    for i in 1..n {
+        // One changed byte inside the data (a digit or letter of the record).
+        let mut bad = file.clone();
+        let at = bad[i].find("\"data\":").unwrap() + 9;
+        let mut bytes = bad[i].clone().into_bytes();
+        let j = (at..bytes.len()).find(|&k| bytes[k].is_ascii_alphanumeric()).unwrap();
+        bytes[j] = if bytes[j] == b'1' { b'2' } else { b'1' };
+        bad[i] = String::from_utf8(bytes).unwrap();
+        check(&bad, i + 1, &format!("edit of line {}", i + 1));
+    }
+    // Two records swapped: the first of them is out of its place in the chain.
+    let mut bad = file.clone();
+    bad.swap(4, 5);
+    check(&bad, 5, "swap");
+    // A record inserted (a copy of an earlier one).
+    let mut bad = file.clone();
+    bad.insert(6, file[3].clone());
+    check(&bad, 7, "insertion");
+    // A record removed from the middle: the one after it no longer follows.
+    let mut bad = file.clone();
+    bad.remove(6);
+    check(&bad, 7, "removal");
+    // The header edited: the first event no longer matches it.
+    let mut bad = file.clone();
+    bad[0] = bad[0].replacen("\"createdAt\":", "\"createdAt\":1", 1);
+    check(&bad, 2, "header edit");
+    // Whole records removed from the end leave a shorter valid chain: only a head kept elsewhere
+    // tells (the chain head of the intact log differs from the short one's).
+    std::fs::write(&path, file.join("\n") + "\n").unwrap();
+    let head = open(&path).0.chain_head().unwrap();
+    let last_but_one_end = file
+        .iter()
+        .rposition(|l| l.contains("\"turn/end\""))
+        .map(|i| file[..i].iter().rposition(|l| l.contains("\"turn/end\"")).unwrap())
+        .unwrap();
+    let short = &file[..=last_but_one_end];
+    std::fs::write(&path, short.join("\n") + "\n").unwrap();
+    let (s, report) = open(&path);
+    assert_eq!(report, LoadReport::default());
+    assert_ne!(s.chain_head().unwrap(), head);
+    assert_eq!(head.events, (n - 1) as u64);
+}
+
+/// A torn tail cut on open is kept, byte for byte, in a sidecar file next to the log.
+#[test]
+fn cut_records_are_kept_in_a_sidecar_file() {
+    let (dir, path) = new_file();
+    saved(&path, 1, vec![turn_start(2), user("the prompt that must not be lost"), host("context")]);
+    let whole = std::fs::read(&path).unwrap();
+    // Garble the user message of the unfinished turn: it and what follows are cut.
+    let text = String::from_utf8(whole.clone()).unwrap();
+    let at = text.find("the prompt").unwrap();
+    let line_start = text[..at].rfind('\n').unwrap() + 1;
+    let mut bad = whole.clone();
+    bad[line_start] = b'#'; // no longer JSON: damage a crash could leave
+    std::fs::write(&path, &bad).unwrap();
+    let (_s, report) = open(&path);
+    assert_eq!(report.cut_records, 2);
+    assert!(report.cut_damaged);
+    let side = report.cut_saved_to.expect("the report names the sidecar file");
+    assert!(side.starts_with(&format!("{}.cut-", path.display())), "{side}");
+    assert_eq!(std::fs::read(&side).unwrap(), &bad[line_start..], "the sidecar holds exactly the cut bytes");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&side).unwrap().permissions().mode() & 0o777, 0o600);
+    drop(dir);
+}

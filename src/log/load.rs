@@ -3,7 +3,8 @@
 //! The first record is the session header; it must name format `llmsession`, version 1 or 2.
 //! In a version 2 log every event record carries a chained digest ([`crate::log::chain`]); it is
 //! checked first, so an edited, inserted, removed or reordered record is damage at its line.
-//! Every event is then checked exactly as an append would be. A damaged record (unparseable, or
+//! Every event is then checked exactly as an append would be. A record whose chain does not
+//! match is an error wherever it is. A damaged record (unparseable, or
 //! rejected by validation) is tolerated only when no complete turn follows it: a torn last line
 //! from a crash mid-write, or damage inside the trailing unfinished turn. Everything from that
 //! record on is cut. A last record without its newline counts as torn even when it parses.
@@ -198,7 +199,7 @@ pub struct Loaded {
 pub(crate) fn load_record(log: &mut Log, rec: &mut Vec<u8>) -> Result<()> {
     let ev = parse_record(rec)?;
     let link = match log.chain_head() {
-        Some(prev) => Some(chain::check(prev, rec).map_err(|why| Error::new(ErrorKind::CorruptLog, why))?),
+        Some(prev) => Some(chain::check(prev, rec).map_err(|why| Error::new(ErrorKind::CorruptLog, why).with("chain", true))?),
         None => None,
     };
     match link {
@@ -251,6 +252,12 @@ pub fn load_records_releasing(contents: &mut StoreContents) -> Result<Loaded> {
         let line = i + 1;
         let outcome = load_record(&mut log, &mut records[i]);
         if let Err(e) = outcome {
+            // A complete record that parses but does not match its chained digest was edited
+            // (or records around it were moved): a crash cuts records short, it never rewrites
+            // one. That is an error wherever it is, the last turn included.
+            if e.detail().contains_key("chain") {
+                return Err(as_corrupt(e, line).context("the log was changed after it was written"));
+            }
             let is_last = i == records.len() - 1;
             let later_complete_turn =
                 records[i + 1..whole].iter().any(|r| parse_record(r).map(|ev| ev.ty == types::TURN_END).unwrap_or(false));
