@@ -4,7 +4,8 @@
 #   LLMSESSION_CLI=target/release/llmsession scripts/demo/cli-checks.sh LOG REPORT OUTDIR
 #
 # verify/stats/show/headers must succeed on LOG (and stats --json agree with the host's REPORT);
-# hand-damaged copies written to OUTDIR must fail verify naming the step; bad files must fail
+# hand-damaged copies written to OUTDIR must fail verify naming the line (and, rewritten with
+# recomputed digests, the step); bad files must fail
 # with a clear message and a non-zero exit status. Exit 0 when every check passed.
 set -euo pipefail
 
@@ -74,24 +75,44 @@ else
 fi
 
 # Hand-damaged copies. Only the damaged line is rewritten; every other line keeps its bytes.
-# Each .expect file holds "turn T step S" of the first request that must no longer rebuild.
+# Edited by hand, the line no longer matches its chained digest: verify names the line. The same
+# edit with every digest recomputed (a deliberate rewrite) keeps the chain whole, and then the
+# first request that no longer rebuilds is named: each .expect file holds "line N" and
+# "turn T step S".
 python3 - "$LOG" "$OUT" <<'PY'
-import json, sys
+import hashlib, json, sys
 log, out = sys.argv[1], sys.argv[2]
 lines = open(log, encoding="utf-8").read().splitlines()
 events = [json.loads(l) for l in lines]
+FIELD = ',"chain":"'
+
+def body(line):
+    # The record without its chain field: the bytes its digest covers.
+    assert line[-76:-66] == FIELD, line[-80:]
+    return line[:-76] + "}"
+
+def rechain(records):
+    prev = hashlib.sha256(records[0].encode()).digest()
+    out = [records[0]]
+    for r in records[1:]:
+        b = r if FIELD not in r[-76:] else body(r)
+        prev = hashlib.sha256(prev + b.encode()).digest()
+        out.append(b[:-1] + FIELD + prev.hex() + '"}')
+    return out
 
 def first_step_after(i):
     e = next(e for e in events[i + 1:] if e.get("type") == "step/start")
     return f"turn {e['data']['turn']} step {e['data']['step']}"
 
-def write(name, i, event, expect):
+def write(name, i, event, step):
+    event.pop("chain", None)
     changed = list(lines)
     changed[i] = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
-    with open(f"{out}/{name}.jsonl", "w", encoding="utf-8") as f:
-        f.write("\n".join(changed) + "\n")
-    with open(f"{out}/{name}.expect", "w") as f:
-        f.write(expect + "\n")
+    for suffix, records, expect in (("", changed, f"line {i + 1}"), ("-rechained", rechain(changed), step)):
+        with open(f"{out}/{name}{suffix}.jsonl", "w", encoding="utf-8") as f:
+            f.write("\n".join(records) + "\n")
+        with open(f"{out}/{name}{suffix}.expect", "w") as f:
+            f.write(expect + "\n")
 
 # 1. the first tool result's text altered: the next request, which carried it, differs
 i = next(i for i, e in enumerate(events) if e.get("type") == "tool/result")
@@ -120,13 +141,17 @@ PY
 for d in content digest; do
     want="$(cat "$OUT/damaged-$d.expect")"
     expect_fail "verify on a copy with a damaged $d names $want" \
-        "verify failed: $want \(seq [0-9]+\): the request rebuilt from the log differs" \
+        "verify failed: .*damaged-$d.jsonl: .*$want: the chained digest does not match" \
         "$CLI" verify "$OUT/damaged-$d.jsonl"
+    want="$(cat "$OUT/damaged-$d-rechained.expect")"
+    expect_fail "verify on a rewritten copy (digests recomputed) with a damaged $d names $want" \
+        "verify failed: $want \(seq [0-9]+\): the request rebuilt from the log differs" \
+        "$CLI" verify "$OUT/damaged-$d-rechained.jsonl"
 done
 expect_ok "verify on a copy with a torn last line (a torn tail is dropped on load)" "$CLI" verify "$OUT/damaged-torn.jsonl"
 expect_fail "verify on a file that is not a session log" "not-a-log.jsonl: line 1: malformed JSON" "$CLI" verify "$OUT/not-a-log.jsonl"
 expect_fail "stats on a file that is not a session log" "not-a-log.jsonl: line 1: malformed JSON" "$CLI" stats "$OUT/not-a-log.jsonl"
-expect_fail "verify on a missing file" "no-such-file.jsonl: No such file" "$CLI" verify "$OUT/no-such-file.jsonl"
+expect_fail "verify on a missing file" "no-such-file.jsonl: cannot open a session log: No such file" "$CLI" verify "$OUT/no-such-file.jsonl"
 expect_fail "show of a request the log does not have" "there is no request 9999" "$CLI" show "$LOG" --step 9999
 expect_fail "an unknown command" "unknown command" "$CLI" frobnicate "$LOG"
 

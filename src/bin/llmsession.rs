@@ -136,6 +136,8 @@ fn cmd_verify(path: &str) -> Result<(), String> {
             out!("ok: {} events, {} requests and {} compaction requests rebuilt byte for byte", r.events, r.requests, r.compactions);
             Ok(())
         }
+        // A damaged log names the file and the line; a request that does not rebuild, its step.
+        Err(e) if e.kind() == llmsession::ErrorKind::CorruptLog => Err(format!("verify failed: {path}: {}", e.message())),
         Err(e) => Err(format!("verify failed: {}", e.message())),
     }
 }
