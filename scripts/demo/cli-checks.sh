@@ -105,9 +105,11 @@ def first_step_after(i):
     return f"turn {e['data']['turn']} step {e['data']['step']}"
 
 def write(name, i, event, step):
-    event.pop("chain", None)
+    # An edit by hand keeps the record's (now stale) chain field at its end.
+    old = event.pop("chain")
     changed = list(lines)
-    changed[i] = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
+    changed[i] = json.dumps(event, separators=(",", ":"), ensure_ascii=False)[:-1] + FIELD + old + '"}'
+
     for suffix, records, expect in (("", changed, f"line {i + 1}"), ("-rechained", rechain(changed), step)):
         with open(f"{out}/{name}{suffix}.jsonl", "w", encoding="utf-8") as f:
             f.write("\n".join(records) + "\n")
