@@ -85,6 +85,9 @@ func (c *client) postStream(ctx context.Context, body []byte, onDelta func(llmse
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
+	// llama-server closes the connection after a streamed reply without saying so; a pooled
+	// connection would make the next POST fail with EOF. One connection per stream.
+	req.Close = true
 	if c.apiKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.apiKey)
 	}
