@@ -293,3 +293,47 @@ fn a_streamed_response_records_like_a_parsed_one() {
     assert_eq!(last["content"], json!(p.message.content));
     assert_eq!(last["content"][1]["arguments"], "{\"path\": \"café.txt\", \"lines\": 20}");
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// Damaged streams (bytes changed, dropped or inserted) never panic: every call either
+    /// succeeds or fails with a stream error or a field error.
+    #[test]
+    fn damaged_streams_fail_cleanly(
+        which in 0..FIXTURES.len(),
+        edits in prop::collection::vec((any::<prop::sample::Index>(), 0u8..3, any::<u8>()), 1..8),
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..8),
+        partial in any::<bool>(),
+    ) {
+        let (format, stream, _) = FIXTURES[which];
+        let mut bytes = data(stream);
+        for (at, op, b) in edits {
+            let i = at.index(bytes.len());
+            match op {
+                0 => bytes[i] = b,
+                1 => { bytes.remove(i); }
+                _ => bytes.insert(i, b),
+            }
+        }
+        let mut cuts: Vec<usize> = cuts.iter().map(|i| i.index(bytes.len() + 1)).collect();
+        cuts.sort_unstable();
+        let mut s = StreamAccumulator::new(format);
+        let mut from = 0;
+        let clean = |e: &llmsession::Error| {
+            matches!(e.kind(), ErrorKind::InvalidInput | ErrorKind::MalformedJson)
+                && (e.detail().contains_key("stream") || e.detail().contains_key("field"))
+        };
+        for c in cuts.into_iter().chain(std::iter::once(bytes.len())) {
+            if let Err(e) = s.feed(&bytes[from..c]) {
+                prop_assert!(clean(&e), "{}", e.message());
+            }
+            from = c;
+            while s.next_delta().is_some() {}
+        }
+        if let Err(e) = s.finish(partial) {
+            prop_assert!(clean(&e), "{}", e.message());
+        }
+        let _ = s.body();
+    }
+}
