@@ -925,6 +925,7 @@ class Stream {
     else if (chunk instanceof Uint8Array) b = Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
     else if (typeof chunk === 'string') b = utf8(chunk);
     else throw new TypeError('Stream.feed: expected a Buffer, a Uint8Array or a string');
+    if (b.length === 0) return; // nothing to feed (and an empty Buffer may have no address)
     const err = [null];
     check(C.lls_stream_feed(p, b, b.length, err), err);
   }

@@ -115,5 +115,9 @@ test('broken streams: provider error, cut connection, malformed event, closed ha
   assert.throws(() => m.feed('data: {oops\n\n'), (e) => e.status === lls.Status.MALFORMED_JSON && e.detail.stream === 'malformed');
   m.close();
   assert.throws(() => new lls.Stream('cohere'), (e) => e.status === lls.Status.INVALID_INPUT);
-  assert.throws(() => new lls.Stream('openai').feed(42), TypeError);
+  const e = new lls.Stream('openai');
+  assert.throws(() => e.feed(42), TypeError);
+  e.feed(Buffer.alloc(0));
+  e.feed(new Uint8Array(0));
+  e.close();
 });
