@@ -135,6 +135,17 @@ typedef struct lls_reply lls_reply;
 typedef struct lls_session lls_session;
 
 /**
+ * One streamed provider response being accumulated: feed it the raw bytes of the event
+ * stream as they arrive (`lls_stream_feed`), take the deltas for display
+ * (`lls_stream_next_delta`), and end it with `lls_stream_finish`, which gives the same
+ * `{"message","usage"?,"finishReason"?}` as `lls_parse_response` on the non-streamed body.
+ *
+ * Thread safety: calls on one stream are serialised internally (a stream is one response:
+ * feed it from one place); different streams are independent.
+ */
+typedef struct lls_stream lls_stream;
+
+/**
  * The result of a fallible llmsession function: `LLS_OK` (0) or one of the `LLS_ERR_*` values.
  *
  * When a function returns anything but `LLS_OK` and its `err` argument is not NULL, `*err`
@@ -1043,12 +1054,15 @@ size_t lls_live_handle_count(void);
  * receives) into a provider's JSON body, stored in `*out` (free it with `lls_string_free`).
  *
  * `(renderer, renderer_len)` names the format: `"openai"` (OpenAI-compatible chat completions:
- * OpenAI, DeepSeek, llama.cpp, vLLM, ...) or `"anthropic"` (Anthropic Messages, with cache
- * breakpoints at the end of the session prefix and of the history). `prefix_len` is how many
+ * OpenAI, DeepSeek, llama.cpp, vLLM, ...), `"openai-responses"` (the OpenAI Responses API,
+ * stateless with `store: false`), `"anthropic"` (Anthropic Messages, with cache breakpoints at
+ * the end of the session prefix and of the history) or `"gemini"` (Gemini `generateContent`;
+ * the model goes in the URL, not the body). Blocks carrying another provider's native state
+ * (`origin`) are dropped, never sent to the wrong provider. `prefix_len` is how many
  * leading envelope messages are the session prefix (`prefixLen` of `lls_agent_request_info`,
  * or of the summariser's input); it must not exceed the number of messages. The rendering
  * preserves the prefix property: a request that extends the previous one renders to a body
- * whose messages extend the previous body's.
+ * whose messages (`input`, `contents`) extend the previous body's.
  *
  * Errors: `LLS_ERR_NULL_POINTER` (`renderer`, `envelope_json`, `out`), `LLS_ERR_INVALID_UTF8`,
  * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (an unknown renderer, an invalid envelope;
@@ -1125,12 +1139,15 @@ lls_status lls_reply_fail(lls_reply *reply, const char *message, size_t len, lls
  * `*out` (free it with `lls_string_free`). `message` is the assistant message to pass to
  * `lls_agent_record_response` (with provenance when the response names its model); `usage` is
  * mapped into disjoint buckets (`inputTokens` is the uncached part; `cacheReadTokens` from
- * `prompt_tokens_details.cached_tokens`, DeepSeek's `prompt_cache_hit_tokens`, or Anthropic's
- * `cache_read_input_tokens`); `finishReason` is `"stop"`, `"tool-calls"`, `"max-tokens"` or
- * the provider's own word.
+ * `prompt_tokens_details.cached_tokens`, DeepSeek's `prompt_cache_hit_tokens`, the Responses
+ * API's `input_tokens_details.cached_tokens`, Anthropic's `cache_read_input_tokens` or Gemini's
+ * `cachedContentTokenCount`); `finishReason` is `"stop"`, `"tool-calls"`, `"max-tokens"` or
+ * the provider's own word. Blocks that keep provider-native state (signatures, encrypted
+ * reasoning, item ids, opaque items) carry `"origin"`: the renderer of that format sends
+ * them back verbatim, the others drop them. For a streamed response use `lls_stream_new`.
  *
  * `(renderer, renderer_len)`: `"openai"` (OpenAI-compatible chat completions: OpenAI,
- * DeepSeek, llama.cpp, vLLM) or `"anthropic"`.
+ * DeepSeek, llama.cpp, vLLM), `"openai-responses"`, `"anthropic"` or `"gemini"`.
  *
  * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`,
  * `LLS_ERR_INVALID_INPUT` (an unknown renderer, or a response without the expected fields;
@@ -1153,7 +1170,7 @@ lls_status lls_parse_response(const char *renderer,
 /**
  * Maps a provider usage object into the library's `Usage` JSON (disjoint buckets), stored in
  * `*out` (free it with `lls_string_free`). `(provider, provider_len)`: `"openai"`,
- * `"llama.cpp"`, `"deepseek"` or `"anthropic"`.
+ * `"llama.cpp"`, `"deepseek"`, `"openai-responses"`, `"anthropic"` or `"gemini"`.
  *
  * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`,
  * `LLS_ERR_INVALID_INPUT` (an unknown provider, a missing or mistyped count; detail `field`).
@@ -1570,6 +1587,106 @@ lls_status lls_session_refresh(lls_session *session, uint64_t *out_new_events, l
  * Thread safety: may be called from any thread, concurrently.
  */
 lls_status lls_session_sync(lls_session *session, lls_error **err);
+
+/**
+ * Creates a stream accumulator in `*out` for one response in `(format, format_len)`:
+ * `"openai"` (chat completion chunks, `data: [DONE]` at the end; ask for usage with
+ * `"stream_options":{"include_usage":true}`), `"openai-responses"` (Responses API events),
+ * `"anthropic"` (Messages events) or `"gemini"` (`streamGenerateContent`, with `alt=sse` or as
+ * the plain JSON array). Free it with `lls_stream_free`.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`format`, `out`), `LLS_ERR_INVALID_UTF8`,
+ * `LLS_ERR_INVALID_INPUT` (an unknown format; detail `field` = `renderer`).
+ *
+ * # Safety
+ * `format` NULL or readable for `format_len` bytes; `out`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread.
+ */
+lls_status lls_stream_new(const char *format, size_t format_len, lls_stream **out, lls_error **err);
+
+/**
+ * Feeds the next `len` bytes of the event stream, exactly as received: any chunking, a chunk
+ * may end inside a line or inside a UTF-8 character. Deltas completed by these bytes become
+ * available to `lls_stream_next_delta`.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_MALFORMED_JSON` (an event
+ * that is not JSON; detail `stream` = `malformed`, `event`, `line`, `column`),
+ * `LLS_ERR_INVALID_INPUT` (detail `stream`: `malformed` for an event without what its type
+ * needs or text that is not UTF-8, `provider-error` for the provider's error event, with
+ * `providerError` (its error object) and `overflow` (whether it reports a context overflow:
+ * pass that to `lls_agent_provider_error`)), `LLS_ERR_OUT_OF_ORDER` (after
+ * `lls_stream_finish`). Once a feed failed, every later feed fails with the same error.
+ *
+ * # Safety
+ * `bytes` NULL or readable for `len` bytes; `err` NULL or valid for writes.
+ *
+ * Thread safety: exclusive per stream (serialised internally).
+ */
+lls_status lls_stream_feed(lls_stream *stream, const char *bytes, size_t len, lls_error **err);
+
+/**
+ * Takes the next delta, in stream order, into `*out` (free it with `lls_string_free`), or
+ * stores NULL (and 0 in `*out_len`) when every delta so far was taken. A delta is
+ * `{"type":"text"|"reasoning"|"tool-call","index","text"?,"id"?,"name"?,"arguments"?}`:
+ * `index` counts the blocks of its type in the final message; a tool call's first delta has
+ * its `id` and `name`, and `arguments` fragments follow. For display only: record what
+ * `lls_stream_finish` returns.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`stream`, `out`), `LLS_ERR_INVALID_HANDLE`.
+ *
+ * # Safety
+ * `out`, `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: exclusive per stream (serialised internally).
+ */
+lls_status lls_stream_next_delta(lls_stream *stream, char **out, size_t *out_len, lls_error **err);
+
+/**
+ * Ends the stream and stores the response in `*out` (free it with `lls_string_free`):
+ * `{"message","usage"?,"finishReason"?}`, the same as `lls_parse_response` gives for the
+ * non-streamed body, ready for `lls_agent_record_response`. A stream that failed, or ended
+ * before its terminal event (a cut connection), is an error, unless `partial` is true: then
+ * the message assembled so far (text and reasoning as received, tool calls only with
+ * complete arguments) comes with `"finishReason":"incomplete"`; record it only if that is
+ * what the host wants. May be called again; later feeds fail.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, the stream's own error (see
+ * `lls_stream_feed`), `LLS_ERR_INVALID_INPUT` with detail `stream` = `incomplete` (the
+ * stream ended early) or a `field` (the assembled response lacks what the format needs).
+ *
+ * # Safety
+ * `out`, `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: exclusive per stream (serialised internally).
+ */
+lls_status lls_stream_finish(lls_stream *stream,
+                             bool partial,
+                             char **out,
+                             size_t *out_len,
+                             lls_error **err);
+
+/**
+ * Stores in `*out` (free it with `lls_string_free`) the provider body rebuilt from the events
+ * so far, in the shape of the non-streamed response (after a complete stream: that response,
+ * provider extras such as llama.cpp's `timings` included).
+ *
+ * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`.
+ *
+ * # Safety
+ * `out`, `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: serialised with the stream's other calls; may run from any thread.
+ */
+lls_status lls_stream_body(const lls_stream *stream, char **out, size_t *out_len, lls_error **err);
+
+/**
+ * Frees a stream. `lls_stream_free(NULL)` does nothing; so does a handle that is not a live
+ * `lls_stream`.
+ *
+ * Thread safety: call once, from any thread; the handle must not be used afterwards.
+ */
+void lls_stream_free(lls_stream *stream);
 
 /**
  * The library version as a static NUL-terminated string, e.g. `"0.1.0"`. Never free it.

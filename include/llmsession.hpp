@@ -948,7 +948,82 @@ inline std::string verify_file(std::string_view path) {
     });
 }
 
-/// Renders a request envelope into a provider body (`"openai"` or `"anthropic"`).
+/// One streamed provider response (`lls_stream`): feed it the raw bytes of the event stream as
+/// they arrive, in any chunking; take the deltas for display; `finish()` gives
+/// `{"message","usage"?,"finishReason"?}`, what `parse_response` gives for the non-streamed
+/// body, for `Agent::record_response` as it is. Formats: `"openai"` (chat completion chunks),
+/// `"openai-responses"`, `"anthropic"`, `"gemini"`. Move-only; calls on one stream are
+/// serialised by the library.
+class Stream {
+public:
+    /// A stream accumulator for one response in `format`.
+    explicit Stream(std::string_view format) {
+        check_abi();
+        lls_stream *p = nullptr;
+        detail::call([&](lls_error **err) { return lls_stream_new(detail::ptr(format), format.size(), &p, err); });
+        h_.reset(p);
+    }
+
+    /// Feeds the next bytes. Throws `Error` for a malformed event or the provider's error event
+    /// (`detail()` has `"stream":"malformed"` or `"provider-error"`, with `providerError` and
+    /// `overflow`); once it threw, every later call throws the same.
+    void feed(std::string_view bytes) { feed(bytes.data(), bytes.size()); }
+    /// Feeds `len` bytes at `data`.
+    void feed(const void *data, std::size_t len) {
+        static const char empty = 0;
+        const char *p = len ? static_cast<const char *>(data) : &empty;
+        detail::call([&](lls_error **err) { return lls_stream_feed(get(), p, len, err); });
+    }
+    /// Feeds bytes: `stream << chunk`.
+    Stream &operator<<(std::string_view bytes) {
+        feed(bytes);
+        return *this;
+    }
+
+    /// The next delta as JSON (`{"type","index","text"?,"id"?,"name"?,"arguments"?}`), or no
+    /// value when every delta so far was taken.
+    std::optional<std::string> next_delta() {
+        char *out = nullptr;
+        std::size_t len = 0;
+        detail::call([&](lls_error **err) { return lls_stream_next_delta(get(), &out, &len, err); });
+        if (out == nullptr) {
+            return std::nullopt;
+        }
+        return detail::take_string(out, len);
+    }
+
+    /// Calls `f(delta_json)` for every delta not taken yet.
+    template <class F> void for_each_delta(F &&f) {
+        while (auto d = next_delta()) {
+            f(*d);
+        }
+    }
+
+    /// Ends the stream and returns the response. Throws for a stream that failed or ended
+    /// before its terminal event (`"stream":"incomplete"`), unless `partial`: then the message
+    /// so far, with `"finishReason":"incomplete"`.
+    std::string finish(bool partial = false) {
+        return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
+            return lls_stream_finish(get(), partial, out, len, err);
+        });
+    }
+
+    /// The provider body rebuilt so far, in the non-streamed shape.
+    std::string body() const {
+        return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
+            return lls_stream_body(get(), out, len, err);
+        });
+    }
+
+    /// The C handle (still owned by this object).
+    lls_stream *get() const { return detail::require(h_.get(), "llmsession::Stream"); }
+
+private:
+    detail::Owned<lls_stream, lls_stream_free> h_;
+};
+
+/// Renders a request envelope into a provider body (`"openai"`, `"openai-responses"`,
+/// `"anthropic"` or `"gemini"`).
 inline std::string render(std::string_view renderer, std::string_view envelope_json,
                           std::size_t prefix_len) {
     check_abi();
@@ -958,8 +1033,9 @@ inline std::string render(std::string_view renderer, std::string_view envelope_j
     });
 }
 
-/// Parses a provider's response body (`"openai"` or `"anthropic"`) into
-/// `{"message","usage"?,"finishReason"?}`, which `Agent::record_response` takes as it is.
+/// Parses a provider's response body (`"openai"`, `"openai-responses"`, `"anthropic"` or
+/// `"gemini"`) into `{"message","usage"?,"finishReason"?}`, which `Agent::record_response`
+/// takes as it is. For a streamed response use `Stream`.
 inline std::string parse_response(std::string_view renderer, std::string_view body_json) {
     check_abi();
     return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
@@ -968,8 +1044,8 @@ inline std::string parse_response(std::string_view renderer, std::string_view bo
     });
 }
 
-/// Maps a provider's usage object (`"openai"`, `"llama.cpp"`, `"deepseek"`, `"anthropic"`)
-/// into the library's usage JSON.
+/// Maps a provider's usage object (`"openai"`, `"llama.cpp"`, `"deepseek"`,
+/// `"openai-responses"`, `"anthropic"`, `"gemini"`) into the library's usage JSON.
 inline std::string usage_from_provider(std::string_view provider, std::string_view usage_json) {
     check_abi();
     return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {

@@ -16,7 +16,9 @@
 //! - [`agent`]: agent instances and the host-driven turn/step lifecycle.
 //! - [`tokens`]: the token meter and its counters.
 //! - [`compaction`]: policies, region selection, summarisation requests, landing.
-//! - [`render`]: provider body renderers (OpenAI-compatible, Anthropic).
+//! - [`render`]: provider body renderers and response parsers (OpenAI-compatible chat
+//!   completions, OpenAI Responses API, Anthropic, Gemini).
+//! - [`stream`]: streamed responses, from event-stream bytes to the parsed response.
 //! - [`cancel`]: cancel tokens.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -44,6 +46,8 @@ pub mod request;
 pub mod session;
 /// cbindgen:ignore
 pub mod store;
+/// cbindgen:ignore
+pub mod stream;
 /// cbindgen:ignore
 pub mod tokens;
 /// cbindgen:ignore

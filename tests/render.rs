@@ -1,6 +1,6 @@
 //! The renderers' prefix property and determinism, through the public API.
 
-use llmsession::render::{render_anthropic, render_openai, RenderOptions, Renderer};
+use llmsession::render::{render_anthropic, render_gemini, render_openai, render_responses, RenderOptions, Renderer};
 use llmsession::ErrorKind;
 use proptest::prelude::*;
 use serde_json::{json, Value};
@@ -55,7 +55,14 @@ fn history() -> Vec<Value> {
         result("c3", "permission denied", true),
         assistant(vec![call("c4", "bash", r#"{"cmd":"sudo true"}"#)]),
         result("c4", "ok", false),
-        assistant(vec![text("Fixed.")]),
+        // Native state of two providers: each renderer carries its own back and drops the other's.
+        assistant(vec![
+            json!({"type":"reasoning","text":"Check.","origin":"gemini","thoughtSignature":"Z2VtaW5p"}),
+            json!({"type":"reasoning","text":"Done?","origin":"openai-responses",
+                   "item":{"type":"reasoning","id":"rs_1","summary":[{"type":"summary_text","text":"Done?"}],"encrypted_content":"ZW5j"}}),
+            json!({"type":"opaque","origin":"openai-responses","item":{"type":"compaction","id":"cmp_1","encrypted_content":"Y21w"}}),
+            text("Fixed."),
+        ]),
         json!({"role":"user","content":[text("Does this screenshot look right?"),
                {"type":"image","mediaType":"image/png","data":"iVBORw0KGgo="}]}),
         assistant(vec![text("Yes.")]),
@@ -136,6 +143,8 @@ fn check_prefix_property(prefix: &[Value], history: &[Value]) {
     let opts = RenderOptions::with_prefix_len(p);
     let oa: Vec<Value> = (p..=all.len()).map(|k| render_openai(&envelope(prefix, history, k)).unwrap()).collect();
     let an: Vec<Value> = (p..=all.len()).map(|k| render_anthropic(&envelope(prefix, history, k), &opts).unwrap()).collect();
+    let rs: Vec<Value> = (p..=all.len()).map(|k| render_responses(&envelope(prefix, history, k), &opts).unwrap()).collect();
+    let ge: Vec<Value> = (p..=all.len()).map(|k| render_gemini(&envelope(prefix, history, k), &opts).unwrap()).collect();
     // The prefix breakpoint, fixed for the whole instance: where the prefix-only body has its mark.
     let prefix_mark = last_cacheable(&an[0]);
     for k in p..=all.len() {
@@ -166,8 +175,36 @@ fn check_prefix_property(prefix: &[Value], history: &[Value]) {
                 assert!(ab.len() < bb.len() && ab[..] == bb[..ab.len()], "anthropic mid-run k={k} l={l}");
             }
             assert_eq!(without_messages(a_an), without_messages(b_an), "anthropic k={k} l={l}");
+
+            // Responses API: every input item of A starts B's input; the rest is equal.
+            let (a_rs, b_rs) = (&rs[k - p], &rs[l - p]);
+            extends(a_rs, b_rs, "input", true, &format!("openai-responses k={k} l={l}"));
+            // Gemini: contents extend as Anthropic's messages do (results of a step merge).
+            let (a_ge, b_ge) = (&ge[k - p], &ge[l - p]);
+            extends(a_ge, b_ge, "contents", boundary(&all, k), &format!("gemini k={k} l={l}"));
         }
     }
+}
+
+/// B's `key` array extends A's and every other field is equal. When A does not end at a
+/// request boundary, A's last entry may instead be a prefix (in `parts`) of B's entry there.
+fn extends(a: &Value, b: &Value, key: &str, at_boundary: bool, what: &str) {
+    let (am, bm) = (a[key].as_array().unwrap(), b[key].as_array().unwrap());
+    assert!(am.len() <= bm.len(), "{what}: A is longer\nA={am:#?}\nB={bm:#?}");
+    if at_boundary || am.is_empty() {
+        assert_eq!(am[..], bm[..am.len()], "{what}");
+    } else {
+        let n = am.len() - 1;
+        assert_eq!(am[..n], bm[..n], "{what}");
+        let (ap, bp) = (am[n]["parts"].as_array().unwrap(), bm[n]["parts"].as_array().unwrap());
+        assert!(ap.len() <= bp.len() && ap[..] == bp[..ap.len()], "{what} mid-run");
+    }
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        v.as_object_mut().unwrap().remove(key);
+        v
+    };
+    assert_eq!(strip(a), strip(b), "{what}");
 }
 
 #[test]
@@ -239,7 +276,7 @@ fn equal_input_gives_byte_identical_output() {
     // A copy that went through text, with its keys in a different order.
     let text = serde_json::to_string(&env).unwrap();
     let reparsed: Value = serde_json::from_str(&text).unwrap();
-    for r in [Renderer::OpenAi, Renderer::Anthropic] {
+    for r in Renderer::ALL {
         let opts = RenderOptions::with_prefix_len(2);
         let a = serde_json::to_vec(&r.render(&env, &opts).unwrap()).unwrap();
         let b = serde_json::to_vec(&r.render(&env, &opts).unwrap()).unwrap();
@@ -256,6 +293,8 @@ fn renderer_dispatches_to_the_functions() {
     let opts = RenderOptions::with_prefix_len(2);
     assert_eq!(Renderer::parse("openai").unwrap().render(&env, &opts).unwrap(), render_openai(&env).unwrap());
     assert_eq!(Renderer::parse("anthropic").unwrap().render(&env, &opts).unwrap(), render_anthropic(&env, &opts).unwrap());
+    assert_eq!(Renderer::parse("openai-responses").unwrap().render(&env, &opts).unwrap(), render_responses(&env, &opts).unwrap());
+    assert_eq!(Renderer::parse("gemini").unwrap().render(&env, &opts).unwrap(), render_gemini(&env, &opts).unwrap());
 }
 
 #[test]
@@ -264,7 +303,7 @@ fn errors_are_invalid_input_naming_message_and_block() {
     h.push(json!({"role":"user","content":[text("x"),{"type":"audio","data":"AAAA"}]}));
     let env = envelope(&prefixes()[0], &h, 2 + h.len());
     let opts = RenderOptions::with_prefix_len(2);
-    for r in [Renderer::OpenAi, Renderer::Anthropic] {
+    for r in Renderer::ALL {
         let e = r.render(&env, &opts).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidInput);
         let idx = 2 + h.len() - 1;
@@ -342,5 +381,27 @@ proptest! {
     #[test]
     fn prefix_property_on_random_conversations(steps in prop::collection::vec(step_strategy(), 1..5), which in 0usize..2) {
         check_prefix_property(&prefixes()[which], &build(&steps));
+    }
+}
+
+#[test]
+fn native_state_goes_back_only_to_its_own_provider() {
+    let prefix = &prefixes()[1];
+    let h = history();
+    let env = envelope(prefix, &h, prefix.len() + h.len());
+    let opts = RenderOptions::with_prefix_len(2);
+    let text_of = |r: Renderer| serde_json::to_string(&r.render(&env, &opts).unwrap()).unwrap();
+    let (oa, an, rs, ge) =
+        (text_of(Renderer::OpenAi), text_of(Renderer::Anthropic), text_of(Renderer::OpenAiResponses), text_of(Renderer::Gemini));
+    // The Responses API gets its reasoning item and compaction item back, verbatim.
+    assert!(rs.contains(r#""encrypted_content":"ZW5j""#) && rs.contains(r#""type":"compaction""#), "{rs}");
+    assert!(!rs.contains("Z2VtaW5p") && !rs.contains("c2ln"), "{rs}");
+    // Gemini gets its thought with its signature; Anthropic gets its signed thinking.
+    assert!(ge.contains(r#""thoughtSignature":"Z2VtaW5p""#) && !ge.contains("ZW5j") && !ge.contains("c2ln"), "{ge}");
+    assert!(an.contains(r#""signature":"c2ln""#) && !an.contains("ZW5j") && !an.contains("Z2VtaW5p"), "{an}");
+    // Chat completions carry no provider's native state; the text stays everywhere.
+    assert!(!oa.contains("ZW5j") && !oa.contains("Z2VtaW5p") && !oa.contains("Check.") && !oa.contains("Done?"), "{oa}");
+    for body in [&oa, &an, &rs, &ge] {
+        assert!(body.contains("Fixed."));
     }
 }

@@ -291,8 +291,8 @@ func VerifyFile(path string) (json.RawMessage, error) {
 	})
 }
 
-// Render renders a request envelope into a provider's JSON body ("openai" or "anthropic");
-// prefixLen is how many leading messages are the session prefix.
+// Render renders a request envelope into a provider's JSON body ("openai", "openai-responses",
+// "anthropic" or "gemini"); prefixLen is how many leading messages are the session prefix.
 func Render(renderer string, envelope []byte, prefixLen int) (json.RawMessage, error) {
 	rb := []byte(renderer)
 	rp, rn := cbuf(rb)
@@ -302,8 +302,9 @@ func Render(renderer string, envelope []byte, prefixLen int) (json.RawMessage, e
 	})
 }
 
-// ParseResponse parses a provider response body ("openai" or "anthropic") into
-// {"message","usage"?,"finishReason"?}; message and usage go to Agent.RecordResponse.
+// ParseResponse parses a provider response body ("openai", "openai-responses", "anthropic" or
+// "gemini") into {"message","usage"?,"finishReason"?}, which Agent.RecordResponse takes as it
+// is. For a streamed response use a Stream (or ReadStream).
 func ParseResponse(renderer string, body []byte) (json.RawMessage, error) {
 	rb := []byte(renderer)
 	rp, rn := cbuf(rb)
@@ -314,7 +315,7 @@ func ParseResponse(renderer string, body []byte) (json.RawMessage, error) {
 }
 
 // UsageFromProvider maps a provider usage object ("openai", "llama.cpp", "deepseek",
-// "anthropic") into the library's Usage JSON.
+// "openai-responses", "anthropic", "gemini") into the library's Usage JSON.
 func UsageFromProvider(provider string, usage []byte) (json.RawMessage, error) {
 	pb := []byte(provider)
 	pp, pn := cbuf(pb)

@@ -325,17 +325,47 @@ export declare class Agent {
   readonly closed: boolean;
 }
 
-/** Renders an envelope into a provider's JSON body ("openai" or "anthropic"). */
-export declare function render(renderer: 'openai' | 'anthropic' | string, envelope: Envelope | string | Buffer, prefixLen?: number): string;
+/** A provider body format. */
+export type Format = 'openai' | 'openai-responses' | 'anthropic' | 'gemini';
+/** Renders an envelope into a provider's JSON body. */
+export declare function render(renderer: Format | string, envelope: Envelope | string | Buffer, prefixLen?: number): string;
 /** A provider response parsed by `parseResponse`; `agent.recordResponse` takes it as it is. */
 export interface ParsedResponse {
   message: Message;
   usage?: Usage;
   finishReason?: 'stop' | 'tool-calls' | 'max-tokens' | string;
 }
-/** Parses a provider's response body ("openai" or "anthropic"). */
-export declare function parseResponse(renderer: 'openai' | 'anthropic' | string, body: string | Buffer | Json): ParsedResponse;
-/** Maps a provider's usage object ("openai", "llama.cpp", "deepseek", "anthropic") into a Usage. */
+/** Parses a provider's response body. */
+export declare function parseResponse(renderer: Format | string, body: string | Buffer | Json): ParsedResponse;
+/** A piece of a streamed response, for display; `index` counts the blocks of its type. */
+export interface Delta {
+  type: 'text' | 'reasoning' | 'tool-call';
+  index: number;
+  text?: string;
+  id?: string;
+  name?: string;
+  arguments?: string;
+}
+/** Chunks a stream can be fed from: `fetch(...).body`, a Node Readable, an async generator. */
+export type ByteSource = ReadableStream<Uint8Array> | AsyncIterable<Uint8Array | Buffer | string>;
+/** One streamed provider response: feed it the raw event-stream bytes; finish() gives what parseResponse gives for the non-streamed body. */
+export declare class Stream {
+  constructor(format: Format | string);
+  readonly format: string;
+  feed(chunk: Buffer | Uint8Array | string): void;
+  nextDelta(): Delta | null;
+  takeDeltas(): Delta[];
+  /** The response; throws for a failed or cut stream unless `partial` (then finishReason is "incomplete"). */
+  finish(options?: { partial?: boolean }): ParsedResponse;
+  /** The provider body rebuilt so far, in the non-streamed shape. */
+  body(): Json;
+  consume(source: ByteSource, onDelta?: (delta: Delta) => void): Promise<ParsedResponse>;
+  close(): void;
+  readonly closed: boolean;
+}
+/** Reads a whole streamed response from `source`; the stream is freed either way. */
+export declare function readStream(format: Format | string, source: ByteSource, onDelta?: (delta: Delta) => void): Promise<{ response: ParsedResponse; body: Json }>;
+/** Maps a provider's usage object ("openai", "llama.cpp", "deepseek", "openai-responses", "anthropic", "gemini") into a Usage. */
 export declare function usageFromProvider(provider: string, usage: Json): Usage;
 /** Whether a provider error (HTTP status and body) says the prompt did not fit the context window. */
 export declare function isContextOverflow(status: number, body: string | Buffer): boolean;

@@ -138,6 +138,7 @@ const P_cancel = opaque('lls_cancel');
 const P_error = opaque('lls_error');
 const P_reply = opaque('lls_reply');
 const P_str = opaque('lls_owned_str');
+const P_stream = opaque('lls_stream');
 // `void *userdata` is passed as an integer id (same register class on every supported ABI).
 const CallbackFn = koffi.proto(
   'int32_t lls_callback_fn(intptr_t userdata, const char *in_json, size_t in_len, lls_reply *reply)');
@@ -172,6 +173,12 @@ def('lls_verify_file', 'int32_t', `const uint8_t *path, size_t plen, ${OUTS}`);
 def('lls_parse_response', 'int32_t', `const uint8_t *renderer, size_t rlen, const uint8_t *body, size_t blen, ${OUTS}`);
 def('lls_usage_from_provider', 'int32_t', `const uint8_t *provider, size_t plen, const uint8_t *usage, size_t ulen, ${OUTS}`);
 def('lls_is_context_overflow', 'bool', 'uint16_t status, const uint8_t *body, size_t blen');
+def('lls_stream_new', 'int32_t', `const uint8_t *format, size_t flen, _Out_ lls_stream **out, ${ERR}`);
+def('lls_stream_feed', 'int32_t', `lls_stream *s, const uint8_t *bytes, size_t len, ${ERR}`);
+def('lls_stream_next_delta', 'int32_t', `lls_stream *s, ${OUTS}`);
+def('lls_stream_finish', 'int32_t', `lls_stream *s, bool partial, ${OUTS}`);
+def('lls_stream_body', 'int32_t', `const lls_stream *s, ${OUTS}`);
+def('lls_stream_free', 'void', 'lls_stream *s');
 
 def('lls_session_new_memory', 'int32_t', `const uint8_t *opts, size_t len, _Out_ lls_session **out, ${ERR}`);
 def('lls_session_open_file', 'int32_t',
@@ -927,6 +934,121 @@ class Agent {
   }
 }
 
+/**
+ * One streamed provider response (lls_stream). Feed it the raw bytes of the event stream as
+ * they arrive (`feed`, or `consume` over a web ReadableStream / async iterable such as
+ * `fetch(...).body`), take the deltas for display (`nextDelta`, `takeDeltas`), and `finish()`
+ * for `{message, usage?, finishReason?}`: what `parseResponse` gives for the non-streamed
+ * body, for `agent.recordResponse` as it is. Formats: "openai", "openai-responses",
+ * "anthropic", "gemini".
+ */
+class Stream {
+  constructor(format) {
+    const f = utf8(format);
+    const out = [null];
+    const err = [null];
+    check(C.lls_stream_new(f, f.length, out, err), err);
+    this.format = format;
+    this._core = { ptr: out[0], free: (p) => C.lls_stream_free(p) };
+    finalizer.register(this, this._core, this);
+  }
+
+  /** Feeds the next bytes (a Buffer, a Uint8Array, or text), in any chunking. */
+  feed(chunk) {
+    const p = livePtr(this._core, 'stream');
+    let b;
+    if (Buffer.isBuffer(chunk)) b = chunk;
+    else if (chunk instanceof Uint8Array) b = Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+    else if (typeof chunk === 'string') b = utf8(chunk);
+    else throw new TypeError('Stream.feed: expected a Buffer, a Uint8Array or a string');
+    if (b.length === 0) return; // nothing to feed (and an empty Buffer may have no address)
+    const err = [null];
+    check(C.lls_stream_feed(p, b, b.length, err), err);
+  }
+
+  /** The next delta (`{type, index, text?, id?, name?, arguments?}`), or null when none is left. */
+  nextDelta() {
+    const text = callOut(C.lls_stream_next_delta, livePtr(this._core, 'stream'));
+    return text === null ? null : JSON.parse(text);
+  }
+
+  /** Every delta not taken yet, in stream order. */
+  takeDeltas() {
+    const all = [];
+    for (let d = this.nextDelta(); d !== null; d = this.nextDelta()) all.push(d);
+    return all;
+  }
+
+  /**
+   * Ends the stream: the response, or an error for a failed or cut stream (detail.stream is
+   * "malformed", "provider-error" or "incomplete"); with `{partial: true}` the message so far,
+   * with finishReason "incomplete".
+   */
+  finish(options = {}) {
+    return callJson(C.lls_stream_finish, livePtr(this._core, 'stream'), !!options.partial);
+  }
+
+  /** The provider body rebuilt so far, in the non-streamed shape. */
+  body() {
+    return callJson(C.lls_stream_body, livePtr(this._core, 'stream'));
+  }
+
+  /**
+   * Feeds every chunk of `source` (a web ReadableStream, e.g. `response.body` of fetch, or any
+   * async iterable of Buffers / Uint8Arrays / strings), calling `onDelta(delta)` as deltas
+   * complete, and resolves with `finish()`.
+   */
+  async consume(source, onDelta) {
+    const iterable = source && typeof source.getReader === 'function' && !source[Symbol.asyncIterator] ? readerIterable(source) : source;
+    for await (const chunk of iterable) {
+      this.feed(chunk);
+      if (onDelta) for (const d of this.takeDeltas()) onDelta(d);
+    }
+    return this.finish();
+  }
+
+  close() {
+    const core = this._core;
+    if (!core.ptr) return;
+    finalizer.unregister(this);
+    const ptr = core.ptr;
+    core.ptr = null;
+    C.lls_stream_free(ptr);
+  }
+
+  get closed() {
+    return !this._core.ptr;
+  }
+}
+
+async function* readerIterable(readable) {
+  const reader = readable.getReader();
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) return;
+      yield value;
+    }
+  } finally {
+    reader.releaseLock();
+  }
+}
+
+/**
+ * Reads a whole streamed response from `source` (a web ReadableStream or an async iterable of
+ * bytes) in `format`, calling `onDelta` for each delta; resolves with `{response, body}`. The
+ * stream's handle is freed either way.
+ */
+async function readStream(format, source, onDelta) {
+  const s = new Stream(format);
+  try {
+    const response = await s.consume(source, onDelta);
+    return { response, body: s.body() };
+  } finally {
+    s.close();
+  }
+}
+
 /** Renders an envelope (object or exact JSON text) into a provider body (JSON text). */
 function render(renderer, envelope, prefixLen = 0) {
   const r = utf8(renderer);
@@ -944,7 +1066,7 @@ function parseResponse(renderer, body) {
   return callJson(C.lls_parse_response, r, r.length, b, b.length);
 }
 
-/** Maps a provider's usage object ("openai", "llama.cpp", "deepseek", "anthropic") into a Usage. */
+/** Maps a provider's usage object ("openai", "llama.cpp", "deepseek", "openai-responses", "anthropic", "gemini") into a Usage. */
 function usageFromProvider(provider, usage) {
   const p = utf8(provider);
   const u = jsonBuf(usage);
@@ -983,6 +1105,8 @@ module.exports = {
   CallbackError,
   Session,
   Agent,
+  Stream,
+  readStream,
   render,
   parseResponse,
   usageFromProvider,

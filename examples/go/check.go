@@ -86,6 +86,45 @@ func checkReport(r report) (checked, violations []string) {
 			fail("request %d has an unknown kind %q", n, x.Kind)
 		}
 	}
+	// The usage recorded in the log is the server's (streamed or not), and streamed turns give
+	// deltas whose text is the recorded message.
+	streamed, usageOK := 0, 0
+	for i, x := range r.Requests {
+		if x.Kind != kindConversation {
+			continue
+		}
+		name := fmt.Sprintf("request %d (turn %d step %d)", i+1, x.Turn, x.Step)
+		switch l := x.Logged; {
+		case l == nil:
+			fail("%s: no usage was recorded in the log", name)
+		case l.Prompt != x.PromptTokens || l.Cached != x.CachedTokens || l.Completion != x.CompletionTokens:
+			fail("%s: the log recorded prompt %d, cached %d, completion %d; the server reported %d, %d, %d",
+				name, l.Prompt, l.Cached, l.Completion, x.PromptTokens, x.CachedTokens, x.CompletionTokens)
+		default:
+			usageOK++
+		}
+		if x.Streamed {
+			streamed++
+			if x.Deltas == 0 {
+				fail("%s was streamed but gave no delta", name)
+			} else if !x.DeltaTextMatches {
+				fail("%s was streamed, but the text of its deltas differs from the recorded message", name)
+			}
+		}
+	}
+	if usageOK == conversations && conversations > 0 {
+		ok("the usage recorded in the log equals the server's figures on all %d conversation requests (%d streamed)", conversations, streamed)
+	}
+	if r.StreamTurns != "" {
+		switch {
+		case streamed == 0:
+			fail("-stream %s was set but no request was streamed", r.StreamTurns)
+		case streamed == conversations:
+			fail("every conversation request was streamed: there is no non-streamed turn to compare with")
+		default:
+			ok("%d streamed conversation requests (-stream %s) and %d not streamed, under the same rules", streamed, r.StreamTurns, conversations-streamed)
+		}
+	}
 	if conversations < 2 {
 		fail("the run has %d conversation requests; the rules need at least 2", conversations)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,14 +12,21 @@ import (
 // goodReport is a run that keeps every rule: two requests, a compaction whose summary request
 // reads 96 % from cache, the peer-style request that reads little, and the request after it.
 func goodReport() report {
-	return report{Verified: true, Landed: 1, Requests: []row{
-		{Kind: kindConversation, Instance: 1, Turn: 1, Step: 1, PromptTokens: 2400, CachedTokens: 0, PrefixLen: 3, PrefixTokens: 2300},
-		{Kind: kindConversation, Instance: 1, Turn: 2, Step: 1, PromptTokens: 7300, CachedTokens: 2447, SharedMessages: 5, PrefixLen: 3},
+	r := report{Verified: true, Landed: 1, StreamTurns: "even", Requests: []row{
+		{Kind: kindConversation, Instance: 1, Turn: 1, Step: 1, PromptTokens: 2400, CachedTokens: 0, CompletionTokens: 48, PrefixLen: 3, PrefixTokens: 2300},
+		{Kind: kindConversation, Instance: 1, Turn: 2, Step: 1, PromptTokens: 7300, CachedTokens: 2447, CompletionTokens: 30, SharedMessages: 5, PrefixLen: 3,
+			Streamed: true, Deltas: 31, DeltaTextMatches: true},
 		{Kind: kindSummary, PromptTokens: 7500, CachedTokens: 7200, SharedMessages: 7, PrefixLen: 3},
 		{Kind: kindPeer, PromptTokens: 7600, CachedTokens: 6},
-		{Kind: kindConversation, Instance: 1, Turn: 3, Step: 1, PromptTokens: 3000, CachedTokens: 2305, SharedMessages: 3, PrefixLen: 3,
+		{Kind: kindConversation, Instance: 1, Turn: 3, Step: 1, PromptTokens: 3000, CachedTokens: 2305, CompletionTokens: 12, SharedMessages: 3, PrefixLen: 3,
 			AfterCompaction: "landed", PrefixTokens: 2300},
 	}}
+	for i, x := range r.Requests {
+		if x.Kind == kindConversation {
+			r.Requests[i].Logged = &loggedUsage{Prompt: x.PromptTokens, Cached: x.CachedTokens, Completion: x.CompletionTokens}
+		}
+	}
+	return r
 }
 
 func violationsOf(t *testing.T, r report) []string {
@@ -43,8 +51,8 @@ func TestCheckReportPasses(t *testing.T) {
 	if len(v) != 0 {
 		t.Fatalf("violations on a good report: %q", v)
 	}
-	if len(checked) != 5 {
-		t.Fatalf("checked %d rules, want 5: %q", len(checked), checked)
+	if len(checked) != 7 {
+		t.Fatalf("checked %d rules, want 7: %q", len(checked), checked)
 	}
 }
 
@@ -53,6 +61,7 @@ func TestCheckReportCacheMissWithinInstance(t *testing.T) {
 	r.Requests[1].CachedTokens = 2398 // previous prompt 2400, one token short of 2400 - 1
 	wantViolation(t, r, "less than the previous prompt 2400 - 1")
 	r.Requests[1].CachedTokens = 2399 // exactly previous - 1 passes
+	r.Requests[1].Logged.Cached = 2399
 	if v := violationsOf(t, r); len(v) != 0 {
 		t.Fatalf("violations: %q", v)
 	}
@@ -62,6 +71,7 @@ func TestCheckReportNewInstanceHasNoRule(t *testing.T) {
 	r := goodReport()
 	r.Requests[1].Instance = 2 // the first request of another instance: cold is fine
 	r.Requests[1].CachedTokens = 0
+	r.Requests[1].Logged.Cached = 0
 	if v := violationsOf(t, r); len(v) != 0 {
 		t.Fatalf("violations: %q", v)
 	}
@@ -175,5 +185,63 @@ func TestRunToolStaysInWorkspace(t *testing.T) {
 	}
 	if _, isErr := runTool(dir, toolCall{Name: "write_file", Arguments: `{}`}); !isErr {
 		t.Fatal("an unknown tool succeeded")
+	}
+}
+
+func TestCheckReportStreamedTurns(t *testing.T) {
+	r := goodReport()
+	r.Requests[1].DeltaTextMatches = false
+	wantViolation(t, r, "the text of its deltas differs from the recorded message")
+	r = goodReport()
+	r.Requests[1].Deltas = 0
+	wantViolation(t, r, "was streamed but gave no delta")
+	r = goodReport()
+	r.Requests[1].Streamed = false
+	wantViolation(t, r, "-stream even was set but no request was streamed")
+	r = goodReport()
+	r.Requests[0].Streamed, r.Requests[0].Deltas, r.Requests[0].DeltaTextMatches = true, 5, true
+	r.Requests[4].Streamed, r.Requests[4].Deltas, r.Requests[4].DeltaTextMatches = true, 5, true
+	wantViolation(t, r, "there is no non-streamed turn to compare with")
+	// A run without -stream has no streaming rule.
+	r = goodReport()
+	r.StreamTurns = ""
+	r.Requests[1].Streamed = false
+	if v := violationsOf(t, r); len(v) != 0 {
+		t.Fatalf("violations: %q", v)
+	}
+}
+
+func TestCheckReportLoggedUsage(t *testing.T) {
+	r := goodReport()
+	r.Requests[1].Logged.Cached = 2400
+	wantViolation(t, r, "the log recorded prompt 7300, cached 2400, completion 30; the server reported 7300, 2447, 30")
+	r = goodReport()
+	r.Requests[4].Logged = nil
+	wantViolation(t, r, "no usage was recorded in the log")
+}
+
+func TestStreamSpec(t *testing.T) {
+	for _, c := range []struct {
+		spec string
+		want []uint64
+	}{{"", nil}, {"all", []uint64{1, 2, 3, 4}}, {"even", []uint64{2, 4}}, {"odd", []uint64{1, 3}}, {"1, 4", []uint64{1, 4}}} {
+		s, err := parseStreamSpec(c.spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []uint64
+		for turn := uint64(1); turn <= 4; turn++ {
+			if s.streams(turn) {
+				got = append(got, turn)
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("%q streams %v, want %v", c.spec, got, c.want)
+		}
+	}
+	for _, bad := range []string{"2,x", "0", "evens"} {
+		if _, err := parseStreamSpec(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
 	}
 }

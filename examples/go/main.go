@@ -13,6 +13,11 @@
 // Per request it prints the prompt tokens, the cached tokens and the leading messages shared
 // with the previous request.
 //
+// With -stream, the requests of the chosen turns are sent with "stream": true (and usage asked
+// for in the last chunk); the host feeds the server-sent events to the library's stream
+// accumulator, prints the text as it arrives, and records what the accumulator gives, which is
+// what parsing the non-streamed body gives.
+//
 // The demo (`make demo`, docs/demo.md) adds: -workspace (a read_file tool over a folder, which
 // the host calls itself in the turns the script names), -peer-summary (after each summarisation
 // request, the same summary asked for in the style of a harness without a shared prefix),
@@ -69,6 +74,85 @@ func (c *client) postTo(ctx context.Context, url string, body []byte) (int, []by
 	return resp.StatusCode, b, err
 }
 
+// postStream sends a rendered body with "stream": true to /chat/completions. On HTTP 200 the
+// event stream goes through the library's accumulator (ReadStream), onDelta sees each delta as
+// it arrives, and the result is the response and the rebuilt non-streamed body; on another
+// status it is the status and the error body, as post gives.
+func (c *client) postStream(ctx context.Context, body []byte, onDelta func(llmsession.Delta)) (int, json.RawMessage, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(c.baseURL, "/")+"/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	// llama-server closes the connection after a streamed reply without saying so; a pooled
+	// connection would make the next POST fail with EOF. One connection per stream.
+	req.Close = true
+	if c.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, nil, b, err
+	}
+	parsed, rebuilt, err := llmsession.ReadStream("openai", resp.Body, onDelta)
+	return resp.StatusCode, parsed, rebuilt, err
+}
+
+// withStreaming asks for a streamed response, with the usage in the last chunk.
+func withStreaming(body []byte) ([]byte, error) {
+	var m map[string]any
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, err
+	}
+	m["stream"] = true
+	m["stream_options"] = map[string]any{"include_usage": true}
+	return json.Marshal(m)
+}
+
+// streamSpec says which turns stream their requests: "" (none), "all", "even", "odd", or a
+// comma-separated list of turn numbers.
+type streamSpec struct {
+	mode  string
+	turns map[uint64]bool
+}
+
+func parseStreamSpec(s string) (streamSpec, error) {
+	switch s {
+	case "", "all", "even", "odd":
+		return streamSpec{mode: s}, nil
+	}
+	spec := streamSpec{mode: s, turns: map[uint64]bool{}}
+	for _, f := range strings.Split(s, ",") {
+		var n uint64
+		if _, err := fmt.Sscan(strings.TrimSpace(f), &n); err != nil || n == 0 {
+			return streamSpec{}, fmt.Errorf("-stream: %q is not all, even, odd or a list of turn numbers", s)
+		}
+		spec.turns[n] = true
+	}
+	return spec, nil
+}
+
+// streams reports whether the requests of turn are streamed.
+func (s streamSpec) streams(turn uint64) bool {
+	switch s.mode {
+	case "":
+		return false
+	case "all":
+		return true
+	case "even":
+		return turn%2 == 0
+	case "odd":
+		return turn%2 == 1
+	}
+	return s.turns[turn]
+}
+
 // parsed is what the library's response parser gives.
 type parsed struct {
 	Message      json.RawMessage `json:"message"`
@@ -115,13 +199,73 @@ func parse(body []byte) (parsed, error) {
 		return p, err
 	}
 	if len(p.Usage) == 0 {
-		// inputTokens is the uncached part; cached tokens are reported separately.
-		u := rawUsage(body)
-		if u.prompt > 0 {
-			p.Usage, _ = json.Marshal(map[string]any{"inputTokens": u.prompt - u.cached, "cacheReadTokens": u.cached, "outputTokens": u.completion})
-		}
+		p.Usage = usageOf(rawUsage(body))
 	}
 	return p, nil
+}
+
+// usageOf maps the provider's figures when the library's parser found no usage object
+// (inputTokens is the uncached part; cached tokens are reported separately); nil without any.
+func usageOf(u providerUsage) json.RawMessage {
+	if u.prompt == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(map[string]any{"inputTokens": u.prompt - u.cached, "cacheReadTokens": u.cached, "outputTokens": u.completion})
+	return b
+}
+
+// loggedOf reads back the usage recorded with a response, as prompt / cached / completion.
+func loggedOf(usage json.RawMessage) *loggedUsage {
+	var u struct {
+		Input      int `json:"inputTokens"`
+		Output     int `json:"outputTokens"`
+		CacheRead  int `json:"cacheReadTokens"`
+		CacheWrite int `json:"cacheWriteTokens"`
+	}
+	if len(usage) == 0 || json.Unmarshal(usage, &u) != nil {
+		return nil
+	}
+	return &loggedUsage{Prompt: u.Input + u.CacheRead + u.CacheWrite, Cached: u.CacheRead, Completion: u.Output}
+}
+
+// liveText prints a streamed reply as its text deltas arrive (on one line, at most 160
+// characters) and keeps the whole text, to compare with the recorded message.
+type liveText struct {
+	text   strings.Builder
+	shown  int
+	deltas int
+}
+
+func (l *liveText) add(d llmsession.Delta) {
+	l.deltas++
+	if d.Type != "text" {
+		return
+	}
+	if l.text.Len() == 0 {
+		fmt.Print("assistant (streamed): ")
+	}
+	l.text.WriteString(d.Text)
+	for _, r := range d.Text {
+		if l.shown >= 160 {
+			if l.shown == 160 {
+				fmt.Print("...")
+				l.shown++
+			}
+			break
+		}
+		if r == '\n' || r == '\t' || r == '\r' {
+			r = ' '
+		}
+		fmt.Print(string(r))
+		l.shown++
+	}
+}
+
+// end finishes the printed line.
+func (l *liveText) end() {
+	if l.text.Len() > 0 {
+		fmt.Println()
+	}
 }
 
 func textOf(message json.RawMessage) string {
@@ -277,6 +421,7 @@ type host struct {
 	sampling  map[string]any // sent with every request (temperature, seed)
 	peer      bool
 	llama     bool
+	stream    streamSpec
 	rep       *recorder
 	a         *llmsession.Agent
 }
@@ -423,12 +568,34 @@ func (h *host) runTurn(ctx context.Context, turn turnSpec) error {
 			a.EndTurn("error")
 			return err
 		}
-		status, resp, err := h.c.post(ctx, body)
+		streamed := h.stream.streams(r.Info.Turn)
+		var status int
+		var resp []byte
+		var p parsed
+		var live liveText
+		if streamed {
+			var out json.RawMessage
+			if body, err = withStreaming(body); err != nil {
+				a.EndTurn("error")
+				return err
+			}
+			status, out, resp, err = h.c.postStream(ctx, body, live.add)
+			live.end()
+			if err == nil && status == http.StatusOK {
+				err = json.Unmarshal(out, &p)
+			}
+		} else {
+			status, resp, err = h.c.post(ctx, body)
+		}
 		if err == nil && status != http.StatusOK {
 			err = fmt.Errorf("HTTP %d: %s", status, bytes.TrimSpace(resp))
 		}
 		if err != nil {
-			overflow := status != 0 && llmsession.IsContextOverflow(status, resp)
+			overflow := status != 0 && status != http.StatusOK && llmsession.IsContextOverflow(status, resp)
+			var le *llmsession.Error
+			if errors.As(err, &le) && le.Field("overflow") == true {
+				overflow = true // the provider's error event inside the stream said so
+			}
 			retry, perr := a.ProviderError(ctx, err.Error(), overflow)
 			if perr == nil && retry {
 				fmt.Println("  context overflow: compacted, retrying")
@@ -437,16 +604,24 @@ func (h *host) runTurn(ctx context.Context, turn turnSpec) error {
 			a.EndTurn("error")
 			return errors.Join(err, perr)
 		}
-		p, err := parse(resp)
-		if err != nil {
-			a.EndTurn("error")
-			return err
+		if !streamed {
+			if p, err = parse(resp); err != nil {
+				a.EndTurn("error")
+				return err
+			}
+		} else if len(p.Usage) == 0 {
+			p.Usage = usageOf(rawUsage(resp))
 		}
 		u := rawUsage(resp)
 		rw := row{Kind: kindConversation, Instance: r.Info.Instance, Turn: r.Info.Turn, Step: r.Info.Step,
 			PromptTokens: u.prompt, CachedTokens: u.cached, CompletionTokens: u.completion,
 			SharedMessages: r.Info.SharedMessages, MessageCount: r.Info.MessageCount, PrefixLen: r.Info.PrefixLen,
-			FinishReason: p.FinishReason, AfterCompaction: after}
+			FinishReason: p.FinishReason, AfterCompaction: after, Logged: loggedOf(p.Usage)}
+		if streamed {
+			rw.Streamed = true
+			rw.Deltas = live.deltas
+			rw.DeltaTextMatches = live.text.String() == textOf(p.Message)
+		}
 		if h.rep.firstOf(r.Info.Instance) || after != "" {
 			rw.PrefixTokens = h.measurePrefix(ctx, body, r.Info.PrefixLen)
 		}
@@ -454,9 +629,12 @@ func (h *host) runTurn(ctx context.Context, turn turnSpec) error {
 		if after != "" {
 			note = ", after a " + after + " compaction"
 		}
+		if streamed {
+			note += fmt.Sprintf(", streamed (%d deltas)", live.deltas)
+		}
 		fmt.Printf("  [request turn %d step %d] prompt %d tokens, cached %d, shared leading messages %d of %d%s\n",
 			r.Info.Turn, r.Info.Step, u.prompt, u.cached, r.Info.SharedMessages, r.Info.MessageCount, note)
-		if t := textOf(p.Message); t != "" {
+		if t := textOf(p.Message); t != "" && !streamed {
 			fmt.Printf("assistant: %s\n", oneLine(t, 160))
 		}
 		msg := p.Message
@@ -532,12 +710,18 @@ func main() {
 	llama := flag.Bool("llama", false, "the server is llama.cpp's llama-server: also measure system + tools + prefix in tokens")
 	report := flag.String("report", "", "write a JSON report of every request to this file")
 	checkReport := flag.String("check-report", "", "check a report against the end-to-end rules (docs/demo.md) and exit")
+	streamFlag := flag.String("stream", "", "stream the requests of these turns: all, even, odd, or a list such as 2,5,8")
 	flag.Parse()
 	if *checkReport != "" {
 		os.Exit(runCheck(*checkReport))
 	}
 	if *baseURL == "" {
 		fmt.Fprintln(os.Stderr, "example: -base-url is required")
+		os.Exit(2)
+	}
+	spec, err := parseStreamSpec(*streamFlag)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "example:", err)
 		os.Exit(2)
 	}
 	var turns []turnSpec
@@ -567,9 +751,11 @@ func main() {
 		sampling:  sampling,
 		peer:      *peer,
 		llama:     *llama,
+		stream:    spec,
 		rep:       &recorder{},
 	}
-	err := h.run(cfg, *logPath, *prefixDir, *system, *window, *threshold, *retained, *summaryMax, *compact, *timeout, turns)
+	h.rep.StreamTurns = *streamFlag
+	err = h.run(cfg, *logPath, *prefixDir, *system, *window, *threshold, *retained, *summaryMax, *compact, *timeout, turns)
 	if *report != "" {
 		if werr := h.rep.write(*report, *logPath, err); werr != nil {
 			fmt.Fprintln(os.Stderr, "example: report:", werr)

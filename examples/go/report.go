@@ -44,15 +44,33 @@ type row struct {
 	PrefixTokens int `json:"prefixTokens,omitempty"`
 	// ToolCall names the host-scripted tool call added to this request's reply.
 	ToolCall string `json:"toolCall,omitempty"`
+	// Streamed: the request was sent with "stream": true; Deltas is how many deltas the
+	// library's stream accumulator gave, DeltaTextMatches whether their text, put together,
+	// equals the text of the recorded message.
+	Streamed         bool `json:"streamed,omitempty"`
+	Deltas           int  `json:"deltas,omitempty"`
+	DeltaTextMatches bool `json:"deltaTextMatches,omitempty"`
+	// Logged is the usage recorded in the log with the response (conversation requests).
+	Logged *loggedUsage `json:"logged,omitempty"`
+}
+
+// loggedUsage is a recorded usage as prompt (uncached + cache read + cache write), cached
+// (cache read) and completion tokens, comparable with the server's figures.
+type loggedUsage struct {
+	Prompt     int `json:"promptTokens"`
+	Cached     int `json:"cachedTokens"`
+	Completion int `json:"completionTokens"`
 }
 
 // report is what -report writes.
 type report struct {
-	Log      string `json:"log,omitempty"`
-	Error    string `json:"error,omitempty"`
-	Verified bool   `json:"verified"`
-	Landed   int    `json:"compactionsLanded"`
-	Requests []row  `json:"requests"`
+	Log string `json:"log,omitempty"`
+	// StreamTurns is the -stream setting of the run ("" when nothing was streamed).
+	StreamTurns string `json:"streamTurns,omitempty"`
+	Error       string `json:"error,omitempty"`
+	Verified    bool   `json:"verified"`
+	Landed      int    `json:"compactionsLanded"`
+	Requests    []row  `json:"requests"`
 }
 
 // recorder collects the rows of a run.
@@ -128,6 +146,9 @@ func (r *recorder) printTable(w io.Writer) {
 			}
 			if x.ToolCall != "" {
 				note += "; reply + host tool call " + x.ToolCall
+			}
+			if x.Streamed {
+				note += "; streamed"
 			}
 			prev[x.Instance] = x.PromptTokens
 		case kindSummary:

@@ -54,6 +54,8 @@ expect_ok "stats on the log" "$CLI" stats "$LOG"
 expect_ok "stats --json on the log" "$CLI" stats "$LOG" --json
 expect_ok "show --step 2 --render openai" "$CLI" show "$LOG" --step 2 --render openai
 expect_ok "show --step 2 --render anthropic" "$CLI" show "$LOG" --step 2 --render anthropic
+expect_ok "show --step 2 --render openai-responses" "$CLI" show "$LOG" --step 2 --render openai-responses
+expect_ok "show --step 2 --render gemini" "$CLI" show "$LOG" --step 2 --render gemini
 expect_ok "show --step 2 (the envelope)" "$CLI" show "$LOG" --step 2
 expect_ok "headers on the log" "$CLI" headers "$LOG"
 
@@ -68,8 +70,10 @@ want = [(r["promptTokens"], r["cachedTokens"]) for r in rows]
 if got != want:
     print("stats --json:", got, "\nreport:      ", want)
     sys.exit(1)
+streamed = sum(1 for r in rows if r.get("streamed"))
+print(f"  {len(rows)} conversation requests, {streamed} of them streamed")
 PY
-    pass "stats --json matches the host's report"
+    pass "stats --json matches the host's report (streamed turns included)"
 else
     fail "stats --json differs from the host's report"
 fi

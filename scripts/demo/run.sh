@@ -11,6 +11,7 @@
 # Optional:
 #   LLMSESSION_E2E_PORT  port of the e2e server (default: any free port)
 #   LLMSESSION_DEMO_TIMEOUT  time limit of the host run (default 45m)
+#   LLMSESSION_DEMO_STREAM   which turns stream their requests (the host's -stream; default even)
 #   and the variables of scripts/llama/server.sh (LLMSESSION_CACHE, LLMSESSION_LLAMA_*)
 set -euo pipefail
 
@@ -97,6 +98,7 @@ host_args=(
     -context-window 8192 -threshold 0.9 -retained-tokens 64 -summary-max-tokens 400
     -max-tokens 48 -temperature 0 -seed 42
     -peer-summary -llama
+    -stream "${LLMSESSION_DEMO_STREAM:-even}"
     -report "$REPORT"
     -timeout "${LLMSESSION_DEMO_TIMEOUT:-45m}"
 )

@@ -4,7 +4,7 @@
 //! llmsession verify LOG                       rebuild every request, name the first divergence
 //! llmsession stats LOG [--json]               per request: messages, shared prefix, header changes,
 //!                                             compactions, provider-reported cached tokens
-//! llmsession show LOG --step N [--render openai|anthropic]
+//! llmsession show LOG --step N [--render openai|openai-responses|anthropic|gemini]
 //!                                             the reconstructed request N (1-based, in log order)
 //! llmsession headers LOG                      header history with readable diffs; drift at resume
 //! ```
@@ -38,7 +38,7 @@ macro_rules! out {
 const USAGE: &str = "usage:
   llmsession verify LOG
   llmsession stats LOG [--json]
-  llmsession show LOG --step N [--render openai|anthropic]
+  llmsession show LOG --step N [--render openai|openai-responses|anthropic|gemini]
   llmsession headers LOG";
 
 /// Reads a log the way a read-only session open does: no lock is taken and nothing is written,

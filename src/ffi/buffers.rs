@@ -173,6 +173,17 @@ impl OutString {
         Ok(())
     }
 
+    /// Writes NULL and length 0: "nothing to hand out" (the last step of a call).
+    pub fn write_none(self) {
+        // SAFETY: validity promised to `new`.
+        unsafe {
+            self.out.write(std::ptr::null_mut());
+            if !self.out_len.is_null() {
+                self.out_len.write(0);
+            }
+        }
+    }
+
     /// Allocates the output and writes both out-parameters (the last step of a call).
     pub fn write(self, text: &str) -> Result<(), FfiError> {
         let p = alloc_c_string(text.as_bytes())?;

@@ -11,6 +11,7 @@
 //! - [`buffers`] holds JSON input buffers, `char **out` outputs and `lls_string_free`.
 //! - [`cancel`] holds `lls_cancel`.
 //! - [`callback`] and [`reply`] hold host callbacks ([`callback::HostCallback`]) and `lls_reply`.
+//! - [`mod@stream`] holds `lls_stream` (streamed responses).
 //! - [`version`] holds versions.
 //!
 //! # Writing an entry point
@@ -63,6 +64,7 @@ pub mod reply;
 pub mod response;
 pub mod session;
 pub mod status;
+pub mod stream;
 pub mod version;
 
 pub use boundary::{boundary, boundary_value};

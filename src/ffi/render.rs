@@ -12,12 +12,15 @@ use std::ffi::c_char;
 /// receives) into a provider's JSON body, stored in `*out` (free it with `lls_string_free`).
 ///
 /// `(renderer, renderer_len)` names the format: `"openai"` (OpenAI-compatible chat completions:
-/// OpenAI, DeepSeek, llama.cpp, vLLM, ...) or `"anthropic"` (Anthropic Messages, with cache
-/// breakpoints at the end of the session prefix and of the history). `prefix_len` is how many
+/// OpenAI, DeepSeek, llama.cpp, vLLM, ...), `"openai-responses"` (the OpenAI Responses API,
+/// stateless with `store: false`), `"anthropic"` (Anthropic Messages, with cache breakpoints at
+/// the end of the session prefix and of the history) or `"gemini"` (Gemini `generateContent`;
+/// the model goes in the URL, not the body). Blocks carrying another provider's native state
+/// (`origin`) are dropped, never sent to the wrong provider. `prefix_len` is how many
 /// leading envelope messages are the session prefix (`prefixLen` of `lls_agent_request_info`,
 /// or of the summariser's input); it must not exceed the number of messages. The rendering
 /// preserves the prefix property: a request that extends the previous one renders to a body
-/// whose messages extend the previous body's.
+/// whose messages (`input`, `contents`) extend the previous body's.
 ///
 /// Errors: `LLS_ERR_NULL_POINTER` (`renderer`, `envelope_json`, `out`), `LLS_ERR_INVALID_UTF8`,
 /// `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (an unknown renderer, an invalid envelope;

@@ -13,12 +13,15 @@ use std::ffi::c_char;
 /// `*out` (free it with `lls_string_free`). `message` is the assistant message to pass to
 /// `lls_agent_record_response` (with provenance when the response names its model); `usage` is
 /// mapped into disjoint buckets (`inputTokens` is the uncached part; `cacheReadTokens` from
-/// `prompt_tokens_details.cached_tokens`, DeepSeek's `prompt_cache_hit_tokens`, or Anthropic's
-/// `cache_read_input_tokens`); `finishReason` is `"stop"`, `"tool-calls"`, `"max-tokens"` or
-/// the provider's own word.
+/// `prompt_tokens_details.cached_tokens`, DeepSeek's `prompt_cache_hit_tokens`, the Responses
+/// API's `input_tokens_details.cached_tokens`, Anthropic's `cache_read_input_tokens` or Gemini's
+/// `cachedContentTokenCount`); `finishReason` is `"stop"`, `"tool-calls"`, `"max-tokens"` or
+/// the provider's own word. Blocks that keep provider-native state (signatures, encrypted
+/// reasoning, item ids, opaque items) carry `"origin"`: the renderer of that format sends
+/// them back verbatim, the others drop them. For a streamed response use `lls_stream_new`.
 ///
 /// `(renderer, renderer_len)`: `"openai"` (OpenAI-compatible chat completions: OpenAI,
-/// DeepSeek, llama.cpp, vLLM) or `"anthropic"`.
+/// DeepSeek, llama.cpp, vLLM), `"openai-responses"`, `"anthropic"` or `"gemini"`.
 ///
 /// Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`,
 /// `LLS_ERR_INVALID_INPUT` (an unknown renderer, or a response without the expected fields;
@@ -54,7 +57,7 @@ pub unsafe extern "C" fn lls_parse_response(
 
 /// Maps a provider usage object into the library's `Usage` JSON (disjoint buckets), stored in
 /// `*out` (free it with `lls_string_free`). `(provider, provider_len)`: `"openai"`,
-/// `"llama.cpp"`, `"deepseek"` or `"anthropic"`.
+/// `"llama.cpp"`, `"deepseek"`, `"openai-responses"`, `"anthropic"` or `"gemini"`.
 ///
 /// Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`,
 /// `LLS_ERR_INVALID_INPUT` (an unknown provider, a missing or mistyped count; detail `field`).

@@ -13,7 +13,7 @@
 //!   cacheable block of the messages (the end of history). Thinking blocks cannot carry a
 //!   breakpoint, so a trailing thinking-only message passes the mark back to the one before.
 
-use super::{block_path, image_source, unsupported, Envelope, ImageSource, RenderOptions};
+use super::{block_path, image_source, origin, unsupported, Envelope, ImageSource, RenderOptions};
 use crate::error::{Error, Result};
 use crate::types::{Block, JsonMap, Message, Role};
 use serde_json::{json, Value};
@@ -190,6 +190,8 @@ fn render_message(m: &Message, i: usize) -> Result<Option<Rendered>> {
     for (j, b) in m.content.iter().enumerate() {
         let path = block_path(i, j);
         let rendered = match (m.role, b.kind()) {
+            // Another provider's native state (docs/render.md, "Provider-native blocks").
+            _ if origin::is_foreign(b, NAME) => None,
             (_, "text") => match b.get_str("text").unwrap_or_default() {
                 "" => None, // Anthropic rejects empty text blocks.
                 text => Some(json!({"type": "text", "text": text})),
@@ -199,6 +201,7 @@ fn render_message(m: &Message, i: usize) -> Result<Option<Rendered>> {
             (Role::Assistant, "reasoning") => thinking_block(b, &path)?,
             (Role::Assistant, "redacted-thinking") => Some(json!({"type": "redacted_thinking", "data": required_str(b, &path, "data")?})),
             (Role::Assistant, "tool-call") => Some(tool_use_block(b, &path)?),
+            (_, origin::OPAQUE) => Some(origin::opaque_item(b, &path)?.clone()),
             _ => return Err(unsupported(&path, b, m.role, NAME)),
         };
         content.extend(rendered);

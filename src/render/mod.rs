@@ -4,7 +4,9 @@
 //! - [`render_openai`]: an OpenAI-compatible chat-completions body (OpenAI, DeepSeek,
 //!   llama.cpp's `llama-server`, vLLM, ...).
 //! - [`render_anthropic`]: an Anthropic Messages body with two prompt-cache breakpoints.
-//! - [`Renderer`]: the two, chosen by name.
+//! - [`render_responses`]: an OpenAI Responses API body (stateless: `store: false`).
+//! - [`render_gemini`]: a Gemini `generateContent` body.
+//! - [`Renderer`]: the four, chosen by name.
 //!
 //! The envelope is the JSON object the library builds:
 //! `{provider, model, reasoningEffort?, temperature?, maxTokens?, stop?, <unknown config
@@ -22,12 +24,17 @@
 //! `docs/render.md` has every mapping and decision.
 
 mod anthropic;
+mod gemini;
 mod openai;
+pub mod origin;
 pub mod response;
+mod responses;
 
 pub use anthropic::{render_anthropic, DEFAULT_ANTHROPIC_MAX_TOKENS};
+pub use gemini::render_gemini;
 pub use openai::render_openai;
 pub use response::{is_context_overflow, parse_response, usage_from_provider, ParsedResponse};
+pub use responses::render_responses;
 
 use crate::error::{Error, Result};
 use crate::types::{kind_of, Block, Fields, JsonMap, Message, Role, ToolSchema, ENVELOPE_KEYS};
@@ -57,15 +64,27 @@ pub enum Renderer {
     OpenAi,
     /// Anthropic Messages.
     Anthropic,
+    /// The OpenAI Responses API, stateless (`store: false`).
+    OpenAiResponses,
+    /// Gemini `generateContent`.
+    Gemini,
 }
 
 impl Renderer {
-    /// Parses a renderer name: `"openai"` or `"anthropic"`.
+    /// Every renderer, in the order their names are listed in messages.
+    pub const ALL: [Renderer; 4] = [Renderer::OpenAi, Renderer::OpenAiResponses, Renderer::Anthropic, Renderer::Gemini];
+
+    /// Parses a renderer name: `"openai"`, `"openai-responses"`, `"anthropic"` or `"gemini"`.
     pub fn parse(name: &str) -> Result<Renderer> {
         match name {
             "openai" => Ok(Renderer::OpenAi),
             "anthropic" => Ok(Renderer::Anthropic),
-            other => Err(Error::invalid("renderer", format!("expected \"openai\" or \"anthropic\", got {other:?}"))),
+            "openai-responses" => Ok(Renderer::OpenAiResponses),
+            "gemini" => Ok(Renderer::Gemini),
+            other => Err(Error::invalid(
+                "renderer",
+                format!("expected \"openai\", \"openai-responses\", \"anthropic\" or \"gemini\", got {other:?}"),
+            )),
         }
     }
 
@@ -74,6 +93,8 @@ impl Renderer {
         match self {
             Renderer::OpenAi => "openai",
             Renderer::Anthropic => "anthropic",
+            Renderer::OpenAiResponses => responses::NAME,
+            Renderer::Gemini => gemini::NAME,
         }
     }
 
@@ -87,6 +108,8 @@ impl Renderer {
                 openai::render(&env)
             }
             Renderer::Anthropic => render_anthropic(envelope, options),
+            Renderer::OpenAiResponses => render_responses(envelope, options),
+            Renderer::Gemini => render_gemini(envelope, options),
         }
     }
 }
@@ -248,15 +271,18 @@ mod tests {
         assert_eq!(Renderer::parse("anthropic").unwrap(), Renderer::Anthropic);
         assert_eq!(Renderer::OpenAi.name(), "openai");
         assert_eq!(Renderer::Anthropic.name(), "anthropic");
-        let e = Renderer::parse("gemini").unwrap_err();
+        for r in Renderer::ALL {
+            assert_eq!(Renderer::parse(r.name()).unwrap(), r);
+        }
+        let e = Renderer::parse("cohere").unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidInput);
-        assert_eq!(e.message(), "renderer: expected \"openai\" or \"anthropic\", got \"gemini\"");
+        assert_eq!(e.message(), "renderer: expected \"openai\", \"openai-responses\", \"anthropic\" or \"gemini\", got \"cohere\"");
     }
 
     #[test]
     fn prefix_len_beyond_messages_is_rejected_by_both() {
         let env = json!({"provider":"p","model":"m","messages":[{"role":"user","content":[]}]});
-        for r in [Renderer::OpenAi, Renderer::Anthropic] {
+        for r in Renderer::ALL {
             let e = r.render(&env, &RenderOptions::with_prefix_len(2)).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::InvalidInput);
             assert_eq!(e.message(), "prefixLen: is 2 but the envelope has only 1 messages");
@@ -282,7 +308,7 @@ mod tests {
             (json!({"model":"m","messages":[],"tools":[{"name":"t","description":"d"}]}), "tools[0].parameters: is required"),
         ];
         for (env, want) in cases {
-            for r in [Renderer::OpenAi, Renderer::Anthropic] {
+            for r in Renderer::ALL {
                 let e = r.render(&env, &RenderOptions::default()).unwrap_err();
                 assert_eq!(e.kind(), ErrorKind::InvalidInput, "{want}");
                 assert_eq!(e.message(), want);
@@ -294,7 +320,7 @@ mod tests {
     fn bookkeeping_fields_never_reach_the_body() {
         let env = json!({"provider":"p","model":"m","messages":[],"sessionId":"s","purpose":"conversation",
                          "turn":1,"step":2,"instance":3});
-        for r in [Renderer::OpenAi, Renderer::Anthropic] {
+        for r in Renderer::ALL {
             let body = r.render(&env, &RenderOptions::default()).unwrap();
             for k in ["provider", "sessionId", "purpose", "turn", "step", "instance"] {
                 assert!(body.get(k).is_none(), "{} leaked {k}", r.name());

@@ -10,7 +10,7 @@
 //!   there is no text but there are tool calls), `reasoning_content` (reasoning blocks joined by
 //!   "\n", present whenever the message has a reasoning block) and `tool_calls`.
 
-use super::{block_path, image_source, unsupported, Envelope, ImageSource};
+use super::{block_path, image_source, origin, unsupported, Envelope, ImageSource};
 use crate::error::{Error, Result};
 use crate::types::{Block, JsonMap, Message, Role};
 use serde_json::{json, Value};
@@ -90,6 +90,8 @@ fn render_message(m: &Message, i: usize, out: &mut Vec<Value>) -> Result<()> {
             let mut run: Vec<(usize, &Block)> = Vec::new();
             for (j, b) in m.content.iter().enumerate() {
                 match b.kind() {
+                    // Another provider's native state (docs/render.md, "Provider-native blocks").
+                    _ if origin::is_foreign(b, NAME) => {}
                     "tool-result" => {
                         if !run.is_empty() {
                             out.push(user_message(&run, i)?);
@@ -113,6 +115,7 @@ fn render_message(m: &Message, i: usize, out: &mut Vec<Value>) -> Result<()> {
             let mut calls = Vec::new();
             for (j, b) in m.content.iter().enumerate() {
                 match b.kind() {
+                    _ if origin::is_foreign(b, NAME) => {}
                     "text" => texts.push(b.get_str("text").unwrap_or_default()),
                     "reasoning" => reasoning.get_or_insert_with(Vec::new).push(b.get_str("text").unwrap_or_default()),
                     "tool-call" => {

@@ -1,12 +1,14 @@
 //! The way back: provider responses and usage into the library's vocabulary.
 //!
 //! [`parse_response`] turns an OpenAI-compatible chat completion (OpenAI, DeepSeek,
-//! llama.cpp, vLLM) or an Anthropic Messages response into an assistant [`Message`], its
-//! [`Usage`] (disjoint buckets: `inputTokens` is the uncached part) and the finish reason.
+//! llama.cpp, vLLM), an OpenAI Responses API response, an Anthropic Messages response or a
+//! Gemini `generateContent` response into an assistant [`Message`], its [`Usage`] (disjoint
+//! buckets: `inputTokens` is the uncached part) and the finish reason. Blocks that keep
+//! provider-native state name their `origin` (see [`super::origin`]).
 //! [`usage_from_provider`] maps a usage object alone. [`is_context_overflow`] recognises the
 //! providers' "prompt too long" errors, for `report_provider_error(.., overflow = true)`.
 
-use super::Renderer;
+use super::{origin, Renderer};
 use crate::error::{Error, Result};
 use crate::types::{as_object, Block, JsonMap, Message, Provenance, Role, Usage};
 use serde::Serialize;
@@ -30,14 +32,19 @@ fn u(v: &Value, ptr: &str) -> Option<u64> {
     v.pointer(ptr).and_then(Value::as_u64)
 }
 
-/// Maps a provider usage object. `provider` is a renderer name ("openai", "anthropic") or a
-/// provider whose usage shape is known ("deepseek", "llama.cpp").
+/// Maps a provider usage object. `provider` is a renderer name ("openai", "openai-responses",
+/// "anthropic", "gemini") or a provider whose usage shape is known ("deepseek", "llama.cpp").
 ///
 /// - OpenAI / llama.cpp: `prompt_tokens` includes `prompt_tokens_details.cached_tokens`;
 ///   `completion_tokens_details.reasoning_tokens` is a part of `completion_tokens`.
 /// - DeepSeek: `prompt_cache_hit_tokens` + `prompt_cache_miss_tokens` = `prompt_tokens`.
+/// - OpenAI Responses: `input_tokens` includes `input_tokens_details.cached_tokens`;
+///   `output_tokens_details.reasoning_tokens` is a part of `output_tokens`.
 /// - Anthropic: `input_tokens` is already uncached; `cache_read_input_tokens` and
 ///   `cache_creation_input_tokens` are separate buckets.
+/// - Gemini: `promptTokenCount` includes `cachedContentTokenCount`; `toolUsePromptTokenCount`
+///   is more input; `thoughtsTokenCount` is output beside `candidatesTokenCount` (so output =
+///   candidates + thoughts, and reasoning = thoughts).
 pub fn usage_from_provider(provider: &str, usage: &Value) -> Result<Usage> {
     as_object(usage, "usage")?;
     let need = |ptr: &str| {
@@ -59,6 +66,23 @@ pub fn usage_from_provider(provider: &str, usage: &Value) -> Result<Usage> {
             out.output_tokens = need("/completion_tokens")?;
             out.reasoning_tokens = u(usage, "/completion_tokens_details/reasoning_tokens");
         }
+        "openai-responses" => {
+            let input = need("/input_tokens")?;
+            let cached = u(usage, "/input_tokens_details/cached_tokens");
+            out.input_tokens = input.saturating_sub(cached.unwrap_or(0));
+            out.cache_read_tokens = cached;
+            out.output_tokens = need("/output_tokens")?;
+            out.reasoning_tokens = u(usage, "/output_tokens_details/reasoning_tokens");
+        }
+        "gemini" => {
+            let prompt = need("/promptTokenCount")?;
+            let cached = u(usage, "/cachedContentTokenCount");
+            out.input_tokens = prompt.saturating_sub(cached.unwrap_or(0)) + u(usage, "/toolUsePromptTokenCount").unwrap_or(0);
+            out.cache_read_tokens = cached;
+            let thoughts = u(usage, "/thoughtsTokenCount");
+            out.output_tokens = u(usage, "/candidatesTokenCount").unwrap_or(0) + thoughts.unwrap_or(0);
+            out.reasoning_tokens = thoughts;
+        }
         "openai" | "deepseek" | "llama.cpp" | "vllm" => {
             let prompt = need("/prompt_tokens")?;
             let cached = u(usage, "/prompt_tokens_details/cached_tokens");
@@ -70,7 +94,7 @@ pub fn usage_from_provider(provider: &str, usage: &Value) -> Result<Usage> {
         other => {
             return Err(Error::invalid(
                 "provider",
-                format!("unknown usage shape {other:?} (expected openai, anthropic, deepseek or llama.cpp)"),
+                format!("unknown usage shape {other:?} (expected openai, openai-responses, anthropic, gemini, deepseek or llama.cpp)"),
             ))
         }
     }
@@ -82,6 +106,8 @@ pub fn parse_response(renderer: Renderer, body: &Value) -> Result<ParsedResponse
     match renderer {
         Renderer::OpenAi => parse_openai(body),
         Renderer::Anthropic => parse_anthropic(body),
+        Renderer::OpenAiResponses => super::responses::parse(body),
+        Renderer::Gemini => super::gemini::parse(body),
     }
 }
 
@@ -152,6 +178,9 @@ fn parse_openai(body: &Value) -> Result<ParsedResponse> {
     Ok(ParsedResponse { message, usage, finish_reason: finish })
 }
 
+/// The `origin` of Anthropic-native blocks (the Anthropic renderer's name).
+const ANTHROPIC: &str = "anthropic";
+
 fn parse_anthropic(body: &Value) -> Result<ParsedResponse> {
     as_object(body, "response")?;
     let blocks = body.get("content").and_then(Value::as_array).ok_or_else(|| Error::invalid("response.content", "expected an array"))?;
@@ -167,6 +196,7 @@ fn parse_anthropic(body: &Value) -> Result<ParsedResponse> {
                 if let Some(sig) = b.get("signature") {
                     m.insert("signature".into(), sig.clone());
                 }
+                m.insert(origin::ORIGIN.into(), ANTHROPIC.into());
                 content.push(Block::from_value(&Value::Object(m), &path)?);
             }
             Some("tool_use") => {
@@ -180,9 +210,13 @@ fn parse_anthropic(body: &Value) -> Result<ParsedResponse> {
                 let mut m = JsonMap::new();
                 m.insert("type".into(), "redacted-thinking".into());
                 m.insert("data".into(), b.get("data").cloned().unwrap_or(Value::from("")));
+                m.insert(origin::ORIGIN.into(), ANTHROPIC.into());
                 content.push(Block::from_value(&Value::Object(m), &path)?);
             }
-            _ => content.push(Block::from_value(b, &path)?),
+            // Blocks without a library type (server tool use and results, compaction, ...)
+            // are kept whole, for the Anthropic renderer to send back.
+            Some(_) => content.push(origin::opaque(ANTHROPIC, b.clone())),
+            None => return Err(Error::invalid(format!("{path}.type"), "expected a string")),
         }
     }
     let finish = body.get("stop_reason").and_then(Value::as_str).map(|f| match f {
@@ -217,6 +251,9 @@ pub fn is_context_overflow(status: u16, body: &str) -> bool {
         "too many tokens",
         "input is too long",
         "context window",
+        // Gemini: "The input token count (N) exceeds the maximum number of tokens allowed (M)."
+        "input token count",
+        "exceeds the maximum number of tokens",
     ]
     .iter()
     .any(|p| b.contains(p))
@@ -267,8 +304,57 @@ mod tests {
         let r = parse_response(Renderer::Anthropic, &body).unwrap();
         assert_eq!(r.message.content.len(), 3);
         assert_eq!(r.message.content[0].get_str("signature"), Some("s"));
+        assert_eq!(r.message.content[0].get_str("origin"), Some("anthropic"));
         assert_eq!(r.message.tool_calls().next(), Some(("tu_1", "read", "{\"p\":1}")));
         assert_eq!(r.finish_reason.as_deref(), Some("tool-calls"));
+    }
+
+    #[test]
+    fn anthropic_blocks_without_a_library_type_are_opaque_and_render_back() {
+        let compaction = json!({"type":"compaction","content":"summary of earlier turns"});
+        let body = json!({"model":"claude-x","stop_reason":"end_turn","content":[compaction,
+            {"type":"redacted_thinking","data":"R"},{"type":"text","text":"ok"}]});
+        let r = parse_response(Renderer::Anthropic, &body).unwrap();
+        assert_eq!(r.message.content[0].clone().into_value(), json!({"type":"opaque","origin":"anthropic","item":compaction}));
+        assert_eq!(r.message.content[1].get_str("origin"), Some("anthropic"));
+        let env = json!({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"q"}]}, r.message.to_value()]});
+        let rendered = Renderer::Anthropic.render(&env, &Default::default()).unwrap();
+        assert_eq!(rendered["messages"][1]["content"][0], compaction);
+        assert_eq!(rendered["messages"][1]["content"][1], json!({"type":"redacted_thinking","data":"R"}));
+        // Another format drops Anthropic's native blocks and keeps the text.
+        for other in [Renderer::OpenAi, Renderer::OpenAiResponses, Renderer::Gemini] {
+            let b = other.render(&env, &Default::default()).unwrap();
+            let text = b.to_string();
+            assert!(!text.contains("summary of earlier turns") && !text.contains("\"R\""), "{}: {text}", other.name());
+            assert!(text.contains("\"ok\""), "{}: {text}", other.name());
+        }
+    }
+
+    #[test]
+    fn usage_of_the_responses_api_and_gemini() {
+        let r = usage_from_provider(
+            "openai-responses",
+            &json!({"input_tokens":500,"input_tokens_details":{"cached_tokens":448},"output_tokens":20,
+                    "output_tokens_details":{"reasoning_tokens":12}}),
+        )
+        .unwrap();
+        assert_eq!(
+            (r.input_tokens, r.cache_read_tokens, r.output_tokens, r.reasoning_tokens, r.prompt_tokens()),
+            (52, Some(448), 20, Some(12), 500)
+        );
+        let g = usage_from_provider(
+            "gemini",
+            &json!({"promptTokenCount":300,"cachedContentTokenCount":256,"toolUsePromptTokenCount":10,
+                    "candidatesTokenCount":7,"thoughtsTokenCount":5}),
+        )
+        .unwrap();
+        assert_eq!((g.input_tokens, g.cache_read_tokens, g.output_tokens, g.reasoning_tokens), (54, Some(256), 12, Some(5)));
+        let g = usage_from_provider("gemini", &json!({"promptTokenCount":9})).unwrap();
+        assert_eq!((g.input_tokens, g.cache_read_tokens, g.output_tokens, g.reasoning_tokens), (9, None, 0, None));
+        let e = usage_from_provider("gemini", &json!({"candidatesTokenCount":1})).unwrap_err();
+        assert_eq!(e.message(), "usage.promptTokenCount: expected a non-negative integer");
+        let e = usage_from_provider("openai-responses", &json!({"input_tokens":1})).unwrap_err();
+        assert_eq!(e.message(), "usage.output_tokens: expected a non-negative integer");
     }
 
     #[test]
@@ -287,7 +373,20 @@ mod tests {
             400,
             r#"{"error":{"type":"exceed_context_size_error","message":"the request exceeds the available context size"}}"#
         ));
+        // OpenAI Responses API and Gemini.
+        assert!(is_context_overflow(
+            400,
+            r#"{"error":{"message":"Your input exceeds the context window of this model.","code":"context_length_exceeded"}}"#
+        ));
+        assert!(is_context_overflow(
+            400,
+            r#"{"error":{"code":400,"message":"The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).","status":"INVALID_ARGUMENT"}}"#
+        ));
         assert!(!is_context_overflow(429, "rate limited: too many tokens per minute"));
+        assert!(!is_context_overflow(
+            400,
+            r#"{"error":{"message":"Invalid value at 'contents[0].parts[0]'","status":"INVALID_ARGUMENT"}}"#
+        ));
         assert!(!is_context_overflow(400, "invalid tool schema"));
     }
 }

@@ -61,7 +61,7 @@ static void test_usage_mapping(void) {
 static void test_bad_inputs(void) {
     char *out = (char *)0x1;
     size_t len = 7;
-    EXPECT_ERR(lls_parse_response(S("gemini"), S(OPENAI), &out, &len, &err), LLS_ERR_INVALID_INPUT, "gemini");
+    EXPECT_ERR(lls_parse_response(S("cohere"), S(OPENAI), &out, &len, &err), LLS_ERR_INVALID_INPUT, "cohere");
     EXPECT_ERR(lls_parse_response(S("openai"), S("{\"choices\":"), &out, &len, &err), LLS_ERR_MALFORMED_JSON, "malformed JSON");
     EXPECT_ERR(lls_parse_response(S("openai"), S("{\"choices\":[]}"), &out, &len, &err), LLS_ERR_INVALID_INPUT,
                "response.choices: expected at least one choice");

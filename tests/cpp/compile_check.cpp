@@ -25,6 +25,13 @@ int main() {
     std::string body = llmsession::render("openai", req, 0);
     a.record_response(R"({"message":{"role":"assistant","content":[{"type":"text","text":"hello"}]}})");
     a.end_turn();
+    llmsession::Stream st("openai");
+    st << "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+    std::size_t deltas = 0;
+    st.for_each_delta([&](const std::string &) { ++deltas; });
+    if (deltas != 1 || st.finish().empty() || st.body().empty()) {
+        return 1;
+    }
     std::printf("compile_check: llmsession %s, ABI %u, %zu request bytes, %zu body bytes\n",
                 llmsession::version().c_str(), llmsession::abi_version(), req.size(), body.size());
     return 0;

@@ -555,7 +555,7 @@ TEST_F(Binding, ParsedResponseIsRecordedAsItIs) {
     EXPECT_EQ(json::parse(llmsession::usage_from_provider("anthropic", R"({"input_tokens":5,"output_tokens":2})"))["inputTokens"], 5);
     EXPECT_TRUE(llmsession::is_context_overflow(400, R"({"error":{"code":"context_length_exceeded"}})"));
     EXPECT_FALSE(llmsession::is_context_overflow(429, "too many tokens per minute"));
-    expect_error([&] { llmsession::parse_response("gemini", body); }, LLS_ERR_INVALID_INPUT);
+    expect_error([&] { llmsession::parse_response("cohere", body); }, LLS_ERR_INVALID_INPUT);
     expect_error([&] { llmsession::parse_response("openai", R"({"choices":)"); }, LLS_ERR_MALFORMED_JSON);
     expect_error([&] { a.record_response(R"({"message":{"role":"assistant","content":[]},"finishReason":1})"); },
                  LLS_ERR_INVALID_INPUT);

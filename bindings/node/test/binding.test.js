@@ -471,7 +471,7 @@ test('parseResponse output goes straight into recordResponse; usage and overflow
     assert.equal(lls.isContextOverflow(400, '{"error":{"code":"context_length_exceeded"}}'), true);
     assert.equal(lls.isContextOverflow(429, 'too many tokens per minute'), false);
 
-    assert.throws(() => lls.parseResponse('gemini', body), (e) => e.status === lls.Status.INVALID_INPUT && /gemini/.test(e.message));
+    assert.throws(() => lls.parseResponse('cohere', body), (e) => e.status === lls.Status.INVALID_INPUT && /cohere/.test(e.message));
     assert.throws(() => lls.parseResponse('openai', '{"choices":'), (e) => e.status === lls.Status.MALFORMED_JSON);
     assert.throws(() => lls.usageFromProvider('openai', { completion_tokens: 1 }), /usage\.prompt_tokens/);
     assert.throws(() => lls.isContextOverflow(-1, ''), TypeError);

@@ -1,0 +1,630 @@
+//! The OpenAI Responses API (`POST /v1/responses`): the renderer and the response parser.
+//!
+//! The request is stateless: `store: false` and the whole conversation as `input` items, so it
+//! is a pure function of the envelope (no `previous_response_id`, nothing kept on the server).
+//! Mapping, per envelope message (a pure function of that message; `docs/providers/openai-responses.md`):
+//! - system prompt → `instructions`;
+//! - system-role message → a `message` item with role `system` (`input_text` parts);
+//! - user message → its blocks cut into runs: each `tool-result` becomes a
+//!   `function_call_output` item, each run of text and images a user `message` item;
+//! - assistant message → items in block order: runs of text → an assistant `message` item
+//!   (`output_text` parts), `tool-call` → `function_call`, reasoning parsed from this API (with
+//!   its `encrypted_content`) → the `reasoning` item verbatim, opaque items of this API (e.g.
+//!   `compaction`) → verbatim; item ids recorded by the parser are sent back.
+//!
+//! The parser maps `output` items back: `message` → text blocks, `function_call` → tool-call
+//! blocks, `reasoning` → a reasoning block holding the item, anything else → an opaque block.
+
+use super::origin::{self, is_foreign, is_native, native_str, with_origin};
+use super::{block_path, image_source, unsupported, Envelope, ImageSource, ParsedResponse, RenderOptions};
+use crate::error::{Error, Result};
+use crate::types::{as_object, Block, JsonMap, Message, Provenance, Role};
+use serde_json::{json, Value};
+
+/// The renderer's name (and the `origin` of blocks its parser keeps native state on).
+pub(crate) const NAME: &str = "openai-responses";
+
+/// What the renderer adds to `include` when reasoning is requested: without it a stateless
+/// request gets reasoning items it cannot send back.
+const ENCRYPTED_REASONING: &str = "reasoning.encrypted_content";
+
+/// Renders an envelope into an OpenAI Responses API body.
+///
+/// The body has `model`, `input`, `store: false`, and when set `instructions` (the system
+/// prompt), `tools`, `max_output_tokens`, `temperature` and `reasoning: {"effort"}` (then also
+/// `include: ["reasoning.encrypted_content"]`, so that reasoning can be carried back). `stop`
+/// has no Responses API field and is an error. Unknown config fields are copied verbatim as
+/// top-level body fields (`prompt_cache_key`, `parallel_tool_calls`, `text`, `truncation`,
+/// `context_management`, ...); one that names a body field set here is an error, except
+/// `include`, whose entries are kept (the encrypted-reasoning entry is added when missing).
+/// `options.prefix_len` is only checked against the message count.
+pub fn render_responses(envelope: &Value, options: &RenderOptions) -> Result<Value> {
+    let env = Envelope::parse(envelope)?;
+    env.check_prefix_len(options.prefix_len)?;
+    render(&env)
+}
+
+fn render(env: &Envelope) -> Result<Value> {
+    if env.stop.is_some() {
+        return Err(Error::invalid("stop", format!("the Responses API has no stop sequences, so the {NAME} renderer cannot send them")));
+    }
+    let mut input = Vec::with_capacity(env.messages.len());
+    for (i, m) in env.messages.iter().enumerate() {
+        render_message(m, i, &mut input)?;
+    }
+
+    let mut body = JsonMap::new();
+    body.insert("model".into(), env.model.clone().into());
+    if let Some(system) = &env.system {
+        body.insert("instructions".into(), system.clone().into());
+    }
+    body.insert("input".into(), Value::Array(input));
+    if !env.tools.is_empty() {
+        let mut tools = Vec::with_capacity(env.tools.len());
+        for (t_i, t) in env.tools.iter().enumerate() {
+            let mut tool = JsonMap::new();
+            tool.insert("type".into(), "function".into());
+            tool.insert("name".into(), t.name.clone().into());
+            tool.insert("description".into(), t.description.clone().into());
+            tool.insert("parameters".into(), t.parameters.clone());
+            for (k, v) in &t.extra {
+                if tool.contains_key(k) {
+                    return Err(Error::invalid(
+                        format!("tools[{t_i}].{k}"),
+                        format!("unknown tool field collides with the {k:?} field the {NAME} renderer sets"),
+                    ));
+                }
+                tool.insert(k.clone(), v.clone());
+            }
+            tools.push(Value::Object(tool));
+        }
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(n) = env.max_tokens {
+        body.insert("max_output_tokens".into(), n.into());
+    }
+    if let Some(t) = &env.temperature {
+        body.insert("temperature".into(), t.clone());
+    }
+    if let Some(effort) = &env.reasoning_effort {
+        body.insert("reasoning".into(), json!({"effort": effort}));
+    }
+    body.insert("store".into(), false.into());
+
+    // `include` is merged rather than refused: a host asking for other extra output keeps
+    // its entries, and the encrypted reasoning is added when reasoning is requested.
+    let mut extra = env.extra.clone();
+    let mut include: Vec<Value> = match extra.remove("include") {
+        None => Vec::new(),
+        Some(Value::Array(a)) => a,
+        Some(v) => return Err(Error::invalid("include", format!("expected an array, got {}", crate::types::kind_of(&v)))),
+    };
+    if env.reasoning_effort.is_some() && !include.iter().any(|v| v == ENCRYPTED_REASONING) {
+        include.push(ENCRYPTED_REASONING.into());
+    }
+    if !include.is_empty() {
+        body.insert("include".into(), Value::Array(include));
+    }
+    for (k, v) in extra {
+        if body.contains_key(&k) {
+            return Err(Error::invalid(
+                k.as_str(),
+                format!("unknown config field collides with the body field {k:?} that the {NAME} renderer sets itself"),
+            ));
+        }
+        body.insert(k, v);
+    }
+    Ok(Value::Object(body))
+}
+
+/// Renders envelope message `i`, appending its input items to `out`.
+fn render_message(m: &Message, i: usize, out: &mut Vec<Value>) -> Result<()> {
+    match m.role {
+        Role::System => {
+            let mut parts = Vec::new();
+            for (j, b) in m.content.iter().enumerate() {
+                match b.kind() {
+                    _ if is_foreign(b, NAME) => {}
+                    "text" => parts.push(json!({"type": "input_text", "text": b.get_str("text").unwrap_or_default()})),
+                    _ => return Err(unsupported(&block_path(i, j), b, Role::System, NAME)),
+                }
+            }
+            if !parts.is_empty() {
+                out.push(json!({"type": "message", "role": "system", "content": parts}));
+            }
+        }
+        Role::User => {
+            let mut run: Vec<Value> = Vec::new();
+            for (j, b) in m.content.iter().enumerate() {
+                let path = block_path(i, j);
+                match b.kind() {
+                    _ if is_foreign(b, NAME) => {}
+                    "tool-result" => {
+                        flush_user(&mut run, out);
+                        out.push(function_call_output(b, &path)?);
+                    }
+                    "text" => {
+                        let text = b.get_str("text").unwrap_or_default();
+                        if !text.is_empty() {
+                            run.push(json!({"type": "input_text", "text": text}));
+                        }
+                    }
+                    "image" => run.push(input_image(b, &path)?),
+                    _ => return Err(unsupported(&path, b, Role::User, NAME)),
+                }
+            }
+            flush_user(&mut run, out);
+        }
+        Role::Assistant => {
+            // A run of text blocks of one output message: (item id, output_text parts).
+            let mut text: Option<(Option<String>, Vec<Value>)> = None;
+            for (j, b) in m.content.iter().enumerate() {
+                let path = block_path(i, j);
+                if is_foreign(b, NAME) {
+                    continue;
+                }
+                if b.kind() == "text" {
+                    let id = if is_native(b, NAME) { native_str(b, "itemId", &path)?.map(str::to_string) } else { None };
+                    let t = b.get_str("text").unwrap_or_default();
+                    if matches!(&text, Some((run_id, _)) if *run_id != id) {
+                        flush_assistant(&mut text, out);
+                    }
+                    if t.is_empty() {
+                        continue;
+                    }
+                    let (_, parts) = text.get_or_insert_with(|| (id, Vec::new()));
+                    parts.push(json!({"type": "output_text", "text": t, "annotations": []}));
+                    continue;
+                }
+                flush_assistant(&mut text, out);
+                match b.kind() {
+                    "tool-call" => {
+                        let (id, name, arguments) = b.as_tool_call().expect("validated tool-call");
+                        let mut item = JsonMap::new();
+                        item.insert("type".into(), "function_call".into());
+                        if is_native(b, NAME) {
+                            if let Some(item_id) = native_str(b, "itemId", &path)? {
+                                item.insert("id".into(), item_id.into());
+                            }
+                        }
+                        item.insert("call_id".into(), id.into());
+                        item.insert("name".into(), name.into());
+                        item.insert("arguments".into(), arguments.into());
+                        out.push(Value::Object(item));
+                    }
+                    "reasoning" => {
+                        // Only a reasoning item of this API with its encrypted content can go
+                        // back: a stateless request cannot refer to one by id.
+                        if is_native(b, NAME) {
+                            if let Some(item) = b.get("item") {
+                                let item = as_object(item, &format!("{path}.item"))?;
+                                if item.get("encrypted_content").and_then(Value::as_str).is_some() {
+                                    out.push(Value::Object(item.clone()));
+                                }
+                            }
+                        }
+                    }
+                    origin::OPAQUE => out.push(origin::opaque_item(b, &path)?.clone()),
+                    // Anthropic's redacted thinking has no Responses form.
+                    "redacted-thinking" => {}
+                    _ => return Err(unsupported(&path, b, Role::Assistant, NAME)),
+                }
+            }
+            flush_assistant(&mut text, out);
+        }
+    }
+    Ok(())
+}
+
+fn flush_user(run: &mut Vec<Value>, out: &mut Vec<Value>) {
+    if !run.is_empty() {
+        out.push(json!({"type": "message", "role": "user", "content": std::mem::take(run)}));
+    }
+}
+
+fn flush_assistant(text: &mut Option<(Option<String>, Vec<Value>)>, out: &mut Vec<Value>) {
+    if let Some((id, parts)) = text.take() {
+        let mut item = JsonMap::new();
+        item.insert("type".into(), "message".into());
+        item.insert("role".into(), "assistant".into());
+        item.insert("content".into(), Value::Array(parts));
+        if let Some(id) = id {
+            // An output message sent back with its id is an output item, which has a status.
+            item.insert("id".into(), id.into());
+            item.insert("status".into(), "completed".into());
+        }
+        out.push(Value::Object(item));
+    }
+}
+
+fn image_url(b: &Block, path: &str) -> Result<String> {
+    Ok(match image_source(b, path)? {
+        ImageSource::Url(u) => u.to_string(),
+        ImageSource::Base64 { media_type, data } => format!("data:{media_type};base64,{data}"),
+    })
+}
+
+/// An `input_image` part (`detail` from the block when it has one, else `auto`).
+fn input_image(b: &Block, path: &str) -> Result<Value> {
+    let detail = native_str(b, "detail", path)?.unwrap_or("auto");
+    Ok(json!({"type": "input_image", "image_url": image_url(b, path)?, "detail": detail}))
+}
+
+/// A `function_call_output` item: `output` is the text (blocks joined by "\n"), or parts when
+/// the result holds an image. `isError` has no field (the result text should say so).
+fn function_call_output(b: &Block, path: &str) -> Result<Value> {
+    let content = b.tool_result_content();
+    let output = if content.iter().all(|c| c.kind() == "text") {
+        let texts: Vec<&str> = content.iter().map(|c| c.get_str("text").unwrap_or_default()).collect();
+        Value::String(texts.join("\n"))
+    } else {
+        let mut parts = Vec::with_capacity(content.len());
+        for (k, c) in content.iter().enumerate() {
+            let inner = format!("{path}.content[{k}]");
+            parts.push(match c.kind() {
+                "text" => json!({"type": "input_text", "text": c.get_str("text").unwrap_or_default()}),
+                "image" => input_image(c, &inner)?,
+                other => {
+                    return Err(Error::invalid(
+                        inner,
+                        format!("block type {other:?} inside a tool result is not supported by the {NAME} renderer"),
+                    )
+                    .with("blockType", other))
+                }
+            });
+        }
+        Value::Array(parts)
+    };
+    Ok(json!({
+        "type": "function_call_output",
+        "call_id": b.tool_result_id().expect("validated tool-result"),
+        "output": output,
+    }))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The response parser.
+
+/// Parses a Responses API response object (`{"id","object":"response","status","model",
+/// "output":[items],"usage",...}`), as returned by `POST /v1/responses` or carried by the
+/// `response.completed` event of a stream.
+pub(crate) fn parse(body: &Value) -> Result<ParsedResponse> {
+    as_object(body, "response")?;
+    let status = body.get("status").and_then(Value::as_str);
+    if status == Some("failed") {
+        let error = body.get("error").cloned().unwrap_or(Value::Null);
+        let what = error.get("message").and_then(Value::as_str).unwrap_or("no message");
+        return Err(Error::invalid("response.status", format!("the response failed: {what}")).with("providerError", error));
+    }
+    let items = match body.get("output") {
+        Some(Value::Array(a)) => a.as_slice(),
+        None => &[],
+        Some(v) => return Err(Error::invalid("response.output", format!("expected an array, got {}", crate::types::kind_of(v)))),
+    };
+    let mut content = Vec::new();
+    let mut calls = false;
+    for (i, item) in items.iter().enumerate() {
+        let path = format!("response.output[{i}]");
+        as_object(item, &path)?;
+        let id = item.get("id").and_then(Value::as_str).filter(|s| !s.is_empty());
+        match item.get("type").and_then(Value::as_str) {
+            Some("message") => {
+                let parts = item.get("content").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+                for p in parts {
+                    let text = match p.get("type").and_then(Value::as_str) {
+                        Some("output_text") => p.get("text").and_then(Value::as_str),
+                        Some("refusal") => p.get("refusal").and_then(Value::as_str),
+                        _ => None,
+                    };
+                    if let Some(t) = text {
+                        content.push(native_text(t, id));
+                    }
+                }
+            }
+            Some("function_call") => {
+                let call_id = item
+                    .get("call_id")
+                    .and_then(Value::as_str)
+                    .filter(|s| !s.is_empty())
+                    .ok_or_else(|| Error::invalid(format!("{path}.call_id"), "expected a non-empty string"))?;
+                let name =
+                    item.get("name").and_then(Value::as_str).ok_or_else(|| Error::invalid(format!("{path}.name"), "expected a string"))?;
+                let arguments = match item.get("arguments") {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(other) => other.to_string(),
+                    None => String::new(),
+                };
+                let mut m = JsonMap::new();
+                m.insert("type".into(), "tool-call".into());
+                m.insert("id".into(), call_id.into());
+                m.insert("name".into(), name.into());
+                m.insert("arguments".into(), arguments.into());
+                content.push(match id {
+                    Some(id) => {
+                        m.insert("itemId".into(), id.into());
+                        with_origin(m, NAME)
+                    }
+                    None => Block::from_value(&Value::Object(m), &path)?,
+                });
+                calls = true;
+            }
+            Some("reasoning") => {
+                let mut texts: Vec<&str> = Vec::new();
+                for key in ["summary", "content"] {
+                    for part in item.get(key).and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default() {
+                        if let Some(t) = part.get("text").and_then(Value::as_str) {
+                            texts.push(t);
+                        }
+                    }
+                }
+                let mut m = JsonMap::new();
+                m.insert("type".into(), "reasoning".into());
+                m.insert("text".into(), texts.join("\n\n").into());
+                m.insert("item".into(), item.clone());
+                content.push(with_origin(m, NAME));
+            }
+            Some(_) => content.push(origin::opaque(NAME, item.clone())),
+            None => return Err(Error::invalid(format!("{path}.type"), "expected a string")),
+        }
+    }
+    let finish = match status {
+        Some("completed") => Some(if calls { "tool-calls" } else { "stop" }.to_string()),
+        Some("incomplete") => Some(match body.pointer("/incomplete_details/reason").and_then(Value::as_str) {
+            Some("max_output_tokens") => "max-tokens".to_string(),
+            Some("content_filter") => "content-filter".to_string(),
+            Some(other) => other.to_string(),
+            None => "incomplete".to_string(),
+        }),
+        _ => None,
+    };
+    let usage = match body.get("usage") {
+        Some(u) if u.is_object() => Some(super::usage_from_provider(NAME, u)?),
+        _ => None,
+    };
+    let mut message = Message::new(Role::Assistant, content);
+    message.provenance = body.get("model").and_then(Value::as_str).map(|m| Provenance {
+        provider: NAME.to_string(),
+        model: m.to_string(),
+        extra: JsonMap::new(),
+    });
+    Ok(ParsedResponse { message, usage, finish_reason: finish })
+}
+
+/// A text block; with the output message's id (native state) when it has one.
+fn native_text(text: &str, item_id: Option<&str>) -> Block {
+    match item_id {
+        None => Block::text(text),
+        Some(id) => {
+            let mut m = JsonMap::new();
+            m.insert("type".into(), "text".into());
+            m.insert("text".into(), text.into());
+            m.insert("itemId".into(), id.into());
+            with_origin(m, NAME)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::{parse_response, Renderer};
+    use crate::ErrorKind;
+
+    fn env(messages: Value) -> Value {
+        json!({"provider":"openai","model":"gpt-x","messages":messages,"sessionId":"s","purpose":"conversation"})
+    }
+
+    fn input(body: &Value) -> &Vec<Value> {
+        body["input"].as_array().unwrap()
+    }
+
+    fn r(e: &Value) -> Result<Value> {
+        render_responses(e, &RenderOptions::default())
+    }
+
+    #[test]
+    fn header_fields_are_mapped() {
+        let e = json!({
+            "provider":"openai","model":"gpt-5","reasoningEffort":"low","temperature":0.5,"maxTokens":900,
+            "system":"Be brief.","prompt_cache_key":"k1",
+            "tools":[{"name":"read","description":"Read a file","parameters":{"type":"object"},"strict":false}],
+            "messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],
+            "sessionId":"s","purpose":"conversation","turn":0,"step":0
+        });
+        assert_eq!(
+            r(&e).unwrap(),
+            json!({
+                "model":"gpt-5","instructions":"Be brief.",
+                "input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"hi"}]}],
+                "tools":[{"type":"function","name":"read","description":"Read a file","parameters":{"type":"object"},"strict":false}],
+                "max_output_tokens":900,"temperature":0.5,"reasoning":{"effort":"low"},
+                "include":["reasoning.encrypted_content"],"store":false,"prompt_cache_key":"k1"
+            })
+        );
+    }
+
+    #[test]
+    fn stop_store_and_include() {
+        let err = r(&json!({"model":"m","messages":[],"stop":["x"]})).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput);
+        assert_eq!(err.message(), "stop: the Responses API has no stop sequences, so the openai-responses renderer cannot send them");
+        let err = r(&json!({"model":"m","messages":[],"store":true})).unwrap_err();
+        assert!(err.message().starts_with("store: unknown config field collides"), "{}", err.message());
+        let body = r(&json!({"model":"m","messages":[],"include":["web_search_call.action.sources"],"reasoningEffort":"high"})).unwrap();
+        assert_eq!(body["include"], json!(["web_search_call.action.sources", "reasoning.encrypted_content"]));
+        let body = r(&json!({"model":"m","messages":[],"include":["reasoning.encrypted_content"]})).unwrap();
+        assert_eq!(body["include"], json!(["reasoning.encrypted_content"]));
+        assert_eq!(r(&json!({"model":"m","messages":[]})).unwrap(), json!({"model":"m","input":[],"store":false}));
+        let err = r(&json!({"model":"m","messages":[],"include":"x"})).unwrap_err();
+        assert_eq!(err.message(), "include: expected an array, got a string");
+        let err =
+            r(&json!({"model":"m","messages":[],"tools":[{"name":"a","description":"d","parameters":{},"type":"custom"}]})).unwrap_err();
+        assert!(err.message().starts_with("tools[0].type: unknown tool field collides"), "{}", err.message());
+    }
+
+    #[test]
+    fn user_messages_cut_into_runs() {
+        let body = r(&env(json!([
+            {"role":"system","content":[{"type":"text","text":"policy"}]},
+            {"role":"user","content":[
+                {"type":"text","text":"look"},{"type":"image","mediaType":"image/png","data":"AAAA"},
+                {"type":"tool-result","toolCallId":"c1","isError":false,"content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},
+                {"type":"text","text":""},
+                {"type":"tool-result","toolCallId":"c2","isError":true,"content":[{"type":"image","url":"https://x/y.png","detail":"low"}]}
+            ]},
+            {"role":"user","content":[]}
+        ])))
+        .unwrap();
+        assert_eq!(
+            input(&body),
+            &vec![
+                json!({"type":"message","role":"system","content":[{"type":"input_text","text":"policy"}]}),
+                json!({"type":"message","role":"user","content":[{"type":"input_text","text":"look"},
+                    {"type":"input_image","image_url":"data:image/png;base64,AAAA","detail":"auto"}]}),
+                json!({"type":"function_call_output","call_id":"c1","output":"a\nb"}),
+                json!({"type":"function_call_output","call_id":"c2","output":[
+                    {"type":"input_image","image_url":"https://x/y.png","detail":"low"}]}),
+            ]
+        );
+    }
+
+    #[test]
+    fn assistant_items_carry_native_state_back() {
+        let reasoning_item =
+            json!({"type":"reasoning","id":"rs_1","summary":[{"type":"summary_text","text":"plan"}],"encrypted_content":"ENC"});
+        let body = r(&env(json!([
+            {"role":"assistant","content":[
+                {"type":"reasoning","text":"plan","origin":"openai-responses","item":reasoning_item},
+                {"type":"reasoning","text":"no encrypted content","origin":"openai-responses","item":{"type":"reasoning","id":"rs_2","summary":[]}},
+                {"type":"reasoning","text":"from elsewhere","signature":"sig"},
+                {"type":"reasoning","text":"gemini thought","origin":"gemini","thoughtSignature":"ts"},
+                {"type":"redacted-thinking","data":"x"},
+                {"type":"text","text":"a","origin":"openai-responses","itemId":"msg_1"},
+                {"type":"text","text":"b","origin":"openai-responses","itemId":"msg_1"},
+                {"type":"text","text":"c"},
+                {"type":"tool-call","id":"call_1","name":"read","arguments":"{\"p\":1}","origin":"openai-responses","itemId":"fc_1"},
+                {"type":"tool-call","id":"call_2","name":"ls","arguments":"{}","origin":"gemini","thoughtSignature":"ts"},
+                {"type":"opaque","origin":"openai-responses","item":{"type":"compaction","id":"cmp_1","encrypted_content":"CMP"}},
+                {"type":"opaque","origin":"anthropic","item":{"type":"compaction","content":"x"}}
+            ]}
+        ])))
+        .unwrap();
+        assert_eq!(
+            input(&body),
+            &vec![
+                reasoning_item,
+                json!({"type":"message","role":"assistant","id":"msg_1","status":"completed","content":[
+                    {"type":"output_text","text":"a","annotations":[]},{"type":"output_text","text":"b","annotations":[]}]}),
+                json!({"type":"message","role":"assistant","content":[{"type":"output_text","text":"c","annotations":[]}]}),
+                json!({"type":"function_call","id":"fc_1","call_id":"call_1","name":"read","arguments":"{\"p\":1}"}),
+                json!({"type":"function_call","call_id":"call_2","name":"ls","arguments":"{}"}),
+                json!({"type":"compaction","id":"cmp_1","encrypted_content":"CMP"}),
+            ]
+        );
+    }
+
+    #[test]
+    fn errors_name_the_block() {
+        let cases = [
+            (
+                json!([{"role":"user","content":[{"type":"reasoning","text":"r"}]}]),
+                "messages[0].content[0]: block type \"reasoning\" is not supported in a user message by the openai-responses renderer",
+            ),
+            (
+                json!([{"role":"assistant","content":[{"type":"image","url":"u"}]}]),
+                "messages[0].content[0]: block type \"image\" is not supported in an assistant message by the openai-responses renderer",
+            ),
+            (
+                json!([{"role":"assistant","content":[{"type":"opaque","item":{}}]}]),
+                "messages[0].content[0].origin: is required (an opaque block names the format of its item)",
+            ),
+            (
+                json!([{"role":"assistant","content":[{"type":"opaque","origin":"openai-responses","item":[]}]}]),
+                "messages[0].content[0].item: expected an object, got an array",
+            ),
+            (
+                json!([{"role":"assistant","content":[{"type":"text","text":"t","origin":"openai-responses","itemId":1}]}]),
+                "messages[0].content[0].itemId: expected a string, got a number",
+            ),
+            (
+                json!([{"role":"system","content":[{"type":"image","url":"u"}]}]),
+                "messages[0].content[0]: block type \"image\" is not supported in a system message by the openai-responses renderer",
+            ),
+        ];
+        for (messages, want) in cases {
+            let e = r(&env(messages)).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidInput);
+            assert_eq!(e.message(), want);
+        }
+    }
+
+    fn response_body() -> Value {
+        json!({
+            "id":"resp_1","object":"response","status":"completed","model":"gpt-5-2025",
+            "output":[
+                {"type":"reasoning","id":"rs_1","summary":[{"type":"summary_text","text":"first"},{"type":"summary_text","text":"second"}],"encrypted_content":"ENC"},
+                {"type":"message","id":"msg_1","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Reading.","annotations":[]}]},
+                {"type":"function_call","id":"fc_1","call_id":"call_1","name":"read","arguments":"{\"path\":\"a\"}","status":"completed"},
+                {"type":"compaction","id":"cmp_1","encrypted_content":"CMP"}
+            ],
+            "usage":{"input_tokens":1000,"input_tokens_details":{"cached_tokens":900},"output_tokens":50,
+                     "output_tokens_details":{"reasoning_tokens":30},"total_tokens":1050}
+        })
+    }
+
+    #[test]
+    fn response_items_become_blocks() {
+        let p = parse_response(Renderer::OpenAiResponses, &response_body()).unwrap();
+        let c: Vec<Value> = p.message.content.iter().map(|b| b.clone().into_value()).collect();
+        assert_eq!(c[0]["type"], "reasoning");
+        assert_eq!(c[0]["text"], "first\n\nsecond");
+        assert_eq!(c[0]["item"]["encrypted_content"], "ENC");
+        assert_eq!(c[1], json!({"type":"text","text":"Reading.","origin":"openai-responses","itemId":"msg_1"}));
+        assert_eq!(
+            c[2],
+            json!({"type":"tool-call","id":"call_1","name":"read","arguments":"{\"path\":\"a\"}","origin":"openai-responses","itemId":"fc_1"})
+        );
+        assert_eq!(
+            c[3],
+            json!({"type":"opaque","origin":"openai-responses","item":{"type":"compaction","id":"cmp_1","encrypted_content":"CMP"}})
+        );
+        assert_eq!(p.finish_reason.as_deref(), Some("tool-calls"));
+        let u = p.usage.unwrap();
+        assert_eq!((u.input_tokens, u.cache_read_tokens, u.output_tokens, u.reasoning_tokens), (100, Some(900), 50, Some(30)));
+        assert_eq!(p.message.provenance.unwrap().provider, "openai-responses");
+    }
+
+    #[test]
+    fn parsed_output_renders_back_to_the_same_items() {
+        let body = response_body();
+        let p = parse_response(Renderer::OpenAiResponses, &body).unwrap();
+        let e = env(json!([{"role":"user","content":[{"type":"text","text":"go"}]}, p.message.to_value()]));
+        let rendered = r(&e).unwrap();
+        let mut want: Vec<Value> = body["output"].as_array().unwrap().clone();
+        // Sent back as they came, less the statuses the renderer does not repeat.
+        want[2].as_object_mut().unwrap().remove("status");
+        assert_eq!(input(&rendered)[1..], want[..]);
+    }
+
+    #[test]
+    fn finish_reasons_and_failures() {
+        let mut b = json!({"status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},"output":[
+            {"type":"message","role":"assistant","content":[{"type":"output_text","text":"cut"}]}]});
+        let p = parse_response(Renderer::OpenAiResponses, &b).unwrap();
+        assert_eq!(p.finish_reason.as_deref(), Some("max-tokens"));
+        assert_eq!(p.message.content[0], Block::text("cut"));
+        b["status"] = json!("completed");
+        assert_eq!(parse_response(Renderer::OpenAiResponses, &b).unwrap().finish_reason.as_deref(), Some("stop"));
+        let e = parse_response(
+            Renderer::OpenAiResponses,
+            &json!({"status":"failed","error":{"code":"server_error","message":"boom"},"output":[]}),
+        )
+        .unwrap_err();
+        assert_eq!(e.message(), "response.status: the response failed: boom");
+        assert_eq!(e.detail()["providerError"]["code"], "server_error");
+        let e = parse_response(Renderer::OpenAiResponses, &json!({"output":[{"type":"function_call","name":"x"}]})).unwrap_err();
+        assert_eq!(e.message(), "response.output[0].call_id: expected a non-empty string");
+        let e = parse_response(Renderer::OpenAiResponses, &json!({"output":{}})).unwrap_err();
+        assert_eq!(e.message(), "response.output: expected an array, got an object");
+    }
+}

@@ -1,0 +1,339 @@
+//! Streamed responses through the public API: for every format, the fixture stream (written
+//! from the provider's documented wire format, in `tests/data/stream/`) gives exactly the
+//! response that parsing the equivalent non-streamed body gives, whatever the chunking; and
+//! broken streams fail clearly.
+
+use llmsession::render::{parse_response, ParsedResponse, Renderer};
+use llmsession::stream::{Delta, DeltaKind, StreamAccumulator};
+use llmsession::{Agent, AgentOptions, CallConfig, CancelToken, ErrorKind, Message, Session};
+use proptest::prelude::*;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+
+fn data(name: &str) -> Vec<u8> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/stream").join(name);
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// (format, stream file, equivalent non-streamed body file).
+const FIXTURES: &[(Renderer, &str, &str)] = &[
+    (Renderer::OpenAi, "openai-chat-tools.sse", "openai-chat-tools.json"),
+    (Renderer::OpenAi, "openai-chat-reasoning.sse", "openai-chat-reasoning.json"),
+    (Renderer::OpenAiResponses, "openai-responses-tools.sse", "openai-responses-tools.json"),
+    (Renderer::Anthropic, "anthropic-tools.sse", "anthropic-tools.json"),
+    (Renderer::Gemini, "gemini-tools.sse", "gemini-tools.json"),
+    (Renderer::Gemini, "gemini-array.stream.json", "gemini-array.json"),
+];
+
+/// Feeds `bytes` cut at `cuts` (sorted offsets); returns the response and every delta.
+fn run(format: Renderer, bytes: &[u8], cuts: &[usize]) -> (ParsedResponse, Vec<Delta>) {
+    let mut s = StreamAccumulator::new(format);
+    let mut deltas = Vec::new();
+    let mut from = 0;
+    for &c in cuts.iter().chain(std::iter::once(&bytes.len())) {
+        let c = c.clamp(from, bytes.len());
+        s.feed(&bytes[from..c]).unwrap_or_else(|e| panic!("{}: feed: {}", format.name(), e.message()));
+        from = c;
+        while let Some(d) = s.next_delta() {
+            deltas.push(d);
+        }
+    }
+    let p = s.finish(false).unwrap_or_else(|e| panic!("{}: finish: {}", format.name(), e.message()));
+    (p, deltas)
+}
+
+fn body_of(name: &str) -> Value {
+    serde_json::from_slice(&data(name)).unwrap()
+}
+
+#[test]
+fn every_stream_gives_the_non_streamed_response() {
+    for &(format, stream, body) in FIXTURES {
+        let want = parse_response(format, &body_of(body)).unwrap();
+        let (got, deltas) = run(format, &data(stream), &[]);
+        assert_eq!(got, want, "{stream}");
+        assert!(!deltas.is_empty(), "{stream}: no deltas");
+        // The text deltas of each index put together give that text block.
+        let texts: Vec<&str> = want.message.content.iter().filter(|b| b.kind() == "text").filter_map(|b| b.get_str("text")).collect();
+        for (n, t) in texts.iter().enumerate() {
+            let joined: String =
+                deltas.iter().filter(|d| d.kind == DeltaKind::Text && d.index == n).filter_map(|d| d.text.as_deref()).collect();
+            assert_eq!(joined, *t, "{stream}: text {n}");
+        }
+    }
+}
+
+#[test]
+fn the_fixtures_hold_what_the_issue_asks_for() {
+    // Tool calls in many fragments, multi-byte text, reasoning, a usage-only last chunk.
+    let (p, deltas) = run(Renderer::OpenAi, &data("openai-chat-tools.sse"), &[]);
+    let calls: Vec<_> = p.message.tool_calls().collect();
+    assert_eq!(
+        calls,
+        vec![("call_Qa1", "read_file", "{\"path\": \"café.txt\", \"lines\": 20}"), ("call_Rb2", "list_dir", "{\"dir\": \"ü/\"}"),]
+    );
+    let frags: Vec<&Delta> = deltas.iter().filter(|d| d.kind == DeltaKind::ToolCall && d.index == 0).collect();
+    assert_eq!(frags[0].id.as_deref(), Some("call_Qa1"));
+    assert_eq!(frags[0].name.as_deref(), Some("read_file"));
+    assert_eq!(frags.iter().filter_map(|d| d.arguments.as_deref()).collect::<String>(), calls[0].2);
+    assert!(frags.len() >= 4);
+    let u = p.usage.unwrap();
+    assert_eq!((u.input_tokens, u.cache_read_tokens, u.output_tokens), (98, Some(1152), 41));
+    assert_eq!(p.finish_reason.as_deref(), Some("tool-calls"));
+
+    let (p, deltas) = run(Renderer::OpenAi, &data("openai-chat-reasoning.sse"), &[]);
+    assert_eq!(p.message.content[0].kind(), "reasoning");
+    assert_eq!(p.message.content[0].get_str("text"), Some("用户想要一个简短的回答。"));
+    let reasoning: String = deltas.iter().filter(|d| d.kind == DeltaKind::Reasoning).filter_map(|d| d.text.as_deref()).collect();
+    assert_eq!(reasoning, "用户想要一个简短的回答。");
+
+    let (p, deltas) = run(Renderer::OpenAiResponses, &data("openai-responses-tools.sse"), &[]);
+    assert_eq!(p.message.content[0].get("item").unwrap()["encrypted_content"], "gAAAAABoq-ENC-1==");
+    let reasoning: String = deltas.iter().filter(|d| d.kind == DeltaKind::Reasoning).filter_map(|d| d.text.as_deref()).collect();
+    assert_eq!(Some(reasoning.as_str()), p.message.content[0].get_str("text"));
+    let args: String = deltas.iter().filter(|d| d.kind == DeltaKind::ToolCall).filter_map(|d| d.arguments.as_deref()).collect();
+    assert_eq!(args, "{\"path\":\"café.txt\"}");
+
+    let (p, _) = run(Renderer::Anthropic, &data("anthropic-tools.sse"), &[]);
+    assert_eq!(p.message.content[0].get_str("signature"), Some("EqQBCkYIBxgCKkBsig=="));
+    assert_eq!(p.message.tool_calls().next().unwrap().2, r#"{"lines":20,"path":"café.txt"}"#);
+    let u = p.usage.unwrap();
+    assert_eq!((u.input_tokens, u.cache_read_tokens, u.output_tokens), (14, Some(2048), 87));
+
+    let (p, _) = run(Renderer::Gemini, &data("gemini-tools.sse"), &[]);
+    assert_eq!(p.message.content[2].get_str("thoughtSignature"), Some("CiQB0e2Kb9sig=="));
+    let (p, _) = run(Renderer::Gemini, &data("gemini-array.stream.json"), &[]);
+    assert_eq!(p.message.content.len(), 1);
+    assert_eq!(p.message.content[0].get_str("thoughtSignature"), Some("Q2lRQjBlMkti"));
+}
+
+#[test]
+fn one_byte_at_a_time() {
+    for &(format, stream, body) in FIXTURES {
+        let bytes = data(stream);
+        let cuts: Vec<usize> = (1..bytes.len()).collect();
+        let whole = run(format, &bytes, &[]);
+        assert_eq!(run(format, &bytes, &cuts), whole, "{stream}");
+        assert_eq!(whole.0, parse_response(format, &body_of(body)).unwrap());
+    }
+}
+
+#[test]
+fn rebuilt_body_carries_provider_extras() {
+    let mut s = StreamAccumulator::new(Renderer::OpenAi);
+    s.feed(&data("openai-chat-reasoning.sse")).unwrap();
+    s.finish(false).unwrap();
+    let body = s.body();
+    assert_eq!(body["timings"]["cache_n"], 800);
+    assert_eq!(body["usage"]["prompt_tokens_details"]["cached_tokens"], 800);
+    assert_eq!(body["object"], "chat.completion");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Every way of cutting a stream into chunks gives the same response and the same deltas.
+    #[test]
+    fn every_chunking_gives_the_same_response(which in 0..FIXTURES.len(), cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..40)) {
+        let (format, stream, _) = FIXTURES[which];
+        let bytes = data(stream);
+        let mut cuts: Vec<usize> = cuts.iter().map(|i| i.index(bytes.len() + 1)).collect();
+        cuts.sort_unstable();
+        prop_assert_eq!(run(format, &bytes, &cuts), run(format, &bytes, &[]));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Broken streams.
+
+fn field<'a>(e: &'a llmsession::Error, k: &str) -> &'a Value {
+    e.detail().get(k).unwrap_or(&Value::Null)
+}
+
+#[test]
+fn provider_error_events_fail_with_the_providers_error() {
+    let cases: &[(Renderer, &str, bool)] = &[
+        (
+            Renderer::OpenAi,
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\ndata: {\"error\":{\"message\":\"The server had an error while processing your request.\",\"type\":\"server_error\"}}\n\n",
+            false,
+        ),
+        (
+            Renderer::OpenAiResponses,
+            "event: error\ndata: {\"type\":\"error\",\"code\":\"context_length_exceeded\",\"message\":\"Your input exceeds the context window of this model.\",\"param\":\"input\",\"sequence_number\":1}\n\n",
+            true,
+        ),
+        (
+            Renderer::OpenAiResponses,
+            "event: response.failed\ndata: {\"type\":\"response.failed\",\"sequence_number\":3,\"response\":{\"id\":\"r\",\"status\":\"failed\",\"output\":[],\"error\":{\"code\":\"server_error\",\"message\":\"Something went wrong.\"}}}\n\n",
+            false,
+        ),
+        (
+            Renderer::Anthropic,
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"model\":\"c\",\"content\":[],\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\nevent: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n",
+            false,
+        ),
+        (
+            Renderer::Gemini,
+            "data: {\"error\":{\"code\":400,\"message\":\"The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).\",\"status\":\"INVALID_ARGUMENT\"}}\n\n",
+            true,
+        ),
+    ];
+    for &(format, text, overflow) in cases {
+        let mut s = StreamAccumulator::new(format);
+        let e = s.feed(text.as_bytes()).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{}", format.name());
+        assert!(e.message().starts_with("the provider reported an error in the stream: "), "{}", e.message());
+        assert_eq!(field(&e, "stream"), "provider-error");
+        assert_eq!(field(&e, "overflow"), &Value::Bool(overflow), "{}", e.message());
+        assert!(field(&e, "providerError").is_object());
+        // Sticky: every later call fails the same way, and nothing is there to record...
+        assert_eq!(s.feed(b"data: {}\n\n").unwrap_err(), e);
+        assert_eq!(s.finish(false).unwrap_err(), e);
+        // ...unless the host asks for the partial message.
+        let p = s.finish(true).unwrap();
+        assert_eq!(p.finish_reason.as_deref(), Some("incomplete"));
+    }
+}
+
+#[test]
+fn a_cut_connection_is_incomplete_and_the_partial_message_keeps_finished_parts() {
+    // Cut inside the second tool call's arguments.
+    let bytes = data("openai-chat-tools.sse");
+    let text = std::str::from_utf8(&bytes).unwrap();
+    let cut = text.find("\\\"dir\\\"").unwrap();
+    let mut s = StreamAccumulator::new(Renderer::OpenAi);
+    s.feed(&bytes[..cut]).unwrap();
+    let e = s.finish(false).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    assert_eq!(field(&e, "stream"), "incomplete");
+    assert!(e.message().starts_with("the stream ended inside an event"), "{}", e.message());
+    let p = s.finish(true).unwrap();
+    assert_eq!(p.message.text(), "Je vais lire le fichier «\u{a0}café.txt\u{a0}» et lister ü/ 😀");
+    assert_eq!(p.message.tool_calls().map(|c| c.0).collect::<Vec<_>>(), vec!["call_Qa1"]);
+    assert_eq!(p.finish_reason.as_deref(), Some("incomplete"));
+    assert!(p.usage.is_none());
+    assert_eq!(s.feed(b"data: [DONE]\n\n").unwrap_err().kind(), ErrorKind::OutOfOrder);
+
+    // Each format, cut before its terminal event at an event boundary.
+    for &(format, stream, _) in FIXTURES {
+        let bytes = data(stream);
+        let text = std::str::from_utf8(&bytes).unwrap();
+        let end = match format {
+            Renderer::OpenAi => text.find("data: [DONE]").unwrap(),
+            Renderer::OpenAiResponses => text.find("event: response.completed").unwrap(),
+            Renderer::Anthropic => text.find("event: message_delta").unwrap(),
+            Renderer::Gemini => text.find("STOP").map(|i| text[..i].rfind("data: ").or(text[..i].rfind(",\r\n{")).unwrap()).unwrap(),
+        };
+        let mut s = StreamAccumulator::new(format);
+        s.feed(&bytes[..end]).unwrap();
+        let e = s.finish(false).unwrap_err();
+        assert_eq!(field(&e, "stream"), "incomplete", "{stream}: {}", e.message());
+        assert!(e.message().contains("the connection was probably cut"), "{}", e.message());
+        let p = s.finish(true).unwrap();
+        assert_eq!(p.finish_reason.as_deref(), Some("incomplete"), "{stream}");
+        assert!(!p.message.content.is_empty(), "{stream}");
+    }
+}
+
+#[test]
+fn malformed_events_are_clear_errors() {
+    let mut s = StreamAccumulator::new(Renderer::Anthropic);
+    let e =
+        s.feed(b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"content\":[]}}\n\ndata: {oops\n\n").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::MalformedJson);
+    assert!(e.message().starts_with("a stream event is not valid JSON"), "{}", e.message());
+    assert_eq!(field(&e, "stream"), "malformed");
+    assert_eq!(field(&e, "event"), 2);
+    assert_eq!(s.feed(b"\n").unwrap_err(), e);
+
+    let bad: &[(Renderer, &[u8], &str)] = &[
+        (
+            Renderer::Anthropic,
+            b"data: {\"type\":\"content_block_delta\",\"index\":4,\"delta\":{\"type\":\"text_delta\",\"text\":\"x\"}}\n\n",
+            "content block 4 was never started",
+        ),
+        (
+            Renderer::OpenAiResponses,
+            b"data: {\"type\":\"response.output_text.delta\",\"output_index\":0,\"content_index\":0,\"delta\":\"x\"}\n\n",
+            "output item 0 was never added",
+        ),
+        (Renderer::OpenAi, b"data: [1,2]\n\n", "a chunk must be a JSON object"),
+        (Renderer::Gemini, b"data: {\"candidates\":[{\"content\":{\"parts\":{}}}]}\n\n", "`content.parts` must be an array"),
+        (Renderer::Gemini, b"[{\"candidates\":[]}, 7]", "stream element 2: expected an object as array element"),
+        (Renderer::OpenAi, b"data: \xff\n\n", "stream line 1 is not valid UTF-8"),
+    ];
+    for &(format, text, want) in bad {
+        let e = StreamAccumulator::new(format).feed(text).unwrap_err();
+        assert!(e.message().contains(want), "{}: {}", format.name(), e.message());
+        assert_eq!(field(&e, "stream"), "malformed");
+    }
+    // The tool input of an Anthropic block must be JSON once the block closes.
+    let mut s = StreamAccumulator::new(Renderer::Anthropic);
+    let e = s
+        .feed(b"data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"n\",\"input\":{}}}\n\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"a\\\":\"}}\n\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n")
+        .unwrap_err();
+    assert!(e.message().contains("the input of content block 0 is not valid JSON"), "{}", e.message());
+}
+
+#[test]
+fn a_streamed_response_records_like_a_parsed_one() {
+    let session = Session::in_memory();
+    let mut agent = Agent::new(&session, AgentOptions::new(CallConfig::new("openai", "gpt-4.1-mini"))).unwrap();
+    agent.start_turn(Message::user_text("Lis café.txt")).unwrap();
+    agent.next_request(&CancelToken::new()).unwrap();
+    let mut s = StreamAccumulator::new(Renderer::OpenAi);
+    for chunk in data("openai-chat-tools.sse").chunks(7) {
+        s.feed(chunk).unwrap();
+    }
+    let p = s.finish(false).unwrap();
+    agent.record_response(p.message.clone(), p.usage.clone()).unwrap();
+    let history: Value = serde_json::from_str(&session.history_json()).unwrap();
+    let last = history.as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["content"], json!(p.message.content));
+    assert_eq!(last["content"][1]["arguments"], "{\"path\": \"café.txt\", \"lines\": 20}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// Damaged streams (bytes changed, dropped or inserted) never panic: every call either
+    /// succeeds or fails with a stream error or a field error.
+    #[test]
+    fn damaged_streams_fail_cleanly(
+        which in 0..FIXTURES.len(),
+        edits in prop::collection::vec((any::<prop::sample::Index>(), 0u8..3, any::<u8>()), 1..8),
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..8),
+        partial in any::<bool>(),
+    ) {
+        let (format, stream, _) = FIXTURES[which];
+        let mut bytes = data(stream);
+        for (at, op, b) in edits {
+            let i = at.index(bytes.len());
+            match op {
+                0 => bytes[i] = b,
+                1 => { bytes.remove(i); }
+                _ => bytes.insert(i, b),
+            }
+        }
+        let mut cuts: Vec<usize> = cuts.iter().map(|i| i.index(bytes.len() + 1)).collect();
+        cuts.sort_unstable();
+        let mut s = StreamAccumulator::new(format);
+        let mut from = 0;
+        let clean = |e: &llmsession::Error| {
+            matches!(e.kind(), ErrorKind::InvalidInput | ErrorKind::MalformedJson)
+                && (e.detail().contains_key("stream") || e.detail().contains_key("field"))
+        };
+        for c in cuts.into_iter().chain(std::iter::once(bytes.len())) {
+            if let Err(e) = s.feed(&bytes[from..c]) {
+                prop_assert!(clean(&e), "{}", e.message());
+            }
+            from = c;
+            while s.next_delta().is_some() {}
+        }
+        if let Err(e) = s.finish(partial) {
+            prop_assert!(clean(&e), "{}", e.message());
+        }
+        let _ = s.body();
+    }
+}
