@@ -9,6 +9,7 @@
 
 mod lifecycle;
 
+pub(crate) use lifecycle::{is_store_refusal, stale_compaction_end};
 pub use lifecycle::{ProviderErrorOutcome, ToolResultInput};
 
 use crate::cancel::{CancelGuard, CancelToken};
