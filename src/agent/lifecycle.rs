@@ -378,10 +378,16 @@ impl Agent {
         self.ensure_live()?;
         let mut g = self.session.lock();
         let t = g.log.state().open_turn.as_ref().ok_or_else(|| Error::out_of_order("no turn is open"))?;
+        let (turn, step) = (t.turn, t.last_step);
         if !t.step_open {
+            // The overflow of this step is recorded, but the store refused its recovery: the
+            // same report retries the recovery.
+            if overflow && self.unrecovered_overflow == Some((turn, step)) {
+                drop(g);
+                return self.recover_overflow_for(cancel, turn, step);
+            }
             return Err(Error::out_of_order("no request is open: a provider error belongs to a step"));
         }
-        let (turn, step) = (t.turn, t.last_step);
         let mut data = json!({"turn": turn, "step": step, "outcome": "error", "error": message});
         if overflow {
             data["overflow"] = true.into();
@@ -391,7 +397,16 @@ impl Agent {
         if !overflow {
             return Ok(ProviderErrorOutcome::Recorded);
         }
-        match self.recover_overflow(cancel, turn) {
+        self.recover_overflow_for(cancel, turn, step)
+    }
+
+    fn recover_overflow_for(&mut self, cancel: &CancelToken, turn: u64, step: u64) -> Result<ProviderErrorOutcome> {
+        let r = self.recover_overflow(cancel, turn);
+        self.unrecovered_overflow = match &r {
+            Err(e) if is_store_refusal(e.kind()) => Some((turn, step)),
+            _ => None,
+        };
+        match r {
             // A cancel (or a dispose) during the recovery ends the turn as one in the gate does.
             Err(e) if matches!(e.kind(), ErrorKind::Cancelled | ErrorKind::Disposed) => Err(self.fail_turn(e)),
             r => r,
