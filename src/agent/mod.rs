@@ -246,7 +246,9 @@ impl Agent {
         DisposeHandle { flag: self.disposed.clone(), token: self.dispose_token.clone() }
     }
 
-    pub(crate) fn is_disposed(&self) -> bool {
+    /// Whether this instance was disposed (by [`DisposeHandle::dispose`], from a listener, or
+    /// because a disposal ended an operation): every later call fails with `Disposed`.
+    pub fn is_disposed(&self) -> bool {
         self.disposed.load(std::sync::atomic::Ordering::SeqCst)
     }
 
