@@ -574,39 +574,67 @@ fn aborting_after_a_refused_tool_result_does_not_log_the_refused_payload() {
     assert_eq!(tool_results(&back), results);
 }
 
-/// A refused `start_turn` opens no turn and writes nothing; the retry opens the same turn.
+/// A refused `start_turn` opens no turn and writes nothing, whichever of its writes the store
+/// refuses (it used to write `turn/start` before `user/message`, leaving the turn open when the
+/// second was refused); the retry opens the same turn.
 #[test]
 fn a_refused_start_turn_opens_no_turn() {
+    let mut refused = 0;
     for kind in [Fault::Append, Fault::Sync] {
-        let (_d, path, faults, s) = faulty(Durability::EveryEvent);
-        let mut a = agent_on(&s);
-        let before = s.len();
-        faults.arm(kind, 1);
-        let e = a.start_turn(Message::user_text("hello")).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Storage, "{kind:?}: {e:?}");
-        assert_eq!(s.len(), before, "{kind:?}: nothing in memory");
-        assert!(s.with_log(|l| l.state().open_turn.is_none()), "{kind:?}: no turn is open");
-        assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 1, "{kind:?}: only the header is on disk");
-        assert_eq!(a.start_turn(Message::user_text("hello")).unwrap(), 1, "{kind:?}: the retry opens turn 1");
-        a.end_turn(TurnEndReason::Aborted).unwrap();
+        for at in 1..=2 {
+            let (_d, path, faults, s) = faulty(Durability::EveryEvent);
+            let mut a = agent_on(&s);
+            let before = s.len();
+            faults.arm(kind, at);
+            match a.start_turn(Message::user_text("hello")) {
+                Err(e) => {
+                    refused += 1;
+                    assert_eq!(e.kind(), ErrorKind::Storage, "{kind:?}@{at}: {e:?}");
+                    assert_eq!(s.len(), before, "{kind:?}@{at}: nothing in memory");
+                    assert!(s.with_log(|l| l.state().open_turn.is_none()), "{kind:?}@{at}: no turn is open");
+                    assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 1, "{kind:?}@{at}: only the header is on disk");
+                    faults.disarm();
+                    assert_eq!(a.start_turn(Message::user_text("hello")).unwrap(), 1, "{kind:?}@{at}: the retry opens turn 1");
+                }
+                Ok(turn) => {
+                    assert!(!faults.fired(), "{kind:?}@{at}: a refused write was reported as success");
+                    assert_eq!(turn, 1);
+                }
+            }
+            faults.disarm();
+            a.end_turn(TurnEndReason::Aborted).unwrap();
+        }
     }
+    assert_eq!(refused, 2, "one refusal per kind: start_turn writes one batch");
 }
 
-/// A refused step (header + `step/start`) leaves no step open and the next request carries the
-/// header it owes.
+/// A refused step (header + `step/start`, one batch) leaves no step open and records no header,
+/// whichever write the store refuses; the retry records both.
 #[test]
 fn a_refused_first_request_records_its_header_on_the_retry() {
-    let (_d, _p, faults, s) = faulty(Durability::EveryEvent);
-    let mut a = agent_on(&s);
-    a.start_turn(Message::user_text("hello")).unwrap();
-    faults.arm(Fault::Append, 1);
-    assert_eq!(a.next_request(&CancelToken::new()).unwrap_err().kind(), ErrorKind::Storage);
-    assert!(s.with_log(|l| l.state().open_turn.as_ref().is_some_and(|t| !t.step_open)));
-    assert_eq!(s.request_header(), None, "no header was recorded");
-    let r = a.next_request(&CancelToken::new()).unwrap();
-    assert_eq!(r.step, 1);
-    assert!(s.request_header().is_some());
-    assert_eq!(a.stats().requests, 1, "the refused request is not counted");
+    for at in 1..=2 {
+        let (_d, _p, faults, s) = faulty(Durability::EveryEvent);
+        let mut a = agent_on(&s);
+        a.start_turn(Message::user_text("hello")).unwrap();
+        faults.arm(Fault::Append, at);
+        match a.next_request(&CancelToken::new()) {
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::Storage);
+                assert!(s.with_log(|l| l.state().open_turn.as_ref().is_some_and(|t| !t.step_open)), "@{at}: no step is open");
+                assert_eq!(s.request_header(), None, "@{at}: no header was recorded");
+                assert_eq!(a.stats().requests, 0, "@{at}: the refused request is not counted");
+                faults.disarm();
+                let r = a.next_request(&CancelToken::new()).unwrap();
+                assert_eq!(r.step, 1);
+            }
+            Ok(r) => assert!(!faults.fired() && r.step == 1, "@{at}"),
+        }
+        assert!(s.request_header().is_some());
+        assert_eq!(a.stats().requests, 1);
+        let headers =
+            serde_json::from_str::<Vec<Value>>(&s.events_json(0, None)).unwrap().iter().filter(|e| e["type"] == "request/header").count();
+        assert_eq!(headers, 1, "@{at}: one header");
+    }
 }
 
 /// A refused landing leaves the surface untouched; the compaction is closed as failed and the
