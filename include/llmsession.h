@@ -298,6 +298,33 @@ typedef void (*lls_userdata_free_fn)(void *userdata);
 #define LLS_ERR_INTERNAL 17
 
 /**
+ * The session is in use: another writer (another handle in this process, another process, or
+ * another machine for a database store) holds its write lock or lease. The detail carries
+ * `path` or `sessionId` and, where the store can tell, the `holder`. Open it read-only to
+ * inspect it.
+ *
+ * Thread safety: a constant.
+ */
+#define LLS_ERR_LOCKED 18
+
+/**
+ * The store refused an append because the seq it names is taken: another writer appended to
+ * the session. Nothing of the refused operation was applied; the session handle refuses
+ * further appends until it is refreshed (`lls_session_refresh`) or reopened. The detail
+ * carries `seq`.
+ *
+ * Thread safety: a constant.
+ */
+#define LLS_ERR_CONFLICT 19
+
+/**
+ * The session was opened read-only: appends, agents and repairs are refused.
+ *
+ * Thread safety: a constant.
+ */
+#define LLS_ERR_READ_ONLY 20
+
+/**
  * A required pointer argument was NULL (the detail names the `argument`).
  *
  * Thread safety: a constant.
@@ -367,7 +394,9 @@ extern "C" {
  * compaction (`{"contextWindow", "threshold"?, "retainedRatio"? | "retainedTokens"?,
  * "summaryMaxTokens"?, "retries"?, "overflowRetries"?, "summaryProvider"?, "summaryModel"?}`);
  * `tokenizer` is a HuggingFace `tokenizer.json` used to count tokens (the built-in estimate
- * otherwise).
+ * otherwise): a regular file of at most 512 MiB (a symbolic link is followed; a device or a
+ * FIFO is refused without reading it). `summaryProvider` and `summaryModel` go together and
+ * must not be empty.
  *
  * Errors: `LLS_ERR_NULL_POINTER` (`session`, `opts_json`, `out`), `LLS_ERR_INVALID_HANDLE`,
  * `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (detail `field`),
@@ -424,11 +453,14 @@ lls_status lls_agent_set_policy(lls_agent *agent,
 
 /**
  * Counts tokens with the HuggingFace `tokenizer.json` at `(path, path_len)` from now on
- * (replacing a host token counter).
+ * (replacing a host token counter). The file must be a regular file of at most 512 MiB; a
+ * symbolic link is followed; a device, a FIFO or a directory is refused without reading or
+ * waiting on it.
  *
  * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_INVALID_UTF8`,
- * `LLS_ERR_INVALID_ARGUMENT` (empty path), `LLS_ERR_TOKENIZER` (unreadable or invalid file;
- * detail `path`), `LLS_ERR_DISPOSED`, `LLS_ERR_OUT_OF_ORDER`, `LLS_ERR_POISONED`.
+ * `LLS_ERR_INVALID_ARGUMENT` (empty path), `LLS_ERR_TOKENIZER` (unreadable, not a regular file,
+ * too large or invalid; detail `path`), `LLS_ERR_DISPOSED`, `LLS_ERR_OUT_OF_ORDER`,
+ * `LLS_ERR_POISONED`.
  *
  * # Safety
  * `path` NULL or `path_len` readable bytes; `err` NULL or valid for writes.
@@ -517,7 +549,8 @@ lls_status lls_agent_add_pre_step_listener(lls_agent *agent,
  * exactly as built (`purpose: "compaction"`; its messages replay the last routed request's
  * prefix and end with the instruction) — send it to the provider (render it with
  * `lls_render`) — and answers `{"text": summary, "usage"?: usage, "provider"?, "model"?,
- * "truncated"?: bool}`. A failure or an unusable reply is retried per the policy, then the
+ * "truncated"?: bool}` (any other field makes the reply unusable). A failure or an unusable
+ * reply is retried per the policy, then the
  * compaction fails (`compaction/end{failed}`; `LLS_ERR_SUMMARISER` from `lls_agent_compact`).
  * A pending reply's wait ends when the operation's cancel token trips or the agent is
  * disposed.
@@ -542,7 +575,9 @@ lls_status lls_agent_set_summariser(lls_agent *agent,
  * `{"kind":"message","message":{...}}` — and answers its token count, framing included: a
  * non-negative integer or `{"tokens": n}`. Counts are cached per message. A failure or
  * another reply fails the measurement (`LLS_ERR_LISTENER`, detail `counter: "host"`). A
- * pending reply's wait ends when the operation's cancel token trips or the agent is disposed.
+ * pending reply's wait ends when the operation's cancel token trips (`LLS_ERR_CANCELLED`) or
+ * the agent is disposed (`LLS_ERR_DISPOSED`). The counter may append context to the session
+ * (it joins the current request); the pressure gate selects its region from what it measured.
  *
  * Ownership, errors and callback rules as for `lls_agent_add_prefix_listener`.
  *
@@ -564,8 +599,8 @@ lls_status lls_agent_set_token_counter(lls_agent *agent,
  *
  * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_INVALID_UTF8`,
  * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (not a user message; detail `field`),
- * `LLS_ERR_OUT_OF_ORDER` (a turn is open), `LLS_ERR_DISPOSED`, `LLS_ERR_STORAGE`,
- * `LLS_ERR_POISONED`.
+ * `LLS_ERR_OUT_OF_ORDER` (a turn is open), `LLS_ERR_DISPOSED`, `LLS_ERR_STORAGE` (nothing was
+ * written and no turn is open: the same call can be retried), `LLS_ERR_POISONED`.
  *
  * # Safety
  * `message_json` NULL or `message_len` readable bytes; `out_turn`, `err` NULL or valid for
@@ -591,7 +626,8 @@ lls_status lls_agent_start_turn(lls_agent *agent,
  * a pending reply): the call fails with `LLS_ERR_CANCELLED` and the turn ends `aborted`. A
  * failing listener gives `LLS_ERR_LISTENER` and the turn ends `error`; a dispose gives
  * `LLS_ERR_DISPOSED` and the turn ends `disposed`. A failed automatic compaction is logged and
- * the request goes ahead.
+ * the request goes ahead. `LLS_ERR_STORAGE`: the store refused a write; no step is open and
+ * the turn stays open (a compaction that landed before stays landed): call again.
  *
  * Errors: `LLS_ERR_NULL_POINTER` (`agent`, `out`), `LLS_ERR_INVALID_HANDLE`,
  * `LLS_ERR_OUT_OF_ORDER` (no open turn, a request already open, a tool result missing),
@@ -642,7 +678,8 @@ lls_status lls_agent_request_info(const lls_agent *agent,
  *
  * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_INVALID_UTF8`,
  * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (detail `field`), `LLS_ERR_OUT_OF_ORDER`
- * (no open request), `LLS_ERR_DISPOSED`, `LLS_ERR_STORAGE`, `LLS_ERR_POISONED`.
+ * (no open request), `LLS_ERR_DISPOSED`, `LLS_ERR_STORAGE` (nothing was written: the same
+ * call can be retried), `LLS_ERR_POISONED`.
  *
  * # Safety
  * `response_json` NULL or `response_len` readable bytes; `out_seq`, `err` NULL or valid for
@@ -665,7 +702,8 @@ lls_status lls_agent_record_response(lls_agent *agent,
  * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_INVALID_UTF8`,
  * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT`, `LLS_ERR_OUT_OF_ORDER` (an unknown call
  * id, a result reported twice, a request still open; detail `callId`), `LLS_ERR_DISPOSED`,
- * `LLS_ERR_STORAGE`, `LLS_ERR_POISONED`.
+ * `LLS_ERR_STORAGE` (nothing was written and the result is not reported: the same call can be
+ * retried), `LLS_ERR_POISONED`.
  *
  * # Safety
  * `result_json` NULL or `result_len` readable bytes; `out_written`, `err` NULL or valid for
@@ -708,7 +746,10 @@ lls_status lls_agent_inject(lls_agent *agent,
  * `lls_agent_next_request` or end it. With `overflow` (the provider said the context is too
  * long) the agent compacts down to the newest message and `*out_retry` (may be NULL) is 1:
  * ask for the request again; otherwise it is 0. `cancel` (may be NULL) interrupts that
- * compaction.
+ * compaction: the call fails with `LLS_ERR_CANCELLED` and the turn ends `aborted`, as for a
+ * cancel in `lls_agent_next_request`. The count of consecutive overflows resets when a response
+ * is recorded and at the end of every turn. When the store refuses a write of the recovery
+ * (`LLS_ERR_STORAGE`), the overflow stays recorded: reporting it again retries the recovery.
  *
  * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_INVALID_UTF8`,
  * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT`, `LLS_ERR_OUT_OF_ORDER` (no open request),
@@ -738,7 +779,8 @@ lls_status lls_agent_provider_error(lls_agent *agent,
  *
  * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_INVALID_UTF8`,
  * `LLS_ERR_INVALID_INPUT` (an unknown reason), `LLS_ERR_OUT_OF_ORDER` (no open turn, or not at
- * rest for `completed`), `LLS_ERR_DISPOSED`, `LLS_ERR_STORAGE`, `LLS_ERR_POISONED`.
+ * rest for `completed`), `LLS_ERR_DISPOSED`, `LLS_ERR_STORAGE` (nothing was written, the turn
+ * stays open: the same call can be retried), `LLS_ERR_POISONED`.
  *
  * # Safety
  * `reason` NULL or `reason_len` readable bytes; `err` NULL or valid for writes.
@@ -794,7 +836,8 @@ lls_status lls_agent_compact(lls_agent *agent,
  * `counter` is `"estimate"`, `"tokenizer"` or `"host"`. Free `*out` with `lls_string_free`.
  *
  * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_LISTENER` (a host counter
- * failed), `LLS_ERR_TOKENIZER`, `LLS_ERR_DISPOSED`, `LLS_ERR_OUT_OF_ORDER`, `LLS_ERR_POISONED`.
+ * failed), `LLS_ERR_TOKENIZER`, `LLS_ERR_DISPOSED` (also when the agent is disposed while a
+ * host counter's reply is pending), `LLS_ERR_OUT_OF_ORDER`, `LLS_ERR_POISONED`.
  *
  * # Safety
  * `out`, `out_len`, `err` NULL or valid for writes.
@@ -1180,21 +1223,35 @@ lls_status lls_session_new_memory(const char *opts_json,
  * Opens the session stored in the JSONL file at `(path, path_len)` (UTF-8, need not be
  * NUL-terminated), or creates the file with a new session when it is missing or empty.
  *
- * Loading checks every event; a torn last line (a crash mid-write) is cut, and a turn left
- * open by a crash is closed with synthetic events (see `lls_session_load_report`). Damage
- * before the last complete turn is `LLS_ERR_CORRUPT_LOG` with the `line` in the detail.
- * `opts_json` (may be NULL) is as for `lls_session_new_memory`; `id` applies only to a new
- * session.
+ * One writer: a writing open takes an exclusive lock on the file; while another handle (in
+ * this process or another) holds it, the open fails with `LLS_ERR_LOCKED` (detail `path`, and
+ * `holder` where the platform tells). The lock is released by `lls_session_free` (once no agent
+ * uses the session) and by the OS when the process dies.
+ *
+ * Loading checks every event (and the chained digest of every record of a version 2 log). A
+ * writing open cuts a torn last line (a crash mid-write) or damage inside an unfinished last
+ * turn, keeping the cut bytes in a sidecar file `<path>.cut-<unix ms>`, and closes a turn left
+ * open by a crash with synthetic events (see `lls_session_load_report`). Damage before the last
+ * complete turn is `LLS_ERR_CORRUPT_LOG` with the `line` in the detail. The last path component
+ * must not be a symbolic link; devices and FIFOs are refused.
+ *
+ * `opts_json` (may be NULL) is `{"id"?, "durability"?, "readOnly"?: bool, "mode"?: "0600",
+ * "maxBytes"?: n}`: `id` applies only to a new session; `readOnly` opens without the lock,
+ * creates and changes nothing (appends and agents get `LLS_ERR_READ_ONLY`; follow a writer with
+ * `lls_session_refresh`); `mode` is the permission bits of a file this call creates (default
+ * `"0600"`: logs hold users' prompts), as an octal string or a number; `maxBytes` the largest
+ * log it reads (default 8 GiB).
  *
  * Errors: `LLS_ERR_NULL_POINTER` (`path`, `out`), `LLS_ERR_INVALID_UTF8`,
  * `LLS_ERR_INVALID_ARGUMENT` (empty path), `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT`,
- * `LLS_ERR_STORAGE` (I/O; detail `path`, `os`), `LLS_ERR_CORRUPT_LOG`.
+ * `LLS_ERR_LOCKED`, `LLS_ERR_STORAGE` (I/O, a symbolic link, not a regular file, too large;
+ * detail `path`, `os`), `LLS_ERR_CORRUPT_LOG`.
  *
  * # Safety
  * `path` NULL or `path_len` readable bytes; `opts_json` likewise; `out`, `err` NULL or valid
  * for writes.
  *
- * Thread safety: may be called from any thread; open a file with one session at a time.
+ * Thread safety: may be called from any thread.
  */
 lls_status lls_session_open_file(const char *path,
                                  size_t path_len,
@@ -1210,14 +1267,27 @@ lls_status lls_session_open_file(const char *path,
  *
  * - `{"op":"load"}` → `{"records": [string, ...], "lastComplete"?: bool}`: every stored
  *   record in order (the session header first, then one event per record), and whether the
- *   last one was completely written (default true);
- * - `{"op":"append","record": string}` → any JSON (e.g. `true`): store one record at the end;
+ *   last one was completely written (default true); or `{"locked": why}` when another writer
+ *   holds the session (the open fails with `LLS_ERR_LOCKED`);
+ * - `{"op":"append","sessionId": id,"seq": n,"records": [string, ...],"header"?: string}` →
+ *   any JSON (e.g. `true`): store the records as the events with seqs `n, n+1, ...`, all of
+ *   them or none (one transaction); `header` is the session header record, present when the
+ *   append creates the session (then `n` is 0). When `n` is not the number of events stored
+ *   (another writer appended first), store nothing and answer `{"conflict": why}`: the call
+ *   fails with `LLS_ERR_CONFLICT` and the session appends nothing until refreshed. A database
+ *   gets this from a unique key on `(sessionId, seq)`;
  * - `{"op":"sync"}` → any JSON: make every appended record durable;
- * - `{"op":"truncate","records": n}` → any JSON: keep only the first `n` records.
+ * - `{"op":"undo","sessionId": id,"from": n}` → any JSON: remove the records from record `n`
+ *   on (the header is record 0), which this handle appended in its last append and could not
+ *   make durable;
+ * - `{"op":"cut","sessionId": id,"keep": n,"reason": string}` → any JSON, optionally
+ *   `{"savedTo": where}`: a damaged tail found on open: move the records from record `n` on out
+ *   of the log, keeping them (a quarantine), not destroying them.
  *
  * A failed reply (`lls_reply_fail`, `LLS_CB_ERROR`, garbage) fails the operation with
  * `LLS_ERR_STORAGE` (detail `op`, and `callback` for the failure's reason) and the session is
- * left as it was: an append that the store refused is not in the log.
+ * left as it was: an append that the store refused is not in the log. `docs/storage.md` says
+ * what a host store must guarantee.
  *
  * The callback runs on the thread of the session call that needs the store, **while the
  * session is locked**: it must not call into this session or its agent (refused with
@@ -1229,8 +1299,8 @@ lls_status lls_session_open_file(const char *path,
  * session is freed and no agent uses it any more.
  *
  * Errors: `LLS_ERR_NULL_POINTER` (`store`, `out`), `LLS_ERR_INVALID_UTF8`,
- * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (options), `LLS_ERR_STORAGE`,
- * `LLS_ERR_CORRUPT_LOG`.
+ * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (options), `LLS_ERR_LOCKED`,
+ * `LLS_ERR_CONFLICT`, `LLS_ERR_STORAGE`, `LLS_ERR_CORRUPT_LOG`.
  *
  * # Safety
  * `store`/`userdata`/`userdata_free` as for any callback registration; `opts_json` NULL or
@@ -1383,7 +1453,10 @@ lls_status lls_session_header(const lls_session *session,
 
 /**
  * Counters over the session's log, as JSON `{"events","turns","requests","compactions",
- * "surface","generation","cachedTokens","promptTokens"}`. Free `*out` with `lls_string_free`.
+ * "surface","generation","cachedTokens","promptTokens","readOnly","chainHead"?}` (`chainHead`:
+ * the chained digest after the last event, for a version 2 log; a host that keeps it elsewhere
+ * can tell a log that lost its last records from an intact one). Free `*out` with
+ * `lls_string_free`.
  *
  * Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`.
  *
@@ -1459,6 +1532,29 @@ lls_status lls_session_append(lls_session *session,
                               size_t event_len,
                               uint64_t *out_seq,
                               lls_error **err);
+
+/**
+ * Reads what the session's store holds beyond this handle's last event, and stores the number
+ * of new events in `*out_new_events` (may be NULL).
+ *
+ * For a read-only handle this follows a live writer: the events it appended since the open or
+ * the last refresh (complete records only; a record the writer is still writing is read by a
+ * later refresh). After `LLS_ERR_CONFLICT` on a writing handle it reads what the other writer
+ * appended, after which the handle may append again. New events are checked as loading checks
+ * them; on damage nothing is applied (`LLS_ERR_CORRUPT_LOG`, detail `line`). A writing handle
+ * refreshes only while no agent instance is live over it (`LLS_ERR_OUT_OF_ORDER`).
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`session`), `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_OUT_OF_ORDER`,
+ * `LLS_ERR_STORAGE`, `LLS_ERR_CORRUPT_LOG`, `LLS_ERR_LOCKED` (a database store whose lease
+ * another writer took).
+ *
+ * # Safety
+ * `out_new_events`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread, concurrently with reads (serialised
+ * internally).
+ */
+lls_status lls_session_refresh(lls_session *session, uint64_t *out_new_events, lls_error **err);
 
 /**
  * Makes every event appended so far durable now (fsync for a file, `{"op":"sync"}` for a host
