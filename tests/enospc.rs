@@ -115,8 +115,11 @@ fn limit() -> (Limit, PathBuf, Option<tempfile::TempDir>) {
     (Limit::Rlimit, log, Some(dir))
 }
 
-/// One step of a turn; each is retried once space is back if it hits the full disk.
-fn steps(i: u64) -> Vec<Box<dyn Fn(&mut Agent) -> llmsession::Result<()>>> {
+/// One call of a turn.
+type Step = Box<dyn Fn(&mut Agent) -> llmsession::Result<()>>;
+
+/// The calls of turn `i`; each is retried once space is back if it hits the full disk.
+fn steps(i: u64) -> Vec<Step> {
     let text = format!("{i} ").repeat(600);
     let t2 = text.clone();
     vec![

@@ -276,7 +276,7 @@ fn script() -> Vec<Step> {
         ("record_response 3.2", Retry::Same, true, |h| h.agent().record_response(assistant("c is done", &[]), None).map(|_| ())),
         ("end_turn 3", Retry::Same, true, |h| h.agent().end_turn(TurnEndReason::Completed)),
         // Context while idle, then a manual compaction.
-        ("inject idle", Retry::Same, true, |h| h.agent().inject(Message::user_text(&big("delta"))).map(|_| ())),
+        ("inject idle", Retry::Same, true, |h| h.agent().inject(Message::user_text(big("delta"))).map(|_| ())),
         ("compact", Retry::Same, false, |h| {
             let out = h.agent().compact(None, &CancelToken::new())?;
             assert_eq!(out.outcome, "landed");
@@ -644,7 +644,7 @@ fn a_refused_landing_leaves_the_surface_and_the_retry_lands() {
     let (_d, _p, faults, s) = faulty(Durability::TurnEnd);
     let mut a = agent_on(&s);
     a.set_summariser(Some(summariser()));
-    a.start_turn(Message::user_text(&big("one"))).unwrap();
+    a.start_turn(Message::user_text(big("one"))).unwrap();
     a.next_request(&CancelToken::new()).unwrap();
     a.record_response(assistant(&big("two"), &[]), None).unwrap();
     a.end_turn(TurnEndReason::Completed).unwrap();
@@ -667,7 +667,7 @@ fn a_refused_landing_leaves_the_surface_and_the_retry_lands() {
 fn a_compaction_left_open_by_the_store_is_closed_by_the_next_request() {
     let (_d, _p, faults, s) = faulty(Durability::TurnEnd);
     let mut a = agent_on(&s);
-    a.start_turn(Message::user_text(&big("one"))).unwrap();
+    a.start_turn(Message::user_text(big("one"))).unwrap();
     a.next_request(&CancelToken::new()).unwrap();
     a.record_response(assistant(&big("two"), &[]), None).unwrap();
     a.end_turn(TurnEndReason::Completed).unwrap();
@@ -702,7 +702,7 @@ fn a_spent_overflow_budget_does_not_reach_the_next_turn() {
     a.set_summariser(Some(summariser()));
     a.set_policy(Some(policy())).unwrap();
     let c = CancelToken::new();
-    a.start_turn(Message::user_text(&big("one"))).unwrap();
+    a.start_turn(Message::user_text(big("one"))).unwrap();
     a.next_request(&c).unwrap();
     a.record_response(assistant("ok", &[]), None).unwrap();
     a.end_turn(TurnEndReason::Completed).unwrap();
@@ -712,7 +712,7 @@ fn a_spent_overflow_budget_does_not_reach_the_next_turn() {
     a.next_request(&c).unwrap();
     assert_eq!(a.report_provider_error("too long", true, &c).unwrap_err().kind(), ErrorKind::OverflowBudget);
     a.end_turn(TurnEndReason::Error).unwrap();
-    a.inject(Message::user_text(&big("three"))).unwrap();
+    a.inject(Message::user_text(big("three"))).unwrap();
     a.start_turn(Message::user_text("four")).unwrap();
     a.next_request(&c).unwrap();
     assert_eq!(a.report_provider_error("too long", true, &c).unwrap(), ProviderErrorOutcome::Retry, "a new turn has the whole budget");
