@@ -343,7 +343,9 @@ impl Agent {
                 batch.push(context_event(m.clone(), UserSource::Host)?);
             }
         }
-        g.append_batch(batch)?;
+        if !batch.is_empty() {
+            g.append_batch(batch)?;
+        }
         drop(g);
         self.buffered_results.push(result);
         self.buffered_results.retain(|r| !answered.contains(&r.call_id));
