@@ -405,7 +405,9 @@ extern "C" {
  * compaction (`{"contextWindow", "threshold"?, "retainedRatio"? | "retainedTokens"?,
  * "summaryMaxTokens"?, "retries"?, "overflowRetries"?, "summaryProvider"?, "summaryModel"?}`);
  * `tokenizer` is a HuggingFace `tokenizer.json` used to count tokens (the built-in estimate
- * otherwise).
+ * otherwise): a regular file of at most 512 MiB (a symbolic link is followed; a device or a
+ * FIFO is refused without reading it). `summaryProvider` and `summaryModel` go together and
+ * must not be empty.
  *
  * Errors: `LLS_ERR_NULL_POINTER` (`session`, `opts_json`, `out`), `LLS_ERR_INVALID_HANDLE`,
  * `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (detail `field`),
@@ -462,11 +464,14 @@ lls_status lls_agent_set_policy(lls_agent *agent,
 
 /**
  * Counts tokens with the HuggingFace `tokenizer.json` at `(path, path_len)` from now on
- * (replacing a host token counter).
+ * (replacing a host token counter). The file must be a regular file of at most 512 MiB; a
+ * symbolic link is followed; a device, a FIFO or a directory is refused without reading or
+ * waiting on it.
  *
  * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_INVALID_UTF8`,
- * `LLS_ERR_INVALID_ARGUMENT` (empty path), `LLS_ERR_TOKENIZER` (unreadable or invalid file;
- * detail `path`), `LLS_ERR_DISPOSED`, `LLS_ERR_OUT_OF_ORDER`, `LLS_ERR_POISONED`.
+ * `LLS_ERR_INVALID_ARGUMENT` (empty path), `LLS_ERR_TOKENIZER` (unreadable, not a regular file,
+ * too large or invalid; detail `path`), `LLS_ERR_DISPOSED`, `LLS_ERR_OUT_OF_ORDER`,
+ * `LLS_ERR_POISONED`.
  *
  * # Safety
  * `path` NULL or `path_len` readable bytes; `err` NULL or valid for writes.
@@ -555,7 +560,8 @@ lls_status lls_agent_add_pre_step_listener(lls_agent *agent,
  * exactly as built (`purpose: "compaction"`; its messages replay the last routed request's
  * prefix and end with the instruction) — send it to the provider (render it with
  * `lls_render`) — and answers `{"text": summary, "usage"?: usage, "provider"?, "model"?,
- * "truncated"?: bool}`. A failure or an unusable reply is retried per the policy, then the
+ * "truncated"?: bool}` (any other field makes the reply unusable). A failure or an unusable
+ * reply is retried per the policy, then the
  * compaction fails (`compaction/end{failed}`; `LLS_ERR_SUMMARISER` from `lls_agent_compact`).
  * A pending reply's wait ends when the operation's cancel token trips or the agent is
  * disposed.
@@ -580,7 +586,9 @@ lls_status lls_agent_set_summariser(lls_agent *agent,
  * `{"kind":"message","message":{...}}` — and answers its token count, framing included: a
  * non-negative integer or `{"tokens": n}`. Counts are cached per message. A failure or
  * another reply fails the measurement (`LLS_ERR_LISTENER`, detail `counter: "host"`). A
- * pending reply's wait ends when the operation's cancel token trips or the agent is disposed.
+ * pending reply's wait ends when the operation's cancel token trips (`LLS_ERR_CANCELLED`) or
+ * the agent is disposed (`LLS_ERR_DISPOSED`). The counter may append context to the session
+ * (it joins the current request); the pressure gate selects its region from what it measured.
  *
  * Ownership, errors and callback rules as for `lls_agent_add_prefix_listener`.
  *
@@ -602,8 +610,8 @@ lls_status lls_agent_set_token_counter(lls_agent *agent,
  *
  * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_INVALID_UTF8`,
  * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (not a user message; detail `field`),
- * `LLS_ERR_OUT_OF_ORDER` (a turn is open), `LLS_ERR_DISPOSED`, `LLS_ERR_STORAGE`,
- * `LLS_ERR_POISONED`.
+ * `LLS_ERR_OUT_OF_ORDER` (a turn is open), `LLS_ERR_DISPOSED`, `LLS_ERR_STORAGE` (nothing was
+ * written and no turn is open: the same call can be retried), `LLS_ERR_POISONED`.
  *
  * # Safety
  * `message_json` NULL or `message_len` readable bytes; `out_turn`, `err` NULL or valid for
@@ -629,7 +637,8 @@ lls_status lls_agent_start_turn(lls_agent *agent,
  * a pending reply): the call fails with `LLS_ERR_CANCELLED` and the turn ends `aborted`. A
  * failing listener gives `LLS_ERR_LISTENER` and the turn ends `error`; a dispose gives
  * `LLS_ERR_DISPOSED` and the turn ends `disposed`. A failed automatic compaction is logged and
- * the request goes ahead.
+ * the request goes ahead. `LLS_ERR_STORAGE`: the store refused a write; no step is open and
+ * the turn stays open (a compaction that landed before stays landed): call again.
  *
  * Errors: `LLS_ERR_NULL_POINTER` (`agent`, `out`), `LLS_ERR_INVALID_HANDLE`,
  * `LLS_ERR_OUT_OF_ORDER` (no open turn, a request already open, a tool result missing),
@@ -680,7 +689,8 @@ lls_status lls_agent_request_info(const lls_agent *agent,
  *
  * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_INVALID_UTF8`,
  * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (detail `field`), `LLS_ERR_OUT_OF_ORDER`
- * (no open request), `LLS_ERR_DISPOSED`, `LLS_ERR_STORAGE`, `LLS_ERR_POISONED`.
+ * (no open request), `LLS_ERR_DISPOSED`, `LLS_ERR_STORAGE` (nothing was written: the same
+ * call can be retried), `LLS_ERR_POISONED`.
  *
  * # Safety
  * `response_json` NULL or `response_len` readable bytes; `out_seq`, `err` NULL or valid for
@@ -703,7 +713,8 @@ lls_status lls_agent_record_response(lls_agent *agent,
  * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_INVALID_UTF8`,
  * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT`, `LLS_ERR_OUT_OF_ORDER` (an unknown call
  * id, a result reported twice, a request still open; detail `callId`), `LLS_ERR_DISPOSED`,
- * `LLS_ERR_STORAGE`, `LLS_ERR_POISONED`.
+ * `LLS_ERR_STORAGE` (nothing was written and the result is not reported: the same call can be
+ * retried), `LLS_ERR_POISONED`.
  *
  * # Safety
  * `result_json` NULL or `result_len` readable bytes; `out_written`, `err` NULL or valid for
@@ -746,7 +757,10 @@ lls_status lls_agent_inject(lls_agent *agent,
  * `lls_agent_next_request` or end it. With `overflow` (the provider said the context is too
  * long) the agent compacts down to the newest message and `*out_retry` (may be NULL) is 1:
  * ask for the request again; otherwise it is 0. `cancel` (may be NULL) interrupts that
- * compaction.
+ * compaction: the call fails with `LLS_ERR_CANCELLED` and the turn ends `aborted`, as for a
+ * cancel in `lls_agent_next_request`. The count of consecutive overflows resets when a response
+ * is recorded and at the end of every turn. When the store refuses a write of the recovery
+ * (`LLS_ERR_STORAGE`), the overflow stays recorded: reporting it again retries the recovery.
  *
  * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_INVALID_UTF8`,
  * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT`, `LLS_ERR_OUT_OF_ORDER` (no open request),
@@ -776,7 +790,8 @@ lls_status lls_agent_provider_error(lls_agent *agent,
  *
  * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_INVALID_UTF8`,
  * `LLS_ERR_INVALID_INPUT` (an unknown reason), `LLS_ERR_OUT_OF_ORDER` (no open turn, or not at
- * rest for `completed`), `LLS_ERR_DISPOSED`, `LLS_ERR_STORAGE`, `LLS_ERR_POISONED`.
+ * rest for `completed`), `LLS_ERR_DISPOSED`, `LLS_ERR_STORAGE` (nothing was written, the turn
+ * stays open: the same call can be retried), `LLS_ERR_POISONED`.
  *
  * # Safety
  * `reason` NULL or `reason_len` readable bytes; `err` NULL or valid for writes.
@@ -832,7 +847,8 @@ lls_status lls_agent_compact(lls_agent *agent,
  * `counter` is `"estimate"`, `"tokenizer"` or `"host"`. Free `*out` with `lls_string_free`.
  *
  * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_LISTENER` (a host counter
- * failed), `LLS_ERR_TOKENIZER`, `LLS_ERR_DISPOSED`, `LLS_ERR_OUT_OF_ORDER`, `LLS_ERR_POISONED`.
+ * failed), `LLS_ERR_TOKENIZER`, `LLS_ERR_DISPOSED` (also when the agent is disposed while a
+ * host counter's reply is pending), `LLS_ERR_OUT_OF_ORDER`, `LLS_ERR_POISONED`.
  *
  * # Safety
  * `out`, `out_len`, `err` NULL or valid for writes.

@@ -148,7 +148,61 @@ pub fn compose(listeners: &[Arc<dyn PrefixListener>], ctx: &ListenerContext<'_>)
         acc = out;
     }
     // Validate the final composition once more through its JSON form (a deep copy that no
-    // listener holds a reference to).
+    // listener holds a reference to), then its tool pairing.
     let v = serde_json::to_value(&acc).expect("messages serialise");
-    Ok(Arc::new(parse_listener_output(&v)?))
+    let messages = parse_listener_output(&v)?;
+    check_pairing(&messages).map_err(|e| {
+        Error::new(ErrorKind::Listener, format!("the composed session prefix breaks tool pairing: {}", e.message()))
+            .with("field", e.detail().get("field").cloned().unwrap_or(Value::Null))
+    })?;
+    Ok(Arc::new(messages))
+}
+
+/// Checks a composed prefix with the pairing rules of the history: only an assistant message
+/// calls tools (each call id once); a tool result is a `tool-result` block in a user message
+/// that holds nothing else, and answers the first call still waiting (results come in the
+/// order of the calls, right after the message that made them); no call is left unanswered.
+pub fn check_pairing(messages: &[Message]) -> Result<()> {
+    let mut waiting: std::collections::VecDeque<&str> = std::collections::VecDeque::new();
+    let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    for (i, m) in messages.iter().enumerate() {
+        let results = m.content.iter().filter(|b| b.tool_result_id().is_some()).count();
+        if let Some(id) = waiting.front() {
+            if results == 0 {
+                return Err(Error::invalid(
+                    format!("prefix[{i}]"),
+                    format!("tool call {id:?} has no result: the results of a message's calls follow it, before any other message"),
+                ));
+            }
+        }
+        for (j, b) in m.content.iter().enumerate() {
+            let at = format!("prefix[{i}].content[{j}]");
+            if let Some((id, _, _)) = b.as_tool_call() {
+                if m.role != crate::types::Role::Assistant {
+                    return Err(Error::invalid(at, "only an assistant message calls tools"));
+                }
+                if !seen.insert(id) {
+                    return Err(Error::invalid(at, format!("tool call id {id:?} is used twice")));
+                }
+                waiting.push_back(id);
+            } else if let Some(id) = b.tool_result_id() {
+                if m.role != crate::types::Role::User || results != m.content.len() {
+                    return Err(Error::invalid(at, "a tool result travels in a user message that holds only tool results"));
+                }
+                match waiting.front() {
+                    Some(first) if *first == id => {
+                        waiting.pop_front();
+                    }
+                    Some(first) if waiting.contains(&id) => {
+                        return Err(Error::invalid(at, format!("results come in the order of the calls: {first:?} comes before {id:?}")));
+                    }
+                    _ => return Err(Error::invalid(at, format!("the tool result for {id:?} answers no tool call before it"))),
+                }
+            }
+        }
+    }
+    match waiting.front() {
+        Some(id) => Err(Error::invalid(format!("prefix[{}]", messages.len() - 1), format!("tool call {id:?} has no result in the prefix"))),
+        None => Ok(()),
+    }
 }

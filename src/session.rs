@@ -266,7 +266,14 @@ impl Session {
             log.commit_sealed(ev, effect, line, link);
         }
         store.append(&Batch { session_id: &header.id, header: Some(&header_line), seq: 0, events: log.lines() })?;
-        store.sync()?;
+        if let Err(e) = store.sync() {
+            // Not known durable: take the session out of the store again, so that the store is
+            // as empty as it was and the same call can be retried.
+            if let Err(u) = store.undo(0) {
+                return Err(e.context(format!("removing the new session again failed too ({})", u.message())));
+            }
+            return Err(e);
+        }
         Ok(Session::wrap(Inner::new(header, header_line, log, store, durability)))
     }
 
@@ -303,8 +310,12 @@ impl Session {
             let repairs = repair_events(&inner.log);
             report.repaired_events = repairs.len();
             if !repairs.is_empty() {
-                inner.append_batch(repairs).map_err(|e| e.context("closing the turn left open by a crash"))?;
-                inner.sync()?;
+                // Durable before the open returns, whatever the policy: a failed sync takes the
+                // repair out again (as any batch's), so a failed open leaves the store as it was.
+                let durability = std::mem::replace(&mut inner.durability, Durability::EveryEvent);
+                let r = inner.append_batch(repairs);
+                inner.durability = durability;
+                r.map_err(|e| e.context("closing the turn left open by a crash"))?;
             }
         }
         Ok((Session::wrap(inner), report))

@@ -40,6 +40,12 @@ struct World {
     request_marks: Vec<usize>,
     last_request: Option<Value>,
     cancel: CancelToken,
+    /// The host token counter's spec (`counter`, `setCounter`), if any.
+    counter: Option<Value>,
+    /// Disposes the live instance from inside a callback (pre-step, summariser, counter).
+    dispose: Arc<Mutex<Option<llmsession::agent::DisposeHandle>>>,
+    /// Where `load` writes the log it opens.
+    dir: tempfile::TempDir,
 }
 
 fn kind_name(k: ErrorKind) -> &'static str {
@@ -111,12 +117,21 @@ fn make_pre_step(st: Arc<ListenerState>, seen: Arc<Mutex<Vec<Value>>>) -> Arc<dy
                 ctx.cancel.cancel();
                 Ok(())
             }
+            "dispose" if active => {
+                ctx.dispose_agent();
+                Ok(())
+            }
             _ => Ok(()),
         }
     })
 }
 
-fn make_summariser(spec: Value, seen: Arc<Mutex<Vec<SummaryRequest>>>, session: Session) -> Arc<dyn llmsession::compaction::Summariser> {
+fn make_summariser(
+    spec: Value,
+    seen: Arc<Mutex<Vec<SummaryRequest>>>,
+    session: Session,
+    dispose: Arc<Mutex<Option<llmsession::agent::DisposeHandle>>>,
+) -> Arc<dyn llmsession::compaction::Summariser> {
     let calls = Arc::new(AtomicUsize::new(0));
     Arc::new(move |req: &SummaryRequest, cancel: &CancelToken| -> llmsession::Result<SummaryOutput> {
         seen.lock().push(req.clone());
@@ -140,9 +155,56 @@ fn make_summariser(spec: Value, seen: Arc<Mutex<Vec<SummaryRequest>>>, session: 
                 }
                 Ok(ok)
             }
+            "dispose" if active => {
+                if let Some(d) = dispose.lock().as_ref() {
+                    d.dispose();
+                }
+                Ok(ok)
+            }
             _ => Ok(ok),
         }
     })
+}
+
+/// The characters of every string in `v` (object keys left out).
+fn string_chars(v: &Value) -> u64 {
+    match v {
+        Value::String(s) => s.chars().count() as u64,
+        Value::Array(a) => a.iter().map(string_chars).sum(),
+        Value::Object(m) => m.values().map(string_chars).sum(),
+        _ => 0,
+    }
+}
+
+/// A host token counter (see docs/scenarios.md, "Token counters").
+fn make_counter(
+    spec: Value,
+    session: Session,
+    dispose: Arc<Mutex<Option<llmsession::agent::DisposeHandle>>>,
+) -> Arc<dyn llmsession::tokens::TokenCounter> {
+    let calls = AtomicUsize::new(0);
+    Arc::new(llmsession::tokens::HostCounter::new(move |item: &Value| -> llmsession::Result<u64> {
+        let n = calls.fetch_add(1, Ordering::SeqCst);
+        let active = times_ok(&spec, n);
+        let per = spec.get("perToken").and_then(Value::as_u64).unwrap_or(4).max(1);
+        let count = string_chars(item).div_ceil(per);
+        match spec["kind"].as_str().unwrap_or("chars") {
+            "fail" if active => Err(Error::new(ErrorKind::Listener, "token counter failed")),
+            "append-during" if active => {
+                for m in msgs(&spec["messages"]) {
+                    session.append(llmsession::prefix::context_event(m, llmsession::log::UserSource::Host)?)?;
+                }
+                Ok(count)
+            }
+            "dispose" if active => {
+                if let Some(d) = dispose.lock().as_ref() {
+                    d.dispose();
+                }
+                Ok(count)
+            }
+            _ => Ok(count),
+        }
+    }))
 }
 
 impl World {
@@ -166,6 +228,9 @@ impl World {
             request_marks: Vec::new(),
             last_request: None,
             cancel: CancelToken::new(),
+            counter: sc.get("counter").cloned(),
+            dispose: Arc::new(Mutex::new(None)),
+            dir: tempfile::tempdir().map_err(|e| e.to_string())?,
         };
         w.set_listeners(sc.get("listeners"), sc.get("preStep"));
         w.new_agent()?;
@@ -200,7 +265,11 @@ impl World {
             agent.set_policies(PolicyTable::from_value(p, "policy").map_err(|e| err_str(&e))?).map_err(|e| err_str(&e))?;
         }
         let spec = self.summariser.clone().unwrap_or(json!({"kind":"fixed"}));
-        agent.set_summariser(Some(make_summariser(spec, self.summaries.clone(), self.session.clone())));
+        agent.set_summariser(Some(make_summariser(spec, self.summaries.clone(), self.session.clone(), self.dispose.clone())));
+        if let Some(c) = self.counter.clone().filter(|c| !c.is_null()) {
+            agent.set_token_counter(Some(make_counter(c, self.session.clone(), self.dispose.clone())));
+        }
+        *self.dispose.lock() = Some(agent.dispose_handle());
         self.agent = Some(agent);
         Ok(())
     }
@@ -214,10 +283,12 @@ impl World {
     }
 }
 
-fn user_message(v: &Value) -> Message {
+/// A string is a user text message; anything else is parsed as a message (its errors are the
+/// op's errors, for `expectError`).
+fn user_message(v: &Value) -> Result<Message, Error> {
     match v {
-        Value::String(s) => Message::user_text(s.clone()),
-        other => Message::from_value(other, "user").expect("valid user message"),
+        Value::String(s) => Ok(Message::user_text(s.clone())),
+        other => Message::from_value(other, "message"),
     }
 }
 
@@ -344,12 +415,24 @@ fn check_request(w: &World, req: &Value, prev: Option<&Value>, exp: &Value) -> R
     Ok(())
 }
 
+/// Runs one op. An instance disposed during it (from a callback) is dropped afterwards, as a
+/// host drops a disposed instance.
 fn run_op(w: &mut World, op: &Value) -> Res<()> {
+    let r = run_op_inner(w, op);
+    if w.agent.as_ref().is_some_and(|a| a.is_disposed()) {
+        w.agent = None;
+    }
+    r
+}
+
+fn run_op_inner(w: &mut World, op: &Value) -> Res<()> {
     let name = op["op"].as_str().ok_or("op without \"op\"")?;
     match name {
         "turn" => {
-            let m = user_message(&op["user"]);
-            let r = w.agent()?.start_turn(m).map(|_| ());
+            let r = match user_message(&op["user"]) {
+                Ok(m) => w.agent()?.start_turn(m).map(|_| ()),
+                Err(e) => Err(e),
+            };
             check_error(op, r)
         }
         "request" => {
@@ -405,31 +488,46 @@ fn run_op(w: &mut World, op: &Value) -> Res<()> {
                     ));
                 }
             }
-            let msg = match op.get("message") {
-                Some(m) => Message::from_value(m, "message").map_err(|e| err_str(&e))?,
-                None => Message::new(llmsession::Role::Assistant, content),
+            // The message and usage are parsed as the library parses a response: their errors
+            // are the op's errors (for `expectError`).
+            let parsed = (|| -> Result<(Message, Option<Usage>), Error> {
+                let msg = match op.get("message") {
+                    Some(m) => Message::from_value(m, "message")?,
+                    None => Message::new(llmsession::Role::Assistant, content),
+                };
+                let usage = match op.get("usage") {
+                    Some(u) => Some(Usage::from_value(u, "usage")?),
+                    None => None,
+                };
+                Ok((msg, usage))
+            })();
+            let r = match parsed {
+                Ok((msg, usage)) => w.agent()?.record_response(msg, usage).map(|_| ()),
+                Err(e) => Err(e),
             };
-            let usage = op.get("usage").map(|u| Usage::from_value(u, "usage").unwrap());
-            let r = w.agent()?.record_response(msg, usage).map(|_| ());
             check_error(op, r)
         }
         "toolResult" => {
-            let content = match op.get("content") {
-                Some(c) => blocks_from_value(c, "content").map_err(|e| err_str(&e))?,
-                None => vec![Block::text(op["text"].as_str().unwrap_or("ok"))],
+            let r = match op.get("content").map(|c| blocks_from_value(c, "content")).transpose() {
+                Ok(content) => {
+                    let content = content.unwrap_or_else(|| vec![Block::text(op["text"].as_str().unwrap_or("ok"))]);
+                    w.agent()?
+                        .record_tool_result(ToolResultInput {
+                            call_id: op["callId"].as_str().unwrap_or("").to_string(),
+                            content,
+                            is_error: op.get("isError").and_then(Value::as_bool).unwrap_or(false),
+                        })
+                        .map(|_| ())
+                }
+                Err(e) => Err(e),
             };
-            let r = w
-                .agent()?
-                .record_tool_result(ToolResultInput {
-                    call_id: op["callId"].as_str().unwrap_or("").to_string(),
-                    content,
-                    is_error: op.get("isError").and_then(Value::as_bool).unwrap_or(false),
-                })
-                .map(|_| ());
             check_error(op, r)
         }
         "inject" => {
-            let r = w.agent()?.inject(user_message(&op["user"])).map(|_| ());
+            let r = match user_message(&op["user"]) {
+                Ok(m) => w.agent()?.inject(m).map(|_| ()),
+                Err(e) => Err(e),
+            };
             check_error(op, r)
         }
         "providerError" => {
@@ -459,18 +557,30 @@ fn run_op(w: &mut World, op: &Value) -> Res<()> {
             check_error(op, r)
         }
         "setOptions" => {
-            let mut o = w.options.clone();
-            if let Some(s) = op.get("system") {
-                o.system = s.as_str().map(str::to_string);
+            // The options are parsed as the library parses them (their errors are the op's): the
+            // current ones as JSON, with the op's fields replacing theirs.
+            let mut v = json!({"config": serde_json::to_value(&w.options.config).map_err(|e| e.to_string())?,
+                               "tools": serde_json::to_value(&w.options.tools).map_err(|e| e.to_string())?});
+            if let Some(s) = &w.options.system {
+                v["system"] = s.clone().into();
             }
-            if let Some(t) = op.get("tools") {
-                o.tools = llmsession::ToolSchema::list_from_value(t, "tools").map_err(|e| err_str(&e))?;
+            for k in ["config", "tools", "system"] {
+                match op.get(k) {
+                    Some(Value::Null) if k == "system" => {
+                        v.as_object_mut().unwrap().remove(k);
+                    }
+                    Some(x) => v[k] = x.clone(),
+                    None => {}
+                }
             }
-            if let Some(c) = op.get("config") {
-                o.config = llmsession::CallConfig::from_value(c, "config").map_err(|e| err_str(&e))?;
-            }
-            w.options = o.clone();
-            let r = w.agent()?.set_options(o);
+            let r = AgentOptions::from_value(&v, "options").and_then(|mut o| {
+                o.check_requests = true;
+                w.options = o.clone();
+                match w.agent.as_mut() {
+                    Some(a) => a.set_options(o),
+                    None => Err(Error::new(ErrorKind::Disposed, "no live agent (disposed?)")),
+                }
+            });
             check_error(op, r)
         }
         "mutateListener" => {
@@ -557,7 +667,7 @@ fn run_op(w: &mut World, op: &Value) -> Res<()> {
         }
         "setSummariser" => {
             w.summariser = Some(op["summariser"].clone());
-            let s = make_summariser(op["summariser"].clone(), w.summaries.clone(), w.session.clone());
+            let s = make_summariser(op["summariser"].clone(), w.summaries.clone(), w.session.clone(), w.dispose.clone());
             w.agent()?.set_summariser(Some(s));
             Ok(())
         }
@@ -567,6 +677,13 @@ fn run_op(w: &mut World, op: &Value) -> Res<()> {
             }
             Ok(())
         }
+        "setCounter" => {
+            w.counter = op.get("counter").cloned().filter(|c| !c.is_null());
+            let c = w.counter.clone().map(|c| make_counter(c, w.session.clone(), w.dispose.clone()));
+            w.agent()?.set_token_counter(c);
+            Ok(())
+        }
+        "load" => load(w, op),
         "expectLog" => expect_log(w, op),
         "expectSummaryRequest" => expect_summary(w, op),
         "expectPreStep" => {
@@ -576,6 +693,78 @@ fn run_op(w: &mut World, op: &Value) -> Res<()> {
             check_pointers("pre-step", got, &op["pointers"])
         }
         other => Err(format!("unknown op {other:?}")),
+    }
+}
+
+/// The load report as `lls_session_load_report` gives it.
+fn report_json(r: &llmsession::log::load::LoadReport) -> Value {
+    let mut v = json!({"cutRecords": r.cut_records, "repairedEvents": r.repaired_events});
+    if let Some(l) = r.cut_at_line {
+        v["cutAtLine"] = l.into();
+    }
+    if let Some(why) = &r.cut_reason {
+        v["cutReason"] = why.clone().into();
+    }
+    if r.cut_records > 0 {
+        v["cutDamaged"] = r.cut_damaged.into();
+    }
+    if let Some(p) = &r.cut_saved_to {
+        v["cutSavedTo"] = p.clone().into();
+    }
+    v
+}
+
+/// `load`: reopens the session from a log file written from the op's records (or the current
+/// log's), changed as the op says (see docs/scenarios.md).
+fn load(w: &mut World, op: &Value) -> Res<()> {
+    let mut records: Vec<String> = match op.get("records") {
+        Some(Value::Array(a)) => a.iter().map(|r| r.as_str().map(str::to_string).unwrap_or_else(|| r.to_string())).collect(),
+        Some(_) => return Err("load: records must be an array".into()),
+        None => w.session.records().iter().map(|r| r.to_string()).collect(),
+    };
+    if let Some(n) = op.get("dropLast").and_then(Value::as_u64) {
+        records.truncate(records.len().saturating_sub(n as usize));
+    }
+    if let Some(Value::Array(edits)) = op.get("edit") {
+        for e in edits {
+            let (from, to) = (e["replace"].as_str().unwrap_or(""), e["with"].as_str().unwrap_or(""));
+            // The record at `record` (negative: from the end), or else the last holding the text.
+            let i = match e["record"].as_i64() {
+                Some(i) if i < 0 => records.len() as i64 + i,
+                Some(i) => i,
+                None => records.iter().rposition(|r| r.contains(from)).map(|i| i as i64).unwrap_or(-1),
+            };
+            let r = usize::try_from(i).ok().and_then(|i| records.get_mut(i)).ok_or(format!("load: there is no record {i} to edit"))?;
+            if !r.contains(from) {
+                return Err(format!("load: record {i} does not contain {from:?}"));
+            }
+            *r = r.replacen(from, to, 1);
+        }
+    }
+    let mut text: String = records.iter().map(|r| format!("{r}\n")).collect();
+    if let Some(t) = op.get("tail").and_then(Value::as_str) {
+        text.push_str(t);
+    }
+    if let Some(a) = w.agent.take() {
+        a.dispose().map_err(|e| err_str(&e))?;
+    }
+    let n = std::fs::read_dir(w.dir.path()).map(|d| d.count()).unwrap_or(0);
+    let path = w.dir.path().join(format!("load-{n}.jsonl"));
+    std::fs::write(&path, text).map_err(|e| e.to_string())?;
+    match Session::open_jsonl(&path, SessionOptions::default()) {
+        Ok((s, report)) => {
+            check_pointers("load report", &report_json(&report), op.get("expectReport").unwrap_or(&Value::Null))?;
+            w.session = s;
+            w.last_request = None;
+            w.new_agent()?;
+            check_error(op, Ok(()))
+        }
+        Err(e) => {
+            // The session stays the one before; a new instance drives it.
+            let r = check_error(op, Err(e));
+            w.new_agent()?;
+            r
+        }
     }
 }
 

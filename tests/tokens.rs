@@ -310,6 +310,41 @@ fn malformed_tokenizer_file_is_a_tokenizer_error_naming_the_path() {
     assert!(err.message().starts_with("<bytes> is not a valid tokenizer.json"), "{}", err.message());
 }
 
+/// Devices, FIFOs and directories are refused without reading or waiting (reading /dev/zero
+/// never ends; opening a FIFO waits for a writer), and so is a file over the size limit
+/// (a sparse one: nothing is read to find out).
+#[test]
+fn tokenizer_files_must_be_regular_files_within_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("tokenizer.fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let huge = dir.path().join("huge.json");
+    std::fs::File::create(&huge).unwrap().set_len(llmsession::store::file::MAX_TOKENIZER_BYTES + 1).unwrap();
+    for (path, why) in [
+        (PathBuf::from("/dev/zero"), "not a regular file (a character device)".to_string()),
+        (fifo, "not a regular file (a FIFO)".to_string()),
+        (dir.path().to_path_buf(), "not a regular file (a directory)".to_string()),
+        (huge, format!("more than the limit of {} bytes", llmsession::store::file::MAX_TOKENIZER_BYTES)),
+    ] {
+        let err = TokenizerCounter::from_file(&path).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Tokenizer, "{}", path.display());
+        let shown = path.display().to_string();
+        assert!(err.message().contains(&shown) && err.message().contains(&why), "{}", err.message());
+        assert_eq!(err.detail().get("path"), Some(&Value::from(shown)));
+    }
+}
+
+/// A symbolic link is followed (model caches link tokenizer.json to a content-addressed blob).
+#[test]
+fn a_tokenizer_behind_a_symbolic_link_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let link = dir.path().join("tokenizer.json");
+    std::os::unix::fs::symlink(require_tokenizer_file(), &link).unwrap();
+    let t = TokenizerCounter::from_file(&link).unwrap();
+    assert_eq!(t.count_text("hello world").unwrap(), deepseek().count_text("hello world").unwrap());
+}
+
 // ---------------------------------------------------------------------------------------------
 // (5) Host counter
 

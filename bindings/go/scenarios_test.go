@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 )
 
 type lstate struct {
@@ -75,6 +76,10 @@ type world struct {
 	lastMsgs     []json.RawMessage
 	cur          *Cancel // the running operation's token
 	closers      []func()
+	counter      any // the host token counter's spec (counter, setCounter), or nil
+	disposed     bool // a callback disposed the instance during the running op
+	dir          string // where load writes the logs it opens
+	loads        int
 }
 
 func rawList(v any) []json.RawMessage {
@@ -149,6 +154,7 @@ func (w *world) prefixListener(l *lstate, agent *Agent, session *Session) func(c
 			w.trip()
 			return joinMsgs(held, in.Rest), nil
 		case k == "dispose" && active:
+			w.noteDisposed()
 			if err := agent.Dispose(); err != nil {
 				return nil, err
 			}
@@ -168,7 +174,13 @@ func (w *world) prefixListener(l *lstate, agent *Agent, session *Session) func(c
 	}
 }
 
-func (w *world) preStep(l *lstate, session *Session) PreStepListener {
+func (w *world) noteDisposed() {
+	w.mu.Lock()
+	w.disposed = true
+	w.mu.Unlock()
+}
+
+func (w *world) preStep(l *lstate, agent *Agent, session *Session) PreStepListener {
 	return func(ctx context.Context, in PreStepInput) error {
 		active := l.next()
 		var v any
@@ -187,12 +199,15 @@ func (w *world) preStep(l *lstate, session *Session) PreStepListener {
 			return errors.New("pre-step failed")
 		case k == "cancel" && active:
 			w.trip()
+		case k == "dispose" && active:
+			w.noteDisposed()
+			return agent.Dispose()
 		}
 		return nil
 	}
 }
 
-func (w *world) makeSummariser(spec any, session *Session) Summariser {
+func (w *world) makeSummariser(spec any, agent *Agent, session *Session) Summariser {
 	m, _ := spec.(map[string]any)
 	st := &lstate{spec: m}
 	return func(ctx context.Context, in SummaryInput) (SummaryOutput, error) {
@@ -227,8 +242,68 @@ func (w *world) makeSummariser(spec any, session *Session) Summariser {
 					return out, err
 				}
 			}
+		case k == "dispose" && active:
+			w.noteDisposed()
+			if err := agent.Dispose(); err != nil {
+				return out, err
+			}
 		}
 		return out, nil
+	}
+}
+
+// stringChars counts the characters of every string in a decoded JSON value (keys left out).
+func stringChars(v any) int {
+	switch x := v.(type) {
+	case string:
+		return utf8.RuneCountInString(x)
+	case []any:
+		n := 0
+		for _, e := range x {
+			n += stringChars(e)
+		}
+		return n
+	case map[string]any:
+		n := 0
+		for _, e := range x {
+			n += stringChars(e)
+		}
+		return n
+	}
+	return 0
+}
+
+// makeCounter is a host token counter (docs/scenarios.md, "Token counters").
+func (w *world) makeCounter(spec any, agent *Agent, session *Session) TokenCounter {
+	m, _ := spec.(map[string]any)
+	st := &lstate{spec: m}
+	per := 4
+	if p, ok := m["perToken"].(float64); ok && p >= 1 {
+		per = int(p)
+	}
+	return func(ctx context.Context, item json.RawMessage) (int, error) {
+		active := st.next()
+		var v any
+		if err := json.Unmarshal(item, &v); err != nil {
+			return 0, err
+		}
+		n := (stringChars(v) + per - 1) / per
+		switch k := st.kind("chars"); {
+		case k == "fail" && active:
+			return 0, errors.New("token counter failed")
+		case k == "append-during" && active:
+			for _, msg := range rawList(m["messages"]) {
+				if _, err := session.AppendContext(msg); err != nil {
+					return 0, err
+				}
+			}
+		case k == "dispose" && active:
+			w.noteDisposed()
+			if err := agent.Dispose(); err != nil {
+				return 0, err
+			}
+		}
+		return n, nil
 	}
 }
 
@@ -244,7 +319,7 @@ func (w *world) newAgent() error {
 		}
 	}
 	for _, l := range w.preSteps {
-		if err := a.AddPreStepListener(w.preStep(l, session)); err != nil {
+		if err := a.AddPreStepListener(w.preStep(l, a, session)); err != nil {
 			return err
 		}
 	}
@@ -258,8 +333,13 @@ func (w *world) newAgent() error {
 	if spec == nil {
 		spec = map[string]any{"kind": "fixed"}
 	}
-	if err := a.SetSummariser(w.makeSummariser(spec, session)); err != nil {
+	if err := a.SetSummariser(w.makeSummariser(spec, a, session)); err != nil {
 		return err
+	}
+	if w.counter != nil {
+		if err := a.SetTokenCounter(w.makeCounter(w.counter, a, session)); err != nil {
+			return err
+		}
 	}
 	w.agent = a
 	return nil
@@ -525,7 +605,21 @@ func (w *world) checkRequest(req map[string]any, msgs []json.RawMessage, exp map
 	return nil
 }
 
+// runOp runs one op; an instance a callback disposed during it is dropped afterwards.
 func (w *world) runOp(op map[string]any) error {
+	err := w.runOpInner(op)
+	w.mu.Lock()
+	disposed := w.disposed
+	w.disposed = false
+	w.mu.Unlock()
+	if disposed && w.agent != nil {
+		w.agent.Close()
+		w.agent = nil
+	}
+	return err
+}
+
+func (w *world) runOpInner(op map[string]any) error {
 	name, _ := op["op"].(string)
 	switch name {
 	case "turn":
@@ -678,12 +772,16 @@ func (w *world) runOp(op map[string]any) error {
 		if c, ok := op["config"]; ok {
 			o["config"] = c
 		}
-		w.options = o
 		a, err := w.needAgent()
 		if err != nil {
 			return err
 		}
-		return checkError(op, a.SetOptions(o))
+		// Invalid options are the op's error (the library names them) and change nothing.
+		err = a.SetOptions(o)
+		if err == nil {
+			w.options = o
+		}
+		return checkError(op, err)
 	case "mutateListener":
 		i := 0
 		if n, ok := op["index"].(float64); ok {
@@ -823,9 +921,21 @@ func (w *world) runOp(op map[string]any) error {
 		if err != nil {
 			return err
 		}
-		return a.SetSummariser(w.makeSummariser(op["summariser"], w.session))
+		return a.SetSummariser(w.makeSummariser(op["summariser"], a, w.session))
 	case "dispose":
 		return w.dropAgent()
+	case "setCounter":
+		w.counter = op["counter"]
+		a, err := w.needAgent()
+		if err != nil {
+			return err
+		}
+		if w.counter == nil {
+			return a.ClearTokenCounter()
+		}
+		return a.SetTokenCounter(w.makeCounter(w.counter, a, w.session))
+	case "load":
+		return w.load(op)
 	case "expectLog":
 		return w.expectLog(op)
 	case "expectSummaryRequest":
@@ -916,6 +1026,106 @@ func memStore(initial []json.RawMessage) StoreFunc {
 		}
 		return true, nil
 	}
+}
+
+// load reopens the session from a log file written from the op's records, or the current
+// log's, changed as the op says (docs/scenarios.md, "Loading a log").
+func (w *world) load(op map[string]any) error {
+	var records []string
+	if given, ok := op["records"]; ok {
+		a, ok := given.([]any)
+		if !ok {
+			return errors.New("load: records must be an array")
+		}
+		for _, r := range a {
+			if s, ok := r.(string); ok {
+				records = append(records, s)
+			} else {
+				b, _ := json.Marshal(r)
+				records = append(records, string(b))
+			}
+		}
+	} else {
+		current, err := w.records()
+		if err != nil {
+			return err
+		}
+		for _, r := range current {
+			records = append(records, string(r))
+		}
+	}
+	if n, ok := op["dropLast"].(float64); ok {
+		records = records[:max(0, len(records)-int(n))]
+	}
+	if edits, ok := op["edit"].([]any); ok {
+		for _, e := range edits {
+			em, _ := e.(map[string]any)
+			from, _ := em["replace"].(string)
+			to, _ := em["with"].(string)
+			i := -1
+			if n, ok := em["record"].(float64); ok {
+				i = int(n)
+				if i < 0 {
+					i += len(records)
+				}
+			} else {
+				for j := len(records) - 1; j >= 0; j-- {
+					if strings.Contains(records[j], from) {
+						i = j
+						break
+					}
+				}
+			}
+			if i < 0 || i >= len(records) {
+				return fmt.Errorf("load: there is no record %d to edit", i)
+			}
+			if !strings.Contains(records[i], from) {
+				return fmt.Errorf("load: record %d does not contain %q", i, from)
+			}
+			records[i] = strings.Replace(records[i], from, to, 1)
+		}
+	}
+	var b strings.Builder
+	for _, r := range records {
+		b.WriteString(r)
+		b.WriteByte('\n')
+	}
+	if t, ok := op["tail"].(string); ok {
+		b.WriteString(t)
+	}
+	if err := w.dropAgent(); err != nil {
+		return err
+	}
+	w.loads++
+	path := filepath.Join(w.dir, fmt.Sprintf("load-%d.jsonl", w.loads))
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		return err
+	}
+	s, err := OpenFile(path, nil)
+	if err != nil {
+		// The session stays the one before; a new instance drives it.
+		r := checkError(op, err)
+		if e := w.newAgent(); e != nil {
+			return e
+		}
+		return r
+	}
+	report, err := s.LoadReport()
+	if err != nil {
+		s.Close()
+		return err
+	}
+	if err := checkPointers("load report", decode(report), op["expectReport"]); err != nil {
+		s.Close()
+		return err
+	}
+	w.session.Close()
+	w.session = s
+	w.lastRequest, w.lastMsgs = nil, nil
+	if err := w.newAgent(); err != nil {
+		return err
+	}
+	return checkError(op, nil)
 }
 
 func (w *world) expectLog(op map[string]any) error {
@@ -1238,7 +1448,7 @@ func runScenario(t *testing.T, path string) error {
 	if err != nil {
 		return err
 	}
-	w := &world{t: t, session: s, options: o, summariser: sc["summariser"], policy: sc["policy"]}
+	w := &world{t: t, session: s, options: o, summariser: sc["summariser"], policy: sc["policy"], counter: sc["counter"], dir: t.TempDir()}
 	defer w.close()
 	w.setListeners(sc["listeners"], sc["preStep"])
 	if err := w.newAgent(); err != nil {

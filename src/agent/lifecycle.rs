@@ -51,11 +51,12 @@ impl Agent {
         let mut data = serde_json::Map::new();
         data.insert("message".into(), message.to_value());
         data.insert("source".into(), UserSource::User.as_str().into());
-        // Validate the user message before anything is written, so a bad message changes nothing.
-        let probe = NewEvent::visible(types::USER_MESSAGE, Value::Object(data.clone()));
+        // Validate the user message before anything is written, so a bad message changes nothing
+        // (and the error names the field).
+        let probe = NewEvent::visible(types::USER_MESSAGE, Value::Object(data));
         crate::log::history::project(&probe.clone().into_event(0, 0))?;
-        g.append(NewEvent::new(types::TURN_START, json!({"turn": turn})))?;
-        g.append(probe)?;
+        // One batch: a refused write leaves no turn open.
+        g.append_batch(vec![NewEvent::new(types::TURN_START, json!({"turn": turn})), probe])?;
         Ok(turn)
     }
 
@@ -82,10 +83,14 @@ impl Agent {
             return Err(self.fail_turn(e));
         }
         if let Err(e) = self.gate(&op, turn) {
-            if matches!(e.kind(), ErrorKind::Cancelled | ErrorKind::Disposed) {
-                return Err(self.fail_turn(e));
+            match e.kind() {
+                ErrorKind::Cancelled | ErrorKind::Disposed => return Err(self.fail_turn(e)),
+                // The store refused a write: nothing more is written, the turn stays open, and
+                // the same call can be retried.
+                k if is_store_refusal(k) => return Err(e),
+                // A failed compaction is logged (compaction/end{failed}); the request goes ahead.
+                _ => {}
             }
-            // A failed compaction is logged (compaction/end{failed}); the request goes ahead.
         }
         self.build_step(turn, step)
     }
@@ -119,70 +124,82 @@ impl Agent {
         check_op(&ctx)
     }
 
-    /// Records the header if owed, writes `step/start` and returns the envelope.
+    /// Records the header if owed and writes `step/start` (one batch, with the end of a
+    /// compaction whose outcome could not be stored before), then returns the envelope. Agent
+    /// state changes only once the batch is stored.
     fn build_step(&mut self, turn: u64, step: u64) -> Result<Request> {
-        let wanted = self.wanted_header();
-        let session_id;
-        let (body, body_digest, seq, prefix_len, message_count, shared) = {
-            let mut g = self.session.lock();
-            session_id = g.header.id.clone();
-            let folded = g.log.state().headers.current();
-            if self.prev_request.is_none() {
-                // This instance's first request: the previous request of the session is the last
-                // one an earlier instance routed, with the header folded now; it carried the
-                // leading history entries logged before its step/start (an entry replaced or
-                // appended since has a later seq).
-                if let (Some(routed), Some(h)) = (crate::compaction::last_step_seq(&g.log), folded) {
-                    let seqs = g.log.history().entries().iter().map(|d| d.seq).take_while(|s| *s < routed).collect();
-                    self.prev_request = Some((h.message_prefix.clone(), seqs));
-                }
+        // The header this request carries: the one this instance wants, which is the folded one
+        // when no snapshot is owed.
+        let header = self.wanted_header();
+        let frozen = self.frozen.as_ref().expect("composed");
+        // Only when the header's prefix is not this instance's frozen one (not reachable: the
+        // wanted header carries the frozen prefix) are its bytes written again.
+        let recomputed =
+            if frozen.bytes.is_for(header.message_prefix.as_ref()) { None } else { Some(PrefixBytes::of(header.message_prefix.as_ref())) };
+        let prefix_bytes = recomputed.as_ref().unwrap_or(&frozen.bytes);
+        // The cache is taken out and put back only when the request is recorded (a refused
+        // write leaves it empty, which only costs a full hash next time).
+        let mut cache = std::mem::take(&mut self.digest_cache);
+        let mut g = self.session.lock();
+        let session_id = g.header.id.clone();
+        let folded = g.log.state().headers.current();
+        // This instance's first request: the previous request of the session is the last one an
+        // earlier instance routed, with the header folded now; it carried the leading history
+        // entries logged before its step/start (an entry replaced or appended since has a later
+        // seq).
+        let inherited = match (&self.prev_request, crate::compaction::last_step_seq(&g.log), folded) {
+            (None, Some(routed), Some(h)) => {
+                let seqs = g.log.history().entries().iter().map(|d| d.seq).take_while(|s| *s < routed).collect();
+                Some((h.message_prefix.clone(), seqs))
             }
-            let reason = if !self.anchored {
-                Some(if folded.is_none() { SnapshotReason::Initial } else { SnapshotReason::Resume })
-            } else if folded != Some(&wanted) {
-                Some(SnapshotReason::Change)
-            } else {
-                None
-            };
-            if let Some(reason) = reason {
-                let snap = HeaderSnapshot { header: wanted, reason, instance: self.instance };
-                g.append(NewEvent::new(types::REQUEST_HEADER, snap.to_value()))?;
-                self.anchored = true;
-            }
-            let header = g.log.state().headers.current().cloned().expect("a header was recorded");
-            let frozen = self.frozen.as_mut().expect("composed");
-            if !frozen.bytes.is_for(header.message_prefix.as_ref()) {
-                // Only reachable if the logged prefix is not this instance's frozen one.
-                frozen.bytes = PrefixBytes::of(header.message_prefix.as_ref());
-            }
-            let (body, d) = conversation_envelope_digest(&g.log, &header, &frozen.bytes, &session_id, turn, step, &mut self.digest_cache);
-            let seq = g.append(NewEvent::new(
-                types::STEP_START,
-                json!({"turn": turn, "step": step, "instance": self.instance, "digest": d.as_str(), "bytes": body.len()}),
-            ))?;
-            let hist = g.log.history().entries();
-            let prefix = header.message_prefix.clone();
-            let shared = match &self.prev_request {
-                None => 0,
-                Some((prev_prefix, prev_seqs)) => {
-                    let same_prefix = match (prev_prefix, &prefix) {
-                        (None, None) => true,
-                        (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
-                        _ => false,
-                    };
-                    if !same_prefix {
-                        0
-                    } else {
-                        let p = prefix.as_ref().map(|p| p.len()).unwrap_or(0);
-                        p + prev_seqs.iter().zip(hist.iter()).take_while(|(a, b)| **a == b.seq).count()
-                    }
-                }
-            };
-            let plen = prefix.as_ref().map(|p| p.len()).unwrap_or(0);
-            let count = plen + hist.len();
-            self.prev_request = Some((prefix, hist.iter().map(|d| d.seq).collect()));
-            (body, d, seq, plen, count, shared)
+            _ => None,
         };
+        let reason = if !self.anchored {
+            Some(if folded.is_none() { SnapshotReason::Initial } else { SnapshotReason::Resume })
+        } else if folded != Some(&header) {
+            Some(SnapshotReason::Change)
+        } else {
+            None
+        };
+        let mut batch = stale_compaction_end(&g.log).into_iter().collect::<Vec<_>>();
+        if let Some(reason) = reason {
+            let snap = HeaderSnapshot { header: header.clone(), reason, instance: self.instance };
+            batch.push(NewEvent::new(types::REQUEST_HEADER, snap.to_value()));
+        }
+        let (body, body_digest) = conversation_envelope_digest(&g.log, &header, prefix_bytes, &session_id, turn, step, &mut cache);
+        batch.push(NewEvent::new(
+            types::STEP_START,
+            json!({"turn": turn, "step": step, "instance": self.instance, "digest": body_digest.as_str(), "bytes": body.len()}),
+        ));
+        let seq = g.append_batch(batch)?.end - 1;
+        // Stored: now the agent's state follows.
+        self.digest_cache = cache;
+        self.anchored = true;
+        if let (Some(bytes), Some(f)) = (recomputed, self.frozen.as_mut()) {
+            f.bytes = bytes;
+        }
+        let hist = g.log.history().entries();
+        let prefix = header.message_prefix.clone();
+        let shared = match self.prev_request.as_ref().or(inherited.as_ref()) {
+            None => 0,
+            Some((prev_prefix, prev_seqs)) => {
+                let same_prefix = match (prev_prefix, &prefix) {
+                    (None, None) => true,
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+                    _ => false,
+                };
+                if !same_prefix {
+                    0
+                } else {
+                    let p = prefix.as_ref().map(|p| p.len()).unwrap_or(0);
+                    p + prev_seqs.iter().zip(hist.iter()).take_while(|(a, b)| **a == b.seq).count()
+                }
+            }
+        };
+        let prefix_len = prefix.as_ref().map(|p| p.len()).unwrap_or(0);
+        let message_count = prefix_len + hist.len();
+        self.prev_request = Some((prefix, hist.iter().map(|d| d.seq).collect()));
+        drop(g);
         self.stats.requests += 1;
         if self.options.check_requests {
             self.check_request(body.as_bytes(), seq, turn, step)?;
@@ -274,11 +291,12 @@ impl Agent {
         if let Some(u) = &usage {
             data["usage"] = serde_json::to_value(u).expect("usage serialises");
         }
-        let seq = g.append(NewEvent::visible(types::ASSISTANT_MESSAGE, data))?;
+        let mut batch = vec![NewEvent::visible(types::ASSISTANT_MESSAGE, data)];
         for (id, name, args) in message.tool_calls() {
-            g.append(NewEvent::new(types::TOOL_CALL, json!({"turn": turn, "step": step, "callId": id, "name": name, "arguments": args})))?;
+            batch.push(NewEvent::new(types::TOOL_CALL, json!({"turn": turn, "step": step, "callId": id, "name": name, "arguments": args})));
         }
-        g.append(NewEvent::new(types::STEP_END, json!({"turn": turn, "step": step, "outcome": "response"})))?;
+        batch.push(NewEvent::new(types::STEP_END, json!({"turn": turn, "step": step, "outcome": "response"})));
+        let seq = g.append_batch(batch)?.start;
         drop(g);
         if let Some(u) = &usage {
             self.stats.cached_tokens += u.cache_read_tokens.unwrap_or(0);
@@ -313,40 +331,28 @@ impl Agent {
         for (i, b) in result.content.iter().enumerate() {
             Block::from_value(&b.clone().into_value(), &format!("content[{i}]"))?;
         }
-        self.buffered_results.push(result);
-        self.flush_results()
-    }
-
-    fn flush_results(&mut self) -> Result<usize> {
-        let mut written = 0;
-        loop {
-            let first = self.session.with_log(|l| l.state().pending.first().map(|p| p.id.clone()));
-            let Some(id) = first else { break };
-            let Some(pos) = self.buffered_results.iter().position(|r| r.call_id == id) else { break };
-            let r = self.buffered_results[pos].clone();
-            let content: Vec<Value> = r.content.iter().map(|b| b.clone().into_value()).collect();
-            self.session
-                .lock()
-                .append(NewEvent::visible(types::TOOL_RESULT, json!({"callId": r.call_id, "content": content, "isError": r.is_error})))?;
-            self.buffered_results.remove(pos);
-            written += 1;
-        }
-        self.flush_context()?;
-        Ok(written)
-    }
-
-    fn flush_context(&mut self) -> Result<()> {
-        while !self.deferred_context.is_empty() {
-            let busy =
-                self.session.with_log(|l| !l.state().pending.is_empty() || l.state().open_turn.as_ref().is_some_and(|t| t.step_open));
-            if busy {
-                break;
+        // The results this one lets the agent log now (in model order), and, when they answer
+        // the batch, the context that waited for it: one batch, and only once it is stored does
+        // the agent remember what it wrote and what still waits.
+        let mut g = self.session.lock();
+        let st = g.log.state();
+        let (mut batch, answered) = result_events(&st.pending, &self.buffered_results, Some(&result));
+        let closes_batch = answered.len() == st.pending.len();
+        if closes_batch {
+            for m in &self.deferred_context {
+                batch.push(context_event(m.clone(), UserSource::Host)?);
             }
-            let m = self.deferred_context[0].clone();
-            self.session.lock().append(context_event(m, UserSource::Host)?)?;
-            self.deferred_context.remove(0);
         }
-        Ok(())
+        if !batch.is_empty() {
+            g.append_batch(batch)?;
+        }
+        drop(g);
+        self.buffered_results.push(result);
+        self.buffered_results.retain(|r| !answered.contains(&r.call_id));
+        if closes_batch {
+            self.deferred_context.clear();
+        }
+        Ok(answered.len())
     }
 
     /// Adds durable context (`user/message{source: host}`) that the next request carries. While
@@ -374,10 +380,16 @@ impl Agent {
         self.ensure_live()?;
         let mut g = self.session.lock();
         let t = g.log.state().open_turn.as_ref().ok_or_else(|| Error::out_of_order("no turn is open"))?;
+        let (turn, step) = (t.turn, t.last_step);
         if !t.step_open {
+            // The overflow of this step is recorded, but the store refused its recovery: the
+            // same report retries the recovery.
+            if overflow && self.unrecovered_overflow == Some((turn, step)) {
+                drop(g);
+                return self.recover_overflow_for(cancel, turn, step);
+            }
             return Err(Error::out_of_order("no request is open: a provider error belongs to a step"));
         }
-        let (turn, step) = (t.turn, t.last_step);
         let mut data = json!({"turn": turn, "step": step, "outcome": "error", "error": message});
         if overflow {
             data["overflow"] = true.into();
@@ -387,7 +399,20 @@ impl Agent {
         if !overflow {
             return Ok(ProviderErrorOutcome::Recorded);
         }
-        self.recover_overflow(cancel, turn)
+        self.recover_overflow_for(cancel, turn, step)
+    }
+
+    fn recover_overflow_for(&mut self, cancel: &CancelToken, turn: u64, step: u64) -> Result<ProviderErrorOutcome> {
+        let r = self.recover_overflow(cancel, turn);
+        self.unrecovered_overflow = match &r {
+            Err(e) if is_store_refusal(e.kind()) => Some((turn, step)),
+            _ => None,
+        };
+        match r {
+            // A cancel (or a dispose) during the recovery ends the turn as one in the gate does.
+            Err(e) if matches!(e.kind(), ErrorKind::Cancelled | ErrorKind::Disposed) => Err(self.fail_turn(e)),
+            r => r,
+        }
     }
 
     /// Ends the open turn. With `completed` (or `max-tokens`) the turn must be at rest; any other
@@ -412,49 +437,57 @@ impl Agent {
                 }
             }
         }
-        let (turn, step_open, step) = self.session.with_log(|l| {
-            let t = l.state().open_turn.as_ref().expect("checked");
-            (t.turn, t.step_open, t.last_step)
-        });
-        if step_open {
-            // Close the step: if the response was recorded, its calls must be logged first.
-            let mut g = self.session.lock();
-            let calls = g.log.state().open_turn.as_ref().map(|t| t.calls_to_log.clone()).unwrap_or_default();
-            for (id, name, args) in calls {
-                g.append(NewEvent::new(
+        // Everything the end writes, as one batch: the open step closed (its calls logged first
+        // when the response was recorded), the pending calls answered (reported results in model
+        // order, an error result for the rest), `turn/end`, then the deferred context. Only once
+        // it is stored does the agent forget the buffered results and the deferred context.
+        let mut g = self.session.lock();
+        let st = g.log.state();
+        let t = st.open_turn.as_ref().expect("checked");
+        let turn = t.turn;
+        let mut batch = Vec::new();
+        let mut pending: Vec<String> = st.pending.iter().map(|p| p.id.clone()).collect();
+        if t.step_open {
+            let step = t.last_step;
+            for (id, name, args) in &t.calls_to_log {
+                batch.push(NewEvent::new(
                     types::TOOL_CALL,
                     json!({"turn": turn, "step": step, "callId": id, "name": name, "arguments": args}),
-                ))?;
+                ));
+                pending.push(id.clone());
             }
-            let answered = g.log.state().open_turn.as_ref().is_some_and(|t| t.step_answered);
-            let data = if answered {
+            let data = if t.step_answered {
                 json!({"turn": turn, "step": step, "outcome": "response"})
             } else {
                 json!({"turn": turn, "step": step, "outcome": "cancelled", "error": format!("turn ended: {}", reason.as_str())})
             };
-            g.append(NewEvent::new(types::STEP_END, data))?;
+            batch.push(NewEvent::new(types::STEP_END, data));
         }
-        // Answer pending calls: reported results in model order, an error result for the rest.
-        loop {
-            let first = self.session.with_log(|l| l.state().pending.first().map(|p| p.id.clone()));
-            let Some(id) = first else { break };
-            if self.buffered_results.iter().any(|r| r.call_id == id) {
-                self.flush_results()?;
-                continue;
-            }
-            let text = format!("no result: the turn ended ({})", reason.as_str());
-            self.session.lock().append(NewEvent::visible(
-                types::TOOL_RESULT,
-                json!({"callId": id, "content": [{"type":"text","text": text}], "isError": true}),
-            ))?;
+        for id in pending {
+            let ev = match self.buffered_results.iter().find(|r| r.call_id == id) {
+                Some(r) => tool_result_event(r),
+                None => {
+                    let text = format!("no result: the turn ended ({})", reason.as_str());
+                    NewEvent::visible(types::TOOL_RESULT, json!({"callId": id, "content": [{"type":"text","text": text}], "isError": true}))
+                }
+            };
+            batch.push(ev);
         }
-        self.buffered_results.clear();
         let mut data = json!({"turn": turn, "reason": reason.as_str()});
         if let Some(e) = error {
             data["error"] = e.into();
         }
-        self.session.lock().append(NewEvent::new(types::TURN_END, data))?;
-        self.flush_context()
+        batch.push(NewEvent::new(types::TURN_END, data));
+        for m in &self.deferred_context {
+            batch.push(context_event(m.clone(), UserSource::Host)?);
+        }
+        g.append_batch(batch)?;
+        drop(g);
+        self.buffered_results.clear();
+        self.deferred_context.clear();
+        // A spent overflow budget fails its own turn, never a later one.
+        self.consecutive_overflows = 0;
+        Ok(())
     }
 
     /// Disposes the instance: an open turn ends with `disposed`, and the session is free for a
@@ -483,4 +516,46 @@ fn check_op(ctx: &ListenerContext<'_>) -> Result<()> {
         return Err(Error::new(ErrorKind::Cancelled, "the request was cancelled"));
     }
     Ok(())
+}
+
+/// Whether an error is the store refusing a write (nothing was written; the call can be retried
+/// once the cause is gone).
+pub(crate) fn is_store_refusal(kind: ErrorKind) -> bool {
+    matches!(kind, ErrorKind::Storage | ErrorKind::Conflict | ErrorKind::ReadOnly)
+}
+
+/// The `tool/result` event of a reported result.
+fn tool_result_event(r: &ToolResultInput) -> NewEvent {
+    let content: Vec<Value> = r.content.iter().map(|b| b.clone().into_value()).collect();
+    NewEvent::visible(types::TOOL_RESULT, json!({"callId": r.call_id, "content": content, "isError": r.is_error}))
+}
+
+/// The `tool/result` events the reported results (`buffered`, and `extra`) let the agent log
+/// now: in model order (`pending`), up to the first call still without a result. Returns them
+/// with the call ids they answer.
+fn result_events(
+    pending: &[crate::log::rules::PendingCall],
+    buffered: &[ToolResultInput],
+    extra: Option<&ToolResultInput>,
+) -> (Vec<NewEvent>, Vec<String>) {
+    let mut events = Vec::new();
+    let mut ids = Vec::new();
+    for p in pending {
+        let Some(r) = buffered.iter().chain(extra).find(|r| r.call_id == p.id) else { break };
+        events.push(tool_result_event(r));
+        ids.push(p.id.clone());
+    }
+    (events, ids)
+}
+
+/// A `compaction/end{failed}` for a compaction this instance left open because the store
+/// refused its outcome (a request or a new compaction cannot start while one is open).
+pub(crate) fn stale_compaction_end(log: &Log) -> Option<NewEvent> {
+    let c = log.state().compaction.as_ref()?;
+    let outcome = if c.landed { "landed" } else { "failed" };
+    let mut data = json!({"outcome": outcome});
+    if !c.landed {
+        data["error"] = "the store refused the compaction's outcome".into();
+    }
+    Some(NewEvent::new(types::COMPACTION_END, data))
 }

@@ -9,6 +9,7 @@
 
 mod lifecycle;
 
+pub(crate) use lifecycle::{is_store_refusal, stale_compaction_end};
 pub use lifecycle::{ProviderErrorOutcome, ToolResultInput};
 
 use crate::cancel::{CancelGuard, CancelToken};
@@ -109,6 +110,9 @@ pub struct Agent {
     pub(crate) policies: PolicyTable,
     pub(crate) meter: Meter,
     pub(crate) consecutive_overflows: u32,
+    /// The step (turn, step) whose context overflow is recorded but whose recovery the store
+    /// refused: reporting the overflow again retries the recovery.
+    pub(crate) unrecovered_overflow: Option<(u64, u64)>,
     pub(crate) prev_request: Option<PrevRequest>,
     /// The digest state of the last request's leading bytes (see `request::DigestCache`).
     pub(crate) digest_cache: DigestCache,
@@ -147,6 +151,7 @@ impl Agent {
             policies: PolicyTable::default(),
             meter: Meter::new(),
             consecutive_overflows: 0,
+            unrecovered_overflow: None,
             prev_request: None,
             digest_cache: DigestCache::default(),
             stats: AgentStats::default(),
@@ -241,7 +246,9 @@ impl Agent {
         DisposeHandle { flag: self.disposed.clone(), token: self.dispose_token.clone() }
     }
 
-    pub(crate) fn is_disposed(&self) -> bool {
+    /// Whether this instance was disposed (by [`DisposeHandle::dispose`], from a listener, or
+    /// because a disposal ended an operation): every later call fails with `Disposed`.
+    pub fn is_disposed(&self) -> bool {
         self.disposed.load(std::sync::atomic::Ordering::SeqCst)
     }
 

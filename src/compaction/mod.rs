@@ -17,7 +17,7 @@ pub(crate) use run::last_step_seq;
 pub use run::{CompactionOutcome, Trigger};
 
 use crate::cancel::CancelToken;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::types::{Fields, Usage};
 use serde_json::Value;
 
@@ -101,9 +101,14 @@ pub struct SummaryOutput {
 }
 
 impl SummaryOutput {
-    /// Parses `{"text", "usage"?, "provider"?, "model"?, "truncated"?}` (the host's reply).
+    /// Parses `{"text", "usage"?, "provider"?, "model"?, "truncated"?}` (the host's reply); any
+    /// other field is an error naming it.
     pub fn from_value(v: &Value, path: &str) -> Result<SummaryOutput> {
         let f = Fields::of(v, path)?;
+        const KNOWN: [&str; 5] = ["text", "usage", "provider", "model", "truncated"];
+        if let Some(k) = f.map.keys().find(|k| !KNOWN.contains(&k.as_str())) {
+            return Err(Error::invalid(f.p(k), "is not a summary field (expected text, usage, provider, model, truncated)"));
+        }
         Ok(SummaryOutput {
             text: f.str("text")?.to_string(),
             usage: match f.opt_value("usage")? {

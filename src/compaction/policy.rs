@@ -101,6 +101,11 @@ impl CompactionPolicy {
                 ),
             );
         }
+        for (field, v) in [("summaryProvider", &self.summary_provider), ("summaryModel", &self.summary_model)] {
+            if v.as_deref().is_some_and(|v| v.trim().is_empty()) {
+                return bad(field, "must not be empty (leave it out to summarise with the conversation's provider and model)".into());
+            }
+        }
         if self.summary_provider.is_some() != self.summary_model.is_some() {
             return bad("summaryModel", "summaryProvider and summaryModel go together".into());
         }

@@ -19,8 +19,12 @@ pub struct Region {
 /// `retained` tokens (`counts[i]` is the token count of surface entry `i`), with the cut moved
 /// head-ward until no tool call is separated from its result. `None` when nothing is
 /// compactable (the region would be empty, or only an earlier checkpoint on its own).
+///
+/// `counts` may be shorter than `entries` (entries appended after the measurement): the tail
+/// is then measured over the counted entries, and the uncounted ones belong to it (they are
+/// newer), tool pairing included.
 pub fn select_region(entries: &[Arc<Derived>], counts: &[u64], retained: u64) -> Option<Region> {
-    let n = entries.len();
+    let n = entries.len().min(counts.len());
     if n == 0 {
         return None;
     }
@@ -32,6 +36,7 @@ pub fn select_region(entries: &[Arc<Derived>], counts: &[u64], retained: u64) ->
         cut -= 1;
         tail += counts[cut];
     }
+    // (From here on `cut` only moves head-ward, so every index below is under `n`.)
     // Move the cut head-ward while a result in the tail answers a call in the region: the
     // first such result (in surface order) moves the cut to the last region entry making its
     // call. One pass over the region finds, for every id answered in the tail, that entry.
@@ -114,6 +119,20 @@ mod tests {
             _ => (Box::new([]), None),
         };
         Arc::new(Derived { seq, role: Role::User, json: "{}".into(), calls, result_for, checkpoint: seq == 0 && kind == 0 })
+    }
+
+    #[test]
+    fn entries_past_the_counts_join_the_tail() {
+        // Four entries, three counted (the fourth was appended after the measurement): no
+        // panic, and the region is the head of the counted ones.
+        let entries: Vec<Arc<Derived>> = (1..5).map(|i| entry(i, 0, 0)).collect();
+        let r = select_region(&entries, &[10, 10, 10], 10).expect("a region");
+        assert_eq!(r.seqs, vec![1, 2]);
+        // A result past the counts still pulls its call out of the region.
+        let entries = vec![entry(1, 0, 0), entry(2, 1, 7), entry(3, 0, 0), entry(4, 4, 7)];
+        let r = select_region(&entries, &[10, 10, 10], 10).expect("a region");
+        assert_eq!(r.seqs, vec![1], "the call at position 1 stays with its result at position 3");
+        assert_eq!(select_region(&entries, &[], 0), None);
     }
 
     proptest! {

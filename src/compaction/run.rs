@@ -6,6 +6,7 @@ use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::header::{EpochHeader, HeaderSnapshot, SnapshotReason};
 use crate::log::event::{types, NewEvent, UserSource};
+use crate::log::Derived;
 use crate::prefix::context_event;
 use crate::request::{compaction_envelope, digest, PrefixBytes};
 use crate::tokens::meter::Measure;
@@ -75,17 +76,46 @@ impl Agent {
         let wanted = self.wanted_header();
         let counter = self.counter_or_default();
         let logged = self.anchored && self.session.with_log(|l| l.state().headers.current() == Some(&wanted));
-        self.meter.measure(&counter, &self.session, &wanted, logged)
+        self.meter.measure(&counter, &self.session, &wanted, logged).map_err(|e| self.interrupted(e))
+    }
+
+    /// A cancel that came from disposing the instance is a dispose.
+    pub(crate) fn interrupted(&self, e: Error) -> Error {
+        if e.kind() == ErrorKind::Cancelled && self.is_disposed() {
+            return Error::new(ErrorKind::Disposed, format!("the agent instance was disposed ({})", e.message()));
+        }
+        e
+    }
+
+    /// Measures, then reads the surface the measurement counted. The counter may call out to
+    /// the host, which may append to the session meanwhile (a host token counter appending
+    /// context, another thread), so the surface is read after the counter returned, never
+    /// before, and only the part that was measured (the meter's counts are for exactly those
+    /// entries) is returned: entries appended since join the retained tail.
+    fn measure_surface(&mut self) -> Result<(Measure, Vec<Arc<Derived>>)> {
+        for _ in 0..3 {
+            let m = self.measure()?;
+            let seqs = self.meter.seqs();
+            let entries = self.session.with_log(|l| {
+                let h = l.history().entries();
+                let measured = h.len() >= seqs.len() && h.iter().zip(seqs).all(|(d, s)| d.seq == *s);
+                measured.then(|| h[..seqs.len()].to_vec())
+            });
+            if let Some(entries) = entries {
+                return Ok((m, entries));
+            }
+            // The surface was replaced after the measurement: measure again.
+        }
+        Err(Error::new(ErrorKind::Internal, "the surface kept changing while it was measured; try again"))
     }
 
     /// The pressure gate: compacts when the prompt exceeds the policy's threshold.
     pub(crate) fn gate(&mut self, op: &CancelToken, _turn: u64) -> Result<()> {
         let Some(policy) = self.current_policy() else { return Ok(()) };
-        let m = self.measure()?;
+        let (m, entries) = self.measure_surface()?;
         if m.total <= policy.threshold_tokens() {
             return Ok(());
         }
-        let entries = self.session.with_log(|l| l.history().entries().to_vec());
         let Some(region) = select_region(&entries, self.meter.per_entry(), policy.retained_tokens()) else { return Ok(()) };
         let out = self.run_compaction(Trigger::Auto, region, &m, &policy, op)?;
         match out.outcome.as_str() {
@@ -94,27 +124,34 @@ impl Agent {
         }
     }
 
-    /// After a context overflow: compact down to the newest message, within the budget.
+    /// After a context overflow: compact down to the newest message, within the budget. The
+    /// count of consecutive overflows goes up only when a recovery is attempted, and not when
+    /// the store refused the recovery's writes (the host may retry once the cause is gone).
     pub(crate) fn recover_overflow(&mut self, cancel: &CancelToken, _turn: u64) -> Result<crate::agent::ProviderErrorOutcome> {
-        self.consecutive_overflows += 1;
         let policy = self
             .current_policy()
             .ok_or_else(|| Error::new(ErrorKind::OverflowBudget, "context overflow, and no compaction policy is set for this model"))?;
-        if self.consecutive_overflows > policy.overflow_retries {
+        let attempt = self.consecutive_overflows + 1;
+        if attempt > policy.overflow_retries {
             return Err(Error::new(
                 ErrorKind::OverflowBudget,
-                format!(
-                    "context overflow {} times in a row; the budget is {} recovery(ies)",
-                    self.consecutive_overflows, policy.overflow_retries
-                ),
+                format!("context overflow {attempt} times in a row; the budget is {} recovery(ies)", policy.overflow_retries),
             ));
         }
-        let m = self.measure()?;
-        let entries = self.session.with_log(|l| l.history().entries().to_vec());
+        self.consecutive_overflows = attempt;
+        let r = self.recover_overflow_now(cancel, &policy);
+        if matches!(&r, Err(e) if crate::agent::is_store_refusal(e.kind())) {
+            self.consecutive_overflows = attempt - 1;
+        }
+        r
+    }
+
+    fn recover_overflow_now(&mut self, cancel: &CancelToken, policy: &CompactionPolicy) -> Result<crate::agent::ProviderErrorOutcome> {
+        let (m, entries) = self.measure_surface()?;
         let region = select_region(&entries, self.meter.per_entry(), 0)
             .ok_or_else(|| Error::new(ErrorKind::NothingToCompact, "context overflow, but nothing is left to compact"))?;
         let (op, _g) = self.op_token(cancel);
-        let out = self.run_compaction(Trigger::Overflow, region, &m, &policy, &op)?;
+        let out = self.run_compaction(Trigger::Overflow, region, &m, policy, &op)?;
         match out.outcome.as_str() {
             "landed" => Ok(crate::agent::ProviderErrorOutcome::Retry),
             _ => Err(Error::new(ErrorKind::Summariser, format!("overflow recovery failed: {}", out.error.unwrap_or(out.outcome)))),
@@ -141,12 +178,14 @@ impl Agent {
             p.retained = super::Retained::Tokens(0);
             p
         });
-        let m = self.measure()?;
-        let entries = self.session.with_log(|l| l.history().entries().to_vec());
+        let (m, entries) = self.measure_surface()?;
         let region = match span {
             None => select_region(&entries, self.meter.per_entry(), policy.retained_tokens())
                 .ok_or_else(|| Error::new(ErrorKind::NothingToCompact, "nothing to compact"))?,
             Some((start, end)) => {
+                // The span is checked against the surface as it is now; its token count comes
+                // from the measured part (which holds it unless it reaches past what was
+                // measured: then it is refused as the surface's own check would).
                 let seqs: Vec<u64> = entries.get(start..=end).map(|s| s.iter().map(|d| d.seq).collect()).unwrap_or_default();
                 self.session.with_log(|l| l.history().check_replace(start, end, Some(&seqs)))?;
                 Region { start, end, seqs }
@@ -156,7 +195,10 @@ impl Agent {
         self.run_compaction(Trigger::Manual, region, &m, &policy, &op)
     }
 
-    /// Writes `compaction/start`, asks the summariser, and lands or records the failure.
+    /// Writes `compaction/start`, asks the summariser, and lands or records the failure. The
+    /// start is one batch (with the instance's anchoring header when none is logged yet, and the
+    /// end of a compaction whose outcome the store refused before); the landing (summary,
+    /// checkpoint, end) is another. Agent state changes only once a batch is stored.
     fn run_compaction(
         &mut self,
         trigger: Trigger,
@@ -165,70 +207,77 @@ impl Agent {
         policy: &CompactionPolicy,
         op: &CancelToken,
     ) -> Result<CompactionOutcome> {
+        let _ = m;
         let counter = self.counter_or_default();
+        let mut g = self.session.lock();
+        let mut start_batch: Vec<NewEvent> = crate::agent::stale_compaction_end(&g.log).into_iter().collect();
         // Before the session's first request no header is logged: the request is built from this
-        // instance's header (and targets its options). Record that header first, as the
+        // instance's header (and targets its options). Record that header with the start, as the
         // instance's anchoring snapshot, so that the log alone rebuilds the summarisation request
         // (verify) and the first conversation request carries the same header.
-        if !self.anchored && self.session.with_log(|l| l.state().headers.current().is_none()) {
+        let anchor = !self.anchored && g.log.state().headers.current().is_none();
+        if anchor {
             if self.frozen.is_none() {
                 return Err(Error::out_of_order(
                     "no request was built yet, so the session prefix is not composed: ask for a request before compacting",
                 ));
             }
             let snap = HeaderSnapshot { header: self.wanted_header(), reason: SnapshotReason::Initial, instance: self.instance };
-            self.session.lock().append(NewEvent::new(types::REQUEST_HEADER, snap.to_value()))?;
-            self.anchored = true;
+            start_batch.push(NewEvent::new(types::REQUEST_HEADER, snap.to_value()));
         }
-        let (req, generation) = {
-            let g = self.session.lock();
-            let st = g.log.state();
-            // The latest routed header; before any request, the header this instance would send.
-            let header: EpochHeader = st.headers.current().cloned().unwrap_or_else(|| self.wanted_header());
-            let (provider, model) = match (&policy.summary_provider, &policy.summary_model) {
-                (Some(p), Some(m)) => (p.clone(), m.clone()),
-                _ => (header.config.provider.clone(), header.config.model.clone()),
-            };
-            if provider.is_empty() || model.is_empty() {
-                return Err(Error::new(ErrorKind::Summariser, "no summarisation target: set a summary model, or route a request first"));
-            }
-            let prefix = match &self.frozen {
-                Some(f) if f.bytes.is_for(header.message_prefix.as_ref()) => f.bytes.clone(),
-                _ => PrefixBytes::of(header.message_prefix.as_ref()),
-            };
-            let entries = st.history.entries();
-            let span = &entries[region.start..=region.end];
-            let body = compaction_envelope(&header, &prefix, span, INSTRUCTION, &provider, &model, policy.summary_max_tokens, &g.header.id);
-            // Leading messages shared with the last routed request: its session prefix, then,
-            // for a head region, the history entries it carried: the region's leading entries
-            // logged before its step/start (an entry replaced or appended since has a later seq).
-            // A middle span shares only the prefix; nothing is shared before the first request.
-            let shared = match last_step_seq(&g.log) {
-                None => 0,
-                Some(routed) => {
-                    let history = if region.start == 0 { span.iter().take_while(|d| d.seq < routed).count() } else { 0 };
-                    prefix.messages.len() + history
-                }
-            };
-            let req = SummaryRequest {
-                digest: digest(&body),
-                json: String::from_utf8(body).expect("JSON is UTF-8"),
-                provider,
-                model,
-                max_tokens: policy.summary_max_tokens,
-                prefix_len: prefix.messages.len(),
-                shared_messages: shared,
-            };
-            (req, st.history.generation())
+        let st = g.log.state();
+        // The latest routed header; before any request, the header this instance would send.
+        let header: EpochHeader = st.headers.current().cloned().unwrap_or_else(|| self.wanted_header());
+        let (provider, model) = match (&policy.summary_provider, &policy.summary_model) {
+            (Some(p), Some(m)) => (p.clone(), m.clone()),
+            _ => (header.config.provider.clone(), header.config.model.clone()),
         };
-        let _ = m;
+        if provider.is_empty() || model.is_empty() {
+            return Err(Error::new(ErrorKind::Summariser, "no summarisation target: set a summary model, or route a request first"));
+        }
+        let prefix = match &self.frozen {
+            Some(f) if f.bytes.is_for(header.message_prefix.as_ref()) => f.bytes.clone(),
+            _ => PrefixBytes::of(header.message_prefix.as_ref()),
+        };
+        // The region was selected on a surface read before this lock was taken: check that it
+        // is still there, position for position.
+        let span = st
+            .history
+            .entries()
+            .get(region.start..=region.end)
+            .filter(|s| s.iter().map(|d| d.seq).eq(region.seqs.iter().copied()))
+            .ok_or_else(|| {
+                Error::new(ErrorKind::OutOfOrder, "the surface changed before the summarisation request was built; try again")
+            })?;
+        let body = compaction_envelope(&header, &prefix, span, INSTRUCTION, &provider, &model, policy.summary_max_tokens, &g.header.id);
+        // Leading messages shared with the last routed request: its session prefix, then, for a
+        // head region, the history entries it carried: the region's leading entries logged
+        // before its step/start (an entry replaced or appended since has a later seq). A middle
+        // span shares only the prefix; nothing is shared before the first request.
+        let shared = match last_step_seq(&g.log) {
+            None => 0,
+            Some(routed) => {
+                let history = if region.start == 0 { span.iter().take_while(|d| d.seq < routed).count() } else { 0 };
+                prefix.messages.len() + history
+            }
+        };
+        let generation = st.history.generation();
+        let req = SummaryRequest {
+            digest: digest(&body),
+            json: String::from_utf8(body).expect("JSON is UTF-8"),
+            provider,
+            model,
+            max_tokens: policy.summary_max_tokens,
+            prefix_len: prefix.messages.len(),
+            shared_messages: shared,
+        };
         let shadowed: u64 = self.meter.per_entry().get(region.start..=region.end).map(|s| s.iter().sum()).unwrap_or(0);
         let message_count = serde_json::from_str::<serde_json::Value>(&req.json)
             .ok()
             .and_then(|v| v.get("messages").and_then(|m| m.as_array().map(|a| a.len())))
             .unwrap_or(0);
         let info = SummaryRequestInfo { digest: req.digest.clone(), shared_messages: req.shared_messages, message_count };
-        self.session.lock().append(NewEvent::new(
+        start_batch.push(NewEvent::new(
             types::COMPACTION_START,
             json!({
                 "trigger": trigger.as_str(),
@@ -242,7 +291,13 @@ impl Agent {
                 "shadowedTokens": shadowed,
                 "sharedMessages": req.shared_messages,
             }),
-        ))?;
+        ));
+        g.append_batch(start_batch)?;
+        drop(g);
+        if anchor {
+            self.anchored = true;
+        }
+        // Writes the end of a compaction that did not land (the landing writes its own).
         let finish = |agent: &mut Agent, outcome: &str, error: Option<String>| -> Result<CompactionOutcome> {
             let mut data = json!({"outcome": outcome});
             if let Some(e) = &error {
@@ -252,8 +307,7 @@ impl Agent {
             Ok(CompactionOutcome { outcome: outcome.to_string(), region: region.clone(), request: info.clone(), error })
         };
         let Some(summariser) = self.summariser.clone() else {
-            let out = finish(self, "failed", Some("no summariser is set".into()))?;
-            return Ok(out);
+            return finish(self, "failed", Some("no summariser is set".into()));
         };
         let attempts = 1 + policy.retries;
         let mut last_error = String::new();
@@ -285,12 +339,14 @@ impl Agent {
         let Some(out) = accepted else {
             return finish(self, "failed", Some(last_error));
         };
+        // The summariser ran with no lock held: the session may have changed meanwhile. The
+        // landing is checked against the surface as it is now, under the lock it is written with.
         let mut g = self.session.lock();
         let st = g.log.state();
         let unchanged = st.history.generation() == generation
             && st.history.entries().get(region.start..=region.end).is_some_and(|s| s.iter().map(|d| d.seq).eq(region.seqs.iter().copied()));
-        drop(g);
         if !unchanged {
+            drop(g);
             return finish(self, "discarded", Some("the compacted span changed while the summariser ran".into()));
         }
         let provider = out.provider.clone().unwrap_or_else(|| req.provider.clone());
@@ -311,18 +367,29 @@ impl Agent {
         if let Some(u) = &out.usage {
             data["usage"] = serde_json::to_value(u).expect("usage serialises");
         }
-        g = self.session.lock();
-        g.append(NewEvent::new(types::COMPACTION_SUMMARY, data))?;
         let checkpoint = context_event(Message::user_text(checkpoint_text(&out.text)), UserSource::Compaction)?;
-        let ev = NewEvent {
+        let checkpoint = NewEvent {
             surface_op: Some(crate::log::SurfaceOp::Replace { start: region.start, end: region.end }),
             sources: Some(region.seqs.clone()),
             ..checkpoint
         };
-        g.append(ev)?;
+        let landing = vec![
+            NewEvent::new(types::COMPACTION_SUMMARY, data),
+            checkpoint,
+            NewEvent::new(types::COMPACTION_END, json!({"outcome": "landed"})),
+        ];
+        if let Err(e) = g.append_batch(landing) {
+            // The store refused the landing: the surface is untouched. Say so in the log if the
+            // store takes that much; otherwise the next request or compaction closes it.
+            let _ = g.append(NewEvent::new(
+                types::COMPACTION_END,
+                json!({"outcome": "failed", "error": format!("storing the summary failed: {}", e.message())}),
+            ));
+            return Err(e);
+        }
         drop(g);
         self.stats.compactions += 1;
-        finish(self, "landed", None)
+        Ok(CompactionOutcome { outcome: "landed".to_string(), region, request: info, error: None })
     }
 }
 

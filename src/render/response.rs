@@ -119,29 +119,67 @@ fn provenance(body: &Value, provider: &str) -> Option<Provenance> {
     })
 }
 
+/// An optional string field: absent or null is `None`, anything but a string an error.
+fn opt_str<'a>(v: &'a Value, key: &str, path: &str) -> Result<Option<&'a str>> {
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(Error::invalid(path, "expected a string or null")),
+    }
+}
+
+/// An optional object field: absent or null is `None`, anything but an object an error.
+fn opt_object<'a>(v: &'a Value, key: &str, path: &str) -> Result<Option<&'a Value>> {
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(o @ Value::Object(_)) => Ok(Some(o)),
+        Some(_) => Err(Error::invalid(path, "expected an object or null")),
+    }
+}
+
 fn parse_openai(body: &Value) -> Result<ParsedResponse> {
     as_object(body, "response")?;
     let choice = body.pointer("/choices/0").ok_or_else(|| Error::invalid("response.choices", "expected at least one choice"))?;
+    as_object(choice, "response.choices[0]")?;
     let msg = choice.get("message").ok_or_else(|| Error::invalid("response.choices[0].message", "is required"))?;
+    as_object(msg, "response.choices[0].message")?;
     let mut content = Vec::new();
-    if let Some(r) = msg.get("reasoning_content").and_then(Value::as_str) {
-        let mut b = JsonMap::new();
-        b.insert("type".into(), "reasoning".into());
-        b.insert("text".into(), r.into());
-        content.push(Block::from_value(&Value::Object(b), "reasoning")?);
+    match msg.get("reasoning_content") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(r)) => {
+            let mut b = JsonMap::new();
+            b.insert("type".into(), "reasoning".into());
+            b.insert("text".into(), r.clone().into());
+            content.push(Block::from_value(&Value::Object(b), "reasoning")?);
+        }
+        Some(_) => return Err(Error::invalid("response.choices[0].message.reasoning_content", "expected a string or null")),
     }
     match msg.get("content") {
-        Some(Value::String(t)) if !t.is_empty() => content.push(Block::text(t.clone())),
+        None | Some(Value::Null) => {}
+        Some(Value::String(t)) => {
+            if !t.is_empty() {
+                content.push(Block::text(t.clone()))
+            }
+        }
         Some(Value::Array(parts)) => {
-            for p in parts {
-                if let Some(t) = p.get("text").and_then(Value::as_str) {
-                    content.push(Block::text(t));
+            for (i, p) in parts.iter().enumerate() {
+                let path = format!("response.choices[0].message.content[{i}]");
+                as_object(p, &path)?;
+                match p.get("text") {
+                    None => {}
+                    Some(Value::String(t)) => content.push(Block::text(t.clone())),
+                    Some(_) => return Err(Error::invalid(format!("{path}.text"), "expected a string")),
                 }
             }
         }
-        _ => {}
+        Some(_) => return Err(Error::invalid("response.choices[0].message.content", "expected a string, an array of parts or null")),
     }
-    if let Some(Value::Array(calls)) = msg.get("tool_calls") {
+    let calls = match msg.get("tool_calls") {
+        None | Some(Value::Null) => &[][..],
+        Some(Value::Array(calls)) => &calls[..],
+        Some(_) => return Err(Error::invalid("response.choices[0].message.tool_calls", "expected an array or null")),
+    };
+    {
         for (i, c) in calls.iter().enumerate() {
             let path = format!("response.choices[0].message.tool_calls[{i}]");
             let id = c
@@ -161,17 +199,17 @@ fn parse_openai(body: &Value) -> Result<ParsedResponse> {
             content.push(Block::tool_call(id, name, &args));
         }
     }
-    let finish = choice.get("finish_reason").and_then(Value::as_str).map(|f| match f {
+    let finish = opt_str(choice, "finish_reason", "response.choices[0].finish_reason")?.map(|f| match f {
         "tool_calls" => "tool-calls".to_string(),
         "length" => "max-tokens".to_string(),
         other => other.to_string(),
     });
-    let usage = match body.get("usage") {
-        Some(u) if u.is_object() => {
+    let usage = match opt_object(body, "usage", "response.usage")? {
+        Some(u) => {
             let shape = if u.get("prompt_cache_hit_tokens").is_some() { "deepseek" } else { "openai" };
             Some(usage_from_provider(shape, u)?)
         }
-        _ => None,
+        None => None,
     };
     let mut message = Message::new(Role::Assistant, content);
     message.provenance = provenance(body, "openai-compatible");
@@ -188,7 +226,10 @@ fn parse_anthropic(body: &Value) -> Result<ParsedResponse> {
     for (i, b) in blocks.iter().enumerate() {
         let path = format!("response.content[{i}]");
         match b.get("type").and_then(Value::as_str) {
-            Some("text") => content.push(Block::text(b.get("text").and_then(Value::as_str).unwrap_or(""))),
+            Some("text") => match b.get("text") {
+                Some(Value::String(t)) => content.push(Block::text(t.clone())),
+                _ => return Err(Error::invalid(format!("{path}.text"), "expected a string")),
+            },
             Some("thinking") => {
                 let mut m = JsonMap::new();
                 m.insert("type".into(), "reasoning".into());
@@ -219,15 +260,15 @@ fn parse_anthropic(body: &Value) -> Result<ParsedResponse> {
             None => return Err(Error::invalid(format!("{path}.type"), "expected a string")),
         }
     }
-    let finish = body.get("stop_reason").and_then(Value::as_str).map(|f| match f {
+    let finish = opt_str(body, "stop_reason", "response.stop_reason")?.map(|f| match f {
         "end_turn" | "stop_sequence" => "stop".to_string(),
         "tool_use" => "tool-calls".to_string(),
         "max_tokens" => "max-tokens".to_string(),
         other => other.to_string(),
     });
-    let usage = match body.get("usage") {
-        Some(u) if u.is_object() => Some(usage_from_provider("anthropic", u)?),
-        _ => None,
+    let usage = match opt_object(body, "usage", "response.usage")? {
+        Some(u) => Some(usage_from_provider("anthropic", u)?),
+        None => None,
     };
     let mut message = Message::new(Role::Assistant, content);
     message.provenance = provenance(body, "anthropic");
@@ -363,6 +404,42 @@ mod tests {
         assert_eq!(e.message(), "response.choices: expected at least one choice");
         let e = parse_response(Renderer::Anthropic, &json!({"content":"x"})).unwrap_err();
         assert_eq!(e.message(), "response.content: expected an array");
+    }
+
+    #[test]
+    fn fields_of_the_wrong_type_are_errors_naming_them() {
+        let ok = |m: Value| json!({"choices":[{"message": m, "finish_reason": "stop"}]});
+        for (body, field) in [
+            (ok(json!(5)), "response.choices[0].message"),
+            (ok(json!({"role":"assistant","content":5})), "response.choices[0].message.content"),
+            (ok(json!({"role":"assistant","content":[5]})), "response.choices[0].message.content[0]"),
+            (ok(json!({"role":"assistant","content":[{"type":"text","text":5}]})), "response.choices[0].message.content[0].text"),
+            (ok(json!({"role":"assistant","content":"hi","tool_calls":5})), "response.choices[0].message.tool_calls"),
+            (ok(json!({"role":"assistant","reasoning_content":5})), "response.choices[0].message.reasoning_content"),
+            (json!({"choices":[{"message":{"role":"assistant","content":"hi"}}],"usage":5}), "response.usage"),
+            (json!({"choices":[{"message":{"role":"assistant","content":"hi"},"finish_reason":5}]}), "response.choices[0].finish_reason"),
+            (json!({"choices":[5]}), "response.choices[0]"),
+        ] {
+            let e = parse_response(Renderer::OpenAi, &body).unwrap_err();
+            assert_eq!(e.kind(), crate::error::ErrorKind::InvalidInput, "{body}");
+            assert_eq!(e.detail()["field"], field, "{body}: {}", e.message());
+        }
+        for (body, field) in [
+            (json!({"content":[{"type":"text","text":"hi"}],"usage":5}), "response.usage"),
+            (json!({"content":[{"type":"text","text":5}]}), "response.content[0].text"),
+            (json!({"content":[],"stop_reason":5}), "response.stop_reason"),
+        ] {
+            let e = parse_response(Renderer::Anthropic, &body).unwrap_err();
+            assert_eq!(e.detail()["field"], field, "{body}: {}", e.message());
+        }
+        // Nulls are absence.
+        let r = parse_response(
+            Renderer::OpenAi,
+            &json!({"choices":[{"message":{"role":"assistant","content":"hi","tool_calls":null,"reasoning_content":null},"finish_reason":null}],"usage":null}),
+        )
+        .unwrap();
+        assert_eq!(r.message.text(), "hi");
+        assert!(r.usage.is_none() && r.finish_reason.is_none());
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 use super::{count_with, Countable, TokenCounter};
 use crate::error::{Error, ErrorKind, Result};
+use crate::store::file::{read_regular, MAX_TOKENIZER_BYTES};
 use std::path::Path;
 
 /// A token counter backed by a HuggingFace tokenizer (`tokenizer.json`, as shipped next to
@@ -26,14 +27,30 @@ impl std::fmt::Debug for TokenizerCounter {
 impl TokenizerCounter {
     /// Loads a tokenizer from a `tokenizer.json` file.
     ///
-    /// Fails with [`ErrorKind::Tokenizer`] when the file cannot be read or is not a valid
-    /// tokenizer; the message names the path and what was wrong, and the detail carries
-    /// `path`.
+    /// The file must be a regular file of at most [`MAX_TOKENIZER_BYTES`] bytes: a device, a
+    /// FIFO or a directory is refused without reading (or waiting on) it. Symbolic links are
+    /// followed (model caches link their files to content-addressed blobs); the link's target
+    /// must be such a file.
+    ///
+    /// Fails with [`ErrorKind::Tokenizer`] when the file cannot be read, is not a regular file,
+    /// is larger than the limit, or is not a valid tokenizer; the message names the path and
+    /// what was wrong, and the detail carries `path`.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let shown = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|e| {
-            Error::new(ErrorKind::Tokenizer, format!("cannot read tokenizer file {shown}: {e}")).with("path", shown.clone())
+        let fail = |why: String| {
+            Error::new(ErrorKind::Tokenizer, format!("cannot read tokenizer file {shown}: {why}")).with("path", shown.clone())
+        };
+        let target = std::fs::canonicalize(path).map_err(|e| fail(e.to_string()))?;
+        let bytes = read_regular(&target, MAX_TOKENIZER_BYTES, "a tokenizer file").map_err(|e| {
+            // The store's message starts with the path it opened: say it once.
+            let why = e.message();
+            let why = why.strip_prefix(&format!("{}: ", target.display())).unwrap_or(why);
+            let mut out = fail(why.to_string());
+            if let Some(limit) = e.detail().get("limit") {
+                out = out.with("limit", limit.clone());
+            }
+            out
         })?;
         Self::load(&bytes, &shown).map_err(|e| e.with("path", shown.clone()))
     }

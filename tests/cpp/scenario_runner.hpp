@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <unistd.h>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -208,6 +209,28 @@ struct SummaryCall {
     std::size_t shared_messages = 0;
 };
 
+/// A temporary directory for the logs `load` opens, removed with everything in it (the cut
+/// records' sidecars included).
+struct TempDir {
+    std::string path;
+    TempDir() {
+        const char *dir = std::getenv("TMPDIR");
+        std::string tmpl = std::string(dir && *dir ? dir : "/tmp") + "/llmsession-cpp-load-XXXXXX";
+        std::vector<char> buf(tmpl.begin(), tmpl.end());
+        buf.push_back('\0');
+        if (::mkdtemp(buf.data()) == nullptr) {
+            fail("cannot create a temporary directory");
+        }
+        path = buf.data();
+    }
+    ~TempDir() {
+        std::error_code ec;
+        std::filesystem::remove_all(path, ec);
+    }
+    TempDir(const TempDir &) = delete;
+    TempDir &operator=(const TempDir &) = delete;
+};
+
 struct World;
 void new_agent(World &w);
 
@@ -226,6 +249,10 @@ struct World {
     std::vector<std::size_t> request_marks;
     std::optional<json> last_request;
     std::shared_ptr<llmsession::Cancel> cancel = std::make_shared<llmsession::Cancel>();
+    json counter;  // the host token counter's spec (counter, setCounter); null: the estimate
+    std::atomic<bool> disposed{false};  // a callback disposed the instance during the running op
+    std::unique_ptr<TempDir> dir;  // where load writes the logs it opens
+    std::size_t loads = 0;
 
     llmsession::Agent &live_agent() {
         if (!agent) {
@@ -297,6 +324,7 @@ inline llmsession::Callback prefix_listener(World &w, std::shared_ptr<ListenerSt
             wp->cancel->trip();
             reply.complete(prepend().dump());
         } else if (kind == "dispose" && active) {
+            wp->disposed = true;
             wp->agent->dispose();
             reply.complete(rest.dump());
         } else if (kind == "append-event") {
@@ -331,6 +359,9 @@ inline llmsession::Callback pre_step_listener(World &w, std::shared_ptr<Listener
             return;
         } else if (kind == "cancel" && active) {
             wp->cancel->trip();
+        } else if (kind == "dispose" && active) {
+            wp->disposed = true;
+            wp->agent->dispose();
         }
         reply.complete("null");
     };
@@ -375,8 +406,58 @@ inline llmsession::Callback summariser(World &w, json spec) {
             for (const auto &m : get_or_null(spec, "messages")) {
                 wp->session->append(context_event(m, "host"));
             }
+        } else if (kind == "dispose" && active) {
+            wp->disposed = true;
+            wp->agent->dispose();
         }
         reply.complete(ok.dump());
+    };
+}
+
+/// The characters (code points) of every string in `v` (object keys left out).
+inline std::size_t string_chars(const json &v) {
+    if (v.is_string()) {
+        std::size_t n = 0;
+        for (unsigned char c : v.get_ref<const std::string &>()) {
+            n += (c & 0xC0) != 0x80 ? 1 : 0;
+        }
+        return n;
+    }
+    std::size_t n = 0;
+    if (v.is_array() || v.is_object()) {
+        for (const auto &x : v) {
+            n += string_chars(x);
+        }
+    }
+    return n;
+}
+
+/// A host token counter (docs/scenarios.md, "Token counters").
+inline llmsession::Callback token_counter(World &w, json spec) {
+    World *wp = &w;
+    auto calls = std::make_shared<std::atomic<std::size_t>>(0);
+    return [wp, spec, calls](std::string_view in, llmsession::Reply &reply) {
+        std::size_t n = calls->fetch_add(1);
+        bool active = times_ok(spec, n);
+        std::size_t per = 4;
+        auto it = spec.find("perToken");
+        if (it != spec.end() && it->is_number_unsigned() && it->get<std::size_t>() >= 1) {
+            per = it->get<std::size_t>();
+        }
+        std::size_t count = (string_chars(json::parse(in)) + per - 1) / per;
+        std::string kind = str_or(spec, "kind", "chars");
+        if (kind == "fail" && active) {
+            reply.fail("token counter failed");
+            return;
+        } else if (kind == "append-during" && active) {
+            for (const auto &m : get_or_null(spec, "messages")) {
+                wp->session->append(context_event(m, "host"));
+            }
+        } else if (kind == "dispose" && active) {
+            wp->disposed = true;
+            wp->agent->dispose();
+        }
+        reply.complete(std::to_string(count));
     };
 }
 
@@ -392,6 +473,9 @@ inline void new_agent(World &w) {
         agent.set_policy(w.policy.dump());
     }
     agent.set_summariser(summariser(w, w.summariser.is_null() ? json{{"kind", "fixed"}} : w.summariser));
+    if (!w.counter.is_null()) {
+        agent.set_token_counter(token_counter(w, w.counter));
+    }
     w.agent.emplace(std::move(agent));
 }
 
@@ -583,7 +667,101 @@ inline llmsession::Session reload(const llmsession::Session &s) {
 void expect_log(World &w, const json &op);
 void expect_summary(World &w, const json &op);
 
+/// The stored records of a session: its header record, then every event's record, byte for
+/// byte (one event at a time, so that no record is parsed and written again).
+inline std::vector<std::string> raw_records(const llmsession::Session &s) {
+    std::vector<std::string> records{s.info()};
+    std::size_t n = json::parse(s.events()).size();
+    for (std::size_t i = 0; i < n; ++i) {
+        std::string one = s.events(i, i + 1);  // "[record]"
+        records.push_back(one.substr(1, one.size() - 2));
+    }
+    return records;
+}
+
+/// `load`: reopens the session from a log file written from the op's records, or the current
+/// log's, changed as the op says (docs/scenarios.md, "Loading a log").
+inline void load(World &w, const json &op) {
+    std::vector<std::string> records;
+    if (op.contains("records")) {
+        if (!op["records"].is_array()) {
+            fail("load: records must be an array");
+        }
+        for (const auto &r : op["records"]) {
+            records.push_back(r.is_string() ? r.get<std::string>() : r.dump());
+        }
+    } else {
+        records = raw_records(*w.session);
+    }
+    if (op.contains("dropLast")) {
+        std::size_t n = op["dropLast"].get<std::size_t>();
+        records.resize(records.size() > n ? records.size() - n : 0);
+    }
+    for (const auto &e : get_or_null(op, "edit")) {
+        std::string from = str_or(e, "replace", ""), to = str_or(e, "with", "");
+        long i = -1;
+        if (e.contains("record")) {
+            i = e["record"].get<long>();
+            if (i < 0) {
+                i += static_cast<long>(records.size());
+            }
+        } else {
+            for (long j = static_cast<long>(records.size()) - 1; j >= 0; --j) {
+                if (records[j].find(from) != std::string::npos) {
+                    i = j;
+                    break;
+                }
+            }
+        }
+        if (i < 0 || i >= static_cast<long>(records.size())) {
+            fail("load: there is no record " + std::to_string(i) + " to edit");
+        }
+        std::size_t at = records[i].find(from);
+        if (at == std::string::npos) {
+            fail("load: record " + std::to_string(i) + " does not contain \"" + from + "\"");
+        }
+        records[i].replace(at, from.size(), to);
+    }
+    dispose_agent(w);
+    if (!w.dir) {
+        w.dir = std::make_unique<TempDir>();
+    }
+    std::string path = w.dir->path + "/load-" + std::to_string(++w.loads) + ".jsonl";
+    {
+        std::ofstream f(path, std::ios::binary | std::ios::trunc);
+        for (const auto &r : records) {
+            f << r << '\n';
+        }
+        f << str_or(op, "tail", "");
+    }
+    std::optional<llmsession::Session> opened;
+    auto error = attempt([&] { opened.emplace(llmsession::Session::open_file(path)); });
+    if (opened) {
+        check_pointers("load report", json::parse(opened->load_report()), get_or_null(op, "expectReport"));
+        w.session.emplace(std::move(*opened));
+        w.last_request.reset();
+    }
+    // On a failed open the session stays the one before; a new instance drives it.
+    new_agent(w);
+    check_error(op, error);
+}
+
+inline void run_op_inner(World &w, const json &op);
+
+/// Runs one op; an instance a callback disposed during it is dropped afterwards.
 inline void run_op(World &w, const json &op) {
+    struct DropDisposed {
+        World &w;
+        ~DropDisposed() {
+            if (w.disposed.exchange(false)) {
+                w.agent.reset();
+            }
+        }
+    } drop{w};
+    run_op_inner(w, op);
+}
+
+inline void run_op_inner(World &w, const json &op) {
     std::string name = str_or(op, "op", "");
     if (name == "turn") {
         check_error(op, attempt([&] { w.live_agent().start_turn(user_message(op.at("user")).dump()); }));
@@ -653,8 +831,12 @@ inline void run_op(World &w, const json &op) {
         if (op.contains("config")) {
             o["config"] = op["config"];
         }
-        w.options = o;
-        check_error(op, attempt([&] { w.live_agent().set_options(o.dump()); }));
+        // Invalid options are the op's error (the library names them) and change nothing.
+        auto error = attempt([&] { w.live_agent().set_options(o.dump()); });
+        if (!error) {
+            w.options = o;
+        }
+        check_error(op, error);
     } else if (name == "mutateListener") {
         std::size_t i = op.value("index", std::size_t(0));
         if (i >= w.listeners.size()) {
@@ -744,6 +926,15 @@ inline void run_op(World &w, const json &op) {
         w.live_agent().set_summariser(summariser(w, w.summariser));
     } else if (name == "dispose") {
         dispose_agent(w);
+    } else if (name == "setCounter") {
+        w.counter = get_or_null(op, "counter");
+        if (w.counter.is_null()) {
+            w.live_agent().clear_token_counter();
+        } else {
+            w.live_agent().set_token_counter(token_counter(w, w.counter));
+        }
+    } else if (name == "load") {
+        load(w, op);
     } else if (name == "expectLog") {
         expect_log(w, op);
     } else if (name == "expectSummaryRequest") {
@@ -1016,6 +1207,7 @@ inline void run_file(const std::string &path) {
     w.options["checkRequests"] = true;
     w.summariser = get_or_null(sc, "summariser");
     w.policy = get_or_null(sc, "policy");
+    w.counter = get_or_null(sc, "counter");
     set_listeners(w, get_or_null(sc, "listeners"), get_or_null(sc, "preStep"));
     try {
         new_agent(w);

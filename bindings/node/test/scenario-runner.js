@@ -123,6 +123,9 @@ class World {
     this.summaries = [];
     this.summariser = sc.summariser;
     this.policy = sc.policy;
+    this.counter = sc.counter; // the host token counter's spec (counter, setCounter)
+    this.disposed = false; // a callback disposed the instance during the running op
+    this.loads = 0;
     this.requests = [];
     this.requestMarks = [];
     this.lastRequest = null;
@@ -168,7 +171,7 @@ class World {
             this.controller.abort();
             return [...held, ...rest];
           case 'dispose':
-            this.agent.dispose();
+            this.disposeFromCallback();
             return rest;
           case 'append-event':
             for (const m of st.spec.events || []) this.session.append(contextEvent(m, 'plugin'));
@@ -193,7 +196,43 @@ class World {
         case 'cancel':
           this.controller.abort();
           return null;
+        case 'dispose':
+          this.disposeFromCallback();
+          return null;
         default: return null;
+      }
+    });
+  }
+
+  /** Disposes the running instance from inside one of its callbacks (dropped after the op). */
+  disposeFromCallback() {
+    this.disposed = true;
+    this.agent.dispose().catch(() => {});
+  }
+
+  /** A host token counter (docs/scenarios.md, "Token counters"). */
+  makeCounter(spec) {
+    let calls = 0;
+    const per = typeof spec.perToken === 'number' && spec.perToken >= 1 ? spec.perToken : 4;
+    const chars = (v) => {
+      if (typeof v === 'string') return [...v].length;
+      if (Array.isArray(v)) return v.reduce((n, x) => n + chars(x), 0);
+      if (v && typeof v === 'object') return Object.values(v).reduce((n, x) => n + chars(x), 0);
+      return 0;
+    };
+    return this.wrap((item) => {
+      const n = calls++;
+      const active = timesOk(spec, n);
+      const count = Math.ceil(chars(item) / per);
+      switch (active ? spec.kind || 'chars' : 'chars') {
+        case 'fail': throw new lls.CallbackError('token counter failed');
+        case 'append-during':
+          for (const m of spec.messages || []) this.session.append(contextEvent(m, 'host'));
+          return count;
+        case 'dispose':
+          this.disposeFromCallback();
+          return count;
+        default: return count;
       }
     });
   }
@@ -218,6 +257,9 @@ class World {
         case 'append-during':
           for (const m of spec.messages || []) this.session.append(contextEvent(m, 'host'));
           return ok;
+        case 'dispose':
+          this.disposeFromCallback();
+          return ok;
         default: return ok;
       }
     });
@@ -230,6 +272,7 @@ class World {
       for (const l of this.preSteps) agent.addPreStepListener(this.preStep(l));
       if (this.policy !== undefined) agent.setPolicy(this.policy);
       agent.setSummariser(this.makeSummariser(this.summariser || { kind: 'fixed' }));
+      if (this.counter) agent.setTokenCounter(this.makeCounter(this.counter));
     } catch (e) {
       agent.close();
       throw e;
@@ -324,7 +367,66 @@ function checkRequest(req, prev, exp) {
   }
 }
 
+/** Runs one op; an instance a callback disposed during it is dropped afterwards. */
 async function runOp(w, op) {
+  try {
+    return await runOpInner(w, op);
+  } finally {
+    if (w.disposed) {
+      w.disposed = false;
+      if (w.agent) {
+        w.agent.close();
+        w.agent = null;
+      }
+    }
+  }
+}
+
+/**
+ * `load`: reopens the session from a log file written from the op's records, or the current
+ * log's, changed as the op says (docs/scenarios.md, "Loading a log").
+ */
+async function load(w, op) {
+  let records;
+  if (op.records !== undefined) {
+    if (!Array.isArray(op.records)) throw new Error('load: records must be an array');
+    records = op.records.map((r) => (typeof r === 'string' ? r : JSON.stringify(r)));
+  } else {
+    records = [JSON.stringify(w.session.info()), ...w.events().map((e) => JSON.stringify(e))];
+  }
+  if (typeof op.dropLast === 'number') records = records.slice(0, Math.max(0, records.length - op.dropLast));
+  for (const e of op.edit || []) {
+    let i;
+    if (typeof e.record === 'number') i = e.record < 0 ? records.length + e.record : e.record;
+    else i = records.map((r) => r.includes(e.replace)).lastIndexOf(true);
+    if (i < 0 || i >= records.length) throw new Error(`load: there is no record ${i} to edit`);
+    if (!records[i].includes(e.replace)) throw new Error(`load: record ${i} does not contain ${JSON.stringify(e.replace)}`);
+    records[i] = records[i].replace(e.replace, () => e.with);
+  }
+  let text = records.map((r) => `${r}\n`).join('');
+  if (typeof op.tail === 'string') text += op.tail;
+  await w.dropAgent();
+  w.loads += 1;
+  const file = path.join(w.tmp, `load-${w.loads}.jsonl`);
+  fs.writeFileSync(file, text);
+  let s;
+  try {
+    s = lls.Session.openFile(file);
+  } catch (e) {
+    if (!(e instanceof lls.LlmSessionError)) throw e;
+    // The session stays the one before; a new instance drives it.
+    w.newAgent();
+    return checkError(op, e);
+  }
+  w.sessions.push(s);
+  checkPointers('load report', s.loadReport(), op.expectReport);
+  w.session = s;
+  w.lastRequest = null;
+  w.newAgent();
+  return checkError(op, null);
+}
+
+async function runOpInner(w, op) {
   switch (op.op) {
     case 'turn':
       return attempt(op, () => w.needAgent().startTurn(userMessage(op.user)));
@@ -406,8 +508,11 @@ async function runOp(w, op) {
       }
       if (op.tools) o.tools = op.tools;
       if (op.config) o.config = op.config;
-      w.options = o;
-      return attempt(op, () => w.needAgent().setOptions(o));
+      // Invalid options are the op's error (the library names them) and change nothing.
+      return attempt(op, () => {
+        w.needAgent().setOptions(o);
+        w.options = o;
+      });
     }
     case 'mutateListener': {
       const l = w.listeners[op.index || 0];
@@ -496,6 +601,13 @@ async function runOp(w, op) {
       return undefined;
     case 'dispose':
       return w.dropAgent();
+    case 'setCounter':
+      w.counter = op.counter || undefined;
+      if (w.counter) w.needAgent().setTokenCounter(w.makeCounter(w.counter));
+      else w.needAgent().clearTokenCounter();
+      return undefined;
+    case 'load':
+      return load(w, op);
     case 'expectLog':
       return expectLog(w, op);
     case 'expectSummaryRequest':
