@@ -441,6 +441,9 @@ static void test_overflow_and_gate(void) {
     lls_string_free(hist);
     summ.reply = "{\"summary\":\"wrong field\"}";
     EXPECT_ERR(lls_agent_compact(a, NULL, 0, NULL, &out, NULL, &err), LLS_ERR_SUMMARISER,
+               "the summariser callback replied with unusable data: reply.summary: is not a summary field");
+    summ.reply = "{\"usage\":{\"inputTokens\":1,\"outputTokens\":1}}";
+    EXPECT_ERR(lls_agent_compact(a, NULL, 0, NULL, &out, NULL, &err), LLS_ERR_SUMMARISER,
                "the summariser callback replied with unusable data: reply.text: is required");
     summ.reply = NULL;
     /* A middle span. */
