@@ -1013,13 +1013,16 @@ size_t lls_live_handle_count(void);
 
 /**
  * Renders a request envelope (from `lls_agent_next_request`, or the `request` a summariser
- * receives) into a provider's JSON body, stored in `*out` (free it with `lls_string_free`).
+ * receives) into a provider's JSON body, stored in `*out` (free it with `lls_string_free`),
+ * with the default render options (`lls_render_with_options` takes others): the OpenAI body's
+ * `prompt_cache_key` is the envelope's `sessionId`, the Anthropic breakpoints have no `ttl`.
  *
  * `(renderer, renderer_len)` names the format: `"openai"` (OpenAI-compatible chat completions:
  * OpenAI, DeepSeek, llama.cpp, vLLM, ...) or `"anthropic"` (Anthropic Messages, with cache
- * breakpoints at the end of the session prefix and of the history). `prefix_len` is how many
- * leading envelope messages are the session prefix (`prefixLen` of `lls_agent_request_info`,
- * or of the summariser's input); it must not exceed the number of messages. The rendering
+ * breakpoints at the end of the system prompt, of the session prefix and of the history).
+ * `prefix_len` is how many leading envelope messages are the session prefix (`prefixLen` of
+ * `lls_agent_request_info`, or of the summariser's input); it must not exceed the number of
+ * messages. The rendering
  * preserves the prefix property: a request that extends the previous one renders to a body
  * whose messages extend the previous body's.
  *
@@ -1041,6 +1044,46 @@ lls_status lls_render(const char *renderer,
                       char **out,
                       size_t *out_len,
                       lls_error **err);
+
+/**
+ * Renders a request envelope into a provider's JSON body as `lls_render` does, with render
+ * options given as JSON, stored in `*out` (free it with `lls_string_free`).
+ *
+ * `(options_json, options_len)` (may be NULL for the defaults) is `{"prefixLen"?: n,
+ * "promptCacheKey"?: true | false | "key", "promptCacheRetention"?: "...", "cacheTtl"?: "5m" |
+ * "1h"}`:
+ * - `prefixLen` (default 0): how many leading envelope messages are the session prefix, as
+ *   `prefix_len` of `lls_render`;
+ * - `promptCacheKey` (OpenAI-compatible bodies; default `true`): `true` sends the envelope's
+ *   `sessionId` as `prompt_cache_key` (a `prompt_cache_key` config field takes its place),
+ *   `false` sends none, a string sends that key;
+ * - `promptCacheRetention` (OpenAI-compatible): sent verbatim as `prompt_cache_retention`
+ *   (OpenAI: `"in_memory"` or `"24h"`);
+ * - `cacheTtl` (Anthropic): the `ttl` of every cache breakpoint the renderer places.
+ *
+ * An unknown key is an error (a misspelt option is never ignored). An explicit key or
+ * retention and a config field of the same name collide (`LLS_ERR_INVALID_INPUT`).
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`renderer`, `envelope_json`, `out`), `LLS_ERR_INVALID_UTF8`,
+ * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (an unknown renderer, an invalid envelope,
+ * an unknown or mistyped option; detail `field`), `LLS_ERR_INVALID_ARGUMENT` (`prefixLen`
+ * larger than the envelope's message count).
+ *
+ * # Safety
+ * `renderer`, `envelope_json` and `options_json` NULL or readable for their lengths; `out`,
+ * `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread, concurrently (it holds no state).
+ */
+lls_status lls_render_with_options(const char *renderer,
+                                   size_t renderer_len,
+                                   const char *envelope_json,
+                                   size_t envelope_len,
+                                   const char *options_json,
+                                   size_t options_len,
+                                   char **out,
+                                   size_t *out_len,
+                                   lls_error **err);
 
 /**
  * Answers a reply synchronously, from inside the callback, with a copy of the JSON text
