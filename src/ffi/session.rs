@@ -202,7 +202,7 @@ fn session_options<'a>(v: Option<&'a Value>, path: &'a str, more: &[&str]) -> Re
 }
 
 /// A file path argument: UTF-8, not empty, no NUL byte.
-unsafe fn path_arg(ptr: *const c_char, len: usize, argument: &str) -> std::result::Result<String, FfiError> {
+pub(crate) unsafe fn path_arg(ptr: *const c_char, len: usize, argument: &str) -> std::result::Result<String, FfiError> {
     // SAFETY: forwarded from the caller.
     let text = unsafe { buffers::input_str(ptr, len, argument) }?;
     if text.is_empty() {
@@ -230,7 +230,7 @@ fn verify_json(r: &VerifyReport) -> String {
 }
 
 /// Splits a stored file into records the way the JSONL store does.
-fn file_records(path: &str) -> Result<Vec<Vec<u8>>> {
+pub(crate) fn file_records(path: &str) -> Result<Vec<Vec<u8>>> {
     let bytes = std::fs::read(path).map_err(|e| {
         Error::new(ErrorKind::Storage, format!("{path}: cannot read: {e}"))
             .with("path", path)
