@@ -1196,12 +1196,12 @@ lls_status lls_replay_new(const lls_session *session, lls_replay **out, lls_erro
  * with `lls_string_free`), and moves on to the next recorded request.
  *
  * The answer is JSON: for a conversation request `{"purpose":"conversation", "id", "turn",
- * "step", "outcome":"response", "message", "usage"?}` (pass `{message, usage}` to
- * `lls_agent_record_response`), `{..., "outcome":"error", "error", "overflow"}` (pass to
- * `lls_agent_provider_error`) or `{..., "outcome":"cancelled"}`; for a summarisation request
- * `{"purpose":"compaction", "id", "outcome":"summary", "text", "usage"?, "provider", "model"}`
- * (the summariser's reply) or `{..., "outcome":"failed", "error"}` (fail the summariser with
- * it). The same summarisation request again right after it was answered (a retry) gets the
+ * "step", "outcome":"response", "response": {"message", "usage"?}}` (pass `response` to
+ * `lls_agent_record_response` as it is), `{..., "outcome":"error", "error", "overflow"}` (pass
+ * to `lls_agent_provider_error`) or `{..., "outcome":"cancelled"}`; for a summarisation request
+ * `{"purpose":"compaction", "id", "outcome":"summary", "summary": {"text", "usage"?,
+ * "provider", "model"}}` (`summary` is the summariser's reply as it is) or `{...,
+ * "outcome":"failed", "error"}` (fail the summariser with it). The same summarisation request again right after it was answered (a retry) gets the
  * same answer.
  *
  * Errors: `LLS_ERR_NULL_POINTER` (`replay`, `envelope_json`, `out`), `LLS_ERR_INVALID_HANDLE`,

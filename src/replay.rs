@@ -17,12 +17,13 @@
 //!   index with its byte offset, or the bookkeeping field), and the replay does not move: the
 //!   host's loop no longer does what the recorded one did.
 //!
-//! Answers are JSON, in the shapes the host passes on: `{"purpose":"conversation", "id", "turn",
-//! "step", "outcome":"response", "message", "usage"?}` (pass `{message, usage}` to
-//! `record_response`), `{"outcome":"error", "error", "overflow"}` (pass to
-//! `report_provider_error`), `{"outcome":"cancelled"}`; for a summarisation request
-//! `{"purpose":"compaction", "id", "outcome":"summary", "text", "usage"?, "provider", "model"}` (a
-//! summariser's output) or `{"outcome":"failed", "error"}` (fail the summariser with it).
+//! Answers are JSON, holding what the host passes on as it is: `{"purpose":"conversation", "id",
+//! "turn", "step", "outcome":"response", "response": {"message", "usage"?}}` (`response` is what
+//! `record_response` takes), `{..., "outcome":"error", "error", "overflow"}` (report it with
+//! `report_provider_error`), `{..., "outcome":"cancelled"}`; for a summarisation request
+//! `{"purpose":"compaction", "id", "outcome":"summary", "summary": {"text", "usage"?, "provider",
+//! "model"}}` (`summary` is the summariser's reply) or `{..., "outcome":"failed", "error"}` (fail
+//! the summariser with it).
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::explain::{compare, Component, Parts};
@@ -130,12 +131,12 @@ impl Replay {
                 }
                 types::ASSISTANT_MESSAGE => {
                     if let Some(i) = open.filter(|&i| !entries[i].id.starts_with('c')) {
-                        let mut a = json!({"purpose": "conversation", "id": entries[i].id, "turn": turn, "step": step,
-                                           "outcome": "response", "message": ev.data["message"]});
+                        let mut response = json!({"message": ev.data["message"]});
                         if let Some(u) = ev.data.get("usage") {
-                            a["usage"] = u.clone();
+                            response["usage"] = u.clone();
                         }
-                        entries[i].answer = Some(a);
+                        entries[i].answer = Some(json!({"purpose": "conversation", "id": entries[i].id, "turn": turn, "step": step,
+                                           "outcome": "response", "response": response}));
                         open = None;
                     }
                 }
@@ -156,13 +157,13 @@ impl Replay {
                 types::COMPACTION_SUMMARY => {
                     if let Some(i) = open.filter(|&i| entries[i].id.starts_with('c')) {
                         let d = &ev.data;
-                        let mut a = json!({"purpose": "compaction", "id": entries[i].id, "outcome": "summary",
-                            "text": d.get("raw").or_else(|| d.get("summary")).cloned().unwrap_or(Value::from("")),
+                        let mut summary = json!({"text": d.get("raw").or_else(|| d.get("summary")).cloned().unwrap_or(Value::from("")),
                             "provider": d["provider"], "model": d["model"]});
                         if let Some(u) = d.get("usage") {
-                            a["usage"] = u.clone();
+                            summary["usage"] = u.clone();
                         }
-                        entries[i].answer = Some(a);
+                        entries[i].answer =
+                            Some(json!({"purpose": "compaction", "id": entries[i].id, "outcome": "summary", "summary": summary}));
                         open = None;
                     }
                 }

@@ -45,8 +45,9 @@ impl Provider {
                 assert_eq!(a["purpose"], "conversation");
                 match a["outcome"].as_str().unwrap() {
                     "response" => {
-                        let usage = a.get("usage").map(|u| Usage::from_value(u, "usage").unwrap());
-                        Ok(Ok((Message::from_value(&a["message"], "message").unwrap(), usage)))
+                        let r = &a["response"];
+                        let usage = r.get("usage").map(|u| Usage::from_value(u, "usage").unwrap());
+                        Ok(Ok((Message::from_value(&r["message"], "message").unwrap(), usage)))
                     }
                     "error" => Ok(Err((a["error"].as_str().unwrap().to_string(), a["overflow"] == true))),
                     other => panic!("unexpected outcome {other}"),
@@ -63,7 +64,7 @@ fn summariser(p: Arc<Provider>) -> impl Fn(&SummaryRequest, &CancelToken) -> llm
             let a = r.lock().unwrap().answer(req.json.as_bytes())?;
             assert_eq!(a["purpose"], "compaction");
             match a["outcome"].as_str().unwrap() {
-                "summary" => Ok(SummaryOutput { text: a["text"].as_str().unwrap().into(), ..Default::default() }),
+                "summary" => SummaryOutput::from_value(&a["summary"], "summary"),
                 _ => Err(llmsession::Error::new(ErrorKind::Summariser, a["error"].as_str().unwrap_or("failed"))),
             }
         }

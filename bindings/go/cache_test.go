@@ -172,7 +172,7 @@ func TestReplayAnswersTheRecordedLoop(t *testing.T) {
 		if a.Outcome != "response" || a.Purpose != "conversation" {
 			t.Fatalf("answer %+v", a)
 		}
-		return json.Marshal(map[string]any{"message": a.Message, "usage": a.Usage})
+		return a.Response, nil
 	})
 	if err != nil {
 		t.Fatal(err)

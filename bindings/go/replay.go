@@ -22,22 +22,19 @@ type Replay struct {
 }
 
 // ReplayAnswer is a recorded answer (lls_replay_answer). For a conversation request, Outcome is
-// "response" (pass Message and Usage to Agent.RecordResponse), "error" (pass Error and
+// "response" (pass Response to Agent.RecordResponse as it is), "error" (pass Error and
 // Overflow to Agent.ProviderError) or "cancelled"; for a summarisation request, "summary"
-// (Text and Usage are the summariser's reply) or "failed" (fail the summariser with Error).
+// (Summary is the summariser's reply) or "failed" (fail the summariser with Error).
 type ReplayAnswer struct {
 	Purpose  string          `json:"purpose"`
 	ID       string          `json:"id"`
 	Turn     uint64          `json:"turn,omitempty"`
 	Step     uint64          `json:"step,omitempty"`
 	Outcome  string          `json:"outcome"`
-	Message  json.RawMessage `json:"message,omitempty"`
-	Usage    json.RawMessage `json:"usage,omitempty"`
+	Response json.RawMessage `json:"response,omitempty"`
 	Error    string          `json:"error,omitempty"`
 	Overflow bool            `json:"overflow,omitempty"`
-	Text     string          `json:"text,omitempty"`
-	Provider string          `json:"provider,omitempty"`
-	Model    string          `json:"model,omitempty"`
+	Summary  *SummaryOutput  `json:"summary,omitempty"`
 }
 
 func wrapReplay(p *C.lls_replay) *Replay {

@@ -385,13 +385,12 @@ export interface ReplayAnswer {
   turn?: number;
   step?: number;
   outcome: 'response' | 'error' | 'cancelled' | 'summary' | 'failed';
-  message?: Message;
-  usage?: Usage;
+  /** outcome "response": what `agent.recordResponse` takes, as it is. */
+  response?: { message: Message; usage?: Usage };
   error?: string;
   overflow?: boolean;
-  text?: string;
-  provider?: string;
-  model?: string;
+  /** outcome "summary": the summariser's reply, as it is. */
+  summary?: { text: string; usage?: Usage; provider?: string; model?: string };
 }
 /** A recorded session that answers a host's requests (offline tests of an agent loop). */
 export declare class Replay {

@@ -993,7 +993,8 @@ class Replay {
 
   /**
    * The recorded answer to a request envelope (a `nextRequest` result's `bytes`, or a
-   * summariser's `request`): `{purpose, id, outcome, message?, usage?, error?, overflow?, text?, ...}`.
+   * summariser's `request`): `{purpose, id, outcome, response?, error?, overflow?, summary?}`;
+   * `response` is what `agent.recordResponse` takes, `summary` what a summariser returns.
    */
   answer(envelope) {
     const e = jsonBuf(envelope);

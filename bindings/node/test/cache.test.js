@@ -78,7 +78,7 @@ test('a recorded session answers the same loop offline, and names the first dive
   await host(offline, 'Be brief.', (bytes) => {
     const a = replay.answer(bytes);
     assert.deepEqual([a.purpose, a.outcome], ['conversation', 'response']);
-    return { message: a.message, usage: a.usage };
+    return a.response;
   });
   assert.deepEqual(replay.info(), { sessionId: 'rec-1', requests: 2, answered: 2 });
   offline.verify();
