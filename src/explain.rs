@@ -25,8 +25,8 @@
 //!
 //! With provider usage, each request gets the **expected cacheable tokens** beside the
 //! provider's cached tokens: the previous request's reported prompt tokens when this one extends
-//! it whole, otherwise the shared tokens scaled by the previous request's reported-to-counted
-//! ratio. The prompt spend (the uncached prompt tokens: reported, or estimated without usage) is
+//! it whole, otherwise the shared tokens scaled by the reported-to-counted ratio of the earlier
+//! request nearest in size to the shared part. The prompt spend (the uncached prompt tokens: reported, or estimated without usage) is
 //! summed by cause: growth, header change, resume, compaction, retry after overflow (and inject or
 //! edit, which the library's own API never produces). `llmsession stats` and `llmsession explain`
 //! are two views of this one computation; `docs/caching.md` shows how to read it.
@@ -402,6 +402,8 @@ pub struct Divergence {
     /// The seq of that event, where one is known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub event_seq: Option<u64>,
+    /// The event in words (`the request header changed at seq 9`).
+    pub because: String,
     /// A sentence saying it all.
     pub summary: String,
 }
@@ -527,7 +529,6 @@ struct Seen {
     seq: u64,
     instance: u64,
     parts: Parts,
-    tokens: u64,
     prompt: Option<u64>,
 }
 
@@ -624,6 +625,8 @@ pub fn explain_events(session: &SessionHeader, events: &[Event], counter: &dyn T
     // The report index of the request the next usage belongs to.
     let mut awaiting_usage: Option<usize> = None;
     let mut side = SideTables::default();
+    // (counted tokens, reported prompt tokens) of every request with usage so far.
+    let mut calibration: Vec<(u64, u64)> = Vec::new();
     for ev in events {
         let built =
             match ev.ty.as_str() {
@@ -732,7 +735,7 @@ pub fn explain_events(session: &SessionHeader, events: &[Event], counter: &dyn T
                 spend_source: "estimate",
                 cause: Cause::Growth,
             };
-            let mut candidate: Option<(u64, Option<u64>, bool)> = None; // (tokens, prompt, extends)
+            let mut candidate: Option<(Option<u64>, bool)> = None; // (its reported prompt, extends)
             if let Some((cand, share)) = best {
                 report.compared_with = Some(out[cand.index].id.clone());
                 report.shared_bytes = share.bytes;
@@ -741,16 +744,16 @@ pub fn explain_events(session: &SessionHeader, events: &[Event], counter: &dyn T
                 report.extends = share.diverge.is_none() && share.bytes == cand.parts.bytes();
                 if let Some(c) = share.diverge.clone() {
                     let (event, event_seq) = attribute(&c, cand, &parts, instance, &headers, &side, kind);
+                    let because = why(event, event_seq);
                     let summary = format!(
-                        "{} differs from request {} (after {} shared bytes): {}",
+                        "{} differs from request {} (after {} shared bytes): {because}",
                         c.describe(),
                         out[cand.index].id,
-                        share.bytes,
-                        why(event, event_seq)
+                        share.bytes
                     );
-                    report.divergence = Some(Divergence { component: c, at_byte: share.bytes, event, event_seq, summary });
+                    report.divergence = Some(Divergence { component: c, at_byte: share.bytes, event, event_seq, because, summary });
                 }
-                candidate = Some((cand.tokens, cand.prompt, report.extends));
+                candidate = Some((cand.prompt, report.extends));
             }
             report.cause = match (kind, &report.divergence) {
                 (Kind::Compaction, _) => Cause::Compaction,
@@ -761,29 +764,31 @@ pub fn explain_events(session: &SessionHeader, events: &[Event], counter: &dyn T
             };
             if !rebuilt && report.divergence.is_none() {
                 let since = out.iter().rev().find(|r| r.rebuilt).map(|r| r.seq);
+                let because = format!(
+                    "an event {}before seq {} was changed after the request was sent",
+                    since.map(|s| format!("after seq {s} and ")).unwrap_or_default(),
+                    ev.seq
+                );
+                let summary = format!(
+                    "the log no longer rebuilds request {} (its digest differs from the one recorded when it was sent): {because}",
+                    report.id
+                );
                 report.divergence = Some(Divergence {
                     component: first_changed_entry(&parts, since),
                     at_byte: report.shared_bytes,
                     event: Cause::Edit,
                     event_seq: None,
-                    summary: format!(
-                        "the log no longer rebuilds request {} (its digest differs from the one recorded when it was sent): an event {}before seq {} was changed after it was sent",
-                        report.id,
-                        since.map(|s| format!("after seq {s} and ")).unwrap_or_default(),
-                        ev.seq
-                    ),
+                    because,
+                    summary,
                 });
             }
             report.expected_cached_tokens = match candidate {
                 None => 0,
-                Some((_, Some(prompt), true)) => prompt,
-                Some((cand_tokens, Some(prompt), false)) if cand_tokens > 0 => {
-                    (report.shared_tokens as u128 * prompt as u128 / cand_tokens as u128) as u64
-                }
-                Some(_) => report.shared_tokens,
+                Some((Some(prompt), true)) => prompt,
+                Some(_) => calibrated(report.shared_tokens, &calibration),
             };
             report.uncached_tokens = tokens.saturating_sub(report.shared_tokens);
-            let seen = Seen { index, seq: ev.seq, instance, parts, tokens, prompt: None };
+            let seen = Seen { index, seq: ev.seq, instance, parts, prompt: None };
             match kind {
                 Kind::Conversation => {
                     last_conv = Some(seen);
@@ -808,6 +813,9 @@ pub fn explain_events(session: &SessionHeader, events: &[Event], counter: &dyn T
                             if let Some(s) = seen.filter(|s| s.index == i) {
                                 s.prompt = Some(prompt);
                             }
+                            if out[i].tokens > 0 {
+                                calibration.push((out[i].tokens, prompt));
+                            }
                             awaiting_usage = None;
                         }
                     }
@@ -819,11 +827,7 @@ pub fn explain_events(session: &SessionHeader, events: &[Event], counter: &dyn T
                 headers.push((ev.seq, reason.clone(), inst));
                 pending_header = Some(reason);
             }
-            types::STEP_END => {
-                if ev.data.get("overflow").and_then(Value::as_bool) == Some(true) {
-                    overflow_retry = true;
-                }
-            }
+            types::STEP_END if ev.data.get("overflow").and_then(Value::as_bool) == Some(true) => overflow_retry = true,
             types::COMPACTION_END if ev.data.get("outcome").and_then(Value::as_str) == Some("landed") => landed += 1,
             types::COMPACTION_START => side.compaction_starts.push(ev.seq),
             types::USER_MESSAGE => {
@@ -854,6 +858,18 @@ pub fn explain_events(session: &SessionHeader, events: &[Event], counter: &dyn T
     }
     totals.spend = Cause::ALL.iter().map(|c| (c.as_str().to_string(), spend.get(c).copied().unwrap_or(0))).collect();
     Ok(Explanation { session: session.id.clone(), counter: counter.name(), requests: out, totals })
+}
+
+/// The counted `shared` tokens in the provider's tokens: scaled by the reported-to-counted ratio
+/// of the earlier request (with usage) nearest in size to the shared part. How many tokens a text
+/// takes depends on what it is (prose, code, JSON), and in a session whose requests extend each
+/// other the request nearest in size to the shared part is mostly that same content. Without any
+/// usage, the counted tokens.
+fn calibrated(shared: u64, calibration: &[(u64, u64)]) -> u64 {
+    match calibration.iter().min_by_key(|(t, _)| t.abs_diff(shared)) {
+        Some(&(tokens, prompt)) => (shared as u128 * prompt as u128 / tokens as u128) as u64,
+        None => shared,
+    }
 }
 
 fn set_usage(r: &mut RequestReport, u: Usage) {

@@ -18,8 +18,9 @@
 //!   host's loop no longer does what the recorded one did.
 //!
 //! Answers are JSON, holding what the host passes on as it is: `{"purpose":"conversation", "id",
-//! "turn", "step", "outcome":"response", "response": {"message", "usage"?}}` (`response` is what
-//! `record_response` takes), `{..., "outcome":"error", "error", "overflow"}` (report it with
+//! "turn", "step", "outcome":"response", "response": {"message", "usage"?, "finishReason"?}}`
+//! (`response` is what `record_response` takes; `finishReason` is `"max-tokens"` when the
+//! recorded turn ended at the output limit, the one finish reason the log keeps), `{..., "outcome":"error", "error", "overflow"}` (report it with
 //! `report_provider_error`), `{..., "outcome":"cancelled"}`; for a summarisation request
 //! `{"purpose":"compaction", "id", "outcome":"summary", "summary": {"text", "usage"?, "provider",
 //! "model"}}` (`summary` is the summariser's reply) or `{..., "outcome":"failed", "error"}` (fail
@@ -153,6 +154,15 @@ impl Replay {
                         entries[i].answer = Some(a);
                     }
                     open = None;
+                }
+                // The log keeps no finish reason, but a turn that ended at the output limit says
+                // so: its last answer carries `finishReason: "max-tokens"`, so that a host
+                // deciding on it ends the turn as the recorded one did.
+                types::TURN_END if ev.data.get("reason").and_then(Value::as_str) == Some("max-tokens") => {
+                    let last = entries.iter_mut().rev().find(|e| !e.id.starts_with('c'));
+                    if let Some(r) = last.and_then(|e| e.answer.as_mut()).and_then(|a| a.get_mut("response")) {
+                        r["finishReason"] = "max-tokens".into();
+                    }
                 }
                 types::COMPACTION_SUMMARY => {
                     if let Some(i) = open.filter(|&i| entries[i].id.starts_with('c')) {

@@ -246,7 +246,7 @@ fn summary_body_is_a_byte_extension_of_the_conversation_body_on_every_provider()
         policy.summary_max_tokens = 500;
         a.set_policy(Some(policy)).unwrap();
         let c = CancelToken::new();
-        a.start_turn(Message::user_text(&"Please also read the log. ".repeat(400))).unwrap();
+        a.start_turn(Message::user_text("Please also read the log. ".repeat(400))).unwrap();
         a.next_request(&c).unwrap();
         assert_eq!(seen.lock().unwrap().len(), 1, "{}: the gate compacted", p.name);
         let gate = seen.lock().unwrap()[0].clone();

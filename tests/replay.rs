@@ -11,6 +11,9 @@ use llmsession::{Agent, AgentOptions, Block, CallConfig, CancelToken, ErrorKind,
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 
+/// A provider's answer: the reply and its usage, or an error (its message, whether an overflow).
+type Answer = Result<(Message, Option<Usage>), (String, bool)>;
+
 /// What answers the host's requests: a scripted provider (recording) or a replay.
 enum Provider {
     Scripted,
@@ -19,12 +22,7 @@ enum Provider {
 
 impl Provider {
     /// The answer to a conversation request: `(message, usage)` or a provider error.
-    fn conversation(
-        &self,
-        envelope: &str,
-        turn: u64,
-        step: u64,
-    ) -> Result<Result<(Message, Option<Usage>), (String, bool)>, llmsession::Error> {
+    fn conversation(&self, envelope: &str, turn: u64, step: u64) -> Result<Answer, llmsession::Error> {
         match self {
             Provider::Scripted => {
                 let n = serde_json::from_str::<Value>(envelope).unwrap()["messages"].as_array().unwrap().len() as u64;
@@ -231,4 +229,44 @@ fn more_requests_than_recorded_and_an_unrebuildable_log_are_errors() {
     let e = Replay::from_records(&bad).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Reconstruction);
     assert!(e.message().contains("request 2 (turn 1 step 2)") && e.message().contains("cannot be replayed"), "{}", e.message());
+}
+
+#[test]
+fn a_turn_that_ended_at_the_output_limit_says_so_in_its_answer() {
+    let s = session_with_id("limit");
+    let mut a = Agent::new(&s, AgentOptions::new(CallConfig::new("openai", "gpt-5"))).unwrap();
+    let c = CancelToken::new();
+    for (user, reason) in [("one", TurnEndReason::MaxTokens), ("two", TurnEndReason::Completed)] {
+        a.start_turn(Message::user_text(user)).unwrap();
+        a.next_request(&c).unwrap();
+        a.record_response(Message::from_value(&json!({"role":"assistant","content":[{"type":"text","text":"cut"}]}), "m").unwrap(), None)
+            .unwrap();
+        a.end_turn(reason).unwrap();
+    }
+    let replay = Replay::from_records(&records(&s)).unwrap();
+    let mut r = replay.clone();
+    // Rebuild the host's requests from the log itself: the recorded envelopes.
+    let (header, events) = llmsession::log::load::parse_records(&records(&s)).unwrap();
+    let mut log = llmsession::log::Log::new();
+    let mut answers = Vec::new();
+    for ev in &events {
+        if ev.ty == "step/start" {
+            let h = log.state().headers.current().cloned().unwrap();
+            let p = llmsession::request::PrefixBytes::of(h.message_prefix.as_ref());
+            let body = llmsession::request::conversation_envelope(
+                &log,
+                &h,
+                &p,
+                header.session_id_at(ev.seq),
+                ev.data["turn"].as_u64().unwrap(),
+                ev.data["step"].as_u64().unwrap(),
+            );
+            answers.push(r.answer(&body).unwrap());
+        }
+        log.append(ev).unwrap();
+    }
+    assert_eq!(answers[0]["response"]["finishReason"], "max-tokens");
+    assert!(answers[1]["response"].get("finishReason").is_none());
+    assert_eq!(r.info(), json!({"sessionId":"limit","requests":2,"answered":2}));
+    assert_eq!(replay.info()["next"], "1");
 }

@@ -266,13 +266,8 @@ fn explain_one(ex: &Explanation, r: &RequestReport) {
             match &r.divergence {
                 None => out!("  extends it: everything it sent can be read from the cache"),
                 Some(d) => {
-                    out!("  diverges at: {}", d.component.describe());
-                    out!(
-                        "  because of: {}{}: {}",
-                        d.event.as_str(),
-                        d.event_seq.map(|s| format!(" (seq {s})")).unwrap_or_default(),
-                        d.summary
-                    );
+                    out!("  diverges at: {}, after {} shared bytes", d.component.describe(), d.at_byte);
+                    out!("  because of: {} ({})", d.event.as_str(), d.because);
                 }
             }
         }
