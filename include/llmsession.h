@@ -1196,8 +1196,9 @@ lls_status lls_replay_new(const lls_session *session, lls_replay **out, lls_erro
  * with `lls_string_free`), and moves on to the next recorded request.
  *
  * The answer is JSON: for a conversation request `{"purpose":"conversation", "id", "turn",
- * "step", "outcome":"response", "response": {"message", "usage"?}}` (pass `response` to
- * `lls_agent_record_response` as it is), `{..., "outcome":"error", "error", "overflow"}` (pass
+ * "step", "outcome":"response", "response": {"message", "usage"?, "finishReason"?}}` (pass
+ * `response` to `lls_agent_record_response` as it is; `finishReason` is `"max-tokens"` when
+ * the recorded turn ended at the output limit), `{..., "outcome":"error", "error", "overflow"}` (pass
  * to `lls_agent_provider_error`) or `{..., "outcome":"cancelled"}`; for a summarisation request
  * `{"purpose":"compaction", "id", "outcome":"summary", "summary": {"text", "usage"?,
  * "provider", "model"}}` (`summary` is the summariser's reply as it is) or `{...,
