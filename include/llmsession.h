@@ -112,6 +112,17 @@ typedef struct lls_cancel lls_cancel;
 typedef struct lls_error lls_error;
 
 /**
+ * A recorded session that answers requests: for each request envelope a host hands it, the
+ * recorded answer when the envelope is the recorded request, byte for byte, and an error naming
+ * the first divergence otherwise. Lets a host test its own agent loop offline and
+ * deterministically.
+ *
+ * Thread safety: calls on one replay are serialised internally; it may be used from any
+ * thread. Free it once.
+ */
+typedef struct lls_replay lls_replay;
+
+/**
  * The reply object handed to a host callback. Answer it exactly once: synchronously with
  * `lls_reply_set_json` (then return `LLS_CB_OK`) or `lls_reply_fail` (then return
  * `LLS_CB_ERROR`), or, after returning `LLS_CB_PENDING`, later and from any thread with
@@ -1055,6 +1066,66 @@ const char *lls_error_detail(const lls_error *err);
 void lls_error_free(lls_error *err);
 
 /**
+ * Explains every request of the session's log, as JSON in `*out` (free it with
+ * `lls_string_free`): `{"session", "counter", "requests": [...], "totals": {...}}`.
+ *
+ * Each request (conversation requests `"1"`, `"2"`, ... and summarisation requests `"c1"`, ...,
+ * in log order) has its size (`messages`, `prefixLen`, `bytes`, `tokens`), whether the log
+ * `rebuilt` it, the request it is `comparedWith` (the previous conversation request, or the
+ * summarisation request sent after it, whichever shares more), `sharedBytes`, `sharedTokens`,
+ * `sharedMessages`, `extends`, and where they part: `divergence` `{"component": "config" |
+ * "system" | "tool" | "prefix" | "history" | "instruction", "field"? | "line"? | "name"? |
+ * "index"?, "offset"?, "atByte", "event": "header-change" | "resume" | "compaction" | "inject" |
+ * "edit", "eventSeq"?, "summary"}`. With provider usage: `usage`, `promptTokens`,
+ * `cachedTokens` beside `expectedCachedTokens`; and `uncachedTokens` (`spendSource`
+ * `"provider"` or `"estimate"`) charged to `cause`. `totals.spend` sums the uncached tokens by
+ * cause (`growth`, `header-change`, `resume`, `compaction`, `retry-after-overflow`, `inject`,
+ * `edit`). `docs/caching.md` explains the figures.
+ *
+ * `(options_json, options_len)` (may be NULL): `{"tokenizer"?: "path/to/tokenizer.json"}` to
+ * count tokens exactly; the default is the built-in estimate.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`,
+ * `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (an unknown option),
+ * `LLS_ERR_TOKENIZER` (the tokenizer cannot be loaded).
+ *
+ * # Safety
+ * `options_json` NULL or `options_len` readable bytes; `out`, `out_len`, `err` NULL or valid
+ * for writes.
+ *
+ * Thread safety: may be called from any thread, concurrently (it reads a copy of the log).
+ */
+lls_status lls_session_explain(const lls_session *session,
+                               const char *options_json,
+                               size_t options_len,
+                               char **out,
+                               size_t *out_len,
+                               lls_error **err);
+
+/**
+ * Explains a stored JSONL log at `(path, path_len)` without opening it as a session (nothing
+ * is written, no lock is taken), as `lls_session_explain` does.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`path`, `out`), `LLS_ERR_INVALID_UTF8`,
+ * `LLS_ERR_INVALID_ARGUMENT` (empty path), `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT`,
+ * `LLS_ERR_TOKENIZER`, `LLS_ERR_STORAGE` (cannot read; detail `path`), `LLS_ERR_CORRUPT_LOG`
+ * (not a session log, or an event the log rules refuse; detail `line`).
+ *
+ * # Safety
+ * `path` NULL or `path_len` readable bytes; `options_json` likewise; `out`, `out_len`, `err`
+ * NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread.
+ */
+lls_status lls_explain_file(const char *path,
+                            size_t path_len,
+                            const char *options_json,
+                            size_t options_len,
+                            char **out,
+                            size_t *out_len,
+                            lls_error **err);
+
+/**
  * The number of live handles of every type (errors, cancel tokens, replies awaiting an
  * answer, ...) in this process. A leak check for tests and bindings: it returns to its earlier
  * value once everything created since has been freed (or, for replies, answered). Handles
@@ -1067,16 +1138,19 @@ size_t lls_live_handle_count(void);
 
 /**
  * Renders a request envelope (from `lls_agent_next_request`, or the `request` a summariser
- * receives) into a provider's JSON body, stored in `*out` (free it with `lls_string_free`).
+ * receives) into a provider's JSON body, stored in `*out` (free it with `lls_string_free`),
+ * with the default render options (`lls_render_with_options` takes others): the OpenAI body's
+ * `prompt_cache_key` is the envelope's `sessionId`, the Anthropic breakpoints have no `ttl`.
  *
  * `(renderer, renderer_len)` names the format: `"openai"` (OpenAI-compatible chat completions:
  * OpenAI, DeepSeek, llama.cpp, vLLM, ...), `"openai-responses"` (the OpenAI Responses API,
  * stateless with `store: false`), `"anthropic"` (Anthropic Messages, with cache breakpoints at
- * the end of the session prefix and of the history) or `"gemini"` (Gemini `generateContent`;
- * the model goes in the URL, not the body). Blocks carrying another provider's native state
- * (`origin`) are dropped, never sent to the wrong provider. `prefix_len` is how many
- * leading envelope messages are the session prefix (`prefixLen` of `lls_agent_request_info`,
- * or of the summariser's input); it must not exceed the number of messages. The rendering
+ * the end of the system prompt, of the session prefix and of the history) or `"gemini"` (Gemini
+ * `generateContent`; the model goes in the URL, not the body). Blocks carrying another
+ * provider's native state (`origin`) are dropped, never sent to the wrong provider. `prefix_len`
+ * is how many leading envelope messages are the session prefix (`prefixLen` of
+ * `lls_agent_request_info`, or of the summariser's input); it must not exceed the number of
+ * messages. The rendering
  * preserves the prefix property: a request that extends the previous one renders to a body
  * whose messages (`input`, `contents`) extend the previous body's.
  *
@@ -1098,6 +1172,139 @@ lls_status lls_render(const char *renderer,
                       char **out,
                       size_t *out_len,
                       lls_error **err);
+
+/**
+ * Renders a request envelope into a provider's JSON body as `lls_render` does, with render
+ * options given as JSON, stored in `*out` (free it with `lls_string_free`).
+ *
+ * `(options_json, options_len)` (may be NULL for the defaults) is `{"prefixLen"?: n,
+ * "promptCacheKey"?: true | false | "key", "promptCacheRetention"?: "...", "cacheTtl"?: "5m" |
+ * "1h"}`:
+ * - `prefixLen` (default 0): how many leading envelope messages are the session prefix, as
+ *   `prefix_len` of `lls_render`;
+ * - `promptCacheKey` (OpenAI-compatible bodies; default `true`): `true` sends the envelope's
+ *   `sessionId` as `prompt_cache_key` (a `prompt_cache_key` config field takes its place),
+ *   `false` sends none, a string sends that key;
+ * - `promptCacheRetention` (OpenAI-compatible): sent verbatim as `prompt_cache_retention`
+ *   (OpenAI: `"in_memory"` or `"24h"`);
+ * - `cacheTtl` (Anthropic): the `ttl` of every cache breakpoint the renderer places.
+ *
+ * An unknown key is an error (a misspelt option is never ignored). An explicit key or
+ * retention and a config field of the same name collide (`LLS_ERR_INVALID_INPUT`).
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`renderer`, `envelope_json`, `out`), `LLS_ERR_INVALID_UTF8`,
+ * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (an unknown renderer, an invalid envelope,
+ * an unknown or mistyped option; detail `field`), `LLS_ERR_INVALID_ARGUMENT` (`prefixLen`
+ * larger than the envelope's message count).
+ *
+ * # Safety
+ * `renderer`, `envelope_json` and `options_json` NULL or readable for their lengths; `out`,
+ * `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread, concurrently (it holds no state).
+ */
+lls_status lls_render_with_options(const char *renderer,
+                                   size_t renderer_len,
+                                   const char *envelope_json,
+                                   size_t envelope_len,
+                                   const char *options_json,
+                                   size_t options_len,
+                                   char **out,
+                                   size_t *out_len,
+                                   lls_error **err);
+
+/**
+ * Reads the stored JSONL log at `(path, path_len)` (without opening it as a session: nothing
+ * is written, no lock is taken) and stores in `*out` a replay of it: every conversation and
+ * summarisation request it records, rebuilt from the log, each with its recorded answer. Free
+ * it with `lls_replay_free`.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`path`, `out`), `LLS_ERR_INVALID_UTF8`,
+ * `LLS_ERR_INVALID_ARGUMENT` (empty path), `LLS_ERR_STORAGE` (cannot read; detail `path`),
+ * `LLS_ERR_CORRUPT_LOG` (not a session log; detail `line`), `LLS_ERR_RECONSTRUCTION` (the log
+ * does not rebuild a request it records, so it cannot answer it; detail `seq`, `request`).
+ *
+ * # Safety
+ * `path` NULL or `path_len` readable bytes; `out`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread.
+ */
+lls_status lls_replay_open_file(const char *path,
+                                size_t path_len,
+                                lls_replay **out,
+                                lls_error **err);
+
+/**
+ * Stores in `*out` a replay of the session's log as it is now (see `lls_replay_open_file`).
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`,
+ * `LLS_ERR_RECONSTRUCTION`.
+ *
+ * # Safety
+ * `out`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread, concurrently (it reads a copy of the log).
+ */
+lls_status lls_replay_new(const lls_session *session, lls_replay **out, lls_error **err);
+
+/**
+ * Answers a request envelope `(envelope_json, envelope_len)` (the bytes `lls_agent_next_request`
+ * returned, or a summariser's `request`) with the recorded answer, stored in `*out` (free it
+ * with `lls_string_free`), and moves on to the next recorded request.
+ *
+ * The answer is JSON: for a conversation request `{"purpose":"conversation", "id", "turn",
+ * "step", "outcome":"response", "response": {"message", "usage"?, "finishReason"?}}` (pass
+ * `response` to `lls_agent_record_response` as it is; `finishReason` is `"max-tokens"` when
+ * the recorded turn ended at the output limit), `{..., "outcome":"error", "error", "overflow"}` (pass
+ * to `lls_agent_provider_error`) or `{..., "outcome":"cancelled"}`; for a summarisation request
+ * `{"purpose":"compaction", "id", "outcome":"summary", "summary": {"text", "usage"?,
+ * "provider", "model"}}` (`summary` is the summariser's reply as it is) or `{...,
+ * "outcome":"failed", "error"}` (fail the summariser with it). The same summarisation request again right after it was answered (a retry) gets the
+ * same answer.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`replay`, `envelope_json`, `out`), `LLS_ERR_INVALID_HANDLE`,
+ * `LLS_ERR_RECONSTRUCTION` when the envelope is not the recorded request: the message names
+ * the first divergence as `lls_session_explain` does (detail `replay: true`, `request`, the
+ * component: `component` with `field`, `line`, `name`, `index` or `offset`, and
+ * `sharedBytes`), or when the recording has no more requests; the replay does not move.
+ * `LLS_ERR_POISONED` after a panic.
+ *
+ * # Safety
+ * `envelope_json` NULL or `envelope_len` readable bytes; `out`, `out_len`, `err` NULL or
+ * valid for writes.
+ *
+ * Thread safety: serialised internally per replay; may be called from any thread (also from
+ * a summariser callback).
+ */
+lls_status lls_replay_answer(const lls_replay *replay,
+                             const char *envelope_json,
+                             size_t envelope_len,
+                             char **out,
+                             size_t *out_len,
+                             lls_error **err);
+
+/**
+ * Where the replay stands, as JSON in `*out` (free it with `lls_string_free`):
+ * `{"sessionId", "requests", "answered", "next"?}` (`sessionId`: open the host's session with
+ * it, since every request carries it; `next`: the id of the request expected next, absent
+ * once every request was answered).
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`replay`, `out`), `LLS_ERR_INVALID_HANDLE`.
+ *
+ * # Safety
+ * `out`, `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread, concurrently.
+ */
+lls_status lls_replay_info(const lls_replay *replay, char **out, size_t *out_len, lls_error **err);
+
+/**
+ * Frees a replay. `lls_replay_free(NULL)` does nothing; so does a handle that is not a live
+ * `lls_replay`.
+ *
+ * Thread safety: call once, from any thread; the handle must not be used afterwards.
+ */
+void lls_replay_free(lls_replay *replay);
 
 /**
  * Answers a reply synchronously, from inside the callback, with a copy of the JSON text

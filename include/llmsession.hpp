@@ -644,6 +644,16 @@ public:
     /// Rebuilds every recorded request and compares digests; throws on a divergence.
     std::string verify() const { return str(lls_session_verify); }
 
+    /// Explains every request of the log (`lls_session_explain`): the cacheable prefix shared
+    /// with the request before, where and why they part, expected beside reported cached
+    /// tokens, and the prompt spend by cause, as JSON. `opts_json`: `{"tokenizer"?: path}`.
+    std::string explain(std::string_view opts_json = {}) const {
+        return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
+            return lls_session_explain(get(), detail::opt_ptr(opts_json), opts_json.size(), out,
+                                       len, err);
+        });
+    }
+
     /// Events with seq in `[from, to)` as a JSON array (`to` defaults to the end).
     std::string events(std::uint64_t from = 0, std::uint64_t to = UINT64_MAX) const {
         return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
@@ -1032,6 +1042,70 @@ inline std::string render(std::string_view renderer, std::string_view envelope_j
                           envelope_json.size(), prefix_len, out, len, err);
     });
 }
+
+/// Renders a request envelope with render options as JSON (`lls_render_with_options`):
+/// `{"prefixLen"?, "promptCacheKey"?: true | false | "key", "promptCacheRetention"?,
+/// "cacheTtl"?: "5m" | "1h"}`; empty: the defaults.
+inline std::string render_with_options(std::string_view renderer, std::string_view envelope_json,
+                                       std::string_view options_json = {}) {
+    check_abi();
+    return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
+        return lls_render_with_options(detail::ptr(renderer), renderer.size(),
+                                       detail::ptr(envelope_json), envelope_json.size(),
+                                       detail::opt_ptr(options_json), options_json.size(), out,
+                                       len, err);
+    });
+}
+
+/// Explains a stored JSONL log without opening it (as `Session::explain`).
+inline std::string explain_file(std::string_view path, std::string_view opts_json = {}) {
+    check_abi();
+    return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
+        return lls_explain_file(detail::ptr(path), path.size(), detail::opt_ptr(opts_json),
+                                opts_json.size(), out, len, err);
+    });
+}
+
+/// A recorded session that answers a host's requests (`lls_replay`): `answer(envelope)` returns
+/// the recorded answer as JSON when the envelope is the recorded request, byte for byte, and
+/// throws an `Error` (status `LLS_ERR_RECONSTRUCTION`, detail `component`, `index`, ...) naming
+/// the first divergence otherwise. Lets a host test its agent loop offline. Move-only.
+class Replay {
+public:
+    /// Replays a stored JSONL log (read without opening it as a session).
+    static Replay open_file(std::string_view path) {
+        check_abi();
+        lls_replay *p = nullptr;
+        detail::call([&](lls_error **err) { return lls_replay_open_file(detail::ptr(path), path.size(), &p, err); });
+        return Replay(p);
+    }
+    /// Replays a session's log as it is now.
+    static Replay of(const Session &session) {
+        lls_replay *p = nullptr;
+        detail::call([&](lls_error **err) { return lls_replay_new(session.get(), &p, err); });
+        return Replay(p);
+    }
+    /// The recorded answer to a request envelope, as JSON.
+    std::string answer(std::string_view envelope_json) {
+        return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
+            return lls_replay_answer(get(), detail::ptr(envelope_json), envelope_json.size(), out,
+                                     len, err);
+        });
+    }
+    /// `{"sessionId","requests","answered","next"?}`.
+    std::string info() const {
+        return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
+            return lls_replay_info(get(), out, len, err);
+        });
+    }
+    /// The C handle (still owned by this object).
+    lls_replay *get() const { return detail::require(h_.get(), "llmsession::Replay"); }
+    /// Adopts a C handle (freed by this object).
+    explicit Replay(lls_replay *adopt) noexcept : h_(adopt) {}
+
+private:
+    detail::Owned<lls_replay, lls_replay_free> h_;
+};
 
 /// Parses a provider's response body (`"openai"`, `"openai-responses"`, `"anthropic"` or
 /// `"gemini"`) into `{"message","usage"?,"finishReason"?}`, which `Agent::record_response`

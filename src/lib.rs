@@ -13,6 +13,8 @@
 //! - [`header`]: request headers, snapshots, deltas and their fold.
 //! - [`prefix`]: session prefix composition.
 //! - [`request`]: request envelopes, digests, reconstruction and `verify`.
+//! - [`explain`]: why each request hit or missed the provider's cache, and what it cost.
+//! - [`replay`]: answering a host's requests from a recorded log.
 //! - [`agent`]: agent instances and the host-driven turn/step lifecycle.
 //! - [`tokens`]: the token meter and its counters.
 //! - [`compaction`]: policies, region selection, summarisation requests, landing.
@@ -31,6 +33,8 @@ pub mod cancel;
 pub mod compaction;
 /// cbindgen:ignore
 pub mod error;
+/// cbindgen:ignore
+pub mod explain;
 pub mod ffi;
 /// cbindgen:ignore
 pub mod header;
@@ -40,6 +44,8 @@ pub mod log;
 pub mod prefix;
 /// cbindgen:ignore
 pub mod render;
+/// cbindgen:ignore
+pub mod replay;
 /// cbindgen:ignore
 pub mod request;
 /// cbindgen:ignore

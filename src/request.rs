@@ -352,8 +352,35 @@ pub fn conversation_envelope_digest(
     (body, d)
 }
 
-/// Builds the compaction request envelope: the routed header's system, tools and prefix, the
-/// region's derived messages, then the instruction; provider/model of the target.
+/// The call config of a summarisation request, from the routed request's config `routed` and
+/// the summarisation target (`provider`, `model`) with its output budget `max_tokens`:
+///
+/// - the target is the routed provider (the conversation's own model, or another model of the
+///   same provider): the routed config, every field kept (`reasoningEffort`, `temperature`,
+///   `stop` and every pass-through field: `thinking`, `tool_choice`, `prompt_cache_key`,
+///   `cache_salt`, ...), with `model` set to the target's and `maxTokens` replaced by the
+///   summary budget. Providers key their caches on some of these fields (Anthropic's thinking
+///   and tool choice, OpenAI's cache key, vLLM's cache salt), so dropping one would lose the
+///   cache the summarisation request is built to reuse.
+/// - the target is another provider: provider and model of the target, the vocabulary's
+///   sampling fields (`reasoningEffort`, `temperature`, `stop`) kept, `maxTokens` the summary
+///   budget, and **no** pass-through field: those are written in the routed provider's own
+///   spelling, and another provider may refuse them. Such a request cannot reuse the routed
+///   request's cache anyway.
+pub fn summary_config(routed: &CallConfig, provider: &str, model: &str, max_tokens: u64) -> CallConfig {
+    let mut cfg = routed.clone();
+    if cfg.provider != provider {
+        cfg.provider = provider.to_string();
+        cfg.extra = Default::default();
+    }
+    cfg.model = model.to_string();
+    cfg.max_tokens = Some(max_tokens);
+    cfg
+}
+
+/// Builds the compaction request envelope: the routed header's config (see [`summary_config`]
+/// for what the target `provider`/`model` and the budget `max_tokens` change), system, tools and
+/// prefix, the region's derived messages, then the instruction.
 #[allow(clippy::too_many_arguments)]
 pub fn compaction_envelope(
     header: &EpochHeader,
@@ -365,8 +392,7 @@ pub fn compaction_envelope(
     max_tokens: u64,
     session_id: &str,
 ) -> Vec<u8> {
-    let mut cfg = CallConfig::new(provider, model);
-    cfg.max_tokens = Some(max_tokens);
+    let cfg = summary_config(&header.config, provider, model, max_tokens);
     let instr = serde_json::to_string(&Message::user_text(instruction)).expect("serialises").into_boxed_str();
     EnvelopeParts {
         config: &cfg,

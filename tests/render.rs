@@ -149,11 +149,15 @@ fn check_prefix_property(prefix: &[Value], history: &[Value]) {
     let prefix_mark = last_cacheable(&an[0]);
     for k in p..=all.len() {
         let (a_oa, a_an) = (&oa[k - p], &an[k - p]);
-        // Anthropic markers: the prefix end and the end of history, nowhere else.
+        // Anthropic markers: the system prompt's end, the prefix end and the end of history,
+        // nowhere else.
         let mut want: Vec<(usize, usize)> = prefix_mark.into_iter().chain(last_cacheable(a_an)).collect();
         want.dedup();
         assert_eq!(markers(a_an), want, "k={k}");
-        assert_eq!(count_markers(a_an), want.len(), "k={k}: markers outside messages");
+        assert_eq!(a_an["system"][0]["cache_control"], json!({"type":"ephemeral"}), "k={k}");
+        // (With only system-role prefix messages, the last hoisted block ends the prefix.)
+        let hoisted_mark = usize::from(prefix_mark.is_none() && a_an["system"].as_array().unwrap().len() > 1);
+        assert_eq!(count_markers(a_an), want.len() + 1 + hoisted_mark, "k={k}: markers outside messages");
         for l in k + 1..=all.len() {
             let (b_oa, b_an) = (&oa[l - p], &an[l - p]);
             // OpenAI-compatible: every envelope extension is a body extension.
@@ -215,16 +219,19 @@ fn prefix_property_on_a_multi_step_conversation() {
 }
 
 #[test]
-fn anthropic_breakpoints_sit_at_prefix_end_and_history_end() {
+fn anthropic_breakpoints_sit_at_system_end_prefix_end_and_history_end() {
     let prefix = &prefixes()[0];
     let h = history();
     let body = render_anthropic(&envelope(prefix, &h, prefix.len() + h.len()), &RenderOptions::with_prefix_len(2)).unwrap();
     // The system-role prefix message was hoisted after the system prompt.
-    assert_eq!(body["system"], json!([text("You are a coding agent."), text("Only edit files under src/.")]));
+    // It carries the end-of-system mark; the prefix mark is on the prefix's user message.
+    let mut marked = text("You are a coding agent.");
+    marked["cache_control"] = json!({"type":"ephemeral"});
+    assert_eq!(body["system"], json!([marked, text("Only edit files under src/.")]));
     let msgs = body["messages"].as_array().unwrap();
     assert_eq!(msgs[0]["content"][0]["cache_control"], json!({"type":"ephemeral"}));
     assert_eq!(msgs.last().unwrap()["content"][0]["cache_control"], json!({"type":"ephemeral"}));
-    assert_eq!(count_markers(&body), 2);
+    assert_eq!(count_markers(&body), 3);
     // The two parallel results share one user message.
     let merged = msgs.iter().find(|m| m["content"][0]["tool_use_id"] == "c1").unwrap();
     assert_eq!(merged["content"].as_array().unwrap().len(), 2);

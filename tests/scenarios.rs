@@ -878,11 +878,7 @@ fn expect_summary(w: &World, op: &Value) -> Res<()> {
             .rposition(|&mark| mark <= i)
             .map(|k| &w.requests[k])
             .ok_or("no routed request precedes this summarisation request")?;
-        for k in ["system", "tools"] {
-            if last.get(k) != v.get(k) {
-                return Err(format!("summary request {k} differs from the last routed request"));
-            }
-        }
+        check_summary_envelope(&v, last)?;
         let (m, l) = (messages_of(&v), messages_of(last));
         let body = &m[..m.len() - 1];
         // replaysLastRequest: the body is the first messages of the last routed request.
@@ -910,6 +906,41 @@ fn expect_summary(w: &World, op: &Value) -> Res<()> {
         let lastm = m.last().unwrap();
         if lastm["role"] != "user" || !lastm.to_string().contains("compaction engine") {
             return Err(format!("the last message is not the instruction: {lastm}"));
+        }
+    }
+    Ok(())
+}
+
+/// Every envelope field of a summarisation request but its messages, compared with the routed
+/// request it replays: the routed call config with `maxTokens` replaced by the summary budget and
+/// the model by the target's; a target of another provider keeps only the vocabulary's fields
+/// (no pass-through field). System, tools and the session id are the routed request's.
+fn check_summary_envelope(summary: &Value, routed: &Value) -> Res<()> {
+    let (s, r) = (summary.as_object().unwrap(), routed.as_object().unwrap());
+    let mut want = r.clone();
+    for k in ["messages", "turn", "step"] {
+        want.remove(k);
+    }
+    let budget = s.get("maxTokens").filter(|v| v.is_u64()).ok_or("summary request: maxTokens (the summary budget) is missing")?;
+    want.insert("maxTokens".into(), budget.clone());
+    want.insert("purpose".into(), "compaction".into());
+    let target_provider = s.get("provider").cloned().unwrap_or(Value::Null);
+    if target_provider != r["provider"] {
+        let kept = ["provider", "model", "reasoningEffort", "temperature", "maxTokens", "stop", "system", "tools", "sessionId", "purpose"];
+        want.retain(|k, _| kept.contains(&k.as_str()));
+        want.insert("provider".into(), target_provider);
+    }
+    want.insert("model".into(), s.get("model").cloned().unwrap_or(Value::Null));
+    let mut keys: Vec<&String> = want.keys().chain(s.keys()).filter(|k| k.as_str() != "messages").collect();
+    keys.sort();
+    keys.dedup();
+    for k in keys {
+        if want.get(k) != s.get(k) {
+            return Err(format!(
+                "summary request field {k} is {} but the routed request gives {}",
+                s.get(k).map_or("absent".into(), Value::to_string),
+                want.get(k).map_or("absent".into(), Value::to_string)
+            ));
         }
     }
     Ok(())

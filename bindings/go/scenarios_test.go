@@ -76,8 +76,8 @@ type world struct {
 	lastMsgs     []json.RawMessage
 	cur          *Cancel // the running operation's token
 	closers      []func()
-	counter      any // the host token counter's spec (counter, setCounter), or nil
-	disposed     bool // a callback disposed the instance during the running op
+	counter      any    // the host token counter's spec (counter, setCounter), or nil
+	disposed     bool   // a callback disposed the instance during the running op
 	dir          string // where load writes the logs it opens
 	loads        int
 }
@@ -1292,10 +1292,8 @@ func (w *world) expectSummary(op map[string]any) error {
 	}
 	last := w.requests[k]
 	vm, _ := v.(map[string]any)
-	for _, key := range []string{"system", "tools"} {
-		if !reflect.DeepEqual(last[key], vm[key]) {
-			return fmt.Errorf("summary request %s differs from the last routed request", key)
-		}
+	if err := checkSummaryEnvelope(vm, last); err != nil {
+		return err
 	}
 	m := splitMessages(req.json)
 	l := w.requestRaw[k]
@@ -1313,6 +1311,51 @@ func (w *world) expectSummary(op map[string]any) error {
 	lastm, _ := decode(m[len(m)-1]).(map[string]any)
 	if lastm["role"] != "user" || !strings.Contains(string(m[len(m)-1]), "compaction engine") {
 		return fmt.Errorf("the last message is not the instruction: %s", m[len(m)-1])
+	}
+	return nil
+}
+
+// checkSummaryEnvelope compares every envelope field of a summarisation request but its messages
+// with the routed request it replays: the routed call config with maxTokens replaced by the
+// summary budget and the model by the target's; a target of another provider keeps only the
+// vocabulary's fields (no pass-through field). System, tools and the session id are the routed
+// request's.
+func checkSummaryEnvelope(summary, routed map[string]any) error {
+	want := map[string]any{}
+	for k, v := range routed {
+		if k != "messages" && k != "turn" && k != "step" {
+			want[k] = v
+		}
+	}
+	budget, ok := summary["maxTokens"].(float64)
+	if !ok {
+		return errors.New("summary request: maxTokens (the summary budget) is missing")
+	}
+	want["maxTokens"] = budget
+	want["purpose"] = "compaction"
+	if summary["provider"] != routed["provider"] {
+		kept := map[string]bool{"provider": true, "model": true, "reasoningEffort": true, "temperature": true, "maxTokens": true,
+			"stop": true, "system": true, "tools": true, "sessionId": true, "purpose": true}
+		for k := range want {
+			if !kept[k] {
+				delete(want, k)
+			}
+		}
+		want["provider"] = summary["provider"]
+	}
+	want["model"] = summary["model"]
+	keys := map[string]bool{}
+	for k := range want {
+		keys[k] = true
+	}
+	for k := range summary {
+		keys[k] = true
+	}
+	delete(keys, "messages")
+	for k := range keys {
+		if !reflect.DeepEqual(want[k], summary[k]) {
+			return fmt.Errorf("summary request field %s is %s but the routed request gives %s", k, clip(summary[k]), clip(want[k]))
+		}
 	}
 	return nil
 }

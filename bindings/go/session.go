@@ -292,13 +292,47 @@ func VerifyFile(path string) (json.RawMessage, error) {
 }
 
 // Render renders a request envelope into a provider's JSON body ("openai", "openai-responses",
-// "anthropic" or "gemini"); prefixLen is how many leading messages are the session prefix.
+// "anthropic" or "gemini") with the default options; prefixLen is how many leading messages are
+// the session prefix.
 func Render(renderer string, envelope []byte, prefixLen int) (json.RawMessage, error) {
 	rb := []byte(renderer)
 	rp, rn := cbuf(rb)
 	ep, en := cbuf(envelope)
 	return outString(nil, func(o **C.char, n *C.size_t, e **C.lls_error) C.lls_status {
 		return C.lls_render(rp, rn, ep, en, C.size_t(prefixLen), o, n, e)
+	})
+}
+
+// RenderOptions are the options of RenderWithOptions (docs/render.md, docs/caching.md); the
+// zero value is the default rendering.
+type RenderOptions struct {
+	// PrefixLen is how many leading envelope messages are the session prefix.
+	PrefixLen int `json:"prefixLen,omitempty"`
+	// PromptCacheKey is the OpenAI-compatible prompt_cache_key: nil sends the envelope's
+	// session id (the default), false sends none, a string sends that key.
+	PromptCacheKey any `json:"promptCacheKey,omitempty"`
+	// PromptCacheRetention is sent verbatim as prompt_cache_retention ("in_memory", "24h").
+	PromptCacheRetention string `json:"promptCacheRetention,omitempty"`
+	// CacheTTL is the ttl of the Anthropic cache breakpoints: "5m" or "1h" ("": the default).
+	CacheTTL string `json:"cacheTtl,omitempty"`
+}
+
+// RenderWithOptions renders a request envelope into a provider's JSON body, as Render does,
+// with render options (nil: the defaults).
+func RenderWithOptions(renderer string, envelope []byte, opts *RenderOptions) (json.RawMessage, error) {
+	var o []byte
+	if opts != nil {
+		var err error
+		if o, err = toJSON(opts); err != nil {
+			return nil, err
+		}
+	}
+	rb := []byte(renderer)
+	rp, rn := cbuf(rb)
+	ep, en := cbuf(envelope)
+	op, on := cbufOpt(o)
+	return outString(nil, func(out **C.char, n *C.size_t, e **C.lls_error) C.lls_status {
+		return C.lls_render_with_options(rp, rn, ep, en, op, on, out, n, e)
 	})
 }
 

@@ -285,6 +285,8 @@ export declare class Session {
   header(): { config: CallConfig; system?: string; tools?: Json[]; messagePrefix?: Message[] } | null;
   stats(): { readOnly: boolean; chainHead?: string; [key: string]: number | boolean | string | undefined };
   verify(): { events: number; requests: number; compactions: number };
+  /** Why each request of the log hit or missed the provider's cache (`docs/caching.md`). */
+  explain(options?: ExplainOptions | null): Explanation;
   append(event: NewEvent): number;
   sync(): void;
   /** Reads what another writer appended since; returns the number of new events. */
@@ -329,6 +331,106 @@ export declare class Agent {
 export type Format = 'openai' | 'openai-responses' | 'anthropic' | 'gemini';
 /** Renders an envelope into a provider's JSON body. */
 export declare function render(renderer: Format | string, envelope: Envelope | string | Buffer, prefixLen?: number): string;
+/** Render options (`docs/render.md`, `docs/caching.md`). */
+export interface RenderOptions {
+  /** Leading envelope messages that are the session prefix. */
+  prefixLen?: number;
+  /** OpenAI-compatible `prompt_cache_key`: true (default) the envelope's sessionId, false none, a string that key. */
+  promptCacheKey?: boolean | string;
+  /** OpenAI-compatible `prompt_cache_retention` ("in_memory", "24h"), sent verbatim. */
+  promptCacheRetention?: string;
+  /** The `ttl` of the Anthropic cache breakpoints. */
+  cacheTtl?: '5m' | '1h';
+}
+/** Renders an envelope with render options. */
+export declare function renderWithOptions(renderer: 'openai' | 'anthropic' | string, envelope: Envelope | string | Buffer, options?: RenderOptions | null): string;
+/** Where a request parts from the one it is compared with (`explain`). */
+export interface Divergence {
+  component: 'config' | 'system' | 'tool' | 'prefix' | 'history' | 'instruction';
+  field?: string;
+  line?: number;
+  name?: string;
+  change?: string;
+  index?: number;
+  offset?: number;
+  atByte: number;
+  event: 'header-change' | 'resume' | 'compaction' | 'inject' | 'edit';
+  eventSeq?: number;
+  summary: string;
+}
+/** One request of an explanation. */
+export interface ExplainedRequest {
+  id: string;
+  kind: 'conversation' | 'compaction';
+  seq: number;
+  turn: number;
+  step: number;
+  instance: number;
+  header?: string;
+  compactionsBefore: number;
+  messages: number;
+  prefixLen: number;
+  bytes: number;
+  tokens: number;
+  rebuilt: boolean;
+  comparedWith?: string;
+  sharedBytes: number;
+  sharedTokens: number;
+  sharedMessages: number;
+  extends: boolean;
+  divergence?: Divergence;
+  usage?: Usage;
+  promptTokens: number;
+  cachedTokens: number;
+  expectedCachedTokens: number;
+  uncachedTokens: number;
+  spendSource: 'provider' | 'estimate';
+  cause: 'growth' | 'header-change' | 'resume' | 'compaction' | 'retry-after-overflow' | 'inject' | 'edit';
+}
+/** The explanation of a log (`Session#explain`, `explainFile`). */
+export interface Explanation {
+  session: string;
+  counter: 'estimate' | 'tokenizer' | 'host' | string;
+  requests: ExplainedRequest[];
+  totals: {
+    conversationRequests: number;
+    compactionRequests: number;
+    notRebuilt: number;
+    promptTokens: number;
+    cachedTokens: number;
+    expectedCachedTokens: number;
+    spend: Record<string, number>;
+  };
+}
+/** Options of `explain`. */
+export interface ExplainOptions {
+  /** A HuggingFace tokenizer.json to count tokens exactly (default: the built-in estimate). */
+  tokenizer?: string;
+}
+/** Explains a stored JSONL log without opening it. */
+export declare function explainFile(path: string, options?: ExplainOptions | null): Explanation;
+/** A recorded answer (`Replay#answer`). */
+export interface ReplayAnswer {
+  purpose: 'conversation' | 'compaction';
+  id: string;
+  turn?: number;
+  step?: number;
+  outcome: 'response' | 'error' | 'cancelled' | 'summary' | 'failed';
+  /** outcome "response": what `agent.recordResponse` takes, as it is. */
+  response?: { message: Message; usage?: Usage };
+  error?: string;
+  overflow?: boolean;
+  /** outcome "summary": the summariser's reply, as it is. */
+  summary?: { text: string; usage?: Usage; provider?: string; model?: string };
+}
+/** A recorded session that answers a host's requests (offline tests of an agent loop). */
+export declare class Replay {
+  static openFile(path: string): Replay;
+  static fromSession(session: Session): Replay;
+  answer(envelope: Envelope | string | Buffer): ReplayAnswer;
+  info(): { sessionId: string; requests: number; answered: number; next?: string };
+  close(): void;
+}
 /** A provider response parsed by `parseResponse`; `agent.recordResponse` takes it as it is. */
 export interface ParsedResponse {
   message: Message;

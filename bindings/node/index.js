@@ -137,6 +137,7 @@ const P_agent = opaque('lls_agent');
 const P_cancel = opaque('lls_cancel');
 const P_error = opaque('lls_error');
 const P_reply = opaque('lls_reply');
+const P_replay = opaque('lls_replay');
 const P_str = opaque('lls_owned_str');
 const P_stream = opaque('lls_stream');
 // `void *userdata` is passed as an integer id (same register class on every supported ABI).
@@ -169,7 +170,15 @@ def('lls_reply_fail', 'int32_t', `lls_reply *r, const uint8_t *msg, size_t len, 
 def('lls_callback_invoke', 'int32_t',
   `lls_callback_fn *callback, intptr_t userdata, lls_userdata_free_fn *userdata_free, const uint8_t *in_json, size_t in_len, const lls_cancel *cancel, ${OUTS}`);
 def('lls_render', 'int32_t', `const uint8_t *renderer, size_t rlen, const uint8_t *env, size_t elen, size_t prefix_len, ${OUTS}`);
+def('lls_render_with_options', 'int32_t',
+  `const uint8_t *renderer, size_t rlen, const uint8_t *env, size_t elen, const uint8_t *opts, size_t olen, ${OUTS}`);
 def('lls_verify_file', 'int32_t', `const uint8_t *path, size_t plen, ${OUTS}`);
+def('lls_explain_file', 'int32_t', `const uint8_t *path, size_t plen, const uint8_t *opts, size_t olen, ${OUTS}`);
+def('lls_replay_open_file', 'int32_t', `const uint8_t *path, size_t plen, _Out_ lls_replay **out, ${ERR}`);
+def('lls_replay_new', 'int32_t', `const lls_session *s, _Out_ lls_replay **out, ${ERR}`);
+def('lls_replay_answer', 'int32_t', `const lls_replay *r, const uint8_t *env, size_t elen, ${OUTS}`);
+def('lls_replay_info', 'int32_t', `const lls_replay *r, ${OUTS}`);
+def('lls_replay_free', 'void', 'lls_replay *r');
 def('lls_parse_response', 'int32_t', `const uint8_t *renderer, size_t rlen, const uint8_t *body, size_t blen, ${OUTS}`);
 def('lls_usage_from_provider', 'int32_t', `const uint8_t *provider, size_t plen, const uint8_t *usage, size_t ulen, ${OUTS}`);
 def('lls_is_context_overflow', 'bool', 'uint16_t status, const uint8_t *body, size_t blen');
@@ -189,6 +198,7 @@ for (const n of ['load_report', 'id', 'info', 'history', 'header', 'stats', 'ver
   def(`lls_session_${n}`, 'int32_t', `const lls_session *s, ${OUTS}`);
 }
 def('lls_session_events', 'int32_t', `const lls_session *s, uint64_t from, uint64_t to, ${OUTS}`);
+def('lls_session_explain', 'int32_t', `const lls_session *s, const uint8_t *opts, size_t olen, ${OUTS}`);
 def('lls_session_append', 'int32_t', `lls_session *s, const uint8_t *ev, size_t len, _Out_ uint64_t *seq, ${ERR}`);
 def('lls_session_sync', 'int32_t', `lls_session *s, ${ERR}`);
 def('lls_session_refresh', 'int32_t', `lls_session *s, _Out_ uint64_t *n, ${ERR}`);
@@ -637,6 +647,16 @@ class Session {
     return callJson(C.lls_session_verify, this._ptr);
   }
 
+  /**
+   * Explains every request of the log: the cacheable prefix it shares with the request before,
+   * where and why they part, expected beside reported cached tokens, and the prompt spend by
+   * cause (`docs/caching.md`). `options`: `{tokenizer?: path}`.
+   */
+  explain(options) {
+    const o = options === undefined || options === null ? null : jsonBuf(options);
+    return callJson(C.lls_session_explain, this._ptr, o, o ? o.length : 0);
+  }
+
   /** Appends an event `{type, data, surfaceOp?, sources?}`; returns its seq. */
   append(event) {
     const b = jsonBuf(event);
@@ -1082,6 +1102,79 @@ function isContextOverflow(status, body) {
   return C.lls_is_context_overflow(status, b, b.length);
 }
 
+/**
+ * Renders an envelope as `render` does, with render options `{prefixLen?, promptCacheKey?: true |
+ * false | string, promptCacheRetention?, cacheTtl?: '5m' | '1h'}` (`docs/render.md`).
+ */
+function renderWithOptions(renderer, envelope, options) {
+  const r = utf8(renderer);
+  const e = jsonBuf(envelope);
+  const o = options === undefined || options === null ? null : jsonBuf(options);
+  return callOut(C.lls_render_with_options, r, r.length, e, e.length, o, o ? o.length : 0);
+}
+
+/** Explains a stored JSONL log without opening it (see `Session#explain`). */
+function explainFile(file, options) {
+  const p = utf8(file);
+  const o = options === undefined || options === null ? null : jsonBuf(options);
+  return callJson(C.lls_explain_file, p, p.length, o, o ? o.length : 0);
+}
+
+/**
+ * A recorded session that answers a host's requests: `answer(envelope)` returns the recorded
+ * answer when the envelope is the recorded request, byte for byte, and throws an
+ * `LlmSessionError` (status RECONSTRUCTION, detail `component`, `index`, ...) naming the first
+ * divergence otherwise. Lets a host test its agent loop offline.
+ */
+class Replay {
+  constructor(ptr) {
+    this._core = { ptr, free: (p) => C.lls_replay_free(p) };
+    finalizer.register(this, this._core, this);
+  }
+
+  /** Replays a stored JSONL log (read without opening it as a session). */
+  static openFile(file) {
+    const p = utf8(file);
+    const out = [null];
+    const err = [null];
+    check(C.lls_replay_open_file(p, p.length, out, err), err);
+    return new Replay(out[0]);
+  }
+
+  /** Replays a session's log as it is now. */
+  static fromSession(session) {
+    const out = [null];
+    const err = [null];
+    check(C.lls_replay_new(session._ptr, out, err), err);
+    return new Replay(out[0]);
+  }
+
+  /**
+   * The recorded answer to a request envelope (a `nextRequest` result's `bytes`, or a
+   * summariser's `request`): `{purpose, id, outcome, response?, error?, overflow?, summary?}`;
+   * `response` is what `agent.recordResponse` takes, `summary` what a summariser returns.
+   */
+  answer(envelope) {
+    const e = jsonBuf(envelope);
+    return callJson(C.lls_replay_answer, livePtr(this._core, 'replay'), e, e.length);
+  }
+
+  /** `{sessionId, requests, answered, next?}`. */
+  info() {
+    return callJson(C.lls_replay_info, livePtr(this._core, 'replay'));
+  }
+
+  /** Frees the replay. Idempotent. */
+  close() {
+    finalizer.unregister(this);
+    if (this._core.ptr) {
+      const p = this._core.ptr;
+      this._core.ptr = null;
+      C.lls_replay_free(p);
+    }
+  }
+}
+
 /** Verifies a stored JSONL log without opening it. */
 function verifyFile(file) {
   const p = utf8(file);
@@ -1107,7 +1200,10 @@ module.exports = {
   Agent,
   Stream,
   readStream,
+  Replay,
   render,
+  renderWithOptions,
+  explainFile,
   parseResponse,
   usageFromProvider,
   isContextOverflow,

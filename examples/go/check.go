@@ -13,6 +13,11 @@ const (
 	summaryMinRatio = 0.95
 	// peerMaxRatio: the peer-style request for the same summary reads at most this share.
 	peerMaxRatio = 0.10
+	// explainPartialTolerance: for a request that shares only a part of the earlier one (after
+	// a compaction), llmsession explain's expected cacheable tokens are an estimate (the
+	// built-in counter, calibrated on an earlier request's reported prompt), so the server's
+	// cached tokens may differ from them by this share of the expected figure.
+	explainPartialTolerance = 0.03
 )
 
 // checkReport applies the end-to-end rules to a report. It returns one line per rule checked
@@ -125,6 +130,7 @@ func checkReport(r report) (checked, violations []string) {
 			ok("%d streamed conversation requests (-stream %s) and %d not streamed, under the same rules", streamed, r.StreamTurns, conversations-streamed)
 		}
 	}
+	checkExplain(r, ok, fail)
 	if conversations < 2 {
 		fail("the run has %d conversation requests; the rules need at least 2", conversations)
 	}
@@ -135,6 +141,72 @@ func checkReport(r report) (checked, violations []string) {
 		fail("%d summarisation requests but %d peer-style requests", summaries, peers)
 	}
 	return checked, violations
+}
+
+// checkExplain compares llmsession explain's figures (Session.Explain, attached to the rows)
+// with the tokens the server read from its cache:
+//   - a request that extends the earlier one whole: explain expects the earlier request's whole
+//     prompt. llama-server reads that prompt but its last token (processed again for the logits),
+//     plus the part of the earlier reply it generated itself and finds again in the request:
+//     expected - 1 <= cached <= expected + the earlier request's completion tokens;
+//   - a request that shares only a part (it diverges): |cached - expected| <= 3 % of expected
+//     (explainPartialTolerance: the shared part is counted by the built-in estimate).
+//
+// The first request of an instance has no rule (the server may be cold, as in rule 1).
+func checkExplain(r report, ok, fail func(format string, a ...any)) {
+	byID := map[string]row{}
+	instances := map[uint64]bool{}
+	explained := 0
+	for i, x := range r.Requests {
+		if x.Kind == kindPeer {
+			continue
+		}
+		// As in rule 1, the first request of an instance has no rule: explain cannot know that
+		// the server lost its cache between instances (a restart).
+		first := x.Kind == kindConversation && !instances[x.Instance]
+		if x.Kind == kindConversation {
+			instances[x.Instance] = true
+		}
+		if x.Explain == nil {
+			fail("request %d has no explain figures", i+1)
+			continue
+		}
+		explained++
+		e := x.Explain
+		byID[e.ID] = x
+		name := fmt.Sprintf("explain, request %d (%s)", i+1, e.ID)
+		if e.ComparedWith == "" || first {
+			continue
+		}
+		prev, seen := byID[e.ComparedWith]
+		switch {
+		case !seen:
+			fail("%s: compared with %s, which the report does not have", name, e.ComparedWith)
+		case e.Extends:
+			lo, hi := e.ExpectedCachedTokens-1, e.ExpectedCachedTokens+prev.CompletionTokens
+			if x.CachedTokens < lo || x.CachedTokens > hi {
+				fail("%s extends %s: the server read %d tokens from cache, outside expected %d - 1 .. expected + %d reply tokens",
+					name, e.ComparedWith, x.CachedTokens, e.ExpectedCachedTokens, prev.CompletionTokens)
+			} else {
+				ok("%s extends %s: server cached %d in [%d, %d] (expected %d)", name, e.ComparedWith, x.CachedTokens, lo, hi, e.ExpectedCachedTokens)
+			}
+		default:
+			diff := x.CachedTokens - e.ExpectedCachedTokens
+			if diff < 0 {
+				diff = -diff
+			}
+			if limit := explainPartialTolerance * float64(e.ExpectedCachedTokens); float64(diff) > limit {
+				fail("%s shares part of %s (%s): the server read %d tokens from cache, expected %d (more than %.0f%% off)",
+					name, e.ComparedWith, e.Divergence, x.CachedTokens, e.ExpectedCachedTokens, explainPartialTolerance*100)
+			} else {
+				ok("%s shares part of %s: server cached %d, expected %d (%.1f%% off, within %.0f%%)",
+					name, e.ComparedWith, x.CachedTokens, e.ExpectedCachedTokens, float64(diff)*100/float64(e.ExpectedCachedTokens), explainPartialTolerance*100)
+			}
+		}
+	}
+	if explained == 0 {
+		fail("no request has explain figures")
+	}
 }
 
 func ratioOf(x row) float64 {

@@ -10,16 +10,21 @@ import (
 )
 
 // goodReport is a run that keeps every rule: two requests, a compaction whose summary request
-// reads 96 % from cache, the peer-style request that reads little, and the request after it.
+// reads 97.9 % from cache, the peer-style request that reads little, and the request after it;
+// with llmsession explain's figures beside the server's.
 func goodReport() report {
 	r := report{Verified: true, Landed: 1, StreamTurns: "even", Requests: []row{
-		{Kind: kindConversation, Instance: 1, Turn: 1, Step: 1, PromptTokens: 2400, CachedTokens: 0, CompletionTokens: 48, PrefixLen: 3, PrefixTokens: 2300},
-		{Kind: kindConversation, Instance: 1, Turn: 2, Step: 1, PromptTokens: 7300, CachedTokens: 2447, CompletionTokens: 30, SharedMessages: 5, PrefixLen: 3,
-			Streamed: true, Deltas: 31, DeltaTextMatches: true},
-		{Kind: kindSummary, PromptTokens: 7500, CachedTokens: 7200, SharedMessages: 7, PrefixLen: 3},
+		{Kind: kindConversation, Instance: 1, Turn: 1, Step: 1, PromptTokens: 2400, CachedTokens: 0, CompletionTokens: 48, PrefixLen: 3, PrefixTokens: 2300,
+			Explain: &explained{ID: "1"}},
+		{Kind: kindConversation, Instance: 1, Turn: 2, Step: 1, PromptTokens: 7300, CachedTokens: 2447, CompletionTokens: 48, SharedMessages: 5, PrefixLen: 3,
+			Streamed: true, Deltas: 31, DeltaTextMatches: true,
+			Explain: &explained{ID: "2", ComparedWith: "1", Extends: true, ExpectedCachedTokens: 2400}},
+		{Kind: kindSummary, PromptTokens: 7500, CachedTokens: 7340, CompletionTokens: 40, SharedMessages: 7, PrefixLen: 3,
+			Explain: &explained{ID: "c1", ComparedWith: "2", Extends: true, ExpectedCachedTokens: 7300}},
 		{Kind: kindPeer, PromptTokens: 7600, CachedTokens: 6},
 		{Kind: kindConversation, Instance: 1, Turn: 3, Step: 1, PromptTokens: 3000, CachedTokens: 2305, CompletionTokens: 12, SharedMessages: 3, PrefixLen: 3,
-			AfterCompaction: "landed", PrefixTokens: 2300},
+			AfterCompaction: "landed", PrefixTokens: 2300,
+			Explain: &explained{ID: "3", ComparedWith: "c1", ExpectedCachedTokens: 2310, Divergence: "history index 0, byte 35 differs"}},
 	}}
 	for i, x := range r.Requests {
 		if x.Kind == kindConversation {
@@ -51,8 +56,8 @@ func TestCheckReportPasses(t *testing.T) {
 	if len(v) != 0 {
 		t.Fatalf("violations on a good report: %q", v)
 	}
-	if len(checked) != 7 {
-		t.Fatalf("checked %d rules, want 7: %q", len(checked), checked)
+	if len(checked) != 9 {
+		t.Fatalf("checked %d rules, want 9: %q", len(checked), checked)
 	}
 }
 
@@ -79,7 +84,8 @@ func TestCheckReportNewInstanceHasNoRule(t *testing.T) {
 
 func TestCheckReportSummaryBelowThreshold(t *testing.T) {
 	r := goodReport()
-	r.Requests[2].CachedTokens = 7124 // 94.99 %
+	r.Requests[2].Explain.ComparedWith = "" // this test is about the 95 % rule only
+	r.Requests[2].CachedTokens = 7124       // 94.99 %
 	wantViolation(t, r, "less than 95%")
 	r.Requests[2].CachedTokens = 7125 // 95 % exactly passes
 	if v := violationsOf(t, r); len(v) != 0 {
@@ -91,8 +97,8 @@ func TestCheckReportPeerReadsTooMuch(t *testing.T) {
 	r := goodReport()
 	r.Requests[3].CachedTokens = 800
 	wantViolation(t, r, "more than 10%")
-	r.Requests[3].CachedTokens = 7300
-	wantViolation(t, r, "not less than the summarisation request's 7200")
+	r.Requests[3].CachedTokens = 7400
+	wantViolation(t, r, "not less than the summarisation request's 7340")
 }
 
 func TestCheckReportPeerMissing(t *testing.T) {
@@ -113,6 +119,35 @@ func TestCheckReportAfterCompaction(t *testing.T) {
 	r = goodReport()
 	r.Requests[4].PrefixTokens = 0
 	wantViolation(t, r, "was not measured")
+}
+
+func TestCheckReportExplainAgainstTheServer(t *testing.T) {
+	// An extension: the server reads the earlier prompt but its last token, plus at most the
+	// earlier reply.
+	r := goodReport()
+	r.Requests[1].CachedTokens = 2398 // below expected 2400 - 1 (also below rule 1)
+	wantViolation(t, r, "outside expected 2400 - 1 .. expected + 48 reply tokens")
+	r.Requests[1].CachedTokens = 2449 // above 2400 + 48
+	wantViolation(t, r, "explain, request 2 (2) extends 1: the server read 2449 tokens from cache")
+	r.Requests[1].CachedTokens = 2448
+	if v := violationsOf(t, r); len(v) != 0 {
+		t.Fatalf("violations: %q", v)
+	}
+	// A partial share: within 3 % of the expected figure.
+	r = goodReport()
+	r.Requests[4].Explain.ExpectedCachedTokens = 2200 // 2305 is 4.8 % above
+	wantViolation(t, r, "expected 2200 (more than 3% off)")
+	r.Requests[4].Explain.ExpectedCachedTokens = 2240 // 2.9 % below 2305
+	if v := violationsOf(t, r); len(v) != 0 {
+		t.Fatalf("violations: %q", v)
+	}
+	// Figures missing, or compared with a request the report lacks.
+	r = goodReport()
+	r.Requests[4].Explain = nil
+	wantViolation(t, r, "request 5 has no explain figures")
+	r = goodReport()
+	r.Requests[4].Explain.ComparedWith = "c9"
+	wantViolation(t, r, "compared with c9, which the report does not have")
 }
 
 func TestCheckReportNoCompaction(t *testing.T) {

@@ -22,7 +22,12 @@
 // the host calls itself in the turns the script names), -peer-summary (after each summarisation
 // request, the same summary asked for in the style of a harness without a shared prefix),
 // -llama (llama.cpp extras: the token length of system + tools + session prefix), -report (a
-// JSON report of every request) and -check-report (the end-to-end rules, applied to a report).
+// JSON report of every request, with llmsession explain's expected cacheable tokens) and
+// -check-report (the end-to-end rules, applied to a report).
+//
+// -replay LOG runs the same host loop offline: every request is answered from a recorded
+// session log (llmsession's Replay) instead of the server, and the run fails at the first
+// request that differs from the recorded one, naming where (docs/demo.md, "Replay").
 package main
 
 import (
@@ -424,6 +429,8 @@ type host struct {
 	stream    streamSpec
 	rep       *recorder
 	a         *llmsession.Agent
+	// replay answers every request from a recorded log instead of the server (-replay).
+	replay *llmsession.Replay
 }
 
 // summariser compacts with the session's own model: it renders the library's summarisation
@@ -431,6 +438,9 @@ type host struct {
 // With -peer-summary it then sends the peer-style request for the same summary.
 func (h *host) summariser() llmsession.Summariser {
 	return func(ctx context.Context, in llmsession.SummaryInput) (llmsession.SummaryOutput, error) {
+		if h.replay != nil {
+			return h.replaySummary(in)
+		}
 		body, err := llmsession.Render("openai", in.Request, in.PrefixLen)
 		if err == nil {
 			body, err = h.bodyWithSampling(body)
@@ -560,59 +570,19 @@ func (h *host) runTurn(ctx context.Context, turn turnSpec) error {
 				after = "landed"
 			}
 		}
-		body, err := llmsession.Render("openai", r.Envelope, r.Info.PrefixLen)
-		if err == nil {
-			body, err = h.bodyWithSampling(body)
-		}
+		// A request of a streamed turn is sent with "stream": true and put together by the
+		// library's stream accumulator; live collects its deltas (what a user watches arrive).
+		streamed := h.replay == nil && h.stream.streams(r.Info.Turn)
+		var live liveText
+		p, u, body, retry, err := h.complete(ctx, r, streamed, &live)
 		if err != nil {
 			a.EndTurn("error")
 			return err
 		}
-		streamed := h.stream.streams(r.Info.Turn)
-		var status int
-		var resp []byte
-		var p parsed
-		var live liveText
-		if streamed {
-			var out json.RawMessage
-			if body, err = withStreaming(body); err != nil {
-				a.EndTurn("error")
-				return err
-			}
-			status, out, resp, err = h.c.postStream(ctx, body, live.add)
-			live.end()
-			if err == nil && status == http.StatusOK {
-				err = json.Unmarshal(out, &p)
-			}
-		} else {
-			status, resp, err = h.c.post(ctx, body)
+		if retry {
+			fmt.Println("  context overflow: compacted, retrying")
+			continue
 		}
-		if err == nil && status != http.StatusOK {
-			err = fmt.Errorf("HTTP %d: %s", status, bytes.TrimSpace(resp))
-		}
-		if err != nil {
-			overflow := status != 0 && status != http.StatusOK && llmsession.IsContextOverflow(status, resp)
-			var le *llmsession.Error
-			if errors.As(err, &le) && le.Field("overflow") == true {
-				overflow = true // the provider's error event inside the stream said so
-			}
-			retry, perr := a.ProviderError(ctx, err.Error(), overflow)
-			if perr == nil && retry {
-				fmt.Println("  context overflow: compacted, retrying")
-				continue
-			}
-			a.EndTurn("error")
-			return errors.Join(err, perr)
-		}
-		if !streamed {
-			if p, err = parse(resp); err != nil {
-				a.EndTurn("error")
-				return err
-			}
-		} else if len(p.Usage) == 0 {
-			p.Usage = usageOf(rawUsage(resp))
-		}
-		u := rawUsage(resp)
 		rw := row{Kind: kindConversation, Instance: r.Info.Instance, Turn: r.Info.Turn, Step: r.Info.Step,
 			PromptTokens: u.prompt, CachedTokens: u.cached, CompletionTokens: u.completion,
 			SharedMessages: r.Info.SharedMessages, MessageCount: r.Info.MessageCount, PrefixLen: r.Info.PrefixLen,
@@ -676,6 +646,116 @@ func (h *host) runTurn(ctx context.Context, turn turnSpec) error {
 	}
 }
 
+// complete sends one conversation request and returns the parsed reply, its usage figures and
+// the body sent; retry is true when a context overflow was recovered (ask for the request
+// again). With -replay the recorded log answers instead of the server.
+func (h *host) complete(ctx context.Context, r *llmsession.Request, streamed bool, live *liveText) (p parsed, u providerUsage, body []byte, retry bool, err error) {
+	a := h.a
+	if h.replay != nil {
+		ans, err := h.replay.AnswerOf(r.Envelope)
+		if err != nil {
+			return p, u, nil, false, err
+		}
+		switch ans.Outcome {
+		case "response":
+			p, u, err = fromRecorded(ans.Response)
+			return p, u, nil, false, err
+		case "error":
+			retry, perr := a.ProviderError(ctx, ans.Error, ans.Overflow)
+			if perr == nil && retry {
+				return p, u, nil, true, nil
+			}
+			return p, u, nil, false, errors.Join(errors.New(ans.Error), perr)
+		default:
+			return p, u, nil, false, fmt.Errorf("the recorded request %s was %s", ans.ID, ans.Outcome)
+		}
+	}
+	body, err = llmsession.Render("openai", r.Envelope, r.Info.PrefixLen)
+	if err == nil {
+		body, err = h.bodyWithSampling(body)
+	}
+	if err != nil {
+		return p, u, nil, false, err
+	}
+	var status int
+	var resp []byte
+	if streamed {
+		var out json.RawMessage
+		if body, err = withStreaming(body); err != nil {
+			return p, u, nil, false, err
+		}
+		status, out, resp, err = h.c.postStream(ctx, body, live.add)
+		live.end()
+		if err == nil && status == http.StatusOK {
+			err = json.Unmarshal(out, &p)
+		}
+	} else {
+		status, resp, err = h.c.post(ctx, body)
+	}
+	if err == nil && status != http.StatusOK {
+		err = fmt.Errorf("HTTP %d: %s", status, bytes.TrimSpace(resp))
+	}
+	if err != nil {
+		overflow := status != 0 && status != http.StatusOK && llmsession.IsContextOverflow(status, resp)
+		var le *llmsession.Error
+		if errors.As(err, &le) && le.Field("overflow") == true {
+			overflow = true // the provider's error event inside the stream said so
+		}
+		retry, perr := a.ProviderError(ctx, err.Error(), overflow)
+		if perr == nil && retry {
+			return p, u, body, true, nil
+		}
+		return p, u, body, false, errors.Join(err, perr)
+	}
+	if !streamed {
+		if p, err = parse(resp); err != nil {
+			return p, u, body, false, err
+		}
+	} else if len(p.Usage) == 0 {
+		p.Usage = usageOf(rawUsage(resp))
+	}
+	return p, rawUsage(resp), body, false, nil
+}
+
+// fromRecorded reads a recorded response {message, usage?, finishReason?} (-replay) and its
+// usage figures.
+func fromRecorded(response json.RawMessage) (parsed, providerUsage, error) {
+	var p parsed
+	if err := json.Unmarshal(response, &p); err != nil {
+		return p, providerUsage{}, err
+	}
+	return p, usageFigures(p.Usage), nil
+}
+
+// usageFigures turns a library Usage into the report's figures.
+func usageFigures(usage json.RawMessage) providerUsage {
+	var x struct {
+		Input      int `json:"inputTokens"`
+		Output     int `json:"outputTokens"`
+		CacheRead  int `json:"cacheReadTokens"`
+		CacheWrite int `json:"cacheWriteTokens"`
+	}
+	_ = json.Unmarshal(usage, &x)
+	return providerUsage{prompt: x.Input + x.CacheRead + x.CacheWrite, cached: x.CacheRead, completion: x.Output}
+}
+
+// replaySummary answers a summarisation request from the recorded log (-replay).
+func (h *host) replaySummary(in llmsession.SummaryInput) (llmsession.SummaryOutput, error) {
+	ans, err := h.replay.AnswerOf(in.Request)
+	if err != nil {
+		return llmsession.SummaryOutput{}, err
+	}
+	if ans.Outcome != "summary" || ans.Summary == nil {
+		return llmsession.SummaryOutput{}, fmt.Errorf("recorded summarisation request %s: %s %s", ans.ID, ans.Outcome, ans.Error)
+	}
+	u := usageFigures(ans.Summary.Usage)
+	count := messageCount(in.Request)
+	fmt.Printf("  [summary, recorded] prompt %d tokens, cached %d, shared leading messages %d of %d\n", u.prompt, u.cached, in.SharedMessages, count)
+	h.rep.add(row{Kind: kindSummary, PromptTokens: u.prompt, CachedTokens: u.cached, CompletionTokens: u.completion,
+		SharedMessages: in.SharedMessages, MessageCount: count, PrefixLen: in.PrefixLen})
+	return *ans.Summary, nil
+}
+
 // compactionsLanded is the instance's count of landed compactions.
 func (h *host) compactionsLanded() int {
 	b, err := h.a.Stats()
@@ -711,12 +791,13 @@ func main() {
 	report := flag.String("report", "", "write a JSON report of every request to this file")
 	checkReport := flag.String("check-report", "", "check a report against the end-to-end rules (docs/demo.md) and exit")
 	streamFlag := flag.String("stream", "", "stream the requests of these turns: all, even, odd, or a list such as 2,5,8")
+	replayLog := flag.String("replay", "", "answer every request from this recorded session log instead of a server (offline)")
 	flag.Parse()
 	if *checkReport != "" {
 		os.Exit(runCheck(*checkReport))
 	}
-	if *baseURL == "" {
-		fmt.Fprintln(os.Stderr, "example: -base-url is required")
+	if *baseURL == "" && *replayLog == "" {
+		fmt.Fprintln(os.Stderr, "example: -base-url (or -replay LOG) is required")
 		os.Exit(2)
 	}
 	spec, err := parseStreamSpec(*streamFlag)
@@ -735,16 +816,7 @@ func main() {
 	for _, p := range flag.Args() {
 		turns = append(turns, turnSpec{User: p})
 	}
-	cfg := map[string]any{"provider": "openai", "model": *model, "maxTokens": *maxTokens}
-	sampling := map[string]any{}
-	if *temperature >= 0 {
-		cfg["temperature"] = *temperature
-		sampling["temperature"] = *temperature
-	}
-	if *seed >= 0 {
-		cfg["seed"] = *seed // an unknown config field: passed through into every body
-		sampling["seed"] = *seed
-	}
+	cfg, sampling := callConfig(*model, *maxTokens, *temperature, *seed)
 	h := &host{
 		c:         &client{baseURL: *baseURL, apiKey: os.Getenv("OPENAI_API_KEY"), http: &http.Client{}},
 		workspace: *workspace,
@@ -755,6 +827,15 @@ func main() {
 		rep:       &recorder{},
 	}
 	h.rep.StreamTurns = *streamFlag
+	if *replayLog != "" {
+		r, err := llmsession.OpenReplay(*replayLog)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "example:", err)
+			os.Exit(1)
+		}
+		defer r.Close()
+		h.replay, h.peer, h.llama = r, false, false
+	}
 	err = h.run(cfg, *logPath, *prefixDir, *system, *window, *threshold, *retained, *summaryMax, *compact, *timeout, turns)
 	if *report != "" {
 		if werr := h.rep.write(*report, *logPath, err); werr != nil {
@@ -768,6 +849,22 @@ func main() {
 	h.rep.printTable(os.Stdout)
 }
 
+// callConfig is the call config of every request, and the sampling fields the host adds to
+// a body that lacks them (negative temperature or seed: not sent).
+func callConfig(model string, maxTokens int, temperature float64, seed int) (cfg, sampling map[string]any) {
+	cfg = map[string]any{"provider": "openai", "model": model, "maxTokens": maxTokens}
+	sampling = map[string]any{}
+	if temperature >= 0 {
+		cfg["temperature"] = temperature
+		sampling["temperature"] = temperature
+	}
+	if seed >= 0 {
+		cfg["seed"] = seed // an unknown config field: passed through into every body
+		sampling["seed"] = seed
+	}
+	return cfg, sampling
+}
+
 func (h *host) run(cfg map[string]any, logPath, prefixDir, system string, window int, threshold float64, retained, summaryMax int,
 	compact bool, timeout time.Duration, turns []turnSpec) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -777,10 +874,23 @@ func (h *host) run(cfg map[string]any, logPath, prefixDir, system string, window
 
 	var s *llmsession.Session
 	var err error
+	var sopts *llmsession.SessionOptions
+	if h.replay != nil {
+		// Every request carries the session id: the offline session takes the recorded one.
+		info, err := h.replay.Info()
+		if err != nil {
+			return err
+		}
+		var i struct {
+			SessionID string `json:"sessionId"`
+		}
+		_ = json.Unmarshal(info, &i)
+		sopts = &llmsession.SessionOptions{ID: i.SessionID}
+	}
 	if logPath != "" {
-		s, err = llmsession.OpenFile(logPath, nil)
+		s, err = llmsession.OpenFile(logPath, sopts)
 	} else {
-		s, err = llmsession.NewMemorySession(nil)
+		s, err = llmsession.NewMemorySession(sopts)
 	}
 	if err != nil {
 		return err
@@ -849,5 +959,24 @@ func (h *host) run(cfg map[string]any, logPath, prefixDir, system string, window
 	}
 	fmt.Printf("verify: %s\n", v)
 	h.rep.Verified = true
+	ex, err := s.Explain(nil)
+	if err != nil {
+		return fmt.Errorf("explain: %w", err)
+	}
+	if err := h.rep.attachExplain(ex); err != nil {
+		return fmt.Errorf("explain: %w", err)
+	}
+	if h.replay != nil {
+		info, _ := h.replay.Info()
+		var i struct {
+			Requests int `json:"requests"`
+			Answered int `json:"answered"`
+		}
+		_ = json.Unmarshal(info, &i)
+		if i.Answered != i.Requests {
+			return fmt.Errorf("replay: the host sent %d of the %d recorded requests", i.Answered, i.Requests)
+		}
+		fmt.Printf("replay: all %d recorded requests were sent again, byte for byte, and answered\n", i.Answered)
+	}
 	return nil
 }

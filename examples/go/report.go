@@ -52,6 +52,24 @@ type row struct {
 	DeltaTextMatches bool `json:"deltaTextMatches,omitempty"`
 	// Logged is the usage recorded in the log with the response (conversation requests).
 	Logged *loggedUsage `json:"logged,omitempty"`
+	// Explain is what llmsession explain says of this request (conversation and summary rows;
+	// absent for the peer-style request, which the library did not build).
+	Explain *explained `json:"explain,omitempty"`
+}
+
+// explained is one request of llmsession's explanation of the log (Session.Explain).
+type explained struct {
+	ID string `json:"id"`
+	// ComparedWith is the earlier request it shares its cacheable prefix with ("" for the
+	// first); Extends says that it extends that request whole.
+	ComparedWith string `json:"comparedWith,omitempty"`
+	Extends      bool   `json:"extends"`
+	SharedTokens int    `json:"sharedTokens"`
+	// ExpectedCachedTokens is what the provider could have read from its cache.
+	ExpectedCachedTokens int    `json:"expectedCachedTokens"`
+	Cause                string `json:"cause"`
+	// Divergence names where it parts from the earlier request ("" when it extends it).
+	Divergence string `json:"divergence,omitempty"`
 }
 
 // loggedUsage is a recorded usage as prompt (uncached + cache read + cache write), cached
@@ -100,6 +118,48 @@ func (r *recorder) firstOf(instance uint64) bool {
 	return true
 }
 
+// attachExplain puts llmsession's explanation of the log beside the rows: its requests (in log
+// order) are the conversation and summary rows, in the order they were sent.
+func (r *recorder) attachExplain(ex json.RawMessage) error {
+	var e struct {
+		Requests []struct {
+			explained
+			Kind       string `json:"kind"`
+			Divergence *struct {
+				Component string `json:"component"`
+				Summary   string `json:"summary"`
+			} `json:"divergence"`
+		} `json:"requests"`
+	}
+	if err := json.Unmarshal(ex, &e); err != nil {
+		return err
+	}
+	k := 0
+	for i := range r.Requests {
+		x := &r.Requests[i]
+		if x.Kind == kindPeer {
+			continue
+		}
+		if k >= len(e.Requests) {
+			return fmt.Errorf("the log explains %d requests, the host sent more", len(e.Requests))
+		}
+		q := e.Requests[k]
+		k++
+		if want := map[string]string{kindConversation: "conversation", kindSummary: "compaction"}[x.Kind]; q.Kind != want {
+			return fmt.Errorf("request %d is a %s request, the log's request %s a %s one", i+1, x.Kind, q.ID, q.Kind)
+		}
+		ex := q.explained
+		if q.Divergence != nil {
+			ex.Divergence = q.Divergence.Summary
+		}
+		x.Explain = &ex
+	}
+	if k != len(e.Requests) {
+		return fmt.Errorf("the log explains %d requests, the host sent %d", len(e.Requests), k)
+	}
+	return nil
+}
+
 func (r *recorder) write(path, logPath string, runErr error) error {
 	r.Log = logPath
 	if runErr != nil {
@@ -121,8 +181,8 @@ func pct(cached, prompt int) string {
 
 // printTable prints every request, then each summarisation request beside its peer-style twin.
 func (r *recorder) printTable(w io.Writer) {
-	fmt.Fprintf(w, "\nrequests (prompt and cached tokens as the server reported them)\n")
-	fmt.Fprintf(w, "%3s  %-20s %7s %7s %7s  %-13s %s\n", "#", "request", "prompt", "cached", "hit", "shared msgs", "note")
+	fmt.Fprintf(w, "\nrequests (prompt and cached tokens as the server reported them; expected: llmsession explain's cacheable tokens)\n")
+	fmt.Fprintf(w, "%3s  %-20s %7s %7s %7s %8s  %-13s %s\n", "#", "request", "prompt", "cached", "hit", "expected", "shared msgs", "note")
 	prev := map[uint64]int{}
 	for i, x := range r.Requests {
 		name, shared, note := "", fmt.Sprintf("%d of %d", x.SharedMessages, x.MessageCount), ""
@@ -159,7 +219,11 @@ func (r *recorder) printTable(w io.Writer) {
 			shared = "-"
 			note = "own system prompt + flattened transcript"
 		}
-		fmt.Fprintf(w, "%3d  %-20s %7d %7d %7s  %-13s %s\n", i+1, name, x.PromptTokens, x.CachedTokens, pct(x.CachedTokens, x.PromptTokens), shared, note)
+		expected := "-"
+		if x.Explain != nil {
+			expected = fmt.Sprint(x.Explain.ExpectedCachedTokens)
+		}
+		fmt.Fprintf(w, "%3d  %-20s %7d %7d %7s %8s  %-13s %s\n", i+1, name, x.PromptTokens, x.CachedTokens, pct(x.CachedTokens, x.PromptTokens), expected, shared, note)
 	}
 	n := 0
 	for i, x := range r.Requests {

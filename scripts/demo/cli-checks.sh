@@ -3,9 +3,9 @@
 #
 #   LLMSESSION_CLI=target/release/llmsession scripts/demo/cli-checks.sh LOG REPORT OUTDIR
 #
-# verify/stats/show/headers must succeed on LOG (and stats --json agree with the host's REPORT);
-# hand-damaged copies written to OUTDIR must fail verify naming the line (and, rewritten with
-# recomputed digests, the step); bad files must fail
+# verify/stats/show/headers/explain must succeed on LOG (and stats --json and explain --json agree
+# with the host's REPORT); hand-damaged copies written to OUTDIR must fail verify naming the line
+# (and, rewritten with recomputed digests, the step); bad files must fail
 # with a clear message and a non-zero exit status. Exit 0 when every check passed.
 set -euo pipefail
 
@@ -58,6 +58,27 @@ expect_ok "show --step 2 --render openai-responses" "$CLI" show "$LOG" --step 2 
 expect_ok "show --step 2 --render gemini" "$CLI" show "$LOG" --step 2 --render gemini
 expect_ok "show --step 2 (the envelope)" "$CLI" show "$LOG" --step 2
 expect_ok "headers on the log" "$CLI" headers "$LOG"
+expect_ok "explain on the log" "$CLI" explain "$LOG"
+expect_ok "explain --step c1 (the summarisation request)" "$CLI" explain "$LOG" --step c1
+expect_fail "explain --step 9999" "there is no request 9999" "$CLI" explain "$LOG" --step 9999
+
+# explain --json agrees with the host's report (the host attached Session.Explain's figures to
+# its rows): the same expected cacheable tokens, and the same provider figures as the server's.
+if python3 - "$LOG" "$REPORT" "$CLI" <<'PY'; then
+import json, subprocess, sys
+log, report, cli = sys.argv[1:4]
+ex = json.loads(subprocess.run([cli, "explain", log, "--json"], check=True, capture_output=True, text=True).stdout)
+rows = [r for r in json.load(open(report))["requests"] if r["kind"] != "peer-summary"]
+got = [(r["id"], r["expectedCachedTokens"], r["promptTokens"], r["cachedTokens"]) for r in ex["requests"]]
+want = [(r["explain"]["id"], r["explain"]["expectedCachedTokens"], r["promptTokens"], r["cachedTokens"]) for r in rows]
+if got != want:
+    print("explain --json:", got, "\nreport:        ", want)
+    sys.exit(1)
+PY
+    pass "explain --json matches the host's report and the server's figures"
+else
+    fail "explain --json differs from the host's report"
+fi
 
 # stats --json agrees with the host's report: the same prompt and cached tokens per request.
 if python3 - "$LOG" "$REPORT" "$CLI" <<'PY'; then

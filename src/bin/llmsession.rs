@@ -4,21 +4,26 @@
 //! llmsession verify LOG                       rebuild every request, name the first divergence
 //! llmsession stats LOG [--json]               per request: messages, shared prefix, header changes,
 //!                                             compactions, provider-reported cached tokens
+//! llmsession explain LOG [--step N] [--json]  per request: the cacheable prefix shared with the
+//!                                             request before, where and why it diverges, the
+//!                                             expected and the reported cached tokens, the
+//!                                             prompt spend by cause
 //! llmsession show LOG --step N [--render openai|openai-responses|anthropic|gemini]
 //!                                             the reconstructed request N (1-based, in log order)
 //! llmsession headers LOG                      header history with readable diffs; drift at resume
 //! ```
 
+use llmsession::explain::{explain_events, Explanation, Kind, RequestReport};
 use llmsession::header::delta::diff;
 use llmsession::log::load::{parse_records, SessionHeader};
 use llmsession::log::{Event, Log};
 use llmsession::render::{RenderOptions, Renderer};
 use llmsession::request::{conversation_envelope, verify_contents, PrefixBytes};
 use llmsession::store::{JsonlStore, Store, StoreContents};
-use llmsession::{EpochHeader, Usage};
+use llmsession::tokens::Estimator;
+use llmsession::EpochHeader;
 use serde_json::{json, Value};
 use std::process::ExitCode;
-use std::sync::Arc;
 
 /// `println!` that stops quietly when the reader went away (`llmsession stats LOG | head`):
 /// a closed pipe ends the program with success instead of a panic.
@@ -38,6 +43,7 @@ macro_rules! out {
 const USAGE: &str = "usage:
   llmsession verify LOG
   llmsession stats LOG [--json]
+  llmsession explain LOG [--step N] [--json]
   llmsession show LOG --step N [--render openai|openai-responses|anthropic|gemini]
   llmsession headers LOG";
 
@@ -57,76 +63,35 @@ fn read_log(path: &str) -> Result<(SessionHeader, Vec<Event>), String> {
     parse_records(&contents.records).map_err(|e| format!("{path}: {}", e.message()))
 }
 
-/// One request found while replaying.
+/// One conversation request found while replaying the log (for `show`).
 struct Seen {
-    seq: u64,
-    turn: u64,
-    step: u64,
     body: Vec<u8>,
     prefix_len: usize,
-    history: Vec<u64>,
-    prefix: Option<Arc<Vec<llmsession::Message>>>,
-    header_reason: Option<String>,
-    compactions_before: u64,
-    usage: Option<Usage>,
 }
 
 fn replay(header: &SessionHeader, events: &[Event]) -> Result<Vec<Seen>, String> {
     let mut log = Log::new();
     let mut out: Vec<Seen> = Vec::new();
     let mut prefix = PrefixBytes::default();
-    let mut pending_reason: Option<String> = None;
-    let mut compactions = 0u64;
     for ev in events {
-        match ev.ty.as_str() {
-            "request/header" => pending_reason = ev.data["reason"].as_str().map(str::to_string),
-            "request/header-delta" => pending_reason = Some("delta".into()),
-            "compaction/end" if ev.data["outcome"] == "landed" => compactions += 1,
-            "assistant/message" => {
-                if let (Some(last), Some(u)) = (out.last_mut(), ev.data.get("usage")) {
-                    last.usage = Usage::from_value(u, "usage").ok();
-                }
+        if ev.ty == "step/start" {
+            let h: EpochHeader = log.state().headers.current().cloned().ok_or(format!("seq {}: a request before any header", ev.seq))?;
+            if !prefix.is_for(h.message_prefix.as_ref()) {
+                prefix = PrefixBytes::of(h.message_prefix.as_ref());
             }
-            "step/start" => {
-                let h: EpochHeader =
-                    log.state().headers.current().cloned().ok_or(format!("seq {}: a request before any header", ev.seq))?;
-                if !prefix.is_for(h.message_prefix.as_ref()) {
-                    prefix = PrefixBytes::of(h.message_prefix.as_ref());
-                }
-                let (t, s) = (ev.data["turn"].as_u64().unwrap_or(0), ev.data["step"].as_u64().unwrap_or(0));
-                let body = conversation_envelope(&log, &h, &prefix, header.session_id_at(ev.seq), t, s);
-                out.push(Seen {
-                    seq: ev.seq,
-                    turn: t,
-                    step: s,
-                    body,
-                    prefix_len: prefix.messages.len(),
-                    history: log.history().seqs(),
-                    prefix: h.message_prefix.clone(),
-                    header_reason: pending_reason.take(),
-                    compactions_before: compactions,
-                    usage: None,
-                });
-                compactions = 0;
-            }
-            _ => {}
+            let (t, s) = (ev.data["turn"].as_u64().unwrap_or(0), ev.data["step"].as_u64().unwrap_or(0));
+            let body = conversation_envelope(&log, &h, &prefix, header.session_id_at(ev.seq), t, s);
+            out.push(Seen { body, prefix_len: prefix.messages.len() });
         }
         log.append(ev).map_err(|e| format!("line {}: {}", ev.seq + 2, e.message()))?;
     }
     Ok(out)
 }
 
-fn shared(prev: Option<&Seen>, cur: &Seen) -> usize {
-    let Some(p) = prev else { return 0 };
-    let same_prefix = match (&p.prefix, &cur.prefix) {
-        (None, None) => true,
-        (Some(a), Some(b)) => a == b,
-        _ => false,
-    };
-    if !same_prefix {
-        return 0;
-    }
-    cur.prefix_len + p.history.iter().zip(&cur.history).take_while(|(a, b)| a == b).count()
+/// The explanation of a log file (the one computation behind `stats` and `explain`).
+fn explanation(path: &str) -> Result<Explanation, String> {
+    let (header, events) = read_log(path)?;
+    explain_events(&header, &events, &Estimator).map_err(|e| format!("{path}: {}", e.message()))
 }
 
 fn cmd_verify(path: &str) -> Result<(), String> {
@@ -143,28 +108,25 @@ fn cmd_verify(path: &str) -> Result<(), String> {
 }
 
 fn cmd_stats(path: &str, as_json: bool) -> Result<(), String> {
-    let (header, events) = read_log(path)?;
-    let seen = replay(&header, &events)?;
+    let ex = explanation(path)?;
     let mut rows = Vec::new();
     let (mut cached_total, mut prompt_total) = (0u64, 0u64);
-    for (i, s) in seen.iter().enumerate() {
-        let sh = shared(if i == 0 { None } else { seen.get(i - 1) }, s);
-        let count = s.prefix_len + s.history.len();
-        let (cached, prompt) = s.usage.as_ref().map(|u| (u.cache_read_tokens.unwrap_or(0), u.prompt_tokens())).unwrap_or((0, 0));
+    for r in ex.requests.iter().filter(|r| r.kind == Kind::Conversation) {
+        let (cached, prompt) = (r.cached_tokens, r.prompt_tokens);
         cached_total += cached;
         prompt_total += prompt;
         rows.push(json!({
-            "request": i + 1, "turn": s.turn, "step": s.step, "seq": s.seq, "messages": count, "sharedWithPrevious": sh,
-            "header": s.header_reason, "compactionsBefore": s.compactions_before,
-            "promptTokens": prompt, "cachedTokens": cached,
-            "hitRatio": if prompt > 0 { cached as f64 / prompt as f64 } else { 0.0 },
+            "request": rows.len() + 1, "turn": r.turn, "step": r.step, "seq": r.seq, "messages": r.messages,
+            "sharedWithPrevious": r.shared_messages, "header": r.header, "compactionsBefore": r.compactions_before,
+            "promptTokens": prompt, "cachedTokens": cached, "expectedCachedTokens": r.expected_cached_tokens,
+            "hitRatio": if prompt > 0 { cached as f64 / prompt as f64 } else { 0.0 }, "cause": r.cause.as_str(),
         }));
     }
     if as_json {
-        out!("{}", json!({"session": header.id, "requests": rows, "cachedTokens": cached_total, "promptTokens": prompt_total}));
+        out!("{}", json!({"session": ex.session, "requests": rows, "cachedTokens": cached_total, "promptTokens": prompt_total}));
         return Ok(());
     }
-    out!("session {}  ({} requests)", header.id, rows.len());
+    out!("session {}  ({} requests)", ex.session, rows.len());
     out!(
         "{:>4} {:>5} {:>4} {:>8} {:>7} {:>8} {:>5} {:>8} {:>8} {:>6}",
         "req",
@@ -198,6 +160,132 @@ fn cmd_stats(path: &str, as_json: bool) -> Result<(), String> {
     let ratio = if prompt_total > 0 { cached_total as f64 * 100.0 / prompt_total as f64 } else { 0.0 };
     out!("total: {prompt_total} prompt tokens reported, {cached_total} read from cache ({ratio:.0}%)");
     Ok(())
+}
+
+fn cmd_explain(path: &str, step: Option<&str>, as_json: bool) -> Result<(), String> {
+    let ex = explanation(path)?;
+    if let Some(id) = step {
+        let r = ex.request(id).ok_or_else(|| {
+            let (conv, comp) = (ex.totals.conversation_requests, ex.totals.compaction_requests);
+            format!("there is no request {id} (the log has {conv} requests, 1..{conv}, and {comp} summarisation requests, c1..c{comp})")
+        })?;
+        if as_json {
+            out!("{}", serde_json::to_value(r).expect("a report serialises"));
+        } else {
+            explain_one(&ex, r);
+        }
+        return Ok(());
+    }
+    if as_json {
+        out!("{}", ex.to_value());
+        return Ok(());
+    }
+    out!(
+        "session {}  ({} requests, {} summarisation requests; tokens: {})",
+        ex.session,
+        ex.totals.conversation_requests,
+        ex.totals.compaction_requests,
+        ex.counter
+    );
+    out!(
+        "{:>4} {:>9} {:>8} {:>7} {:>9} {:>8} {:>8} {:>8} {:>8}  {:<20} diverges at",
+        "req",
+        "turn/step",
+        "bytes",
+        "tokens",
+        "shared",
+        "expected",
+        "cached",
+        "prompt",
+        "uncached",
+        "cause"
+    );
+    for r in &ex.requests {
+        let at = match &r.divergence {
+            Some(d) => d.component.describe(),
+            None if r.compared_with.is_some() => "- (extends the previous request)".into(),
+            None => "- (first request)".into(),
+        };
+        let usage = |n: u64| if r.usage.is_some() { n.to_string() } else { "-".into() };
+        out!(
+            "{:>4} {:>9} {:>8} {:>7} {:>9} {:>8} {:>8} {:>8} {:>8}  {:<20} {at}",
+            r.id,
+            format!("{}/{}", r.turn, r.step),
+            r.bytes,
+            r.tokens,
+            r.shared_tokens,
+            r.expected_cached_tokens,
+            usage(r.cached_tokens),
+            usage(r.prompt_tokens),
+            r.uncached_tokens,
+            r.cause.as_str()
+        );
+    }
+    let t = &ex.totals;
+    out!(
+        "total: {} prompt tokens reported, {} read from cache, {} expected cacheable",
+        t.prompt_tokens,
+        t.cached_tokens,
+        t.expected_cached_tokens
+    );
+    let spend: Vec<String> = t
+        .spend
+        .iter()
+        .filter(|(k, n)| *n > 0 || ["growth", "header-change", "resume", "compaction", "retry-after-overflow"].contains(&k.as_str()))
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    out!("prompt spend (uncached tokens) by cause: {}", spend.join(", "));
+    if t.not_rebuilt > 0 {
+        out!("note: {} request(s) are not rebuilt by the log (edited after they were sent): run `llmsession verify`", t.not_rebuilt);
+    }
+    Ok(())
+}
+
+fn explain_one(ex: &Explanation, r: &RequestReport) {
+    let what = match r.kind {
+        Kind::Conversation => format!("request {} (turn {} step {})", r.id, r.turn, r.step),
+        Kind::Compaction => format!("summarisation request {} (after turn {} step {})", r.id, r.turn, r.step),
+    };
+    out!("{what}, seq {}, instance {}{}", r.seq, r.instance, r.header.as_ref().map(|h| format!(", header {h}")).unwrap_or_default());
+    out!(
+        "  size: {} messages ({} of the session prefix), {} cacheable bytes, {} tokens ({})",
+        r.messages,
+        r.prefix_len,
+        r.bytes,
+        r.tokens,
+        ex.counter
+    );
+    if !r.rebuilt {
+        out!("  the log does not rebuild this request (its digest differs from the recorded one)");
+    }
+    match &r.compared_with {
+        None => out!("  first request: nothing before it could be cached"),
+        Some(c) => {
+            out!(
+                "  compared with request {c}: {} bytes shared, {} tokens, {} leading messages",
+                r.shared_bytes,
+                r.shared_tokens,
+                r.shared_messages
+            );
+            match &r.divergence {
+                None => out!("  extends it: everything it sent can be read from the cache"),
+                Some(d) => {
+                    out!("  diverges at: {}, after {} shared bytes", d.component.describe(), d.at_byte);
+                    out!("  because of: {} ({})", d.event.as_str(), d.because);
+                }
+            }
+        }
+    }
+    match &r.usage {
+        Some(_) => out!(
+            "  provider: prompt {} tokens, cached {}; expected cacheable {}",
+            r.prompt_tokens,
+            r.cached_tokens,
+            r.expected_cached_tokens
+        ),
+        None => out!("  provider: no usage recorded; expected cacheable {} (counted)", r.expected_cached_tokens),
+    }
+    out!("  prompt spend: {} uncached tokens ({}), charged to {}", r.uncached_tokens, r.spend_source, r.cause.as_str());
 }
 
 fn cmd_show(path: &str, step: usize, render: Option<&str>) -> Result<(), String> {
@@ -295,6 +383,7 @@ fn run(args: &[String]) -> Result<(), String> {
     match cmd.as_str() {
         "verify" => cmd_verify(path),
         "stats" => cmd_stats(path, args.iter().any(|a| a == "--json")),
+        "explain" => cmd_explain(path, flag("--step"), args.iter().any(|a| a == "--json")),
         "show" => {
             let step = flag("--step")
                 .ok_or("show needs --step N")?

@@ -274,7 +274,7 @@ fn file_options(f: Option<&Fields<'_>>) -> Result<FileOptions> {
 }
 
 /// A file path argument: UTF-8, not empty, no NUL byte.
-unsafe fn path_arg(ptr: *const c_char, len: usize, argument: &str) -> std::result::Result<String, FfiError> {
+pub(crate) unsafe fn path_arg(ptr: *const c_char, len: usize, argument: &str) -> std::result::Result<String, FfiError> {
     // SAFETY: forwarded from the caller.
     let text = unsafe { buffers::input_str(ptr, len, argument) }?;
     if text.is_empty() {
@@ -305,6 +305,19 @@ fn report_json(r: &LoadReport) -> String {
 
 fn verify_json(r: &VerifyReport) -> String {
     json!({"events": r.events, "requests": r.requests, "compactions": r.compactions}).to_string()
+}
+
+/// Reads a stored JSONL log read-only (no lock; a regular file within the size limit) and
+/// returns its complete records (a torn last record is left out, as a reader leaves it).
+pub(crate) fn file_records(path: &str) -> Result<Vec<Vec<u8>>> {
+    let mut contents = JsonlStore::open_read_only(path)?.load()?;
+    if !contents.last_complete {
+        contents.records.pop();
+    }
+    if contents.records.is_empty() {
+        return Err(Error::new(ErrorKind::CorruptLog, format!("{path}: the file is empty, not a session log")).with("path", path));
+    }
+    Ok(contents.records)
 }
 
 // ---------------------------------------------------------------------------------------------

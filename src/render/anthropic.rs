@@ -8,10 +8,12 @@
 //!   a `signature`; unsigned reasoning is dropped), `redacted_thinking` and `tool_use` blocks;
 //! - consecutive user messages that hold only tool results are merged into one user message;
 //! - empty text blocks are dropped, and so is a message left with no block at all;
-//! - `cache_control: {"type":"ephemeral"}` on the last cacheable block of the session prefix
-//!   (or of `system`, or of `tools`, when the prefix renders no message) and on the last
-//!   cacheable block of the messages (the end of history). Thinking blocks cannot carry a
-//!   breakpoint, so a trailing thinking-only message passes the mark back to the one before.
+//! - `cache_control: {"type":"ephemeral", "ttl"?}` on the last block of the system prompt (or
+//!   the last tool, without one), on the last cacheable block of the session prefix (or the last
+//!   hoisted system block), and on the last cacheable block of the history (for a summarisation
+//!   request, the block before its trailing instruction), never more than [`MAX_BREAKPOINTS`]
+//!   with the host's own tool marks. Thinking blocks cannot carry a breakpoint, so a trailing
+//!   thinking-only message passes the mark back to the one before.
 
 use super::{block_path, image_source, origin, unsupported, Envelope, ImageSource, RenderOptions};
 use crate::error::{Error, Result};
@@ -27,8 +29,8 @@ pub const DEFAULT_ANTHROPIC_MAX_TOKENS: u64 = 4096;
 /// Renders an envelope into an Anthropic Messages body.
 ///
 /// `options.prefix_len` says how many leading envelope messages are the session prefix; it
-/// places the first cache breakpoint and decides which system-role messages may be hoisted
-/// into `system`. The body has `model`, `max_tokens` (from `maxTokens`, else
+/// places the prefix cache breakpoint and decides which system-role messages may be hoisted
+/// into `system`; `options.cache_ttl` sets the breakpoints' `ttl`. The body has `model`, `max_tokens` (from `maxTokens`, else
 /// [`DEFAULT_ANTHROPIC_MAX_TOKENS`]), `messages`, and when set `system`, `tools`,
 /// `temperature` and `stop_sequences`. `reasoningEffort` has no Anthropic field and is not
 /// rendered. Unknown config fields are copied verbatim as top-level body fields (`thinking`,
@@ -42,10 +44,17 @@ pub fn render_anthropic(envelope: &Value, options: &RenderOptions) -> Result<Val
     if let Some(s) = &env.system {
         system.push(json!({"type": "text", "text": s}));
     }
+    // The system prompt's own blocks; hoisted system-role prefix messages follow them.
+    let system_prompt_blocks = system.len();
     let mut out: Vec<Rendered> = Vec::with_capacity(env.messages.len());
     // (message index in `out`, block index) of the prefix breakpoint.
     let mut prefix_mark: Option<(usize, usize)> = None;
+    // Rendered messages before a summarisation request's trailing instruction.
+    let mut history_end = None;
     for (i, m) in env.messages.iter().enumerate() {
+        if env.compaction && i + 1 == env.messages.len() {
+            history_end = Some(out.len());
+        }
         if m.role == Role::System {
             if i >= prefix_len {
                 return Err(Error::invalid(
@@ -63,18 +72,6 @@ pub fn render_anthropic(envelope: &Value, options: &RenderOptions) -> Result<Val
         if i + 1 == prefix_len {
             prefix_mark = last_cacheable(&out);
         }
-    }
-
-    let mut messages: Vec<Value> = Vec::with_capacity(out.len());
-    let end_mark = last_cacheable(&out);
-    for (k, r) in out.into_iter().enumerate() {
-        let mut content = r.content;
-        for (mk, j) in [prefix_mark, end_mark].into_iter().flatten() {
-            if mk == k {
-                mark(&mut content[j]);
-            }
-        }
-        messages.push(json!({"role": r.role, "content": content}));
     }
 
     let mut tools: Vec<Value> = Vec::with_capacity(env.tools.len());
@@ -95,15 +92,39 @@ pub fn render_anthropic(envelope: &Value, options: &RenderOptions) -> Result<Val
         tools.push(Value::Object(tool));
     }
 
-    // No prefix message to mark: the prefix breakpoint falls back to the end of `system`, then
-    // of `tools` (Anthropic caches tools, then system, then messages, in that order).
-    if prefix_mark.is_none() {
-        if let Some(last) = system.last_mut() {
-            mark(last);
-        } else if let Some(last) = tools.last_mut() {
-            mark(last);
+    // The breakpoints, in the order of their value: the end of the history (the next request
+    // extends this one and reads everything up to here), the end of the session prefix (the
+    // same in every request of an instance and in its summarisation requests, so it is read
+    // even after a compaction rewrote the history), the end of the system prompt, or of the
+    // tools without one (read by the next instance when its session prefix changed). Marks the
+    // host put on tools (a `cache_control` tool field) count against the provider's limit.
+    let host_marks = tools.iter().filter(|t| t.get("cache_control").is_some()).count();
+    let end_mark = last_cacheable(&out[..history_end.unwrap_or(out.len())]);
+    let prefix_at = match prefix_mark {
+        Some(p) => Some(Mark::Message(p)),
+        None if system.len() > system_prompt_blocks => Some(Mark::System(system.len() - 1)),
+        None => None,
+    };
+    let head_at = if system_prompt_blocks > 0 {
+        Some(Mark::System(system_prompt_blocks - 1))
+    } else {
+        tools.len().checked_sub(1).filter(|&t| tools[t].get("cache_control").is_none()).map(Mark::Tool)
+    };
+    let mut marks: Vec<Mark> = Vec::with_capacity(3);
+    for m in [end_mark.map(Mark::Message), prefix_at, head_at].into_iter().flatten() {
+        if !marks.contains(&m) && host_marks + marks.len() < MAX_BREAKPOINTS {
+            marks.push(m);
         }
     }
+    let cc = cache_control(options);
+    for m in &marks {
+        match *m {
+            Mark::System(j) => set_mark(&mut system[j], &cc),
+            Mark::Tool(t) => set_mark(&mut tools[t], &cc),
+            Mark::Message((k, j)) => set_mark(&mut out[k].content[j], &cc),
+        }
+    }
+    let messages: Vec<Value> = out.into_iter().map(|r| json!({"role": r.role, "content": r.content})).collect();
 
     let mut body = JsonMap::new();
     body.insert("model".into(), env.model.clone().into());
@@ -127,6 +148,28 @@ pub fn render_anthropic(envelope: &Value, options: &RenderOptions) -> Result<Val
     // After the pass-through, so that a `max_tokens` config field can stand in for `maxTokens`.
     body.entry("max_tokens").or_insert(DEFAULT_ANTHROPIC_MAX_TOKENS.into());
     Ok(Value::Object(body))
+}
+
+/// Anthropic accepts at most this many blocks with `cache_control` in one request.
+pub const MAX_BREAKPOINTS: usize = 4;
+
+/// Where a cache breakpoint goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mark {
+    /// A `system` block.
+    System(usize),
+    /// A tool.
+    Tool(usize),
+    /// A block of a rendered message: (message, block).
+    Message((usize, usize)),
+}
+
+/// The `cache_control` object: ephemeral, with the TTL the options ask for.
+fn cache_control(options: &RenderOptions) -> Value {
+    match options.cache_ttl {
+        None => json!({"type": "ephemeral"}),
+        Some(ttl) => json!({"type": "ephemeral", "ttl": ttl.as_str()}),
+    }
 }
 
 /// One rendered wire message.
@@ -162,9 +205,9 @@ fn push_merged(out: &mut Vec<Rendered>, r: Rendered) {
     out.push(r);
 }
 
-fn mark(block: &mut Value) {
+fn set_mark(block: &mut Value, cc: &Value) {
     if let Value::Object(m) = block {
-        m.insert("cache_control".into(), json!({"type": "ephemeral"}));
+        m.insert("cache_control".into(), cc.clone());
     }
 }
 
@@ -305,6 +348,7 @@ fn tool_result_block(b: &Block, path: &str) -> Result<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::render::CacheTtl;
     use crate::ErrorKind;
 
     #[allow(non_snake_case)]
@@ -472,7 +516,7 @@ mod tests {
         let body = render(&e, 3).unwrap();
         assert_eq!(
             body["system"],
-            json!([{"type":"text","text":"S"},{"type":"text","text":"policy"},{"type":"text","text":"late policy"}])
+            json!([{"type":"text","text":"S","cache_control":CC()},{"type":"text","text":"policy"},{"type":"text","text":"late policy"}])
         );
         assert_eq!(
             body["messages"],
@@ -487,7 +531,10 @@ mod tests {
             {"role":"user","content":[{"type":"text","text":"q"}]}
         ]});
         let body = render(&e, 1).unwrap();
-        assert_eq!(body["system"], json!([{"type":"text","text":"S"},{"type":"text","text":"policy","cache_control":CC()}]));
+        assert_eq!(
+            body["system"],
+            json!([{"type":"text","text":"S","cache_control":CC()},{"type":"text","text":"policy","cache_control":CC()}])
+        );
         // Outside the prefix, a system-role message is an error.
         let err = render(&e, 0).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidInput);
@@ -498,34 +545,50 @@ mod tests {
         );
     }
 
+    /// Where `cache_control` is in a body: "system/i", "tools/i", "messages/k/j".
+    fn marks(body: &Value) -> Vec<String> {
+        let mut out = Vec::new();
+        for key in ["tools", "system"] {
+            for (i, b) in body[key].as_array().into_iter().flatten().enumerate() {
+                if b.get("cache_control").is_some() {
+                    out.push(format!("{key}/{i}"));
+                }
+            }
+        }
+        for (k, m) in body["messages"].as_array().unwrap().iter().enumerate() {
+            for (j, b) in m["content"].as_array().unwrap().iter().enumerate() {
+                if b.get("cache_control").is_some() {
+                    out.push(format!("messages/{k}/{j}"));
+                }
+            }
+        }
+        out
+    }
+
     #[test]
     fn breakpoints() {
         let user = |t: &str| json!({"role":"user","content":[{"type":"text","text":t}]});
-        let tools = json!([{"name":"t","description":"d","parameters":{}}]);
-        // Prefix of 1, history of 2: marks on messages[0] and the last message.
+        let tools = json!([{"name":"t","description":"d","parameters":{}},{"name":"u","description":"d","parameters":{}}]);
+        // Prefix of 1, history of 2: the end of the prefix and the end of the history.
         let body = render(&env(json!([user("p"), user("h1"), user("h2")])), 1).unwrap();
-        let marks: Vec<bool> = (0..3).map(|k| body["messages"][k]["content"][0].get("cache_control").is_some()).collect();
-        assert_eq!(marks, [true, false, true]);
+        assert_eq!(marks(&body), ["messages/0/0", "messages/2/0"]);
         // The whole envelope is the prefix: one mark.
         let body = render(&env(json!([user("p")])), 1).unwrap();
-        assert_eq!(body["messages"][0]["content"][0]["cache_control"], CC());
-        // No prefix, no system: the tools carry the first mark.
+        assert_eq!(marks(&body), ["messages/0/0"]);
+        // No prefix, no system: the last tool carries the head mark.
         let mut e = env(json!([user("h")]));
         e["tools"] = tools.clone();
-        let body = render(&e, 0).unwrap();
-        assert_eq!(body["tools"][0]["cache_control"], CC());
-        // With a system prompt, the tools carry none.
+        assert_eq!(marks(&render(&e, 0).unwrap()), ["tools/1", "messages/0/0"]);
+        // With a system prompt, the system prompt carries it (it covers the tools before it).
         e["system"] = json!("S");
-        let body = render(&e, 0).unwrap();
-        assert!(body["tools"][0].get("cache_control").is_none());
-        assert_eq!(body["system"][0]["cache_control"], CC());
-        // A prefix message marks; system and tools then carry none.
+        assert_eq!(marks(&render(&e, 0).unwrap()), ["system/0", "messages/0/0"]);
+        // System prompt, tools, prefix and history: three marks, one at the end of each part.
         let mut e = env(json!([user("p"), user("h")]));
         e["system"] = json!("S");
-        e["tools"] = tools;
+        e["tools"] = tools.clone();
         let body = render(&e, 1).unwrap();
-        assert!(body["system"][0].get("cache_control").is_none());
-        assert!(body["tools"][0].get("cache_control").is_none());
+        assert_eq!(marks(&body), ["system/0", "messages/0/0", "messages/1/0"]);
+        assert_eq!(body["system"][0]["cache_control"], CC());
         // Thinking blocks are skipped when placing a mark.
         let body = render(
             &env(json!([user("q"), {"role":"assistant","content":[
@@ -533,8 +596,7 @@ mod tests {
             0,
         )
         .unwrap();
-        assert_eq!(body["messages"][1]["content"][0]["cache_control"], CC());
-        assert!(body["messages"][1]["content"][1].get("cache_control").is_none());
+        assert_eq!(marks(&body), ["messages/1/0"]);
         // A trailing thinking-only message passes the end mark back to the message before.
         let body = render(
             &env(json!([user("q"), {"role":"assistant","content":[
@@ -542,8 +604,106 @@ mod tests {
             0,
         )
         .unwrap();
-        assert_eq!(body["messages"][0]["content"][0]["cache_control"], CC());
-        assert!(body["messages"][1]["content"][0].get("cache_control").is_none());
+        assert_eq!(marks(&body), ["messages/0/0"]);
+    }
+
+    #[test]
+    fn breakpoint_ttl_is_in_every_mark() {
+        let user = |t: &str| json!({"role":"user","content":[{"type":"text","text":t}]});
+        let mut e = env(json!([user("p"), user("h")]));
+        e["system"] = json!("S");
+        for (ttl, want) in [
+            (CacheTtl::OneHour, r#""cache_control":{"ttl":"1h","type":"ephemeral"}"#),
+            (CacheTtl::FiveMinutes, r#""cache_control":{"ttl":"5m","type":"ephemeral"}"#),
+        ] {
+            let body = render_anthropic(&e, &RenderOptions::with_prefix_len(1).with_cache_ttl(ttl)).unwrap();
+            let text = serde_json::to_string(&body).unwrap();
+            assert_eq!(text.matches(want).count(), 3, "{text}");
+            assert_eq!(text.matches("cache_control").count(), 3, "{text}");
+        }
+        // Without the option, no ttl field (the provider's default, 5 minutes).
+        let text = serde_json::to_string(&render(&e, 1).unwrap()).unwrap();
+        assert!(!text.contains("ttl") && text.matches(r#""cache_control":{"type":"ephemeral"}"#).count() == 3, "{text}");
+    }
+
+    #[test]
+    fn breakpoints_never_exceed_the_limit_with_host_marks() {
+        let user = |t: &str| json!({"role":"user","content":[{"type":"text","text":t}]});
+        let tool = |n: &str, marked: bool| {
+            let mut t = json!({"name":n,"description":"d","parameters":{}});
+            if marked {
+                t["cache_control"] = CC();
+            }
+            t
+        };
+        let mut e = env(json!([user("p"), user("h")]));
+        e["system"] = json!("S");
+        // One host mark on a tool: ours still fit (1 + 3 = 4).
+        e["tools"] = json!([tool("a", true), tool("b", false)]);
+        let body = render(&e, 1).unwrap();
+        assert_eq!(marks(&body), ["tools/0", "system/0", "messages/0/0", "messages/1/0"]);
+        // Two host marks: the system mark gives way (the history and prefix marks matter more).
+        e["tools"] = json!([tool("a", true), tool("b", true)]);
+        assert_eq!(marks(&render(&e, 1).unwrap()), ["tools/0", "tools/1", "messages/0/0", "messages/1/0"]);
+        // Three: only the end of history.
+        e["tools"] = json!([tool("a", true), tool("b", true), tool("c", true)]);
+        assert_eq!(marks(&render(&e, 1).unwrap()), ["tools/0", "tools/1", "tools/2", "messages/1/0"]);
+        // Four: none of ours.
+        e["tools"] = json!([tool("a", true), tool("b", true), tool("c", true), tool("d", true)]);
+        assert_eq!(marks(&render(&e, 1).unwrap()).len(), MAX_BREAKPOINTS);
+        // A host mark on the last tool stands for the head mark when there is no system prompt.
+        let mut e = env(json!([user("h")]));
+        e["tools"] = json!([tool("a", false), tool("b", true)]);
+        assert_eq!(marks(&render(&e, 0).unwrap()), ["tools/1", "messages/0/0"]);
+    }
+
+    #[test]
+    fn summarisation_request_marks_the_history_not_the_instruction() {
+        let user = |t: &str| json!({"role":"user","content":[{"type":"text","text":t}]});
+        let conv = json!({"provider":"anthropic","model":"m","system":"S","messages":[user("p"), user("h1"), user("h2")],
+                          "sessionId":"s","turn":1,"step":1,"purpose":"conversation"});
+        let mut summary = conv.clone();
+        summary["messages"].as_array_mut().unwrap().push(user("You are now acting as a compaction engine"));
+        summary["purpose"] = json!("compaction");
+        summary["maxTokens"] = json!(2000);
+        let (c, s) = (render(&conv, 1).unwrap(), render(&summary, 1).unwrap());
+        assert_eq!(marks(&c), ["system/0", "messages/0/0", "messages/2/0"]);
+        assert_eq!(marks(&s), marks(&c));
+        // Byte for byte: the summary's messages are the conversation's and the instruction.
+        let cm = serde_json::to_string(&c["messages"]).unwrap();
+        let sm = serde_json::to_string(&s["messages"]).unwrap();
+        assert!(sm.starts_with(&cm[..cm.len() - 1]), "{sm}\n{cm}");
+        assert_eq!(c["system"], s["system"]);
+        // A conversation request with the same messages marks the instruction as its history end.
+        summary["purpose"] = json!("conversation");
+        assert_eq!(marks(&render(&summary, 1).unwrap()), ["system/0", "messages/0/0", "messages/3/0"]);
+    }
+
+    #[test]
+    fn thinking_blocks_and_signatures_are_rendered_back_unchanged() {
+        let thinking = "Let me think.\n\n  Indented, with trailing spaces  \n\u{00e9}\u{4e2d}\u{1f600} \"quoted\" \\ back";
+        let signature = "EqQBCkgIARABGAIiQL1wQ+/Zz0b3Bw==";
+        let e = env(json!([
+            {"role":"user","content":[{"type":"text","text":"go"}]},
+            {"role":"assistant","content":[
+                {"type":"reasoning","text":thinking,"signature":signature},
+                {"type":"redacted-thinking","data":"opaque+/=="},
+                {"type":"tool-call","id":"c1","name":"read","arguments":"{}"}]},
+            {"role":"user","content":[{"type":"tool-result","toolCallId":"c1","isError":false,"content":[{"type":"text","text":"ok"}]}]}
+        ]));
+        let body = render(&e, 0).unwrap();
+        let text = serde_json::to_string(&body["messages"][1]["content"][0]).unwrap();
+        let want = format!(r#"{{"signature":{},"thinking":{},"type":"thinking"}}"#, json!(signature), json!(thinking));
+        assert_eq!(text, want);
+        assert_eq!(body["messages"][1]["content"][1], json!({"type":"redacted_thinking","data":"opaque+/=="}));
+        // And back again: the parsed response keeps them as they came.
+        let resp = json!({"model":"m","content":[{"type":"thinking","thinking":thinking,"signature":signature},
+            {"type":"redacted_thinking","data":"opaque+/=="}]});
+        let parsed = crate::render::parse_response(crate::render::Renderer::Anthropic, &resp).unwrap();
+        let again = env(json!([{"role":"user","content":[{"type":"text","text":"go"}]}, parsed.message.to_value()]));
+        let body2 = render(&again, 0).unwrap();
+        assert_eq!(body2["messages"][1]["content"][0], body["messages"][1]["content"][0]);
+        assert_eq!(body2["messages"][1]["content"][1], body["messages"][1]["content"][1]);
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //!
 //! - [`render_openai`]: an OpenAI-compatible chat-completions body (OpenAI, DeepSeek,
 //!   llama.cpp's `llama-server`, vLLM, ...).
-//! - [`render_anthropic`]: an Anthropic Messages body with two prompt-cache breakpoints.
+//! - [`render_anthropic`]: an Anthropic Messages body with prompt-cache breakpoints at the end
+//!   of the system prompt (or tools), of the session prefix and of the history.
 //! - [`render_responses`]: an OpenAI Responses API body (stateless: `store: false`).
 //! - [`render_gemini`]: a Gemini `generateContent` body.
 //! - [`Renderer`]: the four, chosen by name.
@@ -12,8 +13,10 @@
 //! `{provider, model, reasoningEffort?, temperature?, maxTokens?, stop?, <unknown config
 //! fields>, system?, tools?, messages, sessionId, purpose, turn?, step?}`. The renderers validate
 //! it (errors are [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) and name the field,
-//! e.g. `messages[4].content[1]: ...`) and never look at `sessionId`, `purpose`, `turn`, `step`
-//! or `instance`: those are library bookkeeping, not provider input.
+//! e.g. `messages[4].content[1]: ...`) and never send `sessionId`, `purpose`, `turn`, `step` or
+//! `instance`: those are library bookkeeping, not provider input. Two of them steer caching:
+//! `sessionId` is the default OpenAI-compatible `prompt_cache_key`, and `purpose:
+//! "compaction"` keeps the trailing instruction out of the Anthropic history breakpoint.
 //!
 //! **The prefix property.** Each envelope message is rendered by a pure function of that
 //! message alone (the Anthropic renderer additionally merges consecutive tool-result-only user
@@ -30,7 +33,7 @@ pub mod origin;
 pub mod response;
 mod responses;
 
-pub use anthropic::{render_anthropic, DEFAULT_ANTHROPIC_MAX_TOKENS};
+pub use anthropic::{render_anthropic, DEFAULT_ANTHROPIC_MAX_TOKENS, MAX_BREAKPOINTS};
 pub use gemini::render_gemini;
 pub use openai::render_openai;
 pub use response::{is_context_overflow, parse_response, usage_from_provider, ParsedResponse};
@@ -40,20 +43,141 @@ use crate::error::{Error, Result};
 use crate::types::{kind_of, Block, Fields, JsonMap, Message, Role, ToolSchema, ENVELOPE_KEYS};
 use serde_json::Value;
 
-/// Options that are not part of the envelope but that a renderer needs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Options that are not part of the envelope but that a renderer needs. Build them with
+/// [`RenderOptions::with_prefix_len`] and the `with_*` methods, or parse their JSON form with
+/// [`RenderOptions::from_value`]; `docs/render.md` and `docs/caching.md` give the provider rule
+/// behind each one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RenderOptions {
     /// How many leading envelope messages are the session prefix (SPEC §4). The Anthropic
     /// renderer puts a cache breakpoint at the end of the prefix and hoists system-role prefix
     /// messages into `system`; the OpenAI renderer only checks it against the message count.
     pub prefix_len: usize,
+    /// The OpenAI-compatible `prompt_cache_key` (JSON `promptCacheKey`): by default the
+    /// envelope's `sessionId`.
+    pub cache_key: CacheKey,
+    /// The OpenAI-compatible `prompt_cache_retention` (JSON `promptCacheRetention`, e.g.
+    /// `"in_memory"` or `"24h"`), sent verbatim; absent by default.
+    pub cache_retention: Option<String>,
+    /// The TTL of the Anthropic cache breakpoints (JSON `cacheTtl`); absent: the provider's
+    /// default (5 minutes), and no `ttl` field is sent.
+    pub cache_ttl: Option<CacheTtl>,
+}
+
+/// Where the OpenAI-compatible `prompt_cache_key` comes from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CacheKey {
+    /// The envelope's `sessionId` (JSON `true`, the default): every request of a session, its
+    /// summarisation requests included, is routed to the same cache. A `prompt_cache_key`
+    /// config field, when there is one, is sent instead.
+    #[default]
+    SessionId,
+    /// No key (JSON `false`): for servers that refuse unknown fields.
+    Off,
+    /// This key (a JSON string), e.g. one shared by the sessions of a tenant.
+    Custom(String),
+}
+
+/// The lifetime of an Anthropic cache entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CacheTtl {
+    /// `"5m"`: five minutes, refreshed at every hit (the provider's default).
+    FiveMinutes,
+    /// `"1h"`: one hour; writing costs more, for sessions with pauses longer than five minutes.
+    OneHour,
+}
+
+impl CacheTtl {
+    /// The wire value: `"5m"` or `"1h"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheTtl::FiveMinutes => "5m",
+            CacheTtl::OneHour => "1h",
+        }
+    }
 }
 
 impl RenderOptions {
+    /// The OpenAI cache-routing fields an option sets explicitly (a custom `prompt_cache_key`,
+    /// `prompt_cache_retention`): set before the config's pass-through fields, so a config field
+    /// of the same name is a collision (shared by the chat-completions and Responses renderers).
+    pub(crate) fn route_explicit(&self, body: &mut JsonMap) {
+        if let CacheKey::Custom(key) = &self.cache_key {
+            body.insert("prompt_cache_key".into(), key.clone().into());
+        }
+        if let Some(r) = &self.cache_retention {
+            body.insert("prompt_cache_retention".into(), r.clone().into());
+        }
+    }
+
+    /// The default `prompt_cache_key` (the session id), set after the pass-through fields: a
+    /// `prompt_cache_key` config field wins.
+    pub(crate) fn route_default(&self, body: &mut JsonMap, session_id: Option<&String>) {
+        if let (CacheKey::SessionId, Some(id)) = (&self.cache_key, session_id) {
+            body.entry("prompt_cache_key").or_insert_with(|| id.clone().into());
+        }
+    }
+
     /// Options for an envelope whose first `prefix_len` messages are the session prefix.
     pub fn with_prefix_len(prefix_len: usize) -> RenderOptions {
-        RenderOptions { prefix_len }
+        RenderOptions { prefix_len, ..RenderOptions::default() }
+    }
+
+    /// These options with another OpenAI-compatible cache key.
+    pub fn with_cache_key(mut self, key: CacheKey) -> RenderOptions {
+        self.cache_key = key;
+        self
+    }
+
+    /// These options with an OpenAI-compatible cache retention.
+    pub fn with_cache_retention(mut self, retention: impl Into<String>) -> RenderOptions {
+        self.cache_retention = Some(retention.into());
+        self
+    }
+
+    /// These options with an Anthropic cache TTL.
+    pub fn with_cache_ttl(mut self, ttl: CacheTtl) -> RenderOptions {
+        self.cache_ttl = Some(ttl);
+        self
+    }
+
+    /// Parses the JSON form `{"prefixLen"?: n, "promptCacheKey"?: true | false | "key",
+    /// "promptCacheRetention"?: "...", "cacheTtl"?: "5m" | "1h"}` (every key optional; an unknown
+    /// key is an error, so a misspelt option is never silently ignored).
+    pub fn from_value(v: &Value) -> Result<RenderOptions> {
+        const KEYS: &[&str] = &["prefixLen", "promptCacheKey", "promptCacheRetention", "cacheTtl"];
+        let f = Fields::of(v, "options")?;
+        if let Some(k) = f.map.keys().find(|k| !KEYS.contains(&k.as_str())) {
+            return Err(Error::invalid(
+                f.p(k),
+                "is not a render option (expected prefixLen, promptCacheKey, promptCacheRetention or cacheTtl)",
+            ));
+        }
+        let mut out = RenderOptions::with_prefix_len(f.opt_u64("prefixLen")?.unwrap_or(0) as usize);
+        match f.opt_value("promptCacheKey")? {
+            None | Some(Value::Bool(true)) => {}
+            Some(Value::Bool(false)) => out.cache_key = CacheKey::Off,
+            Some(Value::String(k)) if !k.is_empty() => out.cache_key = CacheKey::Custom(k.clone()),
+            Some(Value::String(_)) => return Err(Error::invalid(f.p("promptCacheKey"), "must not be empty (false turns the key off)")),
+            Some(other) => {
+                return Err(Error::invalid(f.p("promptCacheKey"), format!("expected true, false or a string, got {}", kind_of(other))))
+            }
+        }
+        if let Some(r) = f.opt_str("promptCacheRetention")? {
+            if r.is_empty() {
+                return Err(Error::invalid(f.p("promptCacheRetention"), "must not be empty"));
+            }
+            out.cache_retention = Some(r.to_string());
+        }
+        out.cache_ttl = match f.opt_str("cacheTtl")? {
+            None => None,
+            Some("5m") => Some(CacheTtl::FiveMinutes),
+            Some("1h") => Some(CacheTtl::OneHour),
+            Some(other) => return Err(Error::invalid(f.p("cacheTtl"), format!("expected \"5m\" or \"1h\", got {other:?}"))),
+        };
+        Ok(out)
     }
 }
 
@@ -105,7 +229,7 @@ impl Renderer {
             Renderer::OpenAi => {
                 let env = Envelope::parse(envelope)?;
                 env.check_prefix_len(options.prefix_len)?;
-                openai::render(&env)
+                openai::render(&env, options)
             }
             Renderer::Anthropic => render_anthropic(envelope, options),
             Renderer::OpenAiResponses => render_responses(envelope, options),
@@ -134,6 +258,12 @@ pub(crate) struct Envelope {
     pub messages: Vec<Message>,
     /// Unknown config fields, passed through into the body.
     pub extra: JsonMap,
+    /// The envelope's `sessionId` (bookkeeping, never sent as such; the default cache key).
+    pub session_id: Option<String>,
+    /// Whether the envelope is a summarisation request (`purpose: "compaction"`): its last
+    /// message is the instruction, which the Anthropic renderer keeps out of the history's
+    /// cache breakpoint.
+    pub compaction: bool,
 }
 
 impl Envelope {
@@ -180,6 +310,8 @@ impl Envelope {
             tools,
             messages,
             extra: f.extra(&known),
+            session_id: f.opt_str("sessionId")?.filter(|s| !s.is_empty()).map(str::to_string),
+            compaction: f.opt_str("purpose")? == Some("compaction"),
         })
     }
 
@@ -325,6 +457,41 @@ mod tests {
             for k in ["provider", "sessionId", "purpose", "turn", "step", "instance"] {
                 assert!(body.get(k).is_none(), "{} leaked {k}", r.name());
             }
+        }
+    }
+
+    #[test]
+    fn options_from_json() {
+        assert_eq!(RenderOptions::from_value(&json!({})).unwrap(), RenderOptions::default());
+        let o =
+            RenderOptions::from_value(&json!({"prefixLen":3,"promptCacheKey":"k","promptCacheRetention":"24h","cacheTtl":"1h"})).unwrap();
+        assert_eq!(
+            o,
+            RenderOptions::with_prefix_len(3)
+                .with_cache_key(CacheKey::Custom("k".into()))
+                .with_cache_retention("24h")
+                .with_cache_ttl(CacheTtl::OneHour)
+        );
+        assert_eq!(RenderOptions::from_value(&json!({"promptCacheKey":false})).unwrap().cache_key, CacheKey::Off);
+        assert_eq!(RenderOptions::from_value(&json!({"promptCacheKey":true})).unwrap().cache_key, CacheKey::SessionId);
+        assert_eq!(RenderOptions::from_value(&json!({"cacheTtl":"5m"})).unwrap().cache_ttl, Some(CacheTtl::FiveMinutes));
+        let bad = [
+            (json!([]), "options: expected an object, got an array"),
+            (json!({"prefixLen":-1}), "options.prefixLen: expected a non-negative integer, got -1"),
+            (json!({"promptCacheKey":""}), "options.promptCacheKey: must not be empty (false turns the key off)"),
+            (json!({"promptCacheKey":3}), "options.promptCacheKey: expected true, false or a string, got a number"),
+            (json!({"promptCacheRetention":""}), "options.promptCacheRetention: must not be empty"),
+            (json!({"promptCacheRetention":24}), "options.promptCacheRetention: expected a string, got a number"),
+            (json!({"cacheTtl":"2h"}), "options.cacheTtl: expected \"5m\" or \"1h\", got \"2h\""),
+            (
+                json!({"cacheTTL":"1h"}),
+                "options.cacheTTL: is not a render option (expected prefixLen, promptCacheKey, promptCacheRetention or cacheTtl)",
+            ),
+        ];
+        for (v, want) in bad {
+            let e = RenderOptions::from_value(&v).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidInput);
+            assert_eq!(e.message(), want);
         }
     }
 

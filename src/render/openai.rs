@@ -10,24 +10,27 @@
 //!   there is no text but there are tool calls), `reasoning_content` (reasoning blocks joined by
 //!   "\n", present whenever the message has a reasoning block) and `tool_calls`.
 
-use super::{block_path, image_source, origin, unsupported, Envelope, ImageSource};
+use super::{block_path, image_source, origin, unsupported, Envelope, ImageSource, RenderOptions};
 use crate::error::{Error, Result};
 use crate::types::{Block, JsonMap, Message, Role};
 use serde_json::{json, Value};
 
 const NAME: &str = "openai";
 
-/// Renders an envelope into an OpenAI-compatible chat-completions body.
+/// Renders an envelope into an OpenAI-compatible chat-completions body, with the default
+/// [`RenderOptions`] (`Renderer::OpenAi.render` takes others).
 ///
 /// The body has `model`, `messages`, and when set `tools`, `max_tokens`, `temperature`, `stop`
 /// and `reasoning_effort`; unknown config fields are copied verbatim as top-level body fields
-/// (an unknown field that names a body field set here is an error). `stream` and the like are
-/// the host's to add.
+/// (an unknown field that names a body field set here is an error). `prompt_cache_key` is the
+/// envelope's `sessionId` unless the options say otherwise or a `prompt_cache_key` config field
+/// gives one; `prompt_cache_retention` comes from the options. `stream` and the like are the
+/// host's to add.
 pub fn render_openai(envelope: &Value) -> Result<Value> {
-    render(&Envelope::parse(envelope)?)
+    render(&Envelope::parse(envelope)?, &RenderOptions::default())
 }
 
-pub(super) fn render(env: &Envelope) -> Result<Value> {
+pub(super) fn render(env: &Envelope, options: &RenderOptions) -> Result<Value> {
     let mut messages = Vec::with_capacity(env.messages.len() + 1);
     if let Some(system) = &env.system {
         messages.push(json!({"role": "system", "content": system}));
@@ -69,7 +72,13 @@ pub(super) fn render(env: &Envelope) -> Result<Value> {
     if let Some(effort) = &env.reasoning_effort {
         body.insert("reasoning_effort".into(), effort.clone().into());
     }
+    // Cache routing (OpenAI routes a request to the machine that holds its prefix by a hash of
+    // the prompt's start and this key). An explicit key or retention is set before the
+    // pass-through, so a config field of the same name is a collision; the default key gives
+    // way to a `prompt_cache_key` config field.
+    options.route_explicit(&mut body);
     env.pass_through(&mut body, NAME)?;
+    options.route_default(&mut body, env.session_id.as_ref());
     Ok(Value::Object(body))
 }
 
@@ -203,6 +212,7 @@ fn tool_message(b: &Block, i: usize, j: usize) -> Result<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::render::CacheKey;
     use crate::ErrorKind;
 
     fn env(messages: Value) -> Value {
@@ -230,9 +240,51 @@ mod tests {
                 "messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"hi"}],
                 "tools":[{"type":"function","function":{"name":"read","description":"Read a file",
                           "parameters":{"type":"object"},"strict":true}}],
-                "max_tokens":512,"temperature":0.25,"stop":["END"],"reasoning_effort":"high"
+                "max_tokens":512,"temperature":0.25,"stop":["END"],"reasoning_effort":"high",
+                "prompt_cache_key":"s"
             })
         );
+    }
+
+    fn with(options: RenderOptions, e: &Value) -> Result<Value> {
+        render(&Envelope::parse(e)?, &options)
+    }
+
+    #[test]
+    fn prompt_cache_key_is_the_session_id_unless_told_otherwise() {
+        let e = env(json!([{"role":"user","content":[{"type":"text","text":"q"}]}]));
+        let bytes = |b: Value| serde_json::to_string(&b).unwrap();
+        // Default: the envelope's sessionId, in the rendered bytes.
+        let body = bytes(render_openai(&e).unwrap());
+        assert!(body.contains(r#""prompt_cache_key":"s""#), "{body}");
+        assert!(!body.contains("prompt_cache_retention"), "{body}");
+        // Off.
+        let body = bytes(with(RenderOptions::default().with_cache_key(CacheKey::Off), &e).unwrap());
+        assert!(!body.contains("prompt_cache_key"), "{body}");
+        // Overridden, and a retention.
+        let o = RenderOptions::default().with_cache_key(CacheKey::Custom("tenant-7".into())).with_cache_retention("24h");
+        let body = bytes(with(o, &e).unwrap());
+        assert!(body.contains(r#""prompt_cache_key":"tenant-7""#) && body.contains(r#""prompt_cache_retention":"24h""#), "{body}");
+        // No session id, no default key.
+        let mut bare = e.clone();
+        bare.as_object_mut().unwrap().remove("sessionId");
+        assert!(render_openai(&bare).unwrap().get("prompt_cache_key").is_none());
+        // A config field gives the key when the options leave the default...
+        let mut cfg = e.clone();
+        cfg["prompt_cache_key"] = json!("from-config");
+        assert_eq!(render_openai(&cfg).unwrap()["prompt_cache_key"], json!("from-config"));
+        // ...and collides with an explicit one, as with a retention set twice.
+        let err = with(RenderOptions::default().with_cache_key(CacheKey::Custom("k".into())), &cfg).unwrap_err();
+        assert!(err.message().starts_with("prompt_cache_key: unknown config field collides"), "{}", err.message());
+        let mut ret = e.clone();
+        ret["prompt_cache_retention"] = json!("in_memory");
+        assert_eq!(render_openai(&ret).unwrap()["prompt_cache_retention"], json!("in_memory"));
+        let err = with(RenderOptions::default().with_cache_retention("24h"), &ret).unwrap_err();
+        assert!(err.message().starts_with("prompt_cache_retention: unknown config field collides"), "{}", err.message());
+        // The summarisation request of a session gets the same key as its conversation.
+        let mut summary = e.clone();
+        summary["purpose"] = json!("compaction");
+        assert_eq!(render_openai(&summary).unwrap()["prompt_cache_key"], render_openai(&e).unwrap()["prompt_cache_key"]);
     }
 
     #[test]

@@ -144,15 +144,24 @@ fn parse_openai(body: &Value) -> Result<ParsedResponse> {
     let msg = choice.get("message").ok_or_else(|| Error::invalid("response.choices[0].message", "is required"))?;
     as_object(msg, "response.choices[0].message")?;
     let mut content = Vec::new();
-    match msg.get("reasoning_content") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(r)) => {
-            let mut b = JsonMap::new();
-            b.insert("type".into(), "reasoning".into());
-            b.insert("text".into(), r.clone().into());
-            content.push(Block::from_value(&Value::Object(b), "reasoning")?);
+    // DeepSeek and llama.cpp return reasoning in `reasoning_content`; recent vLLM (and
+    // OpenRouter, following OpenAI's guidance for gpt-oss) in `reasoning`. A server sending both
+    // during a transition sends the same text twice: one block, from `reasoning_content`.
+    let mut reasoning = None;
+    for key in ["reasoning_content", "reasoning"] {
+        match msg.get(key) {
+            None | Some(Value::Null) => {}
+            Some(Value::String(r)) => {
+                reasoning.get_or_insert_with(|| r.clone());
+            }
+            Some(_) => return Err(Error::invalid(format!("response.choices[0].message.{key}"), "expected a string or null")),
         }
-        Some(_) => return Err(Error::invalid("response.choices[0].message.reasoning_content", "expected a string or null")),
+    }
+    if let Some(r) = reasoning {
+        let mut b = JsonMap::new();
+        b.insert("type".into(), "reasoning".into());
+        b.insert("text".into(), r.into());
+        content.push(Block::from_value(&Value::Object(b), "reasoning")?);
     }
     match msg.get("content") {
         None | Some(Value::Null) => {}
@@ -316,6 +325,24 @@ mod tests {
         assert_eq!((u.input_tokens, u.cache_read_tokens, u.output_tokens, u.prompt_tokens()), (4, Some(96), 7, 100));
         assert_eq!(r.finish_reason.as_deref(), Some("tool-calls"));
         assert_eq!(r.message.provenance.unwrap().model, "gpt-x");
+    }
+
+    #[test]
+    fn reasoning_and_reasoning_content_are_both_parsed() {
+        let reply = |msg: Value| json!({"choices":[{"finish_reason":"stop","message":msg}]});
+        for key in ["reasoning_content", "reasoning"] {
+            let r = parse_response(Renderer::OpenAi, &reply(json!({"role":"assistant","content":"4", key: "2+2=4"}))).unwrap();
+            assert_eq!(r.message.content.len(), 2, "{key}");
+            assert_eq!(r.message.content[0].kind(), "reasoning");
+            assert_eq!(r.message.content[0].get_str("text"), Some("2+2=4"));
+            assert_eq!(r.message.content[1].get_str("text"), Some("4"));
+        }
+        let both =
+            parse_response(Renderer::OpenAi, &reply(json!({"role":"assistant","content":"4","reasoning_content":"a","reasoning":"a"})))
+                .unwrap();
+        assert_eq!(both.message.content.iter().filter(|b| b.kind() == "reasoning").count(), 1);
+        let none = parse_response(Renderer::OpenAi, &reply(json!({"role":"assistant","content":"4"}))).unwrap();
+        assert_eq!(none.message.content.len(), 1);
     }
 
     #[test]

@@ -37,14 +37,16 @@ const ENCRYPTED_REASONING: &str = "reasoning.encrypted_content";
 /// top-level body fields (`prompt_cache_key`, `parallel_tool_calls`, `text`, `truncation`,
 /// `context_management`, ...); one that names a body field set here is an error, except
 /// `include`, whose entries are kept (the encrypted-reasoning entry is added when missing).
-/// `options.prefix_len` is only checked against the message count.
+/// `options.prefix_len` is only checked against the message count; the cache options set
+/// `prompt_cache_key` (by default the session id) and `prompt_cache_retention` as for chat
+/// completions.
 pub fn render_responses(envelope: &Value, options: &RenderOptions) -> Result<Value> {
     let env = Envelope::parse(envelope)?;
     env.check_prefix_len(options.prefix_len)?;
-    render(&env)
+    render(&env, options)
 }
 
-fn render(env: &Envelope) -> Result<Value> {
+fn render(env: &Envelope, options: &RenderOptions) -> Result<Value> {
     if env.stop.is_some() {
         return Err(Error::invalid("stop", format!("the Responses API has no stop sequences, so the {NAME} renderer cannot send them")));
     }
@@ -105,6 +107,9 @@ fn render(env: &Envelope) -> Result<Value> {
     if !include.is_empty() {
         body.insert("include".into(), Value::Array(include));
     }
+    // Cache routing as for chat completions: the Responses API takes the same
+    // `prompt_cache_key` and `prompt_cache_retention`.
+    options.route_explicit(&mut body);
     for (k, v) in extra {
         if body.contains_key(&k) {
             return Err(Error::invalid(
@@ -114,6 +119,7 @@ fn render(env: &Envelope) -> Result<Value> {
         }
         body.insert(k, v);
     }
+    options.route_default(&mut body, env.session_id.as_ref());
     Ok(Value::Object(body))
 }
 
@@ -420,6 +426,24 @@ mod tests {
 
     fn r(e: &Value) -> Result<Value> {
         render_responses(e, &RenderOptions::default())
+    }
+
+    #[test]
+    fn the_cache_key_is_the_session_id_by_default_and_can_be_changed() {
+        use crate::render::CacheKey;
+        let e = env(json!([{"role":"user","content":[{"type":"text","text":"hi"}]}]));
+        assert_eq!(r(&e).unwrap()["prompt_cache_key"], "s");
+        let off = render_responses(&e, &RenderOptions::default().with_cache_key(CacheKey::Off)).unwrap();
+        assert!(off.get("prompt_cache_key").is_none());
+        let o = RenderOptions::default().with_cache_key(CacheKey::Custom("tenant-7".into())).with_cache_retention("24h");
+        let custom = render_responses(&e, &o).unwrap();
+        assert_eq!((&custom["prompt_cache_key"], &custom["prompt_cache_retention"]), (&json!("tenant-7"), &json!("24h")));
+        // A key in the call config wins over the default, and collides with an explicit one.
+        let mut cfg = e.clone();
+        cfg["prompt_cache_key"] = "from-config".into();
+        assert_eq!(r(&cfg).unwrap()["prompt_cache_key"], "from-config");
+        let err = render_responses(&cfg, &RenderOptions::default().with_cache_key(CacheKey::Custom("k".into()))).unwrap_err();
+        assert!(err.message().contains("prompt_cache_key"), "{}", err.message());
     }
 
     #[test]

@@ -1024,6 +1024,52 @@ inline void expect_log(World &w, const json &op) {
     }
 }
 
+// Every envelope field of a summarisation request but its messages, compared with the routed
+// request it replays: the routed call config with maxTokens replaced by the summary budget and the
+// model by the target's; a target of another provider keeps only the vocabulary's fields (no
+// pass-through field). System, tools and the session id are the routed request's.
+inline void check_summary_envelope(const json &summary, const json &routed) {
+    json want = routed;
+    for (const char *k : {"messages", "turn", "step"}) {
+        want.erase(k);
+    }
+    if (!summary.contains("maxTokens") || !summary["maxTokens"].is_number_unsigned()) {
+        fail("summary request: maxTokens (the summary budget) is missing");
+    }
+    want["maxTokens"] = summary["maxTokens"];
+    want["purpose"] = "compaction";
+    if (get_or_null(summary, "provider") != get_or_null(routed, "provider")) {
+        json kept = json::object();
+        for (const char *k : {"provider", "model", "reasoningEffort", "temperature", "maxTokens", "stop", "system", "tools",
+                              "sessionId", "purpose"}) {
+            if (want.contains(k)) {
+                kept[k] = want[k];
+            }
+        }
+        want = kept;
+        want["provider"] = get_or_null(summary, "provider");
+    }
+    want["model"] = get_or_null(summary, "model");
+    std::vector<std::string> keys;
+    for (auto it = want.begin(); it != want.end(); ++it) {
+        keys.push_back(it.key());
+    }
+    for (auto it = summary.begin(); it != summary.end(); ++it) {
+        keys.push_back(it.key());
+    }
+    for (const auto &k : keys) {
+        if (k == "messages") {
+            continue;
+        }
+        const json &got = get_or_null(summary, k.c_str());
+        const json &exp = get_or_null(want, k.c_str());
+        if (got != exp) {
+            fail("summary request field " + k + " is " + (summary.contains(k) ? got.dump() : "absent") +
+                 " but the routed request gives " + (want.contains(k) ? exp.dump() : "absent"));
+        }
+    }
+}
+
 inline void expect_summary(World &w, const json &op) {
     std::vector<SummaryCall> seen;
     {
@@ -1079,11 +1125,7 @@ inline void expect_summary(World &w, const json &op) {
     if (!last) {
         fail("no routed request precedes this summarisation request");
     }
-    for (const char *k : {"system", "tools"}) {
-        if (get_or_null(*last, k) != get_or_null(v, k)) {
-            fail(std::string("summary request ") + k + " differs from the last routed request");
-        }
-    }
+    check_summary_envelope(v, *last);
     json m = messages_of(v), l = messages_of(*last);
     if (m.empty()) {
         fail("the summary request has no messages");

@@ -561,4 +561,79 @@ TEST_F(Binding, ParsedResponseIsRecordedAsItIs) {
                  LLS_ERR_INVALID_INPUT);
 }
 
+/// Two turns against `provider` (a scripted answer, or a replay).
+void cache_host(Session &s, const std::string &system, const std::function<std::string(const std::string &)> &provider) {
+    Agent a(s, json{{"config", {{"provider", "openai"}, {"model", "gpt-5"}}}, {"system", system}}.dump());
+    for (const char *u : {"first", "second"}) {
+        a.start_turn(user(u));
+        std::string env = a.next_request();
+        std::string resp;
+        try {
+            resp = provider(env);
+        } catch (...) {
+            a.end_turn("error");
+            throw;
+        }
+        a.record_response(resp);
+        a.end_turn();
+    }
+}
+
+std::string scripted(const std::string &) {
+    return R"({"message":{"role":"assistant","content":[{"type":"text","text":"ok"}]},"usage":{"inputTokens":10,"outputTokens":2,"cacheReadTokens":90}})";
+}
+
+TEST_F(Binding, RenderWithOptions) {
+    std::string env = R"({"provider":"openai","model":"m","system":"S","messages":[{"role":"user","content":[{"type":"text","text":"q"}]}],"sessionId":"sess-1","purpose":"conversation"})";
+    EXPECT_EQ(json::parse(llmsession::render_with_options("openai", env))["prompt_cache_key"], "sess-1");
+    EXPECT_FALSE(json::parse(llmsession::render_with_options("openai", env, R"({"promptCacheKey":false})")).contains("prompt_cache_key"));
+    json custom = json::parse(llmsession::render_with_options("openai", env, R"({"promptCacheKey":"tenant","promptCacheRetention":"24h"})"));
+    EXPECT_EQ(custom["prompt_cache_key"], "tenant");
+    EXPECT_EQ(custom["prompt_cache_retention"], "24h");
+    json a = json::parse(llmsession::render_with_options("anthropic", env, R"({"cacheTtl":"1h"})"));
+    EXPECT_EQ(a["system"][0]["cache_control"], json({{"type", "ephemeral"}, {"ttl", "1h"}}));
+    EXPECT_EQ(a["messages"][0]["content"][0]["cache_control"], json({{"type", "ephemeral"}, {"ttl", "1h"}}));
+    Error e = expect_error([&] { llmsession::render_with_options("anthropic", env, R"({"cacheTtl":"2h"})"); }, LLS_ERR_INVALID_INPUT);
+    EXPECT_NE(e.message().find("options.cacheTtl"), std::string::npos) << e.message();
+}
+
+TEST_F(Binding, ExplainAndReplay) {
+    std::string path = testing::TempDir() + "/llmsession-cpp-replay-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + ".jsonl";
+    std::remove(path.c_str());
+    {
+        Session s = Session::open_file(path, R"({"id":"rec-1"})");
+        cache_host(s, "Be brief.", scripted);
+        json ex = json::parse(s.explain());
+        ASSERT_EQ(ex["requests"].size(), 2u);
+        EXPECT_TRUE(ex["requests"][1]["extends"].get<bool>());
+        EXPECT_EQ(ex["requests"][1]["cause"], "growth");
+        EXPECT_EQ(ex["totals"]["spend"]["growth"], 20);
+        expect_error([&] { s.explain(R"({"tokenizer":"/nonexistent/tokenizer.json"})"); }, LLS_ERR_TOKENIZER);
+    }
+    EXPECT_EQ(json::parse(llmsession::explain_file(path))["totals"]["conversationRequests"], 2);
+
+    // The same loop offline, answered by the recording.
+    llmsession::Replay replay = llmsession::Replay::open_file(path);
+    Session offline = Session::memory(R"({"id":"rec-1"})");
+    cache_host(offline, "Be brief.", [&](const std::string &env) {
+        json ans = json::parse(replay.answer(env));
+        EXPECT_EQ(ans["outcome"], "response");
+        return ans["response"].dump();
+    });
+    EXPECT_EQ(json::parse(replay.info())["answered"], 2);
+    EXPECT_EQ(json::parse(offline.verify())["requests"], 2);
+
+    // Another system prompt: the first request differs, at system line 1.
+    llmsession::Replay again = llmsession::Replay::of(offline);
+    Session other = Session::memory(R"({"id":"rec-1"})");
+    Error e = expect_error([&] { cache_host(other, "Be very brief.", [&](const std::string &env) { return again.answer(env); }); },
+                           LLS_ERR_RECONSTRUCTION);
+    json d = json::parse(e.detail());
+    EXPECT_EQ(d["component"], "system");
+    EXPECT_EQ(d["request"], "1");
+    EXPECT_NE(e.message().find("differs from the recorded one at system line 1"), std::string::npos) << e.message();
+    expect_error([&] { llmsession::Replay::open_file(path + ".missing"); }, LLS_ERR_STORAGE);
+    std::remove(path.c_str());
+}
+
 } // namespace

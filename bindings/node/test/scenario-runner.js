@@ -686,9 +686,7 @@ function expectSummary(w, op) {
     }
     if (k < 0) throw new Error('no routed request precedes this summarisation request');
     const last = w.requests[k];
-    for (const f of ['system', 'tools']) {
-      if (!isDeepStrictEqual(last[f], v[f])) throw new Error(`summary request ${f} differs from the last routed request`);
-    }
+    checkSummaryEnvelope(v, last);
     const m = messagesOf(v);
     const l = messagesOf(last);
     const body = m.slice(0, m.length - 1);
@@ -702,6 +700,33 @@ function expectSummary(w, op) {
     const lastm = m[m.length - 1];
     if (!lastm || lastm.role !== 'user' || !JSON.stringify(lastm).includes('compaction engine')) {
       throw new Error(`the last message is not the instruction: ${JSON.stringify(lastm)}`);
+    }
+  }
+}
+
+/**
+ * Every envelope field of a summarisation request but its messages, compared with the routed
+ * request it replays: the routed call config with maxTokens replaced by the summary budget and
+ * the model by the target's; a target of another provider keeps only the vocabulary's fields
+ * (no pass-through field). System, tools and the session id are the routed request's.
+ */
+function checkSummaryEnvelope(summary, routed) {
+  const want = { ...routed };
+  for (const k of ['messages', 'turn', 'step']) delete want[k];
+  if (!Number.isInteger(summary.maxTokens)) throw new Error('summary request: maxTokens (the summary budget) is missing');
+  want.maxTokens = summary.maxTokens;
+  want.purpose = 'compaction';
+  if (summary.provider !== routed.provider) {
+    const kept = new Set(['provider', 'model', 'reasoningEffort', 'temperature', 'maxTokens', 'stop', 'system', 'tools', 'sessionId', 'purpose']);
+    for (const k of Object.keys(want)) if (!kept.has(k)) delete want[k];
+    want.provider = summary.provider;
+  }
+  want.model = summary.model;
+  const keys = new Set([...Object.keys(want), ...Object.keys(summary)]);
+  keys.delete('messages');
+  for (const k of keys) {
+    if (!isDeepStrictEqual(want[k], summary[k])) {
+      throw new Error(`summary request field ${k} is ${JSON.stringify(summary[k])} but the routed request gives ${JSON.stringify(want[k])}`);
     }
   }
 }

@@ -1,0 +1,54 @@
+package llmsession
+
+/*
+#include <llmsession.h>
+*/
+import "C"
+
+import "encoding/json"
+
+// ExplainOptions are the options of Explain and ExplainFile (all optional).
+type ExplainOptions struct {
+	// Tokenizer is a HuggingFace tokenizer.json to count tokens exactly (default: the
+	// built-in estimate).
+	Tokenizer string `json:"tokenizer,omitempty"`
+}
+
+// Explain explains every request of the session's log: the cacheable prefix it shares with
+// the request the provider could have cached before it, where and why they part (component and
+// event), the expected cacheable tokens beside the provider's cached tokens, and the prompt
+// spend by cause, as JSON {"session","counter","requests":[...],"totals":{...}}
+// (lls_session_explain, docs/caching.md). opts may be nil.
+func (s *Session) Explain(opts *ExplainOptions) (json.RawMessage, error) {
+	var o []byte
+	if opts != nil {
+		var err error
+		if o, err = toJSON(opts); err != nil {
+			return nil, err
+		}
+	}
+	op, on := cbufOpt(o)
+	return s.str(func(p *C.lls_session, out **C.char, n *C.size_t, e **C.lls_error) C.lls_status {
+		return C.lls_session_explain(p, op, on, out, n, e)
+	})
+}
+
+// ExplainFile explains a stored JSONL log without opening it as a session. opts may be nil.
+func ExplainFile(path string, opts *ExplainOptions) (json.RawMessage, error) {
+	if abiErr != nil {
+		return nil, abiErr
+	}
+	var o []byte
+	if opts != nil {
+		var err error
+		if o, err = toJSON(opts); err != nil {
+			return nil, err
+		}
+	}
+	pb := []byte(path)
+	pp, pn := cbuf(pb)
+	op, on := cbufOpt(o)
+	return outString(nil, func(out **C.char, n *C.size_t, e **C.lls_error) C.lls_status {
+		return C.lls_explain_file(pp, pn, op, on, out, n, e)
+	})
+}

@@ -1,0 +1,126 @@
+//! Explain through the C ABI: why each request of a session hit or missed the provider's cache.
+
+use super::boundary::boundary;
+use super::buffers::{self, OutString};
+use super::error::{lls_error, FfiError};
+use super::session::{file_records, lls_session, path_arg, session_arg};
+use super::status::lls_status;
+use crate::error::{Error, Result};
+use crate::explain::explain_records;
+use crate::session::Session;
+use crate::tokens::{Estimator, TokenCounter, TokenizerCounter};
+use crate::types::Fields;
+use serde_json::Value;
+use std::ffi::c_char;
+
+/// The records of a live session: its header record, then every event line.
+pub(crate) fn session_records(session: &Session) -> Vec<Vec<u8>> {
+    let header = session.header_record().to_value().to_string();
+    let lines = session.with_log(|l| l.lines().to_vec());
+    let mut records = Vec::with_capacity(lines.len() + 1);
+    records.push(header.into_bytes());
+    records.extend(lines.iter().map(|l| l.as_bytes().to_vec()));
+    records
+}
+
+/// The token counter of the explain options `{"tokenizer"?: path}` (default: the estimate).
+fn counter(options: Option<&Value>) -> Result<Box<dyn TokenCounter>> {
+    let Some(v) = options else { return Ok(Box::new(Estimator)) };
+    let f = Fields::of(v, "options")?;
+    if let Some(k) = f.map.keys().find(|k| k.as_str() != "tokenizer") {
+        return Err(Error::invalid(f.p(k), "is not an explain option (expected tokenizer)"));
+    }
+    match f.opt_str("tokenizer")? {
+        None => Ok(Box::new(Estimator)),
+        Some("") => Err(Error::invalid("options.tokenizer", "the path is empty")),
+        Some(path) => Ok(Box::new(TokenizerCounter::from_file(path)?)),
+    }
+}
+
+/// Explains every request of the session's log, as JSON in `*out` (free it with
+/// `lls_string_free`): `{"session", "counter", "requests": [...], "totals": {...}}`.
+///
+/// Each request (conversation requests `"1"`, `"2"`, ... and summarisation requests `"c1"`, ...,
+/// in log order) has its size (`messages`, `prefixLen`, `bytes`, `tokens`), whether the log
+/// `rebuilt` it, the request it is `comparedWith` (the previous conversation request, or the
+/// summarisation request sent after it, whichever shares more), `sharedBytes`, `sharedTokens`,
+/// `sharedMessages`, `extends`, and where they part: `divergence` `{"component": "config" |
+/// "system" | "tool" | "prefix" | "history" | "instruction", "field"? | "line"? | "name"? |
+/// "index"?, "offset"?, "atByte", "event": "header-change" | "resume" | "compaction" | "inject" |
+/// "edit", "eventSeq"?, "summary"}`. With provider usage: `usage`, `promptTokens`,
+/// `cachedTokens` beside `expectedCachedTokens`; and `uncachedTokens` (`spendSource`
+/// `"provider"` or `"estimate"`) charged to `cause`. `totals.spend` sums the uncached tokens by
+/// cause (`growth`, `header-change`, `resume`, `compaction`, `retry-after-overflow`, `inject`,
+/// `edit`). `docs/caching.md` explains the figures.
+///
+/// `(options_json, options_len)` (may be NULL): `{"tokenizer"?: "path/to/tokenizer.json"}` to
+/// count tokens exactly; the default is the built-in estimate.
+///
+/// Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`,
+/// `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (an unknown option),
+/// `LLS_ERR_TOKENIZER` (the tokenizer cannot be loaded).
+///
+/// # Safety
+/// `options_json` NULL or `options_len` readable bytes; `out`, `out_len`, `err` NULL or valid
+/// for writes.
+///
+/// Thread safety: may be called from any thread, concurrently (it reads a copy of the log).
+#[no_mangle]
+pub unsafe extern "C" fn lls_session_explain(
+    session: *const lls_session,
+    options_json: *const c_char,
+    options_len: usize,
+    out: *mut *mut c_char,
+    out_len: *mut usize,
+    err: *mut *mut lls_error,
+) -> lls_status {
+    // SAFETY: pointer validity is the caller's contract, forwarded.
+    unsafe {
+        boundary(err, || {
+            let out = OutString::new(out, out_len, "out")?;
+            let s = session_arg(session, "session")?;
+            let options = buffers::input_json_opt(options_json, options_len, "options_json")?;
+            let counter = counter(options.as_ref())?;
+            let records = session_records(&s.session);
+            let report = explain_records(&records, &*counter)?;
+            out.write(&report.to_value().to_string())
+        })
+    }
+}
+
+/// Explains a stored JSONL log at `(path, path_len)` without opening it as a session (nothing
+/// is written, no lock is taken), as `lls_session_explain` does.
+///
+/// Errors: `LLS_ERR_NULL_POINTER` (`path`, `out`), `LLS_ERR_INVALID_UTF8`,
+/// `LLS_ERR_INVALID_ARGUMENT` (empty path), `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT`,
+/// `LLS_ERR_TOKENIZER`, `LLS_ERR_STORAGE` (cannot read; detail `path`), `LLS_ERR_CORRUPT_LOG`
+/// (not a session log, or an event the log rules refuse; detail `line`).
+///
+/// # Safety
+/// `path` NULL or `path_len` readable bytes; `options_json` likewise; `out`, `out_len`, `err`
+/// NULL or valid for writes.
+///
+/// Thread safety: may be called from any thread.
+#[no_mangle]
+pub unsafe extern "C" fn lls_explain_file(
+    path: *const c_char,
+    path_len: usize,
+    options_json: *const c_char,
+    options_len: usize,
+    out: *mut *mut c_char,
+    out_len: *mut usize,
+    err: *mut *mut lls_error,
+) -> lls_status {
+    // SAFETY: pointer validity is the caller's contract, forwarded.
+    unsafe {
+        boundary(err, || {
+            let out = OutString::new(out, out_len, "out")?;
+            let path = path_arg(path, path_len, "path")?;
+            let options = buffers::input_json_opt(options_json, options_len, "options_json")?;
+            let counter = counter(options.as_ref())?;
+            let records = file_records(&path)?;
+            let report = explain_records(&records, &*counter).map_err(|e| FfiError::from(e.context(&path)))?;
+            out.write(&report.to_value().to_string())
+        })
+    }
+}

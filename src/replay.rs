@@ -1,0 +1,340 @@
+//! Replay: a recorded log answers a host's requests, so that a host tests its own agent loop
+//! offline and deterministically against a recorded session.
+//!
+//! [`Replay::from_events`] rebuilds every request the log records (conversation and
+//! summarisation requests, in log order, exactly as `verify` does) and pairs each with what came
+//! back: the assistant message and usage of the step, the provider error the host reported
+//! (with its overflow flag), or the summary (its raw text and usage) of a compaction. The host
+//! drives a fresh session with the same options (its id is [`Replay::session_id`]), and instead
+//! of sending each request to a provider it hands the envelope to [`Replay::answer`]:
+//!
+//! - when the envelope's digest is the recorded request's, the recorded answer comes back and
+//!   the replay moves on to the next request;
+//! - the same request again right after it was answered (a summariser retry) gets the same
+//!   answer;
+//! - otherwise the call fails with [`ErrorKind::Reconstruction`](crate::ErrorKind) naming the
+//!   first divergence as `explain` does (config field, system line, tool, prefix message, history
+//!   index with its byte offset, or the bookkeeping field), and the replay does not move: the
+//!   host's loop no longer does what the recorded one did.
+//!
+//! Answers are JSON, holding what the host passes on as it is: `{"purpose":"conversation", "id",
+//! "turn", "step", "outcome":"response", "response": {"message", "usage"?, "finishReason"?}}`
+//! (`response` is what `record_response` takes; `finishReason` is `"max-tokens"` when the
+//! recorded turn ended at the output limit, the one finish reason the log keeps), `{..., "outcome":"error", "error", "overflow"}` (report it with
+//! `report_provider_error`), `{..., "outcome":"cancelled"}`; for a summarisation request
+//! `{"purpose":"compaction", "id", "outcome":"summary", "summary": {"text", "usage"?, "provider",
+//! "model"}}` (`summary` is the summariser's reply) or `{..., "outcome":"failed", "error"}` (fail
+//! the summariser with it).
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::explain::{compare, Component, Parts};
+use crate::log::event::{types, Event};
+use crate::log::load::{parse_records, SessionHeader};
+use crate::log::Log;
+use crate::request::{compaction_envelope, conversation_envelope, digest, PrefixBytes};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// One recorded request and its answer.
+#[derive(Clone, Debug)]
+struct Entry {
+    /// `"1"`, `"2"`, ... or `"c1"`, ... (as `explain` numbers them).
+    id: String,
+    /// What it was: "conversation" or "compaction", with turn and step for the message.
+    what: String,
+    digest: String,
+    envelope: String,
+    prefix_len: usize,
+    answer: Option<Value>,
+}
+
+/// A recorded session that answers requests (see the module docs).
+#[derive(Clone, Debug)]
+pub struct Replay {
+    session_id: String,
+    entries: Vec<Entry>,
+    next: usize,
+}
+
+impl Replay {
+    /// Reads a log's records (session header first).
+    pub fn from_records(records: &[Vec<u8>]) -> Result<Replay> {
+        let (header, events) = parse_records(records)?;
+        Replay::from_events(&header, &events)
+    }
+
+    /// Rebuilds every request of a log and pairs it with its recorded answer. The log must
+    /// rebuild what was sent: a request whose digest it does not rebuild is an error here
+    /// (`llmsession verify` names it), because replaying it would answer a request nobody sent.
+    pub fn from_events(session: &SessionHeader, events: &[Event]) -> Result<Replay> {
+        let mut log = Log::new();
+        let mut prefix = PrefixBytes::default();
+        let mut entries: Vec<Entry> = Vec::new();
+        // The entry the next answer event belongs to.
+        let mut open: Option<usize> = None;
+        let (mut n_conv, mut n_comp) = (0usize, 0usize);
+        let (mut turn, mut step) = (0u64, 0u64);
+        for ev in events {
+            match ev.ty.as_str() {
+                types::STEP_START => {
+                    let f = ev.fields()?;
+                    (turn, step) = (f.u64("turn")?, f.u64("step")?);
+                    let header = log.state().headers.current().cloned().ok_or_else(|| {
+                        Error::new(ErrorKind::Reconstruction, format!("seq {}: a request before any request header", ev.seq))
+                    })?;
+                    if !prefix.is_for(header.message_prefix.as_ref()) {
+                        prefix = PrefixBytes::of(header.message_prefix.as_ref());
+                    }
+                    let body = conversation_envelope(&log, &header, &prefix, session.session_id_at(ev.seq), turn, step);
+                    n_conv += 1;
+                    open = Some(entries.len());
+                    entries.push(entry(
+                        n_conv.to_string(),
+                        format!("request {n_conv} (turn {turn} step {step})"),
+                        body,
+                        prefix.messages.len(),
+                        f.str("digest")?,
+                        ev,
+                    )?);
+                }
+                types::COMPACTION_START if ev.data.get("requestDigest").is_some() => {
+                    let f = ev.fields()?;
+                    let header = log.state().headers.current().cloned().ok_or_else(|| {
+                        Error::new(ErrorKind::Reconstruction, format!("seq {}: a compaction before any request header", ev.seq))
+                    })?;
+                    if !prefix.is_for(header.message_prefix.as_ref()) {
+                        prefix = PrefixBytes::of(header.message_prefix.as_ref());
+                    }
+                    let span = f.value("span")?;
+                    let start = span.get("start").and_then(Value::as_u64).unwrap_or(0) as usize;
+                    let end = span.get("end").and_then(Value::as_u64).unwrap_or(0) as usize;
+                    let hist = log.history().entries();
+                    if start > end || end >= hist.len() {
+                        return Err(Error::new(
+                            ErrorKind::Reconstruction,
+                            format!("compaction at seq {}: span {start}..={end} is outside the surface", ev.seq),
+                        ));
+                    }
+                    let body = compaction_envelope(
+                        &header,
+                        &prefix,
+                        &hist[start..=end],
+                        f.str("instruction")?,
+                        f.str("provider")?,
+                        f.str("model")?,
+                        f.u64("maxTokens")?,
+                        session.session_id_at(ev.seq),
+                    );
+                    n_comp += 1;
+                    open = Some(entries.len());
+                    let what = format!("summarisation request c{n_comp} (after turn {turn} step {step})");
+                    entries.push(entry(format!("c{n_comp}"), what, body, prefix.messages.len(), f.str("requestDigest")?, ev)?);
+                }
+                types::ASSISTANT_MESSAGE => {
+                    if let Some(i) = open.filter(|&i| !entries[i].id.starts_with('c')) {
+                        let mut response = json!({"message": ev.data["message"]});
+                        if let Some(u) = ev.data.get("usage") {
+                            response["usage"] = u.clone();
+                        }
+                        entries[i].answer = Some(json!({"purpose": "conversation", "id": entries[i].id, "turn": turn, "step": step,
+                                           "outcome": "response", "response": response}));
+                        open = None;
+                    }
+                }
+                types::STEP_END => {
+                    if let Some(i) = open.filter(|&i| !entries[i].id.starts_with('c')) {
+                        let outcome = ev.data.get("outcome").and_then(Value::as_str).unwrap_or("");
+                        let a = match outcome {
+                            "error" => json!({"purpose": "conversation", "id": entries[i].id, "turn": turn, "step": step,
+                                "outcome": "error", "error": ev.data.get("error").cloned().unwrap_or(Value::from("")),
+                                "overflow": ev.data.get("overflow").and_then(Value::as_bool).unwrap_or(false)}),
+                            _ => json!({"purpose": "conversation", "id": entries[i].id, "turn": turn, "step": step,
+                                "outcome": "cancelled"}),
+                        };
+                        entries[i].answer = Some(a);
+                    }
+                    open = None;
+                }
+                // The log keeps no finish reason, but a turn that ended at the output limit says
+                // so: its last answer carries `finishReason: "max-tokens"`, so that a host
+                // deciding on it ends the turn as the recorded one did.
+                types::TURN_END if ev.data.get("reason").and_then(Value::as_str) == Some("max-tokens") => {
+                    let last = entries.iter_mut().rev().find(|e| !e.id.starts_with('c'));
+                    if let Some(r) = last.and_then(|e| e.answer.as_mut()).and_then(|a| a.get_mut("response")) {
+                        r["finishReason"] = "max-tokens".into();
+                    }
+                }
+                types::COMPACTION_SUMMARY => {
+                    if let Some(i) = open.filter(|&i| entries[i].id.starts_with('c')) {
+                        let d = &ev.data;
+                        let mut summary = json!({"text": d.get("raw").or_else(|| d.get("summary")).cloned().unwrap_or(Value::from("")),
+                            "provider": d["provider"], "model": d["model"]});
+                        if let Some(u) = d.get("usage") {
+                            summary["usage"] = u.clone();
+                        }
+                        entries[i].answer =
+                            Some(json!({"purpose": "compaction", "id": entries[i].id, "outcome": "summary", "summary": summary}));
+                        open = None;
+                    }
+                }
+                types::COMPACTION_END => {
+                    if let Some(i) = open.filter(|&i| entries[i].id.starts_with('c')) {
+                        let outcome = ev.data.get("outcome").and_then(Value::as_str).unwrap_or("");
+                        let a = match outcome {
+                            "cancelled" => json!({"purpose": "compaction", "id": entries[i].id, "outcome": "cancelled"}),
+                            _ => json!({"purpose": "compaction", "id": entries[i].id, "outcome": "failed",
+                                "error": ev.data.get("error").cloned().unwrap_or(Value::from(outcome))}),
+                        };
+                        entries[i].answer = Some(a);
+                    }
+                    open = None;
+                }
+                _ => {}
+            }
+            let effect = log.state().check(ev, ev.seq).map_err(|e| e.with("line", ev.seq + 2))?;
+            log.commit(ev, effect, Arc::from(""));
+        }
+        Ok(Replay { session_id: session.id.clone(), entries, next: 0 })
+    }
+
+    /// The recorded session's id: open the host's session with it, since every request carries
+    /// it.
+    pub fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    /// How many requests the log records.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the log records no request.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// How many requests were answered so far.
+    pub fn answered(&self) -> usize {
+        self.next
+    }
+
+    /// `{"sessionId", "requests", "answered", "next"?}` (`next`: the id of the request expected next).
+    pub fn info(&self) -> Value {
+        let mut v = json!({"sessionId": self.session_id, "requests": self.entries.len(), "answered": self.next});
+        if let Some(e) = self.entries.get(self.next) {
+            v["next"] = e.id.clone().into();
+        }
+        v
+    }
+
+    /// Answers a request envelope (see the module docs).
+    pub fn answer(&mut self, envelope: &[u8]) -> Result<Value> {
+        let got = digest(envelope);
+        if let Some(prev) = self.next.checked_sub(1).map(|i| &self.entries[i]) {
+            if prev.digest == got && prev.id.starts_with('c') {
+                return answer_of(prev);
+            }
+        }
+        let Some(want) = self.entries.get(self.next) else {
+            return Err(Error::new(
+                ErrorKind::Reconstruction,
+                format!("the recorded session has no request after its {} requests, but the host sent another one", self.entries.len()),
+            )
+            .with("replay", true)
+            .with("answered", self.next as u64));
+        };
+        if want.digest != got {
+            return Err(divergence(want, envelope));
+        }
+        let a = answer_of(want)?;
+        self.next += 1;
+        Ok(a)
+    }
+}
+
+fn entry(id: String, what: String, body: Vec<u8>, prefix_len: usize, recorded: &str, ev: &Event) -> Result<Entry> {
+    let d = digest(&body);
+    if d != recorded {
+        return Err(Error::new(
+            ErrorKind::Reconstruction,
+            format!(
+                "{what} (seq {}): the log does not rebuild the request that was sent, so it cannot be replayed (run llmsession verify)",
+                ev.seq
+            ),
+        )
+        .with("seq", ev.seq)
+        .with("request", id));
+    }
+    Ok(Entry { id, what, digest: d, envelope: String::from_utf8(body).expect("JSON is UTF-8"), prefix_len, answer: None })
+}
+
+fn answer_of(e: &Entry) -> Result<Value> {
+    e.answer.clone().ok_or_else(|| {
+        Error::new(ErrorKind::Reconstruction, format!("{} matches, but the recorded log ends before it was answered", e.what))
+            .with("replay", true)
+            .with("request", e.id.clone())
+    })
+}
+
+/// The error for a host request that differs from the recorded one, naming where.
+fn divergence(want: &Entry, envelope: &[u8]) -> Error {
+    let replay_error =
+        |message: String| Error::new(ErrorKind::Reconstruction, message).with("replay", true).with("request", want.id.clone());
+    let host: Value = match serde_json::from_slice(envelope) {
+        Ok(v) => v,
+        Err(e) => return replay_error(format!("{} expected, but the host's request is not JSON: {e}", want.what)),
+    };
+    let recorded: Value = serde_json::from_str(&want.envelope).expect("a rebuilt envelope is JSON");
+    let (r, h) = (Parts::of_envelope(&recorded, want.prefix_len), Parts::of_envelope(&host, want.prefix_len));
+    let share = compare(&r, &h);
+    let (component, detail) = match share.diverge {
+        Some(c) => (c.describe(), serde_json::to_value(&c).unwrap_or(Value::Null)),
+        None if h.messages.len() != r.messages.len() => {
+            let (more, n) = if h.messages.len() > r.messages.len() { ("more", r.messages.len()) } else { ("fewer", h.messages.len()) };
+            let c = Component::History { index: n.saturating_sub(r.prefix_len), offset: 0 };
+            let text =
+                format!("{} (the host's request has {more} messages: {} against {})", c.describe(), h.messages.len(), r.messages.len());
+            (text, serde_json::to_value(&c).unwrap_or(Value::Null))
+        }
+        None => {
+            // The cacheable parts are equal: a bookkeeping field or the output limit differs.
+            let field = ["sessionId", "turn", "step", "purpose", "maxTokens", "max_tokens", "max_completion_tokens", "max_output_tokens"]
+                .into_iter()
+                .find(|k| recorded.get(k) != host.get(k))
+                .unwrap_or("the bytes");
+            let show = |v: &Value| v.get(field).map_or("absent".into(), Value::to_string);
+            let hint = if field == "sessionId" { "; open the host's session with the recorded session id" } else { "" };
+            (
+                format!("{field} (recorded {}, the host's {}{hint})", show(&recorded), show(&host)),
+                json!({"component": "envelope", "field": field}),
+            )
+        }
+    };
+    let mut e =
+        replay_error(format!("{} differs from the recorded one at {component} (after {} equal cacheable bytes)", want.what, share.bytes));
+    if let Value::Object(m) = detail {
+        for (k, v) in m {
+            e = e.with(&k, v);
+        }
+    }
+    e.with("sharedBytes", share.bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_log_has_nothing_to_answer() {
+        let header = crate::log::load::SessionHeader::from_value(
+            &json!({"type":"session","format":"llmsession","version":1,"id":"s","createdAt":1}),
+        )
+        .unwrap();
+        let mut r = Replay::from_events(&header, &[]).unwrap();
+        assert!(r.is_empty());
+        let e = r.answer(b"{}").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Reconstruction);
+        assert!(e.message().contains("no request after its 0 requests"), "{}", e.message());
+        assert_eq!(r.info(), json!({"sessionId":"s","requests":0,"answered":0}));
+    }
+}

@@ -1,0 +1,369 @@
+//! `explain` on hand-made logs, one per cause: each names the component where the request
+//! parts from the one before and the event that caused it (issue #17, item 3). The logs are
+//! made through the public API (so that every digest is real), then written as JSONL and read
+//! back, as `llmsession explain LOG` reads them; the `edit` log is a written log changed by hand.
+
+use llmsession::agent::ToolResultInput;
+use llmsession::compaction::{CompactionPolicy, Retained, SummaryOutput, SummaryRequest};
+use llmsession::explain::{explain_records, Cause, Component, Explanation, Kind, RequestReport};
+use llmsession::log::TurnEndReason;
+use llmsession::prefix::ListenerContext;
+use llmsession::tokens::Estimator;
+use llmsession::{Agent, AgentOptions, Block, CallConfig, CancelToken, Message, Role, Session, ToolSchema, Usage};
+use serde_json::{json, Value};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+fn tools() -> Vec<ToolSchema> {
+    ToolSchema::list_from_value(
+        &json!([{"name":"read","description":"Read a file","parameters":{"type":"object"}},
+                {"name":"bash","description":"Run a command","parameters":{"type":"object"}}]),
+        "tools",
+    )
+    .unwrap()
+}
+
+fn options(model: &str, system: &str) -> AgentOptions {
+    let mut o = AgentOptions::new(CallConfig::new("openai", model));
+    o.system = Some(system.into());
+    o.tools = tools();
+    o.check_requests = true;
+    o
+}
+
+/// A prefix listener whose text can be changed between instances.
+fn listener(a: &mut Agent, text: Arc<Mutex<String>>) {
+    a.add_prefix_listener(Arc::new(move |_: &ListenerContext<'_>, rest: &[Message]| {
+        let mut v = vec![Message::user_text(&*text.lock().unwrap())];
+        v.extend_from_slice(rest);
+        Ok(v)
+    }))
+    .unwrap();
+}
+
+fn summariser(a: &mut Agent) {
+    a.set_summariser(Some(Arc::new(|_: &SummaryRequest, _: &CancelToken| {
+        Ok(SummaryOutput {
+            text: "CHECKPOINT".into(),
+            usage: Some(Usage { input_tokens: 40, output_tokens: 5, cache_read_tokens: Some(900), ..Default::default() }),
+            ..Default::default()
+        })
+    })));
+}
+
+fn usage(prompt: u64, cached: u64) -> Option<Usage> {
+    Some(Usage { input_tokens: prompt - cached, output_tokens: 5, cache_read_tokens: Some(cached), ..Default::default() })
+}
+
+/// One turn: user message, a tool round, a final answer. Usage: the provider read `cached`.
+fn turn(a: &mut Agent, user: &str, prompt: u64) {
+    let c = CancelToken::new();
+    a.start_turn(Message::user_text(user)).unwrap();
+    a.next_request(&c).unwrap();
+    let id = format!("call-{user}");
+    a.record_response(Message::new(Role::Assistant, vec![Block::tool_call(&id, "read", "{}")]), usage(prompt, prompt / 2)).unwrap();
+    a.record_tool_result(ToolResultInput { call_id: id, content: vec![Block::text("file contents ".repeat(30))], is_error: false })
+        .unwrap();
+    a.next_request(&c).unwrap();
+    a.record_response(Message::new(Role::Assistant, vec![Block::text("done")]), usage(prompt + 100, prompt)).unwrap();
+    a.end_turn(TurnEndReason::Completed).unwrap();
+}
+
+fn records(session: &Session) -> Vec<Vec<u8>> {
+    let mut out = vec![session.header_record().to_value().to_string().into_bytes()];
+    session.with_log(|l| out.extend(l.lines().iter().map(|x| x.as_bytes().to_vec())));
+    out
+}
+
+fn explain(session: &Session) -> Explanation {
+    explain_records(&records(session), &Estimator).unwrap()
+}
+
+fn req<'a>(ex: &'a Explanation, id: &str) -> &'a RequestReport {
+    ex.request(id).unwrap_or_else(|| panic!("no request {id}"))
+}
+
+fn div(r: &RequestReport) -> (&Component, Cause, Option<u64>) {
+    let d = r.divergence.as_ref().unwrap_or_else(|| panic!("request {} does not diverge: {r:?}", r.id));
+    (&d.component, d.event, d.event_seq)
+}
+
+fn seq_of(session: &Session, ty: &str, nth: usize) -> u64 {
+    let recs = records(session);
+    let seqs: Vec<u64> = recs[1..]
+        .iter()
+        .map(|r| serde_json::from_slice::<Value>(r).unwrap())
+        .filter(|v| v["type"] == ty)
+        .map(|v| v["seq"].as_u64().unwrap())
+        .collect();
+    seqs[nth]
+}
+
+#[test]
+fn growth_extends_and_expects_the_previous_prompt() {
+    let s = Session::in_memory();
+    let mut a = Agent::new(&s, options("gpt-5", "You are careful.\nWork in small steps.")).unwrap();
+    listener(&mut a, Arc::new(Mutex::new("<skills>review</skills>".into())));
+    turn(&mut a, "first", 1000);
+    turn(&mut a, "second", 1300);
+    let ex = explain(&s);
+    assert_eq!(ex.requests.len(), 4);
+    let first = req(&ex, "1");
+    assert!(first.compared_with.is_none() && first.divergence.is_none());
+    assert_eq!((first.expected_cached_tokens, first.cause), (0, Cause::Growth));
+    for (id, prev_prompt) in [("2", 1000), ("3", 1100), ("4", 1300)] {
+        let r = req(&ex, id);
+        assert!(r.extends && r.divergence.is_none(), "{r:?}");
+        assert_eq!(r.cause, Cause::Growth);
+        // It extends the previous request whole: the previous reported prompt is cacheable.
+        assert_eq!(r.expected_cached_tokens, prev_prompt, "{id}");
+        assert!(r.shared_bytes > 0 && r.shared_bytes < r.bytes && r.shared_tokens < r.tokens);
+    }
+    assert_eq!((req(&ex, "1").cached_tokens, req(&ex, "2").cached_tokens), (500, 1000));
+    assert_eq!(ex.totals.spend[0], ("growth".into(), ex.totals.prompt_tokens - ex.totals.cached_tokens));
+}
+
+#[test]
+fn header_changes_name_the_config_field_the_system_line_and_the_tool() {
+    let s = Session::in_memory();
+    let mut a = Agent::new(&s, options("gpt-5", "You are careful.\nWork in small steps.\nToday is Monday.")).unwrap();
+    turn(&mut a, "first", 1000);
+    // A timestamp-like line changes: system line 3.
+    a.set_options(options("gpt-5", "You are careful.\nWork in small steps.\nToday is Tuesday.")).unwrap();
+    turn(&mut a, "second", 1200);
+    // A tool's schema changes.
+    let mut o = options("gpt-5", "You are careful.\nWork in small steps.\nToday is Tuesday.");
+    o.tools[1] =
+        ToolSchema::list_from_value(&json!([{"name":"bash","description":"Run a shell command","parameters":{"type":"object"}}]), "t")
+            .unwrap()
+            .remove(0);
+    a.set_options(o.clone()).unwrap();
+    turn(&mut a, "third", 1400);
+    // The model changes.
+    let mut o2 = o.clone();
+    o2.config.model = "gpt-5-mini".into();
+    a.set_options(o2).unwrap();
+    turn(&mut a, "fourth", 1600);
+    let ex = explain(&s);
+
+    let r = req(&ex, "3");
+    let (c, cause, seq) = div(r);
+    assert_eq!(c, &Component::System { line: 3, offset: "You are careful.\nWork in small steps.\nToday is ".len() });
+    assert_eq!(cause, Cause::HeaderChange);
+    assert_eq!(seq, Some(seq_of(&s, "request/header", 1)));
+    assert_eq!(r.cause, Cause::HeaderChange);
+    assert_eq!(r.header.as_deref(), Some("change"));
+    assert_eq!(r.shared_messages, 0);
+    assert!(r.shared_bytes > 0, "the system prompt's first lines are shared");
+
+    let (c, cause, seq) = div(req(&ex, "5"));
+    assert_eq!(c, &Component::Tool { index: 1, name: "bash".into(), change: "changed".into() });
+    assert_eq!((cause, seq), (Cause::HeaderChange, Some(seq_of(&s, "request/header", 2))));
+
+    let r = req(&ex, "7");
+    let (c, cause, _) = div(r);
+    assert_eq!(c, &Component::Config { field: "model".into() });
+    assert_eq!(cause, Cause::HeaderChange);
+    assert_eq!((r.shared_bytes, r.shared_tokens, r.expected_cached_tokens), (0, 0, 0));
+    // The spend of those three requests is charged to header changes.
+    let hc: u64 = ex.requests.iter().filter(|r| r.cause == Cause::HeaderChange).map(|r| r.uncached_tokens).sum();
+    assert_eq!(hc, req(&ex, "3").uncached_tokens + req(&ex, "5").uncached_tokens + req(&ex, "7").uncached_tokens);
+    assert_eq!(ex.totals.spend.iter().find(|(k, _)| k == "header-change").unwrap().1, hc);
+    assert!(hc > 0);
+}
+
+#[test]
+fn resume_names_the_drifted_prefix_message() {
+    let s = Session::in_memory();
+    let text = Arc::new(Mutex::new("<workspace>\ngit status: clean\n</workspace>".to_string()));
+    let mut a = Agent::new(&s, options("gpt-5", "You are careful.")).unwrap();
+    listener(&mut a, text.clone());
+    turn(&mut a, "first", 1000);
+    a.dispose().unwrap();
+    // Same prefix on resume: the new instance extends the old one's last request.
+    let mut a = Agent::new(&s, options("gpt-5", "You are careful.")).unwrap();
+    listener(&mut a, text.clone());
+    turn(&mut a, "second", 1200);
+    a.dispose().unwrap();
+    // The workspace baseline drifted: the next instance's prefix differs.
+    *text.lock().unwrap() = "<workspace>\ngit status: 2 files changed\n</workspace>".into();
+    let mut a = Agent::new(&s, options("gpt-5", "You are careful.")).unwrap();
+    listener(&mut a, text);
+    turn(&mut a, "third", 1400);
+    let ex = explain(&s);
+    let r = req(&ex, "3");
+    assert!(r.extends && r.divergence.is_none() && r.cause == Cause::Growth, "{r:?}");
+    assert_eq!(r.header.as_deref(), Some("resume"));
+    let r = req(&ex, "5");
+    let (c, cause, seq) = div(r);
+    assert_eq!(c, &Component::Prefix { index: 0, offset: r#"{"role":"user","content":[{"text":"<workspace>\ngit status: "#.len() });
+    assert_eq!((cause, seq), (Cause::Resume, Some(seq_of(&s, "request/header", 2))));
+    assert_eq!(r.cause, Cause::Resume);
+    assert_eq!(r.instance, 3);
+    assert_eq!(r.shared_messages, 0);
+}
+
+fn compaction_session() -> (Session, Agent) {
+    let s = Session::in_memory();
+    let mut a = Agent::new(&s, options("gpt-5", "You are careful.")).unwrap();
+    listener(&mut a, Arc::new(Mutex::new("<skills>review</skills>".into())));
+    summariser(&mut a);
+    (s, a)
+}
+
+#[test]
+fn compaction_names_the_checkpoint_and_the_summarisation_request() {
+    let (s, mut a) = compaction_session();
+    turn(&mut a, "first", 1000);
+    let mut p = CompactionPolicy::new(100_000);
+    p.retained = Retained::Tokens(1);
+    a.set_policy(Some(p)).unwrap();
+    a.compact(None, &CancelToken::new()).unwrap();
+    turn(&mut a, "second", 700);
+    let ex = explain(&s);
+    // The summarisation request replays the last routed request: it shares all of it but its
+    // last message, and parts where the routed request had that message and it has the
+    // instruction.
+    let c1 = req(&ex, "c1");
+    assert_eq!(c1.kind, Kind::Compaction);
+    assert_eq!(c1.compared_with.as_deref(), Some("2"));
+    assert_eq!(c1.cause, Cause::Compaction);
+    assert_eq!(c1.prompt_tokens, 940, "the summariser's usage");
+    let routed = req(&ex, "2");
+    assert!(c1.shared_bytes > 0 && c1.shared_messages == routed.messages, "{c1:?}");
+    // The next conversation request: the checkpoint at history index 0.
+    let r = req(&ex, "3");
+    let (c, cause, seq) = div(r);
+    assert!(matches!(c, Component::History { index: 0, .. }), "{c:?}");
+    assert_eq!((cause, seq), (Cause::Compaction, Some(seq_of(&s, "compaction/start", 0))));
+    assert_eq!(r.cause, Cause::Compaction);
+    assert_eq!(r.compactions_before, 1);
+    // What stays cached is the system prompt, the tools and the session prefix.
+    assert_eq!(r.shared_messages, 1);
+    // Only a part is shared: the expected figure is the shared tokens in the provider's tokens
+    // (scaled by an earlier request's reported-to-counted ratio), not a whole earlier prompt.
+    assert!(r.expected_cached_tokens > r.shared_tokens, "{r:?}");
+    assert!(!r.extends);
+    let spent: u64 = ex.totals.spend.iter().find(|(k, _)| k == "compaction").unwrap().1;
+    assert_eq!(spent, c1.uncached_tokens + r.uncached_tokens);
+}
+
+#[test]
+fn summarisation_with_another_target_names_the_model() {
+    let (s, mut a) = compaction_session();
+    turn(&mut a, "first", 1000);
+    let mut p = CompactionPolicy::new(100_000);
+    p.retained = Retained::Tokens(1);
+    p.summary_provider = Some("openai".into());
+    p.summary_model = Some("gpt-5-nano".into());
+    a.set_policy(Some(p)).unwrap();
+    a.compact(None, &CancelToken::new()).unwrap();
+    let ex = explain(&s);
+    let c1 = req(&ex, "c1");
+    let (c, cause, _) = div(c1);
+    assert_eq!((c, cause), (&Component::Config { field: "model".into() }, Cause::Compaction));
+    assert_eq!(c1.shared_bytes, 0);
+}
+
+#[test]
+fn overflow_retry_is_charged_to_its_own_cause() {
+    let (s, mut a) = compaction_session();
+    let mut p = CompactionPolicy::new(100_000);
+    p.retained = Retained::Tokens(1);
+    a.set_policy(Some(p)).unwrap();
+    turn(&mut a, "first", 1000);
+    let c = CancelToken::new();
+    a.start_turn(Message::user_text("second")).unwrap();
+    a.next_request(&c).unwrap();
+    let out = a.report_provider_error("prompt is too long", true, &c).unwrap();
+    assert_eq!(out, llmsession::agent::ProviderErrorOutcome::Retry);
+    a.next_request(&c).unwrap();
+    a.record_response(Message::new(Role::Assistant, vec![Block::text("ok")]), usage(600, 300)).unwrap();
+    a.end_turn(TurnEndReason::Completed).unwrap();
+    let ex = explain(&s);
+    let retry = req(&ex, "4");
+    assert_eq!(retry.cause, Cause::RetryAfterOverflow);
+    let (c, cause, _) = div(retry);
+    assert!(matches!(c, Component::History { index: 0, .. }), "{c:?}");
+    assert_eq!(cause, Cause::Compaction);
+    let spent = ex.totals.spend.iter().find(|(k, _)| k == "retry-after-overflow").unwrap().1;
+    assert_eq!(spent, 300);
+    assert_eq!(req(&ex, "c1").cause, Cause::Compaction);
+}
+
+#[test]
+fn an_edited_log_names_the_request_it_no_longer_rebuilds() {
+    let s = Session::in_memory();
+    let mut a = Agent::new(&s, options("gpt-5", "You are careful.")).unwrap();
+    turn(&mut a, "first", 1000);
+    turn(&mut a, "second", 1200);
+    let mut recs = records(&s);
+    // Change the second tool result's text, as a hand edit of the file would.
+    let (k, _) =
+        recs.iter().enumerate().filter(|(_, r)| serde_json::from_slice::<Value>(r).unwrap()["type"] == "tool/result").nth(1).unwrap();
+    let text = String::from_utf8(recs[k].clone()).unwrap().replace("file contents", "file content!");
+    recs[k] = text.into_bytes();
+    let edited_seq = serde_json::from_slice::<Value>(&recs[k]).unwrap()["seq"].as_u64().unwrap();
+    let ex = explain_records(&recs, &Estimator).unwrap();
+    assert!(req(&ex, "3").rebuilt);
+    let r = req(&ex, "4");
+    assert!(!r.rebuilt);
+    assert_eq!(r.cause, Cause::Edit);
+    let (c, cause, _) = div(r);
+    assert_eq!(cause, Cause::Edit);
+    // The first history entry logged after the last request that still rebuilds: the edited
+    // result is at or after it.
+    let Component::History { index, .. } = c else { panic!("{c:?}") };
+    let entry_seqs: Vec<u64> = {
+        let (_, events) = llmsession::log::load::parse_records(&recs).unwrap();
+        let log = llmsession::log::Log::replay(events.iter().take_while(|e| e.seq < r.seq)).unwrap();
+        log.history().seqs()
+    };
+    assert!(entry_seqs[*index] <= edited_seq && entry_seqs[*index] > req(&ex, "3").seq, "{index} {entry_seqs:?}");
+    assert_eq!(ex.totals.not_rebuilt, 1);
+}
+
+#[test]
+fn the_cli_prints_the_divergence_and_the_spend() {
+    let s_dir = tempfile::tempdir().unwrap();
+    let path = s_dir.path().join("s.jsonl");
+    let (s, _) = Session::open_jsonl(&path, Default::default()).unwrap();
+    let mut a = Agent::new(&s, options("gpt-5", "You are careful.\nToday is Monday.")).unwrap();
+    turn(&mut a, "first", 1000);
+    a.set_options(options("gpt-5", "You are careful.\nToday is Tuesday.")).unwrap();
+    turn(&mut a, "second", 1200);
+    a.dispose().unwrap();
+    drop(s);
+    let p = path.to_str().unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_llmsession")).args(args).output().unwrap();
+        (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    };
+    let (ok, out) = run(&["explain", p]);
+    assert!(ok, "{out}");
+    assert!(out.contains("system line 2"), "{out}");
+    assert!(out.contains("header-change"), "{out}");
+    assert!(out.contains("prompt spend (uncached tokens) by cause: growth "), "{out}");
+    let (ok, out) = run(&["explain", p, "--step", "3"]);
+    assert!(ok, "{out}");
+    assert!(out.contains("diverges at: system line 2"), "{out}");
+    assert!(out.contains("because of: header-change (the request header changed at seq "), "{out}");
+    assert!(out.contains("provider: prompt 1200 tokens, cached 600"), "{out}");
+    let (ok, out) = run(&["explain", p, "--json"]);
+    assert!(ok, "{out}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["requests"][2]["divergence"]["component"], "system");
+    assert_eq!(v["requests"][2]["divergence"]["line"], 2);
+    assert_eq!(v["requests"][2]["divergence"]["event"], "header-change");
+    assert!(v["totals"]["spend"]["header-change"].as_u64().unwrap() > 0);
+    // stats and explain agree: the same computation.
+    let (_, st) = run(&["stats", p, "--json"]);
+    let st: Value = serde_json::from_str(st.trim()).unwrap();
+    for (i, r) in st["requests"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(r["cachedTokens"], v["requests"][i]["cachedTokens"]);
+        assert_eq!(r["sharedWithPrevious"], v["requests"][i]["sharedMessages"]);
+        assert_eq!(r["expectedCachedTokens"], v["requests"][i]["expectedCachedTokens"]);
+    }
+    let (ok, out) = run(&["explain", p, "--step", "9"]);
+    assert!(!ok && out.contains("there is no request 9 (the log has 4 requests"), "{out}");
+}
