@@ -56,8 +56,8 @@ func TestCheckReportPasses(t *testing.T) {
 	if len(v) != 0 {
 		t.Fatalf("violations on a good report: %q", v)
 	}
-	if len(checked) != 9 {
-		t.Fatalf("checked %d rules, want 9: %q", len(checked), checked)
+	if len(checked) != 10 {
+		t.Fatalf("checked %d rules, want 10: %q", len(checked), checked)
 	}
 }
 
@@ -130,6 +130,7 @@ func TestCheckReportExplainAgainstTheServer(t *testing.T) {
 	r.Requests[1].CachedTokens = 2449 // above 2400 + 48
 	wantViolation(t, r, "explain, request 2 (2) extends 1: the server read 2449 tokens from cache")
 	r.Requests[1].CachedTokens = 2448
+	r.Requests[1].Logged.Cached = 2448 // the log records what the server reported
 	if v := violationsOf(t, r); len(v) != 0 {
 		t.Fatalf("violations: %q", v)
 	}
@@ -249,7 +250,7 @@ func TestCheckReportStreamedTurns(t *testing.T) {
 func TestCheckReportLoggedUsage(t *testing.T) {
 	r := goodReport()
 	r.Requests[1].Logged.Cached = 2400
-	wantViolation(t, r, "the log recorded prompt 7300, cached 2400, completion 30; the server reported 7300, 2447, 30")
+	wantViolation(t, r, "the log recorded prompt 7300, cached 2400, completion 48; the server reported 7300, 2447, 48")
 	r = goodReport()
 	r.Requests[4].Logged = nil
 	wantViolation(t, r, "no usage was recorded in the log")

@@ -117,7 +117,7 @@ static void test_explain_and_replay(void) {
     CHECK_INT(run_host(other, "{\"config\":{\"provider\":\"openai\",\"model\":\"gpt-5\"},\"system\":\"Be very brief.\"}", again),
               LLS_ERR_RECONSTRUCTION);
 
-    EXPECT_ERR(lls_replay_open_file(S("build/no-such-log.jsonl"), &r, &err), LLS_ERR_STORAGE, "cannot read");
+    EXPECT_ERR(lls_replay_open_file(S("build/no-such-log.jsonl"), &r, &err), LLS_ERR_STORAGE, "cannot open a session log");
     EXPECT_ERR(lls_replay_answer((lls_replay *)offline, S("{}"), &out, NULL, &err), LLS_ERR_INVALID_HANDLE, "lls_replay");
     lls_replay_free(NULL);
     lls_replay_free(r);
