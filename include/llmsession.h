@@ -298,6 +298,33 @@ typedef void (*lls_userdata_free_fn)(void *userdata);
 #define LLS_ERR_INTERNAL 17
 
 /**
+ * The session is in use: another writer (another handle in this process, another process, or
+ * another machine for a database store) holds its write lock or lease. The detail carries
+ * `path` or `sessionId` and, where the store can tell, the `holder`. Open it read-only to
+ * inspect it.
+ *
+ * Thread safety: a constant.
+ */
+#define LLS_ERR_LOCKED 18
+
+/**
+ * The store refused an append because the seq it names is taken: another writer appended to
+ * the session. Nothing of the refused operation was applied; the session handle refuses
+ * further appends until it is refreshed (`lls_session_refresh`) or reopened. The detail
+ * carries `seq`.
+ *
+ * Thread safety: a constant.
+ */
+#define LLS_ERR_CONFLICT 19
+
+/**
+ * The session was opened read-only: appends, agents and repairs are refused.
+ *
+ * Thread safety: a constant.
+ */
+#define LLS_ERR_READ_ONLY 20
+
+/**
  * A required pointer argument was NULL (the detail names the `argument`).
  *
  * Thread safety: a constant.
@@ -1180,21 +1207,35 @@ lls_status lls_session_new_memory(const char *opts_json,
  * Opens the session stored in the JSONL file at `(path, path_len)` (UTF-8, need not be
  * NUL-terminated), or creates the file with a new session when it is missing or empty.
  *
- * Loading checks every event; a torn last line (a crash mid-write) is cut, and a turn left
- * open by a crash is closed with synthetic events (see `lls_session_load_report`). Damage
- * before the last complete turn is `LLS_ERR_CORRUPT_LOG` with the `line` in the detail.
- * `opts_json` (may be NULL) is as for `lls_session_new_memory`; `id` applies only to a new
- * session.
+ * One writer: a writing open takes an exclusive lock on the file; while another handle (in
+ * this process or another) holds it, the open fails with `LLS_ERR_LOCKED` (detail `path`, and
+ * `holder` where the platform tells). The lock is released by `lls_session_free` (once no agent
+ * uses the session) and by the OS when the process dies.
+ *
+ * Loading checks every event (and the chained digest of every record of a version 2 log). A
+ * writing open cuts a torn last line (a crash mid-write) or damage inside an unfinished last
+ * turn, keeping the cut bytes in a sidecar file `<path>.cut-<unix ms>`, and closes a turn left
+ * open by a crash with synthetic events (see `lls_session_load_report`). Damage before the last
+ * complete turn is `LLS_ERR_CORRUPT_LOG` with the `line` in the detail. The last path component
+ * must not be a symbolic link; devices and FIFOs are refused.
+ *
+ * `opts_json` (may be NULL) is `{"id"?, "durability"?, "readOnly"?: bool, "mode"?: "0600",
+ * "maxBytes"?: n}`: `id` applies only to a new session; `readOnly` opens without the lock,
+ * creates and changes nothing (appends and agents get `LLS_ERR_READ_ONLY`; follow a writer with
+ * `lls_session_refresh`); `mode` is the permission bits of a file this call creates (default
+ * `"0600"`: logs hold users' prompts), as an octal string or a number; `maxBytes` the largest
+ * log it reads (default 8 GiB).
  *
  * Errors: `LLS_ERR_NULL_POINTER` (`path`, `out`), `LLS_ERR_INVALID_UTF8`,
  * `LLS_ERR_INVALID_ARGUMENT` (empty path), `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT`,
- * `LLS_ERR_STORAGE` (I/O; detail `path`, `os`), `LLS_ERR_CORRUPT_LOG`.
+ * `LLS_ERR_LOCKED`, `LLS_ERR_STORAGE` (I/O, a symbolic link, not a regular file, too large;
+ * detail `path`, `os`), `LLS_ERR_CORRUPT_LOG`.
  *
  * # Safety
  * `path` NULL or `path_len` readable bytes; `opts_json` likewise; `out`, `err` NULL or valid
  * for writes.
  *
- * Thread safety: may be called from any thread; open a file with one session at a time.
+ * Thread safety: may be called from any thread.
  */
 lls_status lls_session_open_file(const char *path,
                                  size_t path_len,
@@ -1210,14 +1251,27 @@ lls_status lls_session_open_file(const char *path,
  *
  * - `{"op":"load"}` → `{"records": [string, ...], "lastComplete"?: bool}`: every stored
  *   record in order (the session header first, then one event per record), and whether the
- *   last one was completely written (default true);
- * - `{"op":"append","record": string}` → any JSON (e.g. `true`): store one record at the end;
+ *   last one was completely written (default true); or `{"locked": why}` when another writer
+ *   holds the session (the open fails with `LLS_ERR_LOCKED`);
+ * - `{"op":"append","sessionId": id,"seq": n,"records": [string, ...],"header"?: string}` →
+ *   any JSON (e.g. `true`): store the records as the events with seqs `n, n+1, ...`, all of
+ *   them or none (one transaction); `header` is the session header record, present when the
+ *   append creates the session (then `n` is 0). When `n` is not the number of events stored
+ *   (another writer appended first), store nothing and answer `{"conflict": why}`: the call
+ *   fails with `LLS_ERR_CONFLICT` and the session appends nothing until refreshed. A database
+ *   gets this from a unique key on `(sessionId, seq)`;
  * - `{"op":"sync"}` → any JSON: make every appended record durable;
- * - `{"op":"truncate","records": n}` → any JSON: keep only the first `n` records.
+ * - `{"op":"undo","sessionId": id,"from": n}` → any JSON: remove the records from record `n`
+ *   on (the header is record 0), which this handle appended in its last append and could not
+ *   make durable;
+ * - `{"op":"cut","sessionId": id,"keep": n,"reason": string}` → any JSON, optionally
+ *   `{"savedTo": where}`: a damaged tail found on open: move the records from record `n` on out
+ *   of the log, keeping them (a quarantine), not destroying them.
  *
  * A failed reply (`lls_reply_fail`, `LLS_CB_ERROR`, garbage) fails the operation with
  * `LLS_ERR_STORAGE` (detail `op`, and `callback` for the failure's reason) and the session is
- * left as it was: an append that the store refused is not in the log.
+ * left as it was: an append that the store refused is not in the log. `docs/storage.md` says
+ * what a host store must guarantee.
  *
  * The callback runs on the thread of the session call that needs the store, **while the
  * session is locked**: it must not call into this session or its agent (refused with
@@ -1229,8 +1283,8 @@ lls_status lls_session_open_file(const char *path,
  * session is freed and no agent uses it any more.
  *
  * Errors: `LLS_ERR_NULL_POINTER` (`store`, `out`), `LLS_ERR_INVALID_UTF8`,
- * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (options), `LLS_ERR_STORAGE`,
- * `LLS_ERR_CORRUPT_LOG`.
+ * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (options), `LLS_ERR_LOCKED`,
+ * `LLS_ERR_CONFLICT`, `LLS_ERR_STORAGE`, `LLS_ERR_CORRUPT_LOG`.
  *
  * # Safety
  * `store`/`userdata`/`userdata_free` as for any callback registration; `opts_json` NULL or
@@ -1250,14 +1304,16 @@ lls_status lls_session_open_store(lls_callback_fn store,
  * Forks `session` into a new session (`*out`) seeded with its first events, recording the
  * parent's id and the seed length.
  *
- * `opts_json` (may be NULL) is `{"seedLength"?: n, "path"?: string, "id"?: string,
- * "durability"?: ...}`: the seed ends at a turn boundary (default: every event up to the last
- * one), the new session is kept in the JSONL file at `path` (which must be missing or empty)
- * or in memory.
+ * `opts_json` (may be NULL) is `{"seedLength"?: n, "path"?: string, "url"?: string, "id"?:
+ * string, "durability"?: ...}`: the seed ends at a turn boundary (default: every event up to
+ * the last one), the new session is kept in the JSONL file at `path` (which must be missing or
+ * empty), in the store `url` names (as for `lls_session_open_url`: a `postgres://` URL forks
+ * into that database, under `id` or a random id, which must not be taken), or in memory.
  *
  * Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`,
  * `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (`seedLength` past
- * the end or not at a turn boundary, a file that already holds a session), `LLS_ERR_STORAGE`.
+ * the end or not at a turn boundary, a store that already holds the session, both `path` and
+ * `url`, a URL that does not parse), `LLS_ERR_LOCKED`, `LLS_ERR_STORAGE`.
  *
  * # Safety
  * `opts_json` NULL or `opts_len` readable bytes; `out`, `err` NULL or valid for writes.
@@ -1383,7 +1439,10 @@ lls_status lls_session_header(const lls_session *session,
 
 /**
  * Counters over the session's log, as JSON `{"events","turns","requests","compactions",
- * "surface","generation","cachedTokens","promptTokens"}`. Free `*out` with `lls_string_free`.
+ * "surface","generation","cachedTokens","promptTokens","readOnly","chainHead"?}` (`chainHead`:
+ * the chained digest after the last event, for a version 2 log; a host that keeps it elsewhere
+ * can tell a log that lost its last records from an intact one). Free `*out` with
+ * `lls_string_free`.
  *
  * Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`.
  *
@@ -1461,6 +1520,29 @@ lls_status lls_session_append(lls_session *session,
                               lls_error **err);
 
 /**
+ * Reads what the session's store holds beyond this handle's last event, and stores the number
+ * of new events in `*out_new_events` (may be NULL).
+ *
+ * For a read-only handle this follows a live writer: the events it appended since the open or
+ * the last refresh (complete records only; a record the writer is still writing is read by a
+ * later refresh). After `LLS_ERR_CONFLICT` on a writing handle it reads what the other writer
+ * appended, after which the handle may append again. New events are checked as loading checks
+ * them; on damage nothing is applied (`LLS_ERR_CORRUPT_LOG`, detail `line`). A writing handle
+ * refreshes only while no agent instance is live over it (`LLS_ERR_OUT_OF_ORDER`).
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`session`), `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_OUT_OF_ORDER`,
+ * `LLS_ERR_STORAGE`, `LLS_ERR_CORRUPT_LOG`, `LLS_ERR_LOCKED` (a database store whose lease
+ * another writer took).
+ *
+ * # Safety
+ * `out_new_events`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread, concurrently with reads (serialised
+ * internally).
+ */
+lls_status lls_session_refresh(lls_session *session, uint64_t *out_new_events, lls_error **err);
+
+/**
  * Makes every event appended so far durable now (fsync for a file, `{"op":"sync"}` for a host
  * store), whatever the durability option.
  *
@@ -1472,6 +1554,87 @@ lls_status lls_session_append(lls_session *session,
  * Thread safety: may be called from any thread, concurrently.
  */
 lls_status lls_session_sync(lls_session *session, lls_error **err);
+
+/**
+ * Opens (or, for a writer, creates) a session in the store the URL `(url, url_len)` names
+ * (UTF-8, need not be NUL-terminated), and stores it in `*out`:
+ *
+ * - `file:PATH`, `file:/abs/path` or `file:///abs/path`: a JSONL log, as
+ *   `lls_session_open_file` opens it (`%XX` escapes in the path are decoded);
+ * - `postgres://user:password@host:port/dbname?k=v&...` (or `postgresql://`): a session in a
+ *   PostgreSQL database. A host that starts with `/` (written `%2F...`, or `?host=/dir`) is the
+ *   directory of the server's unix socket. The query takes the client's libpq parameters
+ *   (`connect_timeout`, `application_name`, `options`, `sslmode=disable|prefer`, ...) and
+ *   `session=ID`. The tables are created on first use (see `docs/storage-postgres.md`).
+ *
+ * `opts_json` (may be NULL) is `{"id"?: string, "readOnly"?: bool, "create"?: bool,
+ * "durability"?: "every-event" | "turn-end" | "never", "mode"?, "maxBytes"?}`:
+ * `id` names the session (a database holds many: the URL's `session` may name it instead; a
+ * writing open without either creates a session with a random id, which `lls_session_id`
+ * tells; for a file it is the id of a session this call creates); `readOnly` opens without the
+ * lock or lease, writes nothing and refuses appends (`LLS_ERR_READ_ONLY`; follow the writer
+ * with `lls_session_refresh`); `create` (default true) lets a writing open create a missing
+ * session (false: `LLS_ERR_INVALID_INPUT` when the store holds none); `durability` as for
+ * every session (a database commits each batch asynchronously and makes it durable at the
+ * sync points the policy names); `mode` and `maxBytes` concern files only (see
+ * `lls_session_open_file`).
+ *
+ * One writer: a writing open takes the file's lock or the database session's lease; while
+ * another handle holds it (in this process or elsewhere) the open fails with `LLS_ERR_LOCKED`
+ * (detail `holder` where known). The lease goes when the session is freed, when the process
+ * dies, or when its connection breaks. After a database connection breaks mid-append the
+ * handle refuses writes (`LLS_ERR_STORAGE`, detail `outcomeUnknown`): free it and open the
+ * session again, which reads what the database holds.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`url`, `out`), `LLS_ERR_INVALID_UTF8`,
+ * `LLS_ERR_INVALID_ARGUMENT` (empty URL), `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (a
+ * URL that does not parse or names an unknown scheme, no session id where one is needed, a
+ * session the store does not hold; detail `field`), `LLS_ERR_LOCKED`, `LLS_ERR_STORAGE` (the
+ * server cannot be reached, authentication failed, the database does not exist, a schema newer
+ * than this library; detail `store`, `sqlstate`), `LLS_ERR_CORRUPT_LOG` (damage before the last
+ * complete turn, records missing at the end of a database log).
+ *
+ * # Safety
+ * `url` NULL or `url_len` readable bytes; `opts_json` likewise; `out`, `err` NULL or valid for
+ * writes.
+ *
+ * Thread safety: may be called from any thread; it blocks while it connects and loads.
+ */
+lls_status lls_session_open_url(const char *url,
+                                size_t url_len,
+                                const char *opts_json,
+                                size_t opts_len,
+                                lls_session **out,
+                                lls_error **err);
+
+/**
+ * The sessions of the store the URL `(url, url_len)` names (as for `lls_session_open_url`), as
+ * a JSON array ordered by id: `[{"id","createdAt","parent"?:{"id","seedLength"},"events",
+ * "chainHead"?,"updatedAt","inUse"}]` (`inUse`: a writer holds the session now). A file holds
+ * one session or none; a database without llmsession tables holds none. Nothing is written.
+ * Free `*out` with `lls_string_free`.
+ *
+ * `opts_json` (may be NULL) is `{"after"?: string, "limit"?: n}`: only sessions whose id sorts
+ * after `after`, at most `limit` of them (pages: pass the last id of one page as the next
+ * page's `after`).
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`url`, `out`), `LLS_ERR_INVALID_UTF8`,
+ * `LLS_ERR_INVALID_ARGUMENT` (empty URL), `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT`,
+ * `LLS_ERR_STORAGE`, `LLS_ERR_CORRUPT_LOG` (a file that is not a session log).
+ *
+ * # Safety
+ * `url` NULL or `url_len` readable bytes; `opts_json` likewise; `out`, `out_len`, `err` NULL
+ * or valid for writes.
+ *
+ * Thread safety: may be called from any thread; it blocks while it connects and reads.
+ */
+lls_status lls_store_list_sessions(const char *url,
+                                   size_t url_len,
+                                   const char *opts_json,
+                                   size_t opts_len,
+                                   char **out,
+                                   size_t *out_len,
+                                   lls_error **err);
 
 /**
  * The library version as a static NUL-terminated string, e.g. `"0.1.0"`. Never free it.

@@ -12,6 +12,7 @@
 //! - [`cancel`] holds `lls_cancel`.
 //! - [`callback`] and [`reply`] hold host callbacks ([`callback::HostCallback`]) and `lls_reply`.
 //! - [`version`] holds versions.
+//! - [`mod@url`] holds the stores named by URL (`lls_session_open_url`, `lls_store_list_sessions`).
 //!
 //! # Writing an entry point
 //!
@@ -63,6 +64,7 @@ pub mod reply;
 pub mod response;
 pub mod session;
 pub mod status;
+pub mod url;
 pub mod version;
 
 pub use boundary::{boundary, boundary_value};

@@ -10,7 +10,9 @@
 //!   that seq, or a `(session_id, seq)` that is taken (the primary key), refuses the whole batch
 //!   as [`ErrorKind::Conflict`]; nothing is written.
 //! - **A writer lease.** A writing open takes a session-level advisory lock on the session's
-//!   lock key (a number from a sequence, one per session, so two sessions never share one); a
+//!   key: the two-number form, the OID of the `llmsession_sessions` table (unique in the
+//!   database, so sessions of tables in different schemas never meet) and the session's number
+//!   from a sequence (one per session, so two sessions of a table never share one); a
 //!   second writer, in this process or on another machine, is refused at open with
 //!   [`ErrorKind::Locked`], naming the holder's server process and application name. The server
 //!   releases the lock when the holder's connection ends: on `drop`, when the process dies, or,
@@ -53,11 +55,9 @@ use std::time::Duration;
 /// never writes a schema it does not understand.
 pub const SCHEMA_VERSION: u32 = 1;
 
-/// The first lock key (the sequence's start): `lls` in the top bits, so the keys stay clear of
-/// the small numbers other applications tend to use for their advisory locks.
-const LOCK_KEY_BASE: i64 = 0x6c6c73 << 40;
-/// The transaction-level advisory lock that serialises schema creation and migration.
-const SCHEMA_LOCK_KEY: i64 = LOCK_KEY_BASE - 1;
+/// The transaction-level advisory lock (one 64-bit key, `llsschem` in ASCII) that serialises
+/// schema creation and migration in a database.
+const SCHEMA_LOCK_KEY: i64 = 0x6c6c_7373_6368_656d;
 /// The longest session id accepted.
 pub const MAX_ID_BYTES: usize = 1024;
 
@@ -66,7 +66,7 @@ CREATE TABLE IF NOT EXISTS llmsession_meta (
     key text PRIMARY KEY,
     value text NOT NULL
 );
-CREATE SEQUENCE IF NOT EXISTS llmsession_lock_keys START WITH 7812745897418162176;
+CREATE SEQUENCE IF NOT EXISTS llmsession_lock_keys;
 CREATE TABLE IF NOT EXISTS llmsession_sessions (
     id text PRIMARY KEY,
     lock_key bigint NOT NULL UNIQUE DEFAULT nextval('llmsession_lock_keys'),
@@ -457,6 +457,12 @@ fn ensure_schema(client: &mut Client, store: &str) -> Result<()> {
     tx.commit().map_err(|e| pg_error(store, "cannot create the llmsession tables", &e))
 }
 
+/// The advisory lock of a session's lease, in its two-number form: the sessions table's OID and
+/// the session's lock key modulo 2^32 (keys repeat only after 4 billion sessions in one table).
+fn lease_key(table: u32, lock_key: i64) -> (u32, u32) {
+    (table, lock_key as u64 as u32)
+}
+
 /// The chain value a stored record ends with, if it has one.
 fn chain_of(record: &str) -> Option<String> {
     chain::stored_link(record).map(str::to_string)
@@ -549,15 +555,21 @@ impl PgStore {
             .query_one("SELECT lock_key FROM llmsession_sessions WHERE id = $1", &[&self.id])
             .map_err(|e| pg_error(&d, "cannot read the session's lock key", &e))?
             .get(0);
+        let table: u32 = self
+            .client
+            .query_one("SELECT 'llmsession_sessions'::regclass::oid", &[])
+            .map_err(|e| pg_error(&d, "cannot find the llmsession_sessions table", &e))?
+            .get(0);
+        let (classid, objid) = lease_key(table, key);
         let got: bool = self
             .client
-            .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+            .query_one("SELECT pg_try_advisory_lock($1, $2)", &[&(classid as i32), &(objid as i32)])
             .map_err(|e| pg_error(&d, "cannot take the writer lease", &e))?
             .get(0);
         if got {
             return Ok(());
         }
-        let holder = self.lease_holder(key);
+        let holder = self.lease_holder(classid, objid);
         let by = holder.as_deref().map(|h| format!(" ({h})")).unwrap_or_default();
         let mut e = Error::new(
             ErrorKind::Locked,
@@ -573,17 +585,15 @@ impl PgStore {
         Err(e)
     }
 
-    /// Who holds lock `key`: the server process, and the application name and client address
-    /// where the server shows them to this role.
-    fn lease_holder(&mut self, key: i64) -> Option<String> {
-        let classid = (key as u64 >> 32) as u32;
-        let objid = key as u32;
+    /// Who holds the advisory lock `(classid, objid)`: the server process, and the application
+    /// name and client address where the server shows them to this role.
+    fn lease_holder(&mut self, classid: u32, objid: u32) -> Option<String> {
         let row = self
             .client
             .query_opt(
                 "SELECT l.pid, a.application_name, host(a.client_addr)
                    FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
-                  WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+                  WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
                     AND l.classid = $1 AND l.objid = $2
                     AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
                   LIMIT 1",
@@ -935,12 +945,13 @@ pub fn list_sessions(url: &PgUrl, after: Option<&str>, limit: Option<u64>) -> Re
     let rows = client
         .query(
             "WITH held AS (
-                 SELECT (l.classid::bigint << 32) | l.objid::bigint AS key FROM pg_locks l
-                  WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+                 SELECT l.objid::bigint AS key FROM pg_locks l
+                  WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+                    AND l.classid = 'llmsession_sessions'::regclass::oid
                     AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
              SELECT s.id, s.created_ms, s.parent_id, s.parent_seed, s.events, s.chain_head,
                     (extract(epoch FROM s.updated_at) * 1000)::bigint,
-                    EXISTS (SELECT 1 FROM held WHERE held.key = s.lock_key)
+                    EXISTS (SELECT 1 FROM held WHERE held.key = s.lock_key % 4294967296)
                FROM llmsession_sessions s
               WHERE s.header IS NOT NULL AND ($1::text IS NULL OR s.id > $1)
               ORDER BY s.id
@@ -1009,7 +1020,8 @@ mod tests {
     }
 
     #[test]
-    fn the_sequence_starts_at_the_lock_key_base() {
-        assert!(SCHEMA_V1.contains(&format!("START WITH {LOCK_KEY_BASE};")));
+    fn lease_keys_wrap_at_32_bits() {
+        assert_eq!(lease_key(16384, 7), (16384, 7));
+        assert_eq!(lease_key(16384, (1 << 32) + 7), (16384, 7));
     }
 }
