@@ -24,9 +24,8 @@ use std::sync::Arc;
 
 type Res<T> = std::result::Result<T, String>;
 
-mod support {
-    pub mod pg;
-}
+#[path = "support/pg.rs"]
+mod pg_support;
 
 /// Where the runner keeps a scenario's sessions.
 #[derive(Clone)]
@@ -205,7 +204,8 @@ fn make_summariser(spec: Value, seen: Arc<Mutex<Vec<SummaryRequest>>>, session: 
 impl World {
     fn new(sc: &Value, stores: &Stores) -> Res<World> {
         let id = "scenario-session";
-        let session = Session::create(stores.empty(id)?, SessionOptions { id: Some(id.into()), ..Default::default() }).map_err(|e| err_str(&e))?;
+        let session =
+            Session::create(stores.empty(id)?, SessionOptions { id: Some(id.into()), ..Default::default() }).map_err(|e| err_str(&e))?;
         let mut options = AgentOptions::from_value(&sc["agent"], "agent").map_err(|e| err_str(&e))?;
         options.check_requests = true;
         let mut w = World {
@@ -864,8 +864,8 @@ fn scenarios() {
 /// Every scenario file with its sessions in PostgreSQL, each file in a schema of its own.
 #[test]
 fn scenarios_on_postgres() {
-    let Some(url) = support::pg::url("scenarios_on_postgres") else { return };
-    let mut c = support::pg::sql(&url);
+    let Some(url) = pg_support::url("scenarios_on_postgres") else { return };
+    let mut c = pg_support::sql(&url);
     let sep = if url.contains('?') { '&' } else { '?' };
     let mut schemas = Vec::new();
     run_all(|i| {
