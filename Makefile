@@ -10,7 +10,7 @@ CC ?= cc
 .PHONY: go-pc test-go demo-build e2e e2e-resume
 .PHONY: test-cpp cpp-deps cpp-install-check
 .PHONY: fuzz-smoke fuzz-build fuzz-smoke-build readme-check
-.PHONY: test-pg
+.PHONY: test-pg bench-pg
 
 all: build
 
@@ -187,7 +187,7 @@ install-check: build-lib
 
 C_TEST_DIR := build/c
 # One program per file; each ends with "N passed, N failed".
-C_TESTS := test_ffi test_session test_agent test_callbacks test_response
+C_TESTS := test_ffi test_session test_agent test_callbacks test_response test_url
 C_TEST_CFLAGS := -std=c11 -Wall -Wextra -Werror -g -O1 -pthread -Iinclude
 C_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 VALGRIND_FLAGS := --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect \
@@ -346,6 +346,13 @@ cpp-install-check: build-lib
 # and C++ wrappers' tests.
 PG_TEST_DIR := build/pg-test
 PG_KILLS ?= 200
+# PASSES EVENTS TURNS of examples/bench_postgres.rs (docs/performance.md, "PostgreSQL store").
+BENCH_PG_ARGS ?= 5 100000 30
+
+# PostgreSQL against JSONL, side by side in one run, on a throwaway server (not in make test).
+bench-pg:
+	$(CARGO) build --release --example bench_postgres
+	bash scripts/pg/server.sh run build/pg-bench $(RELEASE_DIR)/examples/bench_postgres $(BENCH_PG_ARGS)
 
 test-pg: build-lib go-pc cpp-deps
 	@[ -d $(NODE_DIR)/node_modules/koffi ] || (cd $(NODE_DIR) && npm ci --no-audit --no-fund)

@@ -707,6 +707,7 @@ fn the_server_stopped_mid_session_then_restarted() {
         std::thread::sleep(Duration::from_millis(300));
         server_ctl(mode);
         let e = writer_thread.join().unwrap();
+        eprintln!("server {mode} mid-append: the append failed with: [{}] {}", e.kind().name(), e.message());
         assert_eq!(e.kind(), ErrorKind::Storage, "{mode}: {}", e.message());
         assert!(e.message().contains("reopen") || e.message().contains("connection"), "{mode}: {}", e.message());
         let acked = acked.load(std::sync::atomic::Ordering::SeqCst);

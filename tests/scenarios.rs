@@ -24,10 +24,12 @@ use std::sync::Arc;
 
 type Res<T> = std::result::Result<T, String>;
 
+#[cfg(feature = "postgres")]
 #[path = "support/pg.rs"]
 mod pg_support;
 
 /// Where the runner keeps a scenario's sessions.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 #[derive(Clone)]
 enum Stores {
     Memory,
@@ -862,6 +864,7 @@ fn scenarios() {
 }
 
 /// Every scenario file with its sessions in PostgreSQL, each file in a schema of its own.
+#[cfg(feature = "postgres")]
 #[test]
 fn scenarios_on_postgres() {
     let Some(url) = pg_support::url("scenarios_on_postgres") else { return };

@@ -3,7 +3,7 @@
 # LLMSESSION_PG_URL and the other LLMSESSION_PG_* variables): the Rust tests (tests/postgres.rs:
 # lease, conflicts, damage, errors, a two-process race, SIGKILLed writers, the server stopped and
 # crashed mid-session; every scenario file on PostgreSQL), then the Go, Node and C++ wrappers'
-# tests against the same server. Needs the library staged in build/lib and the Go pkg-config
+# tests (and the C test of the URL entry points) against the same server. Needs the library staged in build/lib and the Go pkg-config
 # file (make build-lib go-pc), Node's dependencies (npm ci) and the C++ test build's deps.
 #
 # Environment: CARGO, GO (commands), LLMSESSION_PG_KILLS (SIGKILL trials, default 200),
@@ -36,6 +36,13 @@ step "Go: OpenURL, ListSessions, ForkURL"
 
 step "Node: Session.openUrl, listSessions, fork({url})"
 (cd bindings/node && LLMSESSION_LIB="$ROOT/build/lib/libllmsession.so" node --test test/postgres.test.js)
+
+step "C: lls_session_open_url, lls_store_list_sessions (tests/c/test_url.c, ASan)"
+mkdir -p build/c
+"${CC:-cc}" -std=c11 -Wall -Wextra -Werror -g -O1 -pthread -Iinclude -fsanitize=address,undefined \
+    -fno-sanitize-recover=undefined -fno-omit-frame-pointer tests/c/test_url.c -Lbuild/lib -lllmsession \
+    -o build/c/test_url_pg_asan
+LD_LIBRARY_PATH="$ROOT/build/lib" ASAN_OPTIONS=detect_leaks=1 build/c/test_url_pg_asan
 
 step "C++: Session::open_url, list_sessions"
 cmake -S tests/cpp -B build/cpp -DLLMSESSION_LIB_DIR="$ROOT/build/lib" >/dev/null

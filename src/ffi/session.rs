@@ -513,7 +513,7 @@ pub unsafe extern "C" fn lls_session_fork(
                     // A database holds many sessions: the fork's id names its store.
                     let id = opts.id.clone().unwrap_or_else(crate::session::random_id);
                     opts.id = Some(id.clone());
-                    if let crate::store::url::Location::File(p) = crate::store::url::parse(url)? {
+                    if let Some(p) = crate::store::url::file_of(url) {
                         if !p.exists() {
                             created = Some(p.display().to_string());
                         }

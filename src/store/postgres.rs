@@ -636,9 +636,15 @@ impl PgStore {
         let err = pg_error(&self.describe, what, e);
         if outcome_unknown(&self.client, e) {
             self.dead = Some(error_text(e));
-            return err
-                .context("the connection broke; whether the write reached the database is unknown until the session is reopened")
-                .with("outcomeUnknown", true);
+            let message = format!(
+                "{}: the connection is gone, so whether this write reached the database is unknown: reopen the session (the reopen reads what the database holds)",
+                err.message()
+            );
+            let mut out = Error::new(ErrorKind::Storage, message).with("outcomeUnknown", true);
+            for (k, v) in err.detail() {
+                out = out.with(k, v.clone());
+            }
+            return out;
         }
         err
     }
@@ -781,6 +787,15 @@ impl Store for PgStore {
             Some(h) => {
                 let header =
                     SessionHeader::from_value(&serde_json::from_str::<Value>(h).map_err(|e| Error::invalid("header", e.to_string()))?)?;
+                if header.id != self.id {
+                    return Err(Error::invalid(
+                        "header",
+                        format!(
+                            "{}: the header record is for session {:?}, but this store holds session {:?}",
+                            self.describe, header.id, self.id
+                        ),
+                    ));
+                }
                 let created = header.created_at as i64;
                 let (pid, pseed) = match &header.parent {
                     Some((p, n)) => (Some(p.clone()), Some(*n as i64)),

@@ -99,6 +99,11 @@ pub fn parse(url: &str) -> Result<Location> {
     ))
 }
 
+/// The path a `file:` URL names (`None` for a URL of another store, or one that does not parse).
+pub fn file_of(url: &str) -> Option<PathBuf> {
+    url.strip_prefix("file:").and_then(|rest| file_path(rest).ok())
+}
+
 fn file_path(rest: &str) -> Result<PathBuf> {
     let path = match rest.strip_prefix("//") {
         Some(after) => {
