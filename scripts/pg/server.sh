@@ -16,7 +16,8 @@
 # 127.0.0.1 on a free port and on a unix socket in DIR/run (or a short directory under /tmp when
 # DIR's path is too long for a socket). Password authentication (SCRAM) over TCP, trust over the
 # socket. initdb refuses to run as root, so as root the cluster runs as an unprivileged user
-# ($LLMSESSION_PG_OS_USER, default `nobody`), which owns DIR.
+# ($LLMSESSION_PG_OS_USER, default `nobody`), which owns DIR (or, when it cannot reach DIR, a
+# directory under /tmp that DIR/home names).
 #
 # `run` exports, for CMD:
 #   LLMSESSION_PG_URL         postgres://llmsession:PASSWORD@127.0.0.1:PORT/llmsession
@@ -89,11 +90,20 @@ free_port() {
     die "no free port found"
 }
 
-# The socket directory: DIR/run, unless the socket path would be too long for sun_path.
+# Where the cluster's own files live (data, server log, socket): DIR, or, as root when the
+# unprivileged user cannot reach DIR (a checkout under /root), a directory under /tmp that
+# DIR/home names.
+home_of() {
+    local dir="$1"
+    if [[ -f "$dir/home" ]]; then cat "$dir/home"; else echo "$dir"; fi
+}
+
+# The socket directory: HOME/run, unless the socket path would be too long for sun_path.
 socket_dir() {
     local dir="$1"
     if [[ -f "$dir/socketdir" ]]; then cat "$dir/socketdir"; return; fi
-    local s="$dir/run"
+    local s
+    s="$(home_of "$dir")/run"
     if (( ${#s} + 20 > 100 )); then
         s="$(mktemp -d /tmp/llmsession-pg.XXXXXX)"
     else
@@ -105,24 +115,33 @@ socket_dir() {
 }
 
 init_cluster() {
-    local dir="$1" bin="$2"
-    [[ -f "$dir/data/PG_VERSION" ]] && return
+    local dir="$1" bin="$2" home
+    [[ -f "$(home_of "$dir")/data/PG_VERSION" ]] && return
     mkdir -p "$dir"
     dir="$(cd "$dir" && pwd)"
+    home="$dir"
     if [[ "$(id -u)" == 0 ]]; then
         id "$OS_USER" >/dev/null 2>&1 || die "user $OS_USER does not exist (set LLMSESSION_PG_OS_USER to an unprivileged user)"
         chown "$OS_USER" "$dir"
-        as_owner test -w "$dir" ||
-            die "$dir is not reachable by $OS_USER (initdb refuses to run as root, so the cluster runs as $OS_USER): use a directory $OS_USER can reach"
+        if ! as_owner test -w "$dir"; then
+            home="$(mktemp -d /tmp/llmsession-pg.XXXXXX)"
+            chown "$OS_USER" "$home"
+            echo "$home" >"$dir/home"
+            log "$OS_USER cannot reach $dir (initdb refuses to run as root, so the cluster runs as $OS_USER): the cluster lives in $home"
+        fi
     fi
     local pw
     pw="$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
     printf '%s\n' "$pw" >"$dir/password"
     chmod 600 "$dir/password"
-    [[ "$(id -u)" == 0 ]] && chown "$OS_USER" "$dir/password"
-    as_owner "$bin/initdb" -D "$dir/data" -U "$DB_USER" --pwfile="$dir/password" --auth-local=trust \
+    # initdb reads the password from a file the cluster's owner can read; it is removed after.
+    printf '%s\n' "$pw" >"$home/pwfile"
+    chmod 600 "$home/pwfile"
+    [[ "$(id -u)" == 0 ]] && chown "$OS_USER" "$home/pwfile"
+    as_owner "$bin/initdb" -D "$home/data" -U "$DB_USER" --pwfile="$home/pwfile" --auth-local=trust \
         --auth-host=scram-sha-256 -E UTF8 --locale=C.UTF-8 --no-sync >"$dir/initdb.log" 2>&1 ||
-        { tail -n 20 "$dir/initdb.log" >&2; die "initdb failed (log: $dir/initdb.log)"; }
+        { rm -f "$home/pwfile"; tail -n 20 "$dir/initdb.log" >&2; die "initdb failed (log: $dir/initdb.log)"; }
+    rm -f "$home/pwfile"
     free_port >"$dir/port"
 }
 
@@ -139,25 +158,26 @@ socket_url_of() {
 }
 
 start() {
-    local dir="$1" bin sock tries=0
+    local dir="$1" bin sock home tries=0
     bin="$(ensure_installed)"
     init_cluster "$dir" "$bin"
     dir="$(cd "$dir" && pwd)"
+    home="$(home_of "$dir")"
     sock="$(socket_dir "$dir")"
     while :; do
-        if as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+        if as_owner "$bin/pg_ctl" -D "$home/data" -l "$home/server.log" -w -t 60 \
             -o "-c listen_addresses=127.0.0.1 -p $(cat "$dir/port") -c unix_socket_directories=$sock -c max_connections=100 -c fsync=on -c shared_buffers=32MB" \
             start >/dev/null 2>&1; then
             break
         fi
         tries=$((tries + 1))
-        if (( tries >= 5 )) || ! grep -q "could not bind\|Address already in use" "$dir/server.log" 2>/dev/null; then
-            tail -n 20 "$dir/server.log" >&2 || true
-            die "the server did not start (log: $dir/server.log)"
+        if (( tries >= 5 )) || ! grep -q "could not bind\|Address already in use" "$home/server.log" 2>/dev/null; then
+            tail -n 20 "$home/server.log" >&2 || true
+            die "the server did not start (log: $home/server.log)"
         fi
         free_port >"$dir/port"
     done
-    as_owner head -n 1 "$dir/data/postmaster.pid" >"$dir/pid"
+    as_owner head -n 1 "$home/data/postmaster.pid" >"$dir/pid"
     # The database the tests use (the cluster starts with `postgres` only).
     if ! as_owner "$bin/psql" -h "$sock" -p "$(cat "$dir/port")" -U "$DB_USER" -d postgres -Atqc \
         "SELECT 1 FROM pg_database WHERE datname = '$DB_NAME'" | grep -q 1; then
@@ -169,11 +189,12 @@ start() {
 }
 
 stop() {
-    local dir="$1" mode="${2:-fast}" bin pid
-    [[ -d "$dir/data" ]] || return 0
+    local dir="$1" mode="${2:-fast}" bin pid home
+    home="$(home_of "$dir")"
+    [[ -d "$home/data" ]] || return 0
     bin="$(bin_dir)"
-    if [[ -n "$bin" ]] && as_owner "$bin/pg_ctl" -D "$dir/data" status >/dev/null 2>&1; then
-        as_owner "$bin/pg_ctl" -D "$dir/data" -m "$mode" -w -t 60 stop >/dev/null 2>&1 || true
+    if [[ -n "$bin" ]] && as_owner "$bin/pg_ctl" -D "$home/data" status >/dev/null 2>&1; then
+        as_owner "$bin/pg_ctl" -D "$home/data" -m "$mode" -w -t 60 stop >/dev/null 2>&1 || true
     fi
     # Still there (pg_ctl missing or failed): by PID.
     pid="$(cat "$dir/pid" 2>/dev/null || true)"
@@ -200,9 +221,11 @@ case "$cmd" in
         dir="$(cd "$dir" && pwd)"
         cleanup() {
             stop "$dir"
-            local s
+            local s h
             s="$(cat "$dir/socketdir" 2>/dev/null || true)"
+            h="$(cat "$dir/home" 2>/dev/null || true)"
             [[ "$s" == /tmp/llmsession-pg.* ]] && rm -rf "$s"
+            [[ "$h" == /tmp/llmsession-pg.* ]] && rm -rf "$h"
             rm -rf "$dir"
         }
         trap cleanup EXIT
