@@ -788,3 +788,57 @@ fn the_cli_reads_sessions_from_postgres() {
     let (ok, text) = cli(&["verify", &at]);
     assert!(!ok && text.contains("chained digest"), "{text}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// A sync that fails: the batch is taken back (undo), nothing half-applied stays.
+
+#[test]
+fn a_failed_sync_takes_the_batch_back() {
+    let url = pg_url!("a_failed_sync_takes_the_batch_back");
+    let _g = SERVER.read();
+    // A role that may append but not record a sync point (a column privilege it lacks).
+    let mut c = sql(&url);
+    drop(Session::open_url(&url, writer(&unique_id("schema"))).unwrap()); // the tables exist
+    let role = format!("llmsession_limited_{}", std::process::id());
+    c.batch_execute(&format!(
+        "DROP ROLE IF EXISTS {role};
+         CREATE ROLE {role} LOGIN PASSWORD 'limited';
+         GRANT SELECT, INSERT, DELETE ON llmsession_records TO {role};
+         GRANT SELECT, INSERT ON llmsession_quarantine, llmsession_sessions TO {role};
+         GRANT UPDATE (header, created_ms, parent_id, parent_seed, events, chain_head, updated_at) ON llmsession_sessions TO {role};
+         GRANT SELECT ON llmsession_meta TO {role};
+         GRANT USAGE ON SEQUENCE llmsession_lock_keys TO {role};"
+    ))
+    .unwrap();
+    let cfg: postgres::Config = url.parse().unwrap();
+    let limited = format!("postgres://{role}:limited@127.0.0.1:{}/{}", cfg.get_ports()[0], cfg.get_dbname().unwrap());
+    let id = unique_id("undo");
+    // Created by the full role (the creation syncs), then written by the limited one.
+    drop(Session::open_url(&url, writer(&id)).unwrap());
+    let (s, _) = Session::open_url(&limited, writer(&id)).unwrap();
+    s.append(NewEvent::new("turn/start", json!({ "turn": 1 }))).unwrap();
+    let before = s.records();
+    // turn/end is a sync point under turn-end durability: the sync fails, the batch is undone.
+    let e = s.append(NewEvent::new("turn/end", json!({"turn": 1, "reason": "completed"}))).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Storage, "{}", e.message());
+    assert!(e.message().contains("permission denied"), "{}", e.message());
+    assert_eq!(e.detail()["sqlstate"], "42501");
+    assert_eq!(s.records(), before, "the refused batch is not in memory");
+    let (events, stored): (i64, i64) = c
+        .query_one("SELECT s.events, (SELECT count(*) FROM llmsession_records r WHERE r.session_id = s.id) FROM llmsession_sessions s WHERE s.id = $1", &[&id])
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!((events as usize, stored as usize), (before.len() - 1, before.len() - 1), "the batch was taken back from the database");
+    // The handle still works for appends that need no sync point.
+    s.append(host("after the failed sync")).unwrap();
+    drop(s);
+    let (r, _) = Session::open_url(&url, reader(&id)).unwrap();
+    assert_eq!(r.len(), before.len());
+    r.verify().unwrap();
+    drop(r);
+    c.batch_execute(&format!(
+        "REVOKE ALL ON llmsession_records, llmsession_quarantine, llmsession_sessions, llmsession_meta FROM {role};
+         REVOKE ALL ON SEQUENCE llmsession_lock_keys FROM {role}; DROP ROLE {role};"
+    ))
+    .unwrap();
+}
