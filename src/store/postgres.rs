@@ -35,7 +35,7 @@
 //!   `llmsession_meta`; a database whose schema is newer than this library's is refused (see
 //!   [`SCHEMA_VERSION`] for the migration rule).
 
-use super::url::{ParentInfo, SessionInfo};
+use super::url::{percent_decode, ParentInfo, SessionInfo};
 use super::{conflict_error, read_only_error, Batch, Durability, Store, StoreContents};
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::chain;
@@ -235,23 +235,6 @@ fn application_name() -> String {
         name.pop();
     }
     name
-}
-
-fn percent_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = s.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 fn shown_url(config: &postgres::Config, kept: &[&str]) -> String {

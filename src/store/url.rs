@@ -125,14 +125,16 @@ fn file_path(rest: &str) -> Result<PathBuf> {
     Ok(PathBuf::from(decoded))
 }
 
-fn percent_decode(s: &str) -> Option<String> {
+/// Decodes `%XX` escapes (two hex digits each); `None` for a malformed escape or a result that
+/// is not UTF-8.
+pub(crate) fn percent_decode(s: &str) -> Option<String> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
         if b[i] == b'%' {
-            let hex = s.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
+            let hex = b.get(i + 1..i + 3).filter(|h| h.iter().all(u8::is_ascii_hexdigit))?;
+            out.push(u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?);
             i += 3;
         } else {
             out.push(b[i]);
@@ -238,7 +240,8 @@ mod tests {
         assert_eq!(path_of("file:/tmp/a%20b.jsonl"), PathBuf::from("/tmp/a b.jsonl"));
         assert_eq!(path_of("file:///tmp/x.jsonl"), PathBuf::from("/tmp/x.jsonl"));
         assert_eq!(path_of("file://localhost/tmp/x.jsonl"), PathBuf::from("/tmp/x.jsonl"));
-        for bad in ["file:", "file://elsewhere/x", "file:a%2", "file:a%00b", "http://x/y", "log.jsonl", "s3://b/k"] {
+        for bad in ["file:", "file://elsewhere/x", "file:a%2", "file:a%+f", "file:a%00b", "file:%ff", "http://x/y", "log.jsonl", "s3://b/k"]
+        {
             assert_eq!(parse(bad).unwrap_err().kind(), ErrorKind::InvalidInput, "{bad}");
         }
         assert!(parse("s3://b/k").unwrap_err().message().contains("unknown store scheme \"s3\""));
