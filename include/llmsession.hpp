@@ -622,7 +622,20 @@ public:
         return open_store(detail::returning(std::move(store)), opts_json);
     }
 
-    /// Forks into a new session: `opts_json` `{"seedLength"?, "path"?, "id"?, "durability"?}`.
+    /// Opens (or, for a writer, creates) a session in the store a URL names
+    /// (`lls_session_open_url`): `file:PATH` or
+    /// `postgres://user:password@host:port/dbname?session=ID`. `opts_json` `{"id"?,
+    /// "readOnly"?, "create"?, "durability"?, "mode"?, "maxBytes"?}`. A second writer throws
+    /// Error with status `LLS_ERR_LOCKED`; a read-only session's appends `LLS_ERR_READ_ONLY`.
+    static Session open_url(std::string_view url, std::string_view opts_json = {}) {
+        return make([&](lls_session **out, lls_error **err) {
+            return lls_session_open_url(detail::ptr(url), url.size(), detail::opt_ptr(opts_json),
+                                        opts_json.size(), out, err);
+        });
+    }
+
+    /// Forks into a new session: `opts_json` `{"seedLength"?, "path"?, "url"?, "id"?,
+    /// "durability"?}` (`url`: into the store it names, e.g. a new session in a database).
     Session fork(std::string_view opts_json = {}) const {
         return make([&](lls_session **out, lls_error **err) {
             return lls_session_fork(get(), detail::opt_ptr(opts_json), opts_json.size(), out, err);
@@ -714,6 +727,16 @@ private:
 
     detail::Owned<lls_session, lls_session_free> h_;
 };
+
+/// The sessions of the store a URL names, as a JSON array ordered by id
+/// (`lls_store_list_sessions`); `opts_json` `{"after"?, "limit"?}` pages them.
+inline std::string list_sessions(std::string_view url, std::string_view opts_json = {}) {
+    check_abi();
+    return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
+        return lls_store_list_sessions(detail::ptr(url), url.size(), detail::opt_ptr(opts_json),
+                                       opts_json.size(), out, len, err);
+    });
+}
 
 /// An agent instance (`lls_agent`) over a session: turns, steps, requests, compaction.
 /// Move-only; destroying it disposes the instance (as `lls_agent_free`).

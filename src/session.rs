@@ -13,6 +13,7 @@ use crate::log::event::{types, Event, NewEvent, SurfaceOp, UserSource};
 use crate::log::load::{load_record, load_records_releasing, repair_events, LoadReport, SessionHeader};
 use crate::log::{chain, Derived, Log};
 use crate::request::VerifyReport;
+use crate::store::url::UrlOptions;
 use crate::store::{read_only_error, Batch, Durability, FileOptions, JsonlStore, MemoryStore, Store, StoreContents};
 use parking_lot::{Mutex, MutexGuard};
 use std::path::Path;
@@ -329,6 +330,22 @@ impl Session {
     /// Opens a session in a JSONL file as `file` says (read-only, the mode of a created file).
     pub fn open_jsonl_with(path: impl AsRef<Path>, file: FileOptions, opts: SessionOptions) -> Result<(Session, LoadReport)> {
         Session::open(Box::new(JsonlStore::open_with(path, file)?), opts)
+    }
+
+    /// Opens (or creates) a session in the store a URL names: `file:PATH` or
+    /// `postgres://...` (see [`crate::store::url`]). With an id in the options, the store must
+    /// hold that session or none (then it is created with that id, unless `create` is off).
+    pub fn open_url(url: &str, opts: UrlOptions) -> Result<(Session, LoadReport)> {
+        let (store, id) = crate::store::url::open_store(url, &opts)?;
+        let describe = store.describe();
+        let (session, report) = Session::open(store, SessionOptions { durability: opts.durability, id })?;
+        if let Some(want) = &opts.id {
+            let have = session.id();
+            if &have != want {
+                return Err(crate::store::url::other_session(&describe, want, &have));
+            }
+        }
+        Ok((session, report))
     }
 
     /// Reads what the store holds beyond this handle's last event: the events another writer

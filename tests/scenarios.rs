@@ -1,5 +1,10 @@
 //! Runs every scenario file in tests/scenarios/ (and in $LLMSESSION_SCENARIOS), or only
 //! $LLMSESSION_SCENARIO_FILE. The format is documented in docs/scenarios.md.
+//!
+//! `scenarios` keeps the sessions in memory; `scenarios_on_postgres` runs every file again with
+//! its sessions in PostgreSQL (a schema of its own per file; `make test-pg` sets
+//! `LLMSESSION_PG_URL`), reloading from the database on `resume` and forking into it, and checks
+//! that the stored log reloads to the same records and verifies.
 
 use llmsession::agent::ToolResultInput;
 use llmsession::compaction::{PolicyTable, SummaryOutput, SummaryRequest};
@@ -7,7 +12,8 @@ use llmsession::log::load::parse_records;
 use llmsession::log::TurnEndReason;
 use llmsession::prefix::{parse_listener_output, ListenerContext, PreStepInfo};
 use llmsession::request::verify_events;
-use llmsession::store::MemoryStore;
+use llmsession::store::url::UrlOptions;
+use llmsession::store::{MemoryStore, Store};
 use llmsession::types::blocks_from_value;
 use llmsession::{Agent, AgentOptions, Block, CancelToken, Error, ErrorKind, Message, Session, SessionOptions, Usage};
 use parking_lot::Mutex;
@@ -18,6 +24,57 @@ use std::sync::Arc;
 
 type Res<T> = std::result::Result<T, String>;
 
+#[cfg(feature = "postgres")]
+#[path = "support/pg.rs"]
+mod pg_support;
+
+/// Where the runner keeps a scenario's sessions.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+#[derive(Clone)]
+enum Stores {
+    Memory,
+    /// A PostgreSQL URL (with the scenario's own schema in its search path).
+    Postgres(String),
+}
+
+impl Stores {
+    /// An empty store for a new session `id`.
+    fn empty(&self, id: &str) -> Res<Box<dyn Store>> {
+        match self {
+            Stores::Memory => Ok(Box::new(MemoryStore::new())),
+            Stores::Postgres(url) => llmsession::store::url::open_store(url, &UrlOptions { id: Some(id.into()), ..UrlOptions::default() })
+                .map(|(s, _)| s)
+                .map_err(|e| err_str(&e)),
+        }
+    }
+
+    /// The session reopened from its store: a copy of its records in memory, or the database
+    /// (the handle is given up first: it holds the writer lease).
+    fn reopen(&self, session: Session) -> Res<Session> {
+        let store: Box<dyn Store> = match self {
+            Stores::Memory => Box::new(MemoryStore::with_records(session.records().iter().map(|r| r.to_string()).collect())),
+            Stores::Postgres(_) => {
+                let id = session.id();
+                drop(session);
+                self.empty(&id)?
+            }
+        };
+        Session::open(store, SessionOptions::default()).map(|(s, _)| s).map_err(|e| err_str(&e))
+    }
+
+    /// For a database: the stored log reopens (read-only) to the same records and verifies.
+    fn check_stored(&self, session: &Session) -> Res<()> {
+        let Stores::Postgres(url) = self else { return Ok(()) };
+        let opts = UrlOptions { id: Some(session.id()), read_only: true, ..UrlOptions::default() };
+        let (stored, _) = Session::open_url(url, opts).map_err(|e| format!("reopening from PostgreSQL: {}", err_str(&e)))?;
+        if stored.records() != session.records() {
+            return Err("the records reloaded from PostgreSQL differ from the session's".into());
+        }
+        stored.verify().map_err(|e| format!("verify of the stored log: {}", err_str(&e)))?;
+        Ok(())
+    }
+}
+
 /// A declarative listener's shared state (invocation count, held messages).
 struct ListenerState {
     spec: Value,
@@ -26,6 +83,7 @@ struct ListenerState {
 }
 
 struct World {
+    stores: Stores,
     session: Session,
     agent: Option<Agent>,
     options: AgentOptions,
@@ -208,13 +266,14 @@ fn make_counter(
 }
 
 impl World {
-    fn new(sc: &Value) -> Res<World> {
+    fn new(sc: &Value, stores: &Stores) -> Res<World> {
+        let id = "scenario-session";
         let session =
-            Session::create(Box::new(MemoryStore::new()), SessionOptions { id: Some("scenario-session".into()), ..Default::default() })
-                .map_err(|e| err_str(&e))?;
+            Session::create(stores.empty(id)?, SessionOptions { id: Some(id.into()), ..Default::default() }).map_err(|e| err_str(&e))?;
         let mut options = AgentOptions::from_value(&sc["agent"], "agent").map_err(|e| err_str(&e))?;
         options.check_requests = true;
         let mut w = World {
+            stores: stores.clone(),
             session,
             agent: None,
             options,
@@ -597,9 +656,8 @@ fn run_op_inner(w: &mut World, op: &Value) -> Res<()> {
                 a.dispose().map_err(|e| err_str(&e))?;
             }
             if op.get("reload").and_then(Value::as_bool).unwrap_or(true) {
-                let store = MemoryStore::with_records(w.session.records().iter().map(|r| r.to_string()).collect());
-                let (s, _) = Session::open(Box::new(store), SessionOptions::default()).map_err(|e| err_str(&e))?;
-                w.session = s;
+                let old = std::mem::replace(&mut w.session, Session::in_memory());
+                w.session = w.stores.reopen(old)?;
             }
             w.set_listeners(op.get("listeners"), op.get("preStep"));
             if let Some(s) = op.get("system") {
@@ -622,11 +680,8 @@ fn run_op_inner(w: &mut World, op: &Value) -> Res<()> {
                 a.dispose().map_err(|e| err_str(&e))?;
             }
             let seed = op.get("seedLength").and_then(Value::as_u64);
-            let r = w.session.fork(
-                seed,
-                Box::new(MemoryStore::new()),
-                SessionOptions { id: Some("forked-session".into()), ..Default::default() },
-            );
+            let id = "forked-session";
+            let r = w.session.fork(seed, w.stores.empty(id)?, SessionOptions { id: Some(id.into()), ..Default::default() });
             match r {
                 Ok(s) => {
                     w.session = s;
@@ -986,16 +1041,20 @@ fn verify_and_damage(w: &World, name: &str) -> Res<()> {
     Ok(())
 }
 
-fn run_file(path: &Path) -> Res<()> {
+fn run_file(path: &Path, stores: &Stores) -> Res<()> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut sc: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     expand(&mut sc);
     let name = sc["name"].as_str().unwrap_or("(unnamed)").to_string();
-    let mut w = World::new(&sc)?;
+    let mut w = World::new(&sc, stores)?;
     for (i, op) in sc["ops"].as_array().ok_or("scenario without ops")?.iter().enumerate() {
         run_op(&mut w, op).map_err(|e| format!("op {i} ({}): {e}", op["op"]))?;
     }
-    verify_and_damage(&w, &name)
+    verify_and_damage(&w, &name)?;
+    if let Some(a) = w.agent.take() {
+        a.dispose().map_err(|e| err_str(&e))?;
+    }
+    stores.check_stored(&w.session)
 }
 
 fn scenario_files() -> Vec<PathBuf> {
@@ -1021,11 +1080,34 @@ fn scenario_files() -> Vec<PathBuf> {
 
 #[test]
 fn scenarios() {
+    run_all(|_| Stores::Memory);
+}
+
+/// Every scenario file with its sessions in PostgreSQL, each file in a schema of its own.
+#[cfg(feature = "postgres")]
+#[test]
+fn scenarios_on_postgres() {
+    let Some(url) = pg_support::url("scenarios_on_postgres") else { return };
+    let mut c = pg_support::sql(&url);
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let mut schemas = Vec::new();
+    run_all(|i| {
+        let schema = format!("llmsession_scenario_{}_{i}", std::process::id());
+        c.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}")).unwrap();
+        schemas.push(schema.clone());
+        Stores::Postgres(format!("{url}{sep}options=-csearch_path%3D{schema}"))
+    });
+    for schema in schemas {
+        c.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).unwrap();
+    }
+}
+
+fn run_all(mut stores: impl FnMut(usize) -> Stores) {
     let files = scenario_files();
     assert!(!files.is_empty(), "no scenario files found");
     let mut failures = Vec::new();
-    for f in &files {
-        match run_file(f) {
+    for (i, f) in files.iter().enumerate() {
+        match run_file(f, &stores(i)) {
             Ok(()) => println!("ok    {}", f.display()),
             Err(e) => {
                 println!("FAIL  {}\n      {e}", f.display());

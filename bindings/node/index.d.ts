@@ -97,6 +97,32 @@ export interface FileOptions extends SessionOptions {
 export interface ForkOptions extends SessionOptions {
   seedLength?: number;
   path?: string;
+  /** Fork into the store this URL names (a `postgres://` URL: a new session in that database). */
+  url?: string;
+}
+
+/** Options of `Session.openUrl`. */
+export interface UrlOptions extends SessionOptions {
+  /** Open without the lock or lease; appends fail with status READ_ONLY. */
+  readOnly?: boolean;
+  /** Whether a writing open may create a missing session (default true). */
+  create?: boolean;
+  /** Files only: permission bits of a created log (default "0600"). */
+  mode?: string | number;
+  /** Files only: the largest log read, in bytes. */
+  maxBytes?: number;
+}
+
+/** One session of a store, as `listSessions` reports it. */
+export interface StoredSession {
+  id: string;
+  createdAt: number;
+  parent?: { id: string; seedLength: number };
+  events: number;
+  chainHead?: string;
+  updatedAt: number;
+  /** Whether a writer holds the session now. */
+  inUse: boolean;
 }
 
 /** A logged event. */
@@ -267,6 +293,8 @@ export declare class Session {
   private constructor(ptr: unknown);
   static memory(options?: SessionOptions): Session;
   static openFile(path: string, options?: FileOptions): Session;
+  /** Opens (or creates) a session in the store a URL names: `file:PATH` or `postgres://...`. */
+  static openUrl(url: string, options?: UrlOptions): Session;
   fork(options?: ForkOptions): Session;
   readonly id: string;
   info(): { type: 'session'; format: string; version: number; id: string; createdAt: number; [key: string]: Json };
@@ -473,6 +501,9 @@ export declare function usageFromProvider(provider: string, usage: Json): Usage;
 export declare function isContextOverflow(status: number, body: string | Buffer): boolean;
 /** Verifies a stored JSONL log without opening it. */
 export declare function verifyFile(path: string): { events: number; requests: number; compactions: number };
+
+/** The sessions of the store a URL names, ordered by id. */
+export declare function listSessions(url: string, options?: { after?: string; limit?: number }): StoredSession[];
 /** Calls `fn` through the library's callback machinery (a trampoline self-test). */
 export declare function invokeCallback(fn: (input: any, ctx: CallbackContext) => unknown, input: Json, options?: OperationOptions): Promise<Json>;
 /** Live library handles (for leak checks). */

@@ -605,7 +605,7 @@ class Session {
     return livePtr(this._core, 'session');
   }
 
-  /** Forks this session into a new one (memory, or a JSONL file with `path`). */
+  /** Forks this session into a new one (memory, a JSONL file with `path`, a store with `url`). */
   fork(options = {}) {
     const b = jsonBuf(options);
     const out = [null];
@@ -1181,6 +1181,37 @@ function verifyFile(file) {
   return callJson(C.lls_verify_file, p, p.length);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Stores named by URL (lls_session_open_url, lls_store_list_sessions): `file:PATH` or
+// `postgres://user:password@host:port/dbname?session=ID`.
+
+def('lls_session_open_url', 'int32_t',
+  `const uint8_t *url, size_t ulen, const uint8_t *opts, size_t len, _Out_ lls_session **out, ${ERR}`);
+def('lls_store_list_sessions', 'int32_t', `const uint8_t *url, size_t ulen, const uint8_t *opts, size_t len, ${OUTS}`);
+
+/**
+ * Opens (or, for a writer, creates) a session in the store a URL names. Options: `id` (which
+ * session of a database; a random one is created when a writer names none), `readOnly`,
+ * `create` (default true), `durability`, and for files `mode`, `maxBytes`. A second writer
+ * fails with status LOCKED (kind "locked"); after a broken database connection the session
+ * refuses writes until it is closed and opened again.
+ */
+Session.openUrl = function openUrl(url, options = {}) {
+  const u = utf8(url);
+  const b = jsonBuf(options);
+  const out = [null];
+  const err = [null];
+  check(C.lls_session_open_url(u, u.length, b, b.length, out, err), err);
+  return new Session(out[0]);
+};
+
+/** The sessions of the store a URL names, ordered by id: `{after?, limit?}` pages them. */
+function listSessions(url, options = {}) {
+  const u = utf8(url);
+  const b = jsonBuf(options);
+  return callJson(C.lls_store_list_sessions, u, u.length, b, b.length);
+}
+
 /** Number of live library handles (errors, tokens, replies awaiting an answer, ...). */
 function liveHandleCount() {
   return Number(C.lls_live_handle_count());
@@ -1208,6 +1239,7 @@ module.exports = {
   usageFromProvider,
   isContextOverflow,
   verifyFile,
+  listSessions,
   invokeCallback,
   liveHandleCount,
   registeredCallbackCount,

@@ -11,7 +11,12 @@
 //! llmsession show LOG --step N [--render openai|openai-responses|anthropic|gemini]
 //!                                             the reconstructed request N (1-based, in log order)
 //! llmsession headers LOG                      header history with readable diffs; drift at resume
+//! llmsession sessions URL [--json]            the sessions a store holds (a database: many)
 //! ```
+//!
+//! LOG is a JSONL file path or a store URL: `file:PATH`, or
+//! `postgres://user:password@host:port/dbname?session=ID` for a session in PostgreSQL. Every
+//! command reads without a lock or lease and writes nothing.
 
 use llmsession::explain::{explain_events, Explanation, Kind, RequestReport};
 use llmsession::header::delta::diff;
@@ -19,6 +24,7 @@ use llmsession::log::load::{parse_records, SessionHeader};
 use llmsession::log::{Event, Log};
 use llmsession::render::{RenderOptions, Renderer};
 use llmsession::request::{conversation_envelope, verify_contents, PrefixBytes};
+use llmsession::store::url::{list_sessions, open_store, UrlOptions};
 use llmsession::store::{JsonlStore, Store, StoreContents};
 use llmsession::tokens::Estimator;
 use llmsession::EpochHeader;
@@ -45,17 +51,45 @@ const USAGE: &str = "usage:
   llmsession stats LOG [--json]
   llmsession explain LOG [--step N] [--json]
   llmsession show LOG --step N [--render openai|openai-responses|anthropic|gemini]
-  llmsession headers LOG";
+  llmsession headers LOG
+  llmsession sessions URL [--json]
+LOG: a JSONL file, file:PATH, or postgres://user:password@host:port/dbname?session=ID";
 
 /// Reads a log the way a read-only session open does: no lock is taken and nothing is written,
 /// so this works on a log that a live agent is writing (complete lines only).
 fn read_contents(path: &str) -> Result<StoreContents, String> {
-    let mut store = JsonlStore::open_read_only(path).map_err(|e| e.message().to_string())?;
+    let mut store: Box<dyn Store> = if is_url(path) {
+        let opts = UrlOptions { read_only: true, ..UrlOptions::default() };
+        open_store(path, &opts).map_err(|e| e.message().to_string())?.0
+    } else {
+        Box::new(JsonlStore::open_read_only(path).map_err(|e| e.message().to_string())?)
+    };
     let contents = store.load().map_err(|e| e.message().to_string())?;
     if contents.records.is_empty() {
-        return Err(format!("{path}: empty file, not a session log"));
+        return Err(format!("{}: empty file, not a session log", store.describe()));
     }
     Ok(contents)
+}
+
+/// A store URL rather than a file path (`postgres://`, `postgresql://`, `file:`).
+fn is_url(s: &str) -> bool {
+    s.starts_with("postgres://") || s.starts_with("postgresql://") || s.starts_with("file:")
+}
+
+fn cmd_sessions(url: &str, as_json: bool) -> Result<(), String> {
+    let url = if is_url(url) { url.to_string() } else { format!("file:{url}") };
+    let list = list_sessions(&url, None, None).map_err(|e| e.message().to_string())?;
+    if as_json {
+        out!("{}", serde_json::to_string(&list).unwrap());
+        return Ok(());
+    }
+    out!("{:<40} {:>8} {:>6} {:<24} parent", "session", "events", "in use", "updated (unix ms)");
+    for s in &list {
+        let parent = s.parent.as_ref().map(|p| format!("{} @{}", p.id, p.seed_length)).unwrap_or_else(|| "-".into());
+        out!("{:<40} {:>8} {:>6} {:<24} {parent}", s.id, s.events, if s.in_use { "yes" } else { "no" }, s.updated_at);
+    }
+    out!("{} session(s)", list.len());
+    Ok(())
 }
 
 fn read_log(path: &str) -> Result<(SessionHeader, Vec<Event>), String> {
@@ -392,6 +426,7 @@ fn run(args: &[String]) -> Result<(), String> {
             cmd_show(path, step, flag("--render"))
         }
         "headers" => cmd_headers(path),
+        "sessions" => cmd_sessions(path, args.iter().any(|a| a == "--json")),
         other => Err(format!("unknown command {other:?}\n{USAGE}")),
     }
 }

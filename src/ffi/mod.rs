@@ -13,6 +13,7 @@
 //! - [`callback`] and [`reply`] hold host callbacks ([`callback::HostCallback`]) and `lls_reply`.
 //! - [`mod@stream`] holds `lls_stream` (streamed responses).
 //! - [`version`] holds versions.
+//! - [`mod@url`] holds the stores named by URL (`lls_session_open_url`, `lls_store_list_sessions`).
 //!
 //! # Writing an entry point
 //!
@@ -67,6 +68,7 @@ pub mod response;
 pub mod session;
 pub mod status;
 pub mod stream;
+pub mod url;
 pub mod version;
 
 pub use boundary::{boundary, boundary_value};

@@ -60,7 +60,7 @@ impl HandleKind for SessionObject {
 }
 
 impl SessionObject {
-    fn register(session: Session, report: LoadReport, store_key: u64) -> *mut lls_session {
+    pub(crate) fn register(session: Session, report: LoadReport, store_key: u64) -> *mut lls_session {
         handle::register(SessionObject { session, report, store_key, poison: PoisonFlag::new() }).0
     }
 }
@@ -227,7 +227,7 @@ pub(crate) fn session_arg(ptr: *const lls_session, argument: &str) -> std::resul
 
 /// Parses session options `{"id"?, "durability"?}` plus the keys in `more` (returned for the
 /// caller to read).
-fn session_options<'a>(v: Option<&'a Value>, path: &'a str, more: &[&str]) -> Result<(SessionOptions, Option<Fields<'a>>)> {
+pub(crate) fn session_options<'a>(v: Option<&'a Value>, path: &'a str, more: &[&str]) -> Result<(SessionOptions, Option<Fields<'a>>)> {
     let Some(v) = v else { return Ok((SessionOptions::default(), None)) };
     let f = Fields::of(v, path)?;
     if let Some(k) = f.map.keys().find(|k| !["id", "durability"].contains(&k.as_str()) && !more.contains(&k.as_str())) {
@@ -247,7 +247,7 @@ fn session_options<'a>(v: Option<&'a Value>, path: &'a str, more: &[&str]) -> Re
 }
 
 /// Parses the file options `readOnly`, `mode` and `maxBytes` of `lls_session_open_file`.
-fn file_options(f: Option<&Fields<'_>>) -> Result<FileOptions> {
+pub(crate) fn file_options(f: Option<&Fields<'_>>) -> Result<FileOptions> {
     let mut o = FileOptions::default();
     let Some(f) = f else { return Ok(o) };
     o.read_only = f.opt_bool("readOnly")?.unwrap_or(false);
@@ -485,14 +485,16 @@ pub unsafe extern "C" fn lls_session_open_store(
 /// Forks `session` into a new session (`*out`) seeded with its first events, recording the
 /// parent's id and the seed length.
 ///
-/// `opts_json` (may be NULL) is `{"seedLength"?: n, "path"?: string, "id"?: string,
-/// "durability"?: ...}`: the seed ends at a turn boundary (default: every event up to the last
-/// one), the new session is kept in the JSONL file at `path` (which must be missing or empty)
-/// or in memory.
+/// `opts_json` (may be NULL) is `{"seedLength"?: n, "path"?: string, "url"?: string, "id"?:
+/// string, "durability"?: ...}`: the seed ends at a turn boundary (default: every event up to
+/// the last one), the new session is kept in the JSONL file at `path` (which must be missing or
+/// empty), in the store `url` names (as for `lls_session_open_url`: a `postgres://` URL forks
+/// into that database, under `id` or a random id, which must not be taken), or in memory.
 ///
 /// Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`,
 /// `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (`seedLength` past
-/// the end or not at a turn boundary, a file that already holds a session), `LLS_ERR_STORAGE`.
+/// the end or not at a turn boundary, a store that already holds the session, both `path` and
+/// `url`, a URL that does not parse), `LLS_ERR_LOCKED`, `LLS_ERR_STORAGE`.
 ///
 /// # Safety
 /// `opts_json` NULL or `opts_len` readable bytes; `out`, `err` NULL or valid for writes.
@@ -512,25 +514,38 @@ pub unsafe extern "C" fn lls_session_fork(
             let out = Out::new(out, "out")?;
             let s = session_arg(session, "session")?;
             let v = buffers::input_json_opt(opts_json, opts_len, "opts_json")?;
-            let (opts, f) = session_options(v.as_ref(), "opts", &["seedLength", "path"])?;
-            let (seed, path) = match &f {
-                None => (None, None),
-                Some(f) => (f.opt_u64("seedLength")?, f.opt_str("path")?),
+            let (mut opts, f) = session_options(v.as_ref(), "opts", &["seedLength", "path", "url"])?;
+            let (seed, path, url) = match &f {
+                None => (None, None, None),
+                Some(f) => (f.opt_u64("seedLength")?, f.opt_str("path")?, f.opt_str("url")?),
             };
             let mut created = None;
-            let store: Box<dyn Store> = match path {
-                None => Box::new(MemoryStore::new()),
-                Some("") => return Err(Error::invalid("opts.path", "must not be empty").into()),
-                Some(p) => {
+            let store: Box<dyn Store> = match (path, url) {
+                (Some(_), Some(_)) => return Err(Error::invalid("opts.url", "give `path` or `url`, not both").into()),
+                (None, Some(url)) => {
+                    // A database holds many sessions: the fork's id names its store.
+                    let id = opts.id.clone().unwrap_or_else(crate::session::random_id);
+                    opts.id = Some(id.clone());
+                    if let Some(p) = crate::store::url::file_of(url) {
+                        if !p.exists() {
+                            created = Some(p.display().to_string());
+                        }
+                    }
+                    let how = crate::store::url::UrlOptions { id: Some(id), durability: opts.durability, ..Default::default() };
+                    crate::store::url::open_store(url, &how)?.0
+                }
+                (None, None) => Box::new(MemoryStore::new()),
+                (Some(""), None) => return Err(Error::invalid("opts.path", "must not be empty").into()),
+                (Some(p), None) => {
                     if !std::path::Path::new(p).exists() {
-                        created = Some(p);
+                        created = Some(p.to_string());
                     }
                     Box::new(JsonlStore::open(p)?)
                 }
             };
             let forked = s.session.fork(seed, store, opts).inspect_err(|_| {
                 // A failed fork leaves no file behind that it created.
-                if let Some(p) = created {
+                if let Some(p) = &created {
                     let _ = std::fs::remove_file(p);
                 }
             })?;

@@ -74,6 +74,20 @@ pub fn check(prev: &Link, record: &[u8]) -> Result<Link, String> {
     Ok(want)
 }
 
+/// The chain value a stored record ends with (its 64 hex digits, unchecked), if the record has
+/// a chain field: what a store keeps as the head of the log.
+pub fn stored_link(record: &str) -> Option<&str> {
+    let b = record.as_bytes();
+    if b.len() < FIELD_LEN + 2 || !b.ends_with(b"\"}") {
+        return None;
+    }
+    let at = record.len() - FIELD_LEN - 1;
+    if !record.is_char_boundary(at) || !record[at..].starts_with(FIELD) {
+        return None;
+    }
+    Some(&record[at + FIELD.len()..record.len() - 2])
+}
+
 /// A record without its chain field (the bytes the chain hashes, as text); a record without
 /// one is returned as it is.
 pub fn without_chain(record: &str) -> std::borrow::Cow<'_, str> {

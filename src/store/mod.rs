@@ -1,5 +1,6 @@
 //! Storage for a session log (SPEC §2 "Storage", "One writer per session"): in memory
-//! ([`MemoryStore`]), a JSONL file ([`JsonlStore`], the embedded default), or a store the host
+//! ([`MemoryStore`]), a JSONL file ([`JsonlStore`], the embedded default), a PostgreSQL database
+//! ([`postgres::PgStore`], with the `postgres` feature, on by default), or a store the host
 //! provides (the C ABI adapts a host callback to the [`Store`] trait).
 //!
 //! A store holds records: the session header first, then one event per record, each a line of
@@ -22,6 +23,9 @@
 
 pub mod file;
 mod jsonl;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+pub mod url;
 
 pub use jsonl::{FileOptions, JsonlStore};
 

@@ -1,0 +1,844 @@
+//! The PostgreSQL store against a real server (`make test-pg`: scripts/pg/server.sh starts a
+//! throwaway cluster and sets `LLMSESSION_PG_URL`; without it every test here is skipped with a
+//! notice). What a user can see: records stored verbatim and reloaded, the writer lease
+//! (LOCKED, read-only followers), conditional appends (CONFLICT from a writer that bypassed the
+//! lease), tail truncation and damage found on open (the quarantine), fork and listing, the
+//! errors for bad URLs, credentials, databases and schemas, two processes racing for one
+//! session, SIGKILLed writers, and the server going away mid-session.
+//!
+//! Child processes are this test binary run again with `LLMSESSION_PG_CHILD` set (the
+//! `pg_child` test does their work then).
+
+use llmsession::store::url::{list_sessions, UrlOptions};
+use llmsession::{ErrorKind, NewEvent, Session};
+use parking_lot::RwLock;
+use serde_json::json;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+mod support {
+    pub mod pg;
+}
+use support::pg::{self, agent, completed_turns, open_writer_waiting, reader, sql, turn, unique_id, writer};
+
+const CHILD_ENV: &str = "LLMSESSION_PG_CHILD";
+
+/// The server-restart test stops the server: it takes this for writing, every other test for
+/// reading.
+static SERVER: RwLock<()> = RwLock::new(());
+
+macro_rules! pg_url {
+    ($name:expr) => {
+        match pg::url($name) {
+            Some(u) => u,
+            None => return,
+        }
+    };
+}
+
+fn host(text: &str) -> NewEvent {
+    NewEvent::visible("user/message", json!({"message": {"role": "user", "content": [{"type": "text", "text": text}]}, "source": "host"}))
+}
+
+/// Leaves turn `n` open, as a writer that died inside it does (an agent that is dropped closes
+/// its turn; a killed process does not).
+fn open_turn(s: &Session, n: u64, text: &str) {
+    s.append(NewEvent::new("turn/start", json!({ "turn": n }))).unwrap();
+    s.append(NewEvent::visible(
+        "user/message",
+        json!({"message": {"role": "user", "content": [{"type": "text", "text": text}]}, "source": "user"}),
+    ))
+    .unwrap();
+}
+
+#[test]
+fn records_are_stored_verbatim_and_reload() {
+    let url = pg_url!("records_are_stored_verbatim_and_reload");
+    let _g = SERVER.read();
+    let id = unique_id("verbatim");
+    let records = {
+        let (s, report) = Session::open_url(&url, writer(&id)).unwrap();
+        assert_eq!(report.cut_records + report.repaired_events, 0);
+        let mut a = agent(&s);
+        for i in 0..3 {
+            turn(&mut a, &format!("question {i}"), 1 + i % 3).unwrap();
+        }
+        drop(a);
+        s.records()
+    };
+    // The rows are the records, byte for byte, chain field included.
+    let mut c = sql(&url);
+    let header: String = c.query_one("SELECT header FROM llmsession_sessions WHERE id = $1", &[&id]).unwrap().get(0);
+    assert_eq!(header, &*records[0]);
+    let rows = c.query("SELECT seq, record FROM llmsession_records WHERE session_id = $1 ORDER BY seq", &[&id]).unwrap();
+    assert_eq!(rows.len(), records.len() - 1);
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(r.get::<_, i64>(0), i as i64);
+        assert_eq!(r.get::<_, &str>(1), &*records[i + 1]);
+        assert!(r.get::<_, &str>(1).contains("\"chain\":\""));
+    }
+    let (events, head): (i64, Option<String>) =
+        c.query_one("SELECT events, chain_head FROM llmsession_sessions WHERE id = $1", &[&id]).map(|r| (r.get(0), r.get(1))).unwrap();
+    assert_eq!(events as usize, records.len() - 1);
+    // The schema records its version.
+    let v: String = c.query_one("SELECT value FROM llmsession_meta WHERE key = 'schema_version'", &[]).unwrap().get(0);
+    assert_eq!(v, "1");
+    // Reopened: the same records, the same chain head, and verify passes.
+    let (s, report) = Session::open_url(&url, writer(&id)).unwrap();
+    assert_eq!(report.cut_records + report.repaired_events, 0);
+    assert_eq!(s.records(), records);
+    assert_eq!(s.stats().chain_head, head);
+    assert_eq!(s.stats().turns, 3);
+    s.verify().unwrap();
+    // The session continues on the reopened handle.
+    let mut a = agent(&s);
+    turn(&mut a, "after reopen", 2).unwrap();
+    drop(a);
+    drop(s);
+    let (s, _) = Session::open_url(&url, reader(&id)).unwrap();
+    assert_eq!(completed_turns(&s), vec![1, 2, 3, 4]);
+    s.verify().unwrap();
+}
+
+#[test]
+fn a_second_writer_is_locked_and_readers_follow() {
+    let url = pg_url!("a_second_writer_is_locked_and_readers_follow");
+    let _g = SERVER.read();
+    let id = unique_id("lease");
+    let (w, _) = Session::open_url(&url, writer(&id)).unwrap();
+    w.append(host("first")).unwrap();
+    // A second writer, in this process: LOCKED at open, naming the holder.
+    let e = Session::open_url(&url, writer(&id)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Locked, "{}", e.message());
+    assert!(e.message().contains("in use"), "{}", e.message());
+    let holder = e.detail()["holder"].as_str().unwrap().to_string();
+    assert!(holder.contains(&format!("llmsession pid {}", std::process::id())), "{holder}");
+    assert!(!e.message().contains(url.split('@').next().unwrap().rsplit(':').next().unwrap()), "the message shows the password");
+    // A reader takes no lease, refuses writes, and follows the writer.
+    let (r, _) = Session::open_url(&url, reader(&id)).unwrap();
+    assert!(r.read_only());
+    assert_eq!(r.len(), 1);
+    assert_eq!(r.append(host("no")).unwrap_err().kind(), ErrorKind::ReadOnly);
+    assert_eq!(
+        llmsession::Agent::new(&r, llmsession::AgentOptions::new(llmsession::CallConfig::new("openai", "m"))).unwrap_err().kind(),
+        ErrorKind::ReadOnly
+    );
+    w.append(host("second")).unwrap();
+    w.append(host("third")).unwrap();
+    let rep = r.refresh().unwrap();
+    assert_eq!((rep.new_events, rep.events), (2, 3));
+    assert_eq!(r.records(), w.records());
+    assert_eq!(r.refresh().unwrap().new_events, 0);
+    // The session is listed as in use while the writer holds it.
+    let listed = list_sessions(&url, None, None).unwrap();
+    let me = listed.iter().find(|s| s.id == id).expect("listed");
+    assert!(me.in_use);
+    assert_eq!(me.events, 3);
+    // Once the writer is gone, the next writer gets the lease.
+    drop(w);
+    let (w2, _) = Session::open_url(&url, writer(&id)).unwrap();
+    w2.append(host("fourth")).unwrap();
+    assert_eq!(r.refresh().unwrap().new_events, 1);
+    r.verify().unwrap();
+    // A read-only open of a session that does not exist, and a writer that may not create.
+    let e = Session::open_url(&url, reader(&unique_id("missing"))).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    assert!(e.message().contains("holds no session"), "{}", e.message());
+    let e = Session::open_url(&url, UrlOptions { create: false, ..writer(&unique_id("missing")) }).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{}", e.message());
+    // The session id can come with the URL instead.
+    let (r2, _) = Session::open_url(&format!("{url}?session={}", id), UrlOptions { read_only: true, ..UrlOptions::default() }).unwrap();
+    assert_eq!(r2.len(), 4);
+    let e = Session::open_url(&format!("{url}?session=other"), reader(&id)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+}
+
+#[test]
+fn a_writer_that_bypassed_the_lease_makes_appends_conflict() {
+    let url = pg_url!("a_writer_that_bypassed_the_lease_makes_appends_conflict");
+    let _g = SERVER.read();
+    let id = unique_id("conflict");
+    let (w, _) = Session::open_url(&url, writer(&id)).unwrap();
+    w.append(host("one")).unwrap();
+    let mut c = sql(&url);
+    // Another writer's next event, built on a copy of the log, written straight into the tables.
+    let foreign = {
+        let copy = llmsession::store::MemoryStore::with_records(w.records().iter().map(|r| r.to_string()).collect());
+        let (s, _) = Session::open(Box::new(copy), Default::default()).unwrap();
+        s.append(host("from elsewhere")).unwrap();
+        s.records().last().unwrap().to_string()
+    };
+    // (a) The head moved: the append is refused, nothing is written.
+    let mut tx = c.transaction().unwrap();
+    tx.execute("INSERT INTO llmsession_records (session_id, seq, record) VALUES ($1, 1, $2)", &[&id, &foreign]).unwrap();
+    tx.execute(
+        "UPDATE llmsession_sessions SET events = 2, chain_head = $2 WHERE id = $1",
+        &[&id, &llmsession::log::chain::stored_link(&foreign)],
+    )
+    .unwrap();
+    tx.commit().unwrap();
+    let e = w.append(host("two")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Conflict, "{}", e.message());
+    assert_eq!(w.len(), 1, "the refused event is not in memory");
+    let n: i64 = c.query_one("SELECT count(*) FROM llmsession_records WHERE session_id = $1", &[&id]).unwrap().get(0);
+    assert_eq!(n, 2, "the refused event is not stored");
+    // The handle refuses until refreshed; the refresh reads the other writer's event.
+    assert_eq!(w.append(host("two")).unwrap_err().kind(), ErrorKind::Conflict);
+    assert_eq!(w.refresh().unwrap().new_events, 1);
+    w.append(host("two")).unwrap();
+    assert_eq!(w.len(), 3);
+    // (b) A record at the next seq without the head moving: the primary key refuses the batch.
+    let stray = {
+        let copy = llmsession::store::MemoryStore::with_records(w.records().iter().map(|r| r.to_string()).collect());
+        let (s, _) = Session::open(Box::new(copy), Default::default()).unwrap();
+        s.append(host("stray")).unwrap();
+        s.records().last().unwrap().to_string()
+    };
+    c.execute("INSERT INTO llmsession_records (session_id, seq, record) VALUES ($1, 3, $2)", &[&id, &stray]).unwrap();
+    let e = w.append(host("three")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Conflict, "{}", e.message());
+    assert!(e.message().contains("already stored"), "{}", e.message());
+    let (events, rec): (i64, String) = c
+        .query_one("SELECT s.events, r.record FROM llmsession_sessions s JOIN llmsession_records r ON r.session_id = s.id AND r.seq = 3 WHERE s.id = $1", &[&id])
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!((events, rec.as_str()), (3, stray.as_str()), "nothing of the refused batch was written");
+    // Such a row (beyond the head) is damage on the next open.
+    drop(w);
+    let e = Session::open_url(&url, writer(&id)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::CorruptLog, "{}", e.message());
+    assert!(e.message().contains("without moving the head"), "{}", e.message());
+}
+
+#[test]
+fn records_missing_at_the_end_are_damage() {
+    let url = pg_url!("records_missing_at_the_end_are_damage");
+    let _g = SERVER.read();
+    let id = unique_id("truncated");
+    {
+        let (s, _) = Session::open_url(&url, writer(&id)).unwrap();
+        let mut a = agent(&s);
+        turn(&mut a, "one", 1).unwrap();
+        turn(&mut a, "two", 1).unwrap();
+    }
+    let mut c = sql(&url);
+    // The chain alone cannot tell a shorter log; the head can.
+    c.execute(
+        "DELETE FROM llmsession_records WHERE session_id = $1 AND seq = (SELECT max(seq) FROM llmsession_records WHERE session_id = $1)",
+        &[&id],
+    )
+    .unwrap();
+    for opts in [writer(&id), reader(&id)] {
+        let e = Session::open_url(&url, opts).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::CorruptLog, "{}", e.message());
+        assert!(e.message().contains("removed from the end"), "{}", e.message());
+    }
+    // A gap in the middle.
+    let id2 = unique_id("gap");
+    {
+        let (s, _) = Session::open_url(&url, writer(&id2)).unwrap();
+        turn(&mut agent(&s), "one", 2).unwrap();
+    }
+    c.execute("DELETE FROM llmsession_records WHERE session_id = $1 AND seq = 2", &[&id2]).unwrap();
+    let e = Session::open_url(&url, reader(&id2)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::CorruptLog);
+    assert!(e.message().contains("event 2 is missing"), "{}", e.message());
+}
+
+#[test]
+fn damage_in_the_open_turn_goes_to_the_quarantine() {
+    let url = pg_url!("damage_in_the_open_turn_goes_to_the_quarantine");
+    let _g = SERVER.read();
+    let id = unique_id("quarantine");
+    let kept = {
+        let (s, _) = Session::open_url(&url, writer(&id)).unwrap();
+        let mut a = agent(&s);
+        turn(&mut a, "complete", 1).unwrap();
+        drop(a);
+        let kept = s.len();
+        open_turn(&s, 2, "left open");
+        kept
+    };
+    // Someone edits the record of the open turn's user message in place.
+    let mut c = sql(&url);
+    let n = c
+        .execute(
+            "UPDATE llmsession_records SET record = replace(record, 'left open', 'LEFT OPEN') WHERE session_id = $1 AND record LIKE '%left open%'",
+            &[&id],
+        )
+        .unwrap();
+    assert_eq!(n, 1);
+    let (s, report) = Session::open_url(&url, writer(&id)).unwrap();
+    // The edited record (the open turn's last) is cut; the turn/start before it stays and the
+    // repair closes the turn.
+    assert_eq!(report.cut_records, 1, "{report:?}");
+    assert!(report.cut_damaged);
+    assert!(report.repaired_events > 0);
+    let saved = report.cut_saved_to.clone().unwrap();
+    assert!(saved.contains("llmsession_quarantine"), "{saved}");
+    assert!(!saved.contains(url.split('@').next().unwrap().rsplit(':').next().unwrap()), "no password in {saved}");
+    assert_eq!(s.len(), kept + 1 + report.repaired_events, "the cut leaves the complete turn and the turn's start");
+    let q: Vec<(i64, String, String)> = c
+        .query("SELECT seq, record, reason FROM llmsession_quarantine WHERE session_id = $1 ORDER BY seq", &[&id])
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(q.len(), report.cut_records);
+    assert_eq!(q[0].0, kept as i64 + 1);
+    assert!(q.iter().any(|(_, r, _)| r.contains("LEFT OPEN")), "the edited record is kept as evidence");
+    assert!(!q[0].2.is_empty());
+    s.verify().unwrap();
+    // The head moved back with the cut: the session continues and reloads.
+    turn(&mut agent(&s), "after the cut", 1).unwrap();
+    drop(s);
+    let (s, report) = Session::open_url(&url, reader(&id)).unwrap();
+    assert_eq!(report.cut_records, 0);
+    assert_eq!(completed_turns(&s), vec![1, 3], "turn 2 was closed by the repair, turn 3 completed");
+    s.verify().unwrap();
+}
+
+#[test]
+fn a_crashed_writer_leaves_an_open_turn_the_next_writer_closes() {
+    let url = pg_url!("a_crashed_writer_leaves_an_open_turn_the_next_writer_closes");
+    let _g = SERVER.read();
+    let id = unique_id("repair");
+    {
+        let (s, _) = Session::open_url(&url, writer(&id)).unwrap();
+        let mut a = agent(&s);
+        turn(&mut a, "complete", 1).unwrap();
+        drop(a);
+        open_turn(&s, 2, "open");
+    }
+    let (s, report) = Session::open_url(&url, writer(&id)).unwrap();
+    assert!(report.repaired_events > 0);
+    assert_eq!(report.cut_records, 0);
+    s.verify().unwrap();
+    drop(s);
+    let (s, report) = Session::open_url(&url, writer(&id)).unwrap();
+    assert_eq!(report.repaired_events, 0, "the repair was stored");
+    drop(s);
+}
+
+#[test]
+fn fork_within_the_store_and_list_its_sessions() {
+    let url = pg_url!("fork_within_the_store_and_list_its_sessions");
+    let _g = SERVER.read();
+    let id = unique_id("parent");
+    let (p, _) = Session::open_url(&url, writer(&id)).unwrap();
+    let mut a = agent(&p);
+    turn(&mut a, "one", 1).unwrap();
+    turn(&mut a, "two", 2).unwrap();
+    drop(a);
+    let child_id = format!("{id}-child");
+    let store = llmsession::store::url::open_store(&url, &writer(&child_id)).unwrap().0;
+    let f = p.fork(None, store, llmsession::SessionOptions { id: Some(child_id.clone()), ..Default::default() }).unwrap();
+    assert_eq!(f.header_record().parent, Some((id.clone(), p.len() as u64)));
+    turn(&mut agent(&f), "three, in the fork", 1).unwrap();
+    f.verify().unwrap();
+    drop(f);
+    // A fork into a session that exists is refused.
+    let store = llmsession::store::url::open_store(&url, &writer(&id)).map(|_| ());
+    assert_eq!(store.unwrap_err().kind(), ErrorKind::Locked, "the parent is still open");
+    let listed = list_sessions(&url, None, None).unwrap();
+    let parent = listed.iter().find(|s| s.id == id).unwrap();
+    let child = listed.iter().find(|s| s.id == child_id).unwrap();
+    assert!(parent.in_use && !child.in_use);
+    assert_eq!(child.parent.as_ref().map(|p| (p.id.as_str(), p.seed_length)), Some((id.as_str(), p.len() as u64)));
+    assert!(child.events > parent.events);
+    assert!(child.created_at >= parent.created_at && child.updated_at > 0);
+    assert_eq!(child.chain_head.as_deref().map(str::len), Some(64));
+    let json = serde_json::to_value(child).unwrap();
+    assert_eq!(json["parent"]["seedLength"], p.len() as u64);
+    assert_eq!(json["inUse"], false);
+    // Ordered by id, with paging.
+    let ids: Vec<&str> = listed.iter().map(|s| s.id.as_str()).collect();
+    let mut sorted = ids.clone();
+    sorted.sort();
+    assert_eq!(ids, sorted);
+    let page = list_sessions(&url, Some(&id), Some(1)).unwrap();
+    assert_eq!(page.len(), 1);
+    assert_eq!(page[0].id, child_id);
+    assert!(list_sessions(&url, None, Some(0)).unwrap().is_empty());
+    // Reopened from the store, the fork verifies (its seeded requests name the parent).
+    let (f, _) = Session::open_url(&url, reader(&child_id)).unwrap();
+    f.verify().unwrap();
+    assert_eq!(completed_turns(&f), vec![1, 2, 3]);
+}
+
+#[test]
+fn bad_urls_credentials_databases_and_schemas_are_clear_errors() {
+    let url = pg_url!("bad_urls_credentials_databases_and_schemas_are_clear_errors");
+    let _g = SERVER.read();
+    let cfg: postgres::Config = url.parse().unwrap();
+    let password = String::from_utf8(cfg.get_password().unwrap().to_vec()).unwrap();
+    let (user, port) = (cfg.get_user().unwrap().to_string(), cfg.get_ports()[0]);
+    let id = unique_id("errors");
+    let check = |u: &str, kind: ErrorKind, says: &str| {
+        let e = Session::open_url(u, writer(&id)).unwrap_err();
+        assert_eq!(e.kind(), kind, "{u}: {}", e.message());
+        assert!(e.message().contains(says), "{u}: {}", e.message());
+        assert!(
+            !e.message().contains(&password) && !e.detail_json().to_string().contains(&password),
+            "the password leaked: {}",
+            e.message()
+        );
+        e
+    };
+    check("postgres://", ErrorKind::InvalidInput, "names no host");
+    check(&format!("postgres://{user}@127.0.0.1:{port}/llmsession?nonsense=1"), ErrorKind::InvalidInput, "unknown option");
+    check("redis://localhost/0", ErrorKind::InvalidInput, "unknown store scheme");
+    let e = check(&format!("postgres://{user}:wrong-{password}@127.0.0.1:{port}/llmsession"), ErrorKind::Storage, "authentication failed");
+    assert_eq!(e.detail()["sqlstate"], "28P01");
+    let e = check(&format!("postgres://{user}:{password}@127.0.0.1:{port}/no_such_database"), ErrorKind::Storage, "does not exist");
+    assert_eq!(e.detail()["sqlstate"], "3D000");
+    // Nothing listens on port 1.
+    check(&format!("postgres://{user}:{password}@127.0.0.1:1/llmsession?connect_timeout=5"), ErrorKind::Storage, "cannot connect");
+    // A database whose llmsession schema is newer than this library's.
+    let mut c = sql(&url);
+    let db = format!("llmsession_newer_{}", std::process::id());
+    c.batch_execute(&format!("DROP DATABASE IF EXISTS {db}")).unwrap();
+    c.batch_execute(&format!("CREATE DATABASE {db}")).unwrap();
+    let newer = format!("postgres://{user}:{password}@127.0.0.1:{port}/{db}");
+    // First use creates the tables; a newer library then takes the database over.
+    drop(Session::open_url(&newer, writer("s")).unwrap());
+    sql(&newer).execute("UPDATE llmsession_meta SET value = '99' WHERE key = 'schema_version'", &[]).unwrap();
+    for opts in [writer("s"), reader("s")] {
+        let e = Session::open_url(&newer, opts).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Storage);
+        assert!(e.message().contains("schema version 99, newer than this library's version 1"), "{}", e.message());
+    }
+    assert_eq!(list_sessions(&newer, None, None).unwrap_err().kind(), ErrorKind::Storage);
+    // A read-only open does not create the tables.
+    c.batch_execute(&format!("DROP DATABASE {db} WITH (FORCE)")).unwrap();
+    c.batch_execute(&format!("CREATE DATABASE {db}")).unwrap();
+    let e = Session::open_url(&newer, reader("s")).unwrap_err();
+    assert!(e.message().contains("no llmsession tables"), "{}", e.message());
+    assert!(list_sessions(&newer, None, None).unwrap().is_empty());
+    let n: i64 = sql(&newer).query_one("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'llmsession%'", &[]).unwrap().get(0);
+    assert_eq!(n, 0);
+    c.batch_execute(&format!("DROP DATABASE {db} WITH (FORCE)")).unwrap();
+}
+
+#[test]
+fn a_unix_socket_url_reaches_the_same_sessions() {
+    let url = pg_url!("a_unix_socket_url_reaches_the_same_sessions");
+    let Ok(socket) = std::env::var("LLMSESSION_PG_SOCKET_URL") else {
+        eprintln!("*** SKIPPED a_unix_socket_url_reaches_the_same_sessions: LLMSESSION_PG_SOCKET_URL is not set ***");
+        return;
+    };
+    let _g = SERVER.read();
+    let id = unique_id("socket");
+    let (s, _) = Session::open_url(&socket, writer(&id)).unwrap();
+    s.append(host("over the socket")).unwrap();
+    assert!(s.stats().events == 1);
+    // The same session over TCP: the lease holds across both.
+    assert_eq!(Session::open_url(&url, writer(&id)).unwrap_err().kind(), ErrorKind::Locked);
+    drop(s);
+    let (t, _) = Session::open_url(&url, reader(&id)).unwrap();
+    assert_eq!(t.len(), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Processes: a race for one session, and SIGKILLed writers.
+
+/// The child processes' work (see the module docs).
+#[test]
+fn pg_child() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else { return };
+    let parts: Vec<&str> = spec.splitn(5, '|').collect();
+    let (mode, url, id) = (parts[0], parts[1], parts[2]);
+    let out = std::io::stdout();
+    let say = |line: String| {
+        let mut o = out.lock();
+        writeln!(o, "{line}").unwrap();
+        o.flush().unwrap();
+    };
+    match mode {
+        // race|url|id|start unix ms|tag: open at the start time; on LOCKED say so and retry
+        // until the other writer is done; then run 3 turns and hold the session a moment.
+        "race" => {
+            let start: u64 = parts[3].parse().unwrap();
+            let tag = parts[4];
+            let now = llmsession::session::now_ms();
+            if start > now {
+                std::thread::sleep(Duration::from_millis(start - now));
+            }
+            let mut first = true;
+            let s = loop {
+                match Session::open_url(url, writer(id)) {
+                    Ok((s, _)) => break s,
+                    Err(e) if e.kind() == ErrorKind::Locked => {
+                        if first {
+                            say(format!("LOCKED {}", e.message()));
+                            first = false;
+                        }
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    Err(e) => panic!("open: {}", e.message()),
+                }
+            };
+            say(format!("OPENED first={first}"));
+            let mut a = agent(&s);
+            for i in 0..3 {
+                let t = turn(&mut a, &format!("{tag} turn {i}"), 2).unwrap();
+                say(format!("TURN {t}"));
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        // kill|url|id|durability: run turns until killed, saying what is durable.
+        "kill" => {
+            let durability = llmsession::Durability::parse(parts[3]).unwrap();
+            let every = durability == llmsession::Durability::EveryEvent;
+            let (s, _) = open_writer_waiting(url, UrlOptions { durability, ..writer(id) }).0.expect("the writer opens the session");
+            say("OPENED".into());
+            let mut a = agent(&s);
+            let c = llmsession::CancelToken::new();
+            for i in 0..100_000u64 {
+                let t = a.start_turn(llmsession::Message::user_text(format!("question {i}"))).unwrap();
+                if every {
+                    say(format!("DURABLE seq {}", s.len() - 1));
+                }
+                let steps = 1 + i % 3;
+                for st in 0..steps {
+                    a.next_request(&c).unwrap();
+                    let last = st + 1 == steps;
+                    let mut content = vec![llmsession::Block::text(format!("answer {i}.{st}"))];
+                    if !last {
+                        content.push(llmsession::Block::tool_call(&format!("c{i}_{st}"), "read", "{}"));
+                    }
+                    a.record_response(llmsession::Message::new(llmsession::Role::Assistant, content), None).unwrap();
+                    if every {
+                        say(format!("DURABLE seq {}", s.len() - 1));
+                    }
+                    if !last {
+                        a.record_tool_result(llmsession::agent::ToolResultInput {
+                            call_id: format!("c{i}_{st}"),
+                            content: vec![llmsession::Block::text("ok")],
+                            is_error: false,
+                        })
+                        .unwrap();
+                    }
+                }
+                a.end_turn(llmsession::log::TurnEndReason::Completed).unwrap();
+                say(format!("DURABLE turn {t}"));
+            }
+        }
+        other => panic!("unknown child mode {other}"),
+    }
+}
+
+fn child(spec: String) -> std::process::Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["pg_child", "--exact", "--nocapture", "--test-threads=1", "-q"])
+        .env(CHILD_ENV, spec)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the child starts")
+}
+
+fn lines_of(c: &mut std::process::Child) -> std::thread::JoinHandle<Vec<String>> {
+    let out = c.stdout.take().unwrap();
+    std::thread::spawn(move || BufReader::new(out).lines().map_while(Result::ok).collect())
+}
+
+#[test]
+fn two_processes_race_for_one_session() {
+    let url = pg_url!("two_processes_race_for_one_session");
+    if std::env::var(CHILD_ENV).is_ok() {
+        return;
+    }
+    let _g = SERVER.read();
+    let rounds: usize = std::env::var("LLMSESSION_PG_RACE_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(10);
+    let id = unique_id("race");
+    let mut expected_turns = 0;
+    let mut locked_first = 0;
+    for round in 0..rounds {
+        let start = llmsession::session::now_ms() + 1000;
+        let mut kids: Vec<_> = ["A", "B"].iter().map(|t| child(format!("race|{url}|{id}|{start}|r{round}{t}"))).collect();
+        let readers: Vec<_> = kids.iter_mut().map(lines_of).collect();
+        for k in &mut kids {
+            let status = k.wait().unwrap();
+            if !status.success() {
+                let mut err = String::new();
+                std::io::Read::read_to_string(k.stderr.as_mut().unwrap(), &mut err).unwrap();
+                panic!("a racer failed: {err}");
+            }
+        }
+        let outs: Vec<Vec<String>> = readers.into_iter().map(|r| r.join().unwrap()).collect();
+        // Exactly one opened at once; the other was LOCKED, then wrote after the first was done.
+        let locked: Vec<bool> = outs.iter().map(|o| o.iter().any(|l| l.starts_with("LOCKED"))).collect();
+        assert_eq!(locked.iter().filter(|l| **l).count(), 1, "round {round}: {outs:?}");
+        assert!(outs.iter().flatten().any(|l| l.starts_with("LOCKED") && l.contains("in use")));
+        locked_first += 1;
+        let turns: usize = outs.iter().map(|o| o.iter().filter(|l| l.starts_with("TURN")).count()).sum();
+        assert_eq!(turns, 6, "round {round}: {outs:?}");
+        expected_turns += turns;
+        // The log: every reported turn, each writer's turns in one block (never interleaved).
+        let (s, _) = Session::open_url(&url, reader(&id)).unwrap();
+        assert_eq!(completed_turns(&s).len(), expected_turns);
+        let texts = pg::turn_texts(&s);
+        let last: Vec<&String> = texts.iter().rev().take(6).collect();
+        let tags: Vec<&str> = last.iter().rev().map(|t| t.split(' ').next().unwrap()).collect();
+        assert!(
+            tags[..3].iter().all(|t| *t == tags[0]) && tags[3..].iter().all(|t| *t == tags[3]) && tags[0] != tags[3],
+            "interleaved: {tags:?}"
+        );
+        s.verify().unwrap();
+    }
+    eprintln!("race: {rounds} rounds, two processes each: {locked_first} refusals with LOCKED (one per round), {expected_turns} turns, none lost, never interleaved");
+}
+
+#[test]
+fn sigkilled_writers_lose_nothing_completed() {
+    let url = pg_url!("sigkilled_writers_lose_nothing_completed");
+    if std::env::var(CHILD_ENV).is_ok() {
+        return;
+    }
+    let _g = SERVER.read();
+    let trials: usize = std::env::var("LLMSESSION_PG_KILLS").ok().and_then(|s| s.parse().ok()).unwrap_or(200);
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut rnd = move |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    let mut id = String::new();
+    let (mut repaired, mut at_rest, mut durable_turns, mut refusals, mut opened) = (0, 0, 0, 0u32, 0);
+    let started = Instant::now();
+    for i in 0..trials {
+        if i % 5 == 0 {
+            id = unique_id("kill");
+        }
+        let dur = if (i / 5) % 2 == 0 { "turn-end" } else { "every-event" };
+        let mut c = child(format!("kill|{url}|{id}|{dur}"));
+        let out = c.stdout.take().unwrap();
+        let (opened_tx, opened_rx) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let (mut turns, mut max_seq, mut opened) = (Vec::new(), None::<u64>, false);
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                let p: Vec<&str> = line.split_whitespace().collect();
+                match p.as_slice() {
+                    ["OPENED"] => {
+                        opened = true;
+                        let _ = opened_tx.send(());
+                    }
+                    ["DURABLE", "turn", n] => turns.push(n.parse::<u64>().unwrap()),
+                    ["DURABLE", "seq", n] => max_seq = Some(max_seq.unwrap_or(0).max(n.parse().unwrap())),
+                    _ => {}
+                }
+            }
+            (turns, max_seq, opened)
+        });
+        // Most kills land while the writer runs turns; one in eight anywhere from its start on
+        // (while it connects, loads or repairs the last writer's open turn).
+        if i % 8 != 7 {
+            let _ = opened_rx.recv_timeout(Duration::from_secs(30));
+        }
+        std::thread::sleep(Duration::from_millis(rnd(if i % 8 == 7 { 300 } else { 120 })));
+        c.kill().unwrap(); // SIGKILL
+        c.wait().unwrap();
+        let (turns, max_seq, was_open) = reader.join().unwrap();
+        opened += usize::from(was_open);
+        durable_turns += turns.len();
+        let (r, refused) = open_writer_waiting(&url, writer(&id));
+        refusals += refused;
+        let (s, report) = r.unwrap_or_else(|e| panic!("trial {i}: the next writer cannot open: {}", e.message()));
+        if report.repaired_events > 0 {
+            repaired += 1;
+        } else {
+            at_rest += 1;
+        }
+        let done = completed_turns(&s);
+        for t in &turns {
+            assert!(done.contains(t), "trial {i} ({dur}): turn {t} was durable but is missing");
+        }
+        if let Some(m) = max_seq {
+            assert!(s.len() as u64 > m, "trial {i}: event {m} was durable but the log has {} events", s.len());
+        }
+        assert_eq!(report.cut_records, 0, "trial {i}: nothing is torn in a database");
+        s.verify().unwrap_or_else(|e| panic!("trial {i}: verify: {}", e.message()));
+        assert!(s.with_log(|l| l.state().at_rest()), "trial {i}: the open turn was not closed");
+    }
+    eprintln!(
+        "sigkill: {trials} kills in {:.1} s ({opened} after the writer had opened), {repaired} open turns repaired, {at_rest} at rest, {durable_turns} turns reported durable, none lost; the next writer was refused with LOCKED {refusals} times while the server noticed the kill",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The server goes away.
+
+fn server_ctl(what: &str) {
+    let ctl = std::env::var("LLMSESSION_PG_CTL").unwrap();
+    let dir = std::env::var("LLMSESSION_PG_DIR").unwrap();
+    let out = Command::new("bash").args([ctl.as_str(), what, dir.as_str()]).output().unwrap();
+    assert!(out.status.success(), "server {what}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn the_server_stopped_mid_session_then_restarted() {
+    let url = pg_url!("the_server_stopped_mid_session_then_restarted");
+    if std::env::var("LLMSESSION_PG_CTL").is_err() || std::env::var("LLMSESSION_PG_DIR").is_err() {
+        eprintln!("*** SKIPPED the_server_stopped_mid_session_then_restarted: LLMSESSION_PG_CTL / LLMSESSION_PG_DIR are not set (make test-pg sets them) ***");
+        return;
+    }
+    let _g = SERVER.write();
+    for (mode, durability) in [("stop", "turn-end"), ("crash", "every-event")] {
+        let id = unique_id("restart");
+        let durability = llmsession::Durability::parse(durability).unwrap();
+        let (s, _) = Session::open_url(&url, UrlOptions { durability, ..writer(&id) }).unwrap();
+        let mut a = agent(&s);
+        turn(&mut a, "before", 2).unwrap();
+        // A thread appends as fast as it can; the server goes away under it.
+        let acked = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let writer_thread = {
+            let (s, acked) = (s.clone(), acked.clone());
+            std::thread::spawn(move || loop {
+                match s.append(host("while the server goes away")) {
+                    Ok(seq) => acked.store(seq + 1, std::sync::atomic::Ordering::SeqCst),
+                    Err(e) => return e,
+                }
+            })
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        server_ctl(mode);
+        let e = writer_thread.join().unwrap();
+        eprintln!("server {mode} mid-append: the append failed with: [{}] {}", e.kind().name(), e.message());
+        assert_eq!(e.kind(), ErrorKind::Storage, "{mode}: {}", e.message());
+        assert!(e.message().contains("reopen") || e.message().contains("connection"), "{mode}: {}", e.message());
+        let acked = acked.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(acked > 0);
+        // Further writes are refused with a clear reason, before and after the server is back.
+        let e = s.append(host("refused")).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Storage);
+        assert!(e.message().contains("reopen the session"), "{}", e.message());
+        let e = Session::open_url(&url, writer(&format!("{id}-other"))).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Storage, "{}", e.message());
+        assert!(e.message().contains("cannot connect"), "{}", e.message());
+        server_ctl("start");
+        assert!(a.start_turn(llmsession::Message::user_text("refused")).is_err());
+        assert!(s.append(host("still refused")).unwrap_err().message().contains("reopen the session"));
+        drop(a);
+        drop(s);
+        // Reopened: everything acknowledged is there (with every-event, it survived a crash of the
+        // server too), and the session continues.
+        let (s, _) = open_writer_waiting(&url, writer(&id)).0.unwrap();
+        assert!(s.len() as u64 >= acked, "{mode}: {} events after the restart, {acked} were acknowledged", s.len());
+        assert_eq!(completed_turns(&s), vec![1]);
+        let mut a = agent(&s);
+        turn(&mut a, "after", 1).unwrap();
+        s.verify().unwrap();
+        eprintln!(
+            "server {mode} mid-append ({}): {acked} events acknowledged, {} stored after the restart and one more turn",
+            durability.as_str(),
+            s.len()
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The inspector CLI reads straight from the database.
+
+fn cli(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_llmsession")).args(args).output().unwrap();
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+#[test]
+fn the_cli_reads_sessions_from_postgres() {
+    let url = pg_url!("the_cli_reads_sessions_from_postgres");
+    let _g = SERVER.read();
+    let id = unique_id("cli");
+    let (s, _) = Session::open_url(&url, writer(&id)).unwrap();
+    let mut a = agent(&s);
+    turn(&mut a, "one", 2).unwrap();
+    turn(&mut a, "two", 1).unwrap();
+    drop(a);
+    let at = format!("{url}?session={id}");
+    // While the writer holds the lease: the CLI takes none.
+    let (ok, text) = cli(&["verify", &at]);
+    assert!(ok, "{text}");
+    assert!(text.contains(&format!("ok: {} events, 3 requests", s.len())), "{text}");
+    let (ok, text) = cli(&["stats", &at, "--json"]);
+    assert!(ok, "{text}");
+    let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(v["session"], id.as_str());
+    assert_eq!(v["requests"].as_array().unwrap().len(), 3);
+    let (ok, text) = cli(&["sessions", &url]);
+    assert!(ok, "{text}");
+    let line = text.lines().find(|l| l.starts_with(&id)).unwrap_or_else(|| panic!("{id} not listed: {text}"));
+    assert!(line.contains(" yes "), "{line}");
+    let (ok, text) = cli(&["sessions", &url, "--json"]);
+    assert!(ok && text.contains(&format!("\"id\":\"{id}\"")), "{text}");
+    drop(s);
+    // Errors: no session named, a session that does not exist, damage.
+    let (ok, text) = cli(&["verify", &url]);
+    assert!(!ok && text.contains("name the session"), "{text}");
+    let (ok, text) = cli(&["verify", &format!("{url}?session=nope-{id}")]);
+    assert!(!ok && text.contains("holds no session"), "{text}");
+    let password = url.split('@').next().unwrap().rsplit(':').next().unwrap();
+    assert!(!text.contains(password), "the CLI printed the password: {text}");
+    sql(&url)
+        .execute("UPDATE llmsession_records SET record = replace(record, '\"one\"', '\"ONE\"') WHERE session_id = $1", &[&id])
+        .unwrap();
+    let (ok, text) = cli(&["verify", &at]);
+    assert!(!ok && text.contains("chained digest"), "{text}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// A sync that fails: the batch is taken back (undo), nothing half-applied stays.
+
+#[test]
+fn a_failed_sync_takes_the_batch_back() {
+    let url = pg_url!("a_failed_sync_takes_the_batch_back");
+    let _g = SERVER.read();
+    // A role that may append but not record a sync point (a column privilege it lacks).
+    let mut c = sql(&url);
+    drop(Session::open_url(&url, writer(&unique_id("schema"))).unwrap()); // the tables exist
+    let role = format!("llmsession_limited_{}", std::process::id());
+    c.batch_execute(&format!(
+        "DROP ROLE IF EXISTS {role};
+         CREATE ROLE {role} LOGIN PASSWORD 'limited';
+         GRANT SELECT, INSERT, DELETE ON llmsession_records TO {role};
+         GRANT SELECT, INSERT ON llmsession_quarantine, llmsession_sessions TO {role};
+         GRANT UPDATE (header, created_ms, parent_id, parent_seed, events, chain_head, updated_at) ON llmsession_sessions TO {role};
+         GRANT SELECT ON llmsession_meta TO {role};
+         GRANT USAGE ON SEQUENCE llmsession_lock_keys TO {role};"
+    ))
+    .unwrap();
+    let cfg: postgres::Config = url.parse().unwrap();
+    let limited = format!("postgres://{role}:limited@127.0.0.1:{}/{}", cfg.get_ports()[0], cfg.get_dbname().unwrap());
+    let id = unique_id("undo");
+    // Created by the full role (the creation syncs), then written by the limited one.
+    drop(Session::open_url(&url, writer(&id)).unwrap());
+    let (s, _) = Session::open_url(&limited, writer(&id)).unwrap();
+    s.append(NewEvent::new("turn/start", json!({ "turn": 1 }))).unwrap();
+    let before = s.records();
+    // turn/end is a sync point under turn-end durability: the sync fails, the batch is undone.
+    let e = s.append(NewEvent::new("turn/end", json!({"turn": 1, "reason": "completed"}))).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Storage, "{}", e.message());
+    assert!(e.message().contains("permission denied"), "{}", e.message());
+    assert_eq!(e.detail()["sqlstate"], "42501");
+    assert_eq!(s.records(), before, "the refused batch is not in memory");
+    let (events, stored): (i64, i64) = c
+        .query_one("SELECT s.events, (SELECT count(*) FROM llmsession_records r WHERE r.session_id = s.id) FROM llmsession_sessions s WHERE s.id = $1", &[&id])
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!((events as usize, stored as usize), (before.len() - 1, before.len() - 1), "the batch was taken back from the database");
+    // The handle still works for appends that need no sync point.
+    s.append(host("after the failed sync")).unwrap();
+    drop(s);
+    let (r, _) = Session::open_url(&url, reader(&id)).unwrap();
+    assert_eq!(r.len(), before.len());
+    r.verify().unwrap();
+    drop(r);
+    c.batch_execute(&format!(
+        "REVOKE ALL ON llmsession_records, llmsession_quarantine, llmsession_sessions, llmsession_meta FROM {role};
+         REVOKE ALL ON SEQUENCE llmsession_lock_keys FROM {role}; DROP ROLE {role};"
+    ))
+    .unwrap();
+}
