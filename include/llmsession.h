@@ -60,7 +60,7 @@
  *
  * Thread safety: a constant.
  */
-#define LLS_VERSION_MINOR 1
+#define LLS_VERSION_MINOR 2
 
 /**
  * Patch version of llmsession.
@@ -76,7 +76,7 @@
  *
  * Thread safety: a constant.
  */
-#define LLS_ABI_VERSION 1
+#define LLS_ABI_VERSION 2
 
 /**
  * An agent instance: drives the turns and steps of one session (at most one live instance
@@ -1995,7 +1995,7 @@ lls_status lls_store_list_sessions(const char *url,
                                    lls_error **err);
 
 /**
- * The library version as a static NUL-terminated string, e.g. `"0.1.0"`. Never free it.
+ * The library version as a static NUL-terminated string, e.g. `"0.2.0"`. Never free it.
  *
  * Thread safety: may be called from any thread.
  */

@@ -131,7 +131,7 @@ private:
     std::uint32_t library_;
 };
 
-/// The loaded library's version string, e.g. `"0.1.0"`.
+/// The loaded library's version string, e.g. `"0.2.0"`.
 inline std::string version() { return lls_version(); }
 
 /// The loaded library's ABI version.

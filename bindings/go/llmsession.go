@@ -22,7 +22,7 @@ import (
 )
 
 // ABIVersion is the C ABI version this binding was written against (LLS_ABI_VERSION).
-const ABIVersion = 1
+const ABIVersion = 2
 
 // abiErr is non-nil when the loaded library speaks another ABI; every constructor returns it.
 var abiErr error
@@ -38,7 +38,7 @@ func init() {
 // Constructors (NewMemorySession, OpenFile, NewCancel, ...) return the same error.
 func CheckABI() error { return abiErr }
 
-// Version is the loaded library's version, e.g. "0.1.0".
+// Version is the loaded library's version, e.g. "0.2.0".
 func Version() string { return C.GoString(C.lls_version()) }
 
 // LiveHandleCount is the number of live library handles in the process (sessions, agents,

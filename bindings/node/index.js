@@ -14,7 +14,7 @@ const fs = require('fs');
 const path = require('path');
 
 /** The C ABI version this binding was written against (LLS_ABI_VERSION). */
-const ABI_VERSION = 1;
+const ABI_VERSION = 2;
 
 /** Status codes (lls_status), as in include/llmsession.h. */
 const Status = Object.freeze({
@@ -107,7 +107,7 @@ function candidates() {
   const built = path.resolve(__dirname, '..', '..', 'build', 'lib', 'libllmsession.so');
   if (fs.existsSync(built)) list.push(built);
   // An installed copy, found by the dynamic loader (soname first).
-  list.push('libllmsession.so.0.1', 'libllmsession.so');
+  list.push('libllmsession.so.0.2', 'libllmsession.so');
   for (const dir of ['/usr/local/lib', '/usr/lib']) {
     const p = path.join(dir, 'libllmsession.so');
     if (fs.existsSync(p)) list.push(p);

@@ -10,7 +10,7 @@ pub const LLS_VERSION_MAJOR: u32 = 0;
 /// (the soname is `libllmsession.so.0.MINOR`).
 ///
 /// Thread safety: a constant.
-pub const LLS_VERSION_MINOR: u32 = 1;
+pub const LLS_VERSION_MINOR: u32 = 2;
 /// Patch version of llmsession.
 ///
 /// Thread safety: a constant.
@@ -20,9 +20,9 @@ pub const LLS_VERSION_PATCH: u32 = 0;
 /// (a removed or changed function, type, status value or callback rule).
 ///
 /// Thread safety: a constant.
-pub const LLS_ABI_VERSION: u32 = 1;
+pub const LLS_ABI_VERSION: u32 = 2;
 
-/// The library version as a static NUL-terminated string, e.g. `"0.1.0"`. Never free it.
+/// The library version as a static NUL-terminated string, e.g. `"0.2.0"`. Never free it.
 ///
 /// Thread safety: may be called from any thread.
 #[no_mangle]

@@ -180,7 +180,7 @@ static void test_versions(void) {
     snprintf(expected, sizeof expected, "%d.%d.%d", LLS_VERSION_MAJOR, LLS_VERSION_MINOR,
              LLS_VERSION_PATCH);
     CHECK_STR(lls_version(), expected);
-    CHECK_STR(lls_version(), "0.1.0");
+    CHECK_STR(lls_version(), "0.2.0");
     CHECK_INT(lls_abi_version(), LLS_ABI_VERSION);
 }
 
