@@ -272,9 +272,7 @@ fn summary_body_is_a_byte_extension_of_the_conversation_body_on_every_provider()
 }
 
 fn records(session: &Session) -> Vec<Vec<u8>> {
-    let mut out = vec![session.header_record().to_value().to_string().into_bytes()];
-    session.with_log(|l| out.extend(l.lines().iter().map(|x| x.as_bytes().to_vec())));
-    out
+    session.records().iter().map(|r| r.as_bytes().to_vec()).collect()
 }
 
 /// The envelope (and prefix length) of the last conversation request routed before the latest

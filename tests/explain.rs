@@ -70,9 +70,7 @@ fn turn(a: &mut Agent, user: &str, prompt: u64) {
 }
 
 fn records(session: &Session) -> Vec<Vec<u8>> {
-    let mut out = vec![session.header_record().to_value().to_string().into_bytes()];
-    session.with_log(|l| out.extend(l.lines().iter().map(|x| x.as_bytes().to_vec())));
-    out
+    session.records().iter().map(|r| r.as_bytes().to_vec()).collect()
 }
 
 fn explain(session: &Session) -> Explanation {

@@ -1002,10 +1002,7 @@ fn check_summary_envelope(summary: &Value, routed: &Value) -> Res<()> {
 }
 
 fn verify_and_damage(w: &World, name: &str) -> Res<()> {
-    let mut records = vec![w.session.header_record().to_value().to_string().into_bytes()];
-    for l in w.events() {
-        records.push(l.to_string().into_bytes());
-    }
+    let records: Vec<Vec<u8>> = w.session.records().iter().map(|r| r.as_bytes().to_vec()).collect();
     let (header, events) = parse_records(&records).map_err(|e| err_str(&e))?;
     let report = verify_events(&header, &events).map_err(|e| format!("{name}: verify failed on the final log: {}", err_str(&e)))?;
     if report.requests == 0 {

@@ -13,14 +13,9 @@ use crate::types::Fields;
 use serde_json::Value;
 use std::ffi::c_char;
 
-/// The records of a live session: its header record, then every event line.
+/// The records of a live session as stored: its header record, then every event record.
 pub(crate) fn session_records(session: &Session) -> Vec<Vec<u8>> {
-    let header = session.header_record().to_value().to_string();
-    let lines = session.with_log(|l| l.lines().to_vec());
-    let mut records = Vec::with_capacity(lines.len() + 1);
-    records.push(header.into_bytes());
-    records.extend(lines.iter().map(|l| l.as_bytes().to_vec()));
-    records
+    session.records().iter().map(|r| r.as_bytes().to_vec()).collect()
 }
 
 /// The token counter of the explain options `{"tokenizer"?: path}` (default: the estimate).
