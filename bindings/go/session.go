@@ -232,6 +232,14 @@ func (s *Session) Stats() (json.RawMessage, error) {
 	})
 }
 
+// ExportJSONL is the whole log as a JSONL file holds it, every record exactly as stored
+// (chained digests included): written to a file, it opens to this session.
+func (s *Session) ExportJSONL() ([]byte, error) {
+	return s.str(func(p *C.lls_session, o **C.char, n *C.size_t, e **C.lls_error) C.lls_status {
+		return C.lls_session_export(p, o, n, e)
+	})
+}
+
 // Verify rebuilds every recorded request from the log and compares digests.
 func (s *Session) Verify() (json.RawMessage, error) {
 	return s.str(func(p *C.lls_session, o **C.char, n *C.size_t, e **C.lls_error) C.lls_status {

@@ -55,6 +55,11 @@ func TestOneWriterPerFileAndReadOnlyFollower(t *testing.T) {
 	if string(a) != string(b) {
 		t.Fatalf("the reader's events differ from the writer's:\n%s\n%s", a, b)
 	}
+	exported, err := w.ExportJSONL()
+	onDisk, _ := os.ReadFile(path)
+	if err != nil || string(exported) != string(onDisk) {
+		t.Fatalf("ExportJSONL is the file as stored: %v", err)
+	}
 	w.Close()
 	w2, err := OpenFile(path, nil)
 	if err != nil {
