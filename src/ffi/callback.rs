@@ -113,9 +113,11 @@ impl HostCallback {
         ReplyObject::after_return(&reply, code);
         let answer = match code {
             LLS_CB_OK | LLS_CB_ERROR => reply.take_answer(),
+            // An answer that arrives after the token was tripped is discarded like a late one:
+            // the wait reports the cancellation whichever the waiting thread saw first.
             LLS_CB_PENDING => match ReplyObject::wait(&reply, cancel) {
-                Some(a) => Some(a),
-                None => {
+                Some(a) if !cancel.is_cancelled() => Some(a),
+                _ => {
                     return Err(Error::new(
                         ErrorKind::Cancelled,
                         "cancelled while waiting for a host callback's pending reply",
