@@ -177,7 +177,7 @@ impl EnvelopeParts<'_> {
 /// freed, so the allocator cannot reuse it and serves fresh pages (for requests of megabytes,
 /// page faults cost more than writing the bytes). With size classes, consecutive requests
 /// usually ask for the same size and reuse the freed buffer. At most 1/16 is unused.
-fn size_class(n: usize) -> usize {
+pub(crate) fn size_class(n: usize) -> usize {
     let step = (n.next_power_of_two() / 16).max(4096);
     n.div_ceil(step) * step
 }

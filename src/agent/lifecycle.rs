@@ -9,6 +9,7 @@ use crate::log::event::{types, NewEvent, TurnEndReason, UserSource};
 use crate::log::load::parse_records;
 use crate::log::Log;
 use crate::prefix::{compose, context_event, ListenerContext, PreStepInfo};
+use crate::render::BodySource;
 use crate::request::{conversation_envelope, conversation_envelope_digest, Body, PrefixBytes, Purpose, Request, RequestInfo};
 use crate::types::{Block, Message, Provenance, Role, Usage};
 use serde_json::{json, Value};
@@ -185,7 +186,8 @@ impl Agent {
             Want::Envelope => None,
             Want::Body => {
                 let renderer = self.body.as_mut().ok_or_else(super::body::no_renderer)?;
-                Some(renderer.render_envelope(&envelope, prefix_len)?)
+                let src = BodySource { header: &header, prefix: prefix_bytes, history: g.log.history(), session_id: &session_id };
+                Some(renderer.body(&src, turn, step)?)
             }
         };
         batch.push(NewEvent::new(
