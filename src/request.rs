@@ -13,6 +13,7 @@ use crate::log::event::{types, Event};
 use crate::log::history::{joined_len, runs, write_joined};
 use crate::log::load::{load_records, parse_records, SessionHeader};
 use crate::log::{Derived, Log};
+use crate::render::{BodyCache, BodySource, RenderOptions, Renderer};
 use crate::store::StoreContents;
 use crate::types::{CallConfig, Message, ToolSchema};
 use serde_json::Value;
@@ -579,6 +580,9 @@ pub struct VerifyReport {
     pub requests: u64,
     /// Compaction requests rebuilt and matched.
     pub compactions: u64,
+    /// Provider bodies rendered from the cached messages and matched with the rendering of
+    /// their rebuilt envelope ([`verify_bodies`]; 0 for a plain verify).
+    pub bodies: u64,
 }
 
 fn divergence(msg: String, ev: &Event, turn: u64, step: u64) -> Error {
@@ -589,6 +593,12 @@ fn divergence(msg: String, ev: &Event, turn: u64, step: u64) -> Error {
 /// recorded digest and size, naming the first step that differs. Seqs are not required to be
 /// contiguous here, so that a log with a dropped event is reported at the request it breaks.
 pub fn verify_events(session: &SessionHeader, events: &[Event]) -> Result<VerifyReport> {
+    verify_events_with(session, events, None)
+}
+
+/// [`verify_events`], and with `bodies` also the provider body of every conversation request
+/// (see [`verify_bodies`]).
+fn verify_events_with(session: &SessionHeader, events: &[Event], mut bodies: Option<&mut BodyCache>) -> Result<VerifyReport> {
     let mut log = Log::new();
     let mut report = VerifyReport::default();
     let mut prefix = PrefixBytes::default();
@@ -623,6 +633,10 @@ pub fn verify_events(session: &SessionHeader, events: &[Event]) -> Result<Verify
                 .with("rebuiltDigest", got));
             }
             report.requests += 1;
+            if let Some(cache) = bodies.as_deref_mut() {
+                check_body(cache, &log, &header, &prefix, session.session_id_at(ev.seq), &body, ev, t, s)?;
+                report.bodies += 1;
+            }
         }
         if ev.ty == types::COMPACTION_START {
             if let Some(recorded) = ev.data.get("requestDigest").and_then(Value::as_str) {
@@ -652,6 +666,44 @@ pub fn verify_events(session: &SessionHeader, events: &[Event]) -> Result<Verify
         report.events += 1;
     }
     Ok(report)
+}
+
+/// The body the cache renders for the request of `ev` equals the rendering of its rebuilt
+/// `envelope`.
+#[allow(clippy::too_many_arguments)]
+fn check_body(
+    cache: &mut BodyCache,
+    log: &Log,
+    header: &EpochHeader,
+    prefix: &PrefixBytes,
+    session_id: &str,
+    envelope: &[u8],
+    ev: &Event,
+    turn: u64,
+    step: u64,
+) -> Result<()> {
+    let name = cache.renderer().name();
+    let at = |e: Error| {
+        let msg = format!("turn {turn} step {step} (seq {}): the {name} body: {}", ev.seq, e.message());
+        Error::new(e.kind(), msg).with("seq", ev.seq).with("turn", turn).with("step", step)
+    };
+    let src = BodySource { header, prefix, history: log.history(), session_id };
+    let cached = cache.body(&src, turn, step).map_err(at)?;
+    let text = std::str::from_utf8(envelope).map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?;
+    let fresh = cache.render_envelope_fresh(text, prefix.messages.len()).map_err(at)?;
+    if cached != fresh {
+        let byte = cached.bytes().zip(fresh.bytes()).take_while(|(a, b)| a == b).count();
+        return Err(divergence(
+            format!(
+                "turn {turn} step {step} (seq {}): the {name} body built from the rendered messages differs from the rendering of the envelope (first difference at byte {byte})",
+                ev.seq
+            ),
+            ev,
+            turn,
+            step,
+        ));
+    }
+    Ok(())
 }
 
 fn rebuild_compaction_digest(log: &Log, ev: &Event, session_id: &str, prefix: &mut PrefixBytes) -> Result<String> {
@@ -712,4 +764,21 @@ pub fn verify_contents(contents: &StoreContents) -> Result<VerifyReport> {
     }
     let (header, events) = parse_records(&contents.records[..loaded.keep_records])?;
     verify_events(&header, &events)
+}
+
+/// [`verify_contents`], and also the provider body of every conversation request for
+/// `renderer` with `options` (their `prefix_len` is each request's own): the body an agent with
+/// that renderer builds from its rendered messages (`Agent::next_body`, through a
+/// [`BodyCache`] followed across the whole log: header changes, compactions, instances) is
+/// compared with `Renderer::render` of the request's rebuilt envelope, byte for byte. A
+/// difference is `Reconstruction` naming the step; a request the renderer cannot render is its
+/// error, naming the step.
+pub fn verify_bodies(contents: &StoreContents, renderer: Renderer, options: &RenderOptions) -> Result<VerifyReport> {
+    let loaded = load_records(contents)?;
+    if loaded.report.cut_damaged {
+        return verify_contents(contents);
+    }
+    let (header, events) = parse_records(&contents.records[..loaded.keep_records])?;
+    let mut cache = BodyCache::new(renderer, RenderOptions { prefix_len: 0, ..options.clone() });
+    verify_events_with(&header, &events, Some(&mut cache))
 }

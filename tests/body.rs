@@ -296,6 +296,9 @@ proptest! {
         // The whole log still verifies (every envelope rebuilt from the log alone).
         let report = run.session.verify().unwrap();
         prop_assert!(report.requests as usize >= run.bodies);
+        // And so does every body, rebuilt by a cache followed across the whole log.
+        let bodies = run.session.verify_bodies(renderer, &run.options).unwrap();
+        prop_assert_eq!(bodies.bodies, report.requests);
     }
 }
 
@@ -416,4 +419,28 @@ fn last_envelope_after_a_compaction_comes_from_the_log() {
     assert_eq!(after, before);
     assert_eq!(digest(after.as_bytes()), info.digest);
     run.body();
+}
+
+#[test]
+fn verify_bodies_names_the_request_a_renderer_cannot_render() {
+    let s = Session::in_memory();
+    let mut a = Agent::new(&s, options(0)).unwrap();
+    a.start_turn(Message::user_text("hi")).unwrap();
+    a.next_request(&CancelToken::new()).unwrap();
+    a.record_response(reply_message(1, 0, &["call_1".to_string()]), None).unwrap();
+    // A tool result with an image: Anthropic renders it, chat completions cannot.
+    let image = block(json!({"type":"image","mediaType":"image/png","data":"iVBORw0KGgo="}));
+    a.record_tool_result(ToolResultInput { call_id: "call_1".into(), content: vec![image], is_error: false }).unwrap();
+    a.next_request(&CancelToken::new()).unwrap();
+    let ok = s.verify_bodies(Renderer::Anthropic, &RenderOptions::default()).unwrap();
+    assert_eq!((ok.requests, ok.bodies), (2, 2));
+    let e = s.verify_bodies(Renderer::OpenAi, &RenderOptions::default()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    assert!(e.message().starts_with("turn 1 step 2 (seq "), "{}", e.message());
+    assert!(
+        e.message().contains("the openai body: messages[2].content[0].content[0]: block type \"image\" inside a tool result"),
+        "{}",
+        e.message()
+    );
+    assert_eq!(e.detail()["step"], 2);
 }
