@@ -10,9 +10,10 @@
 use crate::error::{Error, ErrorKind, Result};
 use crate::header::EpochHeader;
 use crate::log::event::{types, Event};
-use crate::log::history::{joined_len, write_joined};
+use crate::log::history::{joined_len, runs, write_joined};
 use crate::log::load::{load_records, parse_records, SessionHeader};
 use crate::log::{Derived, Log};
+use crate::render::{BodyCache, BodySource, RenderOptions, Renderer};
 use crate::store::StoreContents;
 use crate::types::{CallConfig, Message, ToolSchema};
 use serde_json::Value;
@@ -157,8 +158,16 @@ impl EnvelopeParts<'_> {
             first = false;
             out.push_str(m);
         }
+        self.write_tail(&mut out, &session_id);
+        debug_assert_eq!(out.capacity(), capacity, "the envelope's size is computed in advance");
+        (out, head_end, hist_end)
+    }
+
+    /// The envelope's closing bytes, after its last message: `],"sessionId":...}`
+    /// (`session_id` already serialised).
+    fn write_tail(&self, out: &mut String, session_id: &str) {
         out.push_str("],\"sessionId\":");
-        out.push_str(&session_id);
+        out.push_str(session_id);
         if let Some((turn, step)) = self.turn_step {
             use std::fmt::Write;
             write!(out, ",\"turn\":{turn},\"step\":{step}").expect("writing to a String");
@@ -166,8 +175,18 @@ impl EnvelopeParts<'_> {
         out.push_str(",\"purpose\":\"");
         out.push_str(self.purpose.as_str());
         out.push_str("\"}");
-        debug_assert_eq!(out.capacity(), capacity, "the envelope's size is computed in advance");
-        (out, head_end, hist_end)
+    }
+}
+
+/// Hashes the JSON texts of `entries` as [`write_joined`] writes them (a comma first unless
+/// `first`), run by run.
+fn hash_joined(hasher: &mut Sha256, entries: &[Arc<Derived>], mut first: bool) {
+    for run in runs(entries) {
+        if !first {
+            hasher.update(b",");
+        }
+        first = false;
+        hasher.update(run.as_bytes());
     }
 }
 
@@ -177,7 +196,7 @@ impl EnvelopeParts<'_> {
 /// freed, so the allocator cannot reuse it and serves fresh pages (for requests of megabytes,
 /// page faults cost more than writing the bytes). With size classes, consecutive requests
 /// usually ask for the same size and reuse the freed buffer. At most 1/16 is unused.
-fn size_class(n: usize) -> usize {
+pub(crate) fn size_class(n: usize) -> usize {
     let step = (n.next_power_of_two() / 16).max(4096);
     n.div_ceil(step) * step
 }
@@ -219,6 +238,59 @@ pub struct Request {
     pub shared_messages: usize,
     /// The seq of its `step/start`.
     pub step_seq: u64,
+}
+
+impl Request {
+    /// What this request is, without its bytes.
+    pub fn info(&self) -> RequestInfo {
+        RequestInfo {
+            instance: self.instance,
+            turn: self.turn,
+            step: self.step,
+            step_seq: self.step_seq,
+            purpose: Purpose::Conversation,
+            prefix_len: self.prefix_len,
+            message_count: self.message_count,
+            shared_messages: self.shared_messages,
+            envelope_len: self.json.len(),
+            digest: self.digest.clone(),
+        }
+    }
+}
+
+/// What a built request is: everything [`Request`] says but its envelope's bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestInfo {
+    /// The agent instance.
+    pub instance: u64,
+    /// The turn number.
+    pub turn: u64,
+    /// The step number within the turn.
+    pub step: u64,
+    /// The seq of its `step/start`.
+    pub step_seq: u64,
+    /// What it is for (a conversation step, for every request the host builds).
+    pub purpose: Purpose,
+    /// How many leading messages are the session prefix.
+    pub prefix_len: usize,
+    /// Number of messages.
+    pub message_count: usize,
+    /// How many leading messages it shares with the previous request of this session.
+    pub shared_messages: usize,
+    /// The length of its envelope in bytes (as `step/start` records it).
+    pub envelope_len: usize,
+    /// The envelope's digest, as recorded in `step/start`.
+    pub digest: String,
+}
+
+/// A request built as the provider's body ([`crate::Agent::next_body`]): the bytes to POST,
+/// rendered from the logged envelope for the agent's renderer, and what the request is.
+#[derive(Clone, Debug)]
+pub struct Body {
+    /// The provider body's JSON, as `Renderer::render` of the envelope serialises.
+    pub json: String,
+    /// The request it renders.
+    pub info: RequestInfo,
 }
 
 /// Writes the conversation envelope of the log's current state (header fold, its prefix, the
@@ -352,6 +424,97 @@ pub fn conversation_envelope_digest(
     (body, d)
 }
 
+/// The length and digest of the conversation envelope [`conversation_envelope_digest`] would
+/// write, without writing it: the bytes are hashed where they lie (the cached head, the
+/// history's sealed runs, the closing fields), and through `cache` only those after the
+/// previous envelope's last history message when the two share them. For a request whose
+/// envelope is not wanted (`Agent::next_body`); debug builds check both against the bytes.
+pub fn conversation_digest(
+    log: &Log,
+    header: &EpochHeader,
+    prefix: &PrefixBytes,
+    session_id: &str,
+    turn: u64,
+    step: u64,
+    cache: &mut DigestCache,
+) -> (usize, String) {
+    let history = log.history();
+    let entries = history.entries();
+    let parts = EnvelopeParts {
+        config: &header.config,
+        system: header.system.as_deref(),
+        tools: header.tools.as_deref(),
+        prefix: &prefix.messages,
+        history: entries,
+        trailing: &[],
+        session_id,
+        turn_step: Some((turn, step)),
+        purpose: Purpose::Conversation,
+    };
+    let same_head = |c: &CachedDigest| {
+        c.header == *header
+            && match (&c.prefix, &prefix.source) {
+                (None, None) => true,
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            }
+    };
+    let cached = cache.state.take().filter(|c| same_head(c));
+    // The history starts with a comma when prefix messages precede it.
+    let first = prefix.messages.is_empty();
+    let hist_bytes = if entries.is_empty() { 0 } else { usize::from(!first) + joined_len(entries) };
+    let (cached_header, cached_prefix, head, prior) = match cached {
+        Some(c) => {
+            // The bytes hashed so far are still the start of this envelope when the history
+            // only grew since.
+            let grown = c.generation == history.generation()
+                && c.entries <= entries.len()
+                && same_entry(c.first, if c.entries > 0 { entries.first() } else { None })
+                && same_entry(c.last, c.entries.checked_sub(1).map(|i| &entries[i]))
+                && c.covered <= c.head.len() + hist_bytes;
+            (c.header, c.prefix, c.head, grown.then_some((c.hasher, c.entries)))
+        }
+        None => (header.clone(), prefix.source.clone(), parts.head(), None),
+    };
+    let hist_end = head.len() + hist_bytes;
+    let mut hasher = match prior {
+        Some((mut h, covered)) => {
+            hash_joined(&mut h, &entries[covered..], first && covered == 0);
+            h
+        }
+        None => {
+            let mut h = Sha256::new();
+            h.update(head.as_bytes());
+            hash_joined(&mut h, entries, first);
+            h
+        }
+    };
+    let mid = hasher.clone();
+    let mut tail = String::with_capacity(session_id.len() + 96);
+    parts.write_tail(&mut tail, &serde_json::to_string(session_id).expect("a string serialises"));
+    hasher.update(tail.as_bytes());
+    let d = hex_digest(&hasher.finalize());
+    let len = hist_end + tail.len();
+    #[cfg(debug_assertions)]
+    {
+        let bytes = parts.write();
+        debug_assert_eq!(len, bytes.len(), "the envelope's length without writing it");
+        debug_assert_eq!(d, digest(&bytes), "the envelope's digest without writing it");
+    }
+    cache.state = Some(CachedDigest {
+        header: cached_header,
+        prefix: cached_prefix,
+        head,
+        generation: history.generation(),
+        entries: entries.len(),
+        first: entries.first().map(|d| d.seq),
+        last: entries.last().map(|d| d.seq),
+        covered: hist_end,
+        hasher: mid,
+    });
+    (len, d)
+}
+
 /// The call config of a summarisation request, from the routed request's config `routed` and
 /// the summarisation target (`provider`, `model`) with its output budget `max_tokens`:
 ///
@@ -417,6 +580,9 @@ pub struct VerifyReport {
     pub requests: u64,
     /// Compaction requests rebuilt and matched.
     pub compactions: u64,
+    /// Provider bodies rendered from the cached messages and matched with the rendering of
+    /// their rebuilt envelope ([`verify_bodies`]; 0 for a plain verify).
+    pub bodies: u64,
 }
 
 fn divergence(msg: String, ev: &Event, turn: u64, step: u64) -> Error {
@@ -427,6 +593,12 @@ fn divergence(msg: String, ev: &Event, turn: u64, step: u64) -> Error {
 /// recorded digest and size, naming the first step that differs. Seqs are not required to be
 /// contiguous here, so that a log with a dropped event is reported at the request it breaks.
 pub fn verify_events(session: &SessionHeader, events: &[Event]) -> Result<VerifyReport> {
+    verify_events_with(session, events, None)
+}
+
+/// [`verify_events`], and with `bodies` also the provider body of every conversation request
+/// (see [`verify_bodies`]).
+fn verify_events_with(session: &SessionHeader, events: &[Event], mut bodies: Option<&mut BodyCache>) -> Result<VerifyReport> {
     let mut log = Log::new();
     let mut report = VerifyReport::default();
     let mut prefix = PrefixBytes::default();
@@ -461,6 +633,10 @@ pub fn verify_events(session: &SessionHeader, events: &[Event]) -> Result<Verify
                 .with("rebuiltDigest", got));
             }
             report.requests += 1;
+            if let Some(cache) = bodies.as_deref_mut() {
+                check_body(cache, &log, &header, &prefix, session.session_id_at(ev.seq), &body, ev, t, s)?;
+                report.bodies += 1;
+            }
         }
         if ev.ty == types::COMPACTION_START {
             if let Some(recorded) = ev.data.get("requestDigest").and_then(Value::as_str) {
@@ -490,6 +666,44 @@ pub fn verify_events(session: &SessionHeader, events: &[Event]) -> Result<Verify
         report.events += 1;
     }
     Ok(report)
+}
+
+/// The body the cache renders for the request of `ev` equals the rendering of its rebuilt
+/// `envelope`.
+#[allow(clippy::too_many_arguments)]
+fn check_body(
+    cache: &mut BodyCache,
+    log: &Log,
+    header: &EpochHeader,
+    prefix: &PrefixBytes,
+    session_id: &str,
+    envelope: &[u8],
+    ev: &Event,
+    turn: u64,
+    step: u64,
+) -> Result<()> {
+    let name = cache.renderer().name();
+    let at = |e: Error| {
+        let msg = format!("turn {turn} step {step} (seq {}): the {name} body: {}", ev.seq, e.message());
+        Error::new(e.kind(), msg).with("seq", ev.seq).with("turn", turn).with("step", step)
+    };
+    let src = BodySource { header, prefix, history: log.history(), session_id };
+    let cached = cache.body(&src, turn, step).map_err(at)?;
+    let text = std::str::from_utf8(envelope).map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?;
+    let fresh = cache.render_envelope_fresh(text, prefix.messages.len()).map_err(at)?;
+    if cached != fresh {
+        let byte = cached.bytes().zip(fresh.bytes()).take_while(|(a, b)| a == b).count();
+        return Err(divergence(
+            format!(
+                "turn {turn} step {step} (seq {}): the {name} body built from the rendered messages differs from the rendering of the envelope (first difference at byte {byte})",
+                ev.seq
+            ),
+            ev,
+            turn,
+            step,
+        ));
+    }
+    Ok(())
 }
 
 fn rebuild_compaction_digest(log: &Log, ev: &Event, session_id: &str, prefix: &mut PrefixBytes) -> Result<String> {
@@ -550,4 +764,21 @@ pub fn verify_contents(contents: &StoreContents) -> Result<VerifyReport> {
     }
     let (header, events) = parse_records(&contents.records[..loaded.keep_records])?;
     verify_events(&header, &events)
+}
+
+/// [`verify_contents`], and also the provider body of every conversation request for
+/// `renderer` with `options` (their `prefix_len` is each request's own): the body an agent with
+/// that renderer builds from its rendered messages (`Agent::next_body`, through a
+/// [`BodyCache`] followed across the whole log: header changes, compactions, instances) is
+/// compared with `Renderer::render` of the request's rebuilt envelope, byte for byte. A
+/// difference is `Reconstruction` naming the step; a request the renderer cannot render is its
+/// error, naming the step.
+pub fn verify_bodies(contents: &StoreContents, renderer: Renderer, options: &RenderOptions) -> Result<VerifyReport> {
+    let loaded = load_records(contents)?;
+    if loaded.report.cut_damaged {
+        return verify_contents(contents);
+    }
+    let (header, events) = parse_records(&contents.records[..loaded.keep_records])?;
+    let mut cache = BodyCache::new(renderer, RenderOptions { prefix_len: 0, ..options.clone() });
+    verify_events_with(&header, &events, Some(&mut cache))
 }

@@ -401,6 +401,15 @@ impl Session {
         crate::request::verify_contents(&StoreContents { records, last_complete: true })
     }
 
+    /// [`verify`](Self::verify), and also every conversation request's provider body for
+    /// `renderer` with `options`, built from the rendered messages as an agent with that
+    /// renderer builds it and compared with the rendering of the rebuilt envelope
+    /// ([`crate::request::verify_bodies`]).
+    pub fn verify_bodies(&self, renderer: crate::render::Renderer, options: &crate::render::RenderOptions) -> Result<VerifyReport> {
+        let records = self.lock().record_bytes();
+        crate::request::verify_bodies(&StoreContents { records, last_complete: true }, renderer, options)
+    }
+
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock()
     }

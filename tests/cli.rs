@@ -48,6 +48,14 @@ fn cli_inspects_a_log_and_names_the_damaged_step() {
     let (ok, out) = cli(&["verify", p]);
     assert!(ok, "{out}");
     assert!(out.contains("4 requests"), "{out}");
+    // With a renderer, every provider body too.
+    for r in ["openai", "openai-responses", "anthropic", "gemini"] {
+        let (ok, out) = cli(&["verify", p, "--render", r]);
+        assert!(ok, "{out}");
+        assert!(out.contains(&format!("ok: 4 {r} bodies built from the rendered messages")), "{out}");
+    }
+    let (ok, out) = cli(&["verify", p, "--render", "cohere"]);
+    assert!(!ok && out.contains("renderer: expected"), "{out}");
 
     let (ok, out) = cli(&["stats", p, "--json"]);
     assert!(ok, "{out}");

@@ -7,8 +7,10 @@
 //! Building a request: compose the session prefix (once per instance) → pre-step listeners →
 //! pressure gate (compaction) → record the header if owed → `step/start` → envelope.
 
+mod body;
 mod lifecycle;
 
+pub use body::Recorded;
 pub(crate) use lifecycle::{is_store_refusal, stale_compaction_end};
 pub use lifecycle::{ProviderErrorOutcome, ToolResultInput};
 
@@ -72,8 +74,14 @@ pub(crate) struct Frozen {
     pub bytes: PrefixBytes,
 }
 
-/// What the previous request carried: its prefix and the seqs of its history messages.
-pub(crate) type PrevRequest = (Option<Arc<Vec<Message>>>, Vec<u64>);
+/// What the previous request carried: its prefix, the seqs of its history messages, and the
+/// replace generation of that history (`None`: not known, an earlier instance's request).
+#[derive(Clone, Debug)]
+pub(crate) struct PrevRequest {
+    pub prefix: Option<Arc<Vec<Message>>>,
+    pub seqs: Vec<u64>,
+    pub generation: Option<u64>,
+}
 
 /// Per-instance statistics.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -116,6 +124,10 @@ pub struct Agent {
     pub(crate) prev_request: Option<PrevRequest>,
     /// The digest state of the last request's leading bytes (see `request::DigestCache`).
     pub(crate) digest_cache: DigestCache,
+    /// The renderer of `next_body`, with the rendered form of the messages.
+    pub(crate) body: Option<crate::render::BodyCache>,
+    /// The last request built, to write its envelope again on demand.
+    pub(crate) last_request: Option<body::LastRequest>,
     pub(crate) stats: AgentStats,
     released: bool,
 }
@@ -154,6 +166,8 @@ impl Agent {
             unrecovered_overflow: None,
             prev_request: None,
             digest_cache: DigestCache::default(),
+            body: None,
+            last_request: None,
             stats: AgentStats::default(),
             released: false,
         })

@@ -1,7 +1,9 @@
 //! `llmsession`: look inside a session log.
 //!
 //! ```text
-//! llmsession verify LOG                       rebuild every request, name the first divergence
+//! llmsession verify LOG [--render openai|openai-responses|anthropic|gemini]
+//!                                             rebuild every request, name the first divergence;
+//!                                             with --render, every provider body too
 //! llmsession stats LOG [--json]               per request: messages, shared prefix, header changes,
 //!                                             compactions, provider-reported cached tokens
 //! llmsession explain LOG [--step N] [--json]  per request: the cacheable prefix shared with the
@@ -23,7 +25,7 @@ use llmsession::header::delta::diff;
 use llmsession::log::load::{parse_records, SessionHeader};
 use llmsession::log::{Event, Log};
 use llmsession::render::{RenderOptions, Renderer};
-use llmsession::request::{conversation_envelope, verify_contents, PrefixBytes};
+use llmsession::request::{conversation_envelope, verify_bodies, verify_contents, PrefixBytes};
 use llmsession::store::url::{list_sessions, open_store, UrlOptions};
 use llmsession::store::{JsonlStore, Store, StoreContents};
 use llmsession::tokens::Estimator;
@@ -47,7 +49,7 @@ macro_rules! out {
 }
 
 const USAGE: &str = "usage:
-  llmsession verify LOG
+  llmsession verify LOG [--render openai|openai-responses|anthropic|gemini]
   llmsession stats LOG [--json]
   llmsession explain LOG [--step N] [--json]
   llmsession show LOG --step N [--render openai|openai-responses|anthropic|gemini]
@@ -128,11 +130,19 @@ fn explanation(path: &str) -> Result<Explanation, String> {
     explain_events(&header, &events, &Estimator).map_err(|e| format!("{path}: {}", e.message()))
 }
 
-fn cmd_verify(path: &str) -> Result<(), String> {
+fn cmd_verify(path: &str, render: Option<&str>) -> Result<(), String> {
     let contents = read_contents(path)?;
-    match verify_contents(&contents) {
+    let renderer = render.map(Renderer::parse).transpose().map_err(|e| e.message().to_string())?;
+    let verified = match renderer {
+        None => verify_contents(&contents),
+        Some(r) => verify_bodies(&contents, r, &RenderOptions::default()),
+    };
+    match verified {
         Ok(r) => {
             out!("ok: {} events, {} requests and {} compaction requests rebuilt byte for byte", r.events, r.requests, r.compactions);
+            if let Some(renderer) = renderer {
+                out!("ok: {} {} bodies built from the rendered messages equal the rendering of their envelopes", r.bodies, renderer.name());
+            }
             Ok(())
         }
         // A damaged log names the file and the line; a request that does not rebuild, its step.
@@ -415,7 +425,7 @@ fn run(args: &[String]) -> Result<(), String> {
     let path = args.get(1).ok_or(USAGE)?;
     let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).map(String::as_str);
     match cmd.as_str() {
-        "verify" => cmd_verify(path),
+        "verify" => cmd_verify(path, flag("--render")),
         "stats" => cmd_stats(path, args.iter().any(|a| a == "--json")),
         "explain" => cmd_explain(path, flag("--step"), args.iter().any(|a| a == "--json")),
         "show" => {
