@@ -25,6 +25,20 @@
 #define LLS_SEQ_NONE UINT64_MAX
 
 /**
+ * `purpose` of an `lls_request_info`: a conversation step.
+ *
+ * Thread safety: a constant.
+ */
+#define LLS_PURPOSE_CONVERSATION 0
+
+/**
+ * `purpose` of an `lls_request_info`: a compaction's summarisation request.
+ *
+ * Thread safety: a constant.
+ */
+#define LLS_PURPOSE_COMPACTION 1
+
+/**
  * Callback return value: the reply was answered synchronously with `lls_reply_set_json`
  * (or `lls_reply_complete`) before returning.
  *
@@ -189,6 +203,55 @@ typedef int32_t (*lls_callback_fn)(void *userdata,
  * Thread safety: called on whichever thread removes the callback or frees its owner.
  */
 typedef void (*lls_userdata_free_fn)(void *userdata);
+
+/**
+ * A small fixed record of a built request, filled through an out-pointer by
+ * `lls_agent_next_body` (plain data: copy it freely, nothing to free).
+ *
+ * Thread safety: plain data.
+ */
+typedef struct {
+    /**
+     * The agent instance (1, 2, ...).
+     */
+    uint64_t instance;
+    /**
+     * The turn number.
+     */
+    uint64_t turn;
+    /**
+     * The step number within the turn.
+     */
+    uint64_t step;
+    /**
+     * The seq of the request's `step/start`.
+     */
+    uint64_t step_seq;
+    /**
+     * `LLS_PURPOSE_CONVERSATION` (0) or `LLS_PURPOSE_COMPACTION` (1).
+     */
+    uint32_t purpose;
+    /**
+     * How many leading messages are the session prefix.
+     */
+    uint32_t prefix_len;
+    /**
+     * Number of messages.
+     */
+    uint32_t message_count;
+    /**
+     * How many leading messages the request shares with the previous one (a cache hit).
+     */
+    uint32_t shared_messages;
+    /**
+     * The length in bytes of the logged envelope.
+     */
+    size_t envelope_len;
+    /**
+     * The envelope's digest, `"sha256:"` and 64 lowercase hex digits, NUL-terminated.
+     */
+    char digest[72];
+} lls_request_info;
 
 /**
  * Success.
@@ -933,6 +996,141 @@ lls_status lls_agent_dispose(lls_agent *agent, lls_error **err);
  * invalid; never from the session's store callback (ignored there).
  */
 void lls_agent_free(lls_agent *agent);
+
+/**
+ * Gives the agent a provider body format for `lls_agent_next_body` and
+ * `lls_agent_record_body`: `(renderer, renderer_len)` is `"openai"`, `"openai-responses"`,
+ * `"anthropic"` or `"gemini"` (as for `lls_render`), and `(options_json, options_len)` (NULL:
+ * the defaults) the render options as for `lls_render_with_options`, except `prefixLen`, which
+ * is the agent's own (its session prefix) and may not be given. From then on the rendered form
+ * of each history message is computed once and reused by every body. Setting a renderer again
+ * replaces the previous one.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`agent`, `renderer`), `LLS_ERR_INVALID_HANDLE`,
+ * `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (an unknown renderer,
+ * an unknown or mistyped option, `prefixLen`; detail `field`), `LLS_ERR_DISPOSED`,
+ * `LLS_ERR_OUT_OF_ORDER` (from the agent's own callback), `LLS_ERR_POISONED`. A failed call
+ * leaves the agent's renderer as it was.
+ *
+ * # Safety
+ * `renderer` and `options_json` NULL or readable for their lengths; `err` NULL or valid for
+ * writes.
+ *
+ * Thread safety: exclusive per agent (serialised internally); not from the agent's callbacks.
+ */
+lls_status lls_agent_set_renderer(lls_agent *agent,
+                                  const char *renderer,
+                                  size_t renderer_len,
+                                  const char *options_json,
+                                  size_t options_len,
+                                  lls_error **err);
+
+/**
+ * Builds the next request of the open turn exactly as `lls_agent_next_request` does (prefix
+ * composition, pre-step listeners, the pressure gate, the header, `step/start` with the
+ * envelope's digest: the same log, verified the same way) and hands over the provider body
+ * ready to POST in `(*body, *body_len)`: byte for byte what `lls_render_with_options` gives for
+ * the request's envelope with the agent's renderer and options (and `prefixLen` the session
+ * prefix's length). Free it with `lls_string_free`; a large body is handed over without a
+ * copy. `*info` (may be NULL) receives what the request is, with no JSON to parse; the
+ * envelope itself is built only when asked (`lls_agent_last_envelope`).
+ *
+ * `cancel` (may be NULL), listeners, disposal, storage errors: as for
+ * `lls_agent_next_request`. A body the renderer cannot produce (a block the provider has no
+ * form for) fails with `LLS_ERR_INVALID_INPUT` before anything is written.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`agent`, `body`), `LLS_ERR_INVALID_HANDLE`,
+ * `LLS_ERR_OUT_OF_ORDER` (no renderer set, no open turn, a request already open, a tool result
+ * missing), `LLS_ERR_INVALID_INPUT`, `LLS_ERR_CANCELLED`, `LLS_ERR_DISPOSED`,
+ * `LLS_ERR_LISTENER`, `LLS_ERR_RECONSTRUCTION` (check mode), `LLS_ERR_STORAGE`,
+ * `LLS_ERR_POISONED`.
+ *
+ * # Safety
+ * `body`, `body_len`, `info`, `err` NULL or valid for writes.
+ *
+ * Thread safety: exclusive per agent (serialised internally); callbacks run on this thread;
+ * `cancel` may be tripped from any thread.
+ */
+lls_status lls_agent_next_body(lls_agent *agent,
+                               const lls_cancel *cancel,
+                               char **body,
+                               size_t *body_len,
+                               lls_request_info *info,
+                               lls_error **err);
+
+/**
+ * Stores in `*out` (free it with `lls_string_free`) the envelope of the last request this
+ * agent built (`lls_agent_next_body` or `lls_agent_next_request`): the logged truth its body
+ * was rendered from, whose SHA-256 `step/start` records. It is written on demand (from the
+ * history, or from the log when a compaction rewrote the history since).
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`agent`, `out`), `LLS_ERR_INVALID_HANDLE`,
+ * `LLS_ERR_OUT_OF_ORDER` (no request built yet, or from the agent's own callback),
+ * `LLS_ERR_DISPOSED`.
+ *
+ * # Safety
+ * `out`, `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread (waits for a running call); not from the
+ * agent's callbacks.
+ */
+lls_status lls_agent_last_envelope(const lls_agent *agent,
+                                   char **out,
+                                   size_t *out_len,
+                                   lls_error **err);
+
+/**
+ * Records the provider's raw, non-streamed response body `(body, body_len)` for the open
+ * step: parsed once with the format of the agent's renderer (as `lls_parse_response` parses
+ * it), validated once, and logged as `lls_agent_record_response` logs a message
+ * (`assistant/message` with the usage, one `tool/call` per tool call, `step/end`).
+ * `*out_seq` (may be NULL) receives the seq of the `assistant/message`, `*out_tool_calls` (may
+ * be NULL) how many tool calls it made (report each one's result with
+ * `lls_agent_record_tool_result`). Every error changes nothing.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`agent`, `body`), `LLS_ERR_INVALID_HANDLE`,
+ * `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (a body of another
+ * format, or without a message; detail `field`), `LLS_ERR_OUT_OF_ORDER` (no renderer set, no
+ * open step), `LLS_ERR_DISPOSED`, `LLS_ERR_STORAGE` (nothing was written: the same call can be
+ * retried), `LLS_ERR_POISONED`.
+ *
+ * # Safety
+ * `body` NULL or `body_len` readable bytes; `out_seq`, `out_tool_calls`, `err` NULL or valid
+ * for writes.
+ *
+ * Thread safety: exclusive per agent (serialised internally); not from the agent's callbacks.
+ */
+lls_status lls_agent_record_body(lls_agent *agent,
+                                 const char *body,
+                                 size_t body_len,
+                                 uint64_t *out_seq,
+                                 uint32_t *out_tool_calls,
+                                 lls_error **err);
+
+/**
+ * Records the response a stream accumulated (`lls_stream`), at its end, for the open step:
+ * the stream is finished as `lls_stream_finish(stream, partial, ...)` finishes it, and the
+ * response is logged as `lls_agent_record_body` logs a body. The stream's format must be the
+ * agent's renderer when one is set. `*out_seq` and `*out_tool_calls` (may be NULL) as for
+ * `lls_agent_record_body`. Every error changes nothing in the session.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`agent`, `stream`), `LLS_ERR_INVALID_HANDLE`, the stream's
+ * own errors (as `lls_stream_finish`: detail `stream`), `LLS_ERR_INVALID_INPUT` (a stream of
+ * another format than the renderer; detail `field` = `stream`), `LLS_ERR_OUT_OF_ORDER` (no
+ * open step), `LLS_ERR_DISPOSED`, `LLS_ERR_STORAGE`, `LLS_ERR_POISONED`.
+ *
+ * # Safety
+ * `out_seq`, `out_tool_calls`, `err` NULL or valid for writes.
+ *
+ * Thread safety: exclusive per agent and per stream (both serialised internally); not from the
+ * agent's callbacks.
+ */
+lls_status lls_agent_record_stream(lls_agent *agent,
+                                   lls_stream *stream,
+                                   bool partial,
+                                   uint64_t *out_seq,
+                                   uint32_t *out_tool_calls,
+                                   lls_error **err);
 
 /**
  * Frees a string returned by llmsession (any `char **out` output). `lls_string_free(NULL)` does

@@ -221,6 +221,59 @@ pub struct Request {
     pub step_seq: u64,
 }
 
+impl Request {
+    /// What this request is, without its bytes.
+    pub fn info(&self) -> RequestInfo {
+        RequestInfo {
+            instance: self.instance,
+            turn: self.turn,
+            step: self.step,
+            step_seq: self.step_seq,
+            purpose: Purpose::Conversation,
+            prefix_len: self.prefix_len,
+            message_count: self.message_count,
+            shared_messages: self.shared_messages,
+            envelope_len: self.json.len(),
+            digest: self.digest.clone(),
+        }
+    }
+}
+
+/// What a built request is: everything [`Request`] says but its envelope's bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestInfo {
+    /// The agent instance.
+    pub instance: u64,
+    /// The turn number.
+    pub turn: u64,
+    /// The step number within the turn.
+    pub step: u64,
+    /// The seq of its `step/start`.
+    pub step_seq: u64,
+    /// What it is for (a conversation step, for every request the host builds).
+    pub purpose: Purpose,
+    /// How many leading messages are the session prefix.
+    pub prefix_len: usize,
+    /// Number of messages.
+    pub message_count: usize,
+    /// How many leading messages it shares with the previous request of this session.
+    pub shared_messages: usize,
+    /// The length of its envelope in bytes (as `step/start` records it).
+    pub envelope_len: usize,
+    /// The envelope's digest, as recorded in `step/start`.
+    pub digest: String,
+}
+
+/// A request built as the provider's body ([`crate::Agent::next_body`]): the bytes to POST,
+/// rendered from the logged envelope for the agent's renderer, and what the request is.
+#[derive(Clone, Debug)]
+pub struct Body {
+    /// The provider body's JSON, as `Renderer::render` of the envelope serialises.
+    pub json: String,
+    /// The request it renders.
+    pub info: RequestInfo,
+}
+
 /// Writes the conversation envelope of the log's current state (header fold, its prefix, the
 /// derived history) for `turn`/`step`. `prefix` must be the bytes of the header's prefix.
 pub fn conversation_envelope(log: &Log, header: &EpochHeader, prefix: &PrefixBytes, session_id: &str, turn: u64, step: u64) -> Vec<u8> {

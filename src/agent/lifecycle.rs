@@ -1,5 +1,6 @@
 //! The turn/step lifecycle and request building.
 
+use super::body::{Built, LastRequest, Want};
 use super::{Agent, Frozen};
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
@@ -8,7 +9,7 @@ use crate::log::event::{types, NewEvent, TurnEndReason, UserSource};
 use crate::log::load::parse_records;
 use crate::log::Log;
 use crate::prefix::{compose, context_event, ListenerContext, PreStepInfo};
-use crate::request::{conversation_envelope, conversation_envelope_digest, PrefixBytes, Request};
+use crate::request::{conversation_envelope, conversation_envelope_digest, Body, PrefixBytes, Purpose, Request, RequestInfo};
 use crate::types::{Block, Message, Provenance, Role, Usage};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -62,6 +63,15 @@ impl Agent {
 
     /// Builds the next request of the open turn (see the module docs for the steps).
     pub fn next_request(&mut self, cancel: &CancelToken) -> Result<Request> {
+        match self.next_step(cancel, Want::Envelope)? {
+            Built::Envelope(r) => Ok(r),
+            Built::Body(_) => unreachable!("asked for the envelope"),
+        }
+    }
+
+    /// Builds the next request: checks the turn, prepares, runs the gate, then writes the step
+    /// (see [`build_step`](Self::build_step)) and returns what `want` asks for.
+    pub(crate) fn next_step(&mut self, cancel: &CancelToken, want: Want) -> Result<Built> {
         self.ensure_live()?;
         let (turn, step) = {
             let g = self.session.lock();
@@ -92,7 +102,7 @@ impl Agent {
                 _ => {}
             }
         }
-        self.build_step(turn, step)
+        self.build_step(turn, step, want)
     }
 
     /// Composition (once) and the pre-step listeners.
@@ -125,9 +135,10 @@ impl Agent {
     }
 
     /// Records the header if owed and writes `step/start` (one batch, with the end of a
-    /// compaction whose outcome could not be stored before), then returns the envelope. Agent
-    /// state changes only once the batch is stored.
-    fn build_step(&mut self, turn: u64, step: u64) -> Result<Request> {
+    /// compaction whose outcome could not be stored before), then returns the envelope, or the
+    /// provider body rendered from it (`want`). Agent state changes only once the batch is
+    /// stored; a body that cannot be rendered fails the call before anything is written.
+    fn build_step(&mut self, turn: u64, step: u64, want: Want) -> Result<Built> {
         // The header this request carries: the one this instance wants, which is the folded one
         // when no snapshot is owed.
         let header = self.wanted_header();
@@ -166,10 +177,20 @@ impl Agent {
             let snap = HeaderSnapshot { header: header.clone(), reason, instance: self.instance };
             batch.push(NewEvent::new(types::REQUEST_HEADER, snap.to_value()));
         }
-        let (body, body_digest) = conversation_envelope_digest(&g.log, &header, prefix_bytes, &session_id, turn, step, &mut cache);
+        let prefix_len = header.message_prefix.as_ref().map(|p| p.len()).unwrap_or(0);
+        let (envelope, body_digest) = conversation_envelope_digest(&g.log, &header, prefix_bytes, &session_id, turn, step, &mut cache);
+        // The provider body, before anything is written: one that cannot be rendered (a block
+        // the provider has no form for) changes nothing.
+        let provider_body = match want {
+            Want::Envelope => None,
+            Want::Body => {
+                let renderer = self.body.as_mut().ok_or_else(super::body::no_renderer)?;
+                Some(renderer.render_envelope(&envelope, prefix_len)?)
+            }
+        };
         batch.push(NewEvent::new(
             types::STEP_START,
-            json!({"turn": turn, "step": step, "instance": self.instance, "digest": body_digest.as_str(), "bytes": body.len()}),
+            json!({"turn": turn, "step": step, "instance": self.instance, "digest": body_digest.as_str(), "bytes": envelope.len()}),
         ));
         let seq = g.append_batch(batch)?.end - 1;
         // Stored: now the agent's state follows.
@@ -178,7 +199,8 @@ impl Agent {
         if let (Some(bytes), Some(f)) = (recomputed, self.frozen.as_mut()) {
             f.bytes = bytes;
         }
-        let hist = g.log.history().entries();
+        let history = g.log.history();
+        let hist = history.entries();
         let prefix = header.message_prefix.clone();
         let shared = match self.prev_request.as_ref().or(inherited.as_ref()) {
             None => 0,
@@ -196,24 +218,44 @@ impl Agent {
                 }
             }
         };
-        let prefix_len = prefix.as_ref().map(|p| p.len()).unwrap_or(0);
         let message_count = prefix_len + hist.len();
         self.prev_request = Some((prefix, hist.iter().map(|d| d.seq).collect()));
-        drop(g);
-        self.stats.requests += 1;
-        if self.options.check_requests {
-            self.check_request(body.as_bytes(), seq, turn, step)?;
-        }
-        Ok(Request {
-            digest: body_digest,
-            json: body,
+        let info = RequestInfo {
+            instance: self.instance,
             turn,
             step,
-            instance: self.instance,
+            step_seq: seq,
+            purpose: Purpose::Conversation,
             prefix_len,
             message_count,
             shared_messages: shared,
-            step_seq: seq,
+            envelope_len: envelope.len(),
+            digest: body_digest,
+        };
+        self.last_request = Some(LastRequest::new(header, session_id, history, info.clone()));
+        drop(g);
+        self.stats.requests += 1;
+        if self.options.check_requests {
+            self.check_request(envelope.as_bytes(), seq, turn, step)?;
+        }
+        Ok(match provider_body {
+            None => Built::Envelope(Request {
+                digest: info.digest,
+                json: envelope,
+                turn,
+                step,
+                instance: self.instance,
+                prefix_len,
+                message_count,
+                shared_messages: shared,
+                step_seq: seq,
+            }),
+            Some(json) => {
+                if self.options.check_requests {
+                    super::body::check_body(self.body.as_ref().expect("rendered"), &envelope, prefix_len, &json, turn, step)?;
+                }
+                Built::Body(Body { json, info })
+            }
         })
     }
 

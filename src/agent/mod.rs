@@ -7,8 +7,10 @@
 //! Building a request: compose the session prefix (once per instance) → pre-step listeners →
 //! pressure gate (compaction) → record the header if owed → `step/start` → envelope.
 
+mod body;
 mod lifecycle;
 
+pub use body::Recorded;
 pub(crate) use lifecycle::{is_store_refusal, stale_compaction_end};
 pub use lifecycle::{ProviderErrorOutcome, ToolResultInput};
 
@@ -116,6 +118,10 @@ pub struct Agent {
     pub(crate) prev_request: Option<PrevRequest>,
     /// The digest state of the last request's leading bytes (see `request::DigestCache`).
     pub(crate) digest_cache: DigestCache,
+    /// The renderer of `next_body`, with the rendered form of the messages.
+    pub(crate) body: Option<crate::render::BodyCache>,
+    /// The last request built, to write its envelope again on demand.
+    pub(crate) last_request: Option<body::LastRequest>,
     pub(crate) stats: AgentStats,
     released: bool,
 }
@@ -154,6 +160,8 @@ impl Agent {
             unrecovered_overflow: None,
             prev_request: None,
             digest_cache: DigestCache::default(),
+            body: None,
+            last_request: None,
             stats: AgentStats::default(),
             released: false,
         })

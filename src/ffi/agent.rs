@@ -30,7 +30,7 @@ use crate::compaction::{CompactionOutcome, PolicyTable, Summariser, SummaryOutpu
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::TurnEndReason;
 use crate::prefix::{parse_listener_output, ListenerContext, PreStepInfo, PreStepListener, PrefixListener};
-use crate::request::Request;
+use crate::request::RequestInfo;
 use crate::tokens::{HostCounter, TokenCounter, TokenizerCounter};
 use crate::types::{blocks_from_value, Block, Fields, Message, Usage};
 use parking_lot::{Mutex, ReentrantMutex};
@@ -58,11 +58,11 @@ pub struct lls_agent {
 }
 
 /// The agent and what the C side remembers about it.
-struct AgentSlot {
+pub(super) struct AgentSlot {
     /// `None` once disposed.
-    agent: Option<Agent>,
+    pub(super) agent: Option<Agent>,
     /// The last request built, for `lls_agent_request_info`.
-    last_request: Option<Value>,
+    pub(super) last_request: Option<Value>,
 }
 
 /// The payload of an `lls_agent` handle.
@@ -71,7 +71,7 @@ pub struct AgentObject {
     /// The thread running a call on this agent, if any.
     owner: Mutex<Option<ThreadId>>,
     dispose_handle: DisposeHandle,
-    dispose_requested: AtomicBool,
+    pub(super) dispose_requested: AtomicBool,
     /// Held by the thread tearing the instance down, for the whole teardown: a second
     /// `lls_agent_dispose` from another thread returns only once the session is released, so
     /// an `lls_agent_new` right after it never meets `LLS_ERR_BUSY`. Reentrant: a
@@ -82,7 +82,7 @@ pub struct AgentObject {
     /// The token the host token counter waits with during the current call.
     counter_cancel: Arc<Mutex<CancelToken>>,
     session: Arc<Object<SessionObject>>,
-    instance: u64,
+    pub(super) instance: u64,
 }
 
 impl std::fmt::Debug for AgentObject {
@@ -110,11 +110,11 @@ fn disposed(instance: u64) -> FfiError {
     Error::new(ErrorKind::Disposed, format!("agent instance {instance} was disposed")).into()
 }
 
-fn live(agent: &mut Option<Agent>, instance: u64) -> std::result::Result<&mut Agent, FfiError> {
+pub(super) fn live(agent: &mut Option<Agent>, instance: u64) -> std::result::Result<&mut Agent, FfiError> {
     agent.as_mut().ok_or_else(|| disposed(instance))
 }
 
-fn live_ref(agent: &Option<Agent>, instance: u64) -> std::result::Result<&Agent, FfiError> {
+pub(super) fn live_ref(agent: &Option<Agent>, instance: u64) -> std::result::Result<&Agent, FfiError> {
     agent.as_ref().ok_or_else(|| disposed(instance))
 }
 
@@ -139,7 +139,7 @@ impl AgentObject {
     /// Runs `f` with exclusive access. `host` is the caller's cancel token; `f` receives a
     /// token that trips when it trips or when the agent is disposed. A disposal requested
     /// during the call (from a callback) is completed before returning.
-    fn run<R>(
+    pub(super) fn run<R>(
         &self,
         host: Option<&CancelToken>,
         f: impl FnOnce(&mut AgentSlot, &CancelToken) -> std::result::Result<R, FfiError>,
@@ -168,7 +168,7 @@ impl AgentObject {
     }
 
     /// Shared access for reads.
-    fn read<R>(&self, f: impl FnOnce(&AgentSlot) -> std::result::Result<R, FfiError>) -> std::result::Result<R, FfiError> {
+    pub(super) fn read<R>(&self, f: impl FnOnce(&AgentSlot) -> std::result::Result<R, FfiError>) -> std::result::Result<R, FfiError> {
         self.check_entry()?;
         let slot = self.state.read();
         f(&slot)
@@ -196,7 +196,7 @@ impl AgentObject {
     }
 }
 
-fn agent_arg(ptr: *const lls_agent) -> std::result::Result<Arc<Object<AgentObject>>, FfiError> {
+pub(super) fn agent_arg(ptr: *const lls_agent) -> std::result::Result<Arc<Object<AgentObject>>, FfiError> {
     handle::lookup::<AgentObject>(ptr, "agent")
 }
 
@@ -274,12 +274,13 @@ fn parse_count(v: &Value) -> Result<u64> {
 // ---------------------------------------------------------------------------------------------
 // JSON encodings
 
-fn request_info(r: &Request) -> Value {
+/// `lls_agent_request_info`'s JSON.
+pub(super) fn request_info(r: &RequestInfo) -> Value {
     json!({
         "turn": r.turn,
         "step": r.step,
         "digest": r.digest,
-        "bytes": r.json.len(),
+        "bytes": r.envelope_len,
         "prefixLen": r.prefix_len,
         "messageCount": r.message_count,
         "sharedMessages": r.shared_messages,
@@ -841,7 +842,7 @@ pub unsafe extern "C" fn lls_agent_next_request(
             let cancel = cancel_arg(cancel, "cancel")?;
             let req = a.run(Some(&cancel), |slot, op| {
                 let req = live(&mut slot.agent, a.instance)?.next_request(op)?;
-                slot.last_request = Some(request_info(&req));
+                slot.last_request = Some(request_info(&req.info()));
                 Ok(req)
             })?;
             if a.dispose_requested.load(Ordering::SeqCst) {

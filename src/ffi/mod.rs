@@ -11,6 +11,7 @@
 //! - [`buffers`] holds JSON input buffers, `char **out` outputs and `lls_string_free`.
 //! - [`cancel`] holds `lls_cancel`.
 //! - [`callback`] and [`reply`] hold host callbacks ([`callback::HostCallback`]) and `lls_reply`.
+//! - [`mod@body`] holds the one-way hot path of an agent (`lls_agent_next_body`, ...).
 //! - [`mod@stream`] holds `lls_stream` (streamed responses).
 //! - [`version`] holds versions.
 //! - [`mod@url`] holds the stores named by URL (`lls_session_open_url`, `lls_store_list_sessions`).
@@ -54,6 +55,7 @@
 #![allow(non_camel_case_types)]
 
 pub mod agent;
+pub mod body;
 pub mod boundary;
 pub mod buffers;
 pub mod callback;

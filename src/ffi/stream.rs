@@ -25,7 +25,7 @@ pub struct lls_stream {
 /// The payload of an `lls_stream` handle.
 #[derive(Debug)]
 pub struct StreamObject {
-    state: Guarded<StreamAccumulator>,
+    pub(super) state: Guarded<StreamAccumulator>,
 }
 
 impl HandleKind for StreamObject {

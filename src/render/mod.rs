@@ -27,6 +27,7 @@
 //! `docs/render.md` has every mapping and decision.
 
 mod anthropic;
+mod body;
 mod gemini;
 mod openai;
 pub mod origin;
@@ -34,6 +35,7 @@ pub mod response;
 mod responses;
 
 pub use anthropic::{render_anthropic, DEFAULT_ANTHROPIC_MAX_TOKENS, MAX_BREAKPOINTS};
+pub use body::BodyCache;
 pub use gemini::render_gemini;
 pub use openai::render_openai;
 pub use response::{is_context_overflow, parse_response, usage_from_provider, ParsedResponse};
