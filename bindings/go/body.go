@@ -53,8 +53,10 @@ type Body struct {
 // BodyView is a provider body lent by the library (NextBodyView): Bytes is the library's own
 // buffer, without a copy, valid until Release. Release it once the body was sent (a view that
 // is never released keeps its buffer until the process ends; there is no finalizer, since a
-// slice taken from Bytes would outlive it). After Release, Bytes panics and WriteTo fails with
-// ErrClosed; a slice obtained before must not be used any more.
+// slice taken from Bytes would outlive it). A BodyView is also an io.Reader and io.WriterTo
+// over the body (for an http.Request body: http.NewRequest(method, url, v)); reading is safe
+// against a concurrent Release, which waits for the read. After Release, Bytes panics and Read
+// and WriteTo fail with ErrClosed; a slice obtained from Bytes before must not be used any more.
 type BodyView struct {
 	// Info describes the request (read from the library's fixed record, no JSON).
 	Info RequestInfo
@@ -63,6 +65,7 @@ type BodyView struct {
 	live bool
 	ptr  *C.char
 	b    []byte
+	off  int // how much Read and WriteTo consumed
 }
 
 // Bytes is the body, valid until Release. It panics after Release.
@@ -82,16 +85,32 @@ func (v *BodyView) Len() int {
 	return len(v.b)
 }
 
-// WriteTo writes the body to w (io.WriterTo: io.Copy and http.Request bodies use it); after
-// Release it fails with ErrClosed. The view stays held while w runs: Release from another
-// goroutine waits for it.
+// Read reads the body from where the last Read or WriteTo stopped (io.EOF at its end); after
+// Release it fails with ErrClosed.
+func (v *BodyView) Read(p []byte) (int, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !v.live {
+		return 0, ErrClosed
+	}
+	if v.off >= len(v.b) {
+		return 0, io.EOF
+	}
+	n := copy(p, v.b[v.off:])
+	v.off += n
+	return n, nil
+}
+
+// WriteTo writes the rest of the body to w (io.Copy uses it); after Release it fails with
+// ErrClosed. The view stays held while w runs: Release from another goroutine waits for it.
 func (v *BodyView) WriteTo(w io.Writer) (int64, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if !v.live {
 		return 0, ErrClosed
 	}
-	n, err := w.Write(v.b)
+	n, err := w.Write(v.b[v.off:])
+	v.off += n
 	return int64(n), err
 }
 

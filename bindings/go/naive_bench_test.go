@@ -74,7 +74,7 @@ func BenchmarkNaiveHost(b *testing.B) {
 	type sample struct{ llsNext, naiveNext, llsStep, naiveStep time.Duration }
 	samples := make([]sample, 0, b.N)
 	var last []byte
-	var digest string
+	var digest, stepDigest string
 	for round := 0; len(samples) < b.N; round++ {
 		child, err := parent.Fork(&fork)
 		if err != nil {
@@ -109,7 +109,7 @@ func BenchmarkNaiveHost(b *testing.B) {
 					b.Fatal(err)
 				}
 				t1 := time.Now()
-				if _, digest, err = h.build(ctx); err != nil {
+				if _, stepDigest, err = h.build(ctx); err != nil {
 					b.Fatal(err)
 				}
 				t2 := time.Now()
@@ -140,7 +140,7 @@ func BenchmarkNaiveHost(b *testing.B) {
 				b.Fatalf("round %d, exchange %d: the naive host's body differs from llmsession's: %s", round, k/2, firstDifference(naive.body, h.body))
 			}
 			if round == 1 {
-				last = append(last[:0], h.body...)
+				last, digest = append(last[:0], h.body...), stepDigest
 			}
 			// Giving the body back is part of llmsession's cost (after the comparison, which
 			// reads it).

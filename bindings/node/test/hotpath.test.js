@@ -151,3 +151,205 @@ test('a lent envelope nobody holds is given back when the garbage collector rele
   assert.equal(lls.lentBufferCount(), before, 'the FinalizationRegistry gave it back');
   w.close();
 });
+
+// ---------------------------------------------------------------------------------------------
+// The provider body: setRenderer, nextBody, lastEnvelope, recordBody, recordStream.
+
+const fs = require('node:fs');
+const path = require('node:path');
+const STREAMS = path.join(__dirname, '..', '..', '..', 'tests', 'data', 'stream');
+
+const PROVIDERS = [
+  {
+    renderer: 'openai',
+    options: { promptCacheKey: 'tenant-7' },
+    reply: (n) => JSON.stringify({
+      id: `c${n}`, object: 'chat.completion', model: 'm-test',
+      choices: [{ index: 0, finish_reason: 'tool_calls', message: { role: 'assistant', content: 'Reading it.',
+        tool_calls: [{ id: `call_${n}`, type: 'function', function: { name: 'read_file', arguments: '{"path":"a.txt"}' } }] } }],
+      usage: { prompt_tokens: 50, completion_tokens: 10 },
+    }),
+  },
+  {
+    renderer: 'openai-responses',
+    reply: (n) => JSON.stringify({
+      id: `resp_${n}`, object: 'response', status: 'completed', model: 'm-test',
+      output: [
+        { type: 'message', id: `msg_${n}`, role: 'assistant', content: [{ type: 'output_text', text: 'Reading it.', annotations: [] }] },
+        { type: 'function_call', id: `fc_${n}`, call_id: `call_${n}`, name: 'read_file', arguments: '{"path":"a.txt"}' },
+      ],
+      usage: { input_tokens: 50, output_tokens: 10 },
+    }),
+  },
+  {
+    renderer: 'anthropic',
+    options: { cacheTtl: '1h' },
+    reply: (n) => JSON.stringify({
+      id: `msg_${n}`, type: 'message', role: 'assistant', model: 'm-test', stop_reason: 'tool_use',
+      content: [{ type: 'text', text: 'Reading it.' }, { type: 'tool_use', id: `call_${n}`, name: 'read_file', input: { path: 'a.txt' } }],
+      usage: { input_tokens: 50, output_tokens: 10 },
+    }),
+  },
+  {
+    renderer: 'gemini',
+    reply: (n) => JSON.stringify({
+      candidates: [{ finishReason: 'STOP', content: { role: 'model',
+        parts: [{ text: 'Reading it.' }, { functionCall: { id: `call_${n}`, name: 'read_file', args: { path: 'a.txt' } } }] } }],
+      usageMetadata: { promptTokenCount: 50, candidatesTokenCount: 10 }, modelVersion: 'm-test',
+    }),
+  },
+];
+
+function toolAgent(system = 'You are a careful coding agent.') {
+  const session = lls.Session.memory({ id: 'hotpath-body' });
+  const agent = new lls.Agent(session, {
+    config: { provider: 'p', model: 'm-test', maxTokens: 256 },
+    system,
+    tools: [{ name: 'read_file', description: 'Read a file', parameters: { type: 'object', properties: { path: { type: 'string' } } } }],
+    checkRequests: true,
+  });
+  return { session, agent, close: () => (agent.close(), session.close()) };
+}
+
+/** The body is the rendering of the logged envelope; the info is the JSON description's. */
+function checkBody(agent, p, b) {
+  const env = agent.lastEnvelope();
+  assert.equal(sha256(env), b.info.digest);
+  assert.equal(b.info.bytes, env.length);
+  const fresh = lls.renderWithOptions(p.renderer, env, { prefixLen: b.info.prefixLen, ...(p.options || {}) });
+  assert.equal(b.json, fresh, `${p.renderer}: the body is the rendered envelope`);
+  assert.deepEqual(b.info, { ...agent.requestInfo(), purpose: 'conversation' });
+}
+
+test('nextBody is the rendered envelope for every renderer; recordBody records the raw reply', async () => {
+  const before = lls.liveHandleCount();
+  for (const p of PROVIDERS) {
+    const w = toolAgent();
+    w.agent.setRenderer(p.renderer, p.options);
+    w.agent.startTurn('Read a.txt');
+    const first = await w.agent.nextBody();
+    checkBody(w.agent, p, first);
+    assert.equal(first.info.step, 1);
+    for (let n = 1; n <= 3; n++) {
+      const r = w.agent.recordBody(Buffer.from(p.reply(n)));
+      assert.equal(r.toolCalls, 1);
+      assert.ok(r.seq > 0);
+      w.agent.recordToolResult({ callId: `call_${n}`, text: 'contents of a.txt' });
+      const b = await w.agent.nextBody();
+      checkBody(w.agent, p, b);
+      assert.equal(b.info.step, n + 1);
+      assert.ok(b.info.sharedMessages > 0);
+      b.release();
+    }
+    assert.equal(JSON.stringify(w.session.history()).split('"read_file"').length - 1, 3, `${p.renderer}: three tool calls recorded`);
+    // A string and a Uint8Array are taken as the body's bytes too.
+    w.agent.recordBody(p.reply(9).replace(/Reading it\./, 'Done.').replace(/call_9/g, 'call_9'));
+    w.close();
+  }
+  assert.equal(lls.liveHandleCount(), before);
+});
+
+test('a large body is a Buffer over library memory until release; then not readable through the binding', async () => {
+  const w = toolAgent('Be exact. '.repeat(10000));
+  const p = PROVIDERS[0];
+  w.agent.setRenderer(p.renderer, p.options);
+  w.agent.startTurn('Read a.txt');
+  const lentBefore = lls.lentBufferCount();
+  const b = await w.agent.nextBody();
+  assert.ok(b.body.length > 64 * 1024);
+  assert.equal(lls.lentBufferCount(), lentBefore + 1);
+  const kept = Buffer.from(b.body);
+  const env = w.agent.lastEnvelope();
+  for (let n = 1; n <= 3; n++) {
+    w.agent.recordBody(p.reply(n));
+    w.agent.recordToolResult({ callId: `call_${n}`, text: 'x'.repeat(70000) });
+    const later = await w.agent.nextBody();
+    assert.ok(!later.body.equals(kept));
+    later.release();
+  }
+  assert.ok(b.body.equals(kept), 'the lent bytes did not change');
+  assert.equal(b.json, lls.renderWithOptions(p.renderer, env, p.options));
+  assert.equal(b.released, false);
+  b.release();
+  assert.equal(b.released, true);
+  assert.equal(lls.lentBufferCount(), lentBefore);
+  assert.throws(() => b.body, { status: lls.Status.INVALID_HANDLE, message: /released/ });
+  assert.equal(b.json, kept.toString(), 'the string decoded before the release stays');
+  b.release();
+  w.close();
+});
+
+test('a lent body nobody holds is freed after the garbage collector releases it', async () => {
+  await collect(() => lls.lentBufferCount() === 0);
+  assert.equal(lls.lentBufferCount(), 0);
+  const w = toolAgent('Be exact. '.repeat(10000));
+  w.agent.setRenderer('openai');
+  w.agent.startTurn('hello');
+  await w.agent.nextBody(); // dropped at once
+  assert.equal(lls.lentBufferCount(), 1);
+  await collect(() => lls.lentBufferCount() === 0);
+  assert.equal(lls.lentBufferCount(), 0, 'given back with lls_string_free by the FinalizationRegistry');
+  w.close();
+});
+
+test('recordStream records a streamed reply; a stream of another format changes nothing', async () => {
+  const w = toolAgent();
+  w.agent.setRenderer('openai');
+  w.agent.startTurn('Lis café.txt');
+  (await w.agent.nextBody()).release();
+  const s = new lls.Stream('openai');
+  s.feed(fs.readFileSync(path.join(STREAMS, 'openai-chat-tools.sse')));
+  const r = w.agent.recordStream(s);
+  assert.equal(r.toolCalls, 2);
+  assert.match(JSON.stringify(w.session.history()), /"id":"call_Rb2"/);
+  s.close();
+  for (const id of ['call_Qa1', 'call_Rb2']) w.agent.recordToolResult({ callId: id, text: 'ok' });
+  (await w.agent.nextBody()).release();
+  const other = new lls.Stream('anthropic');
+  other.feed(fs.readFileSync(path.join(STREAMS, 'anthropic-tools.sse')));
+  const events = w.session.events().length;
+  assert.throws(() => w.agent.recordStream(other), { status: lls.Status.INVALID_INPUT });
+  assert.equal(w.session.events().length, events);
+  other.close();
+  const sse = fs.readFileSync(path.join(STREAMS, 'openai-chat-tools.sse'));
+  const cut = new lls.Stream('openai');
+  cut.feed(sse.subarray(0, sse.length >> 1));
+  assert.throws(() => w.agent.recordStream(cut), (e) => e instanceof lls.LlmSessionError);
+  assert.ok(w.agent.recordStream(cut, { partial: true }).seq > 0, 'the partial message is recorded');
+  cut.close();
+  assert.throws(() => w.agent.recordStream(cut, { partial: true }), { status: lls.Status.INVALID_HANDLE });
+  assert.throws(() => w.agent.recordStream({}), TypeError);
+  w.close();
+});
+
+test('hot-path errors are clear and change nothing', async () => {
+  const w = toolAgent();
+  w.agent.startTurn('hello');
+  await assert.rejects(w.agent.nextBody(), { status: lls.Status.OUT_OF_ORDER });
+  assert.throws(() => w.agent.setRenderer('telegraph'), { status: lls.Status.INVALID_INPUT });
+  assert.throws(() => w.agent.setRenderer('openai', { prefixLen: 1 }), (e) => e.status === lls.Status.INVALID_INPUT && e.detail.field === 'options.prefixLen');
+  w.agent.setRenderer('openai');
+  assert.throws(() => w.agent.recordBody(PROVIDERS[0].reply(1)), { status: lls.Status.OUT_OF_ORDER });
+  assert.throws(() => w.agent.lastEnvelope(), { status: lls.Status.OUT_OF_ORDER });
+  (await w.agent.nextBody()).release();
+  const events = w.session.events().length;
+  assert.throws(() => w.agent.recordBody('{"choices":'), { status: lls.Status.MALFORMED_JSON });
+  assert.throws(() => w.agent.recordBody(PROVIDERS[2].reply(1)), { status: lls.Status.INVALID_INPUT });
+  assert.throws(() => w.agent.recordBody(''), (e) => e instanceof lls.LlmSessionError);
+  assert.throws(() => w.agent.recordBody(42), TypeError);
+  assert.equal(w.session.events().length, events);
+  const p = w.agent.nextBody();
+  await assert.rejects(p, { status: lls.Status.OUT_OF_ORDER }, 'a request is already open');
+  w.agent.recordBody(new Uint8Array(Buffer.from(PROVIDERS[0].reply(1))));
+  w.close();
+  await assert.rejects(w.agent.nextBody(), { status: lls.Status.INVALID_HANDLE });
+});
+
+test('nextBody with a pre-aborted signal is cancelled and ends the turn aborted', async () => {
+  const w = toolAgent();
+  w.agent.setRenderer('gemini');
+  w.agent.startTurn('hello');
+  await assert.rejects(w.agent.nextBody({ signal: AbortSignal.abort() }), { status: lls.Status.CANCELLED });
+  assert.equal(w.session.events().at(-1).data.reason, 'aborted');
+  w.close();
+});
