@@ -28,7 +28,8 @@
 # `make test` (3 steps, one pass, 200 messages: `make bench-bindings-smoke`) checks that every
 # harness builds the same bytes. BENCH_PROFILE=debug uses the debug build of the Rust harness
 # (the smoke run). BENCH_BINDINGS_MODE=request runs part 1 on the envelope path
-# (lls_agent_next_request) instead, and skips part 2. Expects the libraries staged in build/lib
+# (lls_agent_next_request) instead, and skips part 2. BENCH_PARTS="overhead naive" (the default)
+# names the parts to run. Expects the libraries staged in build/lib
 # (make build-lib), build/pkgconfig (make go-pc) and bindings/node/node_modules (npm ci):
 # `make bench-bindings` and `make bench-bindings-smoke` see to that.
 set -euo pipefail
@@ -39,6 +40,7 @@ passes=${2:-3}
 messages=${3:-1000}
 naive_spec=${NAIVE:-100:300 1000:100 10000:20}
 mode=${BENCH_BINDINGS_MODE:-body}
+parts=${BENCH_PARTS:-overhead naive}
 profile=${BENCH_PROFILE:-release}
 CARGO=${CARGO:-cargo}
 GO=${GO:-go}
@@ -49,6 +51,7 @@ out=build/bench/bindings
 mkdir -p "$out"
 [ "$mode" = body ] || [ "$mode" = request ] || { echo "bindings.sh: BENCH_BINDINGS_MODE is body or request" >&2; exit 2; }
 [ "$mode" = body ] || naive_spec=""
+[[ " $parts " == *" naive "* ]] || naive_spec=""
 
 echo "== building the harnesses"
 if [ "$profile" = release ]; then
@@ -123,7 +126,9 @@ gotest() { # KEY BENCHMARK DIR ITERATIONS [PATH]: the Go test binary on one benc
 		"$out/bindings_go.test" -test.run '^$' -test.bench "^$2\$" -test.benchtime "$4x"
 }
 
-if [ "$mode" = body ]; then
+if [[ " $parts " != *" overhead "* ]]; then
+	overhead=""
+elif [ "$mode" = body ]; then
 	overhead="rust c cpp go gocopy node"
 else
 	overhead="rust c cpp go node"
@@ -189,7 +194,7 @@ if profile != "release":
     print(f"\n(a smoke run: the Rust harness is the {profile} build, so the timings and ratios mean nothing)")
 
 # Part 1: binding overhead.
-res = same_bytes(overhead, "binding overhead")
+res = same_bytes(overhead, "binding overhead") if overhead else None
 labels = {
     "rust": "Rust `Agent::next_body`" if mode == "body" else "Rust `Agent::next_request`",
     "c": "C (direct `lls_` calls)",
@@ -200,13 +205,14 @@ labels = {
 }
 samples = {k: rows(f"{out}/{k}.samples") for k in overhead}
 per_pass = {k: {p: rows(f"{out}/{k}.pass.{p}") for p in range(1, passes + 1)} for k in overhead}
-rn, rs = med([r[0] for r in samples["rust"]]), med([r[1] for r in samples["rust"]])
-print()
-print(f"Binding overhead ({mode} path): {res[0]}, {res[1]}; {len(samples['rust'])} samples per harness ({passes} passes)")
-print()
-print("| harness | next body | vs Rust | per-pass ratios | step (reply + result + body) | vs Rust |" if mode == "body"
-      else "| harness | next request | vs Rust | per-pass ratios | step (exchange + request) | vs Rust |")
-print("|---|---|---|---|---|---|")
+if overhead:
+    rn, rs = med([r[0] for r in samples["rust"]]), med([r[1] for r in samples["rust"]])
+    print()
+    print(f"Binding overhead ({mode} path): {res[0]}, {res[1]}; {len(samples['rust'])} samples per harness ({passes} passes)")
+    print()
+    print("| harness | next body | vs Rust | per-pass ratios | step (reply + result + body) | vs Rust |" if mode == "body"
+          else "| harness | next request | vs Rust | per-pass ratios | step (exchange + request) | vs Rust |")
+    print("|---|---|---|---|---|---|")
 for k in overhead:
     nx, st = med([r[0] for r in samples[k]]), med([r[1] for r in samples[k]])
     pr = [med([r[0] for r in per_pass[k][p]]) / med([r[0] for r in per_pass["rust"][p]]) for p in range(1, passes + 1)]
@@ -221,6 +227,7 @@ if sizes:
     print("| messages | host | llmsession body | naive body | body ratio | min–max | llmsession step | naive step | step ratio | min–max |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     names = {"go": "Go `json.Marshal`", "node": "Node `JSON.stringify`", "python": "Python `json.dumps`"}
+    body_sizes = []
     for n in sizes:
         keys = [f"naive-{h}-{n}" for h in ("go", "node", "python")]
         r = same_bytes(keys, f"naive host, {n} messages")
@@ -233,5 +240,7 @@ if sizes:
             print(f"| {int(n):,} | {names[h]} | {fmt(med([x[0] for x in s]))} | {fmt(med([x[1] for x in s]))} | **{ratio(s, 0, 1):.1f}×** | "
                   f"{min(pn):.1f}–{max(pn):.1f}× | {fmt(med([x[2] for x in s]))} | {fmt(med([x[3] for x in s]))} | **{ratio(s, 2, 3):.1f}×** | "
                   f"{min(ps):.1f}–{max(ps):.1f}× |")
-        print(f"|  | ({r[0]}) | | | | | | | | |")
+        body_sizes.append(f"{int(n):,} messages: {int(r[0].split('=')[1]):,} bytes")
+    print()
+    print("Bodies compared (the last of the first timed round): " + "; ".join(body_sizes))
 EOF
