@@ -10,7 +10,7 @@
 use crate::error::{Error, ErrorKind, Result};
 use crate::header::EpochHeader;
 use crate::log::event::{types, Event};
-use crate::log::history::{joined_len, write_joined};
+use crate::log::history::{joined_len, runs, write_joined};
 use crate::log::load::{load_records, parse_records, SessionHeader};
 use crate::log::{Derived, Log};
 use crate::store::StoreContents;
@@ -157,8 +157,16 @@ impl EnvelopeParts<'_> {
             first = false;
             out.push_str(m);
         }
+        self.write_tail(&mut out, &session_id);
+        debug_assert_eq!(out.capacity(), capacity, "the envelope's size is computed in advance");
+        (out, head_end, hist_end)
+    }
+
+    /// The envelope's closing bytes, after its last message: `],"sessionId":...}`
+    /// (`session_id` already serialised).
+    fn write_tail(&self, out: &mut String, session_id: &str) {
         out.push_str("],\"sessionId\":");
-        out.push_str(&session_id);
+        out.push_str(session_id);
         if let Some((turn, step)) = self.turn_step {
             use std::fmt::Write;
             write!(out, ",\"turn\":{turn},\"step\":{step}").expect("writing to a String");
@@ -166,8 +174,18 @@ impl EnvelopeParts<'_> {
         out.push_str(",\"purpose\":\"");
         out.push_str(self.purpose.as_str());
         out.push_str("\"}");
-        debug_assert_eq!(out.capacity(), capacity, "the envelope's size is computed in advance");
-        (out, head_end, hist_end)
+    }
+}
+
+/// Hashes the JSON texts of `entries` as [`write_joined`] writes them (a comma first unless
+/// `first`), run by run.
+fn hash_joined(hasher: &mut Sha256, entries: &[Arc<Derived>], mut first: bool) {
+    for run in runs(entries) {
+        if !first {
+            hasher.update(b",");
+        }
+        first = false;
+        hasher.update(run.as_bytes());
     }
 }
 
@@ -177,7 +195,7 @@ impl EnvelopeParts<'_> {
 /// freed, so the allocator cannot reuse it and serves fresh pages (for requests of megabytes,
 /// page faults cost more than writing the bytes). With size classes, consecutive requests
 /// usually ask for the same size and reuse the freed buffer. At most 1/16 is unused.
-fn size_class(n: usize) -> usize {
+pub(crate) fn size_class(n: usize) -> usize {
     let step = (n.next_power_of_two() / 16).max(4096);
     n.div_ceil(step) * step
 }
@@ -403,6 +421,97 @@ pub fn conversation_envelope_digest(
         hasher: mid,
     });
     (body, d)
+}
+
+/// The length and digest of the conversation envelope [`conversation_envelope_digest`] would
+/// write, without writing it: the bytes are hashed where they lie (the cached head, the
+/// history's sealed runs, the closing fields), and through `cache` only those after the
+/// previous envelope's last history message when the two share them. For a request whose
+/// envelope is not wanted (`Agent::next_body`); debug builds check both against the bytes.
+pub fn conversation_digest(
+    log: &Log,
+    header: &EpochHeader,
+    prefix: &PrefixBytes,
+    session_id: &str,
+    turn: u64,
+    step: u64,
+    cache: &mut DigestCache,
+) -> (usize, String) {
+    let history = log.history();
+    let entries = history.entries();
+    let parts = EnvelopeParts {
+        config: &header.config,
+        system: header.system.as_deref(),
+        tools: header.tools.as_deref(),
+        prefix: &prefix.messages,
+        history: entries,
+        trailing: &[],
+        session_id,
+        turn_step: Some((turn, step)),
+        purpose: Purpose::Conversation,
+    };
+    let same_head = |c: &CachedDigest| {
+        c.header == *header
+            && match (&c.prefix, &prefix.source) {
+                (None, None) => true,
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            }
+    };
+    let cached = cache.state.take().filter(|c| same_head(c));
+    // The history starts with a comma when prefix messages precede it.
+    let first = prefix.messages.is_empty();
+    let hist_bytes = if entries.is_empty() { 0 } else { usize::from(!first) + joined_len(entries) };
+    let (cached_header, cached_prefix, head, prior) = match cached {
+        Some(c) => {
+            // The bytes hashed so far are still the start of this envelope when the history
+            // only grew since.
+            let grown = c.generation == history.generation()
+                && c.entries <= entries.len()
+                && same_entry(c.first, if c.entries > 0 { entries.first() } else { None })
+                && same_entry(c.last, c.entries.checked_sub(1).map(|i| &entries[i]))
+                && c.covered <= c.head.len() + hist_bytes;
+            (c.header, c.prefix, c.head, grown.then_some((c.hasher, c.entries)))
+        }
+        None => (header.clone(), prefix.source.clone(), parts.head(), None),
+    };
+    let hist_end = head.len() + hist_bytes;
+    let mut hasher = match prior {
+        Some((mut h, covered)) => {
+            hash_joined(&mut h, &entries[covered..], first && covered == 0);
+            h
+        }
+        None => {
+            let mut h = Sha256::new();
+            h.update(head.as_bytes());
+            hash_joined(&mut h, entries, first);
+            h
+        }
+    };
+    let mid = hasher.clone();
+    let mut tail = String::with_capacity(session_id.len() + 96);
+    parts.write_tail(&mut tail, &serde_json::to_string(session_id).expect("a string serialises"));
+    hasher.update(tail.as_bytes());
+    let d = hex_digest(&hasher.finalize());
+    let len = hist_end + tail.len();
+    #[cfg(debug_assertions)]
+    {
+        let bytes = parts.write();
+        debug_assert_eq!(len, bytes.len(), "the envelope's length without writing it");
+        debug_assert_eq!(d, digest(&bytes), "the envelope's digest without writing it");
+    }
+    cache.state = Some(CachedDigest {
+        header: cached_header,
+        prefix: cached_prefix,
+        head,
+        generation: history.generation(),
+        entries: entries.len(),
+        first: entries.first().map(|d| d.seq),
+        last: entries.last().map(|d| d.seq),
+        covered: hist_end,
+        hasher: mid,
+    });
+    (len, d)
 }
 
 /// The call config of a summarisation request, from the routed request's config `routed` and

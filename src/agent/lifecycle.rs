@@ -1,7 +1,7 @@
 //! The turn/step lifecycle and request building.
 
 use super::body::{Built, LastRequest, Want};
-use super::{Agent, Frozen};
+use super::{Agent, Frozen, PrevRequest};
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::header::{HeaderSnapshot, SnapshotReason};
@@ -9,7 +9,10 @@ use crate::log::event::{types, NewEvent, TurnEndReason, UserSource};
 use crate::log::load::parse_records;
 use crate::log::Log;
 use crate::prefix::{compose, context_event, ListenerContext, PreStepInfo};
-use crate::request::{conversation_envelope, conversation_envelope_digest, Body, PrefixBytes, Purpose, Request, RequestInfo};
+use crate::render::BodySource;
+use crate::request::{
+    conversation_digest, conversation_envelope, conversation_envelope_digest, Body, PrefixBytes, Purpose, Request, RequestInfo,
+};
 use crate::types::{Block, Message, Provenance, Role, Usage};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -161,7 +164,7 @@ impl Agent {
         let inherited = match (&self.prev_request, crate::compaction::last_step_seq(&g.log), folded) {
             (None, Some(routed), Some(h)) => {
                 let seqs = g.log.history().entries().iter().map(|d| d.seq).take_while(|s| *s < routed).collect();
-                Some((h.message_prefix.clone(), seqs))
+                Some(PrevRequest { prefix: h.message_prefix.clone(), seqs, generation: None })
             }
             _ => None,
         };
@@ -178,19 +181,30 @@ impl Agent {
             batch.push(NewEvent::new(types::REQUEST_HEADER, snap.to_value()));
         }
         let prefix_len = header.message_prefix.as_ref().map(|p| p.len()).unwrap_or(0);
-        let (envelope, body_digest) = conversation_envelope_digest(&g.log, &header, prefix_bytes, &session_id, turn, step, &mut cache);
-        // The provider body, before anything is written: one that cannot be rendered (a block
-        // the provider has no form for) changes nothing.
-        let provider_body = match want {
-            Want::Envelope => None,
+        // The envelope (its digest hashed from its pieces where only the body is wanted), then
+        // the provider body, before anything is written: a body that cannot be rendered (a
+        // block the provider has no form for) changes nothing.
+        let (envelope, envelope_len, body_digest, provider_body) = match want {
+            Want::Envelope => {
+                let (e, d) = conversation_envelope_digest(&g.log, &header, prefix_bytes, &session_id, turn, step, &mut cache);
+                (Some(e), 0, d, None)
+            }
             Want::Body => {
+                let (len, d) = conversation_digest(&g.log, &header, prefix_bytes, &session_id, turn, step, &mut cache);
                 let renderer = self.body.as_mut().ok_or_else(super::body::no_renderer)?;
-                Some(renderer.render_envelope(&envelope, prefix_len)?)
+                let src = BodySource { header: &header, prefix: prefix_bytes, history: g.log.history(), session_id: &session_id };
+                let body = renderer.body(&src, turn, step)?;
+                // Check mode compares the envelope with the log's, so it is written here.
+                let e = self.options.check_requests.then(|| {
+                    String::from_utf8(conversation_envelope(&g.log, &header, prefix_bytes, &session_id, turn, step)).expect("text")
+                });
+                (e, len, d, Some(body))
             }
         };
+        let envelope_len = envelope.as_ref().map_or(envelope_len, String::len);
         batch.push(NewEvent::new(
             types::STEP_START,
-            json!({"turn": turn, "step": step, "instance": self.instance, "digest": body_digest.as_str(), "bytes": envelope.len()}),
+            json!({"turn": turn, "step": step, "instance": self.instance, "digest": body_digest.as_str(), "bytes": envelope_len}),
         ));
         let seq = g.append_batch(batch)?.end - 1;
         // Stored: now the agent's state follows.
@@ -202,24 +216,37 @@ impl Agent {
         let history = g.log.history();
         let hist = history.entries();
         let prefix = header.message_prefix.clone();
-        let shared = match self.prev_request.as_ref().or(inherited.as_ref()) {
+        let same_prefix = |prev: &PrevRequest| match (&prev.prefix, &prefix) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+            _ => false,
+        };
+        // While the history only grew since this instance's previous request (same replace
+        // generation, the same entries at its ends), that request's history is all shared and
+        // its seqs are extended; otherwise they are compared one by one.
+        let mut prev = self.prev_request.take();
+        let grown = prev.as_ref().is_some_and(|p| {
+            p.generation == Some(history.generation())
+                && p.seqs.len() <= hist.len()
+                && p.seqs.first() == hist.first().map(|d| &d.seq).filter(|_| !p.seqs.is_empty())
+                && p.seqs.last() == p.seqs.len().checked_sub(1).map(|i| &hist[i].seq)
+        });
+        let shared = match prev.as_ref().or(inherited.as_ref()) {
             None => 0,
-            Some((prev_prefix, prev_seqs)) => {
-                let same_prefix = match (prev_prefix, &prefix) {
-                    (None, None) => true,
-                    (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
-                    _ => false,
-                };
-                if !same_prefix {
-                    0
-                } else {
-                    let p = prefix.as_ref().map(|p| p.len()).unwrap_or(0);
-                    p + prev_seqs.iter().zip(hist.iter()).take_while(|(a, b)| **a == b.seq).count()
-                }
-            }
+            Some(p) if !same_prefix(p) => 0,
+            Some(p) if grown => prefix_len + p.seqs.len(),
+            Some(p) => prefix_len + p.seqs.iter().zip(hist.iter()).take_while(|(a, b)| **a == b.seq).count(),
         };
         let message_count = prefix_len + hist.len();
-        self.prev_request = Some((prefix, hist.iter().map(|d| d.seq).collect()));
+        let seqs = match prev.take() {
+            Some(mut p) if grown => {
+                let n = p.seqs.len();
+                p.seqs.extend(hist[n..].iter().map(|d| d.seq));
+                p.seqs
+            }
+            _ => hist.iter().map(|d| d.seq).collect(),
+        };
+        self.prev_request = Some(PrevRequest { prefix, seqs, generation: Some(history.generation()) });
         let info = RequestInfo {
             instance: self.instance,
             turn,
@@ -229,19 +256,19 @@ impl Agent {
             prefix_len,
             message_count,
             shared_messages: shared,
-            envelope_len: envelope.len(),
+            envelope_len,
             digest: body_digest,
         };
         self.last_request = Some(LastRequest::new(header, session_id, history, info.clone()));
         drop(g);
         self.stats.requests += 1;
-        if self.options.check_requests {
-            self.check_request(envelope.as_bytes(), seq, turn, step)?;
+        if let Some(e) = envelope.as_ref().filter(|_| self.options.check_requests) {
+            self.check_request(e.as_bytes(), seq, turn, step)?;
         }
         Ok(match provider_body {
             None => Built::Envelope(Request {
                 digest: info.digest,
-                json: envelope,
+                json: envelope.expect("the envelope was asked for"),
                 turn,
                 step,
                 instance: self.instance,
@@ -251,8 +278,8 @@ impl Agent {
                 step_seq: seq,
             }),
             Some(json) => {
-                if self.options.check_requests {
-                    super::body::check_body(self.body.as_ref().expect("rendered"), &envelope, prefix_len, &json, turn, step)?;
+                if let Some(e) = envelope.as_ref().filter(|_| self.options.check_requests) {
+                    super::body::check_body(self.body.as_ref().expect("rendered"), e, prefix_len, &json, turn, step)?;
                 }
                 Built::Body(Body { json, info })
             }

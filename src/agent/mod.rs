@@ -74,8 +74,14 @@ pub(crate) struct Frozen {
     pub bytes: PrefixBytes,
 }
 
-/// What the previous request carried: its prefix and the seqs of its history messages.
-pub(crate) type PrevRequest = (Option<Arc<Vec<Message>>>, Vec<u64>);
+/// What the previous request carried: its prefix, the seqs of its history messages, and the
+/// replace generation of that history (`None`: not known, an earlier instance's request).
+#[derive(Clone, Debug)]
+pub(crate) struct PrevRequest {
+    pub prefix: Option<Arc<Vec<Message>>>,
+    pub seqs: Vec<u64>,
+    pub generation: Option<u64>,
+}
 
 /// Per-instance statistics.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -40,10 +40,7 @@ pub fn render_anthropic(envelope: &Value, options: &RenderOptions) -> Result<Val
     let prefix_len = options.prefix_len;
     env.check_prefix_len(prefix_len)?;
 
-    let mut system: Vec<Value> = Vec::new();
-    if let Some(s) = &env.system {
-        system.push(json!({"type": "text", "text": s}));
-    }
+    let mut system = system_prompt(&env);
     // The system prompt's own blocks; hoisted system-role prefix messages follow them.
     let system_prompt_blocks = system.len();
     let mut out: Vec<Rendered> = Vec::with_capacity(env.messages.len());
@@ -55,18 +52,7 @@ pub fn render_anthropic(envelope: &Value, options: &RenderOptions) -> Result<Val
         if env.compaction && i + 1 == env.messages.len() {
             history_end = Some(out.len());
         }
-        if m.role == Role::System {
-            if i >= prefix_len {
-                return Err(Error::invalid(
-                    format!("messages[{i}].role"),
-                    format!(
-                        "a system-role message is only supported inside the session prefix (the \
-                         first {prefix_len} messages) by the {NAME} renderer"
-                    ),
-                ));
-            }
-            hoist_system(m, i, &mut system)?;
-        } else if let Some(r) = render_message(m, i)? {
+        if let Some(r) = piece(m, i, prefix_len, &mut system)? {
             push_merged(&mut out, r);
         }
         if i + 1 == prefix_len {
@@ -74,6 +60,58 @@ pub fn render_anthropic(envelope: &Value, options: &RenderOptions) -> Result<Val
         }
     }
 
+    let tools = tools(&env)?;
+    let end_mark = last_cacheable(&out[..history_end.unwrap_or(out.len())]);
+    let prefix_at = match prefix_mark {
+        Some(p) => Some(Mark::Message(p)),
+        None => hoisted_mark(&system, system_prompt_blocks),
+    };
+    let marks = choose_marks(&tools, end_mark.map(Mark::Message), prefix_at, head_mark(system_prompt_blocks, &tools));
+    let cc = cache_control(options);
+    for m in &marks {
+        if let Mark::Message((k, j)) = *m {
+            set_mark(&mut out[k].content[j], &cc);
+        }
+    }
+    let messages: Vec<Value> = out.into_iter().map(|r| json!({"role": r.role, "content": r.content})).collect();
+    let mut body = frame(&env, system, tools, &marks, &cc)?;
+    body.insert(MESSAGES.into(), Value::Array(messages));
+    Ok(Value::Object(body))
+}
+
+/// The body field holding the wire messages.
+pub(super) const MESSAGES: &str = "messages";
+
+/// The system prompt's blocks (hoisted system-role prefix messages follow them).
+pub(super) fn system_prompt(env: &Envelope) -> Vec<Value> {
+    let mut system: Vec<Value> = Vec::new();
+    if let Some(s) = &env.system {
+        system.push(json!({"type": "text", "text": s}));
+    }
+    system
+}
+
+/// Envelope message `i` rendered: a system-role prefix message goes into `system` (and renders
+/// to no message), any other is one wire message, or none when no block survives.
+pub(super) fn piece(m: &Message, i: usize, prefix_len: usize, system: &mut Vec<Value>) -> Result<Option<Rendered>> {
+    if m.role == Role::System {
+        if i >= prefix_len {
+            return Err(Error::invalid(
+                format!("messages[{i}].role"),
+                format!(
+                    "a system-role message is only supported inside the session prefix (the \
+                     first {prefix_len} messages) by the {NAME} renderer"
+                ),
+            ));
+        }
+        hoist_system(m, i, system)?;
+        return Ok(None);
+    }
+    render_message(m, i)
+}
+
+/// The tools, with the host's own fields.
+pub(super) fn tools(env: &Envelope) -> Result<Vec<Value>> {
     let mut tools: Vec<Value> = Vec::with_capacity(env.tools.len());
     for (t_i, t) in env.tools.iter().enumerate() {
         let mut tool = JsonMap::new();
@@ -91,41 +129,57 @@ pub fn render_anthropic(envelope: &Value, options: &RenderOptions) -> Result<Val
         }
         tools.push(Value::Object(tool));
     }
+    Ok(tools)
+}
 
-    // The breakpoints, in the order of their value: the end of the history (the next request
-    // extends this one and reads everything up to here), the end of the session prefix (the
-    // same in every request of an instance and in its summarisation requests, so it is read
-    // even after a compaction rewrote the history), the end of the system prompt, or of the
-    // tools without one (read by the next instance when its session prefix changed). Marks the
-    // host put on tools (a `cache_control` tool field) count against the provider's limit.
-    let host_marks = tools.iter().filter(|t| t.get("cache_control").is_some()).count();
-    let end_mark = last_cacheable(&out[..history_end.unwrap_or(out.len())]);
-    let prefix_at = match prefix_mark {
-        Some(p) => Some(Mark::Message(p)),
-        None if system.len() > system_prompt_blocks => Some(Mark::System(system.len() - 1)),
-        None => None,
-    };
-    let head_at = if system_prompt_blocks > 0 {
+/// The prefix breakpoint when the prefix has no cacheable message block: the last hoisted
+/// system block, if any.
+pub(super) fn hoisted_mark<P>(system: &[Value], system_prompt_blocks: usize) -> Option<Mark<P>> {
+    (system.len() > system_prompt_blocks).then(|| Mark::System(system.len() - 1))
+}
+
+/// The head breakpoint: the end of the system prompt, or of the tools without one (unless the
+/// host marked the last tool itself).
+pub(super) fn head_mark<P>(system_prompt_blocks: usize, tools: &[Value]) -> Option<Mark<P>> {
+    if system_prompt_blocks > 0 {
         Some(Mark::System(system_prompt_blocks - 1))
     } else {
         tools.len().checked_sub(1).filter(|&t| tools[t].get("cache_control").is_none()).map(Mark::Tool)
-    };
-    let mut marks: Vec<Mark> = Vec::with_capacity(3);
-    for m in [end_mark.map(Mark::Message), prefix_at, head_at].into_iter().flatten() {
+    }
+}
+
+/// The breakpoints, in the order of their value: the end of the history (the next request
+/// extends this one and reads everything up to here), the end of the session prefix (the
+/// same in every request of an instance and in its summarisation requests, so it is read
+/// even after a compaction rewrote the history), the end of the system prompt, or of the
+/// tools without one (read by the next instance when its session prefix changed). Marks the
+/// host put on tools (a `cache_control` tool field) count against the provider's limit.
+pub(super) fn choose_marks<P: PartialEq>(
+    tools: &[Value],
+    end: Option<Mark<P>>,
+    prefix: Option<Mark<P>>,
+    head: Option<Mark<P>>,
+) -> Vec<Mark<P>> {
+    let host_marks = tools.iter().filter(|t| t.get("cache_control").is_some()).count();
+    let mut marks: Vec<Mark<P>> = Vec::with_capacity(3);
+    for m in [end, prefix, head].into_iter().flatten() {
         if !marks.contains(&m) && host_marks + marks.len() < MAX_BREAKPOINTS {
             marks.push(m);
         }
     }
-    let cc = cache_control(options);
-    for m in &marks {
+    marks
+}
+
+/// Every body field but the wire messages, whose place `messages` holds (`null`), with the
+/// system and tool breakpoints of `marks` placed.
+pub(super) fn frame<P>(env: &Envelope, mut system: Vec<Value>, mut tools: Vec<Value>, marks: &[Mark<P>], cc: &Value) -> Result<JsonMap> {
+    for m in marks {
         match *m {
-            Mark::System(j) => set_mark(&mut system[j], &cc),
-            Mark::Tool(t) => set_mark(&mut tools[t], &cc),
-            Mark::Message((k, j)) => set_mark(&mut out[k].content[j], &cc),
+            Mark::System(j) => set_mark(&mut system[j], cc),
+            Mark::Tool(t) => set_mark(&mut tools[t], cc),
+            Mark::Message(_) => {}
         }
     }
-    let messages: Vec<Value> = out.into_iter().map(|r| json!({"role": r.role, "content": r.content})).collect();
-
     let mut body = JsonMap::new();
     body.insert("model".into(), env.model.clone().into());
     if let Some(n) = env.max_tokens {
@@ -134,7 +188,7 @@ pub fn render_anthropic(envelope: &Value, options: &RenderOptions) -> Result<Val
     if !system.is_empty() {
         body.insert("system".into(), Value::Array(system));
     }
-    body.insert("messages".into(), Value::Array(messages));
+    body.insert(MESSAGES.into(), Value::Null);
     if !tools.is_empty() {
         body.insert("tools".into(), Value::Array(tools));
     }
@@ -147,7 +201,7 @@ pub fn render_anthropic(envelope: &Value, options: &RenderOptions) -> Result<Val
     env.pass_through(&mut body, NAME)?;
     // After the pass-through, so that a `max_tokens` config field can stand in for `maxTokens`.
     body.entry("max_tokens").or_insert(DEFAULT_ANTHROPIC_MAX_TOKENS.into());
-    Ok(Value::Object(body))
+    Ok(body)
 }
 
 /// Anthropic accepts at most this many blocks with `cache_control` in one request.
@@ -155,17 +209,17 @@ pub const MAX_BREAKPOINTS: usize = 4;
 
 /// Where a cache breakpoint goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Mark {
+pub(super) enum Mark<P> {
     /// A `system` block.
     System(usize),
     /// A tool.
     Tool(usize),
-    /// A block of a rendered message: (message, block).
-    Message((usize, usize)),
+    /// A block of a message, at position `P` (here: (rendered message, block)).
+    Message(P),
 }
 
 /// The `cache_control` object: ephemeral, with the TTL the options ask for.
-fn cache_control(options: &RenderOptions) -> Value {
+pub(super) fn cache_control(options: &RenderOptions) -> Value {
     match options.cache_ttl {
         None => json!({"type": "ephemeral"}),
         Some(ttl) => json!({"type": "ephemeral", "ttl": ttl.as_str()}),
@@ -173,16 +227,16 @@ fn cache_control(options: &RenderOptions) -> Value {
 }
 
 /// One rendered wire message.
-struct Rendered {
-    role: &'static str,
-    content: Vec<Value>,
+pub(super) struct Rendered {
+    pub role: &'static str,
+    pub content: Vec<Value>,
     /// Every block is a `tool_result`: such messages merge with their neighbours.
-    tool_results_only: bool,
+    pub tool_results_only: bool,
 }
 
 impl Rendered {
     /// The index of the last block that may carry `cache_control` (thinking blocks may not).
-    fn last_cacheable(&self) -> Option<usize> {
+    pub(super) fn last_cacheable(&self) -> Option<usize> {
         self.content.iter().rposition(|b| !matches!(b.get("type").and_then(Value::as_str), Some("thinking" | "redacted_thinking")))
     }
 }
@@ -205,7 +259,7 @@ fn push_merged(out: &mut Vec<Rendered>, r: Rendered) {
     out.push(r);
 }
 
-fn set_mark(block: &mut Value, cc: &Value) {
+pub(super) fn set_mark(block: &mut Value, cc: &Value) {
     if let Value::Object(m) = block {
         m.insert("cache_control".into(), cc.clone());
     }

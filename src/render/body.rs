@@ -1,22 +1,290 @@
 //! The provider body of an agent's requests, from the rendered form of each message.
 //!
 //! A [`BodyCache`] belongs to one agent and one renderer with its options. It renders a
-//! request's provider body as `Renderer::render` of the request's envelope would, byte for
-//! byte: the envelope stays the logged truth, and the body is a pure function of it.
-use super::{RenderOptions, Renderer};
+//! request's provider body exactly as [`Renderer::render`] of the request's envelope
+//! serialises it, byte for byte: the envelope stays the logged truth, and the body is a pure
+//! function of it. What makes it cheap:
+//!
+//! - **Each message is rendered once.** The renderers render every envelope message by a
+//!   function of that message alone ([`Renderer`]'s prefix property), so the cache keeps each
+//!   message's rendered text (its wire messages, or for Anthropic and Gemini its blocks and
+//!   parts) and renders only the messages that are new since the last body.
+//! - **The rendered history is one buffer.** The texts sit one after the other in one string,
+//!   already joined as the body's message array writes them (for Anthropic and Gemini: grouped
+//!   into wire messages, consecutive tool results merged, the last group left open), so a body
+//!   is the frame's leading bytes, one copy of that string, and the frame's trailing bytes.
+//! - **The frame is rendered once per header.** Everything but the messages (model, system,
+//!   tools, sampling fields, cache routing, pass-through fields) comes from the header and the
+//!   session prefix, rendered by the renderer's own code and split around the message array.
+//! - **Anthropic's moving breakpoint is a patch.** The end-of-history `cache_control` goes on
+//!   the last cacheable block of the history, which changes at every request: the copy of the
+//!   rendered history replaces that one block's text with its marked form (and the same for the
+//!   prefix breakpoint). Which system and tool breakpoints the frame carries follows the
+//!   renderer's rule (at most four, the host's own tool marks counted).
+//!
+//! The history is followed as the digest cache follows it (`request::DigestCache`): while it
+//! only grew (same replace generation, the same entries at the covered ends), new entries are
+//! appended; after a compaction or a new header the string is rebuilt from the texts already
+//! rendered (found by seq), rendering only what is new. Gemini's tool results name the function
+//! of the earlier call; the cache notes the calls each message makes and re-renders a result
+//! whose call changed.
+//!
+//! A message the renderer refuses fails the body with the error `Renderer::render` gives for the
+//! whole envelope (the envelope is rendered afresh to get it). Debug builds compare every body
+//! with the fresh rendering of its envelope.
+
+use super::{anthropic, gemini, openai, responses, Envelope, RenderOptions, Renderer};
 use crate::error::{Error, ErrorKind, Result};
+use crate::header::EpochHeader;
+use crate::log::{Derived, History};
+use crate::request::{EnvelopeParts, PrefixBytes, Purpose};
+use crate::types::{JsonMap, Message, Role};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// What a conversation request's body is rendered from: the same as its envelope.
+pub struct BodySource<'a> {
+    /// The header the request carries.
+    pub header: &'a EpochHeader,
+    /// The serialised session prefix (of `header.message_prefix`).
+    pub prefix: &'a PrefixBytes,
+    /// The derived history.
+    pub history: &'a History,
+    /// The session id.
+    pub session_id: &'a str,
+}
+
+impl BodySource<'_> {
+    /// The envelope of this source over `history` (bytes).
+    fn envelope(&self, history: &[Arc<Derived>], turn_step: Option<(u64, u64)>) -> Vec<u8> {
+        EnvelopeParts {
+            config: &self.header.config,
+            system: self.header.system.as_deref(),
+            tools: self.header.tools.as_deref(),
+            prefix: &self.prefix.messages,
+            history,
+            trailing: &[],
+            session_id: self.session_id,
+            turn_step,
+            purpose: Purpose::Conversation,
+        }
+        .write()
+    }
+}
 
 /// The rendered form of an agent's requests for one renderer (see the module docs).
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct BodyCache {
     renderer: Renderer,
     options: RenderOptions,
+    /// Anthropic's `cache_control` object for these options.
+    cc: Value,
+    state: Option<State>,
+}
+
+impl Clone for BodyCache {
+    /// A clone starts empty (it renders everything again at its first body).
+    fn clone(&self) -> BodyCache {
+        BodyCache::new(self.renderer, self.options.clone())
+    }
+}
+
+/// How messages lie in the body's array.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Layout {
+    /// Every message renders to whole items of the array (chat completions, Responses).
+    Flat,
+    /// Messages render to blocks of a wire message `{"<key>":[blocks],"role":"<role>"}`;
+    /// consecutive tool results share one (Anthropic, Gemini).
+    Grouped(&'static str),
+}
+
+fn layout(r: Renderer) -> Layout {
+    match r {
+        Renderer::OpenAi | Renderer::OpenAiResponses => Layout::Flat,
+        Renderer::Anthropic => Layout::Grouped("content"),
+        Renderer::Gemini => Layout::Grouped("parts"),
+    }
+}
+
+/// The body's field holding the messages.
+fn messages_key(r: Renderer) -> &'static str {
+    match r {
+        Renderer::OpenAi => openai::MESSAGES,
+        Renderer::OpenAiResponses => responses::INPUT,
+        Renderer::Anthropic => anthropic::MESSAGES,
+        Renderer::Gemini => gemini::CONTENTS,
+    }
+}
+
+/// A Gemini call as the renderer's map of calls holds it: id, then (function name, whether
+/// the id is sent), or `None` when the map has no such call.
+type Note = (String, Option<(String, bool)>);
+
+/// One message of the sequence (prefix messages, then the history), rendered.
+#[derive(Clone, Debug)]
+struct Piece {
+    /// The history entry's seq (`None` for a prefix message).
+    seq: Option<u64>,
+    /// Where its text is in the joined string.
+    start: usize,
+    end: usize,
+    kind: Kind,
+    /// Anthropic: the last block that may carry `cache_control`, relative to `start`.
+    mark: Option<(usize, usize)>,
+    /// Gemini: the calls this assistant message notes, or the calls this user message's tool
+    /// results used.
+    notes: Vec<Note>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// Renders to nothing.
+    Empty,
+    /// Whole items (flat layouts).
+    Items,
+    /// The blocks of one wire message of `role`; `merges`: tool results only.
+    Blocks { role: &'static str, merges: bool },
+}
+
+/// A message rendered to values, before it is written as text.
+enum Rendered {
+    Items(Vec<Value>),
+    Blocks { role: &'static str, blocks: Vec<Value>, merges: bool, cacheable: Option<usize> },
+    Nothing,
+}
+
+/// The rendered message sequence, joined.
+#[derive(Debug, Default)]
+struct Sequence {
+    joined: String,
+    pieces: Vec<Piece>,
+    /// The group left open at the end of `joined` (grouped layouts): role, merges.
+    open: Option<(&'static str, bool)>,
+    /// Anthropic: the last piece with a cacheable block.
+    last_cacheable: Option<usize>,
+    /// Gemini: the calls of the messages so far.
+    calls: gemini::Calls,
+}
+
+impl Sequence {
+    /// Appends a piece's text (see the module docs for the layout).
+    fn push(&mut self, layout: Layout, seq: Option<u64>, text: &str, kind: Kind, mark: Option<(usize, usize)>, notes: Vec<Note>) {
+        let start = match (layout, kind) {
+            (_, Kind::Empty) => self.joined.len(),
+            (Layout::Flat, _) => {
+                if !self.joined.is_empty() {
+                    self.joined.push(',');
+                }
+                self.joined.len()
+            }
+            (Layout::Grouped(key), Kind::Blocks { role, merges }) => {
+                match self.open {
+                    Some((_, true)) if merges => self.joined.push(','),
+                    Some((open_role, _)) => {
+                        close_group(&mut self.joined, open_role);
+                        self.joined.push(',');
+                        open_group(&mut self.joined, key);
+                    }
+                    None => open_group(&mut self.joined, key),
+                }
+                self.open = Some((role, merges));
+                self.joined.len()
+            }
+            (Layout::Grouped(_), Kind::Items) => unreachable!("grouped layouts render blocks"),
+        };
+        self.joined.push_str(text);
+        if mark.is_some() {
+            self.last_cacheable = Some(self.pieces.len());
+        }
+        self.pieces.push(Piece { seq, start, end: self.joined.len(), kind, mark, notes });
+    }
+
+    /// The text of piece `k`.
+    fn text(&self, k: usize) -> &str {
+        let p = &self.pieces[k];
+        &self.joined[p.start..p.end]
+    }
+}
+
+fn open_group(out: &mut String, key: &str) {
+    out.push_str("{\"");
+    out.push_str(key);
+    out.push_str("\":[");
+}
+
+fn close_group(out: &mut String, role: &str) {
+    out.push_str("],\"role\":\"");
+    out.push_str(role);
+    out.push_str("\"}");
+}
+
+/// What the body carries before and after the message array.
+#[derive(Debug)]
+struct Frame {
+    /// Up to and including `"<key>":[` and the items the renderer puts before the envelope's
+    /// messages (chat completions: the system prompt).
+    pre: String,
+    /// Whether `pre` ends with such an item (so a comma follows it).
+    lead: bool,
+    /// From the array's `]` to the end.
+    post: String,
+}
+
+/// Which system and tool breakpoints an Anthropic frame carries.
+type FrameKey = Vec<anthropic::Mark<()>>;
+
+/// What depends on the header, the prefix and the session id.
+#[derive(Debug)]
+struct Head {
+    header: EpochHeader,
+    prefix: Option<Arc<Vec<Message>>>,
+    session_id: String,
+    /// The head envelope (prefix messages, no history), parsed.
+    env: Envelope,
+    /// Anthropic and Gemini: the system blocks (the prompt's, then hoisted prefix messages).
+    system: Vec<Value>,
+    system_prompt_blocks: usize,
+    /// Anthropic: the tools.
+    tools: Vec<Value>,
+    /// Pieces that are the prefix; Anthropic: the last of them with a cacheable block.
+    prefix_pieces: usize,
+    prefix_cacheable: Option<usize>,
+    frame: Option<(FrameKey, Frame)>,
+}
+
+#[derive(Debug)]
+struct State {
+    head: Head,
+    seq: Sequence,
+    /// The history the sequence covers: its replace generation, how many entries, the seqs of
+    /// the first and last.
+    generation: u64,
+    covered: usize,
+    first: Option<u64>,
+    last: Option<u64>,
+}
+
+impl State {
+    fn cover(&mut self, seq: u64) {
+        if self.covered == 0 {
+            self.first = Some(seq);
+        }
+        self.covered += 1;
+        self.last = Some(seq);
+    }
+}
+
+fn internal(e: serde_json::Error) -> Error {
+    Error::new(ErrorKind::Internal, e.to_string())
 }
 
 impl BodyCache {
-    /// A cache for `renderer` with `options` (`prefix_len` is taken from each request).
+    /// A cache for `renderer` with `options` (their `prefix_len` is taken from each request).
     pub fn new(renderer: Renderer, options: RenderOptions) -> BodyCache {
-        BodyCache { renderer, options }
+        let cc = anthropic::cache_control(&options);
+        BodyCache { renderer, options, cc, state: None }
     }
 
     /// The renderer.
@@ -29,16 +297,353 @@ impl BodyCache {
         &self.options
     }
 
-    /// The body of `envelope`, whose first `prefix_len` messages are the session prefix.
-    pub fn render_envelope(&mut self, envelope: &str, prefix_len: usize) -> Result<String> {
-        self.render_envelope_fresh(envelope, prefix_len)
+    /// The options for an envelope whose first `prefix_len` messages are the prefix.
+    fn options_for(&self, prefix_len: usize) -> RenderOptions {
+        RenderOptions { prefix_len, ..self.options.clone() }
+    }
+
+    /// The body of the conversation request `src` describes (`turn`, `step` only name it in
+    /// the envelope, which no renderer sends): `Renderer::render` of its envelope, serialised.
+    /// A message or header the renderer refuses gives the error rendering the envelope gives.
+    pub fn body(&mut self, src: &BodySource<'_>, turn: u64, step: u64) -> Result<String> {
+        let prefix_len = src.prefix.messages.len();
+        let built = self.update(src).and_then(|()| self.write());
+        let envelope = || String::from_utf8(src.envelope(src.history.entries(), Some((turn, step)))).expect("an envelope is text");
+        match built {
+            Ok(body) => {
+                debug_assert_eq!(
+                    body,
+                    self.render_envelope_fresh(&envelope(), prefix_len).expect("the cached body rendered, so the envelope renders"),
+                    "the cached {} body is the rendering of its envelope",
+                    self.renderer.name()
+                );
+                Ok(body)
+            }
+            Err(e) => {
+                // Start again next time; the fresh rendering names the field as for the whole
+                // envelope (and would give the body if the cache were wrong).
+                self.state = None;
+                match self.render_envelope_fresh(&envelope(), prefix_len) {
+                    Err(fresh) => Err(fresh),
+                    Ok(body) => {
+                        debug_assert!(false, "the cache failed where the envelope renders: {e}");
+                        Ok(body)
+                    }
+                }
+            }
+        }
     }
 
     /// The body of `envelope` rendered from scratch: `Renderer::render`, serialised.
     pub fn render_envelope_fresh(&self, envelope: &str, prefix_len: usize) -> Result<String> {
-        let v: serde_json::Value = serde_json::from_str(envelope)?;
-        let options = RenderOptions { prefix_len, ..self.options.clone() };
-        let body = self.renderer.render(&v, &options)?;
-        serde_json::to_string(&body).map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))
+        let v: Value = serde_json::from_str(envelope)?;
+        let body = self.renderer.render(&v, &self.options_for(prefix_len))?;
+        serde_json::to_string(&body).map_err(internal)
     }
+
+    /// Brings the state up to `src`: the head, then the history.
+    fn update(&mut self, src: &BodySource<'_>) -> Result<()> {
+        let history = src.history;
+        let entries = history.entries();
+        let same_head = self.state.as_ref().is_some_and(|s| {
+            s.head.header == *src.header
+                && s.head.session_id == src.session_id
+                && match (&s.head.prefix, &src.prefix.source) {
+                    (None, None) => true,
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                    _ => false,
+                }
+        });
+        let grown = same_head
+            && self.state.as_ref().is_some_and(|s| {
+                s.generation == history.generation()
+                    && s.covered <= entries.len()
+                    && s.first == if s.covered > 0 { entries.first().map(|d| d.seq) } else { None }
+                    && s.last == s.covered.checked_sub(1).map(|i| entries[i].seq)
+            });
+        if grown {
+            let mut state = self.state.take().expect("checked");
+            let from = state.covered;
+            let r = self.append(&mut state, &entries[from..]);
+            self.state = Some(state);
+            return r;
+        }
+        // A new head, or a history that did not only grow: rebuild the sequence, reusing the
+        // texts already rendered.
+        let old = self.state.take();
+        let mut head = self.head(src)?;
+        let mut seq = Sequence::default();
+        self.push_prefix(&mut head, &mut seq)?;
+        let mut state = State { head, seq, generation: history.generation(), covered: 0, first: None, last: None };
+        match old {
+            None => self.append(&mut state, entries)?,
+            Some(old) => self.rebuild(&mut state, &old.seq, entries)?,
+        }
+        self.state = Some(state);
+        Ok(())
+    }
+
+    /// The head of `src`: its envelope without history, parsed, and what the frame needs.
+    fn head(&self, src: &BodySource<'_>) -> Result<Head> {
+        let bytes = src.envelope(&[], Some((0, 0)));
+        let v: Value = serde_json::from_slice(&bytes)?;
+        let env = Envelope::parse(&v)?;
+        let (system, tools) = match self.renderer {
+            Renderer::Anthropic => (anthropic::system_prompt(&env), anthropic::tools(&env)?),
+            Renderer::Gemini => (gemini::system_prompt(&env), Vec::new()),
+            _ => (Vec::new(), Vec::new()),
+        };
+        Ok(Head {
+            header: src.header.clone(),
+            prefix: src.prefix.source.clone(),
+            session_id: src.session_id.to_string(),
+            system_prompt_blocks: system.len(),
+            system,
+            tools,
+            env,
+            prefix_pieces: 0,
+            prefix_cacheable: None,
+            frame: None,
+        })
+    }
+
+    /// Renders the prefix messages into the sequence (and hoists system-role ones).
+    fn push_prefix(&self, head: &mut Head, seq: &mut Sequence) -> Result<()> {
+        let n = head.env.messages.len();
+        for i in 0..n {
+            let m = &head.env.messages[i];
+            let uses = self.uses(m, &seq.calls);
+            let rendered = self.render(m, i, n, &mut head.system, &mut seq.calls)?;
+            let notes = if uses.is_empty() { self.notes(m, &seq.calls) } else { uses };
+            self.push_rendered(seq, None, rendered, notes)?;
+        }
+        head.prefix_pieces = seq.pieces.len();
+        head.prefix_cacheable = seq.last_cacheable;
+        Ok(())
+    }
+
+    /// Appends history entries, rendering each.
+    fn append(&self, state: &mut State, entries: &[Arc<Derived>]) -> Result<()> {
+        let prefix_len = state.head.prefix_pieces;
+        for d in entries {
+            let m = message_of(d)?;
+            let i = prefix_len + state.covered;
+            // History messages are never system-role (the renderers refuse one after the prefix).
+            let mut system = Vec::new();
+            let uses = self.uses(&m, &state.seq.calls);
+            let rendered = self.render(&m, i, prefix_len, &mut system, &mut state.seq.calls)?;
+            let notes = if uses.is_empty() { self.notes(&m, &state.seq.calls) } else { uses };
+            self.push_rendered(&mut state.seq, Some(d.seq), rendered, notes)?;
+            state.cover(d.seq);
+        }
+        Ok(())
+    }
+
+    /// Fills `state` (its prefix pushed) with `entries`, copying the text of every entry `old`
+    /// rendered and rendering the others.
+    fn rebuild(&self, state: &mut State, old: &Sequence, entries: &[Arc<Derived>]) -> Result<()> {
+        let by_seq: HashMap<u64, usize> = old.pieces.iter().enumerate().filter_map(|(k, p)| Some((p.seq?, k))).collect();
+        let layout = layout(self.renderer);
+        for d in entries {
+            let reuse = by_seq.get(&d.seq).copied().filter(|&k| {
+                // A Gemini tool result is reused only when its calls are what they were.
+                let p = &old.pieces[k];
+                !matches!(p.kind, Kind::Blocks { role: "user", .. })
+                    || p.notes.iter().all(|(id, used)| state.seq.calls.get(id).cloned() == *used)
+            });
+            match reuse {
+                Some(k) => {
+                    let p = &old.pieces[k];
+                    if matches!(p.kind, Kind::Blocks { role: "model", .. }) {
+                        for (id, call) in &p.notes {
+                            if let Some(c) = call {
+                                state.seq.calls.insert(id.clone(), c.clone());
+                            }
+                        }
+                    }
+                    state.seq.push(layout, p.seq, old.text(k), p.kind, p.mark, p.notes.clone());
+                    state.cover(d.seq);
+                }
+                None => self.append(state, std::slice::from_ref(d))?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Gemini: the calls a user message's tool results use, as `calls` holds them.
+    fn uses(&self, m: &Message, calls: &gemini::Calls) -> Vec<Note> {
+        if self.renderer != Renderer::Gemini || m.role != Role::User {
+            return Vec::new();
+        }
+        m.content.iter().filter_map(|b| b.tool_result_id()).map(|id| (id.to_string(), calls.get(id).cloned())).collect()
+    }
+
+    /// Gemini: the calls an assistant message noted in `calls` (rendered just before).
+    fn notes(&self, m: &Message, calls: &gemini::Calls) -> Vec<Note> {
+        if self.renderer != Renderer::Gemini || m.role != Role::Assistant {
+            return Vec::new();
+        }
+        m.tool_calls().map(|(id, _, _)| (id.to_string(), calls.get(id).cloned())).collect()
+    }
+
+    /// Renders envelope message `i` with the renderer's own per-message code.
+    fn render(&self, m: &Message, i: usize, prefix_len: usize, system: &mut Vec<Value>, calls: &mut gemini::Calls) -> Result<Rendered> {
+        Ok(match self.renderer {
+            Renderer::OpenAi => Rendered::Items(openai::piece(m, i)?),
+            Renderer::OpenAiResponses => Rendered::Items(responses::piece(m, i)?),
+            Renderer::Anthropic => match anthropic::piece(m, i, prefix_len, system)? {
+                None => Rendered::Nothing,
+                Some(r) => {
+                    let cacheable = r.last_cacheable();
+                    Rendered::Blocks { role: r.role, blocks: r.content, merges: r.tool_results_only, cacheable }
+                }
+            },
+            Renderer::Gemini => match gemini::piece(m, i, prefix_len, system, calls)? {
+                None => Rendered::Nothing,
+                Some(c) => Rendered::Blocks { role: c.role, blocks: c.parts, merges: c.responses_only, cacheable: None },
+            },
+        })
+    }
+
+    /// Writes a rendered message into the sequence.
+    fn push_rendered(&self, seq: &mut Sequence, at: Option<u64>, r: Rendered, notes: Vec<Note>) -> Result<()> {
+        let layout = layout(self.renderer);
+        let (values, kind, cacheable) = match r {
+            Rendered::Nothing => (Vec::new(), Kind::Empty, None),
+            Rendered::Items(v) if v.is_empty() => (v, Kind::Empty, None),
+            Rendered::Items(v) => (v, Kind::Items, None),
+            Rendered::Blocks { role, blocks, merges, cacheable } => (blocks, Kind::Blocks { role, merges }, cacheable),
+        };
+        let mut text = Vec::with_capacity(256);
+        let mut mark = None;
+        for (j, v) in values.iter().enumerate() {
+            if j > 0 {
+                text.push(b',');
+            }
+            let start = text.len();
+            serde_json::to_writer(&mut text, v).map_err(internal)?;
+            if cacheable == Some(j) {
+                mark = Some((start, text.len()));
+            }
+        }
+        let text = String::from_utf8(text).expect("serde_json writes UTF-8");
+        seq.push(layout, at, &text, kind, mark, notes);
+        Ok(())
+    }
+
+    /// Writes the body of the current state.
+    fn write(&mut self) -> Result<String> {
+        let renderer = self.renderer;
+        let state = self.state.as_mut().expect("updated");
+        // Anthropic: the breakpoints; message blocks are named by piece.
+        let (key, patches) = if renderer == Renderer::Anthropic {
+            let head = &state.head;
+            let prefix_at = match head.prefix_cacheable {
+                Some(k) => Some(anthropic::Mark::Message(k)),
+                None => anthropic::hoisted_mark(&head.system, head.system_prompt_blocks),
+            };
+            let marks = anthropic::choose_marks(
+                &head.tools,
+                state.seq.last_cacheable.map(anthropic::Mark::Message),
+                prefix_at,
+                anthropic::head_mark(head.system_prompt_blocks, &head.tools),
+            );
+            let mut patches: Vec<(usize, usize, String)> = Vec::new();
+            let mut key: FrameKey = Vec::new();
+            for m in &marks {
+                match *m {
+                    anthropic::Mark::Message(k) => {
+                        let p = &state.seq.pieces[k];
+                        let (s, e) = p.mark.expect("a cacheable piece");
+                        let mut block: Value = serde_json::from_str(&state.seq.text(k)[s..e])?;
+                        anthropic::set_mark(&mut block, &self.cc);
+                        patches.push((p.start + s, p.start + e, serde_json::to_string(&block).map_err(internal)?));
+                    }
+                    anthropic::Mark::System(j) => key.push(anthropic::Mark::System(j)),
+                    anthropic::Mark::Tool(t) => key.push(anthropic::Mark::Tool(t)),
+                }
+            }
+            patches.sort_by_key(|p| p.0);
+            (key, patches)
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        if state.head.frame.as_ref().is_none_or(|(k, _)| *k != key) {
+            let frame = frame_of(renderer, &self.options, &self.cc, &state.head, &key)?;
+            state.head.frame = Some((key, frame));
+        }
+        let frame = &state.head.frame.as_ref().expect("set").1;
+        let seq = &state.seq;
+        let close = seq.open.map(|(role, _)| role.len() + 12).unwrap_or(0);
+        let patched: usize = patches.iter().map(|(s, e, t)| t.len() - (e - s)).sum();
+        let len = frame.pre.len() + 1 + seq.joined.len() + patched + close + frame.post.len();
+        // One more byte for the NUL a C host gets (so handing the buffer over never grows it),
+        // in size classes so that consecutive bodies reuse the buffer the host freed.
+        let mut out = String::with_capacity(crate::request::size_class(len + 1));
+        out.push_str(&frame.pre);
+        if frame.lead && !seq.joined.is_empty() {
+            out.push(',');
+        }
+        let mut at = 0;
+        for (s, e, t) in &patches {
+            out.push_str(&seq.joined[at..*s]);
+            out.push_str(t);
+            at = *e;
+        }
+        out.push_str(&seq.joined[at..]);
+        if let Some((role, _)) = seq.open {
+            close_group(&mut out, role);
+        }
+        out.push_str(&frame.post);
+        debug_assert!(out.len() <= len, "the body's size is computed in advance");
+        Ok(out)
+    }
+}
+
+/// The frame of `head` (Anthropic: with the system and tool breakpoints `key`): the body the
+/// renderer's own code writes around its message array, split there.
+fn frame_of(renderer: Renderer, options: &RenderOptions, cc: &Value, head: &Head, key: &FrameKey) -> Result<Frame> {
+    let env = &head.env;
+    let (body, lead): (JsonMap, Vec<Value>) = match renderer {
+        Renderer::OpenAi => (openai::frame(env, options)?, openai::lead(env)),
+        Renderer::OpenAiResponses => (responses::frame(env, options)?, Vec::new()),
+        Renderer::Anthropic => (anthropic::frame(env, head.system.clone(), head.tools.clone(), key, cc)?, Vec::new()),
+        Renderer::Gemini => (gemini::frame(env, head.system.clone())?, Vec::new()),
+    };
+    let key = messages_key(renderer);
+    let mut pre = String::with_capacity(4096);
+    let mut post = String::with_capacity(256);
+    pre.push('{');
+    let mut after = false;
+    // As serde_json writes a map: `"key":value`, comma-separated, in key order.
+    for (i, (k, v)) in body.iter().enumerate() {
+        let out = if after { &mut post } else { &mut pre };
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&serde_json::to_string(k).map_err(internal)?);
+        out.push(':');
+        if k == key {
+            out.push('[');
+            for (j, item) in lead.iter().enumerate() {
+                if j > 0 {
+                    out.push(',');
+                }
+                out.push_str(&serde_json::to_string(item).map_err(internal)?);
+            }
+            post.push(']');
+            after = true;
+        } else {
+            out.push_str(&serde_json::to_string(v).map_err(internal)?);
+        }
+    }
+    post.push('}');
+    debug_assert!(after, "the frame holds the messages' place");
+    Ok(Frame { pre, lead: !lead.is_empty(), post })
+}
+
+/// A history entry's message, parsed back from its JSON.
+fn message_of(d: &Derived) -> Result<Message> {
+    let v: Value = serde_json::from_str(&d.json)?;
+    Message::from_value(&v, "")
 }

@@ -43,53 +43,74 @@ pub fn render_gemini(envelope: &Value, options: &RenderOptions) -> Result<Value>
     let prefix_len = options.prefix_len;
     env.check_prefix_len(prefix_len)?;
 
+    let mut system = system_prompt(&env);
+    let mut contents: Vec<Content> = Vec::with_capacity(env.messages.len());
+    // Tool-call id -> (function name, whether Gemini knows the id), from earlier messages.
+    let mut calls: Calls = HashMap::new();
+    for (i, m) in env.messages.iter().enumerate() {
+        if let Some(c) = piece(m, i, prefix_len, &mut system, &mut calls)? {
+            push_merged(&mut contents, c);
+        }
+    }
+    let mut body = frame(&env, system)?;
+    body.insert(CONTENTS.into(), Value::Array(contents.into_iter().map(|c| json!({"role": c.role, "parts": c.parts})).collect()));
+    Ok(Value::Object(body))
+}
+
+/// The body field holding the contents.
+pub(super) const CONTENTS: &str = "contents";
+
+/// Tool-call id -> (function name, whether Gemini knows the id).
+pub(super) type Calls = HashMap<String, (String, bool)>;
+
+/// The system prompt's part (hoisted system-role prefix messages follow it).
+pub(super) fn system_prompt(env: &Envelope) -> Vec<Value> {
     let mut system: Vec<Value> = Vec::new();
     if let Some(s) = &env.system {
         system.push(json!({"text": s}));
     }
-    let mut contents: Vec<Content> = Vec::with_capacity(env.messages.len());
-    // Tool-call id -> (function name, whether Gemini knows the id), from earlier messages.
-    let mut calls: HashMap<String, (String, bool)> = HashMap::new();
-    for (i, m) in env.messages.iter().enumerate() {
-        match m.role {
-            Role::System => {
-                if i >= prefix_len {
-                    return Err(Error::invalid(
-                        format!("messages[{i}].role"),
-                        format!(
-                            "a system-role message is only supported inside the session prefix (the \
-                             first {prefix_len} messages) by the {NAME} renderer"
-                        ),
-                    ));
-                }
-                for (j, b) in m.content.iter().enumerate() {
-                    match b.kind() {
-                        _ if is_foreign(b, NAME) => {}
-                        "text" => {
-                            let text = b.get_str("text").unwrap_or_default();
-                            if !text.is_empty() {
-                                system.push(json!({"text": text}));
-                            }
-                        }
-                        _ => return Err(unsupported(&block_path(i, j), b, Role::System, NAME)),
-                    }
-                }
-            }
-            Role::User => {
-                if let Some(c) = user_content(m, i, &calls)? {
-                    push_merged(&mut contents, c);
-                }
-            }
-            Role::Assistant => {
-                if let Some(c) = model_content(m, i, &mut calls)? {
-                    contents.push(c);
-                }
-            }
-        }
-    }
+    system
+}
 
+/// Envelope message `i` rendered: a system-role prefix message goes into `system` (and renders
+/// to no content), a user or assistant message to one content, or none when no part survives.
+/// The tool calls of an assistant message are noted in `calls` (a tool result needs its
+/// function's name).
+pub(super) fn piece(m: &Message, i: usize, prefix_len: usize, system: &mut Vec<Value>, calls: &mut Calls) -> Result<Option<Content>> {
+    match m.role {
+        Role::System => {
+            if i >= prefix_len {
+                return Err(Error::invalid(
+                    format!("messages[{i}].role"),
+                    format!(
+                        "a system-role message is only supported inside the session prefix (the \
+                         first {prefix_len} messages) by the {NAME} renderer"
+                    ),
+                ));
+            }
+            for (j, b) in m.content.iter().enumerate() {
+                match b.kind() {
+                    _ if is_foreign(b, NAME) => {}
+                    "text" => {
+                        let text = b.get_str("text").unwrap_or_default();
+                        if !text.is_empty() {
+                            system.push(json!({"text": text}));
+                        }
+                    }
+                    _ => return Err(unsupported(&block_path(i, j), b, Role::System, NAME)),
+                }
+            }
+            Ok(None)
+        }
+        Role::User => user_content(m, i, calls),
+        Role::Assistant => model_content(m, i, calls),
+    }
+}
+
+/// Every body field but the contents, whose place `contents` holds (`null`).
+pub(super) fn frame(env: &Envelope, system: Vec<Value>) -> Result<JsonMap> {
     let mut body = JsonMap::new();
-    body.insert("contents".into(), Value::Array(contents.into_iter().map(|c| json!({"role": c.role, "parts": c.parts})).collect()));
+    body.insert(CONTENTS.into(), Value::Null);
     if !system.is_empty() {
         body.insert("systemInstruction".into(), json!({"parts": system}));
     }
@@ -152,15 +173,15 @@ pub fn render_gemini(envelope: &Value, options: &RenderOptions) -> Result<Value>
     if !config.is_empty() {
         body.insert("generationConfig".into(), Value::Object(config));
     }
-    Ok(Value::Object(body))
+    Ok(body)
 }
 
 /// One rendered content.
-struct Content {
-    role: &'static str,
-    parts: Vec<Value>,
+pub(super) struct Content {
+    pub role: &'static str,
+    pub parts: Vec<Value>,
     /// Every part is a `functionResponse`: such contents merge with their neighbours.
-    responses_only: bool,
+    pub responses_only: bool,
 }
 
 fn push_merged(out: &mut Vec<Content>, c: Content) {
@@ -173,7 +194,7 @@ fn push_merged(out: &mut Vec<Content>, c: Content) {
     out.push(c);
 }
 
-fn user_content(m: &Message, i: usize, calls: &HashMap<String, (String, bool)>) -> Result<Option<Content>> {
+fn user_content(m: &Message, i: usize, calls: &Calls) -> Result<Option<Content>> {
     let mut parts = Vec::with_capacity(m.content.len());
     for (j, b) in m.content.iter().enumerate() {
         let path = block_path(i, j);
@@ -197,7 +218,7 @@ fn user_content(m: &Message, i: usize, calls: &HashMap<String, (String, bool)>) 
     Ok(Some(Content { role: "user", parts, responses_only }))
 }
 
-fn model_content(m: &Message, i: usize, calls: &mut HashMap<String, (String, bool)>) -> Result<Option<Content>> {
+fn model_content(m: &Message, i: usize, calls: &mut Calls) -> Result<Option<Content>> {
     let mut parts = Vec::with_capacity(m.content.len());
     for (j, b) in m.content.iter().enumerate() {
         let path = block_path(i, j);
@@ -270,7 +291,7 @@ fn image_part(b: &Block, path: &str) -> Result<Value> {
 
 /// A `functionResponse` part: `{"name", "response": {"output": text}}`, or `{"error": text}`
 /// for a failed call; `id` when Gemini gave the call one.
-fn function_response(b: &Block, path: &str, calls: &HashMap<String, (String, bool)>) -> Result<Value> {
+fn function_response(b: &Block, path: &str, calls: &Calls) -> Result<Value> {
     let call_id = b.tool_result_id().expect("validated tool-result");
     let Some((name, send_id)) = calls.get(call_id) else {
         return Err(Error::invalid(

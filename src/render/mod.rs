@@ -35,7 +35,7 @@ pub mod response;
 mod responses;
 
 pub use anthropic::{render_anthropic, DEFAULT_ANTHROPIC_MAX_TOKENS, MAX_BREAKPOINTS};
-pub use body::BodyCache;
+pub use body::{BodyCache, BodySource};
 pub use gemini::render_gemini;
 pub use openai::render_openai;
 pub use response::{is_context_overflow, parse_response, usage_from_provider, ParsedResponse};
@@ -247,6 +247,7 @@ impl Renderer {
 const CONFIG_KEYS: &[&str] = &["provider", "model", "reasoningEffort", "temperature", "maxTokens", "stop"];
 
 /// A validated request envelope.
+#[derive(Debug)]
 pub(crate) struct Envelope {
     pub model: String,
     pub reasoning_effort: Option<String>,

@@ -31,17 +31,32 @@ pub fn render_openai(envelope: &Value) -> Result<Value> {
 }
 
 pub(super) fn render(env: &Envelope, options: &RenderOptions) -> Result<Value> {
+    let mut messages = lead(env);
+    for (i, m) in env.messages.iter().enumerate() {
+        render_message(m, i, &mut messages)?;
+    }
+    let mut body = frame(env, options)?;
+    body.insert(MESSAGES.into(), Value::Array(messages));
+    Ok(Value::Object(body))
+}
+
+/// The body field holding the wire messages.
+pub(super) const MESSAGES: &str = "messages";
+
+/// The wire messages before the envelope's own: the system prompt.
+pub(super) fn lead(env: &Envelope) -> Vec<Value> {
     let mut messages = Vec::with_capacity(env.messages.len() + 1);
     if let Some(system) = &env.system {
         messages.push(json!({"role": "system", "content": system}));
     }
-    for (i, m) in env.messages.iter().enumerate() {
-        render_message(m, i, &mut messages)?;
-    }
+    messages
+}
 
+/// Every body field but the wire messages, whose place `messages` holds (`null`).
+pub(super) fn frame(env: &Envelope, options: &RenderOptions) -> Result<JsonMap> {
     let mut body = JsonMap::new();
     body.insert("model".into(), env.model.clone().into());
-    body.insert("messages".into(), Value::Array(messages));
+    body.insert(MESSAGES.into(), Value::Null);
     if !env.tools.is_empty() {
         let tools = env
             .tools
@@ -79,7 +94,14 @@ pub(super) fn render(env: &Envelope, options: &RenderOptions) -> Result<Value> {
     options.route_explicit(&mut body);
     env.pass_through(&mut body, NAME)?;
     options.route_default(&mut body, env.session_id.as_ref());
-    Ok(Value::Object(body))
+    Ok(body)
+}
+
+/// The wire messages of envelope message `i` (a pure function of that message).
+pub(super) fn piece(m: &Message, i: usize) -> Result<Vec<Value>> {
+    let mut out = Vec::new();
+    render_message(m, i, &mut out)?;
+    Ok(out)
 }
 
 /// Renders envelope message `i`, appending one or more wire messages to `out`.

@@ -47,20 +47,42 @@ pub fn render_responses(envelope: &Value, options: &RenderOptions) -> Result<Val
 }
 
 fn render(env: &Envelope, options: &RenderOptions) -> Result<Value> {
-    if env.stop.is_some() {
-        return Err(Error::invalid("stop", format!("the Responses API has no stop sequences, so the {NAME} renderer cannot send them")));
-    }
+    check_stop(env)?;
     let mut input = Vec::with_capacity(env.messages.len());
     for (i, m) in env.messages.iter().enumerate() {
         render_message(m, i, &mut input)?;
     }
+    let mut body = frame(env, options)?;
+    body.insert(INPUT.into(), Value::Array(input));
+    Ok(Value::Object(body))
+}
 
+/// The body field holding the input items.
+pub(super) const INPUT: &str = "input";
+
+fn check_stop(env: &Envelope) -> Result<()> {
+    if env.stop.is_some() {
+        return Err(Error::invalid("stop", format!("the Responses API has no stop sequences, so the {NAME} renderer cannot send them")));
+    }
+    Ok(())
+}
+
+/// The input items of envelope message `i` (a pure function of that message).
+pub(super) fn piece(m: &Message, i: usize) -> Result<Vec<Value>> {
+    let mut out = Vec::new();
+    render_message(m, i, &mut out)?;
+    Ok(out)
+}
+
+/// Every body field but the input items, whose place `input` holds (`null`).
+pub(super) fn frame(env: &Envelope, options: &RenderOptions) -> Result<JsonMap> {
+    check_stop(env)?;
     let mut body = JsonMap::new();
     body.insert("model".into(), env.model.clone().into());
     if let Some(system) = &env.system {
         body.insert("instructions".into(), system.clone().into());
     }
-    body.insert("input".into(), Value::Array(input));
+    body.insert(INPUT.into(), Value::Null);
     if !env.tools.is_empty() {
         let mut tools = Vec::with_capacity(env.tools.len());
         for (t_i, t) in env.tools.iter().enumerate() {
@@ -120,7 +142,7 @@ fn render(env: &Envelope, options: &RenderOptions) -> Result<Value> {
         body.insert(k, v);
     }
     options.route_default(&mut body, env.session_id.as_ref());
-    Ok(Value::Object(body))
+    Ok(body)
 }
 
 /// Renders envelope message `i`, appending its input items to `out`.
