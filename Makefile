@@ -37,21 +37,25 @@ bench: tokenizer
 bench-smoke: tokenizer
 	$(CARGO) test --bench request --bench log --bench tokens
 
-# Binding overhead (docs/performance.md): one step on a 1k-message session through Rust, C, Go,
-# Node and C++, side by side (benches/bindings.sh; ITERATIONS, PASSES, MESSAGES as arguments).
+# The provider body through every binding and against a naive host per language
+# (docs/performance.md, "Binding overhead" and "The provider body against a naive host"):
+# benches/bindings.sh, Rust, C, C++, Go and Node on a 1k-message session, then Go, Node and
+# Python each against its naive host at 100, 1k and 10k messages, in alternating passes
+# (ITERATIONS PASSES MESSAGES as arguments; NAIVE="SIZE:STEPS ..." for the naive hosts).
 BENCH_BINDINGS_ARGS ?= 300 3 1000
+BENCH_NAIVE ?= 100:300 1000:100 10000:20
 bench-bindings: build-lib go-pc
 	@[ -d $(NODE_DIR)/node_modules/koffi ] || (cd $(NODE_DIR) && npm ci --no-audit --no-fund)
-	CARGO="$(CARGO)" GO="$(GO)" CC="$(CC)" bash benches/bindings.sh $(BENCH_BINDINGS_ARGS)
+	NAIVE="$(BENCH_NAIVE)" CARGO="$(CARGO)" GO="$(GO)" CC="$(CC)" bash benches/bindings.sh $(BENCH_BINDINGS_ARGS)
 
-# Every binding harness once, on a 200-message fixture (requests of about 100 KB, so the
-# envelope is handed over without a copy, as at full size), 3 steps each (the debug build of the
-# Rust harness, which test-rust built): part of `make test`, last, after test-node, test-cpp
-# and test-go have staged the library and installed the Node dependencies. It checks that every
-# binding builds the same bytes; its timings mean nothing.
+# Every harness once, on a 200-message fixture (requests of about 100 KB, so the body is handed
+# over without a copy, as at full size), 3 steps each (the debug build of the Rust harness,
+# which test-rust built): part of `make test`, last, after test-node, test-cpp and test-go have
+# staged the library and installed the Node dependencies. It checks that every binding and
+# every naive host builds the same bytes; its timings mean nothing.
 bench-bindings-smoke: build-lib go-pc
 	@[ -d $(NODE_DIR)/node_modules/koffi ] || (cd $(NODE_DIR) && npm ci --no-audit --no-fund)
-	BENCH_PROFILE=debug CARGO="$(CARGO)" GO="$(GO)" CC="$(CC)" bash benches/bindings.sh 3 1 200
+	NAIVE="200:3" BENCH_PROFILE=debug CARGO="$(CARGO)" GO="$(GO)" CC="$(CC)" bash benches/bindings.sh 3 1 200
 
 # Run one scenario file and print a readable diff on failure: make scenario FILE=path
 scenario:

@@ -1,38 +1,57 @@
 #!/usr/bin/env bash
-# Binding overhead (docs/performance.md, "Binding overhead"): the same steady-state step on the
-# same session, through Rust (Agent::next_request), C (direct lls_ calls), Go, Node and C++,
-# run back to back in one run and compared with the Rust call.
+# The provider body through every binding, and against a naive host in each language
+# (docs/performance.md, "Binding overhead" and "The provider body against a naive host"), side
+# by side in one run.
 #
 #   benches/bindings.sh [ITERATIONS] [PASSES] [MESSAGES]
 #
-# ITERATIONS timed steps per harness and pass (default 300), PASSES rounds of all harnesses in
-# turn (default 3: the machine is shared, so harnesses alternate rather than run one after the
-# other), MESSAGES the history length of the fixture (default 1000). BENCH_PROFILE=debug uses
-# the debug build of the Rust harness (the smoke run). Expects the libraries staged in
-# build/lib (make build-lib), build/pkgconfig (make go-pc) and bindings/node/node_modules
-# (npm ci): `make bench-bindings` and `make bench-bindings-smoke` see to that.
+# Two parts, run in alternating passes (PASSES rounds, default 3: the machine is shared, so the
+# harnesses take turns rather than run one after the other; each pass runs them in another
+# order):
 #
-# Every harness (examples/bench_bindings.rs, benches/c/bindings.c, bindings/go/bench_test.go,
-# bindings/node/bench/next_request.js, benches/cpp/bindings.cpp) forks the fixture log into
-# memory, opens a turn, and then, per iteration, records one exchange (a response with a tool
-# call, and its result) and builds the next request. `next` times the request alone (what the
-# host gets back from its binding's normal call), `step` the exchange and the request. The
-# table gives medians over all passes and the ratio to Rust; every harness must build the same
-# bytes (same length and digest), or the run fails.
+# 1. Binding overhead on MESSAGES history messages (default 1000), ITERATIONS steps per harness
+#    and pass (default 300): the same hot-path step through Rust (examples/bench_bindings.rs), C
+#    (benches/c/bindings.c), C++ (benches/cpp/bindings.cpp), Go (bindings/go/bench_test.go:
+#    BenchmarkNextBodyView, BenchmarkNextBody) and Node (bindings/node/bench/next_request.js),
+#    each compared with the Rust call. A step records the provider's raw reply
+#    (lls_agent_record_body) and the tool result, and builds the next provider body
+#    (lls_agent_next_body); `next` times the body alone, `step` all three.
+# 2. The naive host, at each size:iterations of NAIVE (default "100:300 1000:100 10000:20"): Go
+#    (bindings/go/naive_bench_test.go), Node (bindings/node/bench/naive_host.js) and Python
+#    (benches/python/naive_host.py, ctypes) each run llmsession and a host that keeps the body
+#    as its language's values and serialises it every step, on identical bytes, and time the
+#    pair step by step (body build; full step: reply, tool result, next body).
+#
+# Every harness writes the last body of its first timed round to OUT.body: the run fails when
+# two harnesses of a part (and size) built different bytes, and each naive-host harness fails by
+# itself on the first step where its naive body differs from llmsession's. So the smoke run of
+# `make test` (3 steps, one pass, 200 messages: `make bench-bindings-smoke`) checks that every
+# harness builds the same bytes. BENCH_PROFILE=debug uses the debug build of the Rust harness
+# (the smoke run). BENCH_BINDINGS_MODE=request runs part 1 on the envelope path
+# (lls_agent_next_request) instead, and skips part 2. BENCH_PARTS="overhead naive" (the default)
+# names the parts to run. Expects the libraries staged in build/lib
+# (make build-lib), build/pkgconfig (make go-pc) and bindings/node/node_modules (npm ci):
+# `make bench-bindings` and `make bench-bindings-smoke` see to that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 iterations=${1:-300}
 passes=${2:-3}
 messages=${3:-1000}
+naive_spec=${NAIVE:-100:300 1000:100 10000:20}
+mode=${BENCH_BINDINGS_MODE:-body}
+parts=${BENCH_PARTS:-overhead naive}
 profile=${BENCH_PROFILE:-release}
 CARGO=${CARGO:-cargo}
 GO=${GO:-go}
 CC=${CC:-cc}
 CXX=${CXX:-c++}
+PYTHON=${PYTHON:-python3}
 out=build/bench/bindings
-fixture=$out/fixture
 mkdir -p "$out"
+[ "$mode" = body ] || [ "$mode" = request ] || { echo "bindings.sh: BENCH_BINDINGS_MODE is body or request" >&2; exit 2; }
+[ "$mode" = body ] || naive_spec=""
+[[ " $parts " == *" naive "* ]] || naive_spec=""
 
 echo "== building the harnesses"
 if [ "$profile" = release ]; then
@@ -50,69 +69,178 @@ $CXX -std=c++17 -O2 -Wall -Wextra -Werror -Iinclude benches/cpp/bindings.cpp -L"
 (cd bindings/go && PKG_CONFIG_PATH="$root/build/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}" \
 	CGO_ENABLED=1 GOPROXY=off GOTOOLCHAIN=local $GO test -c -o "$root/$out/bindings_go.test" .)
 
-echo "== fixture: $messages history messages"
-"$rust" write "$fixture" "$messages"
-
-run() { # name command...: runs one harness, appends its samples, records "bytes digest"
-	local name=$1
-	shift
-	local res
-	res=$("$@" | grep -o 'bytes=[0-9]* digest=[^ ]*' | tail -n 1)
-	[ -n "$res" ] || { echo "bindings.sh: $name printed no result" >&2; exit 1; }
-	cat "$out/$name.pass" >>"$out/$name.samples"
-	echo "$res" >"$out/$name.result"
-	echo "pass $pass $name: $res"
+# fixture N: the fixture of N history messages (bench_bindings write), with the provider's raw
+# replies: per exchange of inputs.jsonl, the OpenAI chat-completions body whose message is the
+# exchange's assistant message (its text as `content`, its tool calls as `tool_calls`).
+fixture() {
+	local dir=$out/fixture-$1
+	if [ ! -f "$dir/replies.jsonl" ] || [ "$dir/inputs.jsonl" -ot "$rust" ]; then
+		"$rust" write "$dir" "$1" >/dev/null
+		"$PYTHON" - "$dir" <<'EOF'
+import json, sys
+d = sys.argv[1]
+lines = [json.loads(l) for l in open(f"{d}/inputs.jsonl") if l.strip()]
+model = lines[0]["config"]["model"]
+with open(f"{d}/replies.jsonl", "w") as out:
+    for i, r in enumerate(lines[3::2]):
+        m = r["message"]
+        text = "\n".join(b["text"] for b in m["content"] if b["type"] == "text")
+        calls = [{"id": b["id"], "type": "function", "function": {"name": b["name"], "arguments": b["arguments"]}}
+                 for b in m["content"] if b["type"] == "tool-call"]
+        body = {"id": f"chatcmpl-bench-{i}", "object": "chat.completion", "created": 1767225600, "model": model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text or None, "tool_calls": calls},
+                             "finish_reason": "tool_calls" if calls else "stop"}],
+                "usage": {"prompt_tokens": 1000 + 300 * i, "completion_tokens": 40, "total_tokens": 1040 + 300 * i}}
+        out.write(json.dumps(body, separators=(",", ":")) + "\n")
+EOF
+	fi
+	echo "$dir"
 }
 
-names="rust c go goview node cpp"
-rm -f "$out/passes"
-for n in $names; do rm -f "$out/$n.samples" "$out/$n.pass"; done
+echo "== fixtures"
+fix=$(fixture "$messages")
+echo "binding overhead: $fix"
+naive_sizes=""
+for spec in $naive_spec; do
+	n=${spec%%:*}
+	naive_sizes="$naive_sizes $n"
+	echo "naive host, $n messages, ${spec##*:} steps: $(fixture "$n")"
+done
+
+# run KEY COMMAND...: runs one harness, appends its samples to KEY.samples, records its
+# "bytes digest" in KEY.result and its per-pass samples in KEY.pass.N.
+run() {
+	local key=$1
+	shift
+	local res
+	res=$("$@" | grep -o 'bytes=[0-9]* digest=[^ ]*' | tail -n 1) || true
+	[ -n "$res" ] || { echo "bindings.sh: $key printed no result (it failed, see above)" >&2; exit 1; }
+	cat "$out/$key.pass" >>"$out/$key.samples"
+	cp "$out/$key.pass" "$out/$key.pass.$pass"
+	echo "$res" >"$out/$key.result"
+	echo "pass $pass $key: $res"
+}
+
+gotest() { # KEY BENCHMARK DIR ITERATIONS [PATH]: the Go test binary on one benchmark
+	env LLMSESSION_BENCH_DIR="$root/$3" LLMSESSION_BENCH_OUT="$root/$out/$1.pass" LLMSESSION_BENCH_PATH="${5:-body}" \
+		"$out/bindings_go.test" -test.run '^$' -test.bench "^$2\$" -test.benchtime "$4x"
+}
+
+if [[ " $parts " != *" overhead "* ]]; then
+	overhead=""
+elif [ "$mode" = body ]; then
+	overhead="rust c cpp go gocopy node"
+else
+	overhead="rust c cpp go node"
+fi
+run_overhead() { # name
+	case $1 in
+	rust) run rust "$rust" run "$fix" "$iterations" "$out/rust.pass" "$mode" ;;
+	c) run c "$out/bindings_c" "$fix" "$iterations" "$out/c.pass" "$mode" ;;
+	cpp) run cpp "$out/bindings_cpp" "$fix" "$iterations" "$out/cpp.pass" "$mode" ;;
+	go) if [ "$mode" = body ]; then run go gotest go BenchmarkNextBodyView "$fix" "$iterations"; else
+		run go gotest go BenchmarkNextRequestView "$fix" "$iterations"; fi ;;
+	gocopy) run gocopy gotest gocopy BenchmarkNextBody "$fix" "$iterations" ;;
+	node) run node node bindings/node/bench/next_request.js "$fix" "$iterations" "$out/node.pass" "$mode" ;;
+	esac
+}
+run_naive() { # name size iterations
+	local key=naive-$1-$2 dir=$out/fixture-$2
+	case $1 in
+	go) run "$key" gotest "$key" BenchmarkNaiveHost "$dir" "$3" ;;
+	node) run "$key" node bindings/node/bench/naive_host.js "$dir" "$3" "$out/$key.pass" ;;
+	python) run "$key" "$PYTHON" benches/python/naive_host.py "$lib/libllmsession.so" "$dir" "$3" "$out/$key.pass" ;;
+	esac
+}
+
+jobs=()
+for h in $overhead; do jobs+=("overhead $h"); done
+for spec in $naive_spec; do
+	for h in go node python; do jobs+=("naive $h ${spec%%:*} ${spec##*:}"); done
+done
+rm -f "$out"/*.samples "$out"/*.pass "$out"/*.pass.* "$out"/*.result "$out"/*.body
 for pass in $(seq 1 "$passes"); do
-	run rust "$rust" run "$fixture" "$iterations" "$out/rust.pass"
-	run c "$out/bindings_c" "$fixture" "$iterations" "$out/c.pass"
-	run go env LLMSESSION_BENCH_DIR="$root/$fixture" LLMSESSION_BENCH_OUT="$root/$out/go.pass" \
-		"$out/bindings_go.test" -test.run '^$' -test.bench '^BenchmarkNextRequest$' -test.benchtime "${iterations}x"
-	run goview env LLMSESSION_BENCH_DIR="$root/$fixture" LLMSESSION_BENCH_OUT="$root/$out/goview.pass" \
-		"$out/bindings_go.test" -test.run '^$' -test.bench '^BenchmarkNextRequestView$' -test.benchtime "${iterations}x"
-	run node node bindings/node/bench/next_request.js "$fixture" "$iterations" "$out/node.pass"
-	run cpp "$out/bindings_cpp" "$fixture" "$iterations" "$out/cpp.pass"
-	# Per-pass medians, to show how much the ratios move between passes.
-	for n in $names; do
-		echo "$pass $n $(sort -n "$out/$n.pass" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')" >>"$out/passes"
+	# Each pass starts at another harness, so no harness always runs first or last.
+	n=${#jobs[@]}
+	for i in $(seq 0 $((n - 1))); do
+		j=(${jobs[$(((i + (pass - 1) * 5) % n))]})
+		if [ "${j[0]}" = overhead ]; then run_overhead "${j[1]}"; else run_naive "${j[1]}" "${j[2]}" "${j[3]}"; fi
 	done
 done
 
-python3 - "$out" "$passes" "$profile" $names <<'EOF'
-import statistics, sys
-out, passes, profile, names = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
-labels = {"rust": "Rust `Agent::next_request`", "c": "C (direct `lls_` calls)", "go": "Go `Agent.NextRequest`",
-          "goview": "Go `Agent.NextRequestView` (envelope lent)",
-          "node": "Node `await agent.nextRequest()`", "cpp": "C++ `Agent::next_request`"}
-results = {n: open(f"{out}/{n}.result").read().split() for n in names}
-if len({tuple(r) for r in results.values()}) != 1:
-    sys.exit("bindings.sh: the harnesses built different requests: " + repr(results))
-samples = {}
-for n in names:
-    rows = [l.split() for l in open(f"{out}/{n}.samples") if l.strip()]
-    samples[n] = ([int(r[0]) for r in rows], [int(r[1]) for r in rows])
-per_pass = {}
-for l in open(f"{out}/passes"):
-    if l.strip():
-        p, n, v = l.split()
-        per_pass.setdefault(n, {})[int(p)] = int(v)
+"$PYTHON" - "$out" "$passes" "$profile" "$mode" "$overhead" "$naive_sizes" <<'EOF'
+import filecmp, statistics, sys
+out, passes, profile, mode, overhead, sizes = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5].split(), sys.argv[6].split()
+med = statistics.median
 def fmt(ns):
+    if ns >= 10_000_000:
+        return f"{ns / 1e6:.0f} ms"
+    if ns >= 1_000_000:
+        return f"{ns / 1e6:.1f} ms"
     return f"{ns / 1000:.0f} µs" if ns >= 10_000 else f"{ns / 1000:.1f} µs"
-rn, rs = statistics.median(samples["rust"][0]), statistics.median(samples["rust"][1])
-print()
-print(f"{results['rust'][0]}, {results['rust'][1]}; {len(samples['rust'][0])} samples per harness ({passes} passes)")
+def rows(path):
+    return [[int(x) for x in l.split()] for l in open(path) if l.strip()]
+def same_bytes(keys, what):
+    results = {k: open(f"{out}/{k}.result").read().split() for k in keys}
+    if len({tuple(r) for r in results.values()}) != 1:
+        sys.exit(f"bindings.sh: {what}: the harnesses built different requests: {results!r}")
+    if mode == "body":
+        first = keys[0]
+        for k in keys[1:]:
+            if not filecmp.cmp(f"{out}/{first}.pass.body", f"{out}/{k}.pass.body", shallow=False):
+                sys.exit(f"bindings.sh: {what}: {k} built another body than {first} ({out}/{k}.pass.body)")
+    return results[keys[0]]
 if profile != "release":
-    print(f"(a smoke run: the Rust harness is the {profile} build, so the timings and ratios mean nothing)")
-print()
-print("| harness | next request | vs Rust | per-pass ratios | step (exchange + request) | vs Rust |")
-print("|---|---|---|---|---|---|")
-for n in names:
-    nx, st = statistics.median(samples[n][0]), statistics.median(samples[n][1])
-    pr = [per_pass[n][p] / per_pass["rust"][p] for p in sorted(per_pass["rust"]) if p in per_pass[n]]
-    spread = f"{min(pr):.2f}–{max(pr):.2f}×" if pr else ""
-    print(f"| {labels[n]} | {fmt(nx)} | **{nx / rn:.2f}×** | {spread} | {fmt(st)} | {st / rs:.2f}× |")
+    print(f"\n(a smoke run: the Rust harness is the {profile} build, so the timings and ratios mean nothing)")
+
+# Part 1: binding overhead.
+res = same_bytes(overhead, "binding overhead") if overhead else None
+labels = {
+    "rust": "Rust `Agent::next_body`" if mode == "body" else "Rust `Agent::next_request`",
+    "c": "C (direct `lls_` calls)",
+    "cpp": "C++ `Agent::next_body`" if mode == "body" else "C++ `Agent::next_request`",
+    "go": "Go `Agent.NextBodyView` (+ `Release`)" if mode == "body" else "Go `Agent.NextRequestView`",
+    "gocopy": "Go `Agent.NextBody` (copied)",
+    "node": "Node `await agent.nextBody()` (+ `release()`)" if mode == "body" else "Node `await agent.nextRequest()`",
+}
+samples = {k: rows(f"{out}/{k}.samples") for k in overhead}
+per_pass = {k: {p: rows(f"{out}/{k}.pass.{p}") for p in range(1, passes + 1)} for k in overhead}
+if overhead:
+    rn, rs = med([r[0] for r in samples["rust"]]), med([r[1] for r in samples["rust"]])
+    print()
+    print(f"Binding overhead ({mode} path): {res[0]}, {res[1]}; {len(samples['rust'])} samples per harness ({passes} passes)")
+    print()
+    print("| harness | next body | vs Rust | per-pass ratios | step (reply + result + body) | vs Rust |" if mode == "body"
+          else "| harness | next request | vs Rust | per-pass ratios | step (exchange + request) | vs Rust |")
+    print("|---|---|---|---|---|---|")
+for k in overhead:
+    nx, st = med([r[0] for r in samples[k]]), med([r[1] for r in samples[k]])
+    pr = [med([r[0] for r in per_pass[k][p]]) / med([r[0] for r in per_pass["rust"][p]]) for p in range(1, passes + 1)]
+    print(f"| {labels[k]} | {fmt(nx)} | **{nx / rn:.2f}×** | {min(pr):.2f}–{max(pr):.2f}× | {fmt(st)} | {st / rs:.2f}× |")
+
+# Part 2: the naive host, medians of the per-step pairs.
+if sizes:
+    print()
+    print("The naive host against llmsession, step by step on identical bytes (ratio: the median over steps of naive / llmsession;")
+    print("min–max: of the per-pass medians of that ratio)")
+    print()
+    print("| messages | host | llmsession body | naive body | body ratio | min–max | llmsession step | naive step | step ratio | min–max |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    names = {"go": "Go `json.Marshal`", "node": "Node `JSON.stringify`", "python": "Python `json.dumps`"}
+    body_sizes = []
+    for n in sizes:
+        keys = [f"naive-{h}-{n}" for h in ("go", "node", "python")]
+        r = same_bytes(keys, f"naive host, {n} messages")
+        for h, k in zip(("go", "node", "python"), keys):
+            s = rows(f"{out}/{k}.samples")
+            def ratio(rs, a, b):
+                return med([x[b] / x[a] for x in rs])
+            pn = [ratio(rows(f"{out}/{k}.pass.{p}"), 0, 1) for p in range(1, passes + 1)]
+            ps = [ratio(rows(f"{out}/{k}.pass.{p}"), 2, 3) for p in range(1, passes + 1)]
+            print(f"| {int(n):,} | {names[h]} | {fmt(med([x[0] for x in s]))} | {fmt(med([x[1] for x in s]))} | **{ratio(s, 0, 1):.1f}×** | "
+                  f"{min(pn):.1f}–{max(pn):.1f}× | {fmt(med([x[2] for x in s]))} | {fmt(med([x[3] for x in s]))} | **{ratio(s, 2, 3):.1f}×** | "
+                  f"{min(ps):.1f}–{max(ps):.1f}× |")
+        body_sizes.append(f"{int(n):,} messages: {int(r[0].split('=')[1]):,} bytes")
+    print()
+    print("Bodies compared (the last of the first timed round): " + "; ".join(body_sizes))
 EOF

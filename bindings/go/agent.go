@@ -87,6 +87,8 @@ type RequestInfo struct {
 	SharedMessages int    `json:"sharedMessages"`
 	Instance       uint64 `json:"instance"`
 	StepSeq        uint64 `json:"stepSeq"`
+	// Purpose is PurposeConversation or PurposeCompaction (set by NextBody and NextBodyView).
+	Purpose string `json:"purpose,omitempty"`
 }
 
 // Request is a built request: the envelope (the exact logged bytes) and its description.

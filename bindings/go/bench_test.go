@@ -13,26 +13,56 @@ import (
 	"time"
 )
 
-// BenchmarkNextRequest is the Go harness of benches/bindings.sh (docs/performance.md, "Binding
+// BenchmarkNextBodyView is the Go harness of benches/bindings.sh (docs/performance.md, "Binding
 // overhead"): the fixture is written by `cargo run --example bench_bindings -- write DIR` and
-// named by LLMSESSION_BENCH_DIR (skipped without it). Same procedure as the Rust harness
-// (examples/bench_bindings.rs): per round, fork DIR/session.jsonl into memory, create an
-// agent, open a turn and build its first request (untimed), then for each exchange of
-// DIR/inputs.jsonl record the response and the tool result and build the next request. One
-// op is one exchange; the timer runs over the whole step, and the request alone
-// (Agent.NextRequest, what a Go host gets) is timed separately. Round 0 warms up (untimed).
+// named by LLMSESSION_BENCH_DIR (skipped without it); the driver adds the provider replies
+// (DIR/replies.jsonl). Same procedure as the Rust harness (examples/bench_bindings.rs): per
+// round, fork DIR/session.jsonl into memory, create an agent, give it the "openai" renderer,
+// open a turn and build its first body (untimed), then for each exchange record the provider's
+// raw reply (RecordBody) and the tool result and build the next body (Agent.NextBodyView, the
+// view released once read). One op is one exchange; the timer runs over the whole step, and
+// the body alone is timed separately. Round 0 warms up (untimed).
 //
 // Reported: ns/op (mean step) and the medians median-next-ns and median-step-ns. With
-// LLMSESSION_BENCH_OUT set, the samples ("next_ns step_ns" per op) are written there, and
-// "bytes=N digest=D" (the last request of the first timed round) to stdout.
+// LLMSESSION_BENCH_OUT set, the samples ("next_ns step_ns" per op) are written there, the last
+// body of the first timed round to OUT.body, and "bytes=N digest=D" (that body's length and its
+// envelope's digest) to stdout.
 //
-//	go test -run '^$' -bench NextRequest -benchtime 300x
+//	go test -run '^$' -bench NextBodyView -benchtime 300x
+func BenchmarkNextBodyView(b *testing.B) {
+	benchSteps(b, true, func(a *Agent, ctx context.Context, keep func([]byte)) (int, string, error) {
+		v, err := a.NextBodyView(ctx)
+		if err != nil {
+			return 0, "", err
+		}
+		defer v.Release()
+		keep(v.Bytes())
+		return v.Len(), v.Info.Digest, nil
+	})
+}
+
+// BenchmarkNextBody is BenchmarkNextBodyView with Agent.NextBody (the body copied into Go memory).
+func BenchmarkNextBody(b *testing.B) {
+	benchSteps(b, true, func(a *Agent, ctx context.Context, keep func([]byte)) (int, string, error) {
+		body, err := a.NextBody(ctx)
+		if err != nil {
+			return 0, "", err
+		}
+		keep(body.Bytes)
+		return len(body.Bytes), body.Info.Digest, nil
+	})
+}
+
+// BenchmarkNextRequest is the harness on the envelope path before the hot path: the response
+// recorded as parsed JSON (RecordResponse of DIR/inputs.jsonl's message) and the request built
+// with Agent.NextRequest (the envelope copied into a []byte, RequestInfo parsed from JSON).
 func BenchmarkNextRequest(b *testing.B) {
-	benchSteps(b, func(a *Agent, ctx context.Context) (int, string, error) {
+	benchSteps(b, false, func(a *Agent, ctx context.Context, keep func([]byte)) (int, string, error) {
 		req, err := a.NextRequest(ctx)
 		if err != nil {
 			return 0, "", err
 		}
+		keep(req.Envelope)
 		return len(req.Envelope), req.Info.Digest, nil
 	})
 }
@@ -40,17 +70,21 @@ func BenchmarkNextRequest(b *testing.B) {
 // BenchmarkNextRequestView is BenchmarkNextRequest with Agent.NextRequestView (the envelope
 // lent, not copied into Go memory).
 func BenchmarkNextRequestView(b *testing.B) {
-	benchSteps(b, func(a *Agent, ctx context.Context) (n int, digest string, err error) {
+	benchSteps(b, false, func(a *Agent, ctx context.Context, keep func([]byte)) (n int, digest string, err error) {
 		err = a.NextRequestView(ctx, func(env []byte, info RequestInfo) error {
 			n, digest = len(env), info.Digest
+			keep(env)
 			return nil
 		})
 		return n, digest, err
 	})
 }
 
-// benchSteps runs the steps; request builds the next request and returns its size and digest.
-func benchSteps(b *testing.B, request func(a *Agent, ctx context.Context) (int, string, error)) {
+// benchSteps runs the steps: with body, on the hot path (SetRenderer, RecordBody of the raw
+// replies), otherwise on the envelope path. request builds the next request (or body) and
+// returns its size and digest; it hands the bytes to keep while they are valid (copied, in
+// round 1, for OUT.body; the copy's time is not counted).
+func benchSteps(b *testing.B, body bool, request func(a *Agent, ctx context.Context, keep func([]byte)) (int, string, error)) {
 	dir := os.Getenv("LLMSESSION_BENCH_DIR")
 	if dir == "" {
 		b.Skip("LLMSESSION_BENCH_DIR is not set (see benches/bindings.sh)")
@@ -60,6 +94,15 @@ func benchSteps(b *testing.B, request func(a *Agent, ctx context.Context) (int, 
 		b.Fatal(err)
 	}
 	agentOpts, forkOpts, user, exchanges := lines[0], lines[1], lines[2], lines[3:]
+	var replies [][]byte
+	if body {
+		if replies, err = readLines(filepath.Join(dir, "replies.jsonl")); err != nil {
+			b.Fatal(err)
+		}
+		if len(replies) != len(exchanges)/2 {
+			b.Fatalf("replies.jsonl has %d replies for %d exchanges", len(replies), len(exchanges)/2)
+		}
+	}
 	var fork ForkOptions
 	if err := json.Unmarshal(forkOpts, &fork); err != nil {
 		b.Fatal(err)
@@ -76,6 +119,8 @@ func benchSteps(b *testing.B, request func(a *Agent, ctx context.Context) (int, 
 	step := make([]time.Duration, 0, b.N)
 	var bytes int
 	var digest string
+	var last []byte
+	ignore := func([]byte) {}
 	for round := 0; len(next) < b.N; round++ {
 		child, err := parent.Fork(&fork)
 		if err != nil {
@@ -85,25 +130,44 @@ func benchSteps(b *testing.B, request func(a *Agent, ctx context.Context) (int, 
 		if err != nil {
 			b.Fatal(err)
 		}
+		if body {
+			if err := a.SetRenderer("openai", nil); err != nil {
+				b.Fatal(err)
+			}
+		}
 		if _, err := a.StartTurn(json.RawMessage(user)); err != nil {
 			b.Fatal(err)
 		}
-		if _, _, err := request(a, ctx); err != nil {
+		if _, _, err := request(a, ctx, ignore); err != nil {
 			b.Fatal(err)
 		}
 		for k := 0; k+1 < len(exchanges) && (round == 0 || len(next) < b.N); k += 2 {
 			if round > 0 {
 				b.StartTimer()
 			}
+			// The copy for OUT.body is not part of the step: its time is taken out.
+			keep := ignore
+			var excluded time.Duration
+			if round == 1 {
+				keep = func(v []byte) {
+					c0 := time.Now()
+					last = append(last[:0], v...)
+					excluded = time.Since(c0)
+				}
+			}
 			t0 := time.Now()
-			if _, err := a.RecordResponse(json.RawMessage(exchanges[k])); err != nil {
+			if body {
+				if _, _, err := a.RecordBody(replies[k/2]); err != nil {
+					b.Fatal(err)
+				}
+			} else if _, err := a.RecordResponse(json.RawMessage(exchanges[k])); err != nil {
 				b.Fatal(err)
 			}
 			if _, err := a.RecordToolResult(json.RawMessage(exchanges[k+1])); err != nil {
 				b.Fatal(err)
 			}
 			t1 := time.Now()
-			n, d, err := request(a, ctx)
+			n, d, err := request(a, ctx, keep)
 			t2 := time.Now()
 			if round > 0 {
 				b.StopTimer()
@@ -116,8 +180,8 @@ func benchSteps(b *testing.B, request func(a *Agent, ctx context.Context) (int, 
 				digest = d
 			}
 			if round > 0 {
-				next = append(next, t2.Sub(t1))
-				step = append(step, t2.Sub(t0))
+				next = append(next, t2.Sub(t1)-excluded)
+				step = append(step, t2.Sub(t0)-excluded)
 			}
 		}
 		a.Close()
@@ -132,6 +196,11 @@ func benchSteps(b *testing.B, request func(a *Agent, ctx context.Context) (int, 
 		}
 		if err := os.WriteFile(out, []byte(sb.String()), 0o644); err != nil {
 			b.Fatal(err)
+		}
+		if body {
+			if err := os.WriteFile(out+".body", last, 0o644); err != nil {
+				b.Fatal(err)
+			}
 		}
 		fmt.Printf("bytes=%d digest=%s\n", bytes, digest)
 	}

@@ -154,12 +154,19 @@ export interface RequestInfo {
   sharedMessages: number;
   instance: number;
   stepSeq: number;
+  /** Set by `nextBody` (read from the library's fixed record). */
+  purpose?: 'conversation' | 'compaction';
 }
 
 /** The result of `Agent.nextRequest`. */
 export interface BuiltRequest {
-  /** The exact envelope bytes (their SHA-256 is logged): send these. */
+  /**
+   * The exact envelope bytes (their SHA-256 is logged): a Buffer over the library's memory when
+   * large (given back when the collector releases it, or at `release()`). Throws once released.
+   */
   readonly bytes: Buffer;
+  /** Gives the bytes' memory back now; a Buffer taken from `bytes` must not be read after it. */
+  release(): void;
   /** The same bytes as a string (decoded on first access, then kept). */
   readonly json: string;
   /** The envelope parsed (on first access, then kept). */
@@ -235,6 +242,42 @@ export type TokenCounter = (item: TokenCountItem, ctx: CallbackContext) => Maybe
 export interface OperationOptions {
   /** Trips the operation's cancel token (the operation fails with status CANCELLED). */
   signal?: AbortSignal;
+  /**
+   * Run the library call on a koffi worker thread even when the agent has no JS callbacks
+   * (which it otherwise runs on the main thread: docs/node.md, "Threads").
+   */
+  worker?: boolean;
+}
+
+/** Render options an agent's renderer takes (`setRenderer`): the prefix length is the agent's own. */
+export interface AgentRenderOptions {
+  promptCacheKey?: boolean | string;
+  promptCacheRetention?: string;
+  cacheTtl?: '5m' | '1h';
+}
+
+/** The result of `Agent.nextBody`: the provider body, ready to POST. */
+export declare class Body {
+  /**
+   * The body's bytes: a Buffer over the library's memory when large, given back when the
+   * collector releases it or at `release()`. Throws (INVALID_HANDLE) once released.
+   */
+  readonly body: Buffer;
+  /** The body as a string (decoded on first access, then kept). */
+  readonly json: string;
+  /** The request's description (no JSON round trip). */
+  readonly info: RequestInfo & { purpose: 'conversation' | 'compaction' };
+  /** Gives the memory back now; a Buffer taken from `body` must not be read after it. */
+  release(): void;
+  readonly released: boolean;
+}
+
+/** What `recordBody` and `recordStream` recorded. */
+export interface RecordedResponse {
+  /** Seq of the assistant/message event. */
+  seq: number;
+  /** How many tool calls the response made. */
+  toolCalls: number;
 }
 
 /** Status codes (lls_status). */
@@ -341,6 +384,16 @@ export declare class Agent {
   startTurn(message: string | Message): number;
   nextRequest(options?: OperationOptions): Promise<BuiltRequest>;
   requestInfo(): RequestInfo;
+  /** Gives the agent a renderer: `nextBody` then builds provider bodies. */
+  setRenderer(renderer: Format | string, options?: AgentRenderOptions | null): void;
+  /** Builds the next request and resolves with its provider body (needs `setRenderer`). */
+  nextBody(options?: OperationOptions): Promise<Body>;
+  /** The envelope of the last request built (the logged bytes). */
+  lastEnvelope(): Buffer;
+  /** Records the provider's raw response body for the open step. */
+  recordBody(body: Buffer | Uint8Array | string): RecordedResponse;
+  /** Records a streamed response from its accumulator, at the stream's end. */
+  recordStream(stream: Stream, options?: { partial?: boolean }): RecordedResponse;
   recordResponse(response: { message: Message; usage?: Usage; finishReason?: string }): number;
   recordToolResult(result: { callId: string; text?: string; content?: Block[]; isError?: boolean }): number;
   inject(message: string | Message): number | null;
@@ -510,6 +563,10 @@ export declare function invokeCallback(fn: (input: any, ctx: CallbackContext) =>
 export declare function liveHandleCount(): number;
 /** JS callbacks registered with the library and not yet released. */
 export declare function registeredCallbackCount(): number;
+/** Number of Buffers over library memory not yet given back (by the collector or `release()`). */
+export declare function lentBufferCount(): number;
+/** Number of library strings handed out and not yet freed (a leak check). */
+export declare function liveStringCount(): number;
 
 export declare const ABI_VERSION: number;
 export declare const version: string;

@@ -227,6 +227,37 @@ def('lls_agent_prefix', 'int32_t', `const lls_agent *a, ${OUTS}`);
 def('lls_agent_dispose', 'int32_t', `lls_agent *a, ${ERR}`);
 def('lls_agent_free', 'void', 'lls_agent *a');
 
+// The one-way hot path (docs/node.md, "The provider body"): additions within ABI 2, so a library
+// of the same ABI may predate them. Each is looked up on first use, and a library without it gives
+// an error naming the entry point instead of a failure at require time.
+const OPTIONAL = {
+  lls_agent_set_renderer: ['int32_t', `lls_agent *a, const uint8_t *r, size_t rlen, const uint8_t *o, size_t olen, ${ERR}`],
+  lls_agent_next_body: ['int32_t', `lls_agent *a, const lls_cancel *c, _Out_ lls_owned_str **body, _Out_ size_t *body_len, uint8_t *info, ${ERR}`],
+  lls_agent_last_envelope: ['int32_t', `const lls_agent *a, ${OUTS}`],
+  lls_agent_record_body: ['int32_t',
+    `lls_agent *a, const uint8_t *b, size_t len, _Out_ uint64_t *seq, _Out_ uint32_t *tool_calls, ${ERR}`],
+  lls_agent_record_stream: ['int32_t',
+    `lls_agent *a, lls_stream *s, bool partial, _Out_ uint64_t *seq, _Out_ uint32_t *tool_calls, ${ERR}`],
+  lls_live_string_count: ['size_t', 'void'],
+};
+
+/** The entry point `name` of OPTIONAL, bound on first use. */
+function optional(name) {
+  if (C[name] === undefined) {
+    const [ret, params] = OPTIONAL[name];
+    try {
+      def(name, ret, params);
+    } catch (e) {
+      C[name] = null;
+    }
+  }
+  if (C[name] === null) {
+    const message = `${name}: ${libraryPath} (version ${C.lls_version()}) does not have this entry point; use a newer libllmsession`;
+    throw new LlmSessionError(Status.INTERNAL, message, { kind: 'internal', status: Status.INTERNAL, message });
+  }
+  return C[name];
+}
+
 const loadedAbi = C.lls_abi_version();
 if (loadedAbi !== ABI_VERSION) {
   throw new Error(
@@ -238,6 +269,14 @@ if (loadedAbi !== ABI_VERSION) {
 
 function utf8(s) {
   return Buffer.from(s, 'utf8');
+}
+
+/** Raw bytes from a Buffer, a Uint8Array or a string (a Buffer with no address when empty). */
+function bytesArg(v, what) {
+  if (Buffer.isBuffer(v)) return v.length === 0 ? Buffer.alloc(1, 0).subarray(0, 0) : v;
+  if (v instanceof Uint8Array) return Buffer.from(v.buffer, v.byteOffset, v.byteLength);
+  if (typeof v === 'string') return utf8(v);
+  throw new TypeError(`${what}: expected a Buffer, a Uint8Array or a string`);
 }
 
 function jsonBuf(v) {
@@ -278,21 +317,166 @@ function takeString(ptr, len) {
   return bytes === null ? null : bytes.toString('utf8');
 }
 
+// ---------------------------------------------------------------------------------------------
+// Lent bytes: a Buffer over the library's own memory (koffi.view, no copy), given back with
+// lls_string_free when the garbage collector releases its ArrayBuffer, or at an explicit
+// release(). Outputs under LEND_MIN bytes were copied by the library anyway (it hands out only
+// large ones without a copy) and are copied into a JS Buffer and freed at once.
+
+const LEND_MIN = 64 * 1024;
+let lentLive = 0;
+
+/** Gives a lent buffer back to the library, once. */
+function giveBack(cell) {
+  if (cell.ptr) {
+    const p = cell.ptr;
+    cell.ptr = null;
+    lentLive--;
+    C.lls_string_free(p);
+  }
+}
+
+const lentRegistry = new FinalizationRegistry(giveBack);
+
+/**
+ * Takes an owned output as `{buffer, cell}`: `buffer` reads the library's memory when the output
+ * is large (`cell.ptr` set until it is given back), or holds a copy (`cell.ptr` null).
+ */
+function lend(ptr, len) {
+  const n = Number(len);
+  if (n < LEND_MIN) return { buffer: takeBytes(ptr, len), cell: { ptr: null } };
+  const ab = koffi.view(ptr, n);
+  const cell = { ptr };
+  lentLive++;
+  lentRegistry.register(ab, cell, cell);
+  return { buffer: Buffer.from(ab, 0, n), cell };
+}
+
+/** Gives a lent output back now (the Buffer must not be read afterwards). */
+function releaseLent(cell) {
+  if (cell.ptr) {
+    lentRegistry.unregister(cell);
+    giveBack(cell);
+  }
+}
+
+function releasedError(what) {
+  const message = `${what}: this result was released`;
+  return new LlmSessionError(Status.INVALID_HANDLE, message, { kind: 'invalid-handle', status: Status.INVALID_HANDLE, message });
+}
+
+// lls_request_info (include/llmsession.h), read from a Buffer the call fills.
+const RequestInfoType = koffi.struct('lls_request_info', {
+  instance: 'uint64_t',
+  turn: 'uint64_t',
+  step: 'uint64_t',
+  step_seq: 'uint64_t',
+  purpose: 'uint32_t',
+  prefix_len: 'uint32_t',
+  message_count: 'uint32_t',
+  shared_messages: 'uint32_t',
+  envelope_len: 'size_t',
+  digest: koffi.array('char', 72),
+});
+const INFO_SIZE = koffi.sizeof(RequestInfoType);
+const INFO_AT = Object.fromEntries(
+  ['instance', 'turn', 'step', 'step_seq', 'purpose', 'prefix_len', 'message_count', 'shared_messages', 'envelope_len', 'digest'].map(
+    (f) => [f, koffi.offsetof(RequestInfoType, f)]));
+const PURPOSES = ['conversation', 'compaction'];
+
+function u64(b, at) {
+  return b.readUInt32LE(at) + b.readUInt32LE(at + 4) * 0x100000000;
+}
+
+/** The request description of a filled lls_request_info, in `requestInfo()`'s shape. */
+function readRequestInfo(b) {
+  const d = INFO_AT.digest;
+  const end = b.indexOf(0, d);
+  const purpose = b.readUInt32LE(INFO_AT.purpose);
+  return {
+    turn: u64(b, INFO_AT.turn),
+    step: u64(b, INFO_AT.step),
+    digest: b.toString('latin1', d, end < 0 || end > d + 71 ? d + 71 : end),
+    bytes: u64(b, INFO_AT.envelope_len),
+    prefixLen: b.readUInt32LE(INFO_AT.prefix_len),
+    messageCount: b.readUInt32LE(INFO_AT.message_count),
+    sharedMessages: b.readUInt32LE(INFO_AT.shared_messages),
+    instance: u64(b, INFO_AT.instance),
+    stepSeq: u64(b, INFO_AT.step_seq),
+    purpose: PURPOSES[purpose] || `unknown-${purpose}`,
+  };
+}
+
+/**
+ * The result of `nextBody`: `body` (the provider body, a Buffer over the library's memory),
+ * `info`, `json` (the body as a string, decoded on first access), and `release()`.
+ */
+class Body {
+  constructor(lent, info) {
+    this._lent = lent;
+    this.info = info;
+    this._json = undefined;
+  }
+
+  /** The provider body, ready to POST (a Buffer over the library's memory while it is large). */
+  get body() {
+    if (this._lent === null) throw releasedError('body');
+    return this._lent.buffer;
+  }
+
+  /** The body as a string (decoded on first access, then kept). */
+  get json() {
+    if (this._json === undefined) this._json = this.body.toString('utf8');
+    return this._json;
+  }
+
+  /**
+   * Gives the body's memory back to the library now rather than when the garbage collector
+   * releases it. `body` then throws; a Buffer taken from it before must not be read any more.
+   */
+  release() {
+    if (this._lent !== null) {
+      releaseLent(this._lent.cell);
+      this._lent = null;
+    }
+  }
+
+  get released() {
+    return this._lent === null;
+  }
+}
+
 /**
  * The result of `nextRequest`: `bytes` (a Buffer of the exact envelope bytes), and, decoded on
  * first use and then kept, `json` (the same bytes as a string) and `envelope` (parsed). A host
  * that sends `bytes` never pays for a JS string or an object tree of the whole request (at 1k
  * messages, about 0.5 MB: decoding takes longer than building it).
  */
-function builtRequest(bytes, info) {
+function builtRequest(lent, info) {
   let json;
   let envelope;
-  const r = { bytes, info };
+  const r = { info };
+  Object.defineProperty(r, 'bytes', {
+    enumerable: true,
+    get() {
+      if (lent === null) throw releasedError('bytes');
+      return lent.buffer;
+    },
+  });
   Object.defineProperty(r, 'json', {
     enumerable: true,
     get() {
-      if (json === undefined) json = bytes.toString('utf8');
+      if (json === undefined) json = r.bytes.toString('utf8');
       return json;
+    },
+  });
+  // Gives the envelope's memory back now (see Body#release).
+  Object.defineProperty(r, 'release', {
+    value() {
+      if (lent !== null) {
+        releaseLent(lent.cell);
+        lent = null;
+      }
     },
   });
   Object.defineProperty(r, 'envelope', {
@@ -332,6 +516,11 @@ function userMessage(m) {
   return typeof m === 'string' ? { role: 'user', content: [{ type: 'text', text: m }] } : m;
 }
 
+/** Runs `fn(...args)` on the main thread and returns its status (an operation's `run` when sync). */
+function runSync(fn, args) {
+  return fn(...args);
+}
+
 /** Runs `fn.async(...args, cb)` and resolves with its status. */
 function runAsync(fn, args) {
   return new Promise((resolve, reject) => {
@@ -351,6 +540,7 @@ const freeTrampoline = koffi.register((id) => {
   if (!entry) return;
   registrations.delete(Number(id));
   entry.released = true;
+  if (entry.core) entry.core.callbacks--;
   koffi.unregister(entry.ptr);
 }, koffi.pointer(FreeFn));
 
@@ -385,10 +575,13 @@ function describe(e) {
 function register(core, fn, encode) {
   if (typeof fn !== 'function') throw new TypeError('expected a function');
   const id = nextId++;
-  const entry = { id, ptr: null, released: false };
+  // `core.callbacks` counts the owner's live registrations (released by the library through
+  // freeTrampoline): an agent with none runs its operations on the main thread (Agent#_async).
+  const entry = { id, ptr: null, released: false, core };
+  core.callbacks = (core.callbacks || 0) + 1;
   entry.ptr = koffi.register((_ud, inJson, _len, reply) => {
     const op = core.op;
-    const ctx = { signal: op ? op.controller.signal : new AbortController().signal };
+    const ctx = { signal: op && op.controller ? op.controller.signal : new AbortController().signal };
     let input;
     let result;
     try {
@@ -490,24 +683,36 @@ async function invokeCallback(fn, input, options = {}) {
 // ---------------------------------------------------------------------------------------------
 // Operations (one at a time per agent): a cancel token, an AbortSignal, errors from callbacks.
 
-function newOp(core, signal) {
-  const out = [null];
-  const err = [null];
-  check(C.lls_cancel_new(out, err), err);
+/**
+ * A new operation. `sync`: the library call runs on the main thread (`op.run` calls it
+ * directly); no callback can run during it, so the operation needs a cancel token only for a
+ * `signal` (one that aborts later cannot fire while the main thread is in the call) and no
+ * AbortController for callbacks. Otherwise `op.run` runs the call on a koffi worker thread.
+ */
+function newOp(core, signal, sync = false) {
+  let cancel = null;
+  if (!sync || signal) {
+    const out = [null];
+    const err = [null];
+    check(C.lls_cancel_new(out, err), err);
+    cancel = out[0];
+  }
   const op = {
-    cancel: out[0],
-    controller: new AbortController(),
+    cancel,
+    controller: sync ? null : new AbortController(),
     errors: [],
     pending: 0,
-    async: true,
+    async: !sync,
+    sync,
     disposeDuringCallback: null,
     signal,
     onAbort: null,
+    run: sync ? runSync : runAsync,
   };
   if (signal) {
     op.onAbort = () => {
       C.lls_cancel_trip(op.cancel, null);
-      op.controller.abort(signal.reason);
+      if (op.controller) op.controller.abort(signal.reason);
     };
     if (signal.aborted) op.onAbort();
     else signal.addEventListener('abort', op.onAbort, { once: true });
@@ -518,7 +723,7 @@ function newOp(core, signal) {
 
 function endOp(core, op) {
   if (op.signal && op.onAbort) op.signal.removeEventListener('abort', op.onAbort);
-  C.lls_cancel_free(op.cancel);
+  if (op.cancel) C.lls_cancel_free(op.cancel);
   op.cancel = null;
   if (core.op === op) core.op = null;
 }
@@ -536,11 +741,11 @@ function finishOp(op, status, err, onOk) {
         /* ignore */
       }
     }
-    if (status !== Status.OK) op.controller.abort();
+    if (status !== Status.OK && op.controller) op.controller.abort();
     throw op.errors[0];
   }
   if (status !== Status.OK) {
-    op.controller.abort();
+    if (op.controller) op.controller.abort();
     throw takeError(status, err[0]);
   }
   return onOk ? onOk() : undefined;
@@ -712,7 +917,7 @@ class Agent {
     const err = [null];
     check(C.lls_agent_new(session._ptr, b, b.length, out, err), err);
     this.session = session;
-    this._core = { ptr: out[0], op: null, busy: false, free: (p) => C.lls_agent_free(p) };
+    this._core = { ptr: out[0], op: null, busy: false, callbacks: 0, free: (p) => C.lls_agent_free(p) };
     finalizer.register(this, this._core, this);
   }
 
@@ -742,13 +947,27 @@ class Agent {
     return callJson(fn, this._sync(what));
   }
 
-  /** Runs one asynchronous library call on a koffi worker thread. */
-  async _async(what, signal, call) {
+  /**
+   * Runs one operation that may call back into JS. The rule (docs/node.md, "Threads"): while the
+   * agent has no JS callbacks registered (prefix or pre-step listeners, summariser, token
+   * counter), the library call cannot wait for the main thread, so it runs right here, on the
+   * main thread, without a worker hop; with callbacks, or with `{worker: true}`, it runs on a
+   * koffi worker thread and callbacks are queued to the main thread. `call(ptr, op)` runs the
+   * library function with `op.run(fn, args)` (a status, or a Promise of one).
+   */
+  async _async(what, options, call) {
     const ptr = this._ptr;
     const core = this._core;
     if (core.busy) throw outOfOrder(`${what}: an asynchronous call on this agent is running (await it first)`);
+    const sync = !core.callbacks && !(options && options.worker);
     core.busy = true;
-    const op = newOp(core, signal);
+    let op;
+    try {
+      op = newOp(core, options && options.signal, sync);
+    } catch (e) {
+      core.busy = false;
+      throw e;
+    }
     try {
       return await call(ptr, op);
     } finally {
@@ -818,19 +1037,88 @@ class Agent {
    * access), and its description (prefixLen, sharedMessages, digest, ...).
    */
   nextRequest(options = {}) {
-    return this._async('nextRequest', options.signal, async (ptr, op) => {
+    return this._async('nextRequest', options, async (ptr, op) => {
       const out = [null];
       const len = [0];
       const err = [null];
-      const st = await runAsync(C.lls_agent_next_request, [ptr, op.cancel, out, len, err]);
-      const bytes = finishOp(op, st, err, () => takeBytes(out[0], len[0]));
+      const st = await op.run(C.lls_agent_next_request, [ptr, op.cancel, out, len, err]);
+      const lent = finishOp(op, st, err, () => lend(out[0], len[0]));
       const info = callJson(C.lls_agent_request_info, ptr);
-      return builtRequest(bytes, info);
+      return builtRequest(lent, info);
     });
   }
 
   requestInfo() {
     return this._json('requestInfo', C.lls_agent_request_info);
+  }
+
+  /**
+   * Gives the agent a renderer ("openai", "openai-responses", "anthropic", "gemini") and render
+   * options (`{promptCacheKey?, promptCacheRetention?, cacheTtl?}`; the prefix length is the
+   * agent's own): `nextBody` then builds provider bodies, each message rendered once.
+   */
+  setRenderer(renderer, options) {
+    const r = utf8(renderer);
+    const o = options === undefined || options === null ? null : jsonBuf(options);
+    this._call('setRenderer', optional('lls_agent_set_renderer'), r, r.length, o, o ? o.length : 0);
+  }
+
+  /**
+   * Builds the next request as `nextRequest` does (logged and verified the same way) and
+   * resolves with the provider body ready to POST: a `Body` with `body` (a Buffer over the
+   * library's memory, freed when the garbage collector releases it or at `release()`), `info`
+   * (read from the library's fixed record, no JSON) and `json`. Needs `setRenderer` first
+   * (status OUT_OF_ORDER otherwise).
+   */
+  nextBody(options = {}) {
+    const fn = optional('lls_agent_next_body');
+    return this._async('nextBody', options, async (ptr, op) => {
+      const out = [null];
+      const len = [0];
+      const info = Buffer.alloc(INFO_SIZE);
+      const err = [null];
+      const st = await op.run(fn, [ptr, op.cancel, out, len, info, err]);
+      const lent = finishOp(op, st, err, () => lend(out[0], len[0]));
+      return new Body(lent, readRequestInfo(info));
+    });
+  }
+
+  /** The envelope of the last request this agent built (the logged bytes), as a Buffer. */
+  lastEnvelope() {
+    const out = [null];
+    const len = [0];
+    const err = [null];
+    check(optional('lls_agent_last_envelope')(this._sync('lastEnvelope'), out, len, err), err);
+    return takeBytes(out[0], len[0]);
+  }
+
+  /**
+   * Records the provider's raw response body (a Buffer, a Uint8Array or a string) for the open
+   * step, parsed with the agent's renderer: `{seq, toolCalls}` (the assistant message's seq and
+   * how many tool calls it made).
+   */
+  recordBody(body) {
+    const b = bytesArg(body, 'recordBody');
+    const seq = [0];
+    const calls = [0];
+    this._call('recordBody', optional('lls_agent_record_body'), b, b.length, seq, calls);
+    return { seq: seqNumber(seq[0]), toolCalls: calls[0] };
+  }
+
+  /**
+   * Records a streamed response from its `Stream` at the stream's end (`{partial: true}`: the
+   * message so far, as `stream.finish({partial: true})`): `{seq, toolCalls}`.
+   */
+  recordStream(stream, options = {}) {
+    if (!(stream instanceof Stream)) throw new TypeError('recordStream: expected a Stream');
+    const fn = optional('lls_agent_record_stream');
+    const p = this._sync('recordStream');
+    const sp = livePtr(stream._core, 'stream');
+    const seq = [0];
+    const calls = [0];
+    const err = [null];
+    check(fn(p, sp, !!options.partial, seq, calls, err), err);
+    return { seq: seqNumber(seq[0]), toolCalls: calls[0] };
   }
 
   /** Records the provider's response `{message, usage?}`; returns the assistant message's seq. */
@@ -860,10 +1148,10 @@ class Agent {
   /** Records a provider failure `{message, overflow?}`; resolves with `{retry}`. */
   providerError(error, options = {}) {
     const b = jsonBuf(typeof error === 'string' ? { message: error } : error);
-    return this._async('providerError', options.signal, async (ptr, op) => {
+    return this._async('providerError', options, async (ptr, op) => {
       const retry = [0];
       const err = [null];
-      const st = await runAsync(C.lls_agent_provider_error, [ptr, b, b.length, op.cancel, retry, err]);
+      const st = await op.run(C.lls_agent_provider_error, [ptr, b, b.length, op.cancel, retry, err]);
       finishOp(op, st, err);
       return { retry: retry[0] === 1 };
     });
@@ -879,22 +1167,22 @@ class Agent {
     const o = {};
     if (options.span) o.span = options.span;
     const b = jsonBuf(o);
-    return this._async('compact', options.signal, async (ptr, op) => {
+    return this._async('compact', options, async (ptr, op) => {
       const out = [null];
       const len = [0];
       const err = [null];
-      const st = await runAsync(C.lls_agent_compact, [ptr, b, b.length, op.cancel, out, len, err]);
+      const st = await op.run(C.lls_agent_compact, [ptr, b, b.length, op.cancel, out, len, err]);
       return JSON.parse(finishOp(op, st, err, () => takeString(out[0], len[0])));
     });
   }
 
   /** Measures the next request's prompt (may call a host token counter). */
   measure(options = {}) {
-    return this._async('measure', options.signal, async (ptr, op) => {
+    return this._async('measure', options, async (ptr, op) => {
       const out = [null];
       const len = [0];
       const err = [null];
-      const st = await runAsync(C.lls_agent_measure, [ptr, out, len, err]);
+      const st = await op.run(C.lls_agent_measure, [ptr, out, len, err]);
       return JSON.parse(finishOp(op, st, err, () => takeString(out[0], len[0])));
     });
   }
@@ -1217,6 +1505,16 @@ function liveHandleCount() {
   return Number(C.lls_live_handle_count());
 }
 
+/** Number of Buffers over library memory not yet given back (by the collector or release()). */
+function lentBufferCount() {
+  return lentLive;
+}
+
+/** Number of library strings handed out and not yet freed (lls_live_string_count). */
+function liveStringCount() {
+  return Number(optional('lls_live_string_count')());
+}
+
 /** Number of JS callbacks registered with the library and not yet released. */
 function registeredCallbackCount() {
   return registrations.size;
@@ -1241,7 +1539,10 @@ module.exports = {
   verifyFile,
   listSessions,
   invokeCallback,
+  Body,
   liveHandleCount,
+  lentBufferCount,
+  liveStringCount,
   registeredCallbackCount,
   version: C.lls_version(),
   abiVersion: loadedAbi,

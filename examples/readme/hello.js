@@ -4,14 +4,14 @@ const lls = require('../../bindings/node'); // installed as a package: require('
 async function main() {
   const session = lls.Session.openFile('hello.jsonl');
   const agent = new lls.Agent(session, { config: { provider: 'llama.cpp', model: 'smollm2' }, system: 'Be brief.' });
+  agent.setRenderer('openai'); // bodies for /chat/completions
   agent.startTurn('Hi!');
-  const { bytes, info } = await agent.nextRequest(); // logged; verify() rebuilds it byte for byte
-  const body = lls.render('openai', bytes, info.prefixLen); // POST to /chat/completions
-  const reply = {
+  const { body } = await agent.nextBody(); // a Buffer to POST; logged, verify() rebuilds it byte for byte
+  const reply = JSON.stringify({
     choices: [{ message: { role: 'assistant', content: 'Hello!' }, finish_reason: 'stop' }],
     usage: { prompt_tokens: 14, completion_tokens: 3 },
-  };
-  agent.recordResponse(lls.parseResponse('openai', reply));
+  });
+  agent.recordBody(reply); // the provider's raw answer
   agent.endTurn('completed');
   console.log(`sent ${body.length} bytes; verify: ${JSON.stringify(session.verify())}`);
   agent.close();

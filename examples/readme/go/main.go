@@ -15,20 +15,23 @@ func main() {
 	opts := map[string]any{"config": map[string]string{"provider": "llama.cpp", "model": "smollm2"}, "system": "Be brief."}
 	a := must(llmsession.NewAgent(s, opts))
 	defer a.Close()
+	check(a.SetRenderer("openai", nil)) // bodies for /chat/completions
 	must(a.StartTurn(llmsession.UserText("Hi!")))
-	req := must(a.NextRequest(context.Background()))                            // logged; Verify rebuilds it byte for byte
-	body := must(llmsession.Render("openai", req.Envelope, req.Info.PrefixLen)) // POST to /chat/completions
+	body := must(a.NextBody(context.Background())) // POST body.Bytes; logged, Verify rebuilds it byte for byte
 	reply := `{"choices":[{"message":{"role":"assistant","content":"Hello!"},"finish_reason":"stop"}],"usage":{"prompt_tokens":14,"completion_tokens":3}}`
-	must(a.RecordResponse(must(llmsession.ParseResponse("openai", []byte(reply)))))
-	if err := a.EndTurn("completed"); err != nil {
-		log.Fatal(err)
-	}
-	fmt.Printf("sent %d bytes; verify: %s\n", len(body), must(s.Verify()))
+	_, _, err := a.RecordBody([]byte(reply)) // the provider's raw answer
+	check(err)
+	check(a.EndTurn("completed"))
+	fmt.Printf("sent %d bytes; verify: %s\n", len(body.Bytes), must(s.Verify()))
 }
 
 func must[T any](v T, err error) T {
+	check(err)
+	return v
+}
+
+func check(err error) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	return v
 }

@@ -1,0 +1,368 @@
+package llmsession
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+)
+
+// The one-way hot path through the Go binding: SetRenderer, NextBodyView / NextBody,
+// LastEnvelope, RecordBody, RecordStream.
+
+// A provider as the tests see it: its renderer, the options given to SetRenderer and a raw
+// reply calling read_file (call_<n>).
+type hotProvider struct {
+	renderer string
+	opts     *RenderOptions
+	reply    func(n int) string
+}
+
+var hotProviders = []hotProvider{
+	{"openai", &RenderOptions{PromptCacheKey: "tenant-7"}, func(n int) string {
+		return fmt.Sprintf(`{"id":"c%d","object":"chat.completion","model":"m-test","choices":[{"index":0,"message":{"role":"assistant","content":"Reading it.","tool_calls":[{"id":"call_%d","type":"function","function":{"name":"read_file","arguments":"{\"path\":\"a.txt\"}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":50,"completion_tokens":10}}`, n, n)
+	}},
+	{"openai-responses", nil, func(n int) string {
+		return fmt.Sprintf(`{"id":"resp_%d","object":"response","status":"completed","model":"m-test","output":[{"type":"message","id":"msg_%d","role":"assistant","content":[{"type":"output_text","text":"Reading it.","annotations":[]}]},{"type":"function_call","id":"fc_%d","call_id":"call_%d","name":"read_file","arguments":"{\"path\":\"a.txt\"}"}],"usage":{"input_tokens":50,"output_tokens":10}}`, n, n, n, n)
+	}},
+	{"anthropic", &RenderOptions{CacheTTL: "1h"}, func(n int) string {
+		return fmt.Sprintf(`{"id":"msg_%d","type":"message","role":"assistant","model":"m-test","content":[{"type":"text","text":"Reading it."},{"type":"tool_use","id":"call_%d","name":"read_file","input":{"path":"a.txt"}}],"stop_reason":"tool_use","usage":{"input_tokens":50,"output_tokens":10}}`, n, n)
+	}},
+	{"gemini", nil, func(n int) string {
+		return fmt.Sprintf(`{"candidates":[{"content":{"role":"model","parts":[{"text":"Reading it."},{"functionCall":{"id":"call_%d","name":"read_file","args":{"path":"a.txt"}}}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":50,"candidatesTokenCount":10},"modelVersion":"m-test"}`, n)
+	}},
+}
+
+// hotAgent is an agent with a read_file tool; system is its system prompt.
+func hotAgent(t *testing.T, system string) (*Session, *Agent) {
+	t.Helper()
+	s, err := NewMemorySession(&SessionOptions{ID: "hot-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := NewAgent(s, map[string]any{
+		"config": map[string]any{"provider": "p", "model": "m-test", "maxTokens": 256},
+		"system": system,
+		"tools": []any{map[string]any{"name": "read_file", "description": "Read a file",
+			"parameters": map[string]any{"type": "object", "properties": map[string]any{"path": map[string]any{"type": "string"}}}}},
+		"checkRequests": true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, a
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkBody checks that a body is the rendering of the agent's logged envelope, and that the
+// info read from the C record says what the JSON description says.
+func checkBody(t *testing.T, a *Agent, p hotProvider, body []byte, info RequestInfo) {
+	t.Helper()
+	env, err := a.LastEnvelope()
+	must(t, err)
+	sum := sha256.Sum256(env)
+	if d := "sha256:" + hex.EncodeToString(sum[:]); d != info.Digest {
+		t.Errorf("%s: digest %s, the logged envelope's is %s", p.renderer, info.Digest, d)
+	}
+	opts := RenderOptions{PrefixLen: info.PrefixLen}
+	if p.opts != nil {
+		opts.PromptCacheKey, opts.CacheTTL = p.opts.PromptCacheKey, p.opts.CacheTTL
+	}
+	fresh, err := RenderWithOptions(p.renderer, env, &opts)
+	must(t, err)
+	if !bytes.Equal(fresh, body) {
+		t.Errorf("%s: the body is not the rendering of the logged envelope:\n%s\n%s", p.renderer, body, fresh)
+	}
+	ri, err := a.RequestInfo()
+	must(t, err)
+	ri.Purpose = PurposeConversation
+	if ri != info {
+		t.Errorf("%s: info %+v, JSON info %+v", p.renderer, info, ri)
+	}
+	if info.Bytes != len(env) {
+		t.Errorf("%s: info.Bytes %d, envelope %d bytes", p.renderer, info.Bytes, len(env))
+	}
+}
+
+func TestNextBodyIsTheRenderedEnvelopeForEveryRenderer(t *testing.T) {
+	before := LiveHandleCount()
+	ctx := context.Background()
+	for _, p := range hotProviders {
+		s, a := hotAgent(t, "You are a careful coding agent.")
+		must(t, a.SetRenderer(p.renderer, p.opts))
+		_, err := a.StartTurn("Read a.txt")
+		must(t, err)
+		v, err := a.NextBodyView(ctx)
+		must(t, err)
+		checkBody(t, a, p, v.Bytes(), v.Info)
+		if v.Info.Turn != 1 || v.Info.Step != 1 || v.Info.Purpose != PurposeConversation {
+			t.Errorf("%s: info %+v", p.renderer, v.Info)
+		}
+		v.Release()
+		for n := 1; n <= 3; n++ {
+			seq, calls, err := a.RecordBody([]byte(p.reply(n)))
+			must(t, err)
+			if calls != 1 || seq == 0 {
+				t.Errorf("%s: RecordBody gave seq %d, %d tool calls", p.renderer, seq, calls)
+			}
+			_, err = a.RecordToolResult(map[string]any{"callId": fmt.Sprintf("call_%d", n), "text": "contents of a.txt"})
+			must(t, err)
+			b, err := a.NextBody(ctx)
+			must(t, err)
+			checkBody(t, a, p, b.Bytes, b.Info)
+			if b.Info.Step != uint64(n+1) || b.Info.SharedMessages == 0 {
+				t.Errorf("%s: step %d info %+v", p.renderer, n+1, b.Info)
+			}
+		}
+		h, err := s.History()
+		must(t, err)
+		if c := bytes.Count(h, []byte(`"read_file"`)); c != 3 {
+			t.Errorf("%s: %d recorded tool calls in the history, want 3", p.renderer, c)
+		}
+		a.Close()
+		s.Close()
+	}
+	if n := LiveHandleCount(); n != before {
+		t.Errorf("live handles %d, before %d", n, before)
+	}
+}
+
+// A system prompt large enough that the library lends the body (64 KiB and more).
+var bigSystem = strings.Repeat("Be exact and brief. ", 5000)
+
+func TestBodyViewIsValidUntilRelease(t *testing.T) {
+	ctx := context.Background()
+	p := hotProviders[0]
+	s, a := hotAgent(t, bigSystem)
+	defer s.Close()
+	defer a.Close()
+	must(t, a.SetRenderer(p.renderer, p.opts))
+	_, err := a.StartTurn("Read a.txt")
+	must(t, err)
+	v, err := a.NextBodyView(ctx)
+	must(t, err)
+	if v.Len() < 64*1024 {
+		t.Fatalf("the body is %d bytes, too small to be lent", v.Len())
+	}
+	kept := append([]byte(nil), v.Bytes()...)
+	env, err := a.LastEnvelope()
+	must(t, err)
+	// More steps: new bodies are built and released, other buffers are allocated and freed.
+	for n := 1; n <= 3; n++ {
+		_, _, err := a.RecordBody([]byte(p.reply(n)))
+		must(t, err)
+		_, err = a.RecordToolResult(map[string]any{"callId": fmt.Sprintf("call_%d", n), "text": strings.Repeat("x", 70000)})
+		must(t, err)
+		w, err := a.NextBodyView(ctx)
+		must(t, err)
+		if bytes.Equal(w.Bytes(), kept) {
+			t.Fatal("a later body equals the first")
+		}
+		w.Release()
+	}
+	if !bytes.Equal(v.Bytes(), kept) {
+		t.Fatal("the view's bytes changed before Release")
+	}
+	fresh, err := RenderWithOptions(p.renderer, env, &RenderOptions{PromptCacheKey: "tenant-7"})
+	must(t, err)
+	if !bytes.Equal(v.Bytes(), fresh) {
+		t.Fatal("the view is not the first request's body")
+	}
+	var sink bytes.Buffer
+	if n, err := io.Copy(&sink, v); err != nil || n != int64(len(kept)) || !bytes.Equal(sink.Bytes(), kept) {
+		t.Fatalf("io.Copy of the view: %d bytes, %v", n, err)
+	}
+	if n, err := v.Read(make([]byte, 10)); n != 0 || err != io.EOF {
+		t.Errorf("Read after the whole body: %d, %v, want io.EOF", n, err)
+	}
+	v2, err := a.NextBodyView(ctx)
+	if !errors.Is(err, ErrOutOfOrder) || v2 != nil {
+		t.Errorf("a second request with one open: %v", err)
+	}
+
+	v.Release()
+	if !v.Released() || v.Len() != 0 {
+		t.Errorf("after Release: released %v, len %d", v.Released(), v.Len())
+	}
+	if _, err := v.WriteTo(&sink); !errors.Is(err, ErrClosed) {
+		t.Errorf("WriteTo after Release: %v, want ErrClosed", err)
+	}
+	if _, err := v.Read(make([]byte, 10)); !errors.Is(err, ErrClosed) {
+		t.Errorf("Read after Release: %v, want ErrClosed", err)
+	}
+	func() {
+		defer func() {
+			if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "after Release") {
+				t.Errorf("Bytes after Release: recovered %v, want a panic naming the release", r)
+			}
+		}()
+		_ = v.Bytes()
+	}()
+	v.Release() // a second Release does nothing
+}
+
+func TestNextBodyCopiesIntoGoMemory(t *testing.T) {
+	ctx := context.Background()
+	s, a := hotAgent(t, bigSystem)
+	defer s.Close()
+	defer a.Close()
+	must(t, a.SetRenderer("anthropic", nil))
+	_, err := a.StartTurn("hello")
+	must(t, err)
+	b, err := a.NextBody(ctx)
+	must(t, err)
+	env, err := a.LastEnvelope()
+	must(t, err)
+	want, err := RenderWithOptions("anthropic", env, nil)
+	must(t, err)
+	if !bytes.Equal(b.Bytes, want) {
+		t.Fatal("NextBody is not the rendered envelope")
+	}
+	b.Bytes[0] = 'X' // Go memory: the host may change or keep it
+	if b.Info.PrefixLen != 0 || b.Info.MessageCount != 1 {
+		t.Errorf("info %+v", b.Info)
+	}
+}
+
+func TestRecordStreamRecordsTheStreamedReply(t *testing.T) {
+	ctx := context.Background()
+	s, a := hotAgent(t, "You help.")
+	defer s.Close()
+	defer a.Close()
+	must(t, a.SetRenderer("openai", nil))
+	_, err := a.StartTurn("Lis café.txt")
+	must(t, err)
+	_, err = a.NextBody(ctx)
+	must(t, err)
+	st, err := NewStream("openai")
+	must(t, err)
+	defer st.Close()
+	_, err = io.Copy(st, bytes.NewReader(fixture(t, "openai-chat-tools.sse")))
+	must(t, err)
+	seq, calls, err := a.RecordStream(st, false)
+	must(t, err)
+	if calls != 2 || seq == 0 {
+		t.Errorf("RecordStream: seq %d, %d tool calls, want 2", seq, calls)
+	}
+	h, err := s.History()
+	must(t, err)
+	if !bytes.Contains(h, []byte(`"id":"call_Rb2"`)) || !bytes.Contains(h, []byte("café.txt")) {
+		t.Errorf("history %s", h)
+	}
+	// A stream of another format than the renderer's is refused and changes nothing.
+	for _, id := range []string{"call_Qa1", "call_Rb2"} {
+		_, err = a.RecordToolResult(map[string]any{"callId": id, "text": "ok"})
+		must(t, err)
+	}
+	_, err = a.NextBody(ctx)
+	must(t, err)
+	other, err := NewStream("anthropic")
+	must(t, err)
+	defer other.Close()
+	_, err = io.Copy(other, bytes.NewReader(fixture(t, "anthropic-tools.sse")))
+	must(t, err)
+	events, _ := s.Events(0, -1)
+	if _, _, err := a.RecordStream(other, false); !errors.Is(err, ErrInvalidInput) {
+		t.Errorf("an anthropic stream on an openai agent: %v, want ErrInvalidInput", err)
+	}
+	if after, _ := s.Events(0, -1); !bytes.Equal(after, events) {
+		t.Error("the refused stream changed the log")
+	}
+	// A cut stream: an error, then its partial message.
+	cut, err := NewStream("openai")
+	must(t, err)
+	defer cut.Close()
+	sse := fixture(t, "openai-chat-tools.sse")
+	_, err = cut.Write(sse[:len(sse)/2])
+	must(t, err)
+	if _, _, err := a.RecordStream(cut, false); err == nil {
+		t.Fatal("a cut stream recorded as complete")
+	}
+	if _, _, err := a.RecordStream(cut, true); err != nil {
+		t.Fatalf("the partial message: %v", err)
+	}
+	cut.Close()
+	if _, _, err := a.RecordStream(cut, true); !errors.Is(err, ErrClosed) {
+		t.Errorf("a closed stream: %v, want ErrClosed", err)
+	}
+}
+
+func TestHotPathErrorsChangeNothing(t *testing.T) {
+	ctx := context.Background()
+	s, a := hotAgent(t, "You help.")
+	defer s.Close()
+	defer a.Close()
+	_, err := a.StartTurn("hello")
+	must(t, err)
+	if _, err := a.NextBodyView(ctx); !errors.Is(err, ErrOutOfOrder) {
+		t.Errorf("NextBodyView without a renderer: %v, want ErrOutOfOrder", err)
+	}
+	if err := a.SetRenderer("telegraph", nil); !errors.Is(err, ErrInvalidInput) {
+		t.Errorf("an unknown renderer: %v, want ErrInvalidInput", err)
+	}
+	var le *Error
+	if err := a.SetRenderer("openai", &RenderOptions{PrefixLen: 1}); !errors.As(err, &le) || le.Code != StatusInvalidInput || le.Field("field") != "options.prefixLen" {
+		t.Errorf("a prefixLen option: %v, want ErrInvalidInput naming options.prefixLen", err)
+	}
+	must(t, a.SetRenderer("openai", nil))
+	if _, _, err := a.RecordBody([]byte(hotProviders[0].reply(1))); !errors.Is(err, ErrOutOfOrder) {
+		t.Errorf("RecordBody with no step open: %v, want ErrOutOfOrder", err)
+	}
+	_, err = a.NextBody(ctx)
+	must(t, err)
+	events, _ := s.Events(0, -1)
+	for _, bad := range []struct {
+		body string
+		want error
+	}{
+		{`{"choices":`, ErrMalformedJSON},
+		{hotProviders[2].reply(1), ErrInvalidInput}, // an Anthropic body on an OpenAI agent
+		{`{"choices":[]}`, ErrInvalidInput},
+		{"", ErrMalformedJSON},
+	} {
+		if _, _, err := a.RecordBody([]byte(bad.body)); !errors.Is(err, bad.want) {
+			t.Errorf("RecordBody(%.30q): %v, want %v", bad.body, err, bad.want)
+		}
+	}
+	if after, _ := s.Events(0, -1); !bytes.Equal(after, events) {
+		t.Error("a refused body changed the log")
+	}
+	_, _, err = a.RecordBody([]byte(hotProviders[0].reply(1)))
+	must(t, err)
+}
+
+func TestNextBodyViewCancelled(t *testing.T) {
+	s, a := hotAgent(t, "You help.")
+	defer s.Close()
+	defer a.Close()
+	must(t, a.SetRenderer("openai", nil))
+	_, err := a.StartTurn("hello")
+	must(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := a.NextBodyView(ctx); !errors.Is(err, ErrCancelled) || !errors.Is(err, context.Canceled) {
+		t.Errorf("a cancelled context: %v, want ErrCancelled caused by context.Canceled", err)
+	}
+	ev, err := s.Events(0, -1)
+	must(t, err)
+	var events []struct {
+		Type string          `json:"type"`
+		Data json.RawMessage `json:"data"`
+	}
+	must(t, json.Unmarshal(ev, &events))
+	if last := events[len(events)-1]; last.Type != "turn/end" || !bytes.Contains(last.Data, []byte(`"aborted"`)) {
+		t.Errorf("last event %s %s, want turn/end aborted", last.Type, last.Data)
+	}
+}
