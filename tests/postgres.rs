@@ -258,6 +258,7 @@ fn damage_in_the_open_turn_goes_to_the_quarantine() {
         drop(a);
         let kept = s.len();
         open_turn(&s, 2, "left open");
+        s.append(NewEvent::new("host/note", json!({"note": "after the prompt"}))).unwrap();
         kept
     };
     // Someone edits the record of the open turn's user message in place.
@@ -269,10 +270,23 @@ fn damage_in_the_open_turn_goes_to_the_quarantine() {
         )
         .unwrap();
     assert_eq!(n, 1);
+    // An edit that keeps the record well-formed breaks the chain: that is tampering, not crash
+    // damage, and the open refuses the session naming the record, wherever it lies.
+    let e = Session::open_url(&url, writer(&id)).map(|_| ()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::CorruptLog, "{e:?}");
+    assert!(e.message().contains("chained digest does not match"), "{}", e.message());
+    assert_eq!(e.detail()["line"], kept as u64 + 3, "the user message: {e:?}");
+    // A record that is no longer a record (cut short, overwritten) is damage: it is cut, with
+    // everything after it in the unfinished turn. (The session's head still vouches for the
+    // last record, so this is not mistaken for a replaced end of the log.)
+    let n = c
+        .execute("UPDATE llmsession_records SET record = left(record, 40) WHERE session_id = $1 AND record LIKE '%LEFT OPEN%'", &[&id])
+        .unwrap();
+    assert_eq!(n, 1);
     let (s, report) = Session::open_url(&url, writer(&id)).unwrap();
-    // The edited record (the open turn's last) is cut; the turn/start before it stays and the
-    // repair closes the turn.
-    assert_eq!(report.cut_records, 1, "{report:?}");
+    // The damaged record and the note after it are cut; the turn/start before them stays and
+    // the repair closes the turn.
+    assert_eq!(report.cut_records, 2, "{report:?}");
     assert!(report.cut_damaged);
     assert!(report.repaired_events > 0);
     let saved = report.cut_saved_to.clone().unwrap();
@@ -287,7 +301,7 @@ fn damage_in_the_open_turn_goes_to_the_quarantine() {
         .collect();
     assert_eq!(q.len(), report.cut_records);
     assert_eq!(q[0].0, kept as i64 + 1);
-    assert!(q.iter().any(|(_, r, _)| r.contains("LEFT OPEN")), "the edited record is kept as evidence");
+    assert!(q.iter().any(|(_, r, _)| r.len() == 40), "the damaged record is kept as evidence: {q:?}");
     assert!(!q[0].2.is_empty());
     s.verify().unwrap();
     // The head moved back with the cut: the session continues and reloads.

@@ -199,7 +199,7 @@ stop() {
     # Still there (pg_ctl missing or failed): by PID.
     pid="$(cat "$dir/pid" 2>/dev/null || true)"
     if [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null &&
-        [[ "$(readlink "/proc/$pid/exe" 2>/dev/null)" == *postgres* ]]; then
+        [[ "$(ps -p "$pid" -o comm= 2>/dev/null)" == postgres* ]]; then
         kill -INT "$pid" 2>/dev/null || true
         for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
         kill -KILL "$pid" 2>/dev/null || true
