@@ -93,6 +93,16 @@
 #define LLS_ABI_VERSION 2
 
 /**
+ * Compatible additions made to ABI version `LLS_ABI_VERSION` (functions, constants, structs,
+ * optional fields), counted from 0 and reset when `LLS_ABI_VERSION` is bumped. A host that
+ * uses an addition checks `lls_abi_minor() >= N` for the minor that brought it (docs/abi.md
+ * lists them; 1: the provider-body hot path and `lls_live_string_count`).
+ *
+ * Thread safety: a constant.
+ */
+#define LLS_ABI_MINOR 1
+
+/**
  * An agent instance: drives the turns and steps of one session (at most one live instance
  * per session), builds every request, and runs compaction. Create it with `lls_agent_new`,
  * free it with `lls_agent_free`.
@@ -1142,6 +1152,17 @@ lls_status lls_agent_record_stream(lls_agent *agent,
  * Thread safety: may be called from any thread; each string exactly once.
  */
 void lls_string_free(char *s);
+
+/**
+ * The number of strings llmsession has handed out (through any `char **out` output) that have
+ * not been given to `lls_string_free` yet, in this process. A leak check for tests and
+ * bindings, like `lls_live_handle_count`: it returns to its earlier value once every string
+ * returned since has been freed. Views that bindings lend over library strings (Go's
+ * `BodyView`, Node's Buffers over library memory) are counted until they are released.
+ *
+ * Thread safety: may be called from any thread; other threads may change the count.
+ */
+size_t lls_live_string_count(void);
 
 /**
  * Calls a host callback exactly as llmsession calls its listeners, summariser and other
@@ -2205,6 +2226,15 @@ const char *lls_version(void);
  * Thread safety: may be called from any thread.
  */
 uint32_t lls_abi_version(void);
+
+/**
+ * The ABI minor version of the loaded library (see `LLS_ABI_MINOR`): which compatible
+ * additions to ABI version `lls_abi_version()` it has. A library older than this function
+ * (ABI 2 minor 0) lacks the symbol.
+ *
+ * Thread safety: may be called from any thread.
+ */
+uint32_t lls_abi_minor(void);
 
 #ifdef __cplusplus
 }  // extern "C"

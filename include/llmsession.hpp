@@ -140,6 +140,14 @@ inline std::uint32_t abi_version() noexcept { return lls_abi_version(); }
 /// The number of live C handles in the process (a leak check: see docs/abi.md).
 inline std::size_t live_handle_count() noexcept { return lls_live_handle_count(); }
 
+/// The loaded library's ABI minor version: its compatible additions to `LLS_ABI_VERSION`
+/// (`LLS_ABI_MINOR` is the header's).
+inline std::uint32_t abi_minor() noexcept { return lls_abi_minor(); }
+
+/// The number of strings the library has handed out and not yet freed (a leak check;
+/// `OwnedString` frees its own when destroyed).
+inline std::size_t live_string_count() noexcept { return lls_live_string_count(); }
+
 /// Throws AbiMismatch when the loaded library's ABI differs from this header's. Checked once,
 /// by the first wrapper object created; call it yourself to check at start-up.
 inline void check_abi() {

@@ -151,8 +151,12 @@ func TestBodyViewIsValidUntilRelease(t *testing.T) {
 	must(t, a.SetRenderer(p.renderer, p.opts))
 	_, err := a.StartTurn("Read a.txt")
 	must(t, err)
+	strs := LiveStringCount()
 	v, err := a.NextBodyView(ctx)
 	must(t, err)
+	if n := LiveStringCount(); n != strs+1 {
+		t.Errorf("library strings while the view is held: %d, want %d", n, strs+1)
+	}
 	if v.Len() < 64*1024 {
 		t.Fatalf("the body is %d bytes, too small to be lent", v.Len())
 	}
@@ -192,7 +196,13 @@ func TestBodyViewIsValidUntilRelease(t *testing.T) {
 		t.Errorf("a second request with one open: %v", err)
 	}
 
+	if n := LiveStringCount(); n != strs+1 {
+		t.Errorf("library strings after later views were released: %d, want %d", n, strs+1)
+	}
 	v.Release()
+	if n := LiveStringCount(); n != strs {
+		t.Errorf("library strings after Release: %d, want %d (the body was not freed)", n, strs)
+	}
 	if !v.Released() || v.Len() != 0 {
 		t.Errorf("after Release: released %v, len %d", v.Released(), v.Len())
 	}

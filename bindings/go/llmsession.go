@@ -24,6 +24,10 @@ import (
 // ABIVersion is the C ABI version this binding was written against (LLS_ABI_VERSION).
 const ABIVersion = 2
 
+// ABIMinor is the ABI minor version (compatible additions to ABIVersion) this binding uses:
+// 1 brought the provider-body hot path (SetRenderer, NextBody, RecordBody, ...).
+const ABIMinor = 1
+
 // abiErr is non-nil when the loaded library speaks another ABI; every constructor returns it.
 var abiErr error
 
@@ -31,6 +35,9 @@ func init() {
 	if got := uint32(C.lls_abi_version()); got != ABIVersion || C.LLS_ABI_VERSION != ABIVersion {
 		abiErr = fmt.Errorf("llmsession: the loaded library has ABI version %d (version %s), but this Go binding needs ABI version %d; rebuild or install a matching libllmsession",
 			got, C.GoString(C.lls_version()), ABIVersion)
+	} else if minor := uint32(C.lls_abi_minor()); minor < ABIMinor {
+		abiErr = fmt.Errorf("llmsession: the loaded library has ABI version %d.%d (version %s), but this Go binding needs %d.%d or later; install a newer libllmsession",
+			got, minor, C.GoString(C.lls_version()), ABIVersion, ABIMinor)
 	}
 }
 
@@ -44,6 +51,10 @@ func Version() string { return C.GoString(C.lls_version()) }
 // LiveHandleCount is the number of live library handles in the process (sessions, agents,
 // cancel tokens, errors, pending replies, ...): a leak check for tests.
 func LiveHandleCount() int { return int(C.lls_live_handle_count()) }
+
+// LiveStringCount is the number of strings the library has handed out and not yet freed,
+// views not yet released (BodyView) included: a leak check for tests.
+func LiveStringCount() int { return int(C.lls_live_string_count()) }
 
 // toJSON encodes an argument: json.RawMessage and []byte are taken as JSON text, anything
 // else is marshalled with encoding/json.

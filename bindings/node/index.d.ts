@@ -567,6 +567,8 @@ export declare function registeredCallbackCount(): number;
 export declare function lentBufferCount(): number;
 /** Number of library strings handed out and not yet freed (a leak check). */
 export declare function liveStringCount(): number;
+/** The loaded library's ABI minor version (compatible additions to ABI_VERSION; 0 when it predates the call). */
+export declare function abiMinor(): number;
 
 export declare const ABI_VERSION: number;
 export declare const version: string;

@@ -239,6 +239,7 @@ const OPTIONAL = {
   lls_agent_record_stream: ['int32_t',
     `lls_agent *a, lls_stream *s, bool partial, _Out_ uint64_t *seq, _Out_ uint32_t *tool_calls, ${ERR}`],
   lls_live_string_count: ['size_t', 'void'],
+  lls_abi_minor: ['uint32_t', 'void'],
 };
 
 /** The entry point `name` of OPTIONAL, bound on first use. */
@@ -1515,6 +1516,18 @@ function liveStringCount() {
   return Number(optional('lls_live_string_count')());
 }
 
+/**
+ * The loaded library's ABI minor version: its compatible additions to ABI_VERSION (0 for a
+ * library that predates lls_abi_minor; 1 brought the provider-body hot path).
+ */
+function abiMinor() {
+  try {
+    return optional('lls_abi_minor')();
+  } catch (e) {
+    return 0;
+  }
+}
+
 /** Number of JS callbacks registered with the library and not yet released. */
 function registeredCallbackCount() {
   return registrations.size;
@@ -1543,6 +1556,7 @@ module.exports = {
   liveHandleCount,
   lentBufferCount,
   liveStringCount,
+  abiMinor,
   registeredCallbackCount,
   version: C.lls_version(),
   abiVersion: loadedAbi,

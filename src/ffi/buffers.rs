@@ -121,6 +121,9 @@ static OWNED: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
 /// How many buffers [`OWNED`] holds (lets `lls_string_free` skip the lock when none).
 static OWNED_LIVE: AtomicUsize = AtomicUsize::new(0);
 
+/// Strings handed out by [`OutString`] and not yet given to `lls_string_free`.
+static LIVE_STRINGS: AtomicUsize = AtomicUsize::new(0);
+
 /// A checked `char **out, size_t *out_len` pair, written only by [`OutString::write`] or
 /// [`OutString::write_owned`].
 #[derive(Debug)]
@@ -163,6 +166,7 @@ impl OutString {
             map.insert(p as usize, cap);
             OWNED_LIVE.store(map.len(), Ordering::Release);
         }
+        LIVE_STRINGS.fetch_add(1, Ordering::Relaxed);
         // SAFETY: validity promised to `new`.
         unsafe {
             self.out.write(p.cast());
@@ -187,6 +191,7 @@ impl OutString {
     /// Allocates the output and writes both out-parameters (the last step of a call).
     pub fn write(self, text: &str) -> Result<(), FfiError> {
         let p = alloc_c_string(text.as_bytes())?;
+        LIVE_STRINGS.fetch_add(1, Ordering::Relaxed);
         // SAFETY: validity promised to `new`.
         unsafe {
             self.out.write(p);
@@ -273,6 +278,8 @@ pub unsafe extern "C" fn lls_string_free(s: *mut c_char) {
     if s.is_null() {
         return;
     }
+    // Saturating: a count gone wrong through a host's double free must not wrap.
+    let _ = LIVE_STRINGS.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
     if OWNED_LIVE.load(Ordering::Acquire) != 0 {
         let cap = {
             let mut owned = OWNED.lock();
@@ -289,6 +296,18 @@ pub unsafe extern "C" fn lls_string_free(s: *mut c_char) {
     }
     // SAFETY: `s` came from `alloc_c_string` (malloc), per the contract.
     unsafe { libc::free(s.cast()) }
+}
+
+/// The number of strings llmsession has handed out (through any `char **out` output) that have
+/// not been given to `lls_string_free` yet, in this process. A leak check for tests and
+/// bindings, like `lls_live_handle_count`: it returns to its earlier value once every string
+/// returned since has been freed. Views that bindings lend over library strings (Go's
+/// `BodyView`, Node's Buffers over library memory) are counted until they are released.
+///
+/// Thread safety: may be called from any thread; other threads may change the count.
+#[no_mangle]
+pub extern "C" fn lls_live_string_count() -> usize {
+    LIVE_STRINGS.load(Ordering::Relaxed)
 }
 
 #[cfg(test)]

@@ -21,6 +21,13 @@ pub const LLS_VERSION_PATCH: u32 = 0;
 ///
 /// Thread safety: a constant.
 pub const LLS_ABI_VERSION: u32 = 2;
+/// Compatible additions made to ABI version `LLS_ABI_VERSION` (functions, constants, structs,
+/// optional fields), counted from 0 and reset when `LLS_ABI_VERSION` is bumped. A host that
+/// uses an addition checks `lls_abi_minor() >= N` for the minor that brought it (docs/abi.md
+/// lists them; 1: the provider-body hot path and `lls_live_string_count`).
+///
+/// Thread safety: a constant.
+pub const LLS_ABI_MINOR: u32 = 1;
 
 /// The library version as a static NUL-terminated string, e.g. `"0.2.0"`. Never free it.
 ///
@@ -38,6 +45,16 @@ pub extern "C" fn lls_abi_version() -> u32 {
     LLS_ABI_VERSION
 }
 
+/// The ABI minor version of the loaded library (see `LLS_ABI_MINOR`): which compatible
+/// additions to ABI version `lls_abi_version()` it has. A library older than this function
+/// (ABI 2 minor 0) lacks the symbol.
+///
+/// Thread safety: may be called from any thread.
+#[no_mangle]
+pub extern "C" fn lls_abi_minor() -> u32 {
+    LLS_ABI_MINOR
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -49,5 +66,6 @@ mod tests {
         let s = unsafe { std::ffi::CStr::from_ptr(lls_version()) };
         assert_eq!(s.to_str().unwrap(), v);
         assert_eq!(lls_abi_version(), LLS_ABI_VERSION);
+        assert_eq!(lls_abi_minor(), LLS_ABI_MINOR);
     }
 }

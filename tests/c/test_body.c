@@ -370,6 +370,7 @@ static void test_unrenderable_history(void) {
 
 static void test_no_handle_leaks(void) {
     CHECK_INT(lls_live_handle_count(), 0);
+    CHECK_INT(lls_live_string_count(), 0); /* every body, envelope and info was freed */
 }
 
 int main(void) {

@@ -182,6 +182,8 @@ static void test_versions(void) {
     CHECK_STR(lls_version(), expected);
     CHECK_STR(lls_version(), "0.2.0");
     CHECK_INT(lls_abi_version(), LLS_ABI_VERSION);
+    CHECK_INT(lls_abi_minor(), LLS_ABI_MINOR);
+    CHECK(LLS_ABI_MINOR >= 1); /* the hot path and lls_live_string_count came with minor 1 */
 }
 
 static void test_error_lifecycle(void) {
@@ -361,12 +363,16 @@ static void test_strings(void) {
     state_init(&st, MODE_ANSWER, "{\"text\":\"h\\u00e9llo\",\"n\":[1,2,3]}");
     char *out = NULL;
     size_t len = 0;
+    size_t strings = lls_live_string_count();
     CHECK_INT(invoke(test_callback, &st, "{}", NULL, &out, &len, NULL), LLS_OK);
     CHECK_STR(out, "{\"text\":\"h\\u00e9llo\",\"n\":[1,2,3]}");
     CHECK_INT(len, strlen(st.answer));
     CHECK(out != NULL && out[len] == '\0');
+    CHECK_INT(lls_live_string_count(), strings + 1); /* handed out, not freed yet */
     lls_string_free(out);
+    CHECK_INT(lls_live_string_count(), strings);
     lls_string_free(NULL);
+    CHECK_INT(lls_live_string_count(), strings);
 
     /* UTF-8 passes through untouched, and out_len may be NULL. */
     state_init(&st, MODE_ANSWER, "\"caf\xc3\xa9\"");

@@ -140,15 +140,18 @@ test('a lent envelope nobody holds is given back when the garbage collector rele
   const before = lls.lentBufferCount();
   assert.equal(before, 0);
   w.agent.startTurn('first');
+  const strings = lls.liveStringCount();
   let r = await w.agent.nextRequest();
   let bytes = r.bytes;
   r = null;
   await collect(() => false); // held through `bytes` alone: still lent
   assert.equal(lls.lentBufferCount(), before + 1);
+  assert.equal(lls.liveStringCount(), strings + 1, 'the library string is still out');
   assert.equal(bytes.length > 64 * 1024, true);
   bytes = null;
   await collect(() => lls.lentBufferCount() === before);
   assert.equal(lls.lentBufferCount(), before, 'the FinalizationRegistry gave it back');
+  assert.equal(lls.liveStringCount(), strings, 'and the library freed its memory');
   w.close();
 });
 
