@@ -1,5 +1,6 @@
 //! Random sequences of C ABI calls, made through the real `extern "C"` entry points
-//! (`lls_session_*`, `lls_agent_*`, `lls_reply_*`, `lls_cancel_*`, `lls_render`, ...).
+//! (`lls_session_*`, `lls_agent_*` with the provider-body hot path, `lls_reply_*`,
+//! `lls_cancel_*`, `lls_render`, ...).
 //!
 //! The input is a list of lines. Each line is `[op][param][payload]`: `op` picks the call,
 //! `param` picks handles, modes and small numbers, and `payload` (the rest of the line) is the
@@ -19,7 +20,10 @@
 //! - every session the script holds still verifies (`lls_session_verify`, when its log
 //!   changed), every agent
 //!   handle still answers (`lls_agent_stats`: ok or disposed), and `lls_live_handle_count`
-//!   equals what the script holds.
+//!   equals what the script holds;
+//! - a provider body from `lls_agent_next_body` is, byte for byte, `lls_render_with_options` of
+//!   the envelope `lls_agent_last_envelope` gives, with the renderer and options the agent was
+//!   given and the info's `prefix_len`.
 //!
 //! At the end every host store is reloaded (its records must open and start with the live
 //! session's events), everything is freed, the handle count is back to zero and every
@@ -33,7 +37,8 @@ use llmsession::ffi::callback::{lls_callback_fn, lls_callback_invoke, lls_userda
 use llmsession::ffi::cancel::*;
 use llmsession::ffi::error::*;
 use llmsession::ffi::handle::lls_live_handle_count;
-use llmsession::ffi::render::lls_render;
+use llmsession::ffi::body::*;
+use llmsession::ffi::render::{lls_render, lls_render_with_options};
 use llmsession::ffi::reply::*;
 use llmsession::ffi::response::*;
 use llmsession::ffi::session::*;
@@ -47,7 +52,7 @@ use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
 
 const MAX_LINES: usize = 48;
-const OPS: u8 = 32;
+const OPS: u8 = 36;
 
 // ---------------------------------------------------------------------------------------------
 // Status and error checks
@@ -424,6 +429,8 @@ struct Ag {
     ptr: usize,
     session: usize,
     calls: Vec<String>,
+    /// The renderer and options `lls_agent_set_renderer` accepted last.
+    renderer: Option<(&'static str, Option<Vec<u8>>)>,
 }
 
 #[derive(Default)]
@@ -462,6 +469,58 @@ fn user(text: &str) -> Vec<u8> {
 }
 
 const AGENT_OPTS: &str = r#"{"config":{"provider":"p","model":"m","maxTokens":256},"system":"You are careful.","tools":[{"name":"read","description":"Read a file","parameters":{"type":"object","properties":{"path":{"type":"string"}}}}],"policy":{"contextWindow":4000,"threshold":0.5,"retainedTokens":100,"summaryMaxTokens":300}}"#;
+/// Renderer names for `lls_agent_set_renderer`, one of them unknown.
+const HOT_RENDERERS: [&str; 5] = ["openai", "openai-responses", "anthropic", "gemini", "cobol"];
+
+/// A raw, non-streamed reply body in `format` whose message says a little and calls `read`
+/// once per id.
+fn raw_reply(format: &str, ids: &[String]) -> String {
+    let args = json!({"path": "a.txt"});
+    match format {
+        "openai-responses" => {
+            let mut output = vec![json!({"type": "message", "id": "msg_1", "role": "assistant",
+                "content": [{"type": "output_text", "text": "working", "annotations": []}]})];
+            for id in ids {
+                output.push(json!({"type": "function_call", "id": format!("fc_{id}"), "call_id": id, "name": "read", "arguments": args.to_string()}));
+            }
+            json!({"id": "resp_1", "object": "response", "status": "completed", "model": "m", "output": output,
+                "usage": {"input_tokens": 100, "output_tokens": 10}})
+        }
+        "anthropic" => {
+            let mut content = vec![json!({"type": "text", "text": "working"})];
+            for id in ids {
+                content.push(json!({"type": "tool_use", "id": id, "name": "read", "input": args}));
+            }
+            let stop = if ids.is_empty() { "end_turn" } else { "tool_use" };
+            json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": content,
+                "stop_reason": stop, "usage": {"input_tokens": 100, "output_tokens": 10}})
+        }
+        "gemini" => {
+            let mut parts = vec![json!({"text": "working"})];
+            for id in ids {
+                parts.push(json!({"functionCall": {"id": id, "name": "read", "args": args}}));
+            }
+            json!({"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP"}],
+                "usageMetadata": {"promptTokenCount": 100, "candidatesTokenCount": 10}, "modelVersion": "m"})
+        }
+        _ => {
+            let calls: Vec<Value> = ids
+                .iter()
+                .map(|id| json!({"id": id, "type": "function", "function": {"name": "read", "arguments": args.to_string()}}))
+                .collect();
+            let mut message = json!({"role": "assistant", "content": "working"});
+            if !calls.is_empty() {
+                message["tool_calls"] = calls.into();
+            }
+            let finish = if ids.is_empty() { "stop" } else { "tool_calls" };
+            json!({"id": "c1", "object": "chat.completion", "model": "m",
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": {"prompt_tokens": 100, "completion_tokens": 10}})
+        }
+    }
+    .to_string()
+}
+
 const REASONS: [&str; 8] = ["completed", "max-tokens", "aborted", "error", "rejected", "disposed", "interrupted", "bogus"];
 
 impl State {
@@ -598,7 +657,7 @@ impl State {
                 if call("lls_agent_new", |e| unsafe { lls_agent_new(s as *const lls_session, opts.as_ptr().cast(), opts.len(), &mut a, e) })
                     == LLS_OK
                 {
-                    self.agents.push(Ag { ptr: a as usize, session: s, calls: Vec::new() });
+                    self.agents.push(Ag { ptr: a as usize, session: s, calls: Vec::new(), renderer: None });
                     self.register_callbacks(a as usize, s, (p >> 3) | (p & 0x80));
                 }
             }
@@ -849,6 +908,77 @@ impl State {
                 });
             }
             30 => self.bad_handle(p),
+            32 => {
+                // The hot path: a renderer for the agent (sometimes a bad one, or bad options).
+                let Some(i) = (!self.agents.is_empty()).then(|| p as usize % self.agents.len()) else { return };
+                let a = self.agents[i].ptr as *mut lls_agent;
+                let r = HOT_RENDERERS[(p >> 3) as usize % HOT_RENDERERS.len()];
+                let opts = if payload.is_empty() { None } else { Some(payload.to_vec()) };
+                let (o, ol) = opts.as_ref().map_or((null(), 0), |o| (o.as_ptr(), o.len()));
+                if call("lls_agent_set_renderer", |e| unsafe { lls_agent_set_renderer(a, r.as_ptr().cast(), r.len(), o.cast(), ol, e) })
+                    == LLS_OK
+                {
+                    self.agents[i].renderer = Some((r, opts));
+                }
+            }
+            33 => {
+                // The provider body is the rendering of the logged envelope, byte for byte.
+                let Some(i) = (!self.agents.is_empty()).then(|| (p & 7) as usize % self.agents.len()) else { return };
+                let a = self.agents[i].ptr as *mut lls_agent;
+                let c = self.cancel_arg(p >> 3);
+                let mut info = std::mem::MaybeUninit::<lls_request_info>::zeroed();
+                let body = self.with_cancel(c, || {
+                    call_out("lls_agent_next_body", |o, l, e| unsafe { lls_agent_next_body(a, c, o, l, info.as_mut_ptr(), e) })
+                });
+                let Some(body) = body else { return };
+                let info = unsafe { info.assume_init() };
+                let env = call_out("lls_agent_last_envelope", |o, l, e| unsafe { lls_agent_last_envelope(a, o, l, e) })
+                    .expect("the envelope of a request just built");
+                assert_eq!(env.len(), info.envelope_len, "lls_request_info.envelope_len");
+                let (r, opts) = self.agents[i].renderer.clone().expect("next_body succeeded, so a renderer was set");
+                let mut o = match opts.map(|o| serde_json::from_slice::<Value>(&o).expect("accepted options are JSON")) {
+                    Some(Value::Object(m)) => m,
+                    _ => serde_json::Map::new(), // `null`: the defaults
+                };
+                o.insert("prefixLen".into(), info.prefix_len.into());
+                let o = Value::Object(o).to_string();
+                let fresh = call_out("lls_render_with_options", |out, l, e| unsafe {
+                    lls_render_with_options(r.as_ptr().cast(), r.len(), env.as_ptr().cast(), env.len(), o.as_ptr().cast(), o.len(), out, l, e)
+                })
+                .expect("the logged envelope renders");
+                assert!(fresh == body, "the body differs from the rendering of its envelope ({r})");
+                self.last_envelope = Some(env);
+            }
+            34 => {
+                // A raw provider reply in the agent's format (or the payload as it is).
+                let Some(i) = (!self.agents.is_empty()).then(|| p as usize % self.agents.len()) else { return };
+                let a = self.agents[i].ptr as *mut lls_agent;
+                let n = (p >> 4) % 3;
+                let mut ids = Vec::new();
+                for _ in 0..n {
+                    self.call_seq += 1;
+                    ids.push(format!("c{}", self.call_seq));
+                }
+                let fmt = self.agents[i].renderer.as_ref().map_or("openai", |(r, _)| *r);
+                let body = if payload.is_empty() { raw_reply(fmt, &ids).into_bytes() } else { payload.to_vec() };
+                let (mut seq, mut calls) = (0u64, u32::MAX);
+                if call("lls_agent_record_body", |e| unsafe {
+                    lls_agent_record_body(a, body.as_ptr().cast(), body.len(), &mut seq, &mut calls, e)
+                }) == LLS_OK
+                {
+                    if payload.is_empty() {
+                        assert_eq!(calls as usize, ids.len(), "tool calls counted");
+                        self.agents[i].calls.extend(ids);
+                    } else {
+                        // Which ids a fuzzed body made is not known here: they stay unanswered.
+                        self.agents[i].calls.extend((0..calls).map(|k| format!("unknown-{seq}-{k}")));
+                    }
+                }
+            }
+            35 => {
+                let Some(a) = self.agent(p).map(|a| a.ptr as *const lls_agent) else { return };
+                call_out("lls_agent_last_envelope", |o, l, e| unsafe { lls_agent_last_envelope(a, o, l, e) });
+            }
             _ => {
                 // Error accessors on NULL and on foreign handles.
                 assert_eq!(lls_error_code(null()), LLS_ERR_NULL_POINTER);
