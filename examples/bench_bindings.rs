@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo run --release --example bench_bindings -- write DIR [MESSAGES]
-//! cargo run --release --example bench_bindings -- run DIR ITERATIONS OUT
+//! cargo run --release --example bench_bindings -- run DIR ITERATIONS OUT [request|body]
 //! ```
 //!
 //! `write` writes the shared fixture every harness (Rust, C, Go, Node, C++) reads:
@@ -20,12 +20,24 @@
 //! result and builds the next request, timing both the whole step and the request alone. A
 //! round grows the history by a tenth at most, as in `benches/request.rs`. One untimed round
 //! warms up first. Each timed iteration appends `next_ns step_ns` to OUT; the last line of
-//! stdout is `bytes=<request bytes> digest=<digest of the last request of the first round>`.
+//! stdout is `bytes=<request bytes> digest=<envelope digest>` of the last request of the first
+//! timed round.
+//!
+//! The mode says which path a step takes:
+//! - `request` (the default): the envelope path. [`Agent::record_response`] of the parsed
+//!   message, [`Agent::record_tool_result`], [`Agent::next_request`] (the envelope).
+//! - `body`: the hot path. The agent gets the `openai` renderer (default options); per exchange
+//!   [`Agent::record_body`] of the provider's raw reply (`DIR/replies.jsonl`, one OpenAI chat
+//!   completions body per exchange, written by `benches/bindings.sh`),
+//!   [`Agent::record_tool_result`] and [`Agent::next_body`]; `next` times `next_body` alone.
+//!   The last body of the first timed round is also written to `OUT.body`, so the driver can
+//!   compare the bodies of every harness byte for byte, and `bytes` is a body's length.
 
 #[path = "../benches/fixture/mod.rs"]
 mod fixture;
 
 use llmsession::agent::ToolResultInput;
+use llmsession::render::{RenderOptions, Renderer};
 use llmsession::store::MemoryStore;
 use llmsession::{Agent, CancelToken, Durability, Message, Session, SessionOptions};
 use serde_json::{json, Value};
@@ -108,14 +120,31 @@ fn read_inputs(dir: &Path) -> Inputs {
     Inputs { fork_id, user, exchanges }
 }
 
-fn run(dir: &Path, iterations: usize, out: &Path) {
+/// The provider's raw replies, one per exchange (`DIR/replies.jsonl`, for `body` mode).
+fn read_replies(dir: &Path, exchanges: usize) -> Vec<String> {
+    let text = std::fs::read_to_string(dir.join("replies.jsonl")).expect("replies.jsonl (benches/bindings.sh writes it)");
+    let replies: Vec<String> = text.lines().filter(|l| !l.is_empty()).map(str::to_string).collect();
+    assert_eq!(replies.len(), exchanges, "replies.jsonl has {} replies for {exchanges} exchanges", replies.len());
+    replies
+}
+
+/// Which path a step takes (see the module documentation).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Request,
+    Body,
+}
+
+fn run(dir: &Path, iterations: usize, out: &Path, mode: Mode) {
     let inputs = read_inputs(dir);
+    let replies = if mode == Mode::Body { read_replies(dir, inputs.exchanges.len()) } else { Vec::new() };
     let (parent, _) =
         Session::open_jsonl(dir.join("session.jsonl"), SessionOptions { durability: Durability::Never, id: None }).expect("open fixture");
     let cancel = CancelToken::new();
     let mut samples: Vec<(u128, u128)> = Vec::with_capacity(iterations);
     let mut bytes = 0;
     let mut digest = String::new();
+    let mut last_body = String::new();
     let mut round = 0;
     // Round 0 warms up and is not recorded.
     while samples.len() < iterations {
@@ -123,25 +152,57 @@ fn run(dir: &Path, iterations: usize, out: &Path) {
             .fork(None, Box::new(MemoryStore::new()), SessionOptions { durability: Durability::Never, id: Some(inputs.fork_id.clone()) })
             .expect("fork");
         let mut agent = Agent::new(&child, fixture::options()).expect("agent");
+        if mode == Mode::Body {
+            agent.set_renderer(Renderer::OpenAi, RenderOptions::default()).expect("set_renderer");
+        }
         agent.start_turn(inputs.user.clone()).expect("start_turn");
-        agent.next_request(&cancel).expect("first request");
-        for (m, r) in &inputs.exchanges {
+        match mode {
+            Mode::Request => drop(agent.next_request(&cancel).expect("first request")),
+            Mode::Body => drop(agent.next_body(&cancel).expect("first body")),
+        }
+        for (k, (m, r)) in inputs.exchanges.iter().enumerate() {
             if round > 0 && samples.len() == iterations {
                 break;
             }
-            let (m, r) = (m.clone(), r.clone());
-            let t0 = Instant::now();
-            agent.record_response(m, None).expect("record_response");
-            agent.record_tool_result(r).expect("record_tool_result");
-            let t1 = Instant::now();
-            let req = std::hint::black_box(agent.next_request(&cancel).expect("next_request"));
-            let t2 = Instant::now();
-            bytes = req.json.len();
-            if round == 1 {
-                digest = req.digest.clone();
+            let (t0, t1, t2);
+            let mut excluded = std::time::Duration::ZERO;
+            match mode {
+                Mode::Request => {
+                    let (m, r) = (m.clone(), r.clone());
+                    t0 = Instant::now();
+                    agent.record_response(m, None).expect("record_response");
+                    agent.record_tool_result(r).expect("record_tool_result");
+                    t1 = Instant::now();
+                    let req = std::hint::black_box(agent.next_request(&cancel).expect("next_request"));
+                    t2 = Instant::now();
+                    if round == 1 {
+                        bytes = req.json.len();
+                        digest = req.digest.clone();
+                    }
+                }
+                Mode::Body => {
+                    let r = r.clone();
+                    t0 = Instant::now();
+                    agent.record_body(&replies[k]).expect("record_body");
+                    agent.record_tool_result(r).expect("record_tool_result");
+                    t1 = Instant::now();
+                    let body = std::hint::black_box(agent.next_body(&cancel).expect("next_body"));
+                    // The copy for OUT.body is not part of the step: its time is taken out.
+                    // Freeing the body is (as a host frees it once sent, and as the other
+                    // harnesses time their release).
+                    let c0 = Instant::now();
+                    if round == 1 {
+                        bytes = body.json.len();
+                        digest.clone_from(&body.info.digest);
+                        last_body.clone_from(&body.json);
+                    }
+                    excluded = c0.elapsed();
+                    drop(body);
+                    t2 = Instant::now();
+                }
             }
             if round > 0 {
-                samples.push(((t2 - t1).as_nanos(), (t2 - t0).as_nanos()));
+                samples.push(((t2 - t1 - excluded).as_nanos(), (t2 - t0 - excluded).as_nanos()));
             }
         }
         agent.dispose().expect("dispose");
@@ -151,6 +212,11 @@ fn run(dir: &Path, iterations: usize, out: &Path) {
     for (n, s) in &samples {
         writeln!(f, "{n} {s}").expect("write OUT");
     }
+    if mode == Mode::Body {
+        let mut path = out.as_os_str().to_owned();
+        path.push(".body");
+        std::fs::write(path, &last_body).expect("write OUT.body");
+    }
     println!("bytes={bytes} digest={digest}");
 }
 
@@ -158,9 +224,19 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
         Some("write") => write(Path::new(&args[2]), args.get(3).map_or(1_000, |n| n.parse().expect("MESSAGES"))),
-        Some("run") => run(Path::new(&args[2]), args[3].parse().expect("ITERATIONS"), Path::new(&args[4])),
+        Some("run") if args.len() >= 5 => {
+            let mode = match args.get(5).map(String::as_str) {
+                None | Some("request") => Mode::Request,
+                Some("body") => Mode::Body,
+                Some(other) => {
+                    eprintln!("bench_bindings: MODE is request or body, not {other:?}");
+                    std::process::exit(2);
+                }
+            };
+            run(Path::new(&args[2]), args[3].parse().expect("ITERATIONS"), Path::new(&args[4]), mode)
+        }
         _ => {
-            eprintln!("usage: bench_bindings write DIR [MESSAGES] | run DIR ITERATIONS OUT");
+            eprintln!("usage: bench_bindings write DIR [MESSAGES] | run DIR ITERATIONS OUT [request|body]");
             std::process::exit(2);
         }
     }

@@ -7,7 +7,8 @@
  * callback throws never crosses the C boundary; it fails the reply and is rethrown, as itself,
  * when the library call that ran the callback fails. A callback may answer later, from another
  * thread, through its Reply. JSON goes in as std::string_view and comes out as std::string,
- * except request envelopes, which come out as an OwnedString (the library's buffer, no copy).
+ * except request envelopes and provider bodies, which come out as an OwnedString (the
+ * library's buffer, no copy).
  *
  * Documentation: docs/cpp.md. C ABI conventions: docs/abi.md.
  */
@@ -586,6 +587,74 @@ private:
     std::size_t n_ = 0;
 };
 
+/// What a request is for (`lls_request_info.purpose`).
+enum class Purpose : std::uint32_t {
+    /// A conversation step (every request `Agent::next_body` builds).
+    conversation = LLS_PURPOSE_CONVERSATION,
+    /// A compaction's summarisation request.
+    compaction = LLS_PURPOSE_COMPACTION,
+};
+
+/// What a built request is, from `lls_request_info` (plain data, no JSON to parse): the same
+/// facts as `Agent::request_info()` gives as JSON.
+struct RequestInfo {
+    /// The agent instance (1, 2, ...).
+    std::uint64_t instance = 0;
+    /// The turn number.
+    std::uint64_t turn = 0;
+    /// The step number within the turn.
+    std::uint64_t step = 0;
+    /// The seq of the request's `step/start`.
+    std::uint64_t step_seq = 0;
+    /// What the request is for.
+    Purpose purpose = Purpose::conversation;
+    /// How many leading messages are the session prefix.
+    std::uint32_t prefix_len = 0;
+    /// Number of messages.
+    std::uint32_t message_count = 0;
+    /// How many leading messages the request shares with the previous one (a cache hit).
+    std::uint32_t shared_messages = 0;
+    /// The length in bytes of the logged envelope.
+    std::size_t envelope_len = 0;
+    /// The envelope's digest, `"sha256:"` and 64 lowercase hex digits.
+    std::string digest;
+
+    /// A copy of the C record.
+    static RequestInfo from(const lls_request_info &c) {
+        RequestInfo r;
+        r.instance = c.instance;
+        r.turn = c.turn;
+        r.step = c.step;
+        r.step_seq = c.step_seq;
+        r.purpose = static_cast<Purpose>(c.purpose);
+        r.prefix_len = c.prefix_len;
+        r.message_count = c.message_count;
+        r.shared_messages = c.shared_messages;
+        r.envelope_len = c.envelope_len;
+        r.digest = c.digest;
+        return r;
+    }
+};
+
+/// A request built as the provider's body (`Agent::next_body`): the bytes to POST, the
+/// library's buffer itself (no copy), and what the request is.
+struct Body {
+    /// The provider body's JSON.
+    OwnedString body;
+    /// The request it renders.
+    RequestInfo info;
+};
+
+/// What a recorded provider response was (`Agent::record_body`, `Agent::record_stream`).
+struct Recorded {
+    /// The seq of its `assistant/message`.
+    std::uint64_t seq = 0;
+    /// How many tool calls it made (report each one's result with `record_tool_result`).
+    std::uint32_t tool_calls = 0;
+};
+
+class Stream;
+
 /// A session (`lls_session`): the append-only event log of one conversation, in memory, in a
 /// JSONL file or in a host store. Move-only; thread-safe as the C session is.
 class Session {
@@ -879,6 +948,69 @@ public:
         return static_cast<std::size_t>(std::stoull(info.substr(at + key.size())));
     }
 
+    /// Gives the agent a provider body format for `next_body` and `record_body`: `"openai"`,
+    /// `"openai-responses"`, `"anthropic"` or `"gemini"`, with render options JSON as for
+    /// `render_with_options` except `prefixLen`, which is the agent's own (empty: the defaults).
+    /// Each history message is then rendered once and reused. Setting it again replaces it;
+    /// a failed call leaves the renderer as it was.
+    void set_renderer(std::string_view renderer, std::string_view options_json = {}) {
+        detail::call([&](lls_error **err) {
+            return lls_agent_set_renderer(get(), detail::ptr(renderer), renderer.size(),
+                                          detail::opt_ptr(options_json), options_json.size(),
+                                          err);
+        });
+    }
+
+    /// Builds the next request exactly as `next_request` does (logged and checked the same
+    /// way) and returns the provider body ready to POST, the library's buffer itself (no
+    /// copy), with what the request is. Throws Error with `LLS_ERR_OUT_OF_ORDER` when no
+    /// renderer was set, `LLS_ERR_INVALID_INPUT` for a history the renderer cannot render
+    /// (nothing is logged then).
+    Body next_body(const Cancel *cancel = nullptr) {
+        char *out = nullptr;
+        std::size_t len = 0;
+        lls_request_info info{};
+        detail::call([&](lls_error **err) {
+            return lls_agent_next_body(get(), detail::cancel_ptr(cancel), &out, &len, &info,
+                                       err);
+        });
+        OwnedString body(out, len);
+        return Body{std::move(body), RequestInfo::from(info)};
+    }
+    /// As above, with a cancel token.
+    Body next_body(const Cancel &cancel) { return next_body(&cancel); }
+
+    /// The envelope of the last request this agent built (by `next_body` or `next_request`):
+    /// the logged bytes whose digest `RequestInfo::digest` is, written again on demand. Throws
+    /// Error with `LLS_ERR_OUT_OF_ORDER` before any request.
+    OwnedString last_envelope() const {
+        char *out = nullptr;
+        std::size_t len = 0;
+        detail::call([&](lls_error **err) {
+            return lls_agent_last_envelope(get(), &out, &len, err);
+        });
+        return OwnedString(out, len);
+    }
+
+    /// Records the provider's raw, non-streamed response body for the open step, parsed once
+    /// with the renderer's format. Throws Error: `LLS_ERR_OUT_OF_ORDER` (no renderer, no open
+    /// step), `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (a body of another format or
+    /// without a message), `LLS_ERR_INVALID_UTF8`; a failed call changes nothing.
+    Recorded record_body(std::string_view body) {
+        Recorded r;
+        detail::call([&](lls_error **err) {
+            return lls_agent_record_body(get(), detail::ptr(body), body.size(), &r.seq,
+                                         &r.tool_calls, err);
+        });
+        return r;
+    }
+
+    /// Records the response a stream accumulated, at its end: the stream is finished as
+    /// `Stream::finish(partial)` finishes it (and refuses further bytes, even when this
+    /// throws). Its format must be the agent's renderer when one is set
+    /// (`LLS_ERR_INVALID_INPUT`, detail field `stream`).
+    Recorded record_stream(Stream &stream, bool partial = false);
+
     /// Records the provider's response `{"message","usage"?,"finishReason"?}` (what
     /// `parse_response` returns); returns the message's seq.
     std::uint64_t record_response(std::string_view response_json) {
@@ -1062,6 +1194,14 @@ public:
 private:
     detail::Owned<lls_stream, lls_stream_free> h_;
 };
+
+inline Recorded Agent::record_stream(Stream &stream, bool partial) {
+    Recorded r;
+    detail::call([&](lls_error **err) {
+        return lls_agent_record_stream(get(), stream.get(), partial, &r.seq, &r.tool_calls, err);
+    });
+    return r;
+}
 
 /// Renders a request envelope into a provider body (`"openai"`, `"openai-responses"`,
 /// `"anthropic"` or `"gemini"`).

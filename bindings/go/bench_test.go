@@ -175,9 +175,8 @@ func benchSteps(b *testing.B, body bool, request func(a *Agent, ctx context.Cont
 			if err != nil {
 				b.Fatal(err)
 			}
-			bytes = n
 			if round == 1 {
-				digest = d
+				bytes, digest = n, d
 			}
 			if round > 0 {
 				next = append(next, t2.Sub(t1)-excluded)

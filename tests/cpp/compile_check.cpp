@@ -32,6 +32,22 @@ int main() {
     if (deltas != 1 || st.finish().empty() || st.body().empty()) {
         return 1;
     }
+    a.set_renderer("openai", R"({"promptCacheKey":false})");
+    a.start_turn(R"({"role":"user","content":[{"type":"text","text":"again"}]})");
+    llmsession::Body hot = a.next_body(c);
+    if (a.last_envelope().size() != hot.info.envelope_len || hot.body.empty()) {
+        return 1;
+    }
+    a.record_body(R"({"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"}}]})");
+    a.end_turn();
+    a.start_turn(R"({"role":"user","content":[{"type":"text","text":"streamed"}]})");
+    hot = a.next_body();
+    llmsession::Stream hot_stream("openai");
+    hot_stream << "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+    if (a.record_stream(hot_stream).tool_calls != 0) {
+        return 1;
+    }
+    a.end_turn();
     std::printf("compile_check: llmsession %s, ABI %u, %zu request bytes, %zu body bytes\n",
                 llmsession::version().c_str(), llmsession::abi_version(), req.size(), body.size());
     return 0;
