@@ -462,19 +462,30 @@ pub fn conversation_digest(
     let cached = cache.state.take().filter(|c| same_head(c));
     // The history starts with a comma when prefix messages precede it.
     let first = prefix.messages.is_empty();
-    let hist_bytes = if entries.is_empty() { 0 } else { usize::from(!first) + joined_len(entries) };
-    let (cached_header, cached_prefix, head, prior) = match cached {
+    let all_history = || if entries.is_empty() { 0 } else { usize::from(!first) + joined_len(entries) };
+    let (cached_header, cached_prefix, head, prior, hist_bytes) = match cached {
         Some(c) => {
             // The bytes hashed so far are still the start of this envelope when the history
             // only grew since.
             let grown = c.generation == history.generation()
                 && c.entries <= entries.len()
                 && same_entry(c.first, if c.entries > 0 { entries.first() } else { None })
-                && same_entry(c.last, c.entries.checked_sub(1).map(|i| &entries[i]))
-                && c.covered <= c.head.len() + hist_bytes;
-            (c.header, c.prefix, c.head, grown.then_some((c.hasher, c.entries)))
+                && same_entry(c.last, c.entries.checked_sub(1).map(|i| &entries[i]));
+            if grown {
+                // The history's length is that of the covered entries (the bytes hashed after
+                // the head) plus the new ones: only those are walked.
+                let new = &entries[c.entries..];
+                let hist_bytes = match (c.entries, new.is_empty()) {
+                    (_, true) => c.covered - c.head.len(),
+                    (0, false) => all_history(),
+                    (_, false) => c.covered - c.head.len() + 1 + joined_len(new),
+                };
+                (c.header, c.prefix, c.head, Some((c.hasher, c.entries)), hist_bytes)
+            } else {
+                (c.header, c.prefix, c.head, None, all_history())
+            }
         }
-        None => (header.clone(), prefix.source.clone(), parts.head(), None),
+        None => (header.clone(), prefix.source.clone(), parts.head(), None, all_history()),
     };
     let hist_end = head.len() + hist_bytes;
     let mut hasher = match prior {

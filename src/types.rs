@@ -186,6 +186,22 @@ impl Block {
 
     /// Validates a block at `path`.
     pub fn from_value(v: &Value, path: &str) -> Result<Block> {
+        Block::check(v, path)?;
+        Ok(Block(v.as_object().expect("checked: an object").clone()))
+    }
+
+    /// Validates a block at `path` as [`from_value`](Self::from_value) does, taking the value
+    /// rather than copying it.
+    pub fn from_owned_value(v: Value, path: &str) -> Result<Block> {
+        Block::check(&v, path)?;
+        match v {
+            Value::Object(m) => Ok(Block(m)),
+            _ => unreachable!("checked: an object"),
+        }
+    }
+
+    /// The checks of [`from_value`](Self::from_value).
+    fn check(v: &Value, path: &str) -> Result<()> {
         let f = Fields::of(v, path)?;
         let ty = f.str("type")?;
         match ty {
@@ -207,14 +223,14 @@ impl Block {
                 }
                 let content = f.array("content")?;
                 for (i, b) in content.iter().enumerate() {
-                    Block::from_value(b, &format!("{}[{i}]", f.p("content")))?;
+                    Block::check(b, &format!("{}[{i}]", f.p("content")))?;
                 }
                 f.bool("isError")?;
             }
             "" => return Err(Error::invalid(f.p("type"), "must not be empty")),
             _ => {} // opaque block: carried through untouched
         }
-        Ok(Block(f.map.clone()))
+        Ok(())
     }
 
     /// The block's type.
@@ -390,6 +406,39 @@ impl Message {
             Some(p) => Some(Provenance::from_value(p, &f.p("provenance"))?),
         };
         Ok(Message { role, content, provenance, extra: f.extra(&["role", "content", "provenance"]) })
+    }
+
+    /// Validates a message at `path` as [`from_value`](Self::from_value) does (the same checks
+    /// in the same order, so the same errors), taking the value rather than copying its blocks.
+    pub fn from_owned_value(v: Value, path: &str) -> Result<Message> {
+        let (role, provenance) = {
+            let f = Fields::of(&v, path)?;
+            let role = Role::parse(f.str("role")?, &f.p("role"))?;
+            let content = f.array("content")?;
+            let at = f.p("content");
+            for (i, b) in content.iter().enumerate() {
+                Block::check(b, &format!("{at}[{i}]"))?;
+            }
+            let provenance = match f.opt_value("provenance")? {
+                None => None,
+                Some(p) => Some(Provenance::from_value(p, &f.p("provenance"))?),
+            };
+            (role, provenance)
+        };
+        let Value::Object(mut map) = v else { unreachable!("checked: an object") };
+        let content = match map.remove("content") {
+            Some(Value::Array(blocks)) => blocks
+                .into_iter()
+                .map(|b| match b {
+                    Value::Object(m) => Block(m),
+                    _ => unreachable!("checked: blocks are objects"),
+                })
+                .collect(),
+            _ => unreachable!("checked: an array"),
+        };
+        map.remove("role");
+        map.remove("provenance");
+        Ok(Message { role, content, provenance, extra: map })
     }
 
     /// Validates an array of messages at `path`.
@@ -605,6 +654,32 @@ deserialize_via_from_value!(CallConfig);
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn owned_parse_is_the_borrowed_parse() {
+        let ok = json!({"role":"user","content":[{"type":"text","text":"a"},
+            {"type":"tool-result","toolCallId":"c1","content":[{"type":"text","text":"r"}],"isError":false},
+            {"type":"image","data":"x"}],"provenance":{"provider":"p","model":"m"},"note":1});
+        assert_eq!(Message::from_owned_value(ok.clone(), "m").unwrap(), Message::from_value(&ok, "m").unwrap());
+        // The same errors, checked in the same order (content before provenance).
+        for bad in [
+            json!([1]),
+            json!({"role":"robot","content":[]}),
+            json!({"role":"user"}),
+            json!({"role":"user","content":{}}),
+            json!({"role":"user","content":[{"type":"tool-result","toolCallId":"c","content":[{"type":""}],"isError":false}]}),
+            json!({"role":"user","content":[{"type":"text"}],"provenance":7}),
+            json!({"role":"user","content":[],"provenance":7}),
+        ] {
+            let a = Message::from_owned_value(bad.clone(), "m").unwrap_err();
+            let b = Message::from_value(&bad, "m").unwrap_err();
+            assert_eq!((a.kind(), a.message()), (b.kind(), b.message()), "{bad}");
+        }
+        let block = json!({"type":"tool-call","id":"c","name":"n","arguments":"{}"});
+        assert_eq!(Block::from_owned_value(block.clone(), "b").unwrap(), Block::from_value(&block, "b").unwrap());
+        let bad = json!({"type":"tool-call","id":"","name":"n","arguments":"{}"});
+        assert_eq!(Block::from_owned_value(bad.clone(), "b").unwrap_err().message(), Block::from_value(&bad, "b").unwrap_err().message());
+    }
 
     #[test]
     fn unknown_fields_and_blocks_round_trip() {

@@ -161,11 +161,12 @@ impl Agent {
         // earlier instance routed, with the header folded now; it carried the leading history
         // entries logged before its step/start (an entry replaced or appended since has a later
         // seq).
-        let inherited = match (&self.prev_request, crate::compaction::last_step_seq(&g.log), folded) {
-            (None, Some(routed), Some(h)) => {
+        // (The newest step/start is looked up only then: finding it parses a log line.)
+        let inherited = match (&self.prev_request, folded) {
+            (None, Some(h)) => crate::compaction::last_step_seq(&g.log).map(|routed| {
                 let seqs = g.log.history().entries().iter().map(|d| d.seq).take_while(|s| *s < routed).collect();
-                Some(PrevRequest { prefix: h.message_prefix.clone(), seqs, generation: None })
-            }
+                PrevRequest { prefix: h.message_prefix.clone(), seqs, generation: None }
+            }),
             _ => None,
         };
         let reason = if !self.anchored {

@@ -148,7 +148,7 @@ impl Derived {
     /// The message, parsed back from its JSON (allocates; used off the hot path).
     pub fn message(&self) -> Message {
         let v: serde_json::Value = serde_json::from_str(&self.json).expect("derived JSON is valid");
-        Message::from_value(&v, "").expect("derived messages are valid")
+        Message::from_owned_value(v, "").expect("derived messages are valid")
     }
 }
 

@@ -645,5 +645,5 @@ fn frame_of(renderer: Renderer, options: &RenderOptions, cc: &Value, head: &Head
 /// A history entry's message, parsed back from its JSON.
 fn message_of(d: &Derived) -> Result<Message> {
     let v: Value = serde_json::from_str(&d.json)?;
-    Message::from_value(&v, "")
+    Message::from_owned_value(v, "")
 }
