@@ -92,7 +92,29 @@ pub struct EnvelopeParts<'a> {
     pub purpose: Purpose,
 }
 
-impl EnvelopeParts<'_> {
+impl<'a> EnvelopeParts<'a> {
+    /// The parts of a conversation request: the header's config, system and tools, the
+    /// header's prefix, `history`, at `turn_step` (`None` for a rendering that carries none).
+    pub fn conversation(
+        header: &'a EpochHeader,
+        prefix: &'a PrefixBytes,
+        history: &'a [Arc<Derived>],
+        session_id: &'a str,
+        turn_step: Option<(u64, u64)>,
+    ) -> EnvelopeParts<'a> {
+        EnvelopeParts {
+            config: &header.config,
+            system: header.system.as_deref(),
+            tools: header.tools.as_deref(),
+            prefix: &prefix.messages,
+            history,
+            trailing: &[],
+            session_id,
+            turn_step,
+            purpose: Purpose::Conversation,
+        }
+    }
+
     /// Number of messages.
     pub fn message_count(&self) -> usize {
         self.prefix.len() + self.history.len() + self.trailing.len()
@@ -296,18 +318,7 @@ pub struct Body {
 /// Writes the conversation envelope of the log's current state (header fold, its prefix, the
 /// derived history) for `turn`/`step`. `prefix` must be the bytes of the header's prefix.
 pub fn conversation_envelope(log: &Log, header: &EpochHeader, prefix: &PrefixBytes, session_id: &str, turn: u64, step: u64) -> Vec<u8> {
-    EnvelopeParts {
-        config: &header.config,
-        system: header.system.as_deref(),
-        tools: header.tools.as_deref(),
-        prefix: &prefix.messages,
-        history: log.history().entries(),
-        trailing: &[],
-        session_id,
-        turn_step: Some((turn, step)),
-        purpose: Purpose::Conversation,
-    }
-    .write()
+    EnvelopeParts::conversation(header, prefix, log.history().entries(), session_id, Some((turn, step))).write()
 }
 
 /// The SHA-256 state of a conversation envelope's leading bytes (everything up to the end of
@@ -319,6 +330,19 @@ pub fn conversation_envelope(log: &Log, header: &EpochHeader, prefix: &PrefixByt
 #[derive(Clone, Default)]
 pub struct DigestCache {
     state: Option<CachedDigest>,
+}
+
+impl CachedDigest {
+    /// Whether the head was written from this header and this prefix (the same prefix
+    /// composition, by identity).
+    fn same_head(&self, header: &EpochHeader, prefix: &PrefixBytes) -> bool {
+        self.header == *header
+            && match (&self.prefix, &prefix.source) {
+                (None, None) => true,
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            }
+    }
 }
 
 impl std::fmt::Debug for DigestCache {
@@ -364,28 +388,10 @@ pub fn conversation_envelope_digest(
 ) -> (String, String) {
     let history = log.history();
     let entries = history.entries();
-    let parts = EnvelopeParts {
-        config: &header.config,
-        system: header.system.as_deref(),
-        tools: header.tools.as_deref(),
-        prefix: &prefix.messages,
-        history: entries,
-        trailing: &[],
-        session_id,
-        turn_step: Some((turn, step)),
-        purpose: Purpose::Conversation,
-    };
+    let parts = EnvelopeParts::conversation(header, prefix, entries, session_id, Some((turn, step)));
     // The head is written again only when the header or the prefix changed (comparing them
     // costs far less than serialising the system prompt and the tools).
-    let same_head = |c: &CachedDigest| {
-        c.header == *header
-            && match (&c.prefix, &prefix.source) {
-                (None, None) => true,
-                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-                _ => false,
-            }
-    };
-    let cached = cache.state.take().filter(|c| same_head(c));
+    let cached = cache.state.take().filter(|c| c.same_head(header, prefix));
     let (body, head_end, hist_end) = match &cached {
         Some(c) => parts.write_after(&c.head),
         None => parts.write_marked(),
@@ -440,26 +446,8 @@ pub fn conversation_digest(
 ) -> (usize, String) {
     let history = log.history();
     let entries = history.entries();
-    let parts = EnvelopeParts {
-        config: &header.config,
-        system: header.system.as_deref(),
-        tools: header.tools.as_deref(),
-        prefix: &prefix.messages,
-        history: entries,
-        trailing: &[],
-        session_id,
-        turn_step: Some((turn, step)),
-        purpose: Purpose::Conversation,
-    };
-    let same_head = |c: &CachedDigest| {
-        c.header == *header
-            && match (&c.prefix, &prefix.source) {
-                (None, None) => true,
-                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-                _ => false,
-            }
-    };
-    let cached = cache.state.take().filter(|c| same_head(c));
+    let parts = EnvelopeParts::conversation(header, prefix, entries, session_id, Some((turn, step)));
+    let cached = cache.state.take().filter(|c| c.same_head(header, prefix));
     // The history starts with a comma when prefix messages precede it.
     let first = prefix.messages.is_empty();
     let all_history = || if entries.is_empty() { 0 } else { usize::from(!first) + joined_len(entries) };

@@ -17,7 +17,7 @@ use crate::header::EpochHeader;
 use crate::log::load::parse_records;
 use crate::log::{History, Log};
 use crate::render::{parse_response, BodyCache, ParsedResponse, RenderOptions, Renderer};
-use crate::request::{digest, Body, EnvelopeParts, PrefixBytes, Purpose, Request, RequestInfo};
+use crate::request::{digest, Body, EnvelopeParts, PrefixBytes, Request, RequestInfo};
 use crate::stream::StreamAccumulator;
 
 /// What a request build returns.
@@ -218,18 +218,7 @@ impl Agent {
 
 /// The conversation envelope of `last` over `history`.
 fn write_envelope(last: &LastRequest, prefix: &PrefixBytes, history: &[std::sync::Arc<crate::log::Derived>]) -> String {
-    let h = &last.header;
-    let bytes = EnvelopeParts {
-        config: &h.config,
-        system: h.system.as_deref(),
-        tools: h.tools.as_deref(),
-        prefix: &prefix.messages,
-        history,
-        trailing: &[],
-        session_id: &last.session_id,
-        turn_step: Some((last.info.turn, last.info.step)),
-        purpose: Purpose::Conversation,
-    }
-    .write();
+    let turn_step = Some((last.info.turn, last.info.step));
+    let bytes = EnvelopeParts::conversation(&last.header, prefix, history, &last.session_id, turn_step).write();
     String::from_utf8(bytes).expect("an envelope is text")
 }

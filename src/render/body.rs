@@ -37,7 +37,7 @@ use super::{anthropic, gemini, openai, responses, Envelope, RenderOptions, Rende
 use crate::error::{Error, ErrorKind, Result};
 use crate::header::EpochHeader;
 use crate::log::{Derived, History};
-use crate::request::{EnvelopeParts, PrefixBytes, Purpose};
+use crate::request::{EnvelopeParts, PrefixBytes};
 use crate::types::{JsonMap, Message, Role};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -58,18 +58,7 @@ pub struct BodySource<'a> {
 impl BodySource<'_> {
     /// The envelope of this source over `history` (bytes).
     fn envelope(&self, history: &[Arc<Derived>], turn_step: Option<(u64, u64)>) -> Vec<u8> {
-        EnvelopeParts {
-            config: &self.header.config,
-            system: self.header.system.as_deref(),
-            tools: self.header.tools.as_deref(),
-            prefix: &self.prefix.messages,
-            history,
-            trailing: &[],
-            session_id: self.session_id,
-            turn_step,
-            purpose: Purpose::Conversation,
-        }
-        .write()
+        EnvelopeParts::conversation(self.header, self.prefix, history, self.session_id, turn_step).write()
     }
 }
 
