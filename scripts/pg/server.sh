@@ -42,13 +42,13 @@ as_root() {
 # The directory holding initdb, pg_ctl and postgres (the newest installed version).
 bin_dir() {
     local d
-    if [[ -n "${LLMSESSION_PG_BIN:-}" ]]; then echo "$LLMSESSION_PG_BIN"; return; fi
+    if [[ -n "${LLMSESSION_PG_BIN:-}" ]]; then echo "$LLMSESSION_PG_BIN"; return 0; fi
     for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
-        [[ -x "$d/initdb" && -x "$d/pg_ctl" && -x "$d/postgres" ]] && { echo "$d"; return; }
+        [[ -x "$d/initdb" && -x "$d/pg_ctl" && -x "$d/postgres" ]] && { echo "$d"; return 0; }
     done
     if command -v pg_config >/dev/null 2>&1; then
         d="$(pg_config --bindir)"
-        [[ -x "$d/initdb" && -x "$d/pg_ctl" ]] && { echo "$d"; return; }
+        [[ -x "$d/initdb" && -x "$d/pg_ctl" ]] && { echo "$d"; return 0; }
     fi
     if command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1; then
         dirname "$(readlink -f "$(command -v initdb)")"
@@ -85,7 +85,7 @@ free_port() {
     local p
     for _ in $(seq 1 50); do
         p=$((20000 + RANDOM % 40000))
-        if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return; fi
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return 0; fi
     done
     die "no free port found"
 }
@@ -101,7 +101,7 @@ home_of() {
 # The socket directory: HOME/run, unless the socket path would be too long for sun_path.
 socket_dir() {
     local dir="$1"
-    if [[ -f "$dir/socketdir" ]]; then cat "$dir/socketdir"; return; fi
+    if [[ -f "$dir/socketdir" ]]; then cat "$dir/socketdir"; return 0; fi
     local s
     s="$(home_of "$dir")/run"
     if (( ${#s} + 20 > 100 )); then
@@ -116,7 +116,7 @@ socket_dir() {
 
 init_cluster() {
     local dir="$1" bin="$2" home
-    [[ -f "$(home_of "$dir")/data/PG_VERSION" ]] && return
+    [[ -f "$(home_of "$dir")/data/PG_VERSION" ]] && return 0
     mkdir -p "$dir"
     dir="$(cd "$dir" && pwd)"
     home="$dir"
