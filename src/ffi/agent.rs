@@ -119,6 +119,20 @@ pub(super) fn live_ref(agent: &Option<Agent>, instance: u64) -> std::result::Res
 }
 
 impl AgentObject {
+    /// After a request was built: a callback that ran after the core's last check (a token
+    /// counter) may have disposed the agent, and the disposal closed the request's step, so
+    /// the request must not be handed out.
+    pub(super) fn refuse_if_disposed_while_building(&self) -> std::result::Result<(), FfiError> {
+        if self.dispose_requested.load(Ordering::SeqCst) {
+            return Err(Error::new(
+                ErrorKind::Disposed,
+                "the agent instance was disposed while the request was being built; its step is closed",
+            )
+            .into());
+        }
+        Ok(())
+    }
+
     fn on_this_thread(&self) -> bool {
         *self.owner.lock() == Some(std::thread::current().id())
     }
@@ -845,15 +859,7 @@ pub unsafe extern "C" fn lls_agent_next_request(
                 slot.last_request = Some(request_info(&req.info()));
                 Ok(req)
             })?;
-            if a.dispose_requested.load(Ordering::SeqCst) {
-                // Disposed by a callback that ran after the last check (a token counter): the
-                // disposal closed the request's step, so the request must not be sent.
-                return Err(Error::new(
-                    ErrorKind::Disposed,
-                    "the agent instance was disposed while the request was being built; its step is closed",
-                )
-                .into());
-            }
+            a.refuse_if_disposed_while_building()?;
             out.write_owned(req.json)
         })
     }

@@ -13,11 +13,10 @@ use super::handle;
 use super::status::lls_status;
 use super::stream::{lls_stream, StreamObject};
 use crate::agent::Recorded;
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
 use crate::render::{RenderOptions, Renderer};
 use crate::request::{Purpose, RequestInfo};
 use std::ffi::c_char;
-use std::sync::atomic::Ordering;
 
 /// `purpose` of an `lls_request_info`: a conversation step.
 ///
@@ -182,14 +181,7 @@ pub unsafe extern "C" fn lls_agent_next_body(
                 slot.last_request = Some(request_info(&built.info));
                 Ok(built)
             })?;
-            if a.dispose_requested.load(Ordering::SeqCst) {
-                // As in lls_agent_next_request: the disposal closed the step.
-                return Err(Error::new(
-                    ErrorKind::Disposed,
-                    "the agent instance was disposed while the request was being built; its step is closed",
-                )
-                .into());
-            }
+            a.refuse_if_disposed_while_building()?;
             info_out.write(lls_request_info::of(&built.info));
             out.write_owned(built.json)
         })
