@@ -96,11 +96,12 @@
  * Compatible additions made to ABI version `LLS_ABI_VERSION` (functions, constants, structs,
  * optional fields), counted from 0 and reset when `LLS_ABI_VERSION` is bumped. A host that
  * uses an addition checks `lls_abi_minor() >= N` for the minor that brought it (docs/abi.md
- * lists them; 1: the provider-body hot path and `lls_live_string_count`).
+ * lists them; 1: the provider-body hot path and `lls_live_string_count`; 2:
+ * `lls_status_name`).
  *
  * Thread safety: a constant.
  */
-#define LLS_ABI_MINOR 1
+#define LLS_ABI_MINOR 2
 
 /**
  * An agent instance: drives the turns and steps of one session (at most one live instance
@@ -2031,6 +2032,16 @@ lls_status lls_session_refresh(lls_session *session, uint64_t *out_new_events, l
  * Thread safety: may be called from any thread, concurrently.
  */
 lls_status lls_session_sync(lls_session *session, lls_error **err);
+
+/**
+ * The stable short name of a status, the same word error details carry as `kind`: `"ok"`,
+ * `"corrupt-log"`, `"null-pointer"`, ...; `"unknown"` for a value this library does not
+ * define. Bindings use it instead of a table of their own. The string is static: never
+ * free it. Since ABI 2 minor 2.
+ *
+ * Thread safety: may be called from any thread.
+ */
+const char *lls_status_name(lls_status status);
 
 /**
  * Creates a stream accumulator in `*out` for one response in `(format, format_len)`:
