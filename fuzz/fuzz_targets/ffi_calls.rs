@@ -31,18 +31,18 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use llmsession::ffi::agent::*;
-use llmsession::ffi::buffers::lls_string_free;
-use llmsession::ffi::callback::{lls_callback_fn, lls_callback_invoke, lls_userdata_free_fn};
-use llmsession::ffi::cancel::*;
-use llmsession::ffi::error::*;
-use llmsession::ffi::handle::lls_live_handle_count;
-use llmsession::ffi::body::*;
-use llmsession::ffi::render::{lls_render, lls_render_with_options};
-use llmsession::ffi::reply::*;
-use llmsession::ffi::response::*;
-use llmsession::ffi::session::*;
-use llmsession::ffi::status::*;
+use llmsession_capi::agent::*;
+use llmsession_capi::runtime::buffers::lls_string_free;
+use llmsession_capi::callbacks::host::{lls_callback_fn, lls_callback_invoke, lls_userdata_free_fn};
+use llmsession_capi::cancel::*;
+use llmsession_capi::error::*;
+use llmsession_capi::runtime::handle::lls_live_handle_count;
+use llmsession_capi::body::*;
+use llmsession_capi::render::{lls_render, lls_render_with_options};
+use llmsession_capi::reply::*;
+use llmsession_capi::response::*;
+use llmsession_capi::session::*;
+use llmsession_capi::runtime::status::*;
 use serde_json::{json, Value};
 use std::cell::RefCell;
 use std::ffi::{c_char, c_void, CStr};

@@ -1,5 +1,5 @@
 //! JSON inputs of the C ABI. The first byte picks the parser; the rest is the argument buffer,
-//! read through the ffi input functions (src/ffi/buffers.rs: pointer + length, UTF-8, JSON)
+//! read through the ffi input functions (capi/src/runtime/buffers.rs: pointer + length, UTF-8, JSON)
 //! and then handed to the parser the entry point uses. Rejection is fine; panics are findings.
 //! The entry points themselves (`lls_session_*`, `lls_agent_*`, replies, renderers) are driven
 //! by the `ffi_calls` target, with the same kinds of JSON as their arguments.
@@ -7,7 +7,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use llmsession::compaction::{CompactionPolicy, PolicyTable, SummaryOutput};
-use llmsession::ffi::buffers::{input_json, input_json_text, input_str_opt};
+use llmsession_capi::runtime::buffers::{input_json, input_json_text, input_str_opt};
 use llmsession::{AgentOptions, Block, CallConfig, EpochHeader, HeaderDelta, Message, NewEvent, ToolSchema, Usage};
 
 fuzz_target!(|data: &[u8]| {

@@ -19,7 +19,7 @@ GO="${GO:-go}"
 
 step() { printf '\n== test-pg: %s\n' "$*"; }
 
-step "Rust: tests/postgres.rs"
+step "Rust: tests/postgres.rs and cli/tests/postgres.rs (the inspector)"
 "$CARGO" test --test postgres -- --nocapture
 
 step "Rust: every scenario file on PostgreSQL"

@@ -210,6 +210,17 @@ impl Agent {
         Ok(())
     }
 
+    /// Sets the token counter the meter uses (`None`: the built-in estimate) and returns the
+    /// one it replaces.
+    pub fn set_counter(&mut self, c: Option<Arc<dyn TokenCounter>>) -> Option<Arc<dyn TokenCounter>> {
+        std::mem::replace(&mut self.counter, c)
+    }
+
+    /// The name of the token counter in use (`"estimate"` when none is set).
+    pub fn counter_name(&self) -> &str {
+        self.counter.as_ref().map(|c| c.name()).unwrap_or("estimate")
+    }
+
     /// Sets the summariser used by compaction.
     pub fn set_summariser(&mut self, s: Option<Arc<dyn Summariser>>) {
         self.summariser = s;

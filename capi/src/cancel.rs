@@ -1,11 +1,12 @@
 //! `lls_cancel`: cancel tokens for the C ABI (SPEC §5).
 
-use super::boundary::{boundary, boundary_value};
-use super::buffers::Out;
-use super::error::{lls_error, FfiError};
-use super::handle::{self, HandleKind};
-use super::status::lls_status;
-use crate::cancel::CancelToken;
+use crate::runtime::boundary::{boundary, boundary_value};
+use crate::runtime::buffers::Out;
+use crate::runtime::error::FfiError;
+use crate::runtime::error_object::lls_error;
+use crate::runtime::handle::{self, HandleKind};
+use crate::runtime::status::lls_status;
+use llmsession::cancel::CancelToken;
 
 /// A cancel token. Pass it to operations that may wait (prefix composition, pre-step listeners,
 /// summarisation, a pending callback reply); tripping it ends such a wait with
@@ -115,7 +116,7 @@ pub extern "C" fn lls_cancel_free(cancel: *mut lls_cancel) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ffi::status::*;
+    use crate::runtime::status::*;
 
     #[test]
     fn trip_from_another_thread() {

@@ -1,15 +1,12 @@
 //! Host callbacks: the shape every listener, summariser, token counter and store callback
 //! has, and [`HostCallback`], which owns one and calls it.
 
-use super::boundary::boundary;
-use super::buffers::{self, OutString};
-use super::cancel::{cancel_arg, lls_cancel};
-use super::error::{lls_error, FfiError};
-use super::handle;
-use super::reply::{callback_error, lls_reply, Answer, ReplyObject};
-use super::status::*;
-use crate::cancel::CancelToken;
-use crate::error::{Error, ErrorKind, Result};
+use crate::callbacks::reply::{callback_error, lls_reply, Answer, ReplyObject};
+use crate::runtime::error::FfiError;
+use crate::runtime::handle;
+use crate::runtime::status::*;
+use llmsession::cancel::CancelToken;
+use llmsession::error::{Error, ErrorKind, Result};
 use serde_json::Value;
 use std::ffi::{c_char, c_void};
 
@@ -150,7 +147,7 @@ impl HostCallback {
     /// [`HostCallback::call`] with JSON values.
     pub fn call_json(&self, input: &Value, cancel: &CancelToken) -> Result<Value> {
         let text = self.call(&input.to_string(), cancel)?;
-        crate::error::parse_json(&text)
+        llmsession::error::parse_json(&text)
     }
 }
 
@@ -162,58 +159,10 @@ fn failed(host_message: &str) -> Error {
     }
 }
 
-/// Calls a host callback exactly as llmsession calls its listeners, summariser and other
-/// callbacks, and returns its answer: a self-test for bindings' callback trampolines (and a
-/// way to exercise `lls_reply` from any host) that needs no session.
-///
-/// Takes ownership of `userdata` like a registration: `userdata_free(userdata)` (when not NULL)
-/// is called exactly once before this returns, whatever the outcome, including when an
-/// argument is invalid. `(in_json, in_len)` must be well-formed JSON; it is passed to
-/// `callback` NUL-terminated. The callback may answer synchronously or return
-/// `LLS_CB_PENDING` and complete the reply later from another thread; tripping `cancel` (may
-/// be NULL) ends that wait with `LLS_ERR_CANCELLED`. On success `*out` receives a copy of the
-/// answer (free it with `lls_string_free`) and `*out_len` (may be NULL) its length.
-///
-/// Errors: `LLS_ERR_NULL_POINTER` (`callback`, `in_json`, `out`), `LLS_ERR_INVALID_UTF8`,
-/// `LLS_ERR_MALFORMED_JSON` (`in_json`), `LLS_ERR_INVALID_HANDLE` (`cancel`),
-/// `LLS_ERR_CANCELLED`, `LLS_ERR_LISTENER` (the callback failed or answered with unusable
-/// data; the detail's `callback` says which).
-///
-/// # Safety
-/// `callback`/`userdata`/`userdata_free` as for any registration; `in_json` NULL or `in_len`
-/// readable bytes; `out`, `out_len`, `err` NULL or valid for writes.
-///
-/// Thread safety: may be called from any thread; `callback` runs on the calling thread.
-#[no_mangle]
-pub unsafe extern "C" fn lls_callback_invoke(
-    callback: lls_callback_fn,
-    userdata: *mut c_void,
-    userdata_free: lls_userdata_free_fn,
-    in_json: *const c_char,
-    in_len: usize,
-    cancel: *const lls_cancel,
-    out: *mut *mut c_char,
-    out_len: *mut usize,
-    err: *mut *mut lls_error,
-) -> lls_status {
-    // SAFETY: forwarded from the caller.
-    unsafe {
-        boundary(err, || {
-            let cb = HostCallback::from_raw(callback, userdata, userdata_free, "callback")?;
-            let out = OutString::new(out, out_len, "out")?;
-            let input = buffers::input_json_text(in_json, in_len, "in_json")?;
-            let cancel = cancel_arg(cancel, "cancel")?;
-            let answer = cb.call(input, &cancel)?;
-            drop(cb);
-            out.write(&answer)
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ffi::reply::{lls_reply_complete, lls_reply_fail, lls_reply_set_json};
+    use crate::reply::{lls_reply_complete, lls_reply_fail, lls_reply_set_json};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::mpsc;
 

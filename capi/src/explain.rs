@@ -1,15 +1,16 @@
 //! Explain through the C ABI: why each request of a session hit or missed the provider's cache.
 
-use super::boundary::boundary;
-use super::buffers::{self, OutString};
-use super::error::{lls_error, FfiError};
-use super::session::{file_records, lls_session, path_arg, session_arg};
-use super::status::lls_status;
-use crate::error::{Error, Result};
-use crate::explain::explain_records;
-use crate::session::Session;
-use crate::tokens::{Estimator, TokenCounter, TokenizerCounter};
-use crate::types::Fields;
+use crate::runtime::boundary::boundary;
+use crate::runtime::buffers::{self, OutString};
+use crate::runtime::error::FfiError;
+use crate::runtime::error_object::lls_error;
+use crate::runtime::status::lls_status;
+use crate::session::{file_records, lls_session, path_arg, session_arg};
+use llmsession::error::{Error, Result};
+use llmsession::explain::explain_records;
+use llmsession::session::Session;
+use llmsession::tokens::{Estimator, TokenCounter, TokenizerCounter};
+use llmsession::types::Fields;
 use serde_json::Value;
 use std::ffi::c_char;
 

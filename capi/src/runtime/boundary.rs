@@ -3,15 +3,16 @@
 //! [`boundary`] runs the body under `catch_unwind`, turns its `Err` or a panic into a status,
 //! and writes `*err` only on failure. A panic never crosses into C: it becomes
 //! `LLS_ERR_PANIC` with the panic message. The object being changed when the panic happened
-//! is poisoned by its [`super::handle::WriteGuard`] as the panic unwinds through it, so later
+//! is poisoned by its [`crate::runtime::handle::WriteGuard`] as the panic unwinds through it, so later
 //! mutations of that object fail with `LLS_ERR_POISONED`.
 //!
 //! Entry points that return a value instead of a status (getters, `_free` functions) use
 //! [`boundary_value`], which maps a panic to a fixed fallback value.
 
-use super::error::lls_error;
-use super::error::{store_error, FfiError};
-use super::status::{lls_status, LLS_ERR_PANIC, LLS_OK};
+use crate::runtime::error::FfiError;
+use crate::runtime::error_object::lls_error;
+use crate::runtime::error_object::store_error;
+use crate::runtime::status::{lls_status, LLS_ERR_PANIC, LLS_OK};
 use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -67,9 +68,9 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ffi::error::{lls_error_code, lls_error_detail, lls_error_free, lls_error_message};
-    use crate::ffi::handle::Guarded;
-    use crate::ffi::status::*;
+    use crate::error::{lls_error_code, lls_error_detail, lls_error_free, lls_error_message};
+    use crate::runtime::handle::Guarded;
+    use crate::runtime::status::*;
     use std::ffi::CStr;
 
     fn text(p: *const std::ffi::c_char) -> String {
@@ -81,7 +82,7 @@ mod tests {
         let mut err: *mut lls_error = std::ptr::null_mut();
         assert_eq!(unsafe { boundary(&mut err, || Ok(())) }, LLS_OK);
         assert!(err.is_null());
-        let st = unsafe { boundary(&mut err, || Err(crate::Error::invalid("messages[0].role", "unknown role").into())) };
+        let st = unsafe { boundary(&mut err, || Err(llmsession::Error::invalid("messages[0].role", "unknown role").into())) };
         assert_eq!(st, LLS_ERR_INVALID_INPUT);
         assert_eq!(lls_error_code(err), LLS_ERR_INVALID_INPUT);
         assert_eq!(text(lls_error_message(err)), "messages[0].role: unknown role");

@@ -1,16 +1,17 @@
 //! Stores named by URL through the C ABI: `lls_session_open_url` and
-//! `lls_store_list_sessions` over [`crate::store::url`] (a `file:` path or a `postgres://`
+//! `lls_store_list_sessions` over [`llmsession::store::url`] (a `file:` path or a `postgres://`
 //! database).
 
-use super::boundary::boundary;
-use super::buffers::{self, Out, OutString};
-use super::error::{lls_error, FfiError};
-use super::session::{file_options, lls_session, session_options, SessionObject};
-use super::status::lls_status;
-use crate::error::{Error, ErrorKind, Result};
-use crate::session::Session;
-use crate::store::url::{list_sessions, UrlOptions};
-use crate::types::Fields;
+use crate::runtime::boundary::boundary;
+use crate::runtime::buffers::{self, Out, OutString};
+use crate::runtime::error::FfiError;
+use crate::runtime::error_object::lls_error;
+use crate::runtime::status::lls_status;
+use crate::session::{file_options, lls_session, session_options, SessionObject};
+use llmsession::error::{Error, ErrorKind, Result};
+use llmsession::session::Session;
+use llmsession::store::url::{list_sessions, UrlOptions};
+use llmsession::types::Fields;
 use serde_json::Value;
 use std::ffi::c_char;
 

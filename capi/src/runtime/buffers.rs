@@ -13,9 +13,9 @@
 //! `lls_string_free` gives it back to Rust. `*out_len` is the length without the NUL. Out-parameters are checked for NULL before any
 //! work ([`OutString::new`], [`Out::new`]) and written last, only on success.
 
-use super::error::FfiError;
-use super::status::*;
-use crate::error::Error;
+use crate::runtime::error::FfiError;
+use crate::runtime::status::*;
+use llmsession::error::Error;
 use parking_lot::Mutex;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -266,15 +266,11 @@ pub unsafe fn input_json_opt(ptr: *const c_char, len: usize, argument: &str) -> 
     unsafe { input_json(ptr, len, argument) }.map(Some)
 }
 
-/// Frees a string returned by llmsession (any `char **out` output). `lls_string_free(NULL)` does
-/// nothing. Never pass a pointer that llmsession did not return, and free each string once.
+/// Frees a string handed out through an `OutString` (`lls_string_free`). NULL does nothing.
 ///
 /// # Safety
 /// `s` must be NULL or a string returned by llmsession that was not freed yet.
-///
-/// Thread safety: may be called from any thread; each string exactly once.
-#[no_mangle]
-pub unsafe extern "C" fn lls_string_free(s: *mut c_char) {
+pub unsafe fn free_string(s: *mut c_char) {
     if s.is_null() {
         return;
     }
@@ -298,15 +294,8 @@ pub unsafe extern "C" fn lls_string_free(s: *mut c_char) {
     unsafe { libc::free(s.cast()) }
 }
 
-/// The number of strings llmsession has handed out (through any `char **out` output) that have
-/// not been given to `lls_string_free` yet, in this process. A leak check for tests and
-/// bindings, like `lls_live_handle_count`: it returns to its earlier value once every string
-/// returned since has been freed. Views that bindings lend over library strings (Go's
-/// `BodyView`, Node's Buffers over library memory) are counted until they are released.
-///
-/// Thread safety: may be called from any thread; other threads may change the count.
-#[no_mangle]
-pub extern "C" fn lls_live_string_count() -> usize {
+/// How many strings handed out are not freed yet (`lls_live_string_count`).
+pub fn live_strings() -> usize {
     LIVE_STRINGS.load(Ordering::Relaxed)
 }
 
@@ -342,8 +331,8 @@ mod tests {
         o.write("héllo").unwrap();
         assert_eq!(len, 6);
         assert_eq!(unsafe { std::ffi::CStr::from_ptr(out) }.to_str().unwrap(), "héllo");
-        unsafe { lls_string_free(out) };
-        unsafe { lls_string_free(std::ptr::null_mut()) };
+        unsafe { free_string(out) };
+        unsafe { free_string(std::ptr::null_mut()) };
         assert!(unsafe { OutString::new(std::ptr::null_mut(), &mut len, "out") }.is_err());
     }
 
@@ -365,7 +354,7 @@ mod tests {
         let o = unsafe { OutString::new(&mut small, std::ptr::null_mut(), "out") }.unwrap();
         o.write_owned("small".to_string()).unwrap();
         assert_eq!(unsafe { std::ffi::CStr::from_ptr(small) }.to_str().unwrap(), "small");
-        unsafe { lls_string_free(out) };
-        unsafe { lls_string_free(small) };
+        unsafe { free_string(out) };
+        unsafe { free_string(small) };
     }
 }

@@ -16,23 +16,27 @@
 //! finishes the disposal before it returns. From another thread it trips the same handle (which
 //! also ends a wait on a pending reply) and then waits for the running call to end.
 
-use super::boundary::{boundary, boundary_value};
-use super::buffers::{self, OptOut, OutString};
-use super::callback::{lls_callback_fn, lls_userdata_free_fn, HostCallback};
-use super::cancel::{cancel_arg, lls_cancel};
-use super::error::{lls_error, FfiError};
-use super::handle::{self, Guarded, HandleKind, Object};
-use super::session::{check_not_in_store, lls_session, session_arg, SessionObject};
-use super::status::lls_status;
-use crate::agent::{Agent, AgentOptions, DisposeHandle, ProviderErrorOutcome, ToolResultInput};
-use crate::cancel::CancelToken;
-use crate::compaction::{CompactionOutcome, PolicyTable, Summariser, SummaryOutput, SummaryRequest};
-use crate::error::{Error, ErrorKind, Result};
-use crate::log::TurnEndReason;
-use crate::prefix::{parse_listener_output, ListenerContext, PreStepInfo, PreStepListener, PrefixListener};
-use crate::request::RequestInfo;
-use crate::tokens::{HostCounter, TokenCounter, TokenizerCounter};
-use crate::types::{blocks_from_value, Block, Fields, Message, Usage};
+use crate::callbacks::counter::host_counter;
+use crate::callbacks::host::{lls_callback_fn, lls_userdata_free_fn, HostCallback};
+use crate::callbacks::listeners::{HostPreStep, HostPrefixListener};
+use crate::callbacks::store::check_not_in_store;
+use crate::callbacks::summariser::HostSummariser;
+use crate::cancel::{cancel_arg, lls_cancel};
+use crate::runtime::boundary::{boundary, boundary_value};
+use crate::runtime::buffers::{self, OptOut, OutString};
+use crate::runtime::error::FfiError;
+use crate::runtime::error_object::lls_error;
+use crate::runtime::handle::{self, Guarded, HandleKind, Object};
+use crate::runtime::status::lls_status;
+use crate::session::{lls_session, session_arg, SessionObject};
+use llmsession::agent::{Agent, AgentOptions, DisposeHandle, ProviderErrorOutcome, ToolResultInput};
+use llmsession::cancel::CancelToken;
+use llmsession::compaction::{CompactionOutcome, PolicyTable};
+use llmsession::error::{Error, ErrorKind, Result};
+use llmsession::log::TurnEndReason;
+use llmsession::request::RequestInfo;
+use llmsession::tokens::{TokenCounter, TokenizerCounter};
+use llmsession::types::{blocks_from_value, Block, Fields, Message, Usage};
 use parking_lot::{Mutex, ReentrantMutex};
 use serde_json::{json, Value};
 use std::ffi::{c_char, c_void};
@@ -212,77 +216,6 @@ impl AgentObject {
 
 pub(super) fn agent_arg(ptr: *const lls_agent) -> std::result::Result<Arc<Object<AgentObject>>, FfiError> {
     handle::lookup::<AgentObject>(ptr, "agent")
-}
-
-// ---------------------------------------------------------------------------------------------
-// Host callback adapters
-
-/// A session prefix listener over a host callback: input `{"rest","instance","turn"}`, reply
-/// the extended list of messages.
-struct HostPrefixListener(HostCallback);
-
-impl PrefixListener for HostPrefixListener {
-    fn compose(&self, ctx: &ListenerContext<'_>, rest: &[Message]) -> Result<Vec<Message>> {
-        let input = json!({"rest": rest, "instance": ctx.instance, "turn": ctx.turn});
-        let reply = self.0.call_json(&input, ctx.cancel).map_err(|e| match e.kind() {
-            ErrorKind::Cancelled => e,
-            _ => e.context("prefix listener callback"),
-        })?;
-        parse_listener_output(&reply)
-    }
-}
-
-/// A pre-step listener over a host callback: input [`PreStepInfo::to_json`], reply ignored.
-struct HostPreStep(HostCallback);
-
-impl PreStepListener for HostPreStep {
-    fn pre_step(&self, ctx: &ListenerContext<'_>, info: &PreStepInfo<'_>) -> Result<()> {
-        self.0.call_json(&info.to_json(), ctx.cancel).map(|_| ())
-    }
-}
-
-/// The summariser over a host callback.
-struct HostSummariser(HostCallback);
-
-fn json_text(s: &str) -> String {
-    Value::from(s).to_string()
-}
-
-impl Summariser for HostSummariser {
-    fn summarise(&self, req: &SummaryRequest, cancel: &CancelToken) -> Result<SummaryOutput> {
-        // The request is spliced in as its exact bytes (the digest is over them).
-        let input = format!(
-            "{{\"request\":{},\"provider\":{},\"model\":{},\"maxTokens\":{},\"digest\":{},\"sharedMessages\":{},\"prefixLen\":{}}}",
-            req.json,
-            json_text(&req.provider),
-            json_text(&req.model),
-            req.max_tokens,
-            json_text(&req.digest),
-            req.shared_messages,
-            req.prefix_len
-        );
-        let text = self.0.call(&input, cancel).map_err(|e| match e.kind() {
-            ErrorKind::Cancelled => e,
-            _ => e.with_kind(ErrorKind::Summariser).context("summariser callback"),
-        })?;
-        let v = crate::error::parse_json(&text)?;
-        SummaryOutput::from_value(&v, "reply").map_err(|e| {
-            Error::new(ErrorKind::Summariser, format!("the summariser callback replied with unusable data: {}", e.message()))
-                .with("field", e.detail().get("field").cloned().unwrap_or(Value::Null))
-        })
-    }
-}
-
-/// Parses a token counter's reply: a non-negative integer, or `{"tokens": n}`.
-fn parse_count(v: &Value) -> Result<u64> {
-    let n = match v {
-        Value::Object(m) if m.len() == 1 => m.get("tokens").and_then(Value::as_u64),
-        other => other.as_u64(),
-    };
-    n.ok_or_else(|| {
-        Error::new(ErrorKind::Listener, format!("replied with {v}; expected a non-negative integer or {{\"tokens\": n}}"))
-            .with("callback", "bad-reply")
-    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -603,7 +536,7 @@ pub unsafe extern "C" fn lls_agent_clear_token_counter(agent: *mut lls_agent, er
             let a = agent_arg(agent)?;
             let old = a.run(None, |slot, _| {
                 let ag = live(&mut slot.agent, a.instance)?;
-                let old = ag.counter.take();
+                let old = ag.set_counter(None);
                 Ok(old)
             })?;
             drop(old); // outside the lock: may run userdata_free
@@ -763,14 +696,10 @@ pub unsafe extern "C" fn lls_agent_set_token_counter(
         boundary(err, || {
             let cb = HostCallback::from_raw(callback, userdata, userdata_free, "callback")?;
             let a = agent_arg(agent)?;
-            let slot = a.counter_cancel.clone();
-            let counter = HostCounter::new(move |item: &Value| {
-                let cancel = slot.lock().clone();
-                parse_count(&cb.call_json(item, &cancel)?)
-            });
+            let counter = host_counter(cb, a.counter_cancel.clone());
             let old = a.run(None, |s, _| {
                 let ag = live(&mut s.agent, a.instance)?;
-                Ok(ag.counter.replace(Arc::new(counter)))
+                Ok(ag.set_counter(Some(Arc::new(counter))))
             })?;
             drop(old); // outside the lock: may run userdata_free
             Ok(())
@@ -1185,7 +1114,7 @@ pub unsafe extern "C" fn lls_agent_measure(
                     "history": m.history,
                     "total": m.total,
                     "anchored": m.anchored,
-                    "counter": ag.counter.as_ref().map(|c| c.name()).unwrap_or("estimate"),
+                    "counter": ag.counter_name(),
                 });
                 if let Some(p) = ag.policy() {
                     v["threshold"] = p.threshold_tokens().into();
@@ -1330,9 +1259,9 @@ pub extern "C" fn lls_agent_free(agent: *mut lls_agent) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ffi::error::{lls_error_code, lls_error_free, lls_error_message};
-    use crate::ffi::session::{lls_session_append, lls_session_events, lls_session_free, lls_session_new_memory};
-    use crate::ffi::status::*;
+    use crate::error::{lls_error_code, lls_error_free, lls_error_message};
+    use crate::runtime::status::*;
+    use crate::session::{lls_session_append, lls_session_events, lls_session_free, lls_session_new_memory};
     use std::ptr::null_mut;
 
     fn text(json: &[u8]) -> (*const c_char, usize) {
@@ -1364,7 +1293,7 @@ mod tests {
         lls_error_free(err);
         let mut out: *mut c_char = null_mut();
         assert_eq!(unsafe { lls_agent_stats(a, &mut out, null_mut(), null_mut()) }, LLS_OK);
-        unsafe { crate::ffi::buffers::lls_string_free(out) };
+        unsafe { crate::library::lls_string_free(out) };
         // Disposing a poisoned agent still frees the session for a new instance.
         assert_eq!(unsafe { lls_agent_dispose(a, null_mut()) }, LLS_OK);
         let mut b: *mut lls_agent = null_mut();
@@ -1392,7 +1321,7 @@ mod tests {
         let mut out: *mut c_char = null_mut();
         assert_eq!(unsafe { lls_session_events(s, 0, u64::MAX, &mut out, null_mut(), null_mut()) }, LLS_OK);
         assert_eq!(unsafe { std::ffi::CStr::from_ptr(out) }.to_str().unwrap(), "[]");
-        unsafe { crate::ffi::buffers::lls_string_free(out) };
+        unsafe { crate::library::lls_string_free(out) };
         drop(obj);
         lls_session_free(s);
     }
@@ -1402,8 +1331,9 @@ mod tests {
     /// once the session is free, so an `lls_agent_new` right after it works.
     #[test]
     fn a_concurrent_dispose_returns_after_the_teardown() {
-        use crate::ffi::reply::{lls_reply, lls_reply_set_json};
-        use crate::ffi::session::lls_session_open_store;
+        use crate::callbacks::reply::lls_reply;
+        use crate::reply::lls_reply_set_json;
+        use crate::session::lls_session_open_store;
         use std::sync::mpsc;
         static ARMED: AtomicBool = AtomicBool::new(false);
         static IN_TEARDOWN: AtomicBool = AtomicBool::new(false);

@@ -24,9 +24,9 @@
 //! a reused address is still detected. The magic header is a second line of defence (and makes
 //! handles recognisable in a debugger); the registry is the authority.
 
-use super::error::FfiError;
-use super::status::LLS_ERR_INVALID_HANDLE;
-use crate::error::{Error, ErrorKind};
+use crate::runtime::error::FfiError;
+use crate::runtime::status::LLS_ERR_INVALID_HANDLE;
+use llmsession::error::{Error, ErrorKind};
 use once_cell::sync::Lazy;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::any::Any;
@@ -174,18 +174,6 @@ pub fn live_handles() -> usize {
     REGISTRY.lock().len()
 }
 
-/// The number of live handles of every type (errors, cancel tokens, replies awaiting an
-/// answer, ...) in this process. A leak check for tests and bindings: it returns to its earlier
-/// value once everything created since has been freed (or, for replies, answered). Handles
-/// are kept alive by the library's registry, so a leaked handle is "still reachable" for
-/// valgrind or LeakSanitizer; this count is how to see it.
-///
-/// Thread safety: may be called from any thread; other threads may change the count.
-#[no_mangle]
-pub extern "C" fn lls_live_handle_count() -> usize {
-    super::boundary::boundary_value(0, live_handles)
-}
-
 /// Exclusive-access state of a mutable object, with panic poisoning.
 ///
 /// `write` gives exclusive access; if a panic unwinds while a write guard is held, the object
@@ -193,7 +181,7 @@ pub extern "C" fn lls_live_handle_count() -> usize {
 /// shared access and works on a poisoned object (reads do not make things worse). A thread
 /// must not take the lock twice (the lock is not reentrant): an object whose lock stays held
 /// while a host callback runs (an agent) must detect and refuse a call back into it from that
-/// callback (see `src/ffi/agent.rs`).
+/// callback (see `crate::agent`).
 #[derive(Debug, Default)]
 pub struct Guarded<U> {
     poisoned: AtomicBool,
@@ -310,7 +298,7 @@ impl<U> Drop for WriteGuard<'_, U> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ffi::status::*;
+    use crate::runtime::status::*;
 
     #[derive(Debug)]
     struct Apple(u32);

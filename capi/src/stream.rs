@@ -1,14 +1,14 @@
 //! `lls_stream`: streamed provider responses through the C ABI (the core is
-//! `crate::stream::StreamAccumulator`).
+//! `llmsession::stream::StreamAccumulator`).
 
-use super::boundary::{boundary, boundary_value};
-use super::buffers::{self, Out, OutString};
-use super::error::lls_error;
-use super::handle::{self, Guarded, HandleKind};
-use super::status::lls_status;
-use crate::error::{Error, ErrorKind};
-use crate::render::Renderer;
-use crate::stream::StreamAccumulator;
+use crate::runtime::boundary::{boundary, boundary_value};
+use crate::runtime::buffers::{self, Out, OutString};
+use crate::runtime::error_object::lls_error;
+use crate::runtime::handle::{self, Guarded, HandleKind};
+use crate::runtime::status::lls_status;
+use llmsession::error::{Error, ErrorKind};
+use llmsession::render::Renderer;
+use llmsession::stream::StreamAccumulator;
 use std::ffi::c_char;
 
 /// One streamed provider response being accumulated: feed it the raw bytes of the event
@@ -216,13 +216,13 @@ pub extern "C" fn lls_stream_free(stream: *mut lls_stream) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ffi::error::{lls_error_code, lls_error_detail, lls_error_free};
-    use crate::ffi::status::*;
+    use crate::error::{lls_error_code, lls_error_detail, lls_error_free};
+    use crate::runtime::status::*;
     use std::ffi::CStr;
 
     fn take(p: *mut c_char) -> String {
         let s = unsafe { CStr::from_ptr(p) }.to_str().unwrap().to_string();
-        unsafe { buffers::lls_string_free(p) };
+        unsafe { crate::library::lls_string_free(p) };
         s
     }
 

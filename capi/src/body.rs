@@ -2,20 +2,21 @@
 //! (`lls_agent_set_renderer`), the next request as the provider body with a small fixed record
 //! of it (`lls_agent_next_body`, `lls_request_info`), the envelope only when asked
 //! (`lls_agent_last_envelope`), and the provider's reply recorded from its raw body or a stream
-//! (`lls_agent_record_body`, `lls_agent_record_stream`). The core is `crate::agent` (`body.rs`).
+//! (`lls_agent_record_body`, `lls_agent_record_stream`). The core is `llmsession::agent` (`body.rs`).
 
-use super::agent::{agent_arg, live, live_ref, lls_agent, request_info};
-use super::boundary::boundary;
-use super::buffers::{self, OptOut, OutString};
-use super::cancel::{cancel_arg, lls_cancel};
-use super::error::{lls_error, FfiError};
-use super::handle;
-use super::status::lls_status;
-use super::stream::{lls_stream, StreamObject};
-use crate::agent::Recorded;
-use crate::error::Error;
-use crate::render::{RenderOptions, Renderer};
-use crate::request::{Purpose, RequestInfo};
+use crate::agent::{agent_arg, live, live_ref, lls_agent, request_info};
+use crate::cancel::{cancel_arg, lls_cancel};
+use crate::runtime::boundary::boundary;
+use crate::runtime::buffers::{self, OptOut, OutString};
+use crate::runtime::error::FfiError;
+use crate::runtime::error_object::lls_error;
+use crate::runtime::handle;
+use crate::runtime::status::lls_status;
+use crate::stream::{lls_stream, StreamObject};
+use llmsession::agent::Recorded;
+use llmsession::error::Error;
+use llmsession::render::{RenderOptions, Renderer};
+use llmsession::request::{Purpose, RequestInfo};
 use std::ffi::c_char;
 
 /// `purpose` of an `lls_request_info`: a conversation step.

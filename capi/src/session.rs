@@ -8,23 +8,22 @@
 //! locked, so a store callback may not call into the session it stores; such a call is refused
 //! with `LLS_ERR_OUT_OF_ORDER` instead of deadlocking.
 
-use super::boundary::{boundary, boundary_value};
-use super::buffers::{self, OptOut, Out, OutString};
-use super::callback::{lls_callback_fn, lls_userdata_free_fn, HostCallback};
-use super::error::{lls_error, FfiError};
-use super::handle::{self, HandleKind, Object, PoisonFlag};
-use super::status::lls_status;
-use crate::cancel::CancelToken;
-use crate::error::{Error, ErrorKind, Result};
-use crate::log::load::LoadReport;
-use crate::request::{verify_contents, VerifyReport};
-use crate::session::{Session, SessionOptions};
-use crate::store::{Batch, Durability, FileOptions, JsonlStore, MemoryStore, Store, StoreContents};
-use crate::types::Fields;
+use crate::callbacks::host::{lls_callback_fn, lls_userdata_free_fn, HostCallback};
+use crate::callbacks::store::{check_not_in_store, HostStore};
+use crate::runtime::boundary::{boundary, boundary_value};
+use crate::runtime::buffers::{self, OptOut, Out, OutString};
+use crate::runtime::error::FfiError;
+use crate::runtime::error_object::lls_error;
+use crate::runtime::handle::{self, HandleKind, Object, PoisonFlag};
+use crate::runtime::status::lls_status;
+use llmsession::error::{Error, ErrorKind, Result};
+use llmsession::log::load::LoadReport;
+use llmsession::request::{verify_contents, VerifyReport};
+use llmsession::session::{Session, SessionOptions};
+use llmsession::store::{Durability, FileOptions, JsonlStore, MemoryStore, Store};
+use llmsession::types::Fields;
 use serde_json::{json, Value};
-use std::cell::RefCell;
 use std::ffi::{c_char, c_void};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A session: the append-only event log of one conversation, kept in memory, in a JSONL file
@@ -62,156 +61,6 @@ impl HandleKind for SessionObject {
 impl SessionObject {
     pub(crate) fn register(session: Session, report: LoadReport, store_key: u64) -> *mut lls_session {
         handle::register(SessionObject { session, report, store_key, poison: PoisonFlag::new() }).0
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Host stores
-
-static NEXT_STORE_KEY: AtomicU64 = AtomicU64::new(1);
-
-thread_local! {
-    /// The keys of the host stores whose callback is running on this thread (their sessions are
-    /// locked).
-    static RUNNING_STORES: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Marks a store callback as running on this thread until dropped.
-struct RunningStore(u64);
-
-impl RunningStore {
-    fn enter(key: u64) -> RunningStore {
-        RUNNING_STORES.with(|s| s.borrow_mut().push(key));
-        RunningStore(key)
-    }
-}
-
-impl Drop for RunningStore {
-    fn drop(&mut self) {
-        RUNNING_STORES.with(|s| {
-            let mut s = s.borrow_mut();
-            if let Some(i) = s.iter().rposition(|k| *k == self.0) {
-                s.remove(i);
-            }
-        });
-    }
-}
-
-/// Refuses a call into a session (or its agent) from inside that session's own store callback,
-/// where the session is locked and the call would deadlock.
-pub(crate) fn check_not_in_store(key: u64) -> std::result::Result<(), FfiError> {
-    if key != 0 && RUNNING_STORES.with(|s| s.borrow().contains(&key)) {
-        return Err(Error::out_of_order(
-            "the session's host store callback is running on this thread with the session locked: a store callback may not call into the session it stores, nor into its agent",
-        )
-        .with("callback", "store")
-        .into());
-    }
-    Ok(())
-}
-
-/// A [`Store`] over one host callback. Every operation is a JSON request (see
-/// `lls_session_open_store` for the protocol); a failed or unusable reply is an
-/// [`ErrorKind::Storage`] error, `{"locked": why}` from `load` is [`ErrorKind::Locked`] and
-/// `{"conflict": why}` from `append` is [`ErrorKind::Conflict`].
-struct HostStore {
-    callback: HostCallback,
-    key: u64,
-    /// The session id (from the header record once loaded or created).
-    session_id: String,
-}
-
-impl HostStore {
-    fn call(&self, op: &str, input: Value) -> Result<Value> {
-        let _running = RunningStore::enter(self.key);
-        // Store operations are not cancellable: a pending reply is awaited until it comes.
-        self.callback
-            .call_json(&input, &CancelToken::new())
-            .map_err(|e| e.with_kind(ErrorKind::Storage).context(format!("host store `{op}`")).with("op", op))
-    }
-
-    /// A refusal the host signalled in its reply (`{"locked": why}`, `{"conflict": why}`).
-    fn refusal(reply: &Value, key: &str, kind: ErrorKind, op: &str) -> Option<Error> {
-        let why = reply.as_object()?.get(key)?;
-        let why = why.as_str().map(str::to_string).unwrap_or_else(|| why.to_string());
-        Some(Error::new(kind, format!("host store `{op}`: {why}")).with("op", op))
-    }
-}
-
-fn store_reply_error(op: &str, e: Error) -> Error {
-    Error::new(ErrorKind::Storage, format!("host store `{op}` replied with unusable data: {}", e.message()))
-        .with("op", op)
-        .with("field", e.detail().get("field").cloned().unwrap_or(Value::Null))
-}
-
-impl Store for HostStore {
-    fn load(&mut self) -> Result<StoreContents> {
-        let reply = self.call("load", json!({"op": "load"}))?;
-        if let Some(e) = HostStore::refusal(&reply, "locked", ErrorKind::Locked, "load") {
-            return Err(e);
-        }
-        let parse = || -> Result<StoreContents> {
-            let f = Fields::of(&reply, "reply")?;
-            let mut records = Vec::new();
-            for (i, r) in f.array("records")?.iter().enumerate() {
-                let text = r.as_str().ok_or_else(|| Error::invalid(format!("reply.records[{i}]"), "expected a string (one record)"))?;
-                records.push(text.as_bytes().to_vec());
-            }
-            if let Some(k) = f.map.keys().find(|k| !["records", "lastComplete"].contains(&k.as_str())) {
-                return Err(Error::invalid(f.p(k), "is not a load reply field (expected records, lastComplete, or locked)"));
-            }
-            Ok(StoreContents { records, last_complete: f.opt_bool("lastComplete")?.unwrap_or(true) })
-        };
-        let contents = parse().map_err(|e| store_reply_error("load", e))?;
-        if let Some(id) = contents
-            .records
-            .first()
-            .and_then(|r| serde_json::from_slice::<Value>(r).ok())
-            .and_then(|v| v["id"].as_str().map(str::to_string))
-        {
-            self.session_id = id;
-        }
-        Ok(contents)
-    }
-
-    fn append(&mut self, batch: &Batch<'_>) -> Result<()> {
-        let mut req = json!({"op": "append", "sessionId": batch.session_id, "seq": batch.seq, "records": batch.events.iter().map(|r| &**r).collect::<Vec<&str>>()});
-        if let Some(h) = batch.header {
-            req["header"] = h.into();
-        }
-        let reply = self.call("append", req)?;
-        if let Some(e) = HostStore::refusal(&reply, "conflict", ErrorKind::Conflict, "append") {
-            return Err(Error::new(
-                ErrorKind::Conflict,
-                format!(
-                    "{} (the append named seq {}): another writer appended to this session; refresh or reopen it",
-                    e.message(),
-                    batch.seq
-                ),
-            )
-            .with("op", "append")
-            .with("seq", batch.seq)
-            .with("sessionId", batch.session_id));
-        }
-        self.session_id = batch.session_id.to_string();
-        Ok(())
-    }
-
-    fn sync(&mut self) -> Result<()> {
-        self.call("sync", json!({"op": "sync"})).map(|_| ())
-    }
-
-    fn undo(&mut self, from: usize) -> Result<()> {
-        self.call("undo", json!({"op": "undo", "sessionId": self.session_id, "from": from})).map(|_| ())
-    }
-
-    fn cut(&mut self, keep: usize, reason: &str) -> Result<Option<String>> {
-        let reply = self.call("cut", json!({"op": "cut", "sessionId": self.session_id, "keep": keep, "reason": reason}))?;
-        Ok(reply.get("savedTo").and_then(Value::as_str).map(str::to_string))
-    }
-
-    fn describe(&self) -> String {
-        "host store".into()
     }
 }
 
@@ -474,8 +323,9 @@ pub unsafe extern "C" fn lls_session_open_store(
             let out = Out::new(out, "out")?;
             let v = buffers::input_json_opt(opts_json, opts_len, "opts_json")?;
             let (opts, _) = session_options(v.as_ref(), "opts", &[])?;
-            let key = NEXT_STORE_KEY.fetch_add(1, Ordering::Relaxed);
-            let (session, report) = Session::open(Box::new(HostStore { callback, key, session_id: String::new() }), opts)?;
+            let store = HostStore::new(callback);
+            let key = store.key;
+            let (session, report) = Session::open(Box::new(store), opts)?;
             out.write(SessionObject::register(session, report, key));
             Ok(())
         })
@@ -524,15 +374,15 @@ pub unsafe extern "C" fn lls_session_fork(
                 (Some(_), Some(_)) => return Err(Error::invalid("opts.url", "give `path` or `url`, not both").into()),
                 (None, Some(url)) => {
                     // A database holds many sessions: the fork's id names its store.
-                    let id = opts.id.clone().unwrap_or_else(crate::session::random_id);
+                    let id = opts.id.clone().unwrap_or_else(llmsession::session::random_id);
                     opts.id = Some(id.clone());
-                    if let Some(p) = crate::store::url::file_of(url) {
+                    if let Some(p) = llmsession::store::url::file_of(url) {
                         if !p.exists() {
                             created = Some(p.display().to_string());
                         }
                     }
-                    let how = crate::store::url::UrlOptions { id: Some(id), durability: opts.durability, ..Default::default() };
-                    crate::store::url::open_store(url, &how)?.0
+                    let how = llmsession::store::url::UrlOptions { id: Some(id), durability: opts.durability, ..Default::default() };
+                    llmsession::store::url::open_store(url, &how)?.0
                 }
                 (None, None) => Box::new(MemoryStore::new()),
                 (Some(""), None) => return Err(Error::invalid("opts.path", "must not be empty").into()),

@@ -1,11 +1,11 @@
 //! Provider body renderers through the C ABI.
 
-use super::boundary::boundary;
-use super::buffers::{self, OutString};
-use super::error::lls_error;
-use super::status::lls_status;
-use crate::error::{Error, ErrorKind};
-use crate::render::{RenderOptions, Renderer};
+use crate::runtime::boundary::boundary;
+use crate::runtime::buffers::{self, OutString};
+use crate::runtime::error_object::lls_error;
+use crate::runtime::status::lls_status;
+use llmsession::error::{Error, ErrorKind};
+use llmsession::render::{RenderOptions, Renderer};
 use std::ffi::c_char;
 
 /// Renders a request envelope (from `lls_agent_next_request`, or the `request` a summariser

@@ -12,13 +12,15 @@
 //!   typed fields; `lls_agent_set_tokenizer` and the `tokenizer` option refuse devices and
 //!   FIFOs without reading or waiting.
 
-use llmsession::ffi::agent::*;
-use llmsession::ffi::buffers::lls_string_free;
-use llmsession::ffi::error::{lls_error, lls_error_code, lls_error_detail, lls_error_free, lls_error_message};
-use llmsession::ffi::reply::{lls_reply, lls_reply_complete, lls_reply_fail, lls_reply_set_json};
-use llmsession::ffi::response::lls_parse_response;
-use llmsession::ffi::session::*;
-use llmsession::ffi::status::*;
+use llmsession_capi::agent::*;
+use llmsession_capi::callbacks::reply::lls_reply;
+use llmsession_capi::error::{lls_error_code, lls_error_detail, lls_error_free, lls_error_message};
+use llmsession_capi::library::lls_string_free;
+use llmsession_capi::reply::{lls_reply_complete, lls_reply_fail, lls_reply_set_json};
+use llmsession_capi::response::lls_parse_response;
+use llmsession_capi::runtime::error_object::lls_error;
+use llmsession_capi::runtime::status::*;
+use llmsession_capi::session::*;
 use serde_json::{json, Value};
 use std::ffi::{c_char, c_void, CStr};
 use std::ptr::{null, null_mut};

@@ -1,12 +1,12 @@
 //! Provider responses and usage through the C ABI: the mapping helpers hosts use to report
 //! what a provider returned.
 
-use super::boundary::{boundary, boundary_value};
-use super::buffers::{self, OutString};
-use super::error::lls_error;
-use super::status::lls_status;
-use crate::error::{Error, ErrorKind};
-use crate::render::{is_context_overflow, parse_response, usage_from_provider, Renderer};
+use crate::runtime::boundary::{boundary, boundary_value};
+use crate::runtime::buffers::{self, OutString};
+use crate::runtime::error_object::lls_error;
+use crate::runtime::status::lls_status;
+use llmsession::error::{Error, ErrorKind};
+use llmsession::render::{is_context_overflow, parse_response, usage_from_provider, Renderer};
 use std::ffi::c_char;
 
 /// Parses a provider response body into `{"message", "usage"?, "finishReason"?}`, stored in

@@ -13,13 +13,12 @@
 //! library stopped waiting (cancellation) is accepted and discarded safely. A pending reply
 //! must be answered exactly once, even after cancellation, or it leaks.
 
-use super::boundary::boundary;
-use super::buffers;
-use super::error::{lls_error, FfiError};
-use super::handle::{self, HandleKind, Object};
-use super::status::*;
-use crate::cancel::CancelToken;
-use crate::error::{Error, ErrorKind};
+use crate::runtime::buffers;
+use crate::runtime::error::FfiError;
+use crate::runtime::handle::{self, HandleKind, Object};
+use crate::runtime::status::*;
+use llmsession::cancel::CancelToken;
+use llmsession::error::{Error, ErrorKind};
 use parking_lot::{Condvar, Mutex};
 use std::ffi::c_char;
 use std::sync::Arc;
@@ -82,7 +81,7 @@ impl HandleKind for ReplyObject {
 
 /// Which host function is answering.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Via {
+pub enum Via {
     SetJson,
     Complete,
     Fail,
@@ -103,7 +102,7 @@ impl ReplyObject {
     }
 
     /// Records a host answer and releases the host's reference when the rules say so.
-    fn host_answer(obj: &Arc<Object<ReplyObject>>, answer: Answer, via: Via) -> Result<(), FfiError> {
+    pub fn host_answer(obj: &Arc<Object<ReplyObject>>, answer: Answer, via: Via) -> Result<(), FfiError> {
         // Decide under the lock, but publish the answer only after the host's reference is
         // released: a waiter that wakes up must find the reply already unregistered, so a leak
         // check right after the library call returns sees a settled handle count.
@@ -195,7 +194,7 @@ impl Default for ReplyObject {
 ///
 /// # Safety
 /// As for [`buffers::input_bytes`].
-unsafe fn json_answer(json: *const c_char, len: usize) -> (Answer, Result<(), FfiError>) {
+pub unsafe fn json_answer(json: *const c_char, len: usize) -> (Answer, Result<(), FfiError>) {
     // SAFETY: forwarded.
     let bytes = match unsafe { buffers::input_bytes(json, len, "json") } {
         Ok(b) => b,
@@ -219,101 +218,8 @@ unsafe fn json_answer(json: *const c_char, len: usize) -> (Answer, Result<(), Ff
         let inner = callback_error("malformed-json", format!("host callback replied with malformed JSON: {pe}"))
             .with("line", pe.line() as u64)
             .with("column", pe.column() as u64);
-        let outer = FfiError::from(crate::Error::from(pe).context("argument `json`").with("argument", "json"));
+        let outer = FfiError::from(llmsession::Error::from(pe).context("argument `json`").with("argument", "json"));
         return (Answer::Invalid(inner), Err(outer));
     }
     (Answer::Json(text.to_string()), Ok(()))
-}
-
-/// Answers a reply synchronously, from inside the callback, with a copy of the JSON text
-/// `(json, len)` (need not be NUL-terminated); then return `LLS_CB_OK`. May also answer a
-/// pending reply (like `lls_reply_complete`).
-///
-/// Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_REPLY_STATE` (already
-/// answered). `LLS_ERR_INVALID_UTF8` and `LLS_ERR_MALFORMED_JSON` report an unusable `json`;
-/// the reply is then answered with that failure (the library call fails with
-/// `LLS_ERR_LISTENER`), so do not answer it again.
-///
-/// # Safety
-/// `json` must be NULL or point to `len` readable bytes; `err` NULL or valid for writing a
-/// pointer.
-///
-/// Thread safety: once per reply, from any thread.
-#[no_mangle]
-pub unsafe extern "C" fn lls_reply_set_json(
-    reply: *mut lls_reply,
-    json: *const c_char,
-    len: usize,
-    err: *mut *mut lls_error,
-) -> lls_status {
-    // SAFETY: forwarded from the caller.
-    unsafe { answer_json(reply, json, len, Via::SetJson, err) }
-}
-
-/// Answers a pending reply (the callback returned `LLS_CB_PENDING`) with a copy of the JSON
-/// text `(json, len)`, from any thread, and releases the host's reference: the handle is
-/// invalid once this returns, whatever the status. Accepted (and discarded) when the library
-/// stopped waiting because its cancel token tripped.
-///
-/// Errors: as `lls_reply_set_json`.
-///
-/// # Safety
-/// `json` must be NULL or point to `len` readable bytes; `err` NULL or valid for writing a
-/// pointer.
-///
-/// Thread safety: once per reply, from any thread.
-#[no_mangle]
-pub unsafe extern "C" fn lls_reply_complete(
-    reply: *mut lls_reply,
-    json: *const c_char,
-    len: usize,
-    err: *mut *mut lls_error,
-) -> lls_status {
-    // SAFETY: forwarded from the caller.
-    unsafe { answer_json(reply, json, len, Via::Complete, err) }
-}
-
-unsafe fn answer_json(reply: *mut lls_reply, json: *const c_char, len: usize, via: Via, err: *mut *mut lls_error) -> lls_status {
-    // SAFETY: forwarded from the caller.
-    unsafe {
-        boundary(err, || {
-            let obj = handle::lookup::<ReplyObject>(reply, "reply")?;
-            let (answer, report) = json_answer(json, len);
-            ReplyObject::host_answer(&obj, answer, via)?;
-            report
-        })
-    }
-}
-
-/// Fails a reply, synchronously (then return `LLS_CB_ERROR`) or after `LLS_CB_PENDING`, from
-/// any thread, with an optional message `(message, len)` (NULL for none; invalid UTF-8 is
-/// replaced). The library call fails with `LLS_ERR_LISTENER` (or the status of the operation
-/// the callback served) and a message that includes this one. Releases the host's reference:
-/// the handle is invalid once this returns, whatever the status.
-///
-/// Errors: `LLS_ERR_NULL_POINTER` (`reply`), `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_REPLY_STATE`.
-///
-/// # Safety
-/// `message` must be NULL or point to `len` readable bytes; `err` NULL or valid for writing a
-/// pointer.
-///
-/// Thread safety: once per reply, from any thread.
-#[no_mangle]
-pub unsafe extern "C" fn lls_reply_fail(reply: *mut lls_reply, message: *const c_char, len: usize, err: *mut *mut lls_error) -> lls_status {
-    // SAFETY: forwarded from the caller.
-    unsafe {
-        boundary(err, || {
-            let obj = handle::lookup::<ReplyObject>(reply, "reply")?;
-            let (text, report) = if message.is_null() {
-                (String::new(), Ok(()))
-            } else {
-                match buffers::input_bytes(message, len, "message") {
-                    Ok(b) => (String::from_utf8_lossy(b).into_owned(), Ok(())),
-                    Err(e) => (String::new(), Err(e)),
-                }
-            };
-            ReplyObject::host_answer(&obj, Answer::Failed(text), Via::Fail)?;
-            report
-        })
-    }
 }

@@ -4,8 +4,7 @@
 //! reused. Core error kinds occupy 1..=99 (one per [`ErrorKind`]); conditions that only exist
 //! at the C boundary (NULL pointers, bad handles, panics, ...) occupy 100 and up.
 
-use crate::error::{Error, ErrorKind};
-use std::ffi::c_char;
+use llmsession::error::{Error, ErrorKind};
 
 /// The result of a fallible llmsession function: `LLS_OK` (0) or one of the `LLS_ERR_*` values.
 ///
@@ -241,29 +240,6 @@ pub const FFI_STATUSES: [lls_status; 7] = [
     LLS_ERR_OUT_OF_MEMORY,
 ];
 
-/// Every status name as a NUL-terminated string, built once: `lls_status_name` hands out
-/// pointers into it, so they live as long as the library.
-static STATUS_NAMES: once_cell::sync::Lazy<Vec<(lls_status, std::ffi::CString)>> = once_cell::sync::Lazy::new(|| {
-    let statuses = std::iter::once(LLS_OK).chain(ALL_KINDS.iter().map(|k| status_for_kind(*k))).chain(FFI_STATUSES);
-    statuses
-        .map(|s| (s, std::ffi::CString::new(status_name(s)).expect("status names have no NUL")))
-        .collect()
-});
-
-/// The stable short name of a status, the same word error details carry as `kind`: `"ok"`,
-/// `"corrupt-log"`, `"null-pointer"`, ...; `"unknown"` for a value this library does not
-/// define. Bindings use it instead of a table of their own. The string is static: never
-/// free it. Since ABI 2 minor 2.
-///
-/// Thread safety: may be called from any thread.
-#[no_mangle]
-pub extern "C" fn lls_status_name(status: lls_status) -> *const c_char {
-    match STATUS_NAMES.iter().find(|(s, _)| *s == status) {
-        Some((_, name)) => name.as_ptr(),
-        None => c"unknown".as_ptr(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,12 +263,6 @@ mod tests {
             assert_ne!(status_name(s), "unknown");
         }
         assert_eq!(status_name(9999), "unknown");
-        for s in seen {
-            let c = unsafe { std::ffi::CStr::from_ptr(lls_status_name(s)) };
-            assert_eq!(c.to_str().unwrap(), status_name(s));
-        }
-        let c = unsafe { std::ffi::CStr::from_ptr(lls_status_name(-1)) };
-        assert_eq!(c.to_str().unwrap(), "unknown");
     }
 
     #[test]

@@ -1,13 +1,13 @@
-//! `lls_replay`: a recorded log that answers a host's requests (see `crate::replay`).
+//! `lls_replay`: a recorded log that answers a host's requests (see `llmsession::replay`).
 
-use super::boundary::{boundary, boundary_value};
-use super::buffers::{self, Out, OutString};
-use super::error::lls_error;
-use super::explain::session_records;
-use super::handle::{self, Guarded, HandleKind};
-use super::session::{file_records, lls_session, path_arg, session_arg};
-use super::status::lls_status;
-use crate::replay::Replay;
+use crate::explain::session_records;
+use crate::runtime::boundary::{boundary, boundary_value};
+use crate::runtime::buffers::{self, Out, OutString};
+use crate::runtime::error_object::lls_error;
+use crate::runtime::handle::{self, Guarded, HandleKind};
+use crate::runtime::status::lls_status;
+use crate::session::{file_records, lls_session, path_arg, session_arg};
+use llmsession::replay::Replay;
 use std::ffi::c_char;
 
 /// A recorded session that answers requests: for each request envelope a host hands it, the

@@ -1,0 +1,54 @@
+//! `llmsession explain` on a real log: the divergence and the spend it prints, in text and
+//! JSON, agree with `llmsession stats`.
+
+#[path = "../../tests/support/explain_log.rs"]
+mod explain_log;
+use explain_log::{options, turn};
+use llmsession::{Agent, Session};
+use serde_json::Value;
+use std::process::Command;
+
+#[test]
+fn the_cli_prints_the_divergence_and_the_spend() {
+    let s_dir = tempfile::tempdir().unwrap();
+    let path = s_dir.path().join("s.jsonl");
+    let (s, _) = Session::open_jsonl(&path, Default::default()).unwrap();
+    let mut a = Agent::new(&s, options("gpt-5", "You are careful.\nToday is Monday.")).unwrap();
+    turn(&mut a, "first", 1000);
+    a.set_options(options("gpt-5", "You are careful.\nToday is Tuesday.")).unwrap();
+    turn(&mut a, "second", 1200);
+    a.dispose().unwrap();
+    drop(s);
+    let p = path.to_str().unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_llmsession")).args(args).output().unwrap();
+        (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    };
+    let (ok, out) = run(&["explain", p]);
+    assert!(ok, "{out}");
+    assert!(out.contains("system line 2"), "{out}");
+    assert!(out.contains("header-change"), "{out}");
+    assert!(out.contains("prompt spend (uncached tokens) by cause: growth "), "{out}");
+    let (ok, out) = run(&["explain", p, "--step", "3"]);
+    assert!(ok, "{out}");
+    assert!(out.contains("diverges at: system line 2"), "{out}");
+    assert!(out.contains("because of: header-change (the request header changed at seq "), "{out}");
+    assert!(out.contains("provider: prompt 1200 tokens, cached 600"), "{out}");
+    let (ok, out) = run(&["explain", p, "--json"]);
+    assert!(ok, "{out}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["requests"][2]["divergence"]["component"], "system");
+    assert_eq!(v["requests"][2]["divergence"]["line"], 2);
+    assert_eq!(v["requests"][2]["divergence"]["event"], "header-change");
+    assert!(v["totals"]["spend"]["header-change"].as_u64().unwrap() > 0);
+    // stats and explain agree: the same computation.
+    let (_, st) = run(&["stats", p, "--json"]);
+    let st: Value = serde_json::from_str(st.trim()).unwrap();
+    for (i, r) in st["requests"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(r["cachedTokens"], v["requests"][i]["cachedTokens"]);
+        assert_eq!(r["sharedWithPrevious"], v["requests"][i]["sharedMessages"]);
+        assert_eq!(r["expectedCachedTokens"], v["requests"][i]["expectedCachedTokens"]);
+    }
+    let (ok, out) = run(&["explain", p, "--step", "9"]);
+    assert!(!ok && out.contains("there is no request 9 (the log has 4 requests"), "{out}");
+}
