@@ -53,40 +53,10 @@ public:
     /// The stable kind name of the status (`"invalid-input"`, `"cancelled"`, ...).
     const char *kind() const noexcept { return kind_name(status_); }
 
-    /// The stable kind name of a status, as in the error detail's `kind` (docs/abi.md).
-    static const char *kind_name(lls_status status) noexcept {
-        switch (status) {
-        case LLS_OK: return "ok";
-        case LLS_ERR_MALFORMED_JSON: return "malformed-json";
-        case LLS_ERR_INVALID_INPUT: return "invalid-input";
-        case LLS_ERR_OUT_OF_ORDER: return "out-of-order";
-        case LLS_ERR_BUSY: return "busy";
-        case LLS_ERR_CORRUPT_LOG: return "corrupt-log";
-        case LLS_ERR_STORAGE: return "storage";
-        case LLS_ERR_CANCELLED: return "cancelled";
-        case LLS_ERR_DISPOSED: return "disposed";
-        case LLS_ERR_LISTENER: return "listener";
-        case LLS_ERR_SUMMARISER: return "summariser";
-        case LLS_ERR_RECONSTRUCTION: return "reconstruction";
-        case LLS_ERR_INVALID_POLICY: return "invalid-policy";
-        case LLS_ERR_OVERFLOW_BUDGET: return "overflow-budget";
-        case LLS_ERR_NOTHING_TO_COMPACT: return "nothing-to-compact";
-        case LLS_ERR_TOKENIZER: return "tokenizer";
-        case LLS_ERR_POISONED: return "poisoned";
-        case LLS_ERR_INTERNAL: return "internal";
-        case LLS_ERR_LOCKED: return "locked";
-        case LLS_ERR_CONFLICT: return "conflict";
-        case LLS_ERR_READ_ONLY: return "read-only";
-        case LLS_ERR_NULL_POINTER: return "null-pointer";
-        case LLS_ERR_INVALID_UTF8: return "invalid-utf8";
-        case LLS_ERR_INVALID_HANDLE: return "invalid-handle";
-        case LLS_ERR_PANIC: return "panic";
-        case LLS_ERR_INVALID_ARGUMENT: return "invalid-argument";
-        case LLS_ERR_REPLY_STATE: return "reply-state";
-        case LLS_ERR_OUT_OF_MEMORY: return "out-of-memory";
-        default: return "unknown";
-        }
-    }
+    /// The stable kind name of a status, as in the error detail's `kind` (docs/abi.md): the
+    /// library's `lls_status_name` (a static string, never freed; `"unknown"` for a value the
+    /// library does not define).
+    static const char *kind_name(lls_status status) noexcept { return lls_status_name(status); }
 
 private:
     lls_status status_;

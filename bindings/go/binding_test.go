@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -84,6 +86,37 @@ func TestVersionAndABI(t *testing.T) {
 	}
 	if !strings.HasPrefix(Version(), "0.") {
 		t.Errorf("version %q", Version())
+	}
+}
+
+// Status names come from the library (lls_status_name): the same word an error's detail
+// carries as kind, "status(N)" for a value the library does not define.
+func TestStatusNamesComeFromTheLibrary(t *testing.T) {
+	for s, want := range map[Status]string{
+		StatusOK: "ok", StatusCorruptLog: "corrupt-log", StatusReadOnly: "read-only",
+		StatusInvalidHandle: "invalid-handle", StatusOutOfMemory: "out-of-memory", statusClosed: "closed",
+		21: "status(21)", 99: "status(99)", 999: "status(999)", -7: "status(-7)",
+	} {
+		if got := s.String(); got != want {
+			t.Errorf("Status(%d).String() = %q, want %q", int32(s), got, want)
+		}
+	}
+	if got := ErrCorruptLog.Error(); got != "llmsession: corrupt-log" {
+		t.Errorf("ErrCorruptLog.Error() = %q", got)
+	}
+
+	// An error from a failing call: its Kind is the detail's, and the library's name of its code.
+	path := filepath.Join(t.TempDir(), "junk.jsonl")
+	if err := os.WriteFile(path, []byte("junk\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := OpenFile(path, nil)
+	var le *Error
+	if !errors.As(err, &le) || le.Code != StatusCorruptLog || le.Kind != "corrupt-log" || le.Kind != le.Code.String() {
+		t.Fatalf("opening a junk log: %v", err)
+	}
+	if !strings.HasPrefix(le.Error(), "llmsession: [corrupt-log] ") {
+		t.Errorf("error text %q", le.Error())
 	}
 }
 

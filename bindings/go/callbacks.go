@@ -137,7 +137,7 @@ func (r *Reply) Complete(v any) error {
 		return err
 	}
 	if !r.used.CompareAndSwap(false, true) {
-		return &Error{Code: StatusReplyState, Kind: "reply-state", Message: "the reply was already answered"}
+		return &Error{Code: StatusReplyState, Kind: StatusReplyState.String(), Message: "the reply was already answered"}
 	}
 	p, n := cbuf(b)
 	var e *C.lls_error
@@ -155,7 +155,7 @@ func (r *Reply) Fail(err error) error {
 		msg = err.Error()
 	}
 	if !r.used.CompareAndSwap(false, true) {
-		return &Error{Code: StatusReplyState, Kind: "reply-state", Message: "the reply was already answered"}
+		return &Error{Code: StatusReplyState, Kind: StatusReplyState.String(), Message: "the reply was already answered"}
 	}
 	return replyFail(r.p, msg)
 }

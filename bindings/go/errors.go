@@ -80,20 +80,19 @@ var (
 	ErrClosed error = statusClosed
 )
 
-var statusNames = map[Status]string{
-	0: "ok", 1: "malformed-json", 2: "invalid-input", 3: "out-of-order", 4: "busy", 5: "corrupt-log",
-	6: "storage", 7: "cancelled", 8: "disposed", 9: "listener", 10: "summariser", 11: "reconstruction",
-	12: "invalid-policy", 13: "overflow-budget", 14: "nothing-to-compact", 15: "tokenizer",
-	16: "poisoned", 17: "internal", 18: "locked", 19: "conflict", 20: "read-only", 100: "null-pointer", 101: "invalid-utf8", 102: "invalid-handle",
-	103: "panic", 104: "invalid-argument", 105: "reply-state", 106: "out-of-memory", -1: "closed",
-}
-
-// String is the status's stable kind name ("cancelled", "invalid-input", ...).
+// String is the status's stable kind name ("cancelled", "invalid-input", ...), as the library
+// names it (lls_status_name) and as error details carry it in `kind`; "closed" for ErrClosed,
+// and "status(N)" for a value the loaded library does not define.
 func (s Status) String() string {
-	if n, ok := statusNames[s]; ok {
-		return n
+	if s == statusClosed {
+		return "closed"
 	}
-	return fmt.Sprintf("status(%d)", int32(s))
+	// A static string of the library's: read, never freed.
+	name := C.GoString(C.lls_status_name(C.lls_status(s)))
+	if name == "unknown" {
+		return fmt.Sprintf("status(%d)", int32(s))
+	}
+	return name
 }
 
 // Error makes a Status usable as an error (and as an errors.Is target).

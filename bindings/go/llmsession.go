@@ -25,8 +25,9 @@ import (
 const ABIVersion = 2
 
 // ABIMinor is the ABI minor version (compatible additions to ABIVersion) this binding uses:
-// 1 brought the provider-body hot path (SetRenderer, NextBody, RecordBody, ...).
-const ABIMinor = 1
+// 1 brought the provider-body hot path (SetRenderer, NextBody, RecordBody, ...), 2 the
+// status names (lls_status_name, behind Status.String and every Error's Kind).
+const ABIMinor = 2
 
 // abiErr is non-nil when the loaded library speaks another ABI; every constructor returns it.
 var abiErr error
@@ -67,7 +68,7 @@ func toJSON(v any) ([]byte, error) {
 	default:
 		b, err := json.Marshal(v)
 		if err != nil {
-			return nil, &Error{Code: StatusInvalidInput, Kind: "invalid-input", Message: "cannot encode argument as JSON: " + err.Error()}
+			return nil, &Error{Code: StatusInvalidInput, Kind: StatusInvalidInput.String(), Message: "cannot encode argument as JSON: " + err.Error()}
 		}
 		return b, nil
 	}

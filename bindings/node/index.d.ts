@@ -319,7 +319,7 @@ export declare class LlmSessionError extends Error {
   /** The status's C name, e.g. "LLS_ERR_LOCKED" (another writer holds the session),
    * "LLS_ERR_CONFLICT" (another writer appended first), "LLS_ERR_READ_ONLY". */
   readonly code: string;
-  /** The stable kind name ("listener", "out-of-order", ...). */
+  /** The stable kind name ("listener", "out-of-order", ...): the detail's `kind`, else `statusName(status)`. */
   readonly kind: string;
   /** The JSON detail (`kind`, `status`, `message`, and context such as `field`, `seq`, `callback`). */
   readonly detail: { kind: string; status: number; message: string; [key: string]: Json | undefined };
@@ -567,10 +567,19 @@ export declare function registeredCallbackCount(): number;
 export declare function lentBufferCount(): number;
 /** Number of library strings handed out and not yet freed (a leak check). */
 export declare function liveStringCount(): number;
-/** The loaded library's ABI minor version (compatible additions to ABI_VERSION; 0 when it predates the call). */
+/** The loaded library's ABI minor version (compatible additions to ABI_VERSION; at least ABI_MINOR). */
 export declare function abiMinor(): number;
+/**
+ * The stable name of a status, from the library (`lls_status_name`) and as error details carry it
+ * in `kind`: `statusName(Status.CORRUPT_LOG)` is `"corrupt-log"`; `"unknown"` for a value the
+ * library does not define. Throws a TypeError for a number that is not a 32-bit integer.
+ */
+export declare function statusName(status: number): string;
 
+/** The C ABI version this binding was written against. */
 export declare const ABI_VERSION: number;
+/** The oldest ABI minor version of ABI_VERSION this binding loads (2: `lls_status_name`). */
+export declare const ABI_MINOR: number;
 export declare const version: string;
 export declare const abiVersion: number;
 export declare const libraryPath: string;

@@ -15,6 +15,11 @@ const path = require('path');
 
 /** The C ABI version this binding was written against (LLS_ABI_VERSION). */
 const ABI_VERSION = 2;
+/**
+ * The oldest ABI minor version (compatible additions to ABI_VERSION) this binding loads: 2
+ * brought lls_status_name, which names the kind of every error.
+ */
+const ABI_MINOR = 2;
 
 /** Status codes (lls_status), as in include/llmsession.h. */
 const Status = Object.freeze({
@@ -48,14 +53,6 @@ const Status = Object.freeze({
   OUT_OF_MEMORY: 106,
 });
 
-const KIND_OF_STATUS = {
-  0: 'ok', 1: 'malformed-json', 2: 'invalid-input', 3: 'out-of-order', 4: 'busy', 5: 'corrupt-log',
-  6: 'storage', 7: 'cancelled', 8: 'disposed', 9: 'listener', 10: 'summariser', 11: 'reconstruction',
-  12: 'invalid-policy', 13: 'overflow-budget', 14: 'nothing-to-compact', 15: 'tokenizer', 16: 'poisoned',
-  17: 'internal', 18: 'locked', 19: 'conflict', 20: 'read-only', 100: 'null-pointer', 101: 'invalid-utf8', 102: 'invalid-handle', 103: 'panic',
-  104: 'invalid-argument', 105: 'reply-state', 106: 'out-of-memory',
-};
-
 const CB_OK = 0;
 const CB_PENDING = 1;
 const CB_ERROR = 2;
@@ -79,7 +76,7 @@ class LlmSessionError extends Error {
     this.name = 'LlmSessionError';
     this.status = status;
     this.code = codeOf(status);
-    this.kind = (detail && detail.kind) || KIND_OF_STATUS[status] || 'unknown';
+    this.kind = (detail && detail.kind) || statusName(status);
     this.detail = detail || { kind: this.kind, status, message };
   }
 }
@@ -227,42 +224,54 @@ def('lls_agent_prefix', 'int32_t', `const lls_agent *a, ${OUTS}`);
 def('lls_agent_dispose', 'int32_t', `lls_agent *a, ${ERR}`);
 def('lls_agent_free', 'void', 'lls_agent *a');
 
-// The one-way hot path (docs/node.md, "The provider body"): additions within ABI 2, so a library
-// of the same ABI may predate them. Each is looked up on first use, and a library without it gives
-// an error naming the entry point instead of a failure at require time.
-const OPTIONAL = {
-  lls_agent_set_renderer: ['int32_t', `lls_agent *a, const uint8_t *r, size_t rlen, const uint8_t *o, size_t olen, ${ERR}`],
-  lls_agent_next_body: ['int32_t', `lls_agent *a, const lls_cancel *c, _Out_ lls_owned_str **body, _Out_ size_t *body_len, uint8_t *info, ${ERR}`],
-  lls_agent_last_envelope: ['int32_t', `const lls_agent *a, ${OUTS}`],
-  lls_agent_record_body: ['int32_t',
-    `lls_agent *a, const uint8_t *b, size_t len, _Out_ uint64_t *seq, _Out_ uint32_t *tool_calls, ${ERR}`],
-  lls_agent_record_stream: ['int32_t',
-    `lls_agent *a, lls_stream *s, bool partial, _Out_ uint64_t *seq, _Out_ uint32_t *tool_calls, ${ERR}`],
-  lls_live_string_count: ['size_t', 'void'],
-  lls_abi_minor: ['uint32_t', 'void'],
-};
-
-/** The entry point `name` of OPTIONAL, bound on first use. */
-function optional(name) {
-  if (C[name] === undefined) {
-    const [ret, params] = OPTIONAL[name];
-    try {
-      def(name, ret, params);
-    } catch (e) {
-      C[name] = null;
-    }
-  }
-  if (C[name] === null) {
-    const message = `${name}: ${libraryPath} (version ${C.lls_version()}) does not have this entry point; use a newer libllmsession`;
-    throw new LlmSessionError(Status.INTERNAL, message, { kind: 'internal', status: Status.INTERNAL, message });
-  }
-  return C[name];
-}
-
 const loadedAbi = C.lls_abi_version();
 if (loadedAbi !== ABI_VERSION) {
   throw new Error(
     `llmsession: ${libraryPath} has ABI version ${loadedAbi}, but this binding needs ${ABI_VERSION}`);
+}
+// The additions within ABI 2 this binding calls (docs/abi.md): a library of the same ABI may
+// predate them, so its minor is checked before they are bound. lls_abi_minor itself came with
+// minor 1: a library without it is minor 0.
+let loadedMinor = 0;
+try {
+  def('lls_abi_minor', 'uint32_t', 'void');
+  loadedMinor = C.lls_abi_minor();
+} catch (e) {
+  loadedMinor = 0;
+}
+if (loadedMinor < ABI_MINOR) {
+  throw new Error(
+    `llmsession: ${libraryPath} (version ${C.lls_version()}) has ABI version ${loadedAbi}.${loadedMinor}, ` +
+      `but this binding needs ${ABI_VERSION}.${ABI_MINOR} or later; use a newer libllmsession`);
+}
+// Minor 1: the one-way hot path (docs/node.md, "The provider body") and the string leak check.
+def('lls_agent_set_renderer', 'int32_t', `lls_agent *a, const uint8_t *r, size_t rlen, const uint8_t *o, size_t olen, ${ERR}`);
+def('lls_agent_next_body', 'int32_t',
+  `lls_agent *a, const lls_cancel *c, _Out_ lls_owned_str **body, _Out_ size_t *body_len, uint8_t *info, ${ERR}`);
+def('lls_agent_last_envelope', 'int32_t', `const lls_agent *a, ${OUTS}`);
+def('lls_agent_record_body', 'int32_t',
+  `lls_agent *a, const uint8_t *b, size_t len, _Out_ uint64_t *seq, _Out_ uint32_t *tool_calls, ${ERR}`);
+def('lls_agent_record_stream', 'int32_t',
+  `lls_agent *a, lls_stream *s, bool partial, _Out_ uint64_t *seq, _Out_ uint32_t *tool_calls, ${ERR}`);
+def('lls_live_string_count', 'size_t', 'void');
+// Minor 2: status names.
+def('lls_status_name', 'const char *', 'int32_t status');
+
+/**
+ * The stable name of a status, as the library gives it (lls_status_name) and as error details
+ * carry it in `kind`: 5 → "corrupt-log", 102 → "invalid-handle"; "unknown" for a value the
+ * library does not define.
+ */
+function statusName(status) {
+  if (!Number.isInteger(status) || status < -0x80000000 || status > 0x7fffffff) {
+    throw new TypeError(`statusName: a status is a 32-bit integer, got ${String(status)}`);
+  }
+  return C.lls_status_name(status);
+}
+
+/** An LlmSessionError the binding raises itself, with the detail the library would give. */
+function bindingError(status, message) {
+  return new LlmSessionError(status, message, { kind: statusName(status), status, message });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -363,7 +372,7 @@ function releaseLent(cell) {
 
 function releasedError(what) {
   const message = `${what}: this result was released`;
-  return new LlmSessionError(Status.INVALID_HANDLE, message, { kind: 'invalid-handle', status: Status.INVALID_HANDLE, message });
+  return bindingError(Status.INVALID_HANDLE, message);
 }
 
 // lls_request_info (include/llmsession.h), read from a Buffer the call fills.
@@ -764,13 +773,13 @@ const finalizer = new FinalizationRegistry((core) => {
 });
 
 function outOfOrder(message) {
-  return new LlmSessionError(Status.OUT_OF_ORDER, message, { kind: 'out-of-order', status: Status.OUT_OF_ORDER, message });
+  return bindingError(Status.OUT_OF_ORDER, message);
 }
 
 function livePtr(core, what) {
   if (!core.ptr) {
     const message = `this ${what} was closed`;
-    throw new LlmSessionError(Status.INVALID_HANDLE, message, { kind: 'invalid-handle', status: Status.INVALID_HANDLE, message });
+    throw bindingError(Status.INVALID_HANDLE, message);
   }
   return core.ptr;
 }
@@ -1061,7 +1070,7 @@ class Agent {
   setRenderer(renderer, options) {
     const r = utf8(renderer);
     const o = options === undefined || options === null ? null : jsonBuf(options);
-    this._call('setRenderer', optional('lls_agent_set_renderer'), r, r.length, o, o ? o.length : 0);
+    this._call('setRenderer', C.lls_agent_set_renderer, r, r.length, o, o ? o.length : 0);
   }
 
   /**
@@ -1072,7 +1081,7 @@ class Agent {
    * (status OUT_OF_ORDER otherwise).
    */
   nextBody(options = {}) {
-    const fn = optional('lls_agent_next_body');
+    const fn = C.lls_agent_next_body;
     return this._async('nextBody', options, async (ptr, op) => {
       const out = [null];
       const len = [0];
@@ -1089,7 +1098,7 @@ class Agent {
     const out = [null];
     const len = [0];
     const err = [null];
-    check(optional('lls_agent_last_envelope')(this._sync('lastEnvelope'), out, len, err), err);
+    check(C.lls_agent_last_envelope(this._sync('lastEnvelope'), out, len, err), err);
     return takeBytes(out[0], len[0]);
   }
 
@@ -1102,7 +1111,7 @@ class Agent {
     const b = bytesArg(body, 'recordBody');
     const seq = [0];
     const calls = [0];
-    this._call('recordBody', optional('lls_agent_record_body'), b, b.length, seq, calls);
+    this._call('recordBody', C.lls_agent_record_body, b, b.length, seq, calls);
     return { seq: seqNumber(seq[0]), toolCalls: calls[0] };
   }
 
@@ -1112,7 +1121,7 @@ class Agent {
    */
   recordStream(stream, options = {}) {
     if (!(stream instanceof Stream)) throw new TypeError('recordStream: expected a Stream');
-    const fn = optional('lls_agent_record_stream');
+    const fn = C.lls_agent_record_stream;
     const p = this._sync('recordStream');
     const sp = livePtr(stream._core, 'stream');
     const seq = [0];
@@ -1513,19 +1522,16 @@ function lentBufferCount() {
 
 /** Number of library strings handed out and not yet freed (lls_live_string_count). */
 function liveStringCount() {
-  return Number(optional('lls_live_string_count')());
+  return Number(C.lls_live_string_count());
 }
 
 /**
- * The loaded library's ABI minor version: its compatible additions to ABI_VERSION (0 for a
- * library that predates lls_abi_minor; 1 brought the provider-body hot path).
+ * The loaded library's ABI minor version: its compatible additions to ABI_VERSION (1 brought
+ * the provider-body hot path, 2 lls_status_name). The binding refuses to load a library older
+ * than ABI_MINOR.
  */
 function abiMinor() {
-  try {
-    return optional('lls_abi_minor')();
-  } catch (e) {
-    return 0;
-  }
+  return loadedMinor;
 }
 
 /** Number of JS callbacks registered with the library and not yet released. */
@@ -1535,6 +1541,7 @@ function registeredCallbackCount() {
 
 module.exports = {
   ABI_VERSION,
+  ABI_MINOR,
   Status,
   LlmSessionError,
   CallbackError,
@@ -1557,6 +1564,7 @@ module.exports = {
   lentBufferCount,
   liveStringCount,
   abiMinor,
+  statusName,
   registeredCallbackCount,
   version: C.lls_version(),
   abiVersion: loadedAbi,

@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
+#include <fstream>
 #include <future>
 #include <mutex>
 #include <string>
@@ -92,6 +94,32 @@ TEST_F(Binding, VersionsAndAbi) {
     EXPECT_EQ(llmsession::version(), v);
     llmsession::AbiMismatch m(1, 2);
     EXPECT_NE(std::string(m.what()).find("ABI version 2"), std::string::npos);
+}
+
+TEST_F(Binding, StatusNamesComeFromTheLibrary) {
+    EXPECT_STREQ(Error::kind_name(LLS_OK), "ok");
+    EXPECT_STREQ(Error::kind_name(5), "corrupt-log");
+    EXPECT_STREQ(Error::kind_name(LLS_ERR_READ_ONLY), "read-only");
+    EXPECT_STREQ(Error::kind_name(102), "invalid-handle");
+    EXPECT_STREQ(Error::kind_name(LLS_ERR_OUT_OF_MEMORY), "out-of-memory");
+    for (lls_status unknown : {21, 99, 107, 999, -1}) {
+        EXPECT_STREQ(Error::kind_name(unknown), "unknown") << unknown;
+    }
+    // The library's own strings: the same pointer each time, never freed.
+    EXPECT_EQ(Error::kind_name(LLS_ERR_CONFLICT), lls_status_name(LLS_ERR_CONFLICT));
+    EXPECT_STREQ(Error(LLS_ERR_LOCKED, "m", "{}").kind(), "locked");
+
+    // A failing call: the error's kind is the detail's.
+    std::string path = testing::TempDir() + "/llmsession-cpp-junk-" +
+                       std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + ".jsonl";
+    {
+        std::ofstream junk(path, std::ios::binary | std::ios::trunc);
+        junk << "junk\n";
+    }
+    Error e = expect_error([&] { Session::open_file(path); }, LLS_ERR_CORRUPT_LOG);
+    EXPECT_STREQ(e.kind(), "corrupt-log");
+    EXPECT_EQ(json::parse(e.detail())["kind"], e.kind());
+    std::remove(path.c_str());
 }
 
 TEST_F(Binding, ErrorsCarryStatusMessageAndDetail) {

@@ -3,7 +3,10 @@
 // aborts, errors with status codes, exceptions from callbacks, handle and callback release.
 const test = require('node:test');
 const assert = require('node:assert/strict');
+const fs = require('node:fs');
 const http = require('node:http');
+const os = require('node:os');
+const path = require('node:path');
 const v8 = require('node:v8');
 const vm = require('node:vm');
 const lls = require('..');
@@ -61,6 +64,40 @@ test('the library is loaded and its ABI checked', () => {
   assert.equal(lls.abiVersion, lls.ABI_VERSION);
   assert.match(lls.version, /^\d+\.\d+\.\d+/);
   assert.ok(lls.libraryPath.length > 0);
+});
+
+test('status names come from the library, and errors carry them as kind', () => {
+  assert.ok(lls.abiMinor() >= lls.ABI_MINOR);
+  assert.equal(lls.statusName(lls.Status.OK), 'ok');
+  assert.equal(lls.statusName(5), 'corrupt-log');
+  assert.equal(lls.statusName(lls.Status.READ_ONLY), 'read-only');
+  assert.equal(lls.statusName(102), 'invalid-handle');
+  assert.equal(lls.statusName(lls.Status.OUT_OF_MEMORY), 'out-of-memory');
+  for (const unknown of [21, 99, 107, 999, -1]) assert.equal(lls.statusName(unknown), 'unknown');
+  for (const bad of [1.5, '5', 2 ** 31, NaN, undefined]) assert.throws(() => lls.statusName(bad), TypeError);
+  // An error without a detail takes its kind from the library too.
+  assert.equal(new lls.LlmSessionError(lls.Status.CONFLICT, 'x').kind, 'conflict');
+
+  // A failing library call: the kind is the detail's, and the library's name of the status.
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'lls-status-'));
+  try {
+    const junk = path.join(dir, 'junk.jsonl');
+    fs.writeFileSync(junk, 'junk\n');
+    assert.throws(() => lls.Session.openFile(junk), (e) => {
+      assert.ok(e instanceof lls.LlmSessionError);
+      assert.equal(e.status, lls.Status.CORRUPT_LOG);
+      assert.equal(e.code, 'LLS_ERR_CORRUPT_LOG');
+      assert.equal(e.kind, 'corrupt-log');
+      assert.equal(e.detail.kind, lls.statusName(e.status));
+      return true;
+    });
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+  // An error the binding raises itself (a closed handle) is named the same way.
+  const s = lls.Session.memory();
+  s.close();
+  assert.throws(() => s.history(), { status: lls.Status.INVALID_HANDLE, kind: 'invalid-handle' });
 });
 
 test('an async prefix listener that awaits a timer composes the prefix', async () => {
