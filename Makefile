@@ -158,12 +158,33 @@ Cflags: -I$${includedir}
 endef
 export PC_FILE
 
+# The release build keeps debug info (for profiling and backtraces in-tree). On install it is
+# split off (INSTALL_DEBUG=split, the default): the installed library is stripped of it and
+# points at lib/debug/<library>.debug through a GNU debuglink, where gdb and perf find it;
+# INSTALL_DEBUG=strip drops it, INSTALL_DEBUG=keep installs the library as built. The static
+# library is always installed without debug info.
+INSTALL_DEBUG ?= split
+OBJCOPY ?= objcopy
+define install_debug_info
+	case "$(INSTALL_DEBUG)" in \
+	split) install -d $(DESTDIR)$(LIBDIR)/debug && \
+		$(OBJCOPY) --only-keep-debug $(DESTDIR)$(LIBDIR)/$(REALNAME) $(DESTDIR)$(LIBDIR)/debug/$(REALNAME).debug && \
+		chmod 644 $(DESTDIR)$(LIBDIR)/debug/$(REALNAME).debug && \
+		$(OBJCOPY) --strip-debug --add-gnu-debuglink=$(DESTDIR)$(LIBDIR)/debug/$(REALNAME).debug $(DESTDIR)$(LIBDIR)/$(REALNAME) ;; \
+	strip) $(OBJCOPY) --strip-debug $(DESTDIR)$(LIBDIR)/$(REALNAME) ;; \
+	keep) ;; \
+	*) echo "install: INSTALL_DEBUG must be split, strip or keep (got '$(INSTALL_DEBUG)')"; exit 1 ;; \
+	esac; \
+	if [ "$(INSTALL_DEBUG)" != keep ]; then $(OBJCOPY) --strip-debug $(DESTDIR)$(LIBDIR)/libllmsession.a; fi
+endef
+
 install: build-lib
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR)
 	install -m 755 $(STAGE)/$(REALNAME) $(DESTDIR)$(LIBDIR)/$(REALNAME)
 	ln -sf $(REALNAME) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libllmsession.so
 	install -m 644 $(STAGE)/libllmsession.a $(DESTDIR)$(LIBDIR)/libllmsession.a
+	$(call install_debug_info)
 	install -m 644 $(HEADER) $(DESTDIR)$(INCLUDEDIR)/llmsession.h
 	if [ -f include/llmsession.hpp ]; then \
 		install -m 644 include/llmsession.hpp $(DESTDIR)$(INCLUDEDIR)/llmsession.hpp; fi
@@ -189,6 +210,11 @@ install-check: build-lib
 	LD_LIBRARY_PATH="$$tmp/usr/local/lib" "$$tmp/install_check"; \
 	$(CC) -std=c11 -Wall -Wextra -Werror examples/c/quickstart.c $$flags -o "$$tmp/quickstart"; \
 	LD_LIBRARY_PATH="$$tmp/usr/local/lib" "$$tmp/quickstart"; \
+	lib="$$tmp/usr/local/lib/$(REALNAME)"; \
+	if readelf -S "$$lib" | grep -q '\.debug_info'; then echo "install-check: the installed library still has debug info"; exit 1; fi; \
+	readelf -S "$$tmp/usr/local/lib/debug/$(REALNAME).debug" | grep -q '\.debug_info' || { echo "install-check: no split debug info"; exit 1; }; \
+	readelf -p .gnu_debuglink "$$lib" | grep -q "$(REALNAME).debug" || { echo "install-check: no debuglink"; exit 1; }; \
+	echo "install-check: debug info split: library $$(du -k "$$lib" | cut -f1) KiB, debug/$(REALNAME).debug $$(du -k "$$tmp/usr/local/lib/debug/$(REALNAME).debug" | cut -f1) KiB, static $$(du -k "$$tmp/usr/local/lib/libllmsession.a" | cut -f1) KiB"; \
 	ls "$$tmp/usr/local/lib" "$$tmp/usr/local/include"
 
 C_TEST_DIR := build/c
