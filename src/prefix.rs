@@ -34,6 +34,12 @@ pub struct ListenerContext<'a> {
 }
 
 impl ListenerContext<'_> {
+    /// What a host prefix listener receives (the C ABI's callback input): `{"rest": [messages
+    /// the later listeners contributed], "instance", "turn"}`.
+    pub fn host_input(&self, rest: &[Message]) -> Value {
+        json!({"rest": rest, "instance": self.instance, "turn": self.turn})
+    }
+
     /// Appends durable context (a `user/message` with source `plugin`) that joins the current
     /// request's history.
     pub fn append_context(&self, message: Message) -> Result<u64> {

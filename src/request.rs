@@ -280,8 +280,11 @@ impl Request {
     }
 }
 
-/// What a built request is: everything [`Request`] says but its envelope's bytes.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What a built request is: everything [`Request`] says but its envelope's bytes. Its JSON
+/// (`Serialize`) is what `lls_agent_request_info` returns: `{"instance", "turn", "step",
+/// "stepSeq", "prefixLen", "messageCount", "sharedMessages", "bytes", "digest"}`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct RequestInfo {
     /// The agent instance.
     pub instance: u64,
@@ -292,6 +295,7 @@ pub struct RequestInfo {
     /// The seq of its `step/start`.
     pub step_seq: u64,
     /// What it is for (a conversation step, for every request the host builds).
+    #[serde(skip)]
     pub purpose: Purpose,
     /// How many leading messages are the session prefix.
     pub prefix_len: usize,
@@ -300,6 +304,7 @@ pub struct RequestInfo {
     /// How many leading messages it shares with the previous request of this session.
     pub shared_messages: usize,
     /// The length of its envelope in bytes (as `step/start` records it).
+    #[serde(rename = "bytes")]
     pub envelope_len: usize,
     /// The envelope's digest, as recorded in `step/start`.
     pub digest: String,
@@ -570,8 +575,13 @@ pub fn compaction_envelope(
     .write()
 }
 
-/// What `verify` checked.
-#[derive(Clone, Debug, Default, PartialEq)]
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// What `verify` checked. Its JSON (`Serialize`) is what `lls_verify_*` return: `{"events",
+/// "requests", "compactions"}` (`bodies` only after a verify that rendered them).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct VerifyReport {
     /// Number of events checked.
     pub events: u64,
@@ -581,6 +591,7 @@ pub struct VerifyReport {
     pub compactions: u64,
     /// Provider bodies rendered from the cached messages and matched with the rendering of
     /// their rebuilt envelope ([`verify_bodies`]; 0 for a plain verify).
+    #[serde(skip_serializing_if = "is_zero")]
     pub bodies: u64,
 }
 

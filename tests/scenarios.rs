@@ -6,6 +6,7 @@
 //! `LLMSESSION_PG_URL`), reloading from the database on `resume` and forking into it, and checks
 //! that the stored log reloads to the same records and verifies.
 
+use llmsession::agent::wire::{policy_table, CompactInput, ProviderErrorInput, ResponseInput};
 use llmsession::agent::ToolResultInput;
 use llmsession::compaction::{PolicyTable, SummaryOutput, SummaryRequest};
 use llmsession::log::load::parse_records;
@@ -14,7 +15,6 @@ use llmsession::prefix::{parse_listener_output, ListenerContext, PreStepInfo};
 use llmsession::request::verify_events;
 use llmsession::store::url::UrlOptions;
 use llmsession::store::{MemoryStore, Store};
-use llmsession::types::blocks_from_value;
 use llmsession::{Agent, AgentOptions, Block, CancelToken, Error, ErrorKind, Message, Session, SessionOptions, Usage};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
@@ -551,37 +551,31 @@ fn run_op_inner(w: &mut World, op: &Value) -> Res<()> {
                     ));
                 }
             }
-            // The message and usage are parsed as the library parses a response: their errors
-            // are the op's errors (for `expectError`).
-            let parsed = (|| -> Result<(Message, Option<Usage>), Error> {
-                let msg = match op.get("message") {
-                    Some(m) => Message::from_value(m, "message")?,
-                    None => Message::new(llmsession::Role::Assistant, content),
-                };
-                let usage = match op.get("usage") {
-                    Some(u) => Some(Usage::from_value(u, "usage")?),
-                    None => None,
-                };
-                Ok((msg, usage))
-            })();
-            let r = match parsed {
-                Ok((msg, usage)) => w.agent()?.record_response(msg, usage).map(|_| ()),
+            // The response is decoded by the core's wire decoder, as `lls_agent_record_response`
+            // decodes it: its errors are the op's errors (for `expectError`).
+            let mut response =
+                json!({"message": op.get("message").cloned().unwrap_or_else(|| json!(Message::new(llmsession::Role::Assistant, content)))});
+            if let Some(u) = op.get("usage") {
+                response["usage"] = u.clone();
+            }
+            let r = match ResponseInput::from_value(&response) {
+                Ok(ResponseInput { message, usage }) => w.agent()?.record_response(message, usage).map(|_| ()),
                 Err(e) => Err(e),
             };
             check_error(op, r)
         }
         "toolResult" => {
-            let r = match op.get("content").map(|c| blocks_from_value(c, "content")).transpose() {
-                Ok(content) => {
-                    let content = content.unwrap_or_else(|| vec![Block::text(op["text"].as_str().unwrap_or("ok"))]);
-                    w.agent()?
-                        .record_tool_result(ToolResultInput {
-                            call_id: op["callId"].as_str().unwrap_or("").to_string(),
-                            content,
-                            is_error: op.get("isError").and_then(Value::as_bool).unwrap_or(false),
-                        })
-                        .map(|_| ())
-                }
+            // The payload a binding sends to `lls_agent_record_tool_result`, decoded by the core.
+            let mut result = json!({"callId": op.get("callId").cloned().unwrap_or_else(|| json!(""))});
+            match op.get("content") {
+                Some(c) => result["content"] = c.clone(),
+                None => result["text"] = json!(op.get("text").and_then(Value::as_str).unwrap_or("ok")),
+            }
+            if let Some(e) = op.get("isError") {
+                result["isError"] = e.clone();
+            }
+            let r = match ToolResultInput::from_value(&result) {
+                Ok(input) => w.agent()?.record_tool_result(input).map(|_| ()),
                 Err(e) => Err(e),
             };
             check_error(op, r)
@@ -594,9 +588,11 @@ fn run_op_inner(w: &mut World, op: &Value) -> Res<()> {
             check_error(op, r)
         }
         "providerError" => {
-            let overflow = op.get("overflow").and_then(Value::as_bool).unwrap_or(false);
+            let input = json!({"message": op.get("message").and_then(Value::as_str).unwrap_or("provider error"), "overflow": op.get("overflow") == Some(&json!(true))});
             let c = CancelToken::new();
-            let r = w.agent()?.report_provider_error(op["message"].as_str().unwrap_or("provider error"), overflow, &c);
+            let agent = w.agent()?;
+            let r = ProviderErrorInput::from_value(&input)
+                .and_then(|ProviderErrorInput { message, overflow }| agent.report_provider_error(&message, overflow, &c));
             let r = match r {
                 Ok(out) => {
                     if let Some(want) = op.get("expectOutcome").and_then(Value::as_str) {
@@ -701,9 +697,10 @@ fn run_op_inner(w: &mut World, op: &Value) -> Res<()> {
             }
         }
         "compact" => {
-            let span = op.get("span").and_then(Value::as_array).map(|a| (a[0].as_u64().unwrap() as usize, a[1].as_u64().unwrap() as usize));
+            let options = op.get("span").map(|span| json!({ "span": span }));
             let c = CancelToken::new();
-            let r = w.agent()?.compact(span, &c);
+            let agent = w.agent()?;
+            let r = CompactInput::from_value(options.as_ref()).and_then(|o| agent.compact(o.span, &c));
             let r = match r {
                 Ok(out) => {
                     if let Some(want) = op.get("expectOutcome").and_then(Value::as_str) {
@@ -718,7 +715,7 @@ fn run_op_inner(w: &mut World, op: &Value) -> Res<()> {
             check_error(op, r)
         }
         "setPolicy" => {
-            let r = PolicyTable::from_value(&op["policy"], "policy").and_then(|t| {
+            let r = policy_table(&op["policy"]).and_then(|t| {
                 w.policy = Some(op["policy"].clone());
                 w.agent.as_mut().unwrap().set_policies(t)
             });

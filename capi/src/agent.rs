@@ -23,22 +23,23 @@ use crate::callbacks::store::check_not_in_store;
 use crate::callbacks::summariser::HostSummariser;
 use crate::cancel::{cancel_arg, lls_cancel};
 use crate::runtime::boundary::{boundary, boundary_value};
+use crate::runtime::buffers::encode;
 use crate::runtime::buffers::{self, OptOut, OutString};
 use crate::runtime::error::FfiError;
 use crate::runtime::error_object::lls_error;
 use crate::runtime::handle::{self, Guarded, HandleKind, Object};
 use crate::runtime::status::lls_status;
 use crate::session::{lls_session, session_arg, SessionObject};
+use llmsession::agent::wire::{policy_table, AgentSetup, CompactInput, ProviderErrorInput, ResponseInput};
 use llmsession::agent::{Agent, AgentOptions, DisposeHandle, ProviderErrorOutcome, ToolResultInput};
 use llmsession::cancel::CancelToken;
-use llmsession::compaction::{CompactionOutcome, PolicyTable};
+use llmsession::compaction::Outcome;
 use llmsession::error::{Error, ErrorKind, Result};
 use llmsession::log::TurnEndReason;
 use llmsession::request::RequestInfo;
 use llmsession::tokens::{TokenCounter, TokenizerCounter};
-use llmsession::types::{blocks_from_value, Block, Fields, Message, Usage};
+use llmsession::types::Message;
 use parking_lot::{Mutex, ReentrantMutex};
-use serde_json::{json, Value};
 use std::ffi::{c_char, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -66,7 +67,7 @@ pub(super) struct AgentSlot {
     /// `None` once disposed.
     pub(super) agent: Option<Agent>,
     /// The last request built, for `lls_agent_request_info`.
-    pub(super) last_request: Option<Value>,
+    pub(super) last_request: Option<RequestInfo>,
 }
 
 /// The payload of an `lls_agent` handle.
@@ -219,124 +220,6 @@ pub(super) fn agent_arg(ptr: *const lls_agent) -> std::result::Result<Arc<Object
 }
 
 // ---------------------------------------------------------------------------------------------
-// JSON encodings
-
-/// `lls_agent_request_info`'s JSON.
-pub(super) fn request_info(r: &RequestInfo) -> Value {
-    json!({
-        "turn": r.turn,
-        "step": r.step,
-        "digest": r.digest,
-        "bytes": r.envelope_len,
-        "prefixLen": r.prefix_len,
-        "messageCount": r.message_count,
-        "sharedMessages": r.shared_messages,
-        "instance": r.instance,
-        "stepSeq": r.step_seq,
-    })
-}
-
-fn outcome_json(o: &CompactionOutcome) -> Value {
-    let mut v = json!({
-        "outcome": o.outcome,
-        "span": [o.region.start, o.region.end],
-        "seqs": o.region.seqs,
-        "request": {
-            "digest": o.request.digest,
-            "sharedMessages": o.request.shared_messages,
-            "messageCount": o.request.message_count,
-        },
-    });
-    if let Some(e) = &o.error {
-        v["error"] = e.clone().into();
-    }
-    v
-}
-
-// ---------------------------------------------------------------------------------------------
-// Input decoding
-
-const AGENT_OPTION_KEYS: [&str; 4] = ["config", "system", "tools", "checkRequests"];
-
-/// Parses `{"message", "usage"?, "finishReason"?}` (what `lls_parse_response` produces).
-fn parse_response(v: &Value) -> Result<(Message, Option<Usage>)> {
-    let f = Fields::of(v, "")?;
-    if let Some(k) = f.map.keys().find(|k| !["message", "usage", "finishReason"].contains(&k.as_str())) {
-        return Err(Error::invalid(k.as_str(), "is not a response field (expected message, usage, finishReason)"));
-    }
-    if let Some(r) = f.map.get("finishReason") {
-        if !r.is_string() {
-            return Err(Error::invalid("finishReason", "must be a string"));
-        }
-    }
-    let message = Message::from_value(f.value("message")?, "message")?;
-    let usage = match f.opt_value("usage")? {
-        None => None,
-        Some(u) => Some(Usage::from_value(u, "usage")?),
-    };
-    Ok((message, usage))
-}
-
-/// Parses `{"callId", "content" | "text", "isError"?}`.
-fn parse_tool_result(v: &Value) -> Result<ToolResultInput> {
-    let f = Fields::of(v, "")?;
-    if let Some(k) = f.map.keys().find(|k| !["callId", "content", "text", "isError"].contains(&k.as_str())) {
-        return Err(Error::invalid(k.as_str(), "is not a tool result field (expected callId, content or text, isError)"));
-    }
-    let call_id = f.str("callId")?;
-    if call_id.is_empty() {
-        return Err(Error::invalid("callId", "must not be empty"));
-    }
-    let content = match (f.opt_value("content")?, f.opt_str("text")?) {
-        (Some(_), Some(_)) => return Err(Error::invalid("text", "give content or text, not both")),
-        (Some(c), None) => blocks_from_value(c, "content")?,
-        (None, Some(t)) => vec![Block::text(t)],
-        (None, None) => return Err(Error::invalid("content", "is required (or give text)")),
-    };
-    Ok(ToolResultInput { call_id: call_id.to_string(), content, is_error: f.opt_bool("isError")?.unwrap_or(false) })
-}
-
-/// Parses `{"message", "overflow"?}`.
-fn parse_provider_error(v: &Value) -> Result<(String, bool)> {
-    let f = Fields::of(v, "")?;
-    if let Some(k) = f.map.keys().find(|k| !["message", "overflow"].contains(&k.as_str())) {
-        return Err(Error::invalid(k.as_str(), "is not a provider error field (expected message, overflow)"));
-    }
-    Ok((f.str("message")?.to_string(), f.opt_bool("overflow")?.unwrap_or(false)))
-}
-
-/// Parses `{"span"?: [start, end]}`.
-fn parse_compact(v: Option<&Value>) -> Result<Option<(usize, usize)>> {
-    let Some(v) = v else { return Ok(None) };
-    let f = Fields::of(v, "")?;
-    if let Some(k) = f.map.keys().find(|k| k.as_str() != "span") {
-        return Err(Error::invalid(k.as_str(), "is not a compaction option (expected span)"));
-    }
-    let Some(span) = f.opt_array("span")? else { return Ok(None) };
-    let pos = |i: usize| -> Result<usize> {
-        span.get(i)
-            .and_then(Value::as_u64)
-            .map(|n| n as usize)
-            .ok_or_else(|| Error::invalid(format!("span[{i}]"), "expected a surface position (a non-negative integer)"))
-    };
-    if span.len() != 2 {
-        return Err(Error::invalid("span", format!("expected [start, end], got {} items", span.len())));
-    }
-    let (start, end) = (pos(0)?, pos(1)?);
-    if start > end {
-        return Err(Error::invalid("span", format!("start ({start}) is after end ({end})")));
-    }
-    Ok(Some((start, end)))
-}
-
-fn parse_policy(v: &Value) -> Result<PolicyTable> {
-    if v.is_null() {
-        return Ok(PolicyTable::default());
-    }
-    PolicyTable::from_value(v, "policy")
-}
-
-// ---------------------------------------------------------------------------------------------
 // Creating, options, callbacks
 
 /// Creates an agent instance over `session` and stores it in `*out`. If the session already
@@ -377,27 +260,13 @@ pub unsafe extern "C" fn lls_agent_new(
             let out = buffers::Out::new(out, "out")?;
             let s = session_arg(session, "session")?;
             let v = buffers::input_json(opts_json, opts_len, "opts_json")?;
-            let f = Fields::of(&v, "")?;
-            if let Some(k) =
-                f.map.keys().find(|k| !AGENT_OPTION_KEYS.contains(&k.as_str()) && !["policy", "tokenizer"].contains(&k.as_str()))
-            {
-                return Err(Error::invalid(
-                    k.as_str(),
-                    "is not an agent option (expected config, system, tools, checkRequests, policy, tokenizer)",
-                )
-                .into());
-            }
-            let core_opts: serde_json::Map<String, Value> =
-                f.map.iter().filter(|(k, _)| AGENT_OPTION_KEYS.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
-            let options = AgentOptions::from_value(&Value::Object(core_opts), "")?;
-            let policy = match f.opt_value("policy")? {
-                None => None,
-                Some(p) => Some(parse_policy(p)?),
-            };
-            let counter: Option<Arc<dyn TokenCounter>> = match f.opt_str("tokenizer")? {
+            let setup = AgentSetup::from_value(&v)?;
+            let counter: Option<Arc<dyn TokenCounter>> = match &setup.tokenizer {
                 None => None,
                 Some(path) => Some(Arc::new(TokenizerCounter::from_file(path)?)),
             };
+            let policy = setup.policy;
+            let options = setup.options;
             let mut agent = Agent::new(&s.session, options)?;
             if let Some(p) = policy {
                 agent.set_policies(p)?;
@@ -474,7 +343,7 @@ pub unsafe extern "C" fn lls_agent_set_policy(
         boundary(err, || {
             let a = agent_arg(agent)?;
             let v = buffers::input_json(policy_json, policy_len, "policy_json")?;
-            let table = parse_policy(&v)?;
+            let table = policy_table(&v)?;
             a.run(None, |slot, _| Ok(live(&mut slot.agent, a.instance)?.set_policies(table)?))
         })
     }
@@ -785,7 +654,7 @@ pub unsafe extern "C" fn lls_agent_next_request(
             let cancel = cancel_arg(cancel, "cancel")?;
             let req = a.run(Some(&cancel), |slot, op| {
                 let req = live(&mut slot.agent, a.instance)?.next_request(op)?;
-                slot.last_request = Some(request_info(&req.info()));
+                slot.last_request = Some(req.info());
                 Ok(req)
             })?;
             a.refuse_if_disposed_while_building()?;
@@ -823,7 +692,7 @@ pub unsafe extern "C" fn lls_agent_request_info(
             let info = a.read(|slot| {
                 slot.last_request.clone().ok_or_else(|| Error::out_of_order("this agent has not built a request yet").into())
             })?;
-            out.write(&info.to_string())
+            out.write_json(&info)
         })
     }
 }
@@ -860,7 +729,7 @@ pub unsafe extern "C" fn lls_agent_record_response(
             let out_seq = OptOut::new(out_seq);
             let a = agent_arg(agent)?;
             let v = buffers::input_json(response_json, response_len, "response_json")?;
-            let (message, usage) = parse_response(&v)?;
+            let ResponseInput { message, usage } = ResponseInput::from_value(&v)?;
             let seq = a.run(None, |slot, _| Ok(live(&mut slot.agent, a.instance)?.record_response(message, usage)?))?;
             out_seq.write(seq);
             Ok(())
@@ -898,7 +767,7 @@ pub unsafe extern "C" fn lls_agent_record_tool_result(
             let out_written = OptOut::new(out_written);
             let a = agent_arg(agent)?;
             let v = buffers::input_json(result_json, result_len, "result_json")?;
-            let result = parse_tool_result(&v)?;
+            let result = ToolResultInput::from_value(&v)?;
             let n = a.run(None, |slot, _| Ok(live(&mut slot.agent, a.instance)?.record_tool_result(result)?))?;
             out_written.write(n);
             Ok(())
@@ -980,7 +849,7 @@ pub unsafe extern "C" fn lls_agent_provider_error(
             let out_retry = OptOut::new(out_retry);
             let a = agent_arg(agent)?;
             let v = buffers::input_json(error_json, error_len, "error_json")?;
-            let (message, overflow) = parse_provider_error(&v)?;
+            let ProviderErrorInput { message, overflow } = ProviderErrorInput::from_value(&v)?;
             let cancel = cancel_arg(cancel, "cancel")?;
             let outcome =
                 a.run(Some(&cancel), |slot, op| Ok(live(&mut slot.agent, a.instance)?.report_provider_error(&message, overflow, op)?))?;
@@ -1064,15 +933,16 @@ pub unsafe extern "C" fn lls_agent_compact(
             let out = OutString::new(out, out_len, "out")?;
             let a = agent_arg(agent)?;
             let v = buffers::input_json_opt(opts_json, opts_len, "opts_json")?;
-            let span = parse_compact(v.as_ref())?;
+            let span = CompactInput::from_value(v.as_ref())?.span;
             let cancel = cancel_arg(cancel, "cancel")?;
             let outcome = a.run(Some(&cancel), |slot, op| Ok(live(&mut slot.agent, a.instance)?.compact(span, op)?))?;
-            let json = outcome_json(&outcome);
-            if outcome.outcome == "failed" {
+            if outcome.outcome == Outcome::Failed {
                 let why = outcome.error.clone().unwrap_or_else(|| "the compaction failed".into());
-                return Err(Error::new(ErrorKind::Summariser, format!("compaction failed: {why}")).with("outcome", json).into());
+                return Err(Error::new(ErrorKind::Summariser, format!("compaction failed: {why}"))
+                    .with("outcome", encode(&outcome))
+                    .into());
             }
-            out.write(&json.to_string())
+            out.write_json(&outcome)
         })
     }
 }
@@ -1104,25 +974,8 @@ pub unsafe extern "C" fn lls_agent_measure(
         boundary(err, || {
             let out = OutString::new(out, out_len, "out")?;
             let a = agent_arg(agent)?;
-            let json = a.run(None, |slot, _| {
-                let ag = live(&mut slot.agent, a.instance)?;
-                let m = ag.measure()?;
-                let mut v = json!({
-                    "system": m.system,
-                    "tools": m.tools,
-                    "prefix": m.prefix,
-                    "history": m.history,
-                    "total": m.total,
-                    "anchored": m.anchored,
-                    "counter": ag.counter_name(),
-                });
-                if let Some(p) = ag.policy() {
-                    v["threshold"] = p.threshold_tokens().into();
-                    v["contextWindow"] = p.context_window.into();
-                }
-                Ok(v)
-            })?;
-            out.write(&json.to_string())
+            let report = a.run(None, |slot, _| Ok(live(&mut slot.agent, a.instance)?.measure_report()?))?;
+            out.write_json(&report)
         })
     }
 }
@@ -1150,19 +1003,8 @@ pub unsafe extern "C" fn lls_agent_stats(
         boundary(err, || {
             let out = OutString::new(out, out_len, "out")?;
             let a = agent_arg(agent)?;
-            let json = a.read(|slot| {
-                let ag = live_ref(&slot.agent, a.instance)?;
-                let s = ag.stats();
-                Ok(json!({
-                    "instance": ag.instance(),
-                    "requests": s.requests,
-                    "compositions": s.compositions,
-                    "compactions": s.compactions,
-                    "cachedTokens": s.cached_tokens,
-                    "promptTokens": s.prompt_tokens,
-                }))
-            })?;
-            out.write(&json.to_string())
+            let report = a.read(|slot| Ok(live_ref(&slot.agent, a.instance)?.stats_report()))?;
+            out.write_json(&report)
         })
     }
 }

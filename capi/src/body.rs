@@ -4,7 +4,7 @@
 //! (`lls_agent_last_envelope`), and the provider's reply recorded from its raw body or a stream
 //! (`lls_agent_record_body`, `lls_agent_record_stream`). The core is `llmsession::agent` (`body.rs`).
 
-use crate::agent::{agent_arg, live, live_ref, lls_agent, request_info};
+use crate::agent::{agent_arg, live, live_ref, lls_agent};
 use crate::cancel::{cancel_arg, lls_cancel};
 use crate::runtime::boundary::boundary;
 use crate::runtime::buffers::{self, OptOut, OutString};
@@ -179,7 +179,7 @@ pub unsafe extern "C" fn lls_agent_next_body(
             let cancel = cancel_arg(cancel, "cancel")?;
             let built = a.run(Some(&cancel), |slot, op| {
                 let built = live(&mut slot.agent, a.instance)?.next_body(op)?;
-                slot.last_request = Some(request_info(&built.info));
+                slot.last_request = Some(built.info.clone());
                 Ok(built)
             })?;
             a.refuse_if_disposed_while_building()?;

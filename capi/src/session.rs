@@ -11,18 +11,18 @@
 use crate::callbacks::host::{lls_callback_fn, lls_userdata_free_fn, HostCallback};
 use crate::callbacks::store::{check_not_in_store, HostStore};
 use crate::runtime::boundary::{boundary, boundary_value};
-use crate::runtime::buffers::{self, OptOut, Out, OutString};
+use crate::runtime::buffers::{self, encode, OptOut, Out, OutString};
 use crate::runtime::error::FfiError;
 use crate::runtime::error_object::lls_error;
 use crate::runtime::handle::{self, HandleKind, Object, PoisonFlag};
 use crate::runtime::status::lls_status;
 use llmsession::error::{Error, ErrorKind, Result};
 use llmsession::log::load::LoadReport;
-use llmsession::request::{verify_contents, VerifyReport};
+use llmsession::request::verify_contents;
 use llmsession::session::{Session, SessionOptions};
 use llmsession::store::{Durability, FileOptions, JsonlStore, MemoryStore, Store};
 use llmsession::types::Fields;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::ffi::{c_char, c_void};
 use std::sync::Arc;
 
@@ -133,27 +133,6 @@ pub(crate) unsafe fn path_arg(ptr: *const c_char, len: usize, argument: &str) ->
         return Err(FfiError::invalid_argument(argument, "the path contains a NUL byte"));
     }
     Ok(text.to_string())
-}
-
-fn report_json(r: &LoadReport) -> String {
-    let mut v = json!({"cutRecords": r.cut_records, "repairedEvents": r.repaired_events});
-    if let Some(l) = r.cut_at_line {
-        v["cutAtLine"] = l.into();
-    }
-    if let Some(why) = &r.cut_reason {
-        v["cutReason"] = why.clone().into();
-    }
-    if r.cut_records > 0 {
-        v["cutDamaged"] = r.cut_damaged.into();
-    }
-    if let Some(p) = &r.cut_saved_to {
-        v["cutSavedTo"] = p.clone().into();
-    }
-    v.to_string()
-}
-
-fn verify_json(r: &VerifyReport) -> String {
-    json!({"events": r.events, "requests": r.requests, "compactions": r.compactions}).to_string()
 }
 
 /// Reads a stored JSONL log read-only (no lock; a regular file within the size limit) and
@@ -456,7 +435,7 @@ pub unsafe extern "C" fn lls_session_load_report(
     err: *mut *mut lls_error,
 ) -> lls_status {
     // SAFETY: forwarded.
-    unsafe { read_out(session, out, out_len, err, |s| Ok(report_json(&s.report))) }
+    unsafe { read_out(session, out, out_len, err, |s| Ok(encode(&s.report).to_string())) }
 }
 
 /// The session id, as a NUL-terminated string (not JSON) in `*out`; free it with
@@ -646,7 +625,7 @@ pub unsafe extern "C" fn lls_session_verify(
     err: *mut *mut lls_error,
 ) -> lls_status {
     // SAFETY: forwarded.
-    unsafe { read_out(session, out, out_len, err, |s| Ok(verify_json(&s.session.verify()?))) }
+    unsafe { read_out(session, out, out_len, err, |s| Ok(encode(&s.session.verify()?).to_string())) }
 }
 
 /// Verifies a stored JSONL log at `(path, path_len)` without opening it as a session (nothing is
@@ -681,7 +660,7 @@ pub unsafe extern "C" fn lls_verify_file(
                     .into());
             }
             let report = verify_contents(&contents).map_err(|e| e.context(&path))?;
-            out.write(&verify_json(&report))
+            out.write_json(&report)
         })
     }
 }

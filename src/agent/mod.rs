@@ -9,6 +9,7 @@
 
 mod body;
 mod lifecycle;
+pub mod wire;
 
 pub use body::Recorded;
 pub(crate) use lifecycle::{is_store_refusal, stale_compaction_end};
@@ -42,6 +43,9 @@ pub struct AgentOptions {
 }
 
 impl AgentOptions {
+    /// The keys [`AgentOptions::from_value`] reads.
+    pub const KEYS: [&'static str; 4] = ["config", "system", "tools", "checkRequests"];
+
     /// Options with just a config.
     pub fn new(config: CallConfig) -> AgentOptions {
         AgentOptions { config, system: None, tools: Vec::new(), check_requests: false }
@@ -55,7 +59,7 @@ impl AgentOptions {
             None => Vec::new(),
             Some(t) => ToolSchema::list_from_value(t, &f.p("tools"))?,
         };
-        if let Some(k) = f.map.keys().find(|k| !["config", "system", "tools", "checkRequests"].contains(&k.as_str())) {
+        if let Some(k) = f.map.keys().find(|k| !AgentOptions::KEYS.contains(&k.as_str())) {
             return Err(Error::invalid(f.p(k), "is not an agent option (expected config, system, tools, checkRequests)"));
         }
         Ok(AgentOptions {
@@ -84,7 +88,8 @@ pub(crate) struct PrevRequest {
 }
 
 /// Per-instance statistics.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct AgentStats {
     /// Conversation requests built.
     pub requests: u64,

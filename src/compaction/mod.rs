@@ -14,7 +14,7 @@ mod run;
 pub use policy::{CompactionPolicy, PolicyTable, Retained};
 pub use region::{select_region, Region};
 pub(crate) use run::last_step_seq;
-pub use run::{CompactionOutcome, Trigger};
+pub use run::{CompactionOutcome, Outcome, SummaryRequestInfo, Trigger};
 
 use crate::cancel::CancelToken;
 use crate::error::{Error, Result};
@@ -83,6 +83,25 @@ pub struct SummaryRequest {
     pub prefix_len: usize,
     /// How many leading messages it shares with the last routed request.
     pub shared_messages: usize,
+}
+
+impl SummaryRequest {
+    /// What a host summariser receives (the C ABI's callback input): `{"request": envelope,
+    /// "provider", "model", "maxTokens", "digest", "sharedMessages", "prefixLen"}`. The envelope
+    /// is spliced in as its exact bytes, so the digest is over what the host reads.
+    pub fn host_input(&self) -> String {
+        let text = |s: &str| Value::from(s).to_string();
+        format!(
+            "{{\"request\":{},\"provider\":{},\"model\":{},\"maxTokens\":{},\"digest\":{},\"sharedMessages\":{},\"prefixLen\":{}}}",
+            self.json,
+            text(&self.provider),
+            text(&self.model),
+            self.max_tokens,
+            text(&self.digest),
+            self.shared_messages,
+            self.prefix_len
+        )
+    }
 }
 
 /// What the summariser returns.

@@ -37,11 +37,51 @@ impl Trigger {
     }
 }
 
-/// How a compaction ended.
+/// How a compaction ended: its `compaction/end` event's `outcome`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    /// The summary replaced the span.
+    Landed,
+    /// The summariser failed (or none is set), or storing the summary failed.
+    Failed,
+    /// The span changed while the summariser ran; the summary was dropped.
+    Discarded,
+    /// The compaction was cancelled (or the agent disposed) while it ran.
+    Cancelled,
+}
+
+impl Outcome {
+    /// The wire name (`"landed"`, `"failed"`, `"discarded"`, `"cancelled"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Landed => "landed",
+            Outcome::Failed => "failed",
+            Outcome::Discarded => "discarded",
+            Outcome::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for Outcome {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// How a compaction ended. Its JSON (`Serialize`) is what `lls_agent_compact` returns:
+/// `{"outcome", "span": [start, end], "seqs", "request": {"digest", "sharedMessages",
+/// "messageCount"}, "error"?}`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CompactionOutcome {
-    /// "landed", "failed", "discarded" or "cancelled".
-    pub outcome: String,
+    /// How it ended.
+    pub outcome: Outcome,
     /// The compacted span.
     pub region: Region,
     /// The summarisation request that was sent.
@@ -50,8 +90,25 @@ pub struct CompactionOutcome {
     pub error: Option<String>,
 }
 
-/// What a caller may want to know of the summarisation request.
-#[derive(Clone, Debug, PartialEq)]
+impl serde::Serialize for CompactionOutcome {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("outcome", &self.outcome)?;
+        m.serialize_entry("span", &[self.region.start, self.region.end])?;
+        m.serialize_entry("seqs", &self.region.seqs)?;
+        m.serialize_entry("request", &self.request)?;
+        if let Some(e) = &self.error {
+            m.serialize_entry("error", e)?;
+        }
+        m.end()
+    }
+}
+
+/// What a caller may want to know of the summarisation request (JSON: `{"digest",
+/// "sharedMessages", "messageCount"}`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct SummaryRequestInfo {
     /// Digest of the request bytes.
     pub digest: String,
@@ -118,8 +175,8 @@ impl Agent {
         }
         let Some(region) = select_region(&entries, self.meter.per_entry(), policy.retained_tokens()) else { return Ok(()) };
         let out = self.run_compaction(Trigger::Auto, region, &m, &policy, op)?;
-        match out.outcome.as_str() {
-            "landed" | "discarded" => Ok(()),
+        match out.outcome {
+            Outcome::Landed | Outcome::Discarded => Ok(()),
             _ => Err(Error::new(ErrorKind::Summariser, out.error.unwrap_or_default())),
         }
     }
@@ -152,9 +209,12 @@ impl Agent {
             .ok_or_else(|| Error::new(ErrorKind::NothingToCompact, "context overflow, but nothing is left to compact"))?;
         let (op, _g) = self.op_token(cancel);
         let out = self.run_compaction(Trigger::Overflow, region, &m, policy, &op)?;
-        match out.outcome.as_str() {
-            "landed" => Ok(crate::agent::ProviderErrorOutcome::Retry),
-            _ => Err(Error::new(ErrorKind::Summariser, format!("overflow recovery failed: {}", out.error.unwrap_or(out.outcome)))),
+        match out.outcome {
+            Outcome::Landed => Ok(crate::agent::ProviderErrorOutcome::Retry),
+            _ => Err(Error::new(
+                ErrorKind::Summariser,
+                format!("overflow recovery failed: {}", out.error.unwrap_or_else(|| out.outcome.to_string())),
+            )),
         }
     }
 
@@ -298,16 +358,16 @@ impl Agent {
             self.anchored = true;
         }
         // Writes the end of a compaction that did not land (the landing writes its own).
-        let finish = |agent: &mut Agent, outcome: &str, error: Option<String>| -> Result<CompactionOutcome> {
-            let mut data = json!({"outcome": outcome});
+        let finish = |agent: &mut Agent, outcome: Outcome, error: Option<String>| -> Result<CompactionOutcome> {
+            let mut data = json!({"outcome": outcome.as_str()});
             if let Some(e) = &error {
                 data["error"] = e.clone().into();
             }
             agent.session.lock().append(NewEvent::new(types::COMPACTION_END, data))?;
-            Ok(CompactionOutcome { outcome: outcome.to_string(), region: region.clone(), request: info.clone(), error })
+            Ok(CompactionOutcome { outcome, region: region.clone(), request: info.clone(), error })
         };
         let Some(summariser) = self.summariser.clone() else {
-            return finish(self, "failed", Some("no summariser is set".into()));
+            return finish(self, Outcome::Failed, Some("no summariser is set".into()));
         };
         let attempts = 1 + policy.retries;
         let mut last_error = String::new();
@@ -329,7 +389,7 @@ impl Agent {
         }
         if op.is_cancelled() {
             let disposed = self.is_disposed();
-            finish(self, "cancelled", Some(if disposed { "the agent instance was disposed" } else { "cancelled" }.into()))?;
+            finish(self, Outcome::Cancelled, Some(if disposed { "the agent instance was disposed" } else { "cancelled" }.into()))?;
             return Err(if disposed {
                 Error::new(ErrorKind::Disposed, "the agent instance was disposed during summarisation")
             } else {
@@ -337,7 +397,7 @@ impl Agent {
             });
         }
         let Some(out) = accepted else {
-            return finish(self, "failed", Some(last_error));
+            return finish(self, Outcome::Failed, Some(last_error));
         };
         // The summariser ran with no lock held: the session may have changed meanwhile. The
         // landing is checked against the surface as it is now, under the lock it is written with.
@@ -347,7 +407,7 @@ impl Agent {
             && st.history.entries().get(region.start..=region.end).is_some_and(|s| s.iter().map(|d| d.seq).eq(region.seqs.iter().copied()));
         if !unchanged {
             drop(g);
-            return finish(self, "discarded", Some("the compacted span changed while the summariser ran".into()));
+            return finish(self, Outcome::Discarded, Some("the compacted span changed while the summariser ran".into()));
         }
         let provider = out.provider.clone().unwrap_or_else(|| req.provider.clone());
         let model = out.model.clone().unwrap_or_else(|| req.model.clone());
@@ -389,7 +449,7 @@ impl Agent {
         }
         drop(g);
         self.stats.compactions += 1;
-        Ok(CompactionOutcome { outcome: "landed".to_string(), region, request: info, error: None })
+        Ok(CompactionOutcome { outcome: Outcome::Landed, region, request: info, error: None })
     }
 }
 

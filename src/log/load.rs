@@ -163,7 +163,9 @@ impl SessionHeader {
     }
 }
 
-/// What loading found and did.
+/// What loading found and did. Its JSON (`Serialize`) is what `lls_session_load_report`
+/// returns: `{"cutRecords", "repairedEvents"}`, plus `cutAtLine`, `cutReason`, `cutDamaged`
+/// and `cutSavedTo` when something was cut.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct LoadReport {
     /// Records cut from the end (a torn line, damage in the unfinished last turn).
@@ -178,6 +180,28 @@ pub struct LoadReport {
     pub cut_saved_to: Option<String>,
     /// Synthetic events appended to close a turn left open.
     pub repaired_events: usize,
+}
+
+impl serde::Serialize for LoadReport {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("cutRecords", &self.cut_records)?;
+        m.serialize_entry("repairedEvents", &self.repaired_events)?;
+        if let Some(l) = self.cut_at_line {
+            m.serialize_entry("cutAtLine", &l)?;
+        }
+        if let Some(why) = &self.cut_reason {
+            m.serialize_entry("cutReason", why)?;
+        }
+        if self.cut_records > 0 {
+            m.serialize_entry("cutDamaged", &self.cut_damaged)?;
+        }
+        if let Some(p) = &self.cut_saved_to {
+            m.serialize_entry("cutSavedTo", p)?;
+        }
+        m.end()
+    }
 }
 
 /// The result of reading a store: header, valid events, and what to cut.

@@ -4,7 +4,6 @@ use crate::callbacks::host::HostCallback;
 use llmsession::error::{ErrorKind, Result};
 use llmsession::prefix::{parse_listener_output, ListenerContext, PreStepInfo, PreStepListener, PrefixListener};
 use llmsession::types::Message;
-use serde_json::json;
 
 /// A session prefix listener over a host callback: input `{"rest","instance","turn"}`, reply
 /// the extended list of messages.
@@ -12,8 +11,7 @@ pub struct HostPrefixListener(pub HostCallback);
 
 impl PrefixListener for HostPrefixListener {
     fn compose(&self, ctx: &ListenerContext<'_>, rest: &[Message]) -> Result<Vec<Message>> {
-        let input = json!({"rest": rest, "instance": ctx.instance, "turn": ctx.turn});
-        let reply = self.0.call_json(&input, ctx.cancel).map_err(|e| match e.kind() {
+        let reply = self.0.call_json(&ctx.host_input(rest), ctx.cancel).map_err(|e| match e.kind() {
             ErrorKind::Cancelled => e,
             _ => e.context("prefix listener callback"),
         })?;

@@ -9,24 +9,9 @@ use serde_json::Value;
 /// The summariser over a host callback.
 pub struct HostSummariser(pub HostCallback);
 
-fn json_text(s: &str) -> String {
-    Value::from(s).to_string()
-}
-
 impl Summariser for HostSummariser {
     fn summarise(&self, req: &SummaryRequest, cancel: &CancelToken) -> Result<SummaryOutput> {
-        // The request is spliced in as its exact bytes (the digest is over them).
-        let input = format!(
-            "{{\"request\":{},\"provider\":{},\"model\":{},\"maxTokens\":{},\"digest\":{},\"sharedMessages\":{},\"prefixLen\":{}}}",
-            req.json,
-            json_text(&req.provider),
-            json_text(&req.model),
-            req.max_tokens,
-            json_text(&req.digest),
-            req.shared_messages,
-            req.prefix_len
-        );
-        let text = self.0.call(&input, cancel).map_err(|e| match e.kind() {
+        let text = self.0.call(&req.host_input(), cancel).map_err(|e| match e.kind() {
             ErrorKind::Cancelled => e,
             _ => e.with_kind(ErrorKind::Summariser).context("summariser callback"),
         })?;

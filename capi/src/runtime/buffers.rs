@@ -189,6 +189,12 @@ impl OutString {
     }
 
     /// Allocates the output and writes both out-parameters (the last step of a call).
+    /// Writes a core wire type's JSON (see [`encode`]).
+    pub fn write_json<T: serde::Serialize>(self, value: &T) -> Result<(), FfiError> {
+        self.write(&encode(value).to_string())
+    }
+
+    /// Writes `text` as an owned C string (and its length).
     pub fn write(self, text: &str) -> Result<(), FfiError> {
         let p = alloc_c_string(text.as_bytes())?;
         LIVE_STRINGS.fetch_add(1, Ordering::Relaxed);
@@ -297,6 +303,13 @@ pub unsafe fn free_string(s: *mut c_char) {
 /// How many strings handed out are not freed yet (`lls_live_string_count`).
 pub fn live_strings() -> usize {
     LIVE_STRINGS.load(Ordering::Relaxed)
+}
+
+/// A core wire type as the JSON the C ABI hands out: through a `serde_json::Value`, so object
+/// keys come out in one stable (sorted) order, whatever the order of the type's fields.
+pub fn encode<T: serde::Serialize>(value: &T) -> serde_json::Value {
+    // The core's wire types serialise to JSON objects without fail (no non-string map keys).
+    serde_json::to_value(value).unwrap_or(serde_json::Value::Null)
 }
 
 #[cfg(test)]
