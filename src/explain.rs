@@ -37,7 +37,8 @@ use crate::log::event::{types, Event};
 use crate::log::load::{parse_records, SessionHeader};
 use crate::log::{Derived, Log};
 use crate::request::{compaction_envelope, conversation_envelope, digest, summary_config, PrefixBytes};
-use crate::tokens::{Countable, TokenCounter};
+use crate::tokens::{Countable, Estimator, TokenCounter, TokenizerCounter};
+use crate::types::Fields;
 use crate::types::{CallConfig, Message, Usage};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -974,4 +975,19 @@ fn why(event: Cause, seq: Option<u64>) -> String {
 pub fn explain_records(records: &[Vec<u8>], counter: &dyn TokenCounter) -> Result<Explanation> {
     let (header, events) = parse_records(records)?;
     explain_events(&header, &events, counter)
+}
+
+/// The token counter `lls_session_explain` and `lls_explain_file` count with, from their options
+/// `{"tokenizer"?: path}` (default: the built-in estimate).
+pub fn explain_counter(options: Option<&Value>) -> Result<Box<dyn TokenCounter>> {
+    let Some(v) = options else { return Ok(Box::new(Estimator)) };
+    let f = Fields::of(v, "options")?;
+    if let Some(k) = f.map.keys().find(|k| k.as_str() != "tokenizer") {
+        return Err(Error::invalid(f.p(k), "is not an explain option (expected tokenizer)"));
+    }
+    match f.opt_str("tokenizer")? {
+        None => Ok(Box::new(Estimator)),
+        Some("") => Err(Error::invalid("options.tokenizer", "the path is empty")),
+        Some(path) => Ok(Box::new(TokenizerCounter::from_file(path)?)),
+    }
 }

@@ -6,31 +6,14 @@ use crate::runtime::error::FfiError;
 use crate::runtime::error_object::lls_error;
 use crate::runtime::status::lls_status;
 use crate::session::{file_records, lls_session, path_arg, session_arg};
-use llmsession::error::{Error, Result};
+use llmsession::explain::explain_counter;
 use llmsession::explain::explain_records;
 use llmsession::session::Session;
-use llmsession::tokens::{Estimator, TokenCounter, TokenizerCounter};
-use llmsession::types::Fields;
-use serde_json::Value;
 use std::ffi::c_char;
 
 /// The records of a live session as stored: its header record, then every event record.
 pub(crate) fn session_records(session: &Session) -> Vec<Vec<u8>> {
     session.records().iter().map(|r| r.as_bytes().to_vec()).collect()
-}
-
-/// The token counter of the explain options `{"tokenizer"?: path}` (default: the estimate).
-fn counter(options: Option<&Value>) -> Result<Box<dyn TokenCounter>> {
-    let Some(v) = options else { return Ok(Box::new(Estimator)) };
-    let f = Fields::of(v, "options")?;
-    if let Some(k) = f.map.keys().find(|k| k.as_str() != "tokenizer") {
-        return Err(Error::invalid(f.p(k), "is not an explain option (expected tokenizer)"));
-    }
-    match f.opt_str("tokenizer")? {
-        None => Ok(Box::new(Estimator)),
-        Some("") => Err(Error::invalid("options.tokenizer", "the path is empty")),
-        Some(path) => Ok(Box::new(TokenizerCounter::from_file(path)?)),
-    }
 }
 
 /// Explains every request of the session's log, as JSON in `*out` (free it with
@@ -76,7 +59,7 @@ pub unsafe extern "C" fn lls_session_explain(
             let out = OutString::new(out, out_len, "out")?;
             let s = session_arg(session, "session")?;
             let options = buffers::input_json_opt(options_json, options_len, "options_json")?;
-            let counter = counter(options.as_ref())?;
+            let counter = explain_counter(options.as_ref())?;
             let records = session_records(&s.session);
             let report = explain_records(&records, &*counter)?;
             out.write(&report.to_value().to_string())
@@ -113,7 +96,7 @@ pub unsafe extern "C" fn lls_explain_file(
             let out = OutString::new(out, out_len, "out")?;
             let path = path_arg(path, path_len, "path")?;
             let options = buffers::input_json_opt(options_json, options_len, "options_json")?;
-            let counter = counter(options.as_ref())?;
+            let counter = explain_counter(options.as_ref())?;
             let records = file_records(&path)?;
             let report = explain_records(&records, &*counter).map_err(|e| FfiError::from(e.context(&path)))?;
             out.write(&report.to_value().to_string())

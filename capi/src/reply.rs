@@ -9,7 +9,7 @@ use crate::runtime::boundary::boundary;
 use crate::runtime::buffers;
 use crate::runtime::buffers::OutString;
 use crate::runtime::error_object::lls_error;
-use crate::runtime::handle::{self, HandleKind};
+use crate::runtime::handle;
 use crate::runtime::status::*;
 use std::ffi::c_char;
 use std::ffi::c_void;

@@ -19,10 +19,9 @@ use crate::runtime::status::lls_status;
 use llmsession::error::{Error, ErrorKind, Result};
 use llmsession::log::load::LoadReport;
 use llmsession::request::verify_contents;
-use llmsession::session::{Session, SessionOptions};
-use llmsession::store::{Durability, FileOptions, JsonlStore, MemoryStore, Store};
-use llmsession::types::Fields;
-use serde_json::Value;
+use llmsession::session::Session;
+use llmsession::store::options::{file_options, session_options};
+use llmsession::store::{JsonlStore, MemoryStore, Store};
 use std::ffi::{c_char, c_void};
 use std::sync::Arc;
 
@@ -72,54 +71,6 @@ pub(crate) fn session_arg(ptr: *const lls_session, argument: &str) -> std::resul
     let obj = handle::lookup::<SessionObject>(ptr, argument)?;
     check_not_in_store(obj.store_key)?;
     Ok(obj)
-}
-
-/// Parses session options `{"id"?, "durability"?}` plus the keys in `more` (returned for the
-/// caller to read).
-pub(crate) fn session_options<'a>(v: Option<&'a Value>, path: &'a str, more: &[&str]) -> Result<(SessionOptions, Option<Fields<'a>>)> {
-    let Some(v) = v else { return Ok((SessionOptions::default(), None)) };
-    let f = Fields::of(v, path)?;
-    if let Some(k) = f.map.keys().find(|k| !["id", "durability"].contains(&k.as_str()) && !more.contains(&k.as_str())) {
-        let mut expected = vec!["id", "durability"];
-        expected.extend_from_slice(more);
-        return Err(Error::invalid(f.p(k), format!("is not an option here (expected {})", expected.join(", "))));
-    }
-    let id = match f.opt_str("id")? {
-        Some("") => return Err(Error::invalid(f.p("id"), "must not be empty")),
-        other => other.map(str::to_string),
-    };
-    let durability = match f.opt_str("durability")? {
-        None => Durability::default(),
-        Some(d) => Durability::parse(d).map_err(|e| Error::invalid(f.p("durability"), e.message().trim_start_matches("durability: ")))?,
-    };
-    Ok((SessionOptions { durability, id }, Some(f)))
-}
-
-/// Parses the file options `readOnly`, `mode` and `maxBytes` of `lls_session_open_file`.
-pub(crate) fn file_options(f: Option<&Fields<'_>>) -> Result<FileOptions> {
-    let mut o = FileOptions::default();
-    let Some(f) = f else { return Ok(o) };
-    o.read_only = f.opt_bool("readOnly")?.unwrap_or(false);
-    if let Some(m) = f.opt_value("mode")? {
-        let bits = match m {
-            Value::String(t) => u32::from_str_radix(t.trim_start_matches("0o"), 8).ok(),
-            Value::Number(n) => n.as_u64().and_then(|n| u32::try_from(n).ok()),
-            _ => None,
-        };
-        o.mode = match bits {
-            Some(b) if b <= 0o7777 => b,
-            _ => {
-                return Err(Error::invalid(
-                    f.p("mode"),
-                    "expected permission bits: an octal string such as \"0600\" or \"640\", or a number up to 4095",
-                ))
-            }
-        };
-    }
-    if let Some(n) = f.opt_u64("maxBytes")? {
-        o.max_bytes = n;
-    }
-    Ok(o)
 }
 
 /// A file path argument: UTF-8, not empty, no NUL byte.

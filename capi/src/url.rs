@@ -7,12 +7,11 @@ use crate::runtime::buffers::{self, Out, OutString};
 use crate::runtime::error::FfiError;
 use crate::runtime::error_object::lls_error;
 use crate::runtime::status::lls_status;
-use crate::session::{file_options, lls_session, session_options, SessionObject};
-use llmsession::error::{Error, ErrorKind, Result};
+use crate::session::{lls_session, SessionObject};
+use llmsession::error::{Error, ErrorKind};
 use llmsession::session::Session;
-use llmsession::store::url::{list_sessions, UrlOptions};
-use llmsession::types::Fields;
-use serde_json::Value;
+use llmsession::store::options::{list_options, url_options};
+use llmsession::store::url::list_sessions;
 use std::ffi::c_char;
 
 /// A store URL argument: UTF-8, not empty, no NUL byte.
@@ -26,18 +25,6 @@ unsafe fn url_arg(ptr: *const c_char, len: usize) -> std::result::Result<String,
         return Err(FfiError::invalid_argument("url", "the URL contains a NUL byte"));
     }
     Ok(text.to_string())
-}
-
-/// Parses the options of `lls_session_open_url`: `{"id"?, "durability"?, "readOnly"?, "create"?,
-/// "mode"?, "maxBytes"?}`.
-pub(crate) fn url_options(v: Option<&Value>) -> Result<UrlOptions> {
-    let (opts, f) = session_options(v, "opts", &["readOnly", "create", "mode", "maxBytes"])?;
-    let file = file_options(f.as_ref())?;
-    let create = match &f {
-        Some(f) => f.opt_bool("create")?.unwrap_or(true),
-        None => true,
-    };
-    Ok(UrlOptions { id: opts.id, read_only: file.read_only, create, durability: opts.durability, file })
 }
 
 /// Opens (or, for a writer, creates) a session in the store the URL `(url, url_len)` names
@@ -141,16 +128,7 @@ pub unsafe extern "C" fn lls_store_list_sessions(
             let out = OutString::new(out, out_len, "out")?;
             let url = url_arg(url, url_len)?;
             let v = buffers::input_json_opt(opts_json, opts_len, "opts_json")?;
-            let (after, limit) = match &v {
-                None => (None, None),
-                Some(v) => {
-                    let f = Fields::of(v, "opts")?;
-                    if let Some(k) = f.map.keys().find(|k| !["after", "limit"].contains(&k.as_str())) {
-                        return Err(Error::invalid(f.p(k), "is not an option here (expected after, limit)").into());
-                    }
-                    (f.opt_str("after")?.map(str::to_string), f.opt_u64("limit")?)
-                }
-            };
+            let (after, limit) = list_options(v.as_ref())?;
             let sessions = list_sessions(&url, after.as_deref(), limit)?;
             let text = serde_json::to_string(&sessions).map_err(|e| FfiError::from(Error::new(ErrorKind::Internal, e.to_string())))?;
             out.write(&text)

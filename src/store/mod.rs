@@ -23,6 +23,7 @@
 
 pub mod file;
 mod jsonl;
+pub mod options;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod url;
