@@ -83,7 +83,9 @@ public:
     using Error::Error;
 };
 
-/// The loaded library's ABI version differs from the `LLS_ABI_VERSION` this header describes.
+/// The loaded library's ABI does not match this header: its ABI version differs from the
+/// `LLS_ABI_VERSION` this header describes, or it is that version with fewer compatible
+/// additions (`lls_abi_minor()` below `LLS_ABI_MINOR`) than the header's inline wrappers call.
 class AbiMismatch : public std::runtime_error {
 public:
     /// A mismatch between the header's ABI version and the library's.
@@ -92,14 +94,28 @@ public:
                              std::to_string(library) + ", but llmsession.hpp was built for " +
                              std::to_string(header)),
           header_(header), library_(library) {}
+    /// The same ABI version, but the library's minor is below the header's.
+    AbiMismatch(std::uint32_t version, std::uint32_t header_minor, std::uint32_t library_minor)
+        : std::runtime_error("llmsession: the loaded library has ABI version " +
+                             std::to_string(version) + "." + std::to_string(library_minor) +
+                             ", but llmsession.hpp needs " + std::to_string(version) + "." +
+                             std::to_string(header_minor) + " or later; install a newer libllmsession"),
+          header_(version), library_(version), header_minor_(header_minor),
+          library_minor_(library_minor) {}
     /// `LLS_ABI_VERSION` of the header.
     std::uint32_t header_version() const noexcept { return header_; }
     /// `lls_abi_version()` of the loaded library.
     std::uint32_t library_version() const noexcept { return library_; }
+    /// `LLS_ABI_MINOR` of the header (0 when the versions themselves differ).
+    std::uint32_t header_minor() const noexcept { return header_minor_; }
+    /// `lls_abi_minor()` of the loaded library (0 when the versions themselves differ).
+    std::uint32_t library_minor() const noexcept { return library_minor_; }
 
 private:
     std::uint32_t header_;
     std::uint32_t library_;
+    std::uint32_t header_minor_ = 0;
+    std::uint32_t library_minor_ = 0;
 };
 
 /// The loaded library's version string, e.g. `"0.2.0"`.
@@ -119,12 +135,18 @@ inline std::uint32_t abi_minor() noexcept { return lls_abi_minor(); }
 /// `OwnedString` frees its own when destroyed).
 inline std::size_t live_string_count() noexcept { return lls_live_string_count(); }
 
-/// Throws AbiMismatch when the loaded library's ABI differs from this header's. Checked once,
-/// by the first wrapper object created; call it yourself to check at start-up.
+/// Throws AbiMismatch when the loaded library's ABI differs from this header's, or lacks
+/// additions this header calls (its minor is below `LLS_ABI_MINOR`). Checked by every wrapper
+/// object created; call it yourself to check at start-up.
 inline void check_abi() {
     static const std::uint32_t loaded = lls_abi_version();
     if (loaded != LLS_ABI_VERSION) {
         throw AbiMismatch(LLS_ABI_VERSION, loaded);
+    }
+    // Asked only once the version matches: a library of another ABI may lack the function.
+    static const std::uint32_t minor = lls_abi_minor();
+    if (minor < LLS_ABI_MINOR) {
+        throw AbiMismatch(LLS_ABI_VERSION, LLS_ABI_MINOR, minor);
     }
 }
 

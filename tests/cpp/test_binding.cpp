@@ -94,6 +94,13 @@ TEST_F(Binding, VersionsAndAbi) {
     EXPECT_EQ(llmsession::version(), v);
     llmsession::AbiMismatch m(1, 2);
     EXPECT_NE(std::string(m.what()).find("ABI version 2"), std::string::npos);
+    EXPECT_GE(llmsession::abi_minor(), static_cast<std::uint32_t>(LLS_ABI_MINOR));
+    llmsession::AbiMismatch minor(2, 2, 1);
+    EXPECT_EQ(std::string(minor.what()),
+              "llmsession: the loaded library has ABI version 2.1, but llmsession.hpp needs 2.2 or later; "
+              "install a newer libllmsession");
+    EXPECT_EQ(minor.header_minor(), 2u);
+    EXPECT_EQ(minor.library_minor(), 1u);
 }
 
 TEST_F(Binding, StatusNamesComeFromTheLibrary) {
