@@ -1,6 +1,12 @@
 //! Runs every scenario file in tests/scenarios/ (and in $LLMSESSION_SCENARIOS), or only
 //! $LLMSESSION_SCENARIO_FILE. The format is documented in docs/scenarios.md.
 //!
+//! Each run also writes the scenario's golden transcript (every op's outcome, request info,
+//! compaction outcome and callback inputs, then the final log with times masked:
+//! docs/scenarios.md, "Golden transcripts"; tests/support/golden.rs) and compares it with
+//! tests/scenarios/golden/<stem>.json, or writes that file when LLMSESSION_SCENARIO_BLESS=1
+//! (scripts/scenario-golden.sh).
+//!
 //! `scenarios` keeps the sessions in memory; `scenarios_on_postgres` runs every file again with
 //! its sessions in PostgreSQL (a schema of its own per file; `make test-pg` sets
 //! `LLMSESSION_PG_URL`), reloading from the database on `resume` and forking into it, and checks
@@ -27,6 +33,10 @@ type Res<T> = std::result::Result<T, String>;
 #[cfg(feature = "postgres")]
 #[path = "support/pg.rs"]
 mod pg_support;
+
+#[path = "support/golden.rs"]
+mod golden;
+use golden::Journal;
 
 /// Where the runner keeps a scenario's sessions.
 #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
@@ -77,6 +87,8 @@ impl Stores {
 
 /// A declarative listener's shared state (invocation count, held messages).
 struct ListenerState {
+    /// Its position among the listeners (or pre-step listeners), as the transcript names it.
+    index: usize,
     spec: Value,
     calls: AtomicUsize,
     held: Mutex<Vec<Message>>,
@@ -107,6 +119,12 @@ struct World {
     dispose: Arc<Mutex<Option<llmsession::agent::DisposeHandle>>>,
     /// Where `load` writes the log it opens.
     dir: tempfile::TempDir,
+    /// How many `load` ops ran (the n-th writes `load-<n>.jsonl`).
+    loads: usize,
+    /// What the fakes received during the running op (for the transcript).
+    journal: Arc<Mutex<Journal>>,
+    /// What the running op produced, for its transcript entry (`outcome`, `error`, `request`, ...).
+    out: serde_json::Map<String, Value>,
 }
 
 fn kind_name(k: ErrorKind) -> &'static str {
@@ -128,8 +146,9 @@ fn msgs(v: &Value) -> Vec<Message> {
     Message::list_from_value(v, "messages").expect("scenario messages are valid")
 }
 
-fn make_prefix_listener(st: Arc<ListenerState>) -> Arc<dyn llmsession::prefix::PrefixListener> {
+fn make_prefix_listener(st: Arc<ListenerState>, journal: Arc<Mutex<Journal>>) -> Arc<dyn llmsession::prefix::PrefixListener> {
     Arc::new(move |ctx: &ListenerContext<'_>, rest: &[Message]| -> llmsession::Result<Vec<Message>> {
+        journal.lock().calls.push(json!({"callback": "prefix", "listener": st.index, "input": ctx.host_input(rest)}));
         let n = st.calls.fetch_add(1, Ordering::SeqCst);
         let active = times_ok(&st.spec, n);
         let kind = st.spec["kind"].as_str().unwrap_or("delegate");
@@ -161,11 +180,16 @@ fn make_prefix_listener(st: Arc<ListenerState>) -> Arc<dyn llmsession::prefix::P
     })
 }
 
-fn make_pre_step(st: Arc<ListenerState>, seen: Arc<Mutex<Vec<Value>>>) -> Arc<dyn llmsession::prefix::PreStepListener> {
+fn make_pre_step(
+    st: Arc<ListenerState>,
+    seen: Arc<Mutex<Vec<Value>>>,
+    journal: Arc<Mutex<Journal>>,
+) -> Arc<dyn llmsession::prefix::PreStepListener> {
     Arc::new(move |ctx: &ListenerContext<'_>, info: &PreStepInfo<'_>| -> llmsession::Result<()> {
         let n = st.calls.fetch_add(1, Ordering::SeqCst);
         let active = times_ok(&st.spec, n);
         seen.lock().push(info.to_json());
+        journal.lock().calls.push(json!({"callback": "preStep", "listener": st.index, "input": info.to_json()}));
         match st.spec["kind"].as_str().unwrap_or("record") {
             "inject" if active => {
                 for m in msgs(&st.spec["messages"]) {
@@ -192,10 +216,12 @@ fn make_summariser(
     seen: Arc<Mutex<Vec<SummaryRequest>>>,
     session: Session,
     dispose: Arc<Mutex<Option<llmsession::agent::DisposeHandle>>>,
+    journal: Arc<Mutex<Journal>>,
 ) -> Arc<dyn llmsession::compaction::Summariser> {
     let calls = Arc::new(AtomicUsize::new(0));
     Arc::new(move |req: &SummaryRequest, cancel: &CancelToken| -> llmsession::Result<SummaryOutput> {
         seen.lock().push(req.clone());
+        journal.lock().calls.push(json!({"callback": "summariser", "input": summary_input(req)}));
         let n = calls.fetch_add(1, Ordering::SeqCst);
         let active = times_ok(&spec, n);
         let text = spec["text"].as_str().unwrap_or("Summary of the work so far.").to_string();
@@ -227,6 +253,17 @@ fn make_summariser(
     })
 }
 
+/// What the transcript records of a summariser call: what a host summariser receives
+/// (`SummaryRequest::host_input`) with the envelope replaced by its length and message count.
+fn summary_input(req: &SummaryRequest) -> Value {
+    let messages = serde_json::from_str::<Value>(&req.json).ok().and_then(|v| v["messages"].as_array().map(Vec::len));
+    json!({
+        "digest": req.digest, "provider": req.provider, "model": req.model, "maxTokens": req.max_tokens,
+        "sharedMessages": req.shared_messages, "prefixLen": req.prefix_len,
+        "bytes": req.json.len(), "messageCount": messages,
+    })
+}
+
 /// The characters of every string in `v` (object keys left out).
 fn string_chars(v: &Value) -> u64 {
     match v {
@@ -242,9 +279,11 @@ fn make_counter(
     spec: Value,
     session: Session,
     dispose: Arc<Mutex<Option<llmsession::agent::DisposeHandle>>>,
+    journal: Arc<Mutex<Journal>>,
 ) -> Arc<dyn llmsession::tokens::TokenCounter> {
     let calls = AtomicUsize::new(0);
     Arc::new(llmsession::tokens::HostCounter::new(move |item: &Value| -> llmsession::Result<u64> {
+        journal.lock().counter_calls += 1;
         let n = calls.fetch_add(1, Ordering::SeqCst);
         let active = times_ok(&spec, n);
         let per = spec.get("perToken").and_then(Value::as_u64).unwrap_or(4).max(1);
@@ -294,6 +333,9 @@ impl World {
             counter: sc.get("counter").cloned(),
             dispose: Arc::new(Mutex::new(None)),
             dir: tempfile::tempdir().map_err(|e| e.to_string())?,
+            loads: 0,
+            journal: Arc::new(Mutex::new(Journal::default())),
+            out: serde_json::Map::new(),
         };
         w.set_listeners(sc.get("listeners"), sc.get("preStep"));
         w.new_agent()?;
@@ -301,40 +343,50 @@ impl World {
     }
 
     fn set_listeners(&mut self, listeners: Option<&Value>, pre: Option<&Value>) {
-        let mk = |v: &Value| {
+        let mk = |(index, v): (usize, &Value)| {
             Arc::new(ListenerState {
+                index,
                 held: Mutex::new(v.get("messages").map(msgs).unwrap_or_default()),
                 spec: v.clone(),
                 calls: AtomicUsize::new(0),
             })
         };
         if let Some(Value::Array(a)) = listeners {
-            self.listeners = a.iter().map(mk).collect();
+            self.listeners = a.iter().enumerate().map(mk).collect();
         }
         if let Some(Value::Array(a)) = pre {
-            self.pre_steps = a.iter().map(mk).collect();
+            self.pre_steps = a.iter().enumerate().map(mk).collect();
         }
     }
 
     fn new_agent(&mut self) -> Res<()> {
-        let mut agent = Agent::new(&self.session, self.options.clone()).map_err(|e| err_str(&e))?;
+        self.try_new_agent().map_err(|e| err_str(&e))
+    }
+
+    /// A new instance over the session, with the current listeners, policy, summariser and counter.
+    fn try_new_agent(&mut self) -> Result<(), Error> {
+        let mut agent = Agent::new(&self.session, self.options.clone())?;
         for l in &self.listeners {
-            agent.add_prefix_listener(make_prefix_listener(l.clone())).unwrap();
+            agent.add_prefix_listener(make_prefix_listener(l.clone(), self.journal.clone())).unwrap();
         }
         for l in &self.pre_steps {
-            agent.add_pre_step_listener(make_pre_step(l.clone(), self.pre_step_seen.clone())).unwrap();
+            agent.add_pre_step_listener(make_pre_step(l.clone(), self.pre_step_seen.clone(), self.journal.clone())).unwrap();
         }
         if let Some(p) = &self.policy {
-            agent.set_policies(PolicyTable::from_value(p, "policy").map_err(|e| err_str(&e))?).map_err(|e| err_str(&e))?;
+            agent.set_policies(PolicyTable::from_value(p, "policy")?)?;
         }
         let spec = self.summariser.clone().unwrap_or(json!({"kind":"fixed"}));
-        agent.set_summariser(Some(make_summariser(spec, self.summaries.clone(), self.session.clone(), self.dispose.clone())));
+        agent.set_summariser(Some(self.summariser_for(spec)));
         if let Some(c) = self.counter.clone().filter(|c| !c.is_null()) {
-            agent.set_token_counter(Some(make_counter(c, self.session.clone(), self.dispose.clone())));
+            agent.set_token_counter(Some(make_counter(c, self.session.clone(), self.dispose.clone(), self.journal.clone())));
         }
         *self.dispose.lock() = Some(agent.dispose_handle());
         self.agent = Some(agent);
         Ok(())
+    }
+
+    fn summariser_for(&self, spec: Value) -> Arc<dyn llmsession::compaction::Summariser> {
+        make_summariser(spec, self.summaries.clone(), self.session.clone(), self.dispose.clone(), self.journal.clone())
     }
 
     fn agent(&mut self) -> Res<&mut Agent> {
@@ -393,21 +445,26 @@ fn clip(s: &str) -> String {
     }
 }
 
-/// Expands `{"$repeat": "text", "times": n}` anywhere in a scenario into the repeated string.
-fn expand(v: &mut Value) {
+/// Expands `{"$repeat": "text", "times": n}` anywhere in a scenario into the repeated string;
+/// `seen` collects each expansion with the object it came from (the transcript folds them back).
+fn expand(v: &mut Value, seen: &mut golden::Repeats) {
     match v {
         Value::Object(m) if m.contains_key("$repeat") => {
             let text = m["$repeat"].as_str().expect("$repeat takes a string").to_string();
             let times = m.get("times").and_then(Value::as_u64).expect("$repeat needs \"times\"") as usize;
-            *v = Value::String(text.repeat(times));
+            let expanded = text.repeat(times);
+            seen.entry(expanded.clone()).or_insert_with(|| json!({"$repeat": text, "times": times}));
+            *v = Value::String(expanded);
         }
-        Value::Object(m) => m.values_mut().for_each(expand),
-        Value::Array(a) => a.iter_mut().for_each(expand),
+        Value::Object(m) => m.values_mut().for_each(|x| expand(x, seen)),
+        Value::Array(a) => a.iter_mut().for_each(|x| expand(x, seen)),
         _ => {}
     }
 }
 
-fn check_error(op: &Value, r: Result<(), Error>) -> Res<()> {
+/// Checks an op's result against its `expectError`, and records it as the op's outcome.
+fn check_error(w: &mut World, op: &Value, r: Result<(), Error>) -> Res<()> {
+    record_outcome(w, r.as_ref().err());
     match (op.get("expectError"), r) {
         (None, Ok(())) => Ok(()),
         (None, Err(e)) => Err(format!("unexpected error: {}", err_str(&e))),
@@ -424,6 +481,19 @@ fn check_error(op: &Value, r: Result<(), Error>) -> Res<()> {
                 }
             }
             Ok(())
+        }
+    }
+}
+
+/// The op's outcome for the transcript: `"ok"`, or `"error"` with the error.
+fn record_outcome(w: &mut World, e: Option<&Error>) {
+    match e {
+        None => {
+            w.out.insert("outcome".into(), "ok".into());
+        }
+        Some(e) => {
+            w.out.insert("outcome".into(), "error".into());
+            w.out.insert("error".into(), golden::error_value(e));
         }
     }
 }
@@ -496,7 +566,7 @@ fn run_op_inner(w: &mut World, op: &Value) -> Res<()> {
                 Ok(m) => w.agent()?.start_turn(m).map(|_| ()),
                 Err(e) => Err(e),
             };
-            check_error(op, r)
+            check_error(w, op, r)
         }
         "request" => {
             let cancel = if op.get("cancelled").and_then(Value::as_bool) == Some(true) {
@@ -512,6 +582,7 @@ fn run_op_inner(w: &mut World, op: &Value) -> Res<()> {
             let res = match r {
                 Ok(req) => {
                     let v: Value = serde_json::from_str(&req.json).map_err(|e| e.to_string())?;
+                    w.out.insert("request".into(), serde_json::to_value(req.info()).map_err(|e| e.to_string())?);
                     let exp = op.get("expect").cloned().unwrap_or(Value::Null);
                     if let Some(n) = exp.get("prefixLen").and_then(Value::as_u64) {
                         if req.prefix_len as u64 != n {
@@ -535,7 +606,7 @@ fn run_op_inner(w: &mut World, op: &Value) -> Res<()> {
             if disposed {
                 w.agent = None;
             }
-            check_error(op, res)
+            check_error(w, op, res)
         }
         "respond" => {
             let mut content: Vec<Block> = Vec::new();
@@ -562,7 +633,7 @@ fn run_op_inner(w: &mut World, op: &Value) -> Res<()> {
                 Ok(ResponseInput { message, usage }) => w.agent()?.record_response(message, usage).map(|_| ()),
                 Err(e) => Err(e),
             };
-            check_error(op, r)
+            check_error(w, op, r)
         }
         "toolResult" => {
             // The payload a binding sends to `lls_agent_record_tool_result`, decoded by the core.
@@ -578,14 +649,14 @@ fn run_op_inner(w: &mut World, op: &Value) -> Res<()> {
                 Ok(input) => w.agent()?.record_tool_result(input).map(|_| ()),
                 Err(e) => Err(e),
             };
-            check_error(op, r)
+            check_error(w, op, r)
         }
         "inject" => {
             let r = match user_message(&op["user"]) {
                 Ok(m) => w.agent()?.inject(m).map(|_| ()),
                 Err(e) => Err(e),
             };
-            check_error(op, r)
+            check_error(w, op, r)
         }
         "providerError" => {
             let input = json!({"message": op.get("message").and_then(Value::as_str).unwrap_or("provider error"), "overflow": op.get("overflow") == Some(&json!(true))});
@@ -595,11 +666,12 @@ fn run_op_inner(w: &mut World, op: &Value) -> Res<()> {
                 .and_then(|ProviderErrorInput { message, overflow }| agent.report_provider_error(&message, overflow, &c));
             let r = match r {
                 Ok(out) => {
+                    let got = match out {
+                        llmsession::agent::ProviderErrorOutcome::Retry => "retry",
+                        llmsession::agent::ProviderErrorOutcome::Recorded => "recorded",
+                    };
+                    w.out.insert("providerError".into(), got.into());
                     if let Some(want) = op.get("expectOutcome").and_then(Value::as_str) {
-                        let got = match out {
-                            llmsession::agent::ProviderErrorOutcome::Retry => "retry",
-                            llmsession::agent::ProviderErrorOutcome::Recorded => "recorded",
-                        };
                         if got != want {
                             return Err(format!("expected outcome {want}, got {got}"));
                         }
@@ -608,12 +680,12 @@ fn run_op_inner(w: &mut World, op: &Value) -> Res<()> {
                 }
                 Err(e) => Err(e),
             };
-            check_error(op, r)
+            check_error(w, op, r)
         }
         "endTurn" => {
             let reason = TurnEndReason::parse(op["reason"].as_str().unwrap_or("completed"), "reason").map_err(|e| err_str(&e))?;
             let r = w.agent()?.end_turn(reason);
-            check_error(op, r)
+            check_error(w, op, r)
         }
         "setOptions" => {
             // The options are parsed as the library parses them (their errors are the op's): the
@@ -632,7 +704,8 @@ fn run_op_inner(w: &mut World, op: &Value) -> Res<()> {
                     None => {}
                 }
             }
-            let r = AgentOptions::from_value(&v, "options").and_then(|mut o| {
+            // Decoded as `lls_agent_set_options` decodes its argument (field paths from the top).
+            let r = AgentOptions::from_value(&v, "").and_then(|mut o| {
                 o.check_requests = true;
                 w.options = o.clone();
                 match w.agent.as_mut() {
@@ -640,7 +713,7 @@ fn run_op_inner(w: &mut World, op: &Value) -> Res<()> {
                     None => Err(Error::new(ErrorKind::Disposed, "no live agent (disposed?)")),
                 }
             });
-            check_error(op, r)
+            check_error(w, op, r)
         }
         "mutateListener" => {
             let i = op["index"].as_u64().unwrap_or(0) as usize;
@@ -664,16 +737,17 @@ fn run_op_inner(w: &mut World, op: &Value) -> Res<()> {
                 w.options.system = s.as_str().map(str::to_string);
             }
             w.last_request = None;
-            let r = w.new_agent();
+            let r = w.try_new_agent();
+            record_outcome(w, r.as_ref().err());
             match (op.get("expectError"), r) {
-                (None, r) => r,
+                (None, r) => r.map_err(|e| err_str(&e)),
                 (Some(_), Ok(())) => Err("expected resume to fail".into()),
                 (Some(_), Err(_)) => Ok(()),
             }
         }
         "secondAgent" => {
             let r = Agent::new(&w.session, w.options.clone()).map(|_| ());
-            check_error(op, r)
+            check_error(w, op, r)
         }
         "fork" => {
             if let Some(a) = w.agent.take() {
@@ -687,10 +761,10 @@ fn run_op_inner(w: &mut World, op: &Value) -> Res<()> {
                     w.session = s;
                     w.last_request = None;
                     w.new_agent()?;
-                    check_error(op, Ok(()))
+                    check_error(w, op, Ok(()))
                 }
                 Err(e) => {
-                    let r = check_error(op, Err(e));
+                    let r = check_error(w, op, Err(e));
                     w.new_agent()?;
                     r
                 }
@@ -703,6 +777,7 @@ fn run_op_inner(w: &mut World, op: &Value) -> Res<()> {
             let r = CompactInput::from_value(options.as_ref()).and_then(|o| agent.compact(o.span, &c));
             let r = match r {
                 Ok(out) => {
+                    w.out.insert("compaction".into(), serde_json::to_value(&out).map_err(|e| e.to_string())?);
                     if let Some(want) = op.get("expectOutcome").and_then(Value::as_str) {
                         if out.outcome != want {
                             return Err(format!("expected compaction outcome {want}, got {} ({:?})", out.outcome, out.error));
@@ -712,18 +787,18 @@ fn run_op_inner(w: &mut World, op: &Value) -> Res<()> {
                 }
                 Err(e) => Err(e),
             };
-            check_error(op, r)
+            check_error(w, op, r)
         }
         "setPolicy" => {
             let r = policy_table(&op["policy"]).and_then(|t| {
                 w.policy = Some(op["policy"].clone());
                 w.agent.as_mut().unwrap().set_policies(t)
             });
-            check_error(op, r)
+            check_error(w, op, r)
         }
         "setSummariser" => {
             w.summariser = Some(op["summariser"].clone());
-            let s = make_summariser(op["summariser"].clone(), w.summaries.clone(), w.session.clone(), w.dispose.clone());
+            let s = w.summariser_for(op["summariser"].clone());
             w.agent()?.set_summariser(Some(s));
             Ok(())
         }
@@ -735,7 +810,7 @@ fn run_op_inner(w: &mut World, op: &Value) -> Res<()> {
         }
         "setCounter" => {
             w.counter = op.get("counter").cloned().filter(|c| !c.is_null());
-            let c = w.counter.clone().map(|c| make_counter(c, w.session.clone(), w.dispose.clone()));
+            let c = w.counter.clone().map(|c| make_counter(c, w.session.clone(), w.dispose.clone(), w.journal.clone()));
             w.agent()?.set_token_counter(c);
             Ok(())
         }
@@ -750,24 +825,6 @@ fn run_op_inner(w: &mut World, op: &Value) -> Res<()> {
         }
         other => Err(format!("unknown op {other:?}")),
     }
-}
-
-/// The load report as `lls_session_load_report` gives it.
-fn report_json(r: &llmsession::log::load::LoadReport) -> Value {
-    let mut v = json!({"cutRecords": r.cut_records, "repairedEvents": r.repaired_events});
-    if let Some(l) = r.cut_at_line {
-        v["cutAtLine"] = l.into();
-    }
-    if let Some(why) = &r.cut_reason {
-        v["cutReason"] = why.clone().into();
-    }
-    if r.cut_records > 0 {
-        v["cutDamaged"] = r.cut_damaged.into();
-    }
-    if let Some(p) = &r.cut_saved_to {
-        v["cutSavedTo"] = p.clone().into();
-    }
-    v
 }
 
 /// `load`: reopens the session from a log file written from the op's records (or the current
@@ -804,21 +861,24 @@ fn load(w: &mut World, op: &Value) -> Res<()> {
     if let Some(a) = w.agent.take() {
         a.dispose().map_err(|e| err_str(&e))?;
     }
-    let n = std::fs::read_dir(w.dir.path()).map(|d| d.count()).unwrap_or(0);
-    let path = w.dir.path().join(format!("load-{n}.jsonl"));
+    w.loads += 1;
+    let path = w.dir.path().join(format!("load-{}.jsonl", w.loads));
     std::fs::write(&path, text).map_err(|e| e.to_string())?;
     match Session::open_jsonl(&path, SessionOptions::default()) {
         Ok((s, report)) => {
-            check_pointers("load report", &report_json(&report), op.get("expectReport").unwrap_or(&Value::Null))?;
+            // The load report as `lls_session_load_report` gives it.
+            let report = serde_json::to_value(&report).map_err(|e| e.to_string())?;
+            w.out.insert("loadReport".into(), report.clone());
+            check_pointers("load report", &report, op.get("expectReport").unwrap_or(&Value::Null))?;
             w.session = s;
             w.loaded_from_file = true;
             w.last_request = None;
             w.new_agent()?;
-            check_error(op, Ok(()))
+            check_error(w, op, Ok(()))
         }
         Err(e) => {
             // The session stays the one before; a new instance drives it.
-            let r = check_error(op, Err(e));
+            let r = check_error(w, op, Err(e));
             w.new_agent()?;
             r
         }
@@ -1040,23 +1100,44 @@ fn verify_and_damage(w: &World, name: &str) -> Res<()> {
     Ok(())
 }
 
-fn run_file(path: &Path, stores: &Stores) -> Res<()> {
+/// Runs one scenario file with every check, and returns its golden transcript
+/// (docs/scenarios.md, "Golden transcripts").
+fn run_file(path: &Path, stores: &Stores) -> Res<Value> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut sc: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    expand(&mut sc);
+    let mut repeats = golden::Repeats::new();
+    expand(&mut sc, &mut repeats);
     let name = sc["name"].as_str().unwrap_or("(unnamed)").to_string();
     let mut w = World::new(&sc, stores)?;
+    let mut ops = Vec::new();
     for (i, op) in sc["ops"].as_array().ok_or("scenario without ops")?.iter().enumerate() {
+        w.out = serde_json::Map::new();
         run_op(&mut w, op).map_err(|e| format!("op {i} ({}): {e}", op["op"]))?;
+        let mut entry = std::mem::take(&mut w.out);
+        entry.insert("i".into(), i.into());
+        entry.insert("op".into(), op["op"].clone());
+        entry.entry("outcome").or_insert_with(|| "ok".into());
+        entry.insert("events".into(), w.session.len().into());
+        w.journal.lock().drain_into(&mut entry);
+        ops.push(Value::Object(entry));
     }
+    let mut transcript = json!({
+        "transcript": golden::FORMAT,
+        "scenario": path.file_name().map(|n| n.to_string_lossy().into_owned()),
+        "name": name,
+        "ops": ops,
+        "final": golden::final_state(&w.session.records(), &w.session.history_json()),
+    });
+    golden::mask_strings(&mut transcript, &w.dir.path().to_string_lossy());
+    golden::fold_repeats(&mut transcript, &repeats);
     verify_and_damage(&w, &name)?;
     if let Some(a) = w.agent.take() {
         a.dispose().map_err(|e| err_str(&e))?;
     }
-    if w.loaded_from_file {
-        return Ok(());
+    if !w.loaded_from_file {
+        stores.check_stored(&w.session)?;
     }
-    stores.check_stored(&w.session)
+    Ok(transcript)
 }
 
 fn scenario_files() -> Vec<PathBuf> {
@@ -1082,7 +1163,7 @@ fn scenario_files() -> Vec<PathBuf> {
 
 #[test]
 fn scenarios() {
-    run_all(|_| Stores::Memory);
+    run_all("memory", |_| Stores::Memory);
 }
 
 /// Every scenario file with its sessions in PostgreSQL, each file in a schema of its own.
@@ -1090,10 +1171,15 @@ fn scenarios() {
 #[test]
 fn scenarios_on_postgres() {
     let Some(url) = pg_support::url("scenarios_on_postgres") else { return };
+    if golden::blessing() {
+        // The golden files are written from the in-memory run only; this variant compares.
+        eprintln!("scenarios_on_postgres: skipped while LLMSESSION_SCENARIO_BLESS is set (it only compares)");
+        return;
+    }
     let mut c = pg_support::sql(&url);
     let sep = if url.contains('?') { '&' } else { '?' };
     let mut schemas = Vec::new();
-    run_all(|i| {
+    run_all("postgres", |i| {
         let schema = format!("llmsession_scenario_{}_{i}", std::process::id());
         c.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}")).unwrap();
         schemas.push(schema.clone());
@@ -1104,12 +1190,15 @@ fn scenarios_on_postgres() {
     }
 }
 
-fn run_all(mut stores: impl FnMut(usize) -> Stores) {
+/// Runs every scenario file with the stores `stores` gives (by file index) and settles each
+/// transcript against its golden file: the one comparison path of every variant (`variant` only
+/// names where this run's transcripts are written).
+fn run_all(variant: &str, mut stores: impl FnMut(usize) -> Stores) {
     let files = scenario_files();
     assert!(!files.is_empty(), "no scenario files found");
     let mut failures = Vec::new();
     for (i, f) in files.iter().enumerate() {
-        match run_file(f, &stores(i)) {
+        match run_file(f, &stores(i)).and_then(|t| golden::settle(f, &t, variant)) {
             Ok(()) => println!("ok    {}", f.display()),
             Err(e) => {
                 println!("FAIL  {}\n      {e}", f.display());
@@ -1118,5 +1207,20 @@ fn run_all(mut stores: impl FnMut(usize) -> Stores) {
         }
     }
     println!("{} passed, {} failed", files.len() - failures.len(), failures.len());
-    assert!(failures.is_empty(), "{} scenario(s) failed:\n{}", failures.len(), failures.join("\n"));
+    // A golden file whose scenario file is gone (only known when every file ran).
+    if std::env::var_os("LLMSESSION_SCENARIO_FILE").is_none() {
+        for stale in golden::stale(&files) {
+            if golden::blessing() {
+                std::fs::remove_file(&stale).unwrap_or_else(|e| panic!("{}: {e}", stale.display()));
+                println!("removed  {} (no scenario file)", stale.display());
+            } else {
+                println!("FAIL  {}\n      a golden transcript without a scenario file", stale.display());
+                failures.push(format!(
+                    "{}: a golden transcript without a scenario file (remove it, or run scripts/scenario-golden.sh)",
+                    stale.display()
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
 }
