@@ -9,6 +9,7 @@ const os = require('os');
 const path = require('path');
 const { isDeepStrictEqual } = require('util');
 const lls = require('..');
+const golden = require('./golden');
 
 const REPO = path.resolve(__dirname, '..', '..', '..');
 
@@ -22,20 +23,6 @@ function scenarioFiles() {
     files.push(...inDir.map((f) => path.join(d, f)));
   }
   return files;
-}
-
-function expand(v) {
-  if (Array.isArray(v)) return v.map(expand);
-  if (v && typeof v === 'object') {
-    if (Object.prototype.hasOwnProperty.call(v, '$repeat')) {
-      if (typeof v.$repeat !== 'string' || typeof v.times !== 'number') throw new Error('$repeat needs a string and "times"');
-      return v.$repeat.repeat(v.times);
-    }
-    const o = {};
-    for (const [k, x] of Object.entries(v)) o[k] = expand(x);
-    return o;
-  }
-  return v;
 }
 
 /** RFC 6901 JSON Pointer lookup: `{found, value}`. */
@@ -103,6 +90,16 @@ function timesOk(spec, calls) {
   return typeof spec.times !== 'number' || calls < spec.times;
 }
 
+// Reported differences of this binding from the golden transcripts (see golden.settle).
+const KNOWN_DIFFERENCES = {
+  'dispose_in_callbacks.json': {
+    fromOp: 16,
+    why: 'a token counter that disposes the instance ends the measurement at once (its count is ' +
+      'discarded), so no compaction starts; the Rust runner writes compaction/start and ' +
+      'compaction/end{cancelled} before the disposal is noticed',
+  },
+};
+
 const tick = () => new Promise((resolve) => setTimeout(resolve, 1));
 
 function errStr(e) {
@@ -130,29 +127,36 @@ class World {
     this.requestMarks = [];
     this.lastRequest = null;
     this.controller = new AbortController();
+    this.journal = { calls: [], counterCalls: 0 }; // what the fakes received during the op
+    this.out = {}; // what the running op produced, for its transcript entry
     this.setListeners(sc.listeners, sc.preStep);
     this.newAgent();
   }
 
   setListeners(listeners, pre) {
-    const mk = (v) => ({ spec: v, calls: 0, held: JSON.parse(JSON.stringify(v.messages || [])) });
+    const mk = (v, index) => ({ spec: v, index, calls: 0, held: JSON.parse(JSON.stringify(v.messages || [])) });
     if (Array.isArray(listeners)) this.listeners = listeners.map(mk);
     if (Array.isArray(pre)) this.preSteps = pre.map(mk);
   }
 
   /** Wraps a synchronous body as the mode asks: as is, or as an async function that awaits first. */
-  wrap(body) {
+  wrap(note, body) {
     if (this.mode === 'async') {
       return async (input, ctx) => {
+        note(input);
         await tick();
         return body(input, ctx);
       };
     }
-    return body;
+    return (input, ctx) => {
+      note(input);
+      return body(input, ctx);
+    };
   }
 
   prefixListener(st) {
-    return this.wrap(({ rest }) => {
+    const note = (input) => this.journal.calls.push({ callback: 'prefix', listener: st.index, input });
+    return this.wrap(note, ({ rest }) => {
       const n = st.calls++;
       const active = timesOk(st.spec, n);
       const kind = st.spec.kind || 'delegate';
@@ -184,7 +188,8 @@ class World {
   }
 
   preStep(st) {
-    return this.wrap((info) => {
+    const note = (input) => this.journal.calls.push({ callback: 'preStep', listener: st.index, input });
+    return this.wrap(note, (info) => {
       const n = st.calls++;
       const active = timesOk(st.spec, n);
       this.preStepSeen.push(info);
@@ -220,7 +225,8 @@ class World {
       if (v && typeof v === 'object') return Object.values(v).reduce((n, x) => n + chars(x), 0);
       return 0;
     };
-    return this.wrap((item) => {
+    const note = () => { this.journal.counterCalls += 1; };
+    return this.wrap(note, (item) => {
       const n = calls++;
       const active = timesOk(spec, n);
       const count = Math.ceil(chars(item) / per);
@@ -239,7 +245,14 @@ class World {
 
   makeSummariser(spec) {
     let calls = 0;
-    return this.wrap((input) => {
+    const note = (input) => {
+      const json = JSON.stringify(input.request);
+      const input2 = { digest: input.digest, provider: input.provider, model: input.model, maxTokens: input.maxTokens,
+        sharedMessages: input.sharedMessages, prefixLen: input.prefixLen, bytes: Buffer.byteLength(json),
+        messageCount: input.request && Array.isArray(input.request.messages) ? input.request.messages.length : null };
+      this.journal.calls.push({ callback: 'summariser', input: input2 });
+    };
+    return this.wrap(note, (input) => {
       this.summaries.push({ json: JSON.stringify(input.request), request: input.request, sharedMessages: input.sharedMessages });
       const n = calls++;
       const active = timesOk(spec, n);
@@ -305,7 +318,8 @@ class World {
   }
 }
 
-function checkError(op, error) {
+function checkError(w, op, error) {
+  record(w, error);
   const want = op.expectError;
   if (!want) {
     if (error) throw new Error(`unexpected error: ${errStr(error)}`);
@@ -319,8 +333,19 @@ function checkError(op, error) {
   }
 }
 
+/** The op's outcome for the transcript: "ok", or "error" with the error's kind, field, message. */
+function record(w, error) {
+  if (!error || !(error instanceof lls.LlmSessionError)) {
+    w.out.outcome = 'ok';
+    return;
+  }
+  w.out.outcome = 'error';
+  w.out.error = { kind: error.kind, message: error.message };
+  if (error.detail && error.detail.field !== undefined && error.detail.field !== null) w.out.error.field = error.detail.field;
+}
+
 /** Runs `f` and hands its error (if any) to checkError; other failures propagate. */
-async function attempt(op, f) {
+async function attempt(w, op, f) {
   let error = null;
   try {
     await f();
@@ -328,7 +353,7 @@ async function attempt(op, f) {
     if (!(e instanceof lls.LlmSessionError)) throw e;
     error = e;
   }
-  checkError(op, error);
+  checkError(w, op, error);
 }
 
 function messagesOf(req) {
@@ -416,20 +441,21 @@ async function load(w, op) {
     if (!(e instanceof lls.LlmSessionError)) throw e;
     // The session stays the one before; a new instance drives it.
     w.newAgent();
-    return checkError(op, e);
+    return checkError(w, op, e);
   }
   w.sessions.push(s);
-  checkPointers('load report', s.loadReport(), op.expectReport);
+  w.out.loadReport = s.loadReport();
+  checkPointers('load report', w.out.loadReport, op.expectReport);
   w.session = s;
   w.lastRequest = null;
   w.newAgent();
-  return checkError(op, null);
+  return checkError(w, op, null);
 }
 
 async function runOpInner(w, op) {
   switch (op.op) {
     case 'turn':
-      return attempt(op, () => w.needAgent().startTurn(userMessage(op.user)));
+      return attempt(w, op, () => w.needAgent().startTurn(userMessage(op.user)));
     case 'request': {
       let signal;
       if (op.cancelled === true) {
@@ -444,6 +470,7 @@ async function runOpInner(w, op) {
       let error = null;
       try {
         const r = await agent.nextRequest({ signal });
+        w.out.request = r.info;
         const exp = op.expect || {};
         if (typeof exp.prefixLen === 'number' && r.info.prefixLen !== exp.prefixLen) {
           throw new Error(`expected prefixLen ${exp.prefixLen}, got ${r.info.prefixLen}`);
@@ -463,7 +490,7 @@ async function runOpInner(w, op) {
           if (w.agent === agent) w.agent = null;
         }
       }
-      return checkError(op, error);
+      return checkError(w, op, error);
     }
     case 'respond': {
       let message = op.message;
@@ -477,29 +504,30 @@ async function runOpInner(w, op) {
       }
       const response = { message };
       if (op.usage) response.usage = op.usage;
-      return attempt(op, () => w.needAgent().recordResponse(response));
+      return attempt(w, op, () => w.needAgent().recordResponse(response));
     }
     case 'toolResult': {
       const r = { callId: op.callId || '' };
       if (op.content) r.content = op.content;
       else r.text = typeof op.text === 'string' ? op.text : 'ok';
       if (op.isError !== undefined) r.isError = op.isError;
-      return attempt(op, () => w.needAgent().recordToolResult(r));
+      return attempt(w, op, () => w.needAgent().recordToolResult(r));
     }
     case 'inject':
-      return attempt(op, () => w.needAgent().inject(userMessage(op.user)));
+      return attempt(w, op, () => w.needAgent().inject(userMessage(op.user)));
     case 'providerError': {
       w.controller = new AbortController();
       const input = { message: typeof op.message === 'string' ? op.message : 'provider error', overflow: op.overflow === true };
       const agent = w.needAgent();
-      return attempt(op, async () => {
+      return attempt(w, op, async () => {
         const out = await agent.providerError(input, { signal: w.controller.signal });
         const got = out.retry ? 'retry' : 'recorded';
+        w.out.providerError = got;
         if (op.expectOutcome && op.expectOutcome !== got) throw new Error(`expected outcome ${op.expectOutcome}, got ${got}`);
       });
     }
     case 'endTurn':
-      return attempt(op, () => w.needAgent().endTurn(op.reason || 'completed'));
+      return attempt(w, op, () => w.needAgent().endTurn(op.reason || 'completed'));
     case 'setOptions': {
       const o = { ...w.options };
       if ('system' in op) {
@@ -509,7 +537,7 @@ async function runOpInner(w, op) {
       if (op.tools) o.tools = op.tools;
       if (op.config) o.config = op.config;
       // Invalid options are the op's error (the library names them) and change nothing.
-      return attempt(op, () => {
+      return attempt(w, op, () => {
         w.needAgent().setOptions(o);
         w.options = o;
       });
@@ -544,12 +572,13 @@ async function runOpInner(w, op) {
       } catch (e) {
         error = e;
       }
+      record(w, error);
       if (!op.expectError && error) throw error;
       if (op.expectError && !error) throw new Error('expected resume to fail');
       return undefined;
     }
     case 'secondAgent':
-      return attempt(op, () => {
+      return attempt(w, op, () => {
         const a = new lls.Agent(w.session, w.options);
         a.close();
       });
@@ -562,7 +591,7 @@ async function runOpInner(w, op) {
         forked = w.session.fork(o);
       } catch (e) {
         if (!(e instanceof lls.LlmSessionError)) throw e;
-        checkError(op, e);
+        checkError(w, op, e);
         w.newAgent();
         return undefined;
       }
@@ -570,7 +599,7 @@ async function runOpInner(w, op) {
       w.sessions.push(forked);
       w.lastRequest = null;
       w.newAgent();
-      return checkError(op, null);
+      return checkError(w, op, null);
     }
     case 'compact': {
       w.controller = new AbortController();
@@ -585,13 +614,14 @@ async function runOpInner(w, op) {
         if (e.detail && e.detail.outcome && typeof e.detail.outcome === 'object') outcome = e.detail.outcome;
         else error = e;
       }
+      if (outcome) w.out.compaction = outcome;
       if (outcome && op.expectOutcome && outcome.outcome !== op.expectOutcome) {
         throw new Error(`expected compaction outcome ${op.expectOutcome}, got ${outcome.outcome} (${outcome.error})`);
       }
-      return checkError(op, error);
+      return checkError(w, op, error);
     }
     case 'setPolicy':
-      return attempt(op, () => {
+      return attempt(w, op, () => {
         w.needAgent().setPolicy(op.policy);
         w.policy = op.policy;
       });
@@ -783,7 +813,7 @@ function verifyAndDamage(w, name) {
 
 /** Runs one scenario file; throws an Error naming the op that failed. */
 async function runFile(file, mode = 'sync') {
-  const sc = expand(JSON.parse(fs.readFileSync(file, 'utf8')));
+  const sc = golden.expand(JSON.parse(fs.readFileSync(file, 'utf8')));
   const name = sc.name || '(unnamed)';
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'lls-scenario-'));
   let w;
@@ -791,14 +821,32 @@ async function runFile(file, mode = 'sync') {
     w = new World(sc, mode, tmp);
     const ops = sc.ops;
     if (!Array.isArray(ops)) throw new Error('scenario without ops');
+    const entries = [];
     for (let i = 0; i < ops.length; i++) {
+      w.out = {};
       try {
         await runOp(w, ops[i]);
       } catch (e) {
         const err = new Error(`op ${i} (${JSON.stringify(ops[i].op)}): ${e.message}`, { cause: e });
         throw err;
       }
+      const entry = { ...w.out, i, op: ops[i].op };
+      if (entry.outcome === undefined) entry.outcome = 'ok';
+      entry.events = w.events().length;
+      if (w.journal.calls.length) entry.calls = w.journal.calls;
+      if (w.journal.counterCalls) entry.counterCalls = w.journal.counterCalls;
+      w.journal = { calls: [], counterCalls: 0 };
+      entries.push(entry);
     }
+    const transcript = golden.maskStrings({
+      transcript: 1,
+      scenario: path.basename(file),
+      name,
+      ops: entries,
+      final: { session: golden.maskedRecord(w.session.info()), events: w.events().map(golden.maskedRecord), history: w.session.history() },
+    }, tmp);
+    const out = path.join(REPO, 'target', 'tmp', `scenario-transcripts-node-${mode}`);
+    golden.settle(file, transcript, out, mode, KNOWN_DIFFERENCES[path.basename(file)]);
     verifyAndDamage(w, name);
   } finally {
     if (w) w.close();
