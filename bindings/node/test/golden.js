@@ -32,6 +32,17 @@ function sameWording(want, got, mode) {
   return mode === 'async' && g === PENDING_CANCELLED && / was cancelled$/.test(w);
 }
 
+// Reported differences of this binding from the golden transcripts (reported to be fixed, not masked): only the ops
+// before `fromOp` are compared, and the rest must still differ (see settle).
+const KNOWN_DIFFERENCES = {
+  'dispose_in_callbacks.json': {
+    fromOp: 16,
+    why: 'a token counter that disposes the instance ends the measurement at once (its count is ' +
+      'discarded), so no compaction starts; the Rust runner writes compaction/start and ' +
+      'compaction/end{cancelled} before the disposal is noticed',
+  },
+};
+
 /** Expands `{"$repeat": s, "times": n}` anywhere in `v` into `s` repeated `n` times. */
 function expand(v) {
   if (Array.isArray(v)) return v.map(expand);
@@ -132,12 +143,12 @@ function goldenPath(scenario) {
 
 /**
  * Compares `transcript` with the scenario's golden file (its `$repeat` objects expanded), after
- * writing it to `outDir` for inspection; throws an Error naming the first difference. `known`: a
- * reported difference of this binding, `{fromOp, why}`: only the ops before `fromOp` are
- * compared, and the rest must still differ (so the entry goes once the difference is gone).
+ * writing it to `outDir` for inspection; throws an Error naming the first difference (`mode`:
+ * the callback mode, for the wording above; KNOWN_DIFFERENCES: what is left out).
  */
-function settle(scenario, transcript, outDir, mode, known) {
+function settle(scenario, transcript, outDir, mode) {
   const golden = goldenPath(scenario);
+  const known = KNOWN_DIFFERENCES[path.basename(scenario)];
   fs.mkdirSync(outDir, { recursive: true });
   const mine = path.join(outDir, path.basename(golden));
   fs.writeFileSync(mine, `${JSON.stringify(transcript, null, 2)}\n`);
@@ -145,7 +156,7 @@ function settle(scenario, transcript, outDir, mode, known) {
   const want = expand(JSON.parse(fs.readFileSync(golden, 'utf8')));
   let d = firstDifference(want, transcript, mode);
   if (known) {
-    if (!d) throw new Error(`${golden}: the known difference (${known.why}) is gone: remove it from the driver`);
+    if (!d) throw new Error(`${golden}: the known difference (${known.why}) is gone: remove it from KNOWN_DIFFERENCES in test/golden.js`);
     d = firstDifference(want.ops.slice(0, known.fromOp), transcript.ops.slice(0, known.fromOp), mode, '/ops');
   }
   if (d) {
