@@ -21,6 +21,7 @@ import (
 )
 
 type lstate struct {
+	index int // its position among the listeners (or pre-step listeners)
 	spec  map[string]any
 	mu    sync.Mutex
 	calls int
@@ -80,6 +81,26 @@ type world struct {
 	disposed     bool   // a callback disposed the instance during the running op
 	dir          string // where load writes the logs it opens
 	loads        int
+	calls        []any          // what the fakes received during the running op, in call order
+	counterCalls int            // items the host token counter counted during the running op
+	out          map[string]any // the running op's transcript entry
+}
+
+// record sets the running op's outcome: "ok", or "error" with the error.
+func (w *world) record(err error) {
+	if err == nil {
+		w.out["outcome"] = "ok"
+		return
+	}
+	w.out["outcome"] = "error"
+	w.out["error"] = errorValue(err)
+}
+
+// journal notes a fake's call for the transcript.
+func (w *world) journal(call map[string]any) {
+	w.mu.Lock()
+	w.calls = append(w.calls, call)
+	w.mu.Unlock()
 }
 
 func rawList(v any) []json.RawMessage {
@@ -92,22 +113,22 @@ func rawList(v any) []json.RawMessage {
 	return out
 }
 
-func mkState(v any) *lstate {
+func mkState(i int, v any) *lstate {
 	m, _ := v.(map[string]any)
-	return &lstate{spec: m, held: rawList(m["messages"])}
+	return &lstate{index: i, spec: m, held: rawList(m["messages"])}
 }
 
 func (w *world) setListeners(listeners, pre any) {
 	if a, ok := listeners.([]any); ok {
 		w.listeners = nil
-		for _, v := range a {
-			w.listeners = append(w.listeners, mkState(v))
+		for i, v := range a {
+			w.listeners = append(w.listeners, mkState(i, v))
 		}
 	}
 	if a, ok := pre.([]any); ok {
 		w.preSteps = nil
-		for _, v := range a {
-			w.preSteps = append(w.preSteps, mkState(v))
+		for i, v := range a {
+			w.preSteps = append(w.preSteps, mkState(i, v))
 		}
 	}
 }
@@ -129,6 +150,7 @@ func joinMsgs(a, b []json.RawMessage) json.RawMessage {
 
 func (w *world) prefixListener(l *lstate, agent *Agent, session *Session) func(context.Context, json.RawMessage) (json.RawMessage, error) {
 	return func(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
+		w.journal(map[string]any{"callback": "prefix", "listener": l.index, "input": decode(raw)})
 		var in PrefixInput
 		if err := json.Unmarshal(raw, &in); err != nil {
 			return nil, err
@@ -188,6 +210,7 @@ func (w *world) preStep(l *lstate, agent *Agent, session *Session) PreStepListen
 		w.mu.Lock()
 		w.preStepSeen = append(w.preStepSeen, v)
 		w.mu.Unlock()
+		w.journal(map[string]any{"callback": "preStep", "listener": l.index, "input": v})
 		switch k := l.kind("record"); {
 		case k == "inject" && active:
 			for _, m := range rawList(l.spec["messages"]) {
@@ -214,6 +237,13 @@ func (w *world) makeSummariser(spec any, agent *Agent, session *Session) Summari
 		w.mu.Lock()
 		w.summaries = append(w.summaries, summaryRec{json: append([]byte(nil), in.Request...), shared: in.SharedMessages})
 		w.mu.Unlock()
+		var count any
+		if m := splitMessages(in.Request); m != nil {
+			count = len(m)
+		}
+		w.journal(map[string]any{"callback": "summariser", "input": map[string]any{
+			"digest": in.Digest, "provider": in.Provider, "model": in.Model, "maxTokens": in.MaxTokens,
+			"sharedMessages": in.SharedMessages, "prefixLen": in.PrefixLen, "bytes": len(in.Request), "messageCount": count}})
 		active := st.next()
 		text, ok := m["text"].(string)
 		if !ok {
@@ -236,11 +266,8 @@ func (w *world) makeSummariser(spec any, agent *Agent, session *Session) Summari
 			w.trip()
 			return out, errors.New("cancelled")
 		case k == "append-during" && active:
-			for _, msg := range rawList(m["messages"]) {
-				ev := map[string]any{"type": "user/message", "data": map[string]any{"message": msg, "source": "host"}, "surfaceOp": "append"}
-				if _, err := session.Append(ev); err != nil {
-					return out, err
-				}
+			if err := appendHost(session, m["messages"]); err != nil {
+				return out, err
 			}
 		case k == "dispose" && active:
 			w.noteDisposed()
@@ -250,6 +277,18 @@ func (w *world) makeSummariser(spec any, agent *Agent, session *Session) Summari
 		}
 		return out, nil
 	}
+}
+
+// appendHost appends each message to the session as host context (a user/message event with
+// source "host").
+func appendHost(session *Session, messages any) error {
+	for _, msg := range rawList(messages) {
+		ev := map[string]any{"type": "user/message", "data": map[string]any{"message": msg, "source": "host"}, "surfaceOp": "append"}
+		if _, err := session.Append(ev); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // stringChars counts the characters of every string in a decoded JSON value (keys left out).
@@ -282,6 +321,9 @@ func (w *world) makeCounter(spec any, agent *Agent, session *Session) TokenCount
 		per = int(p)
 	}
 	return func(ctx context.Context, item json.RawMessage) (int, error) {
+		w.mu.Lock()
+		w.counterCalls++
+		w.mu.Unlock()
 		active := st.next()
 		var v any
 		if err := json.Unmarshal(item, &v); err != nil {
@@ -292,10 +334,8 @@ func (w *world) makeCounter(spec any, agent *Agent, session *Session) TokenCount
 		case k == "fail" && active:
 			return 0, errors.New("token counter failed")
 		case k == "append-during" && active:
-			for _, msg := range rawList(m["messages"]) {
-				if _, err := session.AppendContext(msg); err != nil {
-					return 0, err
-				}
+			if err := appendHost(session, m["messages"]); err != nil {
+				return 0, err
 			}
 		case k == "dispose" && active:
 			w.noteDisposed()
@@ -490,7 +530,8 @@ func decode(b []byte) any {
 	return v
 }
 
-func checkError(op map[string]any, err error) error {
+func (w *world) checkError(op map[string]any, err error) error {
+	w.record(err)
 	want, has := op["expectError"].(map[string]any)
 	switch {
 	case !has && err == nil:
@@ -628,7 +669,7 @@ func (w *world) runOpInner(op map[string]any) error {
 			return err
 		}
 		_, err = a.StartTurn(userMsg(op["user"]))
-		return checkError(op, err)
+		return w.checkError(op, err)
 	case "request":
 		a, err := w.needAgent()
 		if err != nil {
@@ -644,6 +685,8 @@ func (w *world) runOpInner(op map[string]any) error {
 			w.agent = nil
 		}
 		if err == nil {
+			info, _ := json.Marshal(r.Info)
+			w.out["request"] = decode(info)
 			exp, _ := op["expect"].(map[string]any)
 			if n, ok := exp["prefixLen"].(float64); ok && int(n) != r.Info.PrefixLen {
 				return fmt.Errorf("expected prefixLen %v, got %d", n, r.Info.PrefixLen)
@@ -663,7 +706,7 @@ func (w *world) runOpInner(op map[string]any) error {
 			w.mu.Unlock()
 			w.lastRequest, w.lastMsgs = req, msgs
 		}
-		return checkError(op, err)
+		return w.checkError(op, err)
 	case "respond":
 		a, err := w.needAgent()
 		if err != nil {
@@ -692,7 +735,7 @@ func (w *world) runOpInner(op map[string]any) error {
 			resp["usage"] = u
 		}
 		_, err = a.RecordResponse(resp)
-		return checkError(op, err)
+		return w.checkError(op, err)
 	case "toolResult":
 		a, err := w.needAgent()
 		if err != nil {
@@ -713,14 +756,14 @@ func (w *world) runOpInner(op map[string]any) error {
 			res["isError"] = e
 		}
 		_, err = a.RecordToolResult(res)
-		return checkError(op, err)
+		return w.checkError(op, err)
 	case "inject":
 		a, err := w.needAgent()
 		if err != nil {
 			return err
 		}
 		_, _, err = a.Inject(userMsg(op["user"]))
-		return checkError(op, err)
+		return w.checkError(op, err)
 	case "providerError":
 		a, err := w.needAgent()
 		if err != nil {
@@ -733,17 +776,18 @@ func (w *world) runOpInner(op map[string]any) error {
 		overflow, _ := op["overflow"].(bool)
 		retry, err := a.ProviderError(w.opCtx(), msg, overflow)
 		if err == nil {
+			got := "recorded"
+			if retry {
+				got = "retry"
+			}
+			w.out["providerError"] = got
 			if want, ok := op["expectOutcome"].(string); ok {
-				got := "recorded"
-				if retry {
-					got = "retry"
-				}
 				if got != want {
 					return fmt.Errorf("expected outcome %s, got %s", want, got)
 				}
 			}
 		}
-		return checkError(op, err)
+		return w.checkError(op, err)
 	case "endTurn":
 		a, err := w.needAgent()
 		if err != nil {
@@ -753,7 +797,7 @@ func (w *world) runOpInner(op map[string]any) error {
 		if !ok {
 			reason = "completed"
 		}
-		return checkError(op, a.EndTurn(reason))
+		return w.checkError(op, a.EndTurn(reason))
 	case "setOptions":
 		o := map[string]any{}
 		for k, v := range w.options {
@@ -781,7 +825,7 @@ func (w *world) runOpInner(op map[string]any) error {
 		if err == nil {
 			w.options = o
 		}
-		return checkError(op, err)
+		return w.checkError(op, err)
 	case "mutateListener":
 		i := 0
 		if n, ok := op["index"].(float64); ok {
@@ -835,6 +879,7 @@ func (w *world) runOpInner(op map[string]any) error {
 		}
 		w.lastRequest, w.lastMsgs = nil, nil
 		err := w.newAgent()
+		w.record(err)
 		_, expect := op["expectError"]
 		switch {
 		case !expect:
@@ -848,7 +893,7 @@ func (w *world) runOpInner(op map[string]any) error {
 		if err == nil {
 			a.Close()
 		}
-		return checkError(op, err)
+		return w.checkError(op, err)
 	case "fork":
 		if err := w.dropAgent(); err != nil {
 			return err
@@ -866,9 +911,9 @@ func (w *world) runOpInner(op map[string]any) error {
 			if e := w.newAgent(); e != nil {
 				return e
 			}
-			return checkError(op, nil)
+			return w.checkError(op, nil)
 		}
-		r := checkError(op, err)
+		r := w.checkError(op, err)
 		if e := w.newAgent(); e != nil {
 			return e
 		}
@@ -893,6 +938,7 @@ func (w *world) runOpInner(op map[string]any) error {
 			}
 		}
 		if err == nil {
+			w.out["compaction"] = decode(out)
 			if want, ok := op["expectOutcome"].(string); ok {
 				var o struct {
 					Outcome string          `json:"outcome"`
@@ -904,7 +950,7 @@ func (w *world) runOpInner(op map[string]any) error {
 				}
 			}
 		}
-		return checkError(op, err)
+		return w.checkError(op, err)
 	case "setPolicy":
 		a, err := w.needAgent()
 		if err != nil {
@@ -914,7 +960,7 @@ func (w *world) runOpInner(op map[string]any) error {
 		if err == nil {
 			w.policy = op["policy"]
 		}
-		return checkError(op, err)
+		return w.checkError(op, err)
 	case "setSummariser":
 		w.summariser = op["summariser"]
 		a, err := w.needAgent()
@@ -1104,7 +1150,7 @@ func (w *world) load(op map[string]any) error {
 	s, err := OpenFile(path, nil)
 	if err != nil {
 		// The session stays the one before; a new instance drives it.
-		r := checkError(op, err)
+		r := w.checkError(op, err)
 		if e := w.newAgent(); e != nil {
 			return e
 		}
@@ -1115,6 +1161,7 @@ func (w *world) load(op map[string]any) error {
 		s.Close()
 		return err
 	}
+	w.out["loadReport"] = decode(report)
 	if err := checkPointers("load report", decode(report), op["expectReport"]); err != nil {
 		s.Close()
 		return err
@@ -1125,7 +1172,7 @@ func (w *world) load(op map[string]any) error {
 	if err := w.newAgent(); err != nil {
 		return err
 	}
-	return checkError(op, nil)
+	return w.checkError(op, nil)
 }
 
 func (w *world) expectLog(op map[string]any) error {
@@ -1480,7 +1527,7 @@ func runScenario(t *testing.T, path string) error {
 	if err := json.Unmarshal(text, &sc); err != nil {
 		return fmt.Errorf("%s: %v", path, err)
 	}
-	expand(sc)
+	sc = expand(sc).(map[string]any)
 	opts, _ := sc["agent"].(map[string]any)
 	o := map[string]any{}
 	for k, v := range opts {
@@ -1491,18 +1538,54 @@ func runScenario(t *testing.T, path string) error {
 	if err != nil {
 		return err
 	}
-	w := &world{t: t, session: s, options: o, summariser: sc["summariser"], policy: sc["policy"], counter: sc["counter"], dir: t.TempDir()}
+	w := &world{t: t, session: s, options: o, summariser: sc["summariser"], policy: sc["policy"], counter: sc["counter"], dir: t.TempDir(), out: map[string]any{}}
 	defer w.close()
 	w.setListeners(sc["listeners"], sc["preStep"])
 	if err := w.newAgent(); err != nil {
 		return err
 	}
 	ops, _ := sc["ops"].([]any)
+	entries := []any{}
 	for i, op := range ops {
 		m, _ := op.(map[string]any)
+		w.out = map[string]any{"outcome": "ok"}
 		if err := w.runOp(m); err != nil {
 			return fmt.Errorf("op %d (%v): %v", i, m["op"], err)
 		}
+		entry := w.out
+		entry["i"], entry["op"] = i, m["op"]
+		evs, err := w.events()
+		if err != nil {
+			return err
+		}
+		entry["events"] = len(evs)
+		w.mu.Lock()
+		if len(w.calls) > 0 {
+			entry["calls"] = w.calls
+		}
+		if w.counterCalls > 0 {
+			entry["counterCalls"] = w.counterCalls
+		}
+		w.calls, w.counterCalls = nil, 0
+		w.mu.Unlock()
+		entries = append(entries, entry)
+	}
+	records, err := w.records()
+	if err != nil {
+		return err
+	}
+	events := []any{}
+	for _, r := range records[1:] {
+		events = append(events, maskedRecord(r))
+	}
+	hist, err := w.session.History()
+	if err != nil {
+		return err
+	}
+	transcript := map[string]any{"transcript": 1, "scenario": filepath.Base(path), "name": sc["name"], "ops": entries,
+		"final": map[string]any{"session": maskedRecord(records[0]), "events": events, "history": decode(hist)}}
+	if err := settle(path, normalise(transcript, w.dir)); err != nil {
+		return err
 	}
 	return w.verifyAndDamage(t.TempDir())
 }
