@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -177,15 +178,21 @@ func settle(scenario string, transcript any) error {
 		return fmt.Errorf("%s: not JSON: %v", golden, err)
 	}
 	want = expand(want)
-	ptr, w, g, wh, gh, differs := firstJSONDifference(want, transcript, true, true, "")
+	// The ops first (the first op that differs explains the rest), then the whole document.
+	ptr, w, g, wh, gh, differs := firstJSONDifference(asMap(want)["ops"], asMap(transcript)["ops"], true, true, "/ops")
 	if !differs {
-		return nil
+		if ptr, w, g, wh, gh, differs = firstJSONDifference(want, transcript, true, true, ""); !differs {
+			return nil
+		}
 	}
 	where := "the transcript"
 	parts := strings.Split(ptr, "/")
-	if len(parts) > 2 && parts[1] == "ops" {
-		name, _ := pointer(want, "/ops/"+parts[2]+"/op")
-		where = fmt.Sprintf("op %s (%v)", parts[2], name)
+	if i, err := strconv.Atoi(parts[min(2, len(parts)-1)]); err == nil && parts[1] == "ops" {
+		ops, _ := asMap(want)["ops"].([]any)
+		where = fmt.Sprintf("op %d", i)
+		if i < len(ops) {
+			where += fmt.Sprintf(" (%v)", asMap(ops[i])["op"])
+		}
 	} else if len(parts) > 2 && parts[1] == "final" {
 		where = "the final " + parts[2]
 	}
@@ -195,4 +202,44 @@ func settle(scenario string, transcript any) error {
 	}
 	return fmt.Errorf("the transcript differs from %s at %s, %s\n  expected: %s\n  got:      %s\n  this run's transcript: %s",
 		golden, where, ptr, shownValue(w, wh), shownValue(g, gh), kept)
+}
+
+// expand replaces every {"$repeat": text, "times": n} in v by text repeated n times.
+func expand(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		if r, ok := x["$repeat"].(string); ok {
+			n, _ := x["times"].(float64)
+			return strings.Repeat(r, int(n))
+		}
+		for k, e := range x {
+			x[k] = expand(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = expand(e)
+		}
+	}
+	return v
+}
+
+// decode is b as JSON decodes it into any (nil when b is not JSON).
+func decode(b []byte) any {
+	var v any
+	_ = json.Unmarshal(b, &v)
+	return v
+}
+
+func asMap(v any) map[string]any { m, _ := v.(map[string]any); return m }
+
+func asList(v any) []any { a, _ := v.([]any); return a }
+
+// clip is v as JSON, shortened for a report.
+func clip(v any) string {
+	b, _ := json.Marshal(v)
+	s := []rune(string(b))
+	if len(s) > 400 {
+		return fmt.Sprintf("%s… (%d characters)", string(s[:400]), len(s))
+	}
+	return string(s)
 }
