@@ -171,8 +171,8 @@ func (w *world) summariserFor(spec any, a *Agent, s *Session) Summariser {
 	}
 	f := newFake(0, spec)
 	return func(ctx context.Context, in SummaryInput) (SummaryOutput, error) {
-		var count any
-		if m, ok := decode(in.Request).(map[string]any)["messages"].([]any); ok {
+		var count any // the envelope's number of messages (null when it has none)
+		if m, ok := asMap(decode(in.Request))["messages"].([]any); ok {
 			count = len(m)
 		}
 		w.journal(map[string]any{"callback": "summariser", "input": map[string]any{
@@ -297,8 +297,7 @@ func (w *world) runOp(op map[string]any) error {
 	}
 	switch name := str("op", ""); name {
 	case "turn":
-		_, err := w.a().StartTurn(userMsg(op["user"]))
-		return err
+		return second(w.a().StartTurn(userMsg(op["user"])))
 	case "request":
 		ctx := w.opCtx()
 		if c, _ := op["cancelled"].(bool); c {
@@ -330,8 +329,7 @@ func (w *world) runOp(op map[string]any) error {
 		if u, ok := op["usage"]; ok {
 			resp["usage"] = u
 		}
-		_, err := w.a().RecordResponse(resp)
-		return err
+		return second(w.a().RecordResponse(resp))
 	case "toolResult":
 		res := map[string]any{"callId": str("callId", "")}
 		if c, ok := op["content"]; ok {
@@ -342,8 +340,7 @@ func (w *world) runOp(op map[string]any) error {
 		if e, ok := op["isError"]; ok {
 			res["isError"] = e
 		}
-		_, err := w.a().RecordToolResult(res)
-		return err
+		return second(w.a().RecordToolResult(res))
 	case "inject":
 		_, _, err := w.a().Inject(userMsg(op["user"]))
 		return err
@@ -648,11 +645,13 @@ func play(t *testing.T, path string) (transcript any, err error) {
 		m := asMap(op)
 		at = fmt.Sprintf("op %d (%v)", i, m["op"])
 		w.out = map[string]any{"i": i, "op": m["op"], "outcome": "ok"}
-		if err := w.runOp(m); err != nil {
-			w.out["outcome"], w.out["error"] = "error", errorValue(err)
+		opErr := w.runOp(m)
+		if opErr != nil {
+			w.out["outcome"], w.out["error"] = "error", errorValue(opErr)
 		}
 		w.mu.Lock()
-		if w.disposed || w.agent != nil && errors.Is(err, ErrDisposed) {
+		// An instance disposed during the op (by a callback) is dropped, as a host drops it.
+		if w.agent != nil && (w.disposed || errors.Is(opErr, ErrDisposed)) {
 			w.agent.Close()
 			w.agent = nil
 		}
@@ -725,6 +724,9 @@ func TestScenarios(t *testing.T) {
 		t.Errorf("live handles: %d before the scenarios, %d after", before, after)
 	}
 }
+
+// second is the error of a call that returns a value and an error.
+func second[T any](_ T, err error) error { return err }
 
 func rawList(v any) []json.RawMessage {
 	out := []json.RawMessage{}
