@@ -455,7 +455,7 @@ func (w *world) withOptions(op map[string]any, keys ...string) map[string]any {
 		o[k] = v
 	}
 	for _, k := range keys {
-		if v, ok := op[k]; ok && v == nil {
+		if v, ok := op[k]; ok && v == nil && k == "system" {
 			delete(o, k)
 		} else if ok {
 			o[k] = v
@@ -464,19 +464,20 @@ func (w *world) withOptions(op map[string]any, keys ...string) map[string]any {
 	return o
 }
 
+// setFakes replaces the listeners and the pre-step listeners that are given (arrays).
 func (w *world) setFakes(listeners, pre any) {
-	if a, ok := listeners.([]any); ok {
-		w.listeners = nil
-		for i, v := range a {
-			w.listeners = append(w.listeners, newFake(i, v))
+	fakes := func(v any, old []*fake) []*fake {
+		a, ok := v.([]any)
+		if !ok {
+			return old
 		}
-	}
-	if a, ok := pre.([]any); ok {
-		w.preSteps = nil
-		for i, v := range a {
-			w.preSteps = append(w.preSteps, newFake(i, v))
+		out := []*fake{}
+		for i, spec := range a {
+			out = append(out, newFake(i, spec))
 		}
+		return out
 	}
+	w.listeners, w.preSteps = fakes(listeners, w.listeners), fakes(pre, w.preSteps)
 }
 
 // load reopens the session from a log file written from the op's records, or the current
