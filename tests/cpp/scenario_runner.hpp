@@ -3,6 +3,7 @@
 // one follows op for op.
 #pragma once
 
+#include "golden.hpp"
 #include "llmsession.hpp"
 
 #include <nlohmann/json.hpp>
@@ -18,6 +19,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace scenario {
@@ -197,6 +199,7 @@ inline std::string context_event(const json &message, const char *source) {
 }
 
 struct ListenerState {
+    std::size_t index = 0;  // its position among the listeners (or pre-step listeners)
     json spec;
     std::atomic<std::size_t> calls{0};
     std::mutex mutex;
@@ -253,6 +256,9 @@ struct World {
     std::atomic<bool> disposed{false};  // a callback disposed the instance during the running op
     std::unique_ptr<TempDir> dir;  // where load writes the logs it opens
     std::size_t loads = 0;
+    json calls = json::array();     // what the fakes received since the previous op (seen_mutex)
+    std::size_t counter_calls = 0;  // items the token counter counted since the previous op
+    json out = json::object();      // the running op's transcript entry
 
     llmsession::Agent &live_agent() {
         if (!agent) {
@@ -262,11 +268,18 @@ struct World {
     }
 
     json events() const { return json::parse(session->events()); }
+
+    /// Records a fake's call for the running op's transcript entry.
+    void journal(json call) {
+        std::lock_guard<std::mutex> lock(seen_mutex);
+        calls.push_back(std::move(call));
+    }
 };
 
 inline void set_listeners(World &w, const json &listeners, const json &pre) {
-    auto mk = [](const json &v) {
+    auto mk = [](const json &v, std::size_t index) {
         auto st = std::make_shared<ListenerState>();
+        st->index = index;
         st->spec = v;
         if (v.contains("messages")) {
             st->held = v["messages"];
@@ -276,13 +289,13 @@ inline void set_listeners(World &w, const json &listeners, const json &pre) {
     if (listeners.is_array()) {
         w.listeners.clear();
         for (const auto &l : listeners) {
-            w.listeners.push_back(mk(l));
+            w.listeners.push_back(mk(l, w.listeners.size()));
         }
     }
     if (pre.is_array()) {
         w.pre_steps.clear();
         for (const auto &l : pre) {
-            w.pre_steps.push_back(mk(l));
+            w.pre_steps.push_back(mk(l, w.pre_steps.size()));
         }
     }
 }
@@ -290,6 +303,7 @@ inline void set_listeners(World &w, const json &listeners, const json &pre) {
 inline llmsession::Callback prefix_listener(World &w, std::shared_ptr<ListenerState> st) {
     World *wp = &w;
     return [wp, st](std::string_view in, llmsession::Reply &reply) {
+        wp->journal({{"callback", "prefix"}, {"listener", st->index}, {"input", json::parse(in)}});
         std::size_t n = st->calls.fetch_add(1);
         bool active = times_ok(st->spec, n);
         std::string kind = str_or(st->spec, "kind", "delegate");
@@ -349,6 +363,7 @@ inline llmsession::Callback pre_step_listener(World &w, std::shared_ptr<Listener
             std::lock_guard<std::mutex> lock(wp->seen_mutex);
             wp->pre_step_seen.push_back(json::parse(in));
         }
+        wp->journal({{"callback", "preStep"}, {"listener", st->index}, {"input", json::parse(in)}});
         std::string kind = str_or(st->spec, "kind", "record");
         if (kind == "inject" && active) {
             for (const auto &m : get_or_null(st->spec, "messages")) {
@@ -378,6 +393,15 @@ inline llmsession::Callback summariser(World &w, json spec) {
                 SummaryCall{input, input.at("request").dump(),
                             input.at("sharedMessages").get<std::size_t>()});
         }
+        // The envelope is spliced into the input as its exact bytes, before "provider".
+        std::size_t bytes = in.rfind(",\"provider\":") - std::string_view("{\"request\":").size();
+        json rec = json::object();
+        for (const char *k : {"digest", "provider", "model", "maxTokens", "sharedMessages", "prefixLen"}) {
+            rec[k] = get_or_null(input, k);
+        }
+        rec["bytes"] = bytes;
+        rec["messageCount"] = input.at("request").at("messages").size();
+        wp->journal({{"callback", "summariser"}, {"input", rec}});
         std::size_t n = calls->fetch_add(1);
         bool active = times_ok(spec, n);
         json ok = {{"text", str_or(spec, "text", "Summary of the work so far.")}};
@@ -437,6 +461,10 @@ inline llmsession::Callback token_counter(World &w, json spec) {
     World *wp = &w;
     auto calls = std::make_shared<std::atomic<std::size_t>>(0);
     return [wp, spec, calls](std::string_view in, llmsession::Reply &reply) {
+        {
+            std::lock_guard<std::mutex> lock(wp->seen_mutex);
+            ++wp->counter_calls;
+        }
         std::size_t n = calls->fetch_add(1);
         bool active = times_ok(spec, n);
         std::size_t per = 4;
@@ -479,8 +507,22 @@ inline void new_agent(World &w) {
     w.agent.emplace(std::move(agent));
 }
 
+/// The op's outcome for its transcript entry: `"ok"`, or `"error"` with `{kind, field?, message}`.
+inline void record_outcome(World &w, const std::optional<llmsession::Error> &error) {
+    w.out["outcome"] = error ? "error" : "ok";
+    if (error) {
+        json e = {{"kind", error->kind()}, {"message", error->message()}};
+        json detail = json::parse(error->detail());
+        if (detail.is_object() && detail.contains("field") && !detail["field"].is_null()) {
+            e["field"] = detail["field"];
+        }
+        w.out["error"] = e;
+    }
+}
+
 /// Checks an op's outcome against its `expectError`. `error` is the failure, if any.
-inline void check_error(const json &op, const std::optional<llmsession::Error> &error) {
+inline void check_error(World &w, const json &op, const std::optional<llmsession::Error> &error) {
+    record_outcome(w, error);
     auto it = op.find("expectError");
     if (it == op.end()) {
         if (error) {
@@ -591,6 +633,7 @@ inline void run_request(World &w, const json &op) {
     if (!error) {
         json v = json::parse(env);
         json info = json::parse(w.agent->request_info());
+        w.out["request"] = info;
         json exp = get_or_null(op, "expect");
         if (exp.contains("prefixLen") && info["prefixLen"] != exp["prefixLen"]) {
             fail("expected prefixLen " + exp["prefixLen"].dump() + ", got " + info["prefixLen"].dump());
@@ -609,7 +652,7 @@ inline void run_request(World &w, const json &op) {
     } else if (error->status() == LLS_ERR_DISPOSED) {
         w.agent.reset();
     }
-    check_error(op, error);
+    check_error(w, op, error);
 }
 
 inline void dispose_agent(World &w) {
@@ -737,13 +780,14 @@ inline void load(World &w, const json &op) {
     std::optional<llmsession::Session> opened;
     auto error = attempt([&] { opened.emplace(llmsession::Session::open_file(path)); });
     if (opened) {
+        w.out["loadReport"] = json::parse(opened->load_report());
         check_pointers("load report", json::parse(opened->load_report()), get_or_null(op, "expectReport"));
         w.session.emplace(std::move(*opened));
         w.last_request.reset();
     }
     // On a failed open the session stays the one before; a new instance drives it.
     new_agent(w);
-    check_error(op, error);
+    check_error(w, op, error);
 }
 
 inline void run_op_inner(World &w, const json &op);
@@ -764,7 +808,7 @@ inline void run_op(World &w, const json &op) {
 inline void run_op_inner(World &w, const json &op) {
     std::string name = str_or(op, "op", "");
     if (name == "turn") {
-        check_error(op, attempt([&] { w.live_agent().start_turn(user_message(op.at("user")).dump()); }));
+        check_error(w, op, attempt([&] { w.live_agent().start_turn(user_message(op.at("user")).dump()); }));
     } else if (name == "request") {
         run_request(w, op);
     } else if (name == "respond") {
@@ -788,7 +832,7 @@ inline void run_op_inner(World &w, const json &op) {
         if (op.contains("usage")) {
             resp["usage"] = op["usage"];
         }
-        check_error(op, attempt([&] { w.live_agent().record_response(resp.dump()); }));
+        check_error(w, op, attempt([&] { w.live_agent().record_response(resp.dump()); }));
     } else if (name == "toolResult") {
         json r = {{"callId", str_or(op, "callId", "")}};
         if (op.contains("content")) {
@@ -797,9 +841,9 @@ inline void run_op_inner(World &w, const json &op) {
             r["text"] = str_or(op, "text", "ok");
         }
         r["isError"] = bool_or(op, "isError", false);
-        check_error(op, attempt([&] { w.live_agent().record_tool_result(r.dump()); }));
+        check_error(w, op, attempt([&] { w.live_agent().record_tool_result(r.dump()); }));
     } else if (name == "inject") {
-        check_error(op, attempt([&] { w.live_agent().inject(user_message(op.at("user")).dump()); }));
+        check_error(w, op, attempt([&] { w.live_agent().inject(user_message(op.at("user")).dump()); }));
     } else if (name == "providerError") {
         json e = {{"message", str_or(op, "message", "provider error")},
                   {"overflow", bool_or(op, "overflow", false)}};
@@ -807,15 +851,18 @@ inline void run_op_inner(World &w, const json &op) {
         auto cancel = w.cancel;
         bool retry = false;
         auto error = attempt([&] { retry = w.live_agent().provider_error(e.dump(), cancel.get()); });
+        if (!error) {
+            w.out["providerError"] = retry ? "retry" : "recorded";
+        }
         if (!error && op.contains("expectOutcome")) {
             std::string got = retry ? "retry" : "recorded";
             if (got != op["expectOutcome"].get<std::string>()) {
                 fail("expected outcome " + op["expectOutcome"].get<std::string>() + ", got " + got);
             }
         }
-        check_error(op, error);
+        check_error(w, op, error);
     } else if (name == "endTurn") {
-        check_error(op, attempt([&] { w.live_agent().end_turn(str_or(op, "reason", "completed")); }));
+        check_error(w, op, attempt([&] { w.live_agent().end_turn(str_or(op, "reason", "completed")); }));
     } else if (name == "setOptions") {
         json o = w.options;
         if (op.contains("system")) {
@@ -836,7 +883,7 @@ inline void run_op_inner(World &w, const json &op) {
         if (!error) {
             w.options = o;
         }
-        check_error(op, error);
+        check_error(w, op, error);
     } else if (name == "mutateListener") {
         std::size_t i = op.value("index", std::size_t(0));
         if (i >= w.listeners.size()) {
@@ -863,6 +910,7 @@ inline void run_op_inner(World &w, const json &op) {
         }
         w.last_request.reset();
         auto error = attempt([&] { new_agent(w); });
+        record_outcome(w, error);
         if (op.contains("expectError")) {
             if (!error) {
                 fail("expected resume to fail");
@@ -871,7 +919,7 @@ inline void run_op_inner(World &w, const json &op) {
             fail("resume: " + err_str(*error));
         }
     } else if (name == "secondAgent") {
-        check_error(op, attempt([&] { llmsession::Agent second(*w.session, w.options.dump()); }));
+        check_error(w, op, attempt([&] { llmsession::Agent second(*w.session, w.options.dump()); }));
     } else if (name == "fork") {
         dispose_agent(w);
         json opts = {{"id", "forked-session"}};
@@ -885,7 +933,7 @@ inline void run_op_inner(World &w, const json &op) {
             w.last_request.reset();
         }
         new_agent(w);
-        check_error(op, error);
+        check_error(w, op, error);
     } else if (name == "compact") {
         json opts = json::object();
         if (op.contains("span")) {
@@ -898,14 +946,17 @@ inline void run_op_inner(World &w, const json &op) {
         json outcome;
         if (!error) {
             outcome = json::parse(out);
-        } else if (error->status() == LLS_ERR_SUMMARISER && !op.contains("expectError")) {
-            // The C ABI reports a compaction that did not land as an error whose detail carries
-            // the outcome object; the Rust API returns it. Compare the outcome.
+        } else if (error->status() == LLS_ERR_SUMMARISER) {
+            // The C ABI reports a compaction that failed as an error whose detail carries the
+            // outcome object; the Rust API returns it. The outcome is what the op returned.
             json detail = json::parse(error->detail());
-            if (detail.contains("outcome") && op.contains("expectOutcome")) {
+            if (detail.contains("outcome")) {
                 outcome = detail["outcome"];
                 error.reset();
             }
+        }
+        if (!error) {
+            w.out["compaction"] = outcome;
         }
         if (!error && op.contains("expectOutcome")) {
             std::string want = op["expectOutcome"];
@@ -914,13 +965,13 @@ inline void run_op_inner(World &w, const json &op) {
                 fail("expected compaction outcome " + want + ", got " + got + " (" + outcome.dump() + ")");
             }
         }
-        check_error(op, error);
+        check_error(w, op, error);
     } else if (name == "setPolicy") {
         auto error = attempt([&] { w.live_agent().set_policy(op.at("policy").dump()); });
         if (!error) {
             w.policy = op["policy"];
         }
-        check_error(op, error);
+        check_error(w, op, error);
     } else if (name == "setSummariser") {
         w.summariser = op.at("summariser");
         w.live_agent().set_summariser(summariser(w, w.summariser));
@@ -1257,7 +1308,9 @@ inline void run_file(const std::string &path) {
         fail("creating the agent: " + err_str(e));
     }
     const json &ops = sc.at("ops");
+    json entries = json::array();
     for (std::size_t i = 0; i < ops.size(); ++i) {
+        w.out = json::object();
         try {
             run_op(w, ops[i]);
         } catch (const Failure &f) {
@@ -1266,6 +1319,37 @@ inline void run_file(const std::string &path) {
             fail("op " + std::to_string(i) + " (" + ops[i].value("op", std::string("?")) +
                  "): llmsession error " + err_str(e));
         }
+        json entry = w.out;
+        entry["i"] = i;
+        entry["op"] = ops[i].at("op");
+        if (!entry.contains("outcome")) {
+            entry["outcome"] = "ok";
+        }
+        entry["events"] = w.events().size();
+        std::lock_guard<std::mutex> lock(w.seen_mutex);
+        if (!w.calls.empty()) {
+            entry["calls"] = std::exchange(w.calls, json::array());
+        }
+        if (w.counter_calls > 0) {
+            entry["counterCalls"] = std::exchange(w.counter_calls, 0);
+        }
+        entries.push_back(entry);
+    }
+    json events = json::array();
+    for (const auto &e : w.events()) {
+        events.push_back(golden::masked_record(e));
+    }
+    json transcript = {{"transcript", 1},
+                       {"scenario", std::filesystem::path(path).filename().string()},
+                       {"name", sc.value("name", std::string("(unnamed)"))},
+                       {"ops", entries},
+                       {"final",
+                        {{"session", golden::masked_record(json::parse(w.session->info()))},
+                         {"events", events},
+                         {"history", json::parse(w.session->history())}}}};
+    golden::mask_strings(transcript, w.dir ? w.dir->path : "");
+    if (auto d = golden::compare(path, transcript, "scenario-transcripts")) {
+        fail(*d);
     }
     try {
         verify_and_damage(w);
