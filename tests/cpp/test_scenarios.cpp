@@ -8,6 +8,9 @@
 #include <cctype>
 #include <cstdio>
 #include <dirent.h>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
 
 #ifndef LLMSESSION_SCENARIO_DIR
 #error "LLMSESSION_SCENARIO_DIR must name tests/scenarios"
@@ -71,5 +74,51 @@ TEST_P(Scenario, Passes) {
 INSTANTIATE_TEST_SUITE_P(Files, Scenario, testing::ValuesIn(scenario_files()), test_name);
 
 TEST(ScenarioFiles, AreFound) { EXPECT_FALSE(scenario_files().empty()); }
+
+TEST(Golden, FirstDifferenceNamesThePointer) {
+    using golden::json;
+    json a = json::parse(R"({"ops": [{"op": "turn"}, {"op": "request", "request": {"digest": "a"}}], "final": {}})");
+    json b = a;
+    EXPECT_EQ(golden::first_difference(&a, &b), std::nullopt);
+    b["ops"][1]["request"]["digest"] = "b";
+    EXPECT_EQ(golden::first_difference(&a, &b), "/ops/1/request/digest");
+    b["ops"][0]["a/b~"] = 2;
+    EXPECT_EQ(golden::first_difference(&a, &b), "/ops/0/a~1b~0");
+    b = a;
+    b["ops"].push_back(1);
+    EXPECT_EQ(golden::first_difference(&a, &b), "/ops/2");
+}
+
+TEST(Golden, MasksAndNormalises) {
+    golden::json v = {"/tmp/x/load-1.jsonl.cut-1712345678901", {{"k", "/tmp/x/a.cut-"}},
+                      "prefix listener callback: host callback failed: listener failed",
+                      "summariser callback: host callback failed: summariser unavailable"};
+    golden::mask_strings(v, "/tmp/x");
+    EXPECT_EQ(v, golden::json({"<dir>/load-1.jsonl.cut-<time>", {{"k", "<dir>/a.cut-"}}, "listener failed",
+                               "summariser unavailable"}));
+    golden::json r = golden::json::parse(R"({"a": {"$repeat": "ab", "times": 3}, "b": [{"$repeat": "x", "times": 0}]})");
+    golden::expand(r);
+    EXPECT_EQ(r, golden::json::parse(R"({"a": "ababab", "b": [""]})"));
+}
+
+TEST(Golden, CompareReportsTheOpAndAMissingFile) {
+    char tmpl[] = "/tmp/llmsession-cpp-golden-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    std::string dir = tmpl;
+    golden::json t = golden::json::parse(R"({"ops": [{"i": 0, "op": "turn", "outcome": "ok", "text": "abab"}]})");
+    auto missing = golden::compare(dir + "/s.json", t, dir + "/out");
+    ASSERT_TRUE(missing.has_value());
+    EXPECT_NE(missing->find("is missing"), std::string::npos) << *missing;
+    std::filesystem::create_directories(dir + "/golden");
+    std::ofstream(dir + "/golden/s.json")
+        << R"({"ops": [{"i": 0, "op": "turn", "outcome": "error", "text": {"$repeat": "ab", "times": 2}}]})";
+    auto differs = golden::compare(dir + "/s.json", t, dir + "/out");
+    ASSERT_TRUE(differs.has_value());
+    EXPECT_NE(differs->find("at op 0 (turn), /ops/0/outcome"), std::string::npos) << *differs;
+    EXPECT_NE(differs->find("expected: \"error\""), std::string::npos) << *differs;
+    t["ops"][0]["outcome"] = "error";
+    EXPECT_EQ(golden::compare(dir + "/s.json", t, dir + "/out"), std::nullopt);
+    std::filesystem::remove_all(dir);
+}
 
 } // namespace
