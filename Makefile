@@ -11,6 +11,7 @@ CC ?= cc
 .PHONY: test-cpp cpp-deps cpp-install-check
 .PHONY: fuzz-smoke fuzz-build fuzz-smoke-build readme-check
 .PHONY: test-pg bench-pg
+.PHONY: node-deps
 
 all: build
 
@@ -44,8 +45,7 @@ bench-smoke: tokenizer
 # (ITERATIONS PASSES MESSAGES as arguments; NAIVE="SIZE:STEPS ..." for the naive hosts).
 BENCH_BINDINGS_ARGS ?= 300 3 1000
 BENCH_NAIVE ?= 100:300 1000:100 10000:20
-bench-bindings: build-lib go-pc
-	@[ -d $(NODE_DIR)/node_modules/koffi ] || (cd $(NODE_DIR) && npm ci --no-audit --no-fund)
+bench-bindings: build-lib go-pc node-deps
 	NAIVE="$(BENCH_NAIVE)" CARGO="$(CARGO)" GO="$(GO)" CC="$(CC)" bash benches/bindings.sh $(BENCH_BINDINGS_ARGS)
 
 # Every harness once, on a 200-message fixture (requests of about 100 KB, so the body is handed
@@ -53,8 +53,7 @@ bench-bindings: build-lib go-pc
 # which test-rust built): part of `make test`, last, after test-node, test-cpp and test-go have
 # staged the library and installed the Node dependencies. It checks that every binding and
 # every naive host builds the same bytes; its timings mean nothing.
-bench-bindings-smoke: build-lib go-pc
-	@[ -d $(NODE_DIR)/node_modules/koffi ] || (cd $(NODE_DIR) && npm ci --no-audit --no-fund)
+bench-bindings-smoke: build-lib go-pc node-deps
 	NAIVE="200:3" BENCH_PROFILE=debug CARGO="$(CARGO)" GO="$(GO)" CC="$(CC)" bash benches/bindings.sh 3 1 200
 
 # Run one scenario file and print a readable diff on failure: make scenario FILE=path
@@ -67,8 +66,6 @@ scenario:
 # ---------------------------------------------------------------------------------------------
 # C library: build, header, symbols, install, C tests.
 
-empty :=
-space := $(empty) $(empty)
 VERSION := $(shell sed -n 's/^version *= *"\([^"]*\)".*/\1/p' Cargo.toml | head -n 1)
 VERSION_MAJOR := $(word 1,$(subst ., ,$(VERSION)))
 VERSION_MINOR := $(word 2,$(subst ., ,$(VERSION)))
@@ -109,10 +106,7 @@ build-lib:
 	cp -f $(RELEASE_DIR)/libllmsession_capi.a $(STAGE)/libllmsession.a.tmp && mv -f $(STAGE)/libllmsession.a.tmp $(STAGE)/libllmsession.a
 
 $(CBINDGEN_STAMP):
-	@if ! $(CBINDGEN) --version 2>/dev/null | grep -qx "cbindgen $(CBINDGEN_VERSION)"; then \
-		echo "installing cbindgen $(CBINDGEN_VERSION) into build/tools"; \
-		$(CARGO) install cbindgen --version $(CBINDGEN_VERSION) --locked --root build/tools; \
-	fi
+	@CARGO="$(CARGO)" bash scripts/tools/cargo-install.sh cbindgen $(CBINDGEN_VERSION) build/tools
 	@touch $@
 
 cbindgen: $(CBINDGEN_STAMP)
@@ -122,41 +116,10 @@ header: $(CBINDGEN_STAMP)
 	$(CBINDGEN) --config cbindgen.toml --crate llmsession-capi --quiet --output $(HEADER)
 
 check-header: $(CBINDGEN_STAMP)
-	@mkdir -p build
-	@$(CBINDGEN) --config cbindgen.toml --crate llmsession-capi --quiet --output build/llmsession.h.fresh
-	@if diff -u $(HEADER) build/llmsession.h.fresh; then \
-		echo "check-header: $(HEADER) is up to date"; \
-	else \
-		echo "check-header: $(HEADER) differs from a fresh generation (above); run 'make header' and commit it"; \
-		exit 1; \
-	fi
+	@bash scripts/lib/check-header.sh $(CBINDGEN) $(HEADER)
 
 check-symbols: build-lib
-	@syms=$$(nm -D --defined-only $(STAGE)/$(REALNAME) | awk 'NF >= 3 { print $$3 }'); \
-	bad=$$(grep -v '^lls_' <<<"$$syms" || true); \
-	if [ -n "$$bad" ]; then \
-		echo "check-symbols: exported symbols without the lls_ prefix:"; echo "$$bad"; exit 1; \
-	fi; \
-	echo "check-symbols: $$(wc -l <<<"$$syms") exported symbols, all lls_*"; \
-	so=$$(readelf -d $(STAGE)/$(REALNAME) | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p'); \
-	if [ "$$so" != "$(SONAME)" ]; then echo "check-symbols: soname is '$$so', expected $(SONAME)"; exit 1; fi; \
-	echo "check-symbols: soname $$so"
-
-# pkg-config file; prefix-relative paths so `pkg-config --define-prefix` can relocate it.
-define PC_FILE
-prefix=$(PREFIX)
-exec_prefix=$${prefix}
-libdir=$(patsubst $(PREFIX)%,$${prefix}%,$(LIBDIR))
-includedir=$(patsubst $(PREFIX)%,$${prefix}%,$(INCLUDEDIR))
-
-Name: llmsession
-Description: Session state and cache-friendly request building for LLM agents (C ABI)
-Version: $(VERSION)
-Libs: -L$${libdir} -lllmsession
-Libs.private: $(NATIVE_STATIC_LIBS)
-Cflags: -I$${includedir}
-endef
-export PC_FILE
+	@bash scripts/lib/check-symbols.sh $(STAGE)/$(REALNAME) $(SONAME)
 
 # The release build keeps debug info (for profiling and backtraces in-tree). On install it is
 # split off (INSTALL_DEBUG=split, the default): the installed library is stripped of it and
@@ -165,57 +128,26 @@ export PC_FILE
 # library is always installed without debug info.
 INSTALL_DEBUG ?= split
 OBJCOPY ?= objcopy
-define install_debug_info
-	case "$(INSTALL_DEBUG)" in \
-	split) install -d $(DESTDIR)$(LIBDIR)/debug && \
-		$(OBJCOPY) --only-keep-debug $(DESTDIR)$(LIBDIR)/$(REALNAME) $(DESTDIR)$(LIBDIR)/debug/$(REALNAME).debug && \
-		chmod 644 $(DESTDIR)$(LIBDIR)/debug/$(REALNAME).debug && \
-		$(OBJCOPY) --strip-debug --add-gnu-debuglink=$(DESTDIR)$(LIBDIR)/debug/$(REALNAME).debug $(DESTDIR)$(LIBDIR)/$(REALNAME) ;; \
-	strip) $(OBJCOPY) --strip-debug $(DESTDIR)$(LIBDIR)/$(REALNAME) ;; \
-	keep) ;; \
-	*) echo "install: INSTALL_DEBUG must be split, strip or keep (got '$(INSTALL_DEBUG)')"; exit 1 ;; \
-	esac; \
-	if [ "$(INSTALL_DEBUG)" != keep ]; then $(OBJCOPY) --strip-debug $(DESTDIR)$(LIBDIR)/libllmsession.a; fi
-endef
 
+# What scripts/lib/install.sh installs, and where: the names and paths above.
+INSTALL_ENV = VERSION="$(VERSION)" VERSION_MAJOR="$(VERSION_MAJOR)" VERSION_MINOR="$(VERSION_MINOR)" \
+	SONAME="$(SONAME)" REALNAME="$(REALNAME)" STAGE="$(STAGE)" HEADER="$(HEADER)" \
+	NATIVE_STATIC_LIBS="$(NATIVE_STATIC_LIBS)" PREFIX="$(PREFIX)" DESTDIR="$(DESTDIR)" LIBDIR="$(LIBDIR)" \
+	INCLUDEDIR="$(INCLUDEDIR)" PKGCONFIGDIR="$(PKGCONFIGDIR)" CMAKEDIR="$(CMAKEDIR)" \
+	INSTALL_DEBUG="$(INSTALL_DEBUG)" OBJCOPY="$(OBJCOPY)"
+
+# The libraries, headers, a pkg-config file (prefix-relative paths, so `pkg-config
+# --define-prefix` can relocate it) and a CMake package file (cmake/*.cmake.in).
 install: build-lib
-	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR)
-	install -m 755 $(STAGE)/$(REALNAME) $(DESTDIR)$(LIBDIR)/$(REALNAME)
-	ln -sf $(REALNAME) $(DESTDIR)$(LIBDIR)/$(SONAME)
-	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libllmsession.so
-	install -m 644 $(STAGE)/libllmsession.a $(DESTDIR)$(LIBDIR)/libllmsession.a
-	$(call install_debug_info)
-	install -m 644 $(HEADER) $(DESTDIR)$(INCLUDEDIR)/llmsession.h
-	if [ -f include/llmsession.hpp ]; then \
-		install -m 644 include/llmsession.hpp $(DESTDIR)$(INCLUDEDIR)/llmsession.hpp; fi
-	printf '%s\n' "$$PC_FILE" > $(DESTDIR)$(PKGCONFIGDIR)/llmsession.pc
-	install -d $(DESTDIR)$(CMAKEDIR)
-	for f in llmsessionConfig llmsessionConfigVersion; do \
-		sed -e 's|@VERSION@|$(VERSION)|g' -e 's|@VERSION_MAJOR@|$(VERSION_MAJOR)|g' \
-			-e 's|@VERSION_MINOR@|$(VERSION_MINOR)|g' -e 's|@REALNAME@|$(REALNAME)|g' \
-			-e 's|@SONAME@|$(SONAME)|g' -e 's|@NATIVE_STATIC_LIBS@|$(subst $(space),;,$(NATIVE_STATIC_LIBS))|g' \
-			-e "s|@INCLUDEDIR_FROM_LIBDIR@|$$(realpath -m --relative-to=$(LIBDIR) $(INCLUDEDIR))|g" \
-			cmake/$$f.cmake.in > $(DESTDIR)$(CMAKEDIR)/$$f.cmake; \
-	done
+	@$(INSTALL_ENV) bash scripts/lib/install.sh
+
+# The install checks install under PREFIX=/usr/local, into a temporary DESTDIR.
+install-check cpp-install-check: override PREFIX = /usr/local
 
 # Installs into a temporary DESTDIR and builds two C programs with only pkg-config's flags:
 # tests/c/install_check.c and the quickstart (examples/c/quickstart.c), and runs them.
 install-check: build-lib
-	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; set -e; \
-	$(MAKE) --no-print-directory install DESTDIR="$$tmp" PREFIX=/usr/local >/dev/null; \
-	export PKG_CONFIG_PATH="$$tmp/usr/local/lib/pkgconfig"; \
-	flags=$$(pkg-config --define-prefix --cflags --libs llmsession); \
-	echo "install-check: pkg-config flags: $$flags"; \
-	$(CC) -std=c11 -Wall -Wextra -Werror tests/c/install_check.c $$flags -o "$$tmp/install_check"; \
-	LD_LIBRARY_PATH="$$tmp/usr/local/lib" "$$tmp/install_check"; \
-	$(CC) -std=c11 -Wall -Wextra -Werror examples/c/quickstart.c $$flags -o "$$tmp/quickstart"; \
-	LD_LIBRARY_PATH="$$tmp/usr/local/lib" "$$tmp/quickstart"; \
-	lib="$$tmp/usr/local/lib/$(REALNAME)"; \
-	if readelf -S "$$lib" | grep -q '\.debug_info'; then echo "install-check: the installed library still has debug info"; exit 1; fi; \
-	readelf -S "$$tmp/usr/local/lib/debug/$(REALNAME).debug" | grep -q '\.debug_info' || { echo "install-check: no split debug info"; exit 1; }; \
-	readelf -p .gnu_debuglink "$$lib" | grep -q "$(REALNAME).debug" || { echo "install-check: no debuglink"; exit 1; }; \
-	echo "install-check: debug info split: library $$(du -k "$$lib" | cut -f1) KiB, debug/$(REALNAME).debug $$(du -k "$$tmp/usr/local/lib/debug/$(REALNAME).debug" | cut -f1) KiB, static $$(du -k "$$tmp/usr/local/lib/libllmsession.a" | cut -f1) KiB"; \
-	ls "$$tmp/usr/local/lib" "$$tmp/usr/local/include"
+	@$(INSTALL_ENV) CC="$(CC)" bash scripts/lib/install-check.sh
 
 C_TEST_DIR := build/c
 # One program per file; each ends with "N passed, N failed".
@@ -225,28 +157,18 @@ C_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-
 VALGRIND_FLAGS := --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect \
 	--errors-for-leak-kinds=definite,indirect --track-origins=yes
 
+# What scripts/c/test.sh builds the C tests with.
+C_TEST_ENV = CC="$(CC)" STAGE="$(STAGE)" C_TEST_DIR="$(C_TEST_DIR)" C_TEST_CFLAGS="$(C_TEST_CFLAGS)" \
+	C_SANITIZE="$(C_SANITIZE)" NATIVE_STATIC_LIBS="$(NATIVE_STATIC_LIBS)" VALGRIND_FLAGS="$(VALGRIND_FLAGS)"
+
 # The C tests against the shared and the static library, each under ASan+UBSan (the C side is
 # instrumented, the Rust library is not), then once under valgrind (no ASan).
 test-c: build-lib
-	@mkdir -p $(C_TEST_DIR)
-	@set -e; for t in $(C_TESTS); do \
-		echo "== $$t: build"; \
-		$(CC) $(C_TEST_CFLAGS) $(C_SANITIZE) tests/c/$$t.c -L$(STAGE) -lllmsession -o $(C_TEST_DIR)/$${t}_shared_asan; \
-		$(CC) $(C_TEST_CFLAGS) $(C_SANITIZE) tests/c/$$t.c $(STAGE)/libllmsession.a $(NATIVE_STATIC_LIBS) -o $(C_TEST_DIR)/$${t}_static_asan; \
-		$(CC) $(C_TEST_CFLAGS) tests/c/$$t.c -L$(STAGE) -lllmsession -o $(C_TEST_DIR)/$${t}_shared; \
-		echo "== $$t: shared library, ASan+UBSan"; \
-		LD_LIBRARY_PATH=$(STAGE) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(C_TEST_DIR)/$${t}_shared_asan; \
-		echo "== $$t: static library, ASan+UBSan"; \
-		ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(C_TEST_DIR)/$${t}_static_asan; \
-		echo "== $$t: shared library, valgrind"; \
-		LD_LIBRARY_PATH=$(STAGE) valgrind -q $(VALGRIND_FLAGS) $(C_TEST_DIR)/$${t}_shared; \
-	done
+	@$(C_TEST_ENV) bash scripts/c/test.sh full $(C_TESTS)
 
 # One C test program under ASan against the shared library (quick iteration): make test-c-one T=test_agent
 test-c-one: build-lib
-	@mkdir -p $(C_TEST_DIR)
-	$(CC) $(C_TEST_CFLAGS) $(C_SANITIZE) tests/c/$(T).c -L$(STAGE) -lllmsession -o $(C_TEST_DIR)/$(T)_shared_asan
-	LD_LIBRARY_PATH=$(STAGE) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(C_TEST_DIR)/$(T)_shared_asan
+	@$(C_TEST_ENV) bash scripts/c/test.sh asan $(T)
 
 # ---------------------------------------------------------------------------------------------
 # Go binding (bindings/go) and Go example (examples/go): standard library only, cgo with
@@ -258,23 +180,9 @@ GO_ENV := PKG_CONFIG_PATH="$(CURDIR)/$(GO_PC_DIR)$${PKG_CONFIG_PATH:+:$$PKG_CONF
 	LD_LIBRARY_PATH="$(CURDIR)/$(STAGE)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}" \
 	CGO_ENABLED=1 GOPROXY=off GOTOOLCHAIN=local
 
-define GO_PC_FILE
-prefix=$(CURDIR)
-libdir=$${prefix}/$(STAGE)
-includedir=$${prefix}/include
-
-Name: llmsession
-Description: llmsession, in-tree build (for the Go binding's tests)
-Version: $(VERSION)
-Libs: -L$${libdir} -Wl,-rpath,$${libdir} -lllmsession
-Cflags: -I$${includedir}
-endef
-export GO_PC_FILE
-
 # A pkg-config file for the in-tree build: prefix = this checkout, libraries in build/lib.
 go-pc:
-	@mkdir -p $(GO_PC_DIR)
-	@printf '%s\n' "$$GO_PC_FILE" > $(GO_PC_DIR)/llmsession.pc
+	@bash scripts/go/pc.sh $(GO_PC_DIR) "$(CURDIR)" $(STAGE) $(VERSION)
 
 test-go: build-lib go-pc
 	cd bindings/go && $(GO_ENV) $(GO) vet ./...
@@ -285,8 +193,7 @@ test-go: build-lib go-pc
 
 # The README's four examples (examples/readme/): the README blocks equal the files, and each is
 # built against build/lib and run twice (scripts/check-readme.sh). Needs test-node's npm ci.
-readme-check: build-lib go-pc
-	@if [ ! -d $(NODE_DIR)/node_modules/koffi ]; then cd $(NODE_DIR) && npm ci --no-audit --no-fund; fi
+readme-check: build-lib go-pc node-deps
 	bash scripts/check-readme.sh
 
 # ---------------------------------------------------------------------------------------------
@@ -324,10 +231,17 @@ e2e-resume: demo-build
 # the example with the pinned TypeScript.
 NODE_DIR := bindings/node
 
+define node_suite
+cd $(NODE_DIR) && LLMSESSION_LIB="$(abspath $(STAGE))/libllmsession.so" node --test test/*.test.js
+$(NODE_DIR)/node_modules/.bin/tsc --noEmit -p examples/node
+endef
+
 test-node: build-lib
 	cd $(NODE_DIR) && npm ci --no-audit --no-fund
-	cd $(NODE_DIR) && LLMSESSION_LIB="$(abspath $(STAGE))/libllmsession.so" node --test test/*.test.js
-	$(NODE_DIR)/node_modules/.bin/tsc --noEmit -p examples/node
+	$(node_suite)
+
+node-deps:
+	@[ -d $(NODE_DIR)/node_modules/koffi ] || (cd $(NODE_DIR) && npm ci --no-audit --no-fund)
 
 # ---------------------------------------------------------------------------------------------
 # C++ binding (include/llmsession.hpp): GoogleTest suites through CMake/ctest under ASan+UBSan
@@ -338,11 +252,7 @@ CPP_BUILD := build/cpp
 
 # nlohmann/json (Debian's package) reads the scenario files; GoogleTest comes with the machine.
 cpp-deps:
-	@if [ ! -f /usr/include/nlohmann/json.hpp ]; then \
-		echo "test-cpp: installing nlohmann-json3-dev"; \
-		sudo=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-		$$sudo apt-get install -y nlohmann-json3-dev || { $$sudo apt-get update -qq && $$sudo apt-get install -y nlohmann-json3-dev; }; \
-	fi
+	@bash scripts/cpp/deps.sh
 
 test-cpp: build-lib cpp-deps
 	cmake -S tests/cpp -B $(CPP_BUILD) -DLLMSESSION_LIB_DIR=$(CURDIR)/$(STAGE) >/dev/null
@@ -353,21 +263,7 @@ test-cpp: build-lib cpp-deps
 # Installs into a temporary DESTDIR and builds examples/cpp against it twice: with pkg-config
 # (pkg_check_modules; --define-prefix relocates the .pc) and with find_package(llmsession).
 cpp-install-check: build-lib
-	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; set -e; \
-	$(MAKE) --no-print-directory install DESTDIR="$$tmp" PREFIX=/usr/local >/dev/null; \
-	root="$$tmp/usr/local"; \
-	echo "cpp-install-check: examples/cpp with pkg-config"; \
-	PKG_CONFIG_PATH="$$root/lib/pkgconfig" cmake -S examples/cpp -B "$$tmp/pc" \
-		-DPKG_CONFIG_ARGN=--define-prefix >/dev/null; \
-	cmake --build "$$tmp/pc" >/dev/null; \
-	LD_LIBRARY_PATH="$$root/lib" "$$tmp/pc/llmsession_example" "$$tmp/pc.jsonl"; \
-	echo "cpp-install-check: examples/cpp with find_package(llmsession)"; \
-	cmake -S examples/cpp -B "$$tmp/cm" -DLLMSESSION_FIND=cmake -DCMAKE_PREFIX_PATH="$$root" >/dev/null; \
-	cmake --build "$$tmp/cm" >/dev/null; \
-	LD_LIBRARY_PATH="$$root/lib" "$$tmp/cm/llmsession_example" "$$tmp/cm.jsonl" >/dev/null; \
-	if ldd "$$tmp/cm/llmsession_example" | grep -q "$(CURDIR)"; then \
-		echo "cpp-install-check: the example links the in-tree library"; exit 1; fi; \
-	echo "cpp-install-check: ok"
+	@$(INSTALL_ENV) bash scripts/cpp/install-check.sh "$(CURDIR)"
 
 # ---------------------------------------------------------------------------------------------
 # The PostgreSQL store on a real server (docs/storage-postgres.md): scripts/pg/server.sh installs
@@ -386,8 +282,7 @@ bench-pg:
 	$(CARGO) build --release --example bench_postgres
 	bash scripts/pg/server.sh run build/pg-bench $(RELEASE_DIR)/examples/bench_postgres $(BENCH_PG_ARGS)
 
-test-pg: build-lib go-pc cpp-deps
-	@[ -d $(NODE_DIR)/node_modules/koffi ] || (cd $(NODE_DIR) && npm ci --no-audit --no-fund)
+test-pg: build-lib go-pc cpp-deps node-deps
 	CARGO="$(CARGO)" GO="$(GO)" LLMSESSION_PG_KILLS=$(PG_KILLS) bash scripts/pg/server.sh run $(PG_TEST_DIR) bash scripts/pg/tests.sh
 
 # ---------------------------------------------------------------------------------------------
@@ -395,7 +290,6 @@ test-pg: build-lib go-pc cpp-deps
 # it needs nightly features, which RUSTC_BOOTSTRAP enables on the stable toolchain. Targets are
 # built without a sanitizer (the core is safe Rust) and with debug assertions.
 CARGO_FUZZ_VERSION := 0.13.2
-CARGO_FUZZ := build/tools/bin/cargo-fuzz
 CARGO_FUZZ_STAMP := build/tools/cargo-fuzz-$(CARGO_FUZZ_VERSION).stamp
 FUZZ_TARGETS := load_log header_delta host_script ffi_json ffi_calls
 FUZZ_FLAGS := -s none -a
@@ -412,10 +306,7 @@ FUZZ_RUSTFLAGS := -Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4
 FUZZ_BIN := fuzz/target/$(FUZZ_TRIPLE)/release
 
 $(CARGO_FUZZ_STAMP):
-	@if ! $(CARGO_FUZZ) --version 2>/dev/null | grep -q " $(CARGO_FUZZ_VERSION)$$"; then \
-		echo "installing cargo-fuzz $(CARGO_FUZZ_VERSION) into build/tools"; \
-		$(CARGO) install cargo-fuzz --version $(CARGO_FUZZ_VERSION) --locked --root build/tools; \
-	fi
+	@CARGO="$(CARGO)" bash scripts/tools/cargo-install.sh cargo-fuzz $(CARGO_FUZZ_VERSION) build/tools
 	@touch $@
 
 fuzz-build: $(CARGO_FUZZ_STAMP)
@@ -429,13 +320,4 @@ fuzz-smoke-build:
 # A short run of every target over its committed corpus (fuzz/corpus/<target>); new inputs go
 # to build/fuzz-smoke, not into the repository; a crashing input goes to fuzz/artifacts/<target>.
 fuzz-smoke: fuzz-smoke-build
-	@for t in $(FUZZ_TARGETS); do \
-		mkdir -p build/fuzz-smoke/$$t fuzz/artifacts/$$t; \
-		log=build/fuzz-smoke/$$t.log; \
-		if $(FUZZ_BIN)/$$t -artifact_prefix="$(abspath fuzz/artifacts/$$t)/" build/fuzz-smoke/$$t fuzz/corpus/$$t \
-			-max_total_time=$(FUZZ_SMOKE_SECONDS) -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 >$$log 2>&1; then \
-			echo "fuzz-smoke: $$t: $$(sed -n 's/^stat::number_of_executed_units: *//p' $$log) executions in $(FUZZ_SMOKE_SECONDS) s, no finding"; \
-		else \
-			tail -n 40 $$log; echo "fuzz-smoke: $$t failed (full log: $$log, input in fuzz/artifacts/$$t)"; exit 1; \
-		fi; \
-	done
+	@bash scripts/fuzz/smoke.sh $(FUZZ_BIN) fuzz/corpus $(FUZZ_SMOKE_SECONDS) $(FUZZ_TARGETS)
