@@ -32,11 +32,12 @@
 
 use libfuzzer_sys::fuzz_target;
 use llmsession_capi::agent::*;
-use llmsession_capi::runtime::buffers::lls_string_free;
-use llmsession_capi::callbacks::host::{lls_callback_fn, lls_callback_invoke, lls_userdata_free_fn};
+use llmsession_capi::callbacks::host::{lls_callback_fn, lls_userdata_free_fn};
+use llmsession_capi::callbacks::reply::lls_reply;
 use llmsession_capi::cancel::*;
 use llmsession_capi::error::*;
-use llmsession_capi::runtime::handle::lls_live_handle_count;
+use llmsession_capi::library::{lls_live_handle_count, lls_string_free};
+use llmsession_capi::runtime::error_object::lls_error;
 use llmsession_capi::body::*;
 use llmsession_capi::render::{lls_render, lls_render_with_options};
 use llmsession_capi::reply::*;
