@@ -10,7 +10,7 @@ CC ?= cc
 .PHONY: build-lib header check-header check-symbols install install-check test-c test-c-one cbindgen
 .PHONY: go-pc test-go demo-build e2e e2e-resume
 .PHONY: test-cpp cpp-deps cpp-install-check
-.PHONY: fuzz-smoke fuzz-build fuzz-smoke-build readme-check
+.PHONY: fuzz-smoke fuzz-build fuzz-smoke-build fuzz-corpus readme-check
 .PHONY: test-pg bench-pg
 .PHONY: check check-rust check-c check-go check-node check-cpp node-deps
 
@@ -339,6 +339,7 @@ FUZZ_RUSTFLAGS := -Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4
 	-Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing -Cllvm-args=-simplifycfg-branch-fold-threshold=0 \
 	-Cllvm-args=-sanitizer-coverage-stack-depth -Cdebug-assertions -Ccodegen-units=1
 FUZZ_BIN := fuzz/target/$(FUZZ_TRIPLE)/release
+FUZZ_CORPUS := build/fuzz-corpus
 
 $(CARGO_FUZZ_STAMP):
 	@CARGO="$(CARGO)" bash scripts/tools/cargo-install.sh cargo-fuzz $(CARGO_FUZZ_VERSION) build/tools
@@ -352,7 +353,12 @@ fuzz-smoke-build:
 	cd fuzz && CARGO_TARGET_DIR="$(abspath fuzz/target)" RUSTC_BOOTSTRAP=1 RUSTFLAGS="$(FUZZ_RUSTFLAGS)" \
 		$(CARGO) build --release --target $(FUZZ_TRIPLE) --config 'profile.release.debug="line-tables-only"' --bins
 
-# A short run of every target over its committed corpus (fuzz/corpus/<target>); new inputs go
-# to build/fuzz-smoke, not into the repository; a crashing input goes to fuzz/artifacts/<target>.
-fuzz-smoke: fuzz-smoke-build
-	@bash scripts/fuzz/smoke.sh $(FUZZ_BIN) fuzz/corpus $(FUZZ_SMOKE_SECONDS) $(FUZZ_TARGETS)
+# The seed corpus of every target, rebuilt in build/fuzz-corpus/<target> from fuzz/seeds (the
+# generators read the repository's own inputs and are deterministic; no corpus is tracked).
+fuzz-corpus:
+	@bash scripts/fuzz/corpus.sh $(FUZZ_CORPUS) $(FUZZ_TARGETS)
+
+# A short run of every target over its seed corpus; new inputs go to build/fuzz-smoke, not into
+# the repository; a crashing input goes to fuzz/artifacts/<target>.
+fuzz-smoke: fuzz-smoke-build fuzz-corpus
+	@bash scripts/fuzz/smoke.sh $(FUZZ_BIN) $(FUZZ_CORPUS) $(FUZZ_SMOKE_SECONDS) $(FUZZ_TARGETS)
