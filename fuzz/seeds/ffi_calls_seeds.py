@@ -2,31 +2,32 @@
 """Seeds for the ffi_calls fuzz target (fuzz/fuzz_targets/ffi_calls.rs).
 
 Translates every scenario file (tests/scenarios/*.json) into the target's line format,
-`[op][param][payload JSON]\\n`, and adds short scripts for each callback mode. Usage:
+`[op][param][payload JSON]\\n`, and adds short scripts for each callback mode, and for the hot
+path (a renderer per wire format, next_body, record_body with a canned reply and with each
+provider reply of tests/data/stream/*.json, last_envelope). Usage:
 
     python3 fuzz/seeds/ffi_calls_seeds.py OUTDIR
 
 Op numbers must match `State::step` in the target.
 """
-import glob
-import hashlib
 import json
-import os
-import sys
 
-OPS = 32
+import seedlib
+
+OPS = 36
 (SESSION_NEW, OPEN_STORE, FORK, SESSION_FREE, APPEND, SESSION_READS, SYNC, AGENT_NEW, SET_OPTIONS,
  SET_POLICY, START_TURN, NEXT_REQUEST, RECORD_RESPONSE, TOOL_RESULT, INJECT, PROVIDER_ERROR, END_TURN,
  COMPACT, AGENT_READS, DISPOSE, AGENT_FREE, CALLBACKS, MODE, CANCEL, HELD_REPLY, RENDER, PARSE_RESPONSE,
- USAGE, OVERFLOW, INVOKE, BAD_HANDLE, ERROR_ACCESSORS) = range(32)
+ USAGE, OVERFLOW, INVOKE, BAD_HANDLE, ERROR_ACCESSORS, SET_RENDERER, NEXT_BODY, RECORD_BODY,
+ LAST_ENVELOPE) = range(36)
+HOT_RENDERERS = ["openai", "openai-responses", "anthropic", "gemini", "cobol"]
 KINDS = ["prefix", "pre-step", "summariser", "counter", "store", "invoke"]
 MODES = ["answer", "fail", "error-no-reply", "ok-no-reply", "unknown-code", "pending-worker",
          "answered-then-pending", "hold", "dispose-self", "free-self", "reenter", "append-session"]
-MAX_TEXT = 1500
 
 
 def line(op, p=0, payload=None):
-    if op == 10:
+    if op == 10:  # the byte 10 is a newline: the same op, one lap of OPS later
         op += OPS
     if p == 10:
         raise ValueError("param 10 is a newline")
@@ -41,14 +42,8 @@ def mode_param(kind, mode):
     return p + 72 if p == 10 else p
 
 
-def text(v):
-    if isinstance(v, dict) and "$repeat" in v:
-        v = v["$repeat"] * v.get("times", 1)
-    return str(v)[:MAX_TEXT]
-
-
 def user(t):
-    return {"role": "user", "content": [{"type": "text", "text": text(t)}]}
+    return {"role": "user", "content": [{"type": "text", "text": seedlib.text_of(t)}]}
 
 
 def scenario(d, store):
@@ -73,7 +68,7 @@ def scenario(d, store):
         elif k == "respond":
             content = []
             if o.get("text"):
-                content.append({"type": "text", "text": text(o["text"])})
+                content.append({"type": "text", "text": seedlib.text_of(o["text"])})
             for c in o.get("toolCalls", []):
                 content.append({"type": "tool-call", "id": c["id"], "name": c["name"], "arguments": c.get("arguments", "{}")})
             body = {"message": {"role": "assistant", "content": content}}
@@ -81,7 +76,7 @@ def scenario(d, store):
                 body["usage"] = o["usage"]
             out.append(line(RECORD_RESPONSE, 0, body))
         elif k == "toolResult":
-            out.append(line(TOOL_RESULT, 0, {"callId": o["callId"], "text": text(o.get("text", ""))}))
+            out.append(line(TOOL_RESULT, 0, {"callId": o["callId"], "text": seedlib.text_of(o.get("text", ""))}))
         elif k == "endTurn":
             out.append(line(END_TURN, 0, o.get("reason", "completed").encode()))
         elif k == "setPolicy":
@@ -109,7 +104,7 @@ def scenario(d, store):
         elif k == "setSummariser":
             s = o["summariser"]
             if s.get("kind") == "fixed":
-                out.append(line(MODE, mode_param("summariser", "answer"), {"text": s["text"]}))
+                out.append(line(MODE, mode_param("summariser", "answer"), {"text": s.get("text", "")}))
             elif s.get("kind") == "fail":
                 out.append(line(MODE, mode_param("summariser", "fail")))
             elif s.get("kind") == "empty":
@@ -136,6 +131,18 @@ def mode_scripts():
                  line(AGENT_READS), line(SESSION_READS, 0x80), line(FORK), line(BAD_HANDLE, 0), line(BAD_HANDLE, 6),
                  line(AGENT_FREE), line(SESSION_FREE), line(BAD_HANDLE, 8), line(BAD_HANDLE, 3)]
             seeds.append(b"".join(s))
+    # The hot path, per wire format: set the renderer, a turn, the body, a canned reply with a
+    # tool call, its result, the next body and reply, the envelope.
+    for i, r in enumerate(HOT_RENDERERS):
+        seeds.append(b"".join([line(SESSION_NEW), line(AGENT_NEW), line(SET_RENDERER, i << 3), line(START_TURN),
+                               line(NEXT_BODY), line(RECORD_BODY, 0x10), line(TOOL_RESULT), line(NEXT_BODY),
+                               line(RECORD_BODY), line(LAST_ENVELOPE), line(END_TURN), line(AGENT_READS)]))
+    # Each recorded provider reply (tests/data/stream) as the raw body of its format.
+    for fmt, reply in seedlib.stream_replies():
+        i = HOT_RENDERERS.index(fmt)
+        body = json.dumps(reply, separators=(",", ":"), ensure_ascii=False).encode()
+        seeds.append(b"".join([line(SESSION_NEW), line(AGENT_NEW), line(SET_RENDERER, i << 3), line(START_TURN),
+                               line(NEXT_BODY), line(RECORD_BODY, 0, body), line(LAST_ENVELOPE), line(END_TURN, 0x10)]))
     # The provider helpers chained into an agent.
     seeds.append(b"".join([line(SESSION_NEW), line(AGENT_NEW), line(START_TURN), line(NEXT_REQUEST),
                            line(PARSE_RESPONSE, 0), line(RECORD_RESPONSE), line(USAGE, 0), line(USAGE, 3),
@@ -144,21 +151,13 @@ def mode_scripts():
     return seeds
 
 
-def main():
-    outdir = sys.argv[1]
-    os.makedirs(outdir, exist_ok=True)
-    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+def generate():
     seeds = []
-    for i, f in enumerate(sorted(glob.glob(os.path.join(root, "tests", "scenarios", "*.json")))):
-        d = json.load(open(f))
+    for _, d in seedlib.scenarios():
         seeds.append(scenario(d, store=False))
         seeds.append(scenario(d, store=True))
-    seeds += mode_scripts()
-    for s in seeds:
-        with open(os.path.join(outdir, hashlib.sha1(s).hexdigest()), "wb") as fh:
-            fh.write(s)
-    print(f"{len(seeds)} seeds in {outdir}")
+    return seeds + mode_scripts()
 
 
 if __name__ == "__main__":
-    main()
+    seedlib.main(generate)
