@@ -5,7 +5,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CC ?= cc
 
-.PHONY: all build test test-rust demo scenario tokenizer test-node bench bench-smoke
+.PHONY: all build test test-rust demo scenario scenario-golden tokenizer test-node bench bench-smoke
 .PHONY: bench-bindings bench-bindings-smoke
 .PHONY: build-lib header check-header check-symbols install install-check test-c test-c-one cbindgen
 .PHONY: go-pc test-go demo-build e2e e2e-resume
@@ -74,6 +74,11 @@ bench-bindings-smoke: build-lib go-pc node-deps
 # Run one scenario file and print a readable diff on failure: make scenario FILE=path
 scenario:
 	LLMSESSION_SCENARIO_FILE="$(abspath $(FILE))" $(CARGO) test --test scenarios -- --nocapture
+
+# Regenerate the golden transcripts (tests/scenarios/golden/, docs/scenarios.md) after a change
+# that is meant to change what a scenario shows; review the diff before committing it.
+scenario-golden:
+	CARGO="$(CARGO)" bash scripts/scenario-golden.sh
 
 # The demo (docs/demo.md): a session against the local llama-server (docs/llama.md), set up
 # and started when needed; defined with the Go targets below.
