@@ -545,6 +545,126 @@ void lls_string_free(char *s);
 size_t lls_live_string_count(void);
 
 /**
+ * Compacts now, between requests. `opts_json` (may be NULL) is `{"span"?: [start, end]}`: a
+ * surface span (positions in `lls_session_history`, inclusive, not separating a tool call from
+ * its result); without it the head region is chosen as the pressure gate would (keeping the
+ * policy's retained tail, or the newest message without a policy). A middle span stays
+ * correct but forgoes cache reuse. The summariser (`lls_agent_set_summariser`) is called on
+ * this thread; `cancel` (may be NULL) interrupts it.
+ *
+ * On success `*out` is `{"outcome": "landed" | "discarded", "span": [start, end], "seqs":
+ * [...], "request": {"digest", "sharedMessages", "messageCount"}, "error"?}` (`discarded`: the
+ * span changed while the summariser ran). A summariser that fails, is missing, or returns a
+ * rejected summary (empty, truncated, not smaller) gives `LLS_ERR_SUMMARISER` with the same
+ * object under `outcome` in the error detail; the surface is untouched.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`agent`, `out`), `LLS_ERR_INVALID_HANDLE`,
+ * `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (a bad span),
+ * `LLS_ERR_OUT_OF_ORDER` (a request or tool batch open; a compactable history before the
+ * instance's first request, when its prefix is not composed yet), `LLS_ERR_NOTHING_TO_COMPACT`
+ * (the surface holds nothing compactable, e.g. before any turn), `LLS_ERR_SUMMARISER`, `LLS_ERR_CANCELLED`, `LLS_ERR_DISPOSED`,
+ * `LLS_ERR_STORAGE`, `LLS_ERR_POISONED`.
+ *
+ * # Safety
+ * `opts_json` NULL or `opts_len` readable bytes; `out`, `out_len`, `err` NULL or valid for
+ * writes.
+ *
+ * Thread safety: exclusive per agent (serialised internally); callbacks run on this thread;
+ * `cancel` may be tripped from any thread.
+ */
+lls_status lls_agent_compact(lls_agent *agent,
+                             const char *opts_json,
+                             size_t opts_len,
+                             const lls_cancel *cancel,
+                             char **out,
+                             size_t *out_len,
+                             lls_error **err);
+
+/**
+ * Measures the prompt the next request would carry (system, tools, session prefix, history)
+ * with the agent's token counter, as JSON `{"system","tools","prefix","history","total",
+ * "anchored","counter","threshold"?,"contextWindow"?}`: `total` is what the pressure gate
+ * compares with `threshold` (anchored on the last provider-reported usage when possible);
+ * `counter` is `"estimate"`, `"tokenizer"` or `"host"`. Free `*out` with `lls_string_free`.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_LISTENER` (a host counter
+ * failed), `LLS_ERR_TOKENIZER`, `LLS_ERR_DISPOSED` (also when the agent is disposed while a
+ * host counter's reply is pending), `LLS_ERR_OUT_OF_ORDER`, `LLS_ERR_POISONED`.
+ *
+ * # Safety
+ * `out`, `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: exclusive per agent (serialised internally); a host counter runs on this
+ * thread.
+ */
+lls_status lls_agent_measure(lls_agent *agent, char **out, size_t *out_len, lls_error **err);
+
+/**
+ * Statistics of this agent instance as JSON `{"instance","requests","compositions",
+ * "compactions","cachedTokens","promptTokens"}`. Free `*out` with `lls_string_free`.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_DISPOSED`,
+ * `LLS_ERR_OUT_OF_ORDER` (from the agent's callback).
+ *
+ * # Safety
+ * `out`, `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread (waits for a running call); not from the
+ * agent's callbacks.
+ */
+lls_status lls_agent_stats(const lls_agent *agent, char **out, size_t *out_len, lls_error **err);
+
+/**
+ * The instance's frozen session prefix as a JSON array of messages, or `null` before it was
+ * composed (the first request composes it). Free `*out` with `lls_string_free`.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_DISPOSED`,
+ * `LLS_ERR_OUT_OF_ORDER` (from the agent's callback).
+ *
+ * # Safety
+ * `out`, `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread (waits for a running call); not from the
+ * agent's callbacks.
+ */
+lls_status lls_agent_prefix(const lls_agent *agent, char **out, size_t *out_len, lls_error **err);
+
+/**
+ * Disposes the agent instance: an open turn ends with `disposed`, its callbacks are released
+ * (their `userdata_free` runs), and the session is free for a new instance. Later calls on the
+ * agent give `LLS_ERR_DISPOSED`; disposing again is a no-op. The handle stays valid until
+ * `lls_agent_free`.
+ *
+ * From inside one of the agent's own callbacks (e.g. a prefix listener) this only marks the
+ * agent disposed and interrupts the running operation, which then fails with
+ * `LLS_ERR_DISPOSED`, ends its turn `disposed` and completes the disposal before returning.
+ * From another thread while a call runs, it interrupts that call (a pending reply's wait ends)
+ * and waits for it to return.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_STORAGE` (writing
+ * `turn/end` failed; the agent is disposed anyway), `LLS_ERR_OUT_OF_ORDER` (from the session's
+ * store callback).
+ *
+ * # Safety
+ * `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread at any time, including from the agent's own
+ * callbacks.
+ */
+lls_status lls_agent_dispose(lls_agent *agent, lls_error **err);
+
+/**
+ * Frees an agent handle, disposing the instance if it is still live (as `lls_agent_dispose`;
+ * a storage error there cannot be reported). `lls_agent_free(NULL)` does nothing; so does a
+ * handle that is not a live `lls_agent`.
+ *
+ * Thread safety: call once, when no other thread is about to use the handle; from inside one
+ * of the agent's own callbacks it disposes as `lls_agent_dispose` does and the handle becomes
+ * invalid; never from the session's store callback (ignored there).
+ */
+void lls_agent_free(lls_agent *agent);
+
+/**
  * Creates an agent instance over `session` and stores it in `*out`. If the session already
  * holds request headers (a stored log, a fork), this is a resumed instance: it recomposes the
  * session prefix and its first request records a `resume` snapshot.
@@ -953,126 +1073,6 @@ lls_status lls_agent_end_turn(lls_agent *agent,
                               const char *reason,
                               size_t reason_len,
                               lls_error **err);
-
-/**
- * Compacts now, between requests. `opts_json` (may be NULL) is `{"span"?: [start, end]}`: a
- * surface span (positions in `lls_session_history`, inclusive, not separating a tool call from
- * its result); without it the head region is chosen as the pressure gate would (keeping the
- * policy's retained tail, or the newest message without a policy). A middle span stays
- * correct but forgoes cache reuse. The summariser (`lls_agent_set_summariser`) is called on
- * this thread; `cancel` (may be NULL) interrupts it.
- *
- * On success `*out` is `{"outcome": "landed" | "discarded", "span": [start, end], "seqs":
- * [...], "request": {"digest", "sharedMessages", "messageCount"}, "error"?}` (`discarded`: the
- * span changed while the summariser ran). A summariser that fails, is missing, or returns a
- * rejected summary (empty, truncated, not smaller) gives `LLS_ERR_SUMMARISER` with the same
- * object under `outcome` in the error detail; the surface is untouched.
- *
- * Errors: `LLS_ERR_NULL_POINTER` (`agent`, `out`), `LLS_ERR_INVALID_HANDLE`,
- * `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (a bad span),
- * `LLS_ERR_OUT_OF_ORDER` (a request or tool batch open; a compactable history before the
- * instance's first request, when its prefix is not composed yet), `LLS_ERR_NOTHING_TO_COMPACT`
- * (the surface holds nothing compactable, e.g. before any turn), `LLS_ERR_SUMMARISER`, `LLS_ERR_CANCELLED`, `LLS_ERR_DISPOSED`,
- * `LLS_ERR_STORAGE`, `LLS_ERR_POISONED`.
- *
- * # Safety
- * `opts_json` NULL or `opts_len` readable bytes; `out`, `out_len`, `err` NULL or valid for
- * writes.
- *
- * Thread safety: exclusive per agent (serialised internally); callbacks run on this thread;
- * `cancel` may be tripped from any thread.
- */
-lls_status lls_agent_compact(lls_agent *agent,
-                             const char *opts_json,
-                             size_t opts_len,
-                             const lls_cancel *cancel,
-                             char **out,
-                             size_t *out_len,
-                             lls_error **err);
-
-/**
- * Measures the prompt the next request would carry (system, tools, session prefix, history)
- * with the agent's token counter, as JSON `{"system","tools","prefix","history","total",
- * "anchored","counter","threshold"?,"contextWindow"?}`: `total` is what the pressure gate
- * compares with `threshold` (anchored on the last provider-reported usage when possible);
- * `counter` is `"estimate"`, `"tokenizer"` or `"host"`. Free `*out` with `lls_string_free`.
- *
- * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_LISTENER` (a host counter
- * failed), `LLS_ERR_TOKENIZER`, `LLS_ERR_DISPOSED` (also when the agent is disposed while a
- * host counter's reply is pending), `LLS_ERR_OUT_OF_ORDER`, `LLS_ERR_POISONED`.
- *
- * # Safety
- * `out`, `out_len`, `err` NULL or valid for writes.
- *
- * Thread safety: exclusive per agent (serialised internally); a host counter runs on this
- * thread.
- */
-lls_status lls_agent_measure(lls_agent *agent, char **out, size_t *out_len, lls_error **err);
-
-/**
- * Statistics of this agent instance as JSON `{"instance","requests","compositions",
- * "compactions","cachedTokens","promptTokens"}`. Free `*out` with `lls_string_free`.
- *
- * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_DISPOSED`,
- * `LLS_ERR_OUT_OF_ORDER` (from the agent's callback).
- *
- * # Safety
- * `out`, `out_len`, `err` NULL or valid for writes.
- *
- * Thread safety: may be called from any thread (waits for a running call); not from the
- * agent's callbacks.
- */
-lls_status lls_agent_stats(const lls_agent *agent, char **out, size_t *out_len, lls_error **err);
-
-/**
- * The instance's frozen session prefix as a JSON array of messages, or `null` before it was
- * composed (the first request composes it). Free `*out` with `lls_string_free`.
- *
- * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_DISPOSED`,
- * `LLS_ERR_OUT_OF_ORDER` (from the agent's callback).
- *
- * # Safety
- * `out`, `out_len`, `err` NULL or valid for writes.
- *
- * Thread safety: may be called from any thread (waits for a running call); not from the
- * agent's callbacks.
- */
-lls_status lls_agent_prefix(const lls_agent *agent, char **out, size_t *out_len, lls_error **err);
-
-/**
- * Disposes the agent instance: an open turn ends with `disposed`, its callbacks are released
- * (their `userdata_free` runs), and the session is free for a new instance. Later calls on the
- * agent give `LLS_ERR_DISPOSED`; disposing again is a no-op. The handle stays valid until
- * `lls_agent_free`.
- *
- * From inside one of the agent's own callbacks (e.g. a prefix listener) this only marks the
- * agent disposed and interrupts the running operation, which then fails with
- * `LLS_ERR_DISPOSED`, ends its turn `disposed` and completes the disposal before returning.
- * From another thread while a call runs, it interrupts that call (a pending reply's wait ends)
- * and waits for it to return.
- *
- * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_STORAGE` (writing
- * `turn/end` failed; the agent is disposed anyway), `LLS_ERR_OUT_OF_ORDER` (from the session's
- * store callback).
- *
- * # Safety
- * `err` NULL or valid for writes.
- *
- * Thread safety: may be called from any thread at any time, including from the agent's own
- * callbacks.
- */
-lls_status lls_agent_dispose(lls_agent *agent, lls_error **err);
-
-/**
- * Frees an agent handle, disposing the instance if it is still live (as `lls_agent_dispose`;
- * a storage error there cannot be reported). `lls_agent_free(NULL)` does nothing; so does a
- * handle that is not a live `lls_agent`.
- *
- * Thread safety: call once, when no other thread is about to use the handle; from inside one
- * of the agent's own callbacks it disposes as `lls_agent_dispose` does and the handle becomes
- * invalid; never from the session's store callback (ignored there).
- */
-void lls_agent_free(lls_agent *agent);
 
 /**
  * Gives the agent a provider body format for `lls_agent_next_body` and

@@ -9,7 +9,7 @@
 //! with `LLS_ERR_OUT_OF_ORDER` instead of deadlocking.
 
 use crate::callbacks::host::{lls_callback_fn, lls_userdata_free_fn, HostCallback};
-use crate::callbacks::store::{check_not_in_store, HostStore};
+use crate::callbacks::store::{check_not_in_store, StoreCallback};
 use crate::runtime::boundary::{boundary, boundary_value};
 use crate::runtime::buffers::{self, encode, OptOut, Out, OutString};
 use crate::runtime::error::FfiError;
@@ -20,6 +20,7 @@ use llmsession::error::{Error, ErrorKind, Result};
 use llmsession::log::load::LoadReport;
 use llmsession::request::verify_contents;
 use llmsession::session::Session;
+use llmsession::store::host::HostStore;
 use llmsession::store::options::{file_options, session_options};
 use llmsession::store::{JsonlStore, MemoryStore, Store};
 use std::ffi::{c_char, c_void};
@@ -253,8 +254,9 @@ pub unsafe extern "C" fn lls_session_open_store(
             let out = Out::new(out, "out")?;
             let v = buffers::input_json_opt(opts_json, opts_len, "opts_json")?;
             let (opts, _) = session_options(v.as_ref(), "opts", &[])?;
-            let store = HostStore::new(callback);
-            let key = store.key;
+            let transport = StoreCallback::new(callback);
+            let key = transport.key;
+            let store = HostStore::new(transport);
             let (session, report) = Session::open(Box::new(store), opts)?;
             out.write(SessionObject::register(session, report, key));
             Ok(())

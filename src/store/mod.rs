@@ -1,7 +1,8 @@
 //! Storage for a session log (SPEC §2 "Storage", "One writer per session"): in memory
 //! ([`MemoryStore`]), a JSONL file ([`JsonlStore`], the embedded default), a PostgreSQL database
 //! ([`postgres::PgStore`], with the `postgres` feature, on by default), or a store the host
-//! provides (the C ABI adapts a host callback to the [`Store`] trait).
+//! keeps ([`host::HostStore`], a JSON request/reply protocol; the C ABI carries it over a host
+//! callback).
 //!
 //! A store holds records: the session header first, then one event per record, each a line of
 //! JSON without its newline. The rules every store follows are written down once, here and in
@@ -22,6 +23,7 @@
 //!   ([`Store::cut`]), not destroyed.
 
 pub mod file;
+pub mod host;
 mod jsonl;
 pub mod options;
 #[cfg(feature = "postgres")]
