@@ -212,8 +212,12 @@ pub(super) fn agent_arg(ptr: *const lls_agent) -> std::result::Result<Arc<Object
 mod tests {
     use super::*;
     use crate::error::{lls_error_code, lls_error_free, lls_error_message};
+    use crate::runtime::boundary::boundary;
+    use crate::runtime::error_object::lls_error;
     use crate::runtime::status::*;
+    use crate::session::lls_session;
     use crate::session::{lls_session_append, lls_session_events, lls_session_free, lls_session_new_memory};
+    use std::ffi::{c_char, c_void};
     use std::ptr::null_mut;
 
     fn text(json: &[u8]) -> (*const c_char, usize) {
