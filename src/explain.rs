@@ -35,8 +35,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::header::EpochHeader;
 use crate::log::event::{types, Event};
 use crate::log::load::{parse_records, SessionHeader};
-use crate::log::{Derived, Log};
-use crate::request::{compaction_envelope, conversation_envelope, digest, summary_config, PrefixBytes};
+use crate::log::Derived;
+use crate::request::{summary_config, PrefixBytes, RecordedKind, RequestWalk};
 use crate::tokens::{Countable, Estimator, TokenCounter, TokenizerCounter};
 use crate::types::Fields;
 use crate::types::{CallConfig, Message, Usage};
@@ -611,8 +611,7 @@ fn shared_tokens(weights: &[u64], share: &Share) -> u64 {
 /// (each event is checked as on load); a request that the log does not rebuild is reported
 /// (`rebuilt: false`, cause `edit`), not an error.
 pub fn explain_events(session: &SessionHeader, events: &[Event], counter: &dyn TokenCounter) -> Result<Explanation> {
-    let mut log = Log::new();
-    let mut prefix = PrefixBytes::default();
+    let mut walk = RequestWalk::new(session);
     let mut counts = Counter { counter, by_seq: HashMap::new(), by_text: HashMap::new(), head: None };
     let mut out: Vec<RequestReport> = Vec::new();
     let mut last_conv: Option<Seen> = None;
@@ -629,73 +628,34 @@ pub fn explain_events(session: &SessionHeader, events: &[Event], counter: &dyn T
     // (counted tokens, reported prompt tokens) of every request with usage so far.
     let mut calibration: Vec<(u64, u64)> = Vec::new();
     for ev in events {
-        let built =
-            match ev.ty.as_str() {
-                types::STEP_START => {
-                    let f = ev.fields()?;
-                    let (t, s) = (f.u64("turn")?, f.u64("step")?);
-                    let header = log
-                        .state()
-                        .headers
-                        .current()
-                        .cloned()
-                        .ok_or_else(|| Error::new(ErrorKind::Reconstruction, format!("seq {}: a request before any header", ev.seq)))?;
-                    if !prefix.is_for(header.message_prefix.as_ref()) {
-                        prefix = PrefixBytes::of(header.message_prefix.as_ref());
+        let built = match walk.rebuild(ev)? {
+            None => None,
+            Some(r) => {
+                let rebuilt = r.matches();
+                let (entries, prefix) = (walk.log().history().entries(), walk.prefix());
+                match r.kind {
+                    RecordedKind::Conversation { turn: t, step: s, .. } => {
+                        let mut parts = Parts::head(&r.header, &r.header.config, prefix);
+                        parts.messages.extend(entries.iter().cloned().map(Msg::Entry));
+                        n_conv += 1;
+                        (turn, step) = (t, s);
+                        Some((Kind::Conversation, n_conv.to_string(), r.header, parts, rebuilt, t, s))
                     }
-                    let body = conversation_envelope(&log, &header, &prefix, session.session_id_at(ev.seq), t, s);
-                    let rebuilt = digest(&body) == f.str("digest")?;
-                    let mut parts = Parts::head(&header, &header.config, &prefix);
-                    parts.messages.extend(log.history().entries().iter().cloned().map(Msg::Entry));
-                    n_conv += 1;
-                    (turn, step) = (t, s);
-                    Some((Kind::Conversation, n_conv.to_string(), header, parts, rebuilt, t, s))
+                    RecordedKind::Compaction { start, end, instruction, provider, model, max_tokens } => {
+                        let cfg = summary_config(&r.header.config, &provider, &model, max_tokens);
+                        let mut parts = Parts::head(&r.header, &cfg, prefix);
+                        parts.messages.extend(entries[start..=end].iter().cloned().map(Msg::Entry));
+                        let instr = serde_json::to_string(&Message::user_text(&instruction)).expect("serialises");
+                        parts.messages.push(Msg::Text(Arc::from(instr)));
+                        parts.trailing = true;
+                        n_comp += 1;
+                        Some((Kind::Compaction, format!("c{n_comp}"), r.header, parts, rebuilt, turn, step))
+                    }
                 }
-                types::COMPACTION_START if ev.data.get("requestDigest").is_some() => {
-                    let f = ev.fields()?;
-                    let header =
-                        log.state().headers.current().cloned().ok_or_else(|| {
-                            Error::new(ErrorKind::Reconstruction, format!("seq {}: a compaction before any header", ev.seq))
-                        })?;
-                    if !prefix.is_for(header.message_prefix.as_ref()) {
-                        prefix = PrefixBytes::of(header.message_prefix.as_ref());
-                    }
-                    let span = f.value("span")?;
-                    let start = span.get("start").and_then(Value::as_u64).unwrap_or(0) as usize;
-                    let end = span.get("end").and_then(Value::as_u64).unwrap_or(0) as usize;
-                    let entries = log.history().entries();
-                    if start > end || end >= entries.len() {
-                        return Err(Error::new(
-                            ErrorKind::Reconstruction,
-                            format!("compaction at seq {}: span {start}..={end} is outside the surface", ev.seq),
-                        ));
-                    }
-                    let (provider, model, max_tokens) = (f.str("provider")?, f.str("model")?, f.u64("maxTokens")?);
-                    let instruction = f.str("instruction")?;
-                    let body = compaction_envelope(
-                        &header,
-                        &prefix,
-                        &entries[start..=end],
-                        instruction,
-                        provider,
-                        model,
-                        max_tokens,
-                        session.session_id_at(ev.seq),
-                    );
-                    let rebuilt = digest(&body) == f.str("requestDigest")?;
-                    let cfg = summary_config(&header.config, provider, model, max_tokens);
-                    let mut parts = Parts::head(&header, &cfg, &prefix);
-                    parts.messages.extend(entries[start..=end].iter().cloned().map(Msg::Entry));
-                    let instr = serde_json::to_string(&Message::user_text(instruction)).expect("serialises");
-                    parts.messages.push(Msg::Text(Arc::from(instr)));
-                    parts.trailing = true;
-                    n_comp += 1;
-                    Some((Kind::Compaction, format!("c{n_comp}"), header, parts, rebuilt, turn, step))
-                }
-                _ => None,
-            };
+            }
+        };
         if let Some((kind, id, header, parts, rebuilt, t, s)) = built {
-            let instance = log.state().headers.instance().unwrap_or(0);
+            let instance = walk.log().state().headers.instance().unwrap_or(0);
             let weights = counts.weights(&header, &parts)?;
             let tokens: u64 = weights.iter().sum();
             // The candidates: the last conversation request, and a summarisation request sent
@@ -839,8 +799,7 @@ pub fn explain_events(session: &SessionHeader, events: &[Event], counter: &dyn T
             _ => {}
         }
         // Folded without keeping the lines (as `verify` does): only the state is needed.
-        let effect = log.state().check(ev, ev.seq).map_err(|e| e.with("line", ev.seq + 2))?;
-        log.commit(ev, effect, Arc::from(""));
+        walk.apply(ev, ev.seq).map_err(|e| e.with("line", ev.seq + 2))?;
     }
     let mut totals = Totals::default();
     let mut spend: HashMap<Cause, u64> = HashMap::new();

@@ -30,10 +30,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::explain::{compare, Component, Parts};
 use crate::log::event::{types, Event};
 use crate::log::load::{parse_records, SessionHeader};
-use crate::log::Log;
-use crate::request::{compaction_envelope, conversation_envelope, digest, PrefixBytes};
+use crate::request::{digest, RecordedKind, RequestWalk};
 use serde_json::{json, Value};
-use std::sync::Arc;
 
 /// One recorded request and its answer.
 #[derive(Clone, Debug)]
@@ -67,69 +65,29 @@ impl Replay {
     /// rebuild what was sent: a request whose digest it does not rebuild is an error here
     /// (`llmsession verify` names it), because replaying it would answer a request nobody sent.
     pub fn from_events(session: &SessionHeader, events: &[Event]) -> Result<Replay> {
-        let mut log = Log::new();
-        let mut prefix = PrefixBytes::default();
+        let mut walk = RequestWalk::new(session);
         let mut entries: Vec<Entry> = Vec::new();
         // The entry the next answer event belongs to.
         let mut open: Option<usize> = None;
         let (mut n_conv, mut n_comp) = (0usize, 0usize);
-        let (mut turn, mut step) = (0u64, 0u64);
         for ev in events {
+            if let Some(r) = walk.rebuild(ev)? {
+                let (turn, step) = walk.position();
+                let (id, what) = match r.kind {
+                    RecordedKind::Conversation { turn, step, .. } => {
+                        n_conv += 1;
+                        (n_conv.to_string(), format!("request {n_conv} (turn {turn} step {step})"))
+                    }
+                    RecordedKind::Compaction { .. } => {
+                        n_comp += 1;
+                        (format!("c{n_comp}"), format!("summarisation request c{n_comp} (after turn {turn} step {step})"))
+                    }
+                };
+                open = Some(entries.len());
+                entries.push(entry(id, what, r.envelope, walk.prefix().messages.len(), &r.recorded_digest, ev)?);
+            }
+            let (turn, step) = walk.position();
             match ev.ty.as_str() {
-                types::STEP_START => {
-                    let f = ev.fields()?;
-                    (turn, step) = (f.u64("turn")?, f.u64("step")?);
-                    let header = log.state().headers.current().cloned().ok_or_else(|| {
-                        Error::new(ErrorKind::Reconstruction, format!("seq {}: a request before any request header", ev.seq))
-                    })?;
-                    if !prefix.is_for(header.message_prefix.as_ref()) {
-                        prefix = PrefixBytes::of(header.message_prefix.as_ref());
-                    }
-                    let body = conversation_envelope(&log, &header, &prefix, session.session_id_at(ev.seq), turn, step);
-                    n_conv += 1;
-                    open = Some(entries.len());
-                    entries.push(entry(
-                        n_conv.to_string(),
-                        format!("request {n_conv} (turn {turn} step {step})"),
-                        body,
-                        prefix.messages.len(),
-                        f.str("digest")?,
-                        ev,
-                    )?);
-                }
-                types::COMPACTION_START if ev.data.get("requestDigest").is_some() => {
-                    let f = ev.fields()?;
-                    let header = log.state().headers.current().cloned().ok_or_else(|| {
-                        Error::new(ErrorKind::Reconstruction, format!("seq {}: a compaction before any request header", ev.seq))
-                    })?;
-                    if !prefix.is_for(header.message_prefix.as_ref()) {
-                        prefix = PrefixBytes::of(header.message_prefix.as_ref());
-                    }
-                    let span = f.value("span")?;
-                    let start = span.get("start").and_then(Value::as_u64).unwrap_or(0) as usize;
-                    let end = span.get("end").and_then(Value::as_u64).unwrap_or(0) as usize;
-                    let hist = log.history().entries();
-                    if start > end || end >= hist.len() {
-                        return Err(Error::new(
-                            ErrorKind::Reconstruction,
-                            format!("compaction at seq {}: span {start}..={end} is outside the surface", ev.seq),
-                        ));
-                    }
-                    let body = compaction_envelope(
-                        &header,
-                        &prefix,
-                        &hist[start..=end],
-                        f.str("instruction")?,
-                        f.str("provider")?,
-                        f.str("model")?,
-                        f.u64("maxTokens")?,
-                        session.session_id_at(ev.seq),
-                    );
-                    n_comp += 1;
-                    open = Some(entries.len());
-                    let what = format!("summarisation request c{n_comp} (after turn {turn} step {step})");
-                    entries.push(entry(format!("c{n_comp}"), what, body, prefix.messages.len(), f.str("requestDigest")?, ev)?);
-                }
                 types::ASSISTANT_MESSAGE => {
                     if let Some(i) = open.filter(|&i| !entries[i].id.starts_with('c')) {
                         let mut response = json!({"message": ev.data["message"]});
@@ -191,8 +149,7 @@ impl Replay {
                 }
                 _ => {}
             }
-            let effect = log.state().check(ev, ev.seq).map_err(|e| e.with("line", ev.seq + 2))?;
-            log.commit(ev, effect, Arc::from(""));
+            walk.apply(ev, ev.seq).map_err(|e| e.with("line", ev.seq + 2))?;
         }
         Ok(Replay { session_id: session.id.clone(), entries, next: 0 })
     }

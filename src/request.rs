@@ -595,6 +595,169 @@ pub struct VerifyReport {
     pub bodies: u64,
 }
 
+/// What a request a log records is: a conversation request (`step/start`) or a summarisation
+/// request (`compaction/start` with a `requestDigest`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecordedKind {
+    /// A conversation request.
+    Conversation {
+        /// Its turn.
+        turn: u64,
+        /// Its step.
+        step: u64,
+        /// Its size as recorded.
+        bytes: u64,
+    },
+    /// A summarisation request.
+    Compaction {
+        /// The first history entry it summarises.
+        start: usize,
+        /// The last history entry it summarises.
+        end: usize,
+        /// The instruction appended as its last user message.
+        instruction: String,
+        /// The provider it was routed to.
+        provider: String,
+        /// The model it was routed to.
+        model: String,
+        /// Its output limit.
+        max_tokens: u64,
+    },
+}
+
+/// A request a log records, rebuilt from the events before it ([`RequestWalk::rebuild`]).
+#[derive(Clone, Debug)]
+pub struct RecordedRequest {
+    /// What request it is.
+    pub kind: RecordedKind,
+    /// The request header it was built with.
+    pub header: EpochHeader,
+    /// The envelope rebuilt from the log.
+    pub envelope: Vec<u8>,
+    /// The digest the log recorded for it.
+    pub recorded_digest: String,
+}
+
+impl RecordedRequest {
+    /// Whether the rebuilt envelope has the recorded digest (and, for a conversation request,
+    /// the recorded size).
+    pub fn matches(&self) -> bool {
+        let size_ok = match self.kind {
+            RecordedKind::Conversation { bytes, .. } => self.envelope.len() as u64 == bytes,
+            RecordedKind::Compaction { .. } => true,
+        };
+        size_ok && digest(&self.envelope) == self.recorded_digest
+    }
+}
+
+/// Walks a log event by event and rebuilds every request it records from the events before
+/// it: the one walk behind `verify`, `explain`, `replay` and the CLI's `show`. For each event,
+/// call [`rebuild`](RequestWalk::rebuild) (the request it records, if it records one), then
+/// [`apply`](RequestWalk::apply).
+pub struct RequestWalk<'a> {
+    session: &'a SessionHeader,
+    log: Log,
+    prefix: PrefixBytes,
+    turn: u64,
+    step: u64,
+}
+
+impl<'a> RequestWalk<'a> {
+    /// A walk over a log whose session header is `session`, before its first event.
+    pub fn new(session: &'a SessionHeader) -> RequestWalk<'a> {
+        RequestWalk { session, log: Log::new(), prefix: PrefixBytes::default(), turn: 0, step: 0 }
+    }
+
+    /// The log of the events applied so far.
+    pub fn log(&self) -> &Log {
+        &self.log
+    }
+
+    /// The session prefix of the current request header, as the requests carry it.
+    pub fn prefix(&self) -> &PrefixBytes {
+        &self.prefix
+    }
+
+    /// The turn and step of the last conversation request (or open step) so far.
+    pub fn position(&self) -> (u64, u64) {
+        (self.turn, self.step)
+    }
+
+    /// The session id the request of `ev` carries.
+    pub fn session_id_at(&self, ev: &Event) -> &str {
+        self.session.session_id_at(ev.seq)
+    }
+
+    fn header_for(&mut self, ev: &Event, what: &str) -> Result<EpochHeader> {
+        let header = self.log.state().headers.current().cloned().ok_or_else(|| {
+            Error::new(ErrorKind::Reconstruction, format!("seq {}: {what} before any request header", ev.seq)).with("seq", ev.seq)
+        })?;
+        if !self.prefix.is_for(header.message_prefix.as_ref()) {
+            self.prefix = PrefixBytes::of(header.message_prefix.as_ref());
+        }
+        Ok(header)
+    }
+
+    /// The request `ev` records, rebuilt from the events applied so far; `None` when `ev` is
+    /// not a request. A request the log cannot rebuild at all (no request header before it, a
+    /// compaction span outside the history) is a [`ErrorKind::Reconstruction`] error naming
+    /// its seq; one it rebuilds differently is returned (see [`RecordedRequest::matches`]).
+    pub fn rebuild(&mut self, ev: &Event) -> Result<Option<RecordedRequest>> {
+        if ev.ty == types::STEP_START {
+            let f = ev.fields()?;
+            let (turn, step, bytes) = (f.u64("turn")?, f.u64("step")?, f.u64("bytes")?);
+            let recorded_digest = f.str("digest")?.to_string();
+            (self.turn, self.step) = (turn, step);
+            let header = self.header_for(ev, "a request")?;
+            let envelope = conversation_envelope(&self.log, &header, &self.prefix, self.session.session_id_at(ev.seq), turn, step);
+            return Ok(Some(RecordedRequest { kind: RecordedKind::Conversation { turn, step, bytes }, header, envelope, recorded_digest }));
+        }
+        if ev.ty != types::COMPACTION_START || ev.data.get("requestDigest").is_none() {
+            return Ok(None);
+        }
+        let f = ev.fields()?;
+        let recorded_digest = f.str("requestDigest")?.to_string();
+        let span = f.value("span")?;
+        let start = span.get("start").and_then(Value::as_u64).unwrap_or(0) as usize;
+        let end = span.get("end").and_then(Value::as_u64).unwrap_or(0) as usize;
+        let (instruction, provider, model) =
+            (f.str("instruction")?.to_string(), f.str("provider")?.to_string(), f.str("model")?.to_string());
+        let max_tokens = f.u64("maxTokens")?;
+        let header = self.header_for(ev, "a compaction")?;
+        let entries = self.log.history().entries();
+        if start > end || end >= entries.len() {
+            return Err(Error::new(
+                ErrorKind::Reconstruction,
+                format!("compaction at seq {}: span {start}..={end} is outside the surface", ev.seq),
+            )
+            .with("seq", ev.seq));
+        }
+        let envelope = compaction_envelope(
+            &header,
+            &self.prefix,
+            &entries[start..=end],
+            &instruction,
+            &provider,
+            &model,
+            max_tokens,
+            self.session.session_id_at(ev.seq),
+        );
+        let kind = RecordedKind::Compaction { start, end, instruction, provider, model, max_tokens };
+        Ok(Some(RecordedRequest { kind, header, envelope, recorded_digest }))
+    }
+
+    /// Applies `ev`, checked by the log rules as on load (`expected_seq` is the seq it must
+    /// have). A refused event is the rules' error; nothing is applied.
+    pub fn apply(&mut self, ev: &Event, expected_seq: u64) -> Result<()> {
+        let effect = self.log.state().check(ev, expected_seq)?;
+        self.log.commit(ev, effect, Arc::from(""));
+        if let Some(t) = &self.log.state().open_turn {
+            (self.turn, self.step) = (t.turn, t.last_step);
+        }
+        Ok(())
+    }
+}
+
 fn divergence(msg: String, ev: &Event, turn: u64, step: u64) -> Error {
     Error::new(ErrorKind::Reconstruction, msg).with("seq", ev.seq).with("turn", turn).with("step", step).with("line", ev.seq + 2)
 }
@@ -609,70 +772,60 @@ pub fn verify_events(session: &SessionHeader, events: &[Event]) -> Result<Verify
 /// [`verify_events`], and with `bodies` also the provider body of every conversation request
 /// (see [`verify_bodies`]).
 fn verify_events_with(session: &SessionHeader, events: &[Event], mut bodies: Option<&mut BodyCache>) -> Result<VerifyReport> {
-    let mut log = Log::new();
+    let mut walk = RequestWalk::new(session);
     let mut report = VerifyReport::default();
-    let mut prefix = PrefixBytes::default();
-    let (mut turn, mut step) = (0u64, 0u64);
     for ev in events {
-        let expected_seq = ev.seq;
-        if ev.ty == types::STEP_START {
-            let f = ev.fields()?;
-            let (t, s) = (f.u64("turn")?, f.u64("step")?);
-            let recorded = f.str("digest")?.to_string();
-            let bytes = f.u64("bytes")?;
-            let header = log.state().headers.current().cloned().ok_or_else(|| {
-                divergence(format!("turn {t} step {s} (seq {}): no request header precedes this request", ev.seq), ev, t, s)
-            })?;
-            if !prefix.is_for(header.message_prefix.as_ref()) {
-                prefix = PrefixBytes::of(header.message_prefix.as_ref());
-            }
-            let body = conversation_envelope(&log, &header, &prefix, session.session_id_at(ev.seq), t, s);
-            let got = digest(&body);
-            if got != recorded || body.len() as u64 != bytes {
-                return Err(divergence(
-                    format!(
-                        "turn {t} step {s} (seq {}): the request rebuilt from the log differs from the one sent (digest {got}, {} bytes; recorded {recorded}, {bytes} bytes)",
-                        ev.seq,
-                        body.len()
-                    ),
-                    ev,
-                    t,
-                    s,
-                )
-                .with("recordedDigest", recorded)
-                .with("rebuiltDigest", got));
-            }
-            report.requests += 1;
-            if let Some(cache) = bodies.as_deref_mut() {
-                check_body(cache, &log, &header, &prefix, session.session_id_at(ev.seq), &body, ev, t, s)?;
-                report.bodies += 1;
-            }
-        }
-        if ev.ty == types::COMPACTION_START {
-            if let Some(recorded) = ev.data.get("requestDigest").and_then(Value::as_str) {
-                let got = rebuild_compaction_digest(&log, ev, session.session_id_at(ev.seq), &mut prefix)?;
-                if got != recorded {
-                    return Err(divergence(
-                        format!(
-                            "compaction at seq {} (after turn {turn} step {step}): the summarisation request rebuilt from the log differs from the one sent (digest {got}; recorded {recorded})",
-                            ev.seq
-                        ),
-                        ev,
-                        turn,
-                        step,
-                    ));
+        let (turn, step) = walk.position();
+        let rebuilt = walk.rebuild(ev).map_err(|e| {
+            let (t, s) = walk.position();
+            divergence(e.message().to_string(), ev, t, s)
+        })?;
+        if let Some(r) = rebuilt {
+            let got = digest(&r.envelope);
+            match &r.kind {
+                RecordedKind::Conversation { turn: t, step: s, bytes } => {
+                    let (t, s, bytes) = (*t, *s, *bytes);
+                    if !r.matches() {
+                        return Err(divergence(
+                            format!(
+                                "turn {t} step {s} (seq {}): the request rebuilt from the log differs from the one sent (digest {got}, {} bytes; recorded {}, {bytes} bytes)",
+                                ev.seq,
+                                r.envelope.len(),
+                                r.recorded_digest
+                            ),
+                            ev,
+                            t,
+                            s,
+                        )
+                        .with("recordedDigest", r.recorded_digest.clone())
+                        .with("rebuiltDigest", got));
+                    }
+                    report.requests += 1;
+                    if let Some(cache) = bodies.as_deref_mut() {
+                        check_body(cache, walk.log(), &r.header, walk.prefix(), walk.session_id_at(ev), &r.envelope, ev, t, s)?;
+                        report.bodies += 1;
+                    }
                 }
-                report.compactions += 1;
+                RecordedKind::Compaction { .. } => {
+                    if !r.matches() {
+                        return Err(divergence(
+                            format!(
+                                "compaction at seq {} (after turn {turn} step {step}): the summarisation request rebuilt from the log differs from the one sent (digest {got}; recorded {})",
+                                ev.seq, r.recorded_digest
+                            ),
+                            ev,
+                            turn,
+                            step,
+                        ));
+                    }
+                    report.compactions += 1;
+                }
             }
         }
-        let effect = log.state().check(ev, expected_seq).map_err(|e| {
+        let (turn, step) = walk.position();
+        walk.apply(ev, ev.seq).map_err(|e| {
             divergence(format!("turn {turn} step {step}: {}", e.message()), ev, turn, step).with_kind(ErrorKind::Reconstruction)
         })?;
-        log.commit(ev, effect, Arc::from(""));
-        if let Some(t) = &log.state().open_turn {
-            turn = t.turn;
-            step = t.last_step;
-        }
         report.events += 1;
     }
     Ok(report)
@@ -714,40 +867,6 @@ fn check_body(
         ));
     }
     Ok(())
-}
-
-fn rebuild_compaction_digest(log: &Log, ev: &Event, session_id: &str, prefix: &mut PrefixBytes) -> Result<String> {
-    let f = ev.fields()?;
-    let span = f.value("span")?;
-    let start = span.get("start").and_then(Value::as_u64).unwrap_or(0) as usize;
-    let end = span.get("end").and_then(Value::as_u64).unwrap_or(0) as usize;
-    let header = log
-        .state()
-        .headers
-        .current()
-        .cloned()
-        .ok_or_else(|| Error::new(ErrorKind::Reconstruction, "compaction before any request header"))?;
-    if !prefix.is_for(header.message_prefix.as_ref()) {
-        *prefix = PrefixBytes::of(header.message_prefix.as_ref());
-    }
-    let entries = log.history().entries();
-    if end >= entries.len() || start > end {
-        return Err(Error::new(
-            ErrorKind::Reconstruction,
-            format!("compaction at seq {}: span {start}..={end} is outside the surface", ev.seq),
-        ));
-    }
-    let body = compaction_envelope(
-        &header,
-        prefix,
-        &entries[start..=end],
-        f.str("instruction")?,
-        f.str("provider")?,
-        f.str("model")?,
-        f.u64("maxTokens")?,
-        session_id,
-    );
-    Ok(digest(&body))
 }
 
 /// Verifies a whole stored log given as its records (session header first): see
