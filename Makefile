@@ -10,7 +10,7 @@ CC ?= cc
 .PHONY: build-lib header check-header check-symbols install install-check test-c test-c-one cbindgen
 .PHONY: go-pc test-go demo-build e2e e2e-resume
 .PHONY: test-cpp cpp-deps cpp-install-check
-.PHONY: fuzz-smoke fuzz-build fuzz-smoke-build fuzz-corpus readme-check
+.PHONY: fuzz-smoke fuzz-build fuzz-smoke-build fuzz-corpus readme-check check-docs
 .PHONY: test-pg bench-pg
 .PHONY: check check-rust check-c check-go check-node check-cpp node-deps
 
@@ -227,6 +227,12 @@ check-go: build-lib go-pc
 # built against build/lib and run twice (scripts/check-readme.sh). Needs test-node's npm ci.
 readme-check: build-lib go-pc node-deps
 	bash scripts/check-readme.sh
+
+# No doc, README, header or comment points outside the repository (the contract is
+# docs/contract.md), and every relative Markdown link and anchor resolves
+# (scripts/check-docs.sh). Needs no build.
+check-docs:
+	bash scripts/check-docs.sh
 
 # ---------------------------------------------------------------------------------------------
 # The demo and the end-to-end test (docs/demo.md): the Go example host against llama-server

@@ -1,4 +1,4 @@
-//! Cancel tokens (SPEC §5).
+//! Cancel tokens (docs/contract.md §9.3).
 //!
 //! A [`CancelToken`] can be tripped from any thread at any time. Operations that may wait
 //! (prefix composition, pre-step listeners, summarisation, a pending host reply) check it, and

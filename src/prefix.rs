@@ -1,4 +1,5 @@
-//! Session prefix composition (`agent/session-prefix`, SPEC §4) and pre-step listeners.
+//! Session prefix composition (`agent/session-prefix`, docs/contract.md §3.3) and pre-step listeners
+//! (§3.4).
 //!
 //! The prefix is a waterfall over the prefix listeners in registration order: each listener
 //! receives what the listeners registered after it produced (the seed is an empty, immutable

@@ -1,4 +1,4 @@
-//! Request envelopes, their digests, reconstruction from the log, and `verify` (SPEC §4).
+//! Request envelopes, their digests, reconstruction from the log, and `verify` (docs/contract.md §4.2, §4.3).
 //!
 //! The envelope is canonical JSON with a fixed field order:
 //! `provider, model, reasoningEffort?, temperature?, maxTokens?, stop?, <other config fields in

@@ -1,4 +1,4 @@
-//! The JSON vocabulary of SPEC §1: content blocks, messages, usage, tool schemas, call config.
+//! The JSON vocabulary of docs/contract.md §1: content blocks, messages, usage, tool schemas, call config.
 //!
 //! Every type is read from a `serde_json::Value` by a validator that names the offending
 //! field (`messages[2].content[0].text: expected a string`), and keeps unknown fields (and

@@ -221,7 +221,7 @@ fn image_has_a_fixed_cost_and_other_opaque_blocks_count_their_json() {
     assert_eq!(e.count(Countable::Message(&small)).unwrap(), MESSAGE_OVERHEAD + IMAGE_TOKENS);
     assert_eq!(e.count(Countable::Message(&big)).unwrap(), MESSAGE_OVERHEAD + IMAGE_TOKENS);
 
-    let block = json!({"type":"citation","source":"SPEC.md","quote":"append-only event log"});
+    let block = json!({"type":"citation","source":"docs/log.md","quote":"append-only event log"});
     let m = message(json!({"role":"user","content":[block]}));
     let text = serde_json::to_string(&m.content[0]).unwrap();
     assert!(text.contains("\"citation\""), "{text}");

@@ -1,4 +1,4 @@
-//! Agent instances and the host-driven turn/step lifecycle (SPEC §4).
+//! Agent instances and the host-driven turn/step lifecycle (docs/contract.md §8.1, §4.1).
 //!
 //! An [`Agent`] drives one session; at most one live instance per session. The host opens a
 //! turn with a user message, asks for the next request, reports what the provider returned

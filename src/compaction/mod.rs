@@ -1,4 +1,4 @@
-//! Token pressure and cache-reusing compaction (SPEC §6).
+//! Token pressure and cache-reusing compaction (docs/contract.md §6, §7).
 //!
 //! When the measured prompt crosses the policy's threshold, the head of the surface (everything
 //! but a retained tail, never separating a tool call from its result) is summarised. The

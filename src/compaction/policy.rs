@@ -1,4 +1,4 @@
-//! Compaction policies: per model, with the defaults of SPEC §6, validated.
+//! Compaction policies: per model, with the defaults of docs/contract.md §6.2, validated.
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::tokens::estimate_text;

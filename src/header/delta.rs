@@ -1,4 +1,4 @@
-//! `request/header-delta` (SPEC §3): the difference between two request headers.
+//! `request/header-delta` (docs/contract.md §3.2): the difference between two request headers.
 //!
 //! A [`HeaderDelta`] has four optional arms:
 //!

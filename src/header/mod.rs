@@ -1,4 +1,4 @@
-//! The request header (SPEC §1, §3): the non-history part of a request.
+//! The request header (docs/contract.md §3.1, §3.2): the non-history part of a request.
 //!
 //! An [`EpochHeader`] is `{config, system?, tools?, messagePrefix?}`. Its canonical form
 //! drops an empty system, empty tools and an empty prefix, so "absent" and "empty" compare

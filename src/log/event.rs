@@ -1,4 +1,4 @@
-//! The event envelope and the event catalogue (SPEC §2).
+//! The event envelope and the event catalogue (docs/contract.md §2.1).
 //!
 //! An event is `{"type","seq","time","data"}` plus, on model-visible events only,
 //! `surfaceOp` and (for a replace) `sources`. The catalogue's `data` shapes are documented in

@@ -1,4 +1,4 @@
-//! The surface and the history derivation (SPEC §2).
+//! The surface and the history derivation (docs/contract.md §2.3).
 //!
 //! The surface is the ordered list of model-visible events. One pure per-event projection
 //! ([`project`]) turns a surface event into a provider message; the derived history is that

@@ -1,4 +1,4 @@
-//! Loading a stored log (SPEC §2 "Loading").
+//! Loading a stored log (docs/contract.md §2.7).
 //!
 //! The first record is the session header; it must name format `llmsession`, version 1 or 2.
 //! In a version 2 log every event record carries a chained digest ([`crate::log::chain`]); it is

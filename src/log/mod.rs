@@ -1,4 +1,4 @@
-//! The append-only session log (SPEC §2): events, validation, the surface and its derivation,
+//! The append-only session log (docs/contract.md §2): events, validation, the surface and its derivation,
 //! storage, loading with repair.
 //!
 //! [`Log`] is the in-memory fold: every event's JSON line plus the [`LogState`] that

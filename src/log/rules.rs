@@ -1,4 +1,4 @@
-//! Validation of every append (SPEC §2): shape, surface rules, tool pairing, and ownership of
+//! Validation of every append (docs/contract.md §2.2): shape, surface rules, tool pairing, and ownership of
 //! the turn / step an event names.
 //!
 //! [`LogState::check`] validates an event against the current state without changing it and

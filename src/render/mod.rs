@@ -1,4 +1,4 @@
-//! Provider body renderers: turn a request envelope (SPEC §4) into the JSON body a provider
+//! Provider body renderers: turn a request envelope (docs/contract.md §4.2, §4.4) into the JSON body a provider
 //! accepts.
 //!
 //! - [`render_openai`]: an OpenAI-compatible chat-completions body (OpenAI, DeepSeek,
@@ -52,7 +52,7 @@ use serde_json::Value;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RenderOptions {
-    /// How many leading envelope messages are the session prefix (SPEC §4). The Anthropic
+    /// How many leading envelope messages are the session prefix (docs/contract.md §3.3). The Anthropic
     /// renderer puts a cache breakpoint at the end of the prefix and hoists system-role prefix
     /// messages into `system`; the OpenAI renderer only checks it against the message count.
     pub prefix_len: usize,

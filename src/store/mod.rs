@@ -1,4 +1,4 @@
-//! Storage for a session log (SPEC §2 "Storage", "One writer per session"): in memory
+//! Storage for a session log (docs/contract.md §2.5, §2.6): in memory
 //! ([`MemoryStore`]), a JSONL file ([`JsonlStore`], the embedded default), a PostgreSQL database
 //! ([`postgres::PgStore`], with the `postgres` feature, on by default), or a store the host
 //! keeps ([`host::HostStore`], a JSON request/reply protocol; the C ABI carries it over a host

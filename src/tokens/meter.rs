@@ -1,4 +1,4 @@
-//! The token meter: system + tools + live session prefix + history (SPEC §6).
+//! The token meter: system + tools + live session prefix + history (docs/contract.md §6.1).
 //!
 //! The meter follows the surface incrementally: between two measurements only the surface
 //! entries appended since are counted (per-message counts are cached by seq), so measuring

@@ -1,4 +1,4 @@
-//! Token counters for the token meter (SPEC §6).
+//! Token counters for the token meter (docs/contract.md §6.1).
 //!
 //! A [`TokenCounter`] counts one [`Countable`] at a time: the system prompt, the tool schemas,
 //! or one message. Three counters exist, best first:
