@@ -19,14 +19,14 @@ all: build
 build:
 	$(CARGO) build --release
 
-test: test-rust bench-smoke check-header check-symbols test-c install-check test-node test-cpp test-go test-pg readme-check bench-bindings-smoke fuzz-smoke e2e e2e-resume
+test: test-rust bench-smoke check-header check-symbols check-docs test-c install-check test-node test-cpp test-go test-pg readme-check bench-bindings-smoke fuzz-smoke e2e e2e-resume
 
 # The everyday subset of `make test`: the build, the header and symbol checks, the unit and
 # scenario tests in every language. Left to `make test`: the slow Rust suites (crash,
 # concurrency, property tests, fault sweeps, scale), benchmarks, the static-library and valgrind
 # passes of the C tests, Go's -race, the install checks, PostgreSQL, the README examples,
 # fuzzing and the end-to-end runs against llama-server.
-check: check-rust check-header check-symbols check-c check-go check-node check-cpp
+check: check-rust check-header check-symbols check-docs check-c check-go check-node check-cpp
 
 # The Rust unit tests of every crate and the quick integration suites (docs/scenarios.md for the
 # scenario files).

@@ -769,7 +769,7 @@ lls_status lls_agent_set_tokenizer(lls_agent *agent,
 lls_status lls_agent_clear_token_counter(lls_agent *agent, lls_error **err);
 
 /**
- * Adds a session prefix listener (SPEC §4). Listeners run once per agent instance, lazily,
+ * Adds a session prefix listener (docs/contract.md §3.3). Listeners run once per agent instance, lazily,
  * before the instance's first request, as a waterfall in registration order: each receives
  * `{"rest": [messages], "instance": n, "turn": n}`, where `rest` is what the listeners
  * registered after it produced, and answers with the extended JSON array of messages —

@@ -1,4 +1,4 @@
-//! `lls_cancel`: cancel tokens for the C ABI (SPEC §5).
+//! `lls_cancel`: cancel tokens for the C ABI (docs/contract.md §9.3).
 
 use crate::runtime::boundary::{boundary, boundary_value};
 use crate::runtime::buffers::Out;

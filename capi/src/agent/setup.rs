@@ -235,7 +235,7 @@ unsafe fn register_callback(
     }
 }
 
-/// Adds a session prefix listener (SPEC §4). Listeners run once per agent instance, lazily,
+/// Adds a session prefix listener (docs/contract.md §3.3). Listeners run once per agent instance, lazily,
 /// before the instance's first request, as a waterfall in registration order: each receives
 /// `{"rest": [messages], "instance": n, "turn": n}`, where `rest` is what the listeners
 /// registered after it produced, and answers with the extended JSON array of messages —
