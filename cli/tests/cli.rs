@@ -54,8 +54,9 @@ fn cli_inspects_a_log_and_names_the_damaged_step() {
         assert!(ok, "{out}");
         assert!(out.contains(&format!("ok: 4 {r} bodies built from the rendered messages")), "{out}");
     }
+    // An unknown renderer is a usage error that lists the ones there are.
     let (ok, out) = cli(&["verify", p, "--render", "cohere"]);
-    assert!(!ok && out.contains("renderer: expected"), "{out}");
+    assert!(!ok && out.contains("invalid value 'cohere' for '--render <NAME>'") && out.contains("openai-responses"), "{out}");
 
     let (ok, out) = cli(&["stats", p, "--json"]);
     assert!(ok, "{out}");

@@ -180,7 +180,7 @@ expect_fail "verify on a file that is not a session log" "not-a-log.jsonl: line 
 expect_fail "stats on a file that is not a session log" "not-a-log.jsonl: line 1: malformed JSON" "$CLI" stats "$OUT/not-a-log.jsonl"
 expect_fail "verify on a missing file" "no-such-file.jsonl: cannot open a session log: No such file" "$CLI" verify "$OUT/no-such-file.jsonl"
 expect_fail "show of a request the log does not have" "there is no request 9999" "$CLI" show "$LOG" --step 9999
-expect_fail "an unknown command" "unknown command" "$CLI" frobnicate "$LOG"
+expect_fail "an unknown command" "unrecognized subcommand 'frobnicate'" "$CLI" frobnicate "$LOG"
 
 if ((fails > 0)); then
     echo "cli-checks: $fails check(s) failed" >&2
