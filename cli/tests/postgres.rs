@@ -118,7 +118,7 @@ fn every_command_reads_a_postgres_session() {
             assert!(code == 0 && !out.is_empty() && err.is_empty(), "{args:?}: {code} {out}{err}");
         }
     }
-    let list = json(&["sessions", &alt.split('?').next().unwrap().to_string(), "--json"]);
+    let list = json(&["sessions", alt.split('?').next().unwrap(), "--json"]);
     assert!(list.as_array().unwrap().iter().any(|s| s["id"] == id.as_str() && s["inUse"] == false), "{list}");
 
     // Exit codes. No session named, and a session the database does not hold: the store (4).
