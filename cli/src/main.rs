@@ -1,24 +1,20 @@
-//! `llmsession`: look inside a session log.
+//! `llmsession`: look inside a session log (docs/cli.md has every command, its options, its JSON
+//! output and the exit codes).
 //!
 //! ```text
-//! llmsession verify LOG [--render openai|openai-responses|anthropic|gemini]
-//!                                             rebuild every request, name the first divergence;
-//!                                             with --render, every provider body too
-//! llmsession stats LOG [--json]               per request: messages, shared prefix, header changes,
-//!                                             compactions, provider-reported cached tokens
-//! llmsession explain LOG [--step N] [--json]  per request: the cacheable prefix shared with the
-//!                                             request before, where and why it diverges, the
-//!                                             expected and the reported cached tokens, the
-//!                                             prompt spend by cause
-//! llmsession show LOG --step N [--render openai|openai-responses|anthropic|gemini]
-//!                                             the reconstructed request N (1-based, in log order)
-//! llmsession headers LOG                      header history with readable diffs; drift at resume
-//! llmsession sessions URL [--json]            the sessions a store holds (a database: many)
+//! llmsession verify LOG [--render openai|openai-responses|anthropic|gemini] [--json]
+//! llmsession stats LOG [--json]
+//! llmsession explain LOG [--step ID] [--json]
+//! llmsession show LOG --step N [--render openai|openai-responses|anthropic|gemini] [--json]
+//! llmsession headers LOG [--json]
+//! llmsession sessions URL [--json]
 //! ```
 //!
 //! LOG is a JSONL file path or a store URL: `file:PATH`, or
-//! `postgres://user:password@host:port/dbname?session=ID` for a session in PostgreSQL. Every
-//! command reads without a lock or lease and writes nothing.
+//! `postgres://user:password@host:port/dbname?session=ID` (or `postgresql://`) for a session in
+//! PostgreSQL. Every command reads without a lock or lease and writes nothing. The command line
+//! is parsed by clap: options go anywhere after the command, `--step=2` and `--step 2` are the
+//! same, and anything it does not know is a usage error (exit 2).
 
 use llmsession::explain::{explain_events, Explanation, Kind, RequestReport};
 use llmsession::header::delta::diff;
@@ -29,12 +25,19 @@ use llmsession::request::{conversation_envelope, verify_bodies, verify_contents,
 use llmsession::store::url::{list_sessions, open_store, UrlOptions};
 use llmsession::store::{JsonlStore, Store, StoreContents};
 use llmsession::tokens::Estimator;
-use llmsession::EpochHeader;
+use llmsession::{EpochHeader, ErrorKind};
 use serde_json::{json, Value};
 use std::process::ExitCode;
 
+mod args;
+mod failure;
+use args::{Cli, Command};
+use clap::Parser as _;
+use failure::{Exit, Failure};
+
 /// `println!` that stops quietly when the reader went away (`llmsession stats LOG | head`):
-/// a closed pipe ends the program with success instead of a panic.
+/// a closed pipe ends the program with success instead of a panic; any other write failure is
+/// an I/O failure (exit 4).
 macro_rules! out {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
@@ -43,34 +46,33 @@ macro_rules! out {
                 std::process::exit(0);
             }
             eprintln!("llmsession: writing the output failed: {e}");
-            std::process::exit(1);
+            std::process::exit($crate::failure::Exit::Store as i32);
         }
     }};
 }
 
-const USAGE: &str = "usage:
-  llmsession verify LOG [--render openai|openai-responses|anthropic|gemini]
-  llmsession stats LOG [--json]
-  llmsession explain LOG [--step N] [--json]
-  llmsession show LOG --step N [--render openai|openai-responses|anthropic|gemini]
-  llmsession headers LOG
-  llmsession sessions URL [--json]
-LOG: a JSONL file, file:PATH, or postgres://user:password@host:port/dbname?session=ID";
-
 /// Reads a log the way a read-only session open does: no lock is taken and nothing is written,
 /// so this works on a log that a live agent is writing (complete lines only).
-fn read_contents(path: &str) -> Result<StoreContents, String> {
+/// A store that cannot be opened or read is exit 4, unless what it read is damaged (exit 3).
+fn read_contents(path: &str) -> Result<StoreContents, Failure> {
     let mut store: Box<dyn Store> = if is_url(path) {
         let opts = UrlOptions { read_only: true, ..UrlOptions::default() };
-        open_store(path, &opts).map_err(|e| e.message().to_string())?.0
+        open_store(path, &opts).map_err(store_failure)?.0
     } else {
-        Box::new(JsonlStore::open_read_only(path).map_err(|e| e.message().to_string())?)
+        Box::new(JsonlStore::open_read_only(path).map_err(store_failure)?)
     };
-    let contents = store.load().map_err(|e| e.message().to_string())?;
+    let contents = store.load().map_err(store_failure)?;
     if contents.records.is_empty() {
-        return Err(format!("{}: empty file, not a session log", store.describe()));
+        return Err(Failure::new(Exit::BadLog, ErrorKind::CorruptLog, format!("{}: empty file, not a session log", store.describe())));
     }
     Ok(contents)
+}
+
+/// An error opening or reading a store: a bad log when what was read is damaged, otherwise the
+/// store's (a missing file, a refused connection, a session the database does not hold).
+fn store_failure(e: llmsession::Error) -> Failure {
+    let exit = if Exit::of(e.kind()) == Exit::BadLog { Exit::BadLog } else { Exit::Store };
+    Failure::with_exit(e, exit)
 }
 
 /// A store URL rather than a file path (`postgres://`, `postgresql://`, `file:`).
@@ -78,9 +80,9 @@ fn is_url(s: &str) -> bool {
     s.starts_with("postgres://") || s.starts_with("postgresql://") || s.starts_with("file:")
 }
 
-fn cmd_sessions(url: &str, as_json: bool) -> Result<(), String> {
+fn cmd_sessions(url: &str, as_json: bool) -> Result<(), Failure> {
     let url = if is_url(url) { url.to_string() } else { format!("file:{url}") };
-    let list = list_sessions(&url, None, None).map_err(|e| e.message().to_string())?;
+    let list = list_sessions(&url, None, None).map_err(store_failure)?;
     if as_json {
         out!("{}", serde_json::to_string(&list).unwrap());
         return Ok(());
@@ -94,9 +96,9 @@ fn cmd_sessions(url: &str, as_json: bool) -> Result<(), String> {
     Ok(())
 }
 
-fn read_log(path: &str) -> Result<(SessionHeader, Vec<Event>), String> {
+fn read_log(path: &str) -> Result<(SessionHeader, Vec<Event>), Failure> {
     let contents = read_contents(path)?;
-    parse_records(&contents.records).map_err(|e| format!("{path}: {}", e.message()))
+    parse_records(&contents.records).map_err(|e| Failure::of(e).context(path))
 }
 
 /// One conversation request found while replaying the log (for `show`).
@@ -105,13 +107,16 @@ struct Seen {
     prefix_len: usize,
 }
 
-fn replay(header: &SessionHeader, events: &[Event]) -> Result<Vec<Seen>, String> {
+fn replay(header: &SessionHeader, events: &[Event]) -> Result<Vec<Seen>, Failure> {
     let mut log = Log::new();
     let mut out: Vec<Seen> = Vec::new();
     let mut prefix = PrefixBytes::default();
     for ev in events {
         if ev.ty == "step/start" {
-            let h: EpochHeader = log.state().headers.current().cloned().ok_or(format!("seq {}: a request before any header", ev.seq))?;
+            let h: EpochHeader =
+                log.state().headers.current().cloned().ok_or_else(|| {
+                    Failure::new(Exit::BadLog, ErrorKind::CorruptLog, format!("seq {}: a request before any header", ev.seq))
+                })?;
             if !prefix.is_for(h.message_prefix.as_ref()) {
                 prefix = PrefixBytes::of(h.message_prefix.as_ref());
             }
@@ -119,39 +124,58 @@ fn replay(header: &SessionHeader, events: &[Event]) -> Result<Vec<Seen>, String>
             let body = conversation_envelope(&log, &h, &prefix, header.session_id_at(ev.seq), t, s);
             out.push(Seen { body, prefix_len: prefix.messages.len() });
         }
-        log.append(ev).map_err(|e| format!("line {}: {}", ev.seq + 2, e.message()))?;
+        log.append(ev).map_err(|e| Failure::of(e).context(format!("line {}", ev.seq + 2)))?;
     }
     Ok(out)
 }
 
 /// The explanation of a log file (the one computation behind `stats` and `explain`).
-fn explanation(path: &str) -> Result<Explanation, String> {
+fn explanation(path: &str) -> Result<Explanation, Failure> {
     let (header, events) = read_log(path)?;
-    explain_events(&header, &events, &Estimator).map_err(|e| format!("{path}: {}", e.message()))
+    explain_events(&header, &events, &Estimator).map_err(|e| Failure::of(e).context(path))
 }
 
-fn cmd_verify(path: &str, render: Option<&str>) -> Result<(), String> {
+/// A `--render` name (clap has already checked it is one of [`args::RENDERERS`]).
+fn renderer(name: &str) -> Result<Renderer, Failure> {
+    Renderer::parse(name).map_err(Failure::of)
+}
+
+fn cmd_verify(path: &str, render: Option<&str>, as_json: bool) -> Result<(), Failure> {
     let contents = read_contents(path)?;
-    let renderer = render.map(Renderer::parse).transpose().map_err(|e| e.message().to_string())?;
+    let renderer = render.map(renderer).transpose()?;
     let verified = match renderer {
         None => verify_contents(&contents),
         Some(r) => verify_bodies(&contents, r, &RenderOptions::default()),
     };
     match verified {
         Ok(r) => {
+            if as_json {
+                let mut v = json!({"ok": true, "events": r.events, "requests": r.requests, "compactions": r.compactions});
+                if let Some(renderer) = renderer {
+                    v["renderer"] = json!(renderer.name());
+                    v["bodies"] = json!(r.bodies);
+                }
+                out!("{v}");
+                return Ok(());
+            }
             out!("ok: {} events, {} requests and {} compaction requests rebuilt byte for byte", r.events, r.requests, r.compactions);
             if let Some(renderer) = renderer {
                 out!("ok: {} {} bodies built from the rendered messages equal the rendering of their envelopes", r.bodies, renderer.name());
             }
             Ok(())
         }
+        // Whatever verify finds is the log's fault (exit 3), unless the store failed under it.
         // A damaged log names the file and the line; a request that does not rebuild, its step.
-        Err(e) if e.kind() == llmsession::ErrorKind::CorruptLog => Err(format!("verify failed: {path}: {}", e.message())),
-        Err(e) => Err(format!("verify failed: {}", e.message())),
+        Err(e) => {
+            let exit = if Exit::of(e.kind()) == Exit::Store { Exit::Store } else { Exit::BadLog };
+            let damaged = e.kind() == ErrorKind::CorruptLog;
+            let f = Failure::with_exit(e, exit);
+            Err(if damaged { f.context(path) } else { f }.context("verify failed"))
+        }
     }
 }
 
-fn cmd_stats(path: &str, as_json: bool) -> Result<(), String> {
+fn cmd_stats(path: &str, as_json: bool) -> Result<(), Failure> {
     let ex = explanation(path)?;
     let mut rows = Vec::new();
     let (mut cached_total, mut prompt_total) = (0u64, 0u64);
@@ -206,12 +230,18 @@ fn cmd_stats(path: &str, as_json: bool) -> Result<(), String> {
     Ok(())
 }
 
-fn cmd_explain(path: &str, step: Option<&str>, as_json: bool) -> Result<(), String> {
+fn cmd_explain(path: &str, step: Option<&str>, as_json: bool) -> Result<(), Failure> {
     let ex = explanation(path)?;
     if let Some(id) = step {
         let r = ex.request(id).ok_or_else(|| {
             let (conv, comp) = (ex.totals.conversation_requests, ex.totals.compaction_requests);
-            format!("there is no request {id} (the log has {conv} requests, 1..{conv}, and {comp} summarisation requests, c1..c{comp})")
+            Failure::new(
+                Exit::Other,
+                ErrorKind::InvalidInput,
+                format!(
+                    "there is no request {id} (the log has {conv} requests, 1..{conv}, and {comp} summarisation requests, c1..c{comp})"
+                ),
+            )
         })?;
         if as_json {
             out!("{}", serde_json::to_value(r).expect("a report serialises"));
@@ -332,19 +362,23 @@ fn explain_one(ex: &Explanation, r: &RequestReport) {
     out!("  prompt spend: {} uncached tokens ({}), charged to {}", r.uncached_tokens, r.spend_source, r.cause.as_str());
 }
 
-fn cmd_show(path: &str, step: usize, render: Option<&str>) -> Result<(), String> {
+fn cmd_show(path: &str, step: usize, render: Option<&str>, as_json: bool) -> Result<(), Failure> {
     let (header, events) = read_log(path)?;
     let seen = replay(&header, &events)?;
-    let s = seen.get(step.wrapping_sub(1)).ok_or(format!("there is no request {step} (the log has {} requests)", seen.len()))?;
-    let v: Value = serde_json::from_slice(&s.body).map_err(|e| e.to_string())?;
+    let s = seen.get(step.wrapping_sub(1)).ok_or_else(|| {
+        Failure::new(Exit::Other, ErrorKind::InvalidInput, format!("there is no request {step} (the log has {} requests)", seen.len()))
+    })?;
+    let v: Value = serde_json::from_slice(&s.body).map_err(|e| Failure::of(e.into()))?;
     let out = match render {
         None => v,
-        Some(r) => {
-            let r = Renderer::parse(r).map_err(|e| e.message().to_string())?;
-            r.render(&v, &RenderOptions::with_prefix_len(s.prefix_len)).map_err(|e| e.message().to_string())?
-        }
+        Some(r) => renderer(r)?.render(&v, &RenderOptions::with_prefix_len(s.prefix_len)).map_err(Failure::of)?,
     };
-    out!("{}", serde_json::to_string_pretty(&out).unwrap());
+    // The body is JSON either way: pretty for a reader, one line for a program.
+    if as_json {
+        out!("{out}");
+    } else {
+        out!("{}", serde_json::to_string_pretty(&out).unwrap());
+    }
     Ok(())
 }
 
@@ -382,18 +416,32 @@ fn describe_change(prev: &EpochHeader, cur: &EpochHeader) -> Vec<String> {
     out
 }
 
-fn cmd_headers(path: &str) -> Result<(), String> {
-    let (_, events) = read_log(path)?;
+fn cmd_headers(path: &str, as_json: bool) -> Result<(), Failure> {
+    let (header, events) = read_log(path)?;
     let mut log = Log::new();
     let mut prev: Option<EpochHeader> = None;
+    let mut rows = Vec::new();
     for ev in &events {
-        log.append(ev).map_err(|e| format!("line {}: {}", ev.seq + 2, e.message()))?;
+        log.append(ev).map_err(|e| Failure::of(e).context(format!("line {}", ev.seq + 2)))?;
         if ev.ty != "request/header" && ev.ty != "request/header-delta" {
             continue;
         }
         let cur = log.state().headers.current().cloned().expect("folded");
         let reason = ev.data["reason"].as_str().unwrap_or("delta");
         let instance = ev.data["instance"].as_u64().unwrap_or(0);
+        let system_lines = if cur.system_str().is_empty() { 0 } else { cur.system_str().split('\n').count() };
+        let changes = prev.as_ref().map(|p| describe_change(p, &cur));
+        // A change seen at a resume snapshot is drift: the host came back with another header.
+        let drift = reason == "resume" && changes.as_ref().is_some_and(|c| !c.is_empty());
+        if as_json {
+            rows.push(json!({
+                "seq": ev.seq, "reason": reason, "instance": instance, "provider": cur.config.provider,
+                "model": cur.config.model, "systemLines": system_lines, "tools": cur.tools_slice().len(),
+                "prefixMessages": cur.prefix().len(), "changes": changes.clone().unwrap_or_default(), "drift": drift,
+            }));
+            prev = Some(cur);
+            continue;
+        }
         out!(
             "seq {:>6}  {:<8} instance {:<3} {}/{}  system {} line(s), {} tool(s), prefix {} message(s)",
             ev.seq,
@@ -401,12 +449,11 @@ fn cmd_headers(path: &str) -> Result<(), String> {
             instance,
             cur.config.provider,
             cur.config.model,
-            if cur.system_str().is_empty() { 0 } else { cur.system_str().split('\n').count() },
+            system_lines,
             cur.tools_slice().len(),
             cur.prefix().len()
         );
-        if let Some(p) = &prev {
-            let changes = describe_change(p, &cur);
+        if let Some(changes) = changes {
             if changes.is_empty() {
                 out!("            (no change)");
             }
@@ -417,37 +464,37 @@ fn cmd_headers(path: &str) -> Result<(), String> {
         }
         prev = Some(cur);
     }
+    if as_json {
+        out!("{}", json!({"session": header.id, "headers": rows}));
+    }
     Ok(())
 }
 
-fn run(args: &[String]) -> Result<(), String> {
-    let cmd = args.first().ok_or(USAGE)?;
-    let path = args.get(1).ok_or(USAGE)?;
-    let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).map(String::as_str);
-    match cmd.as_str() {
-        "verify" => cmd_verify(path, flag("--render")),
-        "stats" => cmd_stats(path, args.iter().any(|a| a == "--json")),
-        "explain" => cmd_explain(path, flag("--step"), args.iter().any(|a| a == "--json")),
-        "show" => {
-            let step = flag("--step")
-                .ok_or("show needs --step N")?
-                .parse::<usize>()
-                .map_err(|_| "--step takes a number (1 = the first request)")?;
-            cmd_show(path, step, flag("--render"))
-        }
-        "headers" => cmd_headers(path),
-        "sessions" => cmd_sessions(path, args.iter().any(|a| a == "--json")),
-        other => Err(format!("unknown command {other:?}\n{USAGE}")),
+fn run(cli: Cli) -> Result<(), Failure> {
+    let json = cli.json;
+    match &cli.command {
+        Command::Verify { log, render } => cmd_verify(log, render.as_deref(), json),
+        Command::Stats { log } => cmd_stats(log, json),
+        Command::Explain { log, step } => cmd_explain(log, step.as_deref(), json),
+        Command::Show { log, step, render } => cmd_show(log, *step, render.as_deref(), json),
+        Command::Headers { log } => cmd_headers(log, json),
+        Command::Sessions { url } => cmd_sessions(url, json),
     }
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match run(&args) {
+    // --help and --version print on stdout and exit 0; a usage error prints on stderr and
+    // exits 2 (clap's own handling).
+    let cli = Cli::parse();
+    let json = cli.json;
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("llmsession: {e}");
-            ExitCode::FAILURE
+        Err(f) => {
+            if json {
+                out!("{}", f.to_json());
+            }
+            eprintln!("llmsession: {}", f.message);
+            ExitCode::from(f.exit as u8)
         }
     }
 }

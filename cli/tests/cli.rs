@@ -54,8 +54,9 @@ fn cli_inspects_a_log_and_names_the_damaged_step() {
         assert!(ok, "{out}");
         assert!(out.contains(&format!("ok: 4 {r} bodies built from the rendered messages")), "{out}");
     }
+    // An unknown renderer is a usage error that lists the ones there are.
     let (ok, out) = cli(&["verify", p, "--render", "cohere"]);
-    assert!(!ok && out.contains("renderer: expected"), "{out}");
+    assert!(!ok && out.contains("invalid value 'cohere' for '--render <NAME>'") && out.contains("openai-responses"), "{out}");
 
     let (ok, out) = cli(&["stats", p, "--json"]);
     assert!(ok, "{out}");
@@ -143,4 +144,273 @@ fn cli_stops_quietly_when_its_reader_goes_away() {
         assert!(status.success(), "{args:?}: {status:?} {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
+}
+
+/// The exit status, stdout and stderr of one run.
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_llmsession")).args(args).output().unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code().expect("the CLI exits, no signal"), text(&out.stdout), text(&out.stderr))
+}
+
+const COMMANDS: [&str; 6] = ["verify", "stats", "explain", "show", "headers", "sessions"];
+
+#[test]
+fn help_and_version_print_on_stdout_and_exit_0() {
+    let version = env!("CARGO_PKG_VERSION");
+    for flag in ["--help", "-h"] {
+        let (code, out, err) = run(&[flag]);
+        assert_eq!((code, err.as_str()), (0, ""), "{flag}: {out}");
+        assert!(out.contains("Usage: llmsession [OPTIONS] <COMMAND>"), "{out}");
+        for c in COMMANDS {
+            assert!(out.contains(&format!("\n  {c} ")), "{flag} does not list {c}: {out}");
+        }
+        // The exit codes are stated.
+        for line in ["0  success", "2  usage error", "3  the log is bad", "4  the store could not be read", "1  any other failure"] {
+            assert!(out.contains(line), "{flag} does not state {line:?}: {out}");
+        }
+    }
+    for flag in ["--version", "-V"] {
+        let (code, out, err) = run(&[flag]);
+        assert_eq!((code, out.trim(), err.as_str()), (0, format!("llmsession {version}").as_str(), ""));
+    }
+    for c in COMMANDS {
+        for flag in ["--help", "-h"] {
+            let (code, out, err) = run(&[c, flag]);
+            assert_eq!((code, err.as_str()), (0, ""), "{c} {flag}: {out}");
+            assert!(out.contains(&format!("Usage: llmsession {c} ")) && out.contains("--json"), "{c} {flag}: {out}");
+        }
+        for flag in ["--version", "-V"] {
+            let (code, out, err) = run(&[c, flag]);
+            assert_eq!((code, err.as_str()), (0, ""), "{c} {flag}: {out}");
+            assert!(out.trim().ends_with(version), "{c} {flag}: {out}");
+        }
+    }
+    let (code, out, _) = run(&["help", "explain"]);
+    assert!(code == 0 && out.contains("Usage: llmsession explain [OPTIONS] <LOG>") && out.contains("--step <ID>"), "{out}");
+}
+
+#[test]
+fn usage_errors_exit_2_and_name_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.jsonl");
+    write_log(&path);
+    let p = path.to_str().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (&["stats", p, "--frob"], "unexpected argument '--frob' found"),
+        (&["verify", "--frob", p], "unexpected argument '--frob' found"),
+        (&["stats"], "the following required arguments were not provided:\n  <LOG>"),
+        (&["stats", p, "extra"], "unexpected argument 'extra' found"),
+        (&["show", p], "the following required arguments were not provided:\n  --step <N>"),
+        (&["show", p, "--step", "two"], "invalid value 'two' for '--step <N>'"),
+        (&["show", p, "--step"], "a value is required for '--step <N>'"),
+        (&["show", p, "--step", "1", "--render", "cohere"], "invalid value 'cohere' for '--render <NAME>'"),
+        (&["frobnicate", p], "unrecognized subcommand 'frobnicate'"),
+        (&[], "Usage: llmsession [OPTIONS] <COMMAND>"),
+    ];
+    for (args, want) in cases {
+        let (code, out, err) = run(args);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?} wrote on stdout: {out}");
+    }
+}
+
+#[test]
+fn options_go_anywhere_and_take_their_value_either_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.jsonl");
+    write_log(&path);
+    let p = path.to_str().unwrap();
+    let (code, after, _) = run(&["stats", p, "--json"]);
+    assert_eq!(code, 0);
+    for args in [&["stats", "--json", p][..], &["--json", "stats", p][..]] {
+        let (code, out, err) = run(args);
+        assert_eq!((code, err.as_str()), (0, ""), "{args:?}");
+        assert_eq!(out, after, "{args:?}");
+        serde_json::from_str::<serde_json::Value>(&out).unwrap();
+    }
+    let (code, spaced, _) = run(&["show", p, "--step", "2"]);
+    assert_eq!(code, 0);
+    for args in [&["show", p, "--step=2"][..], &["show", "--step=2", p][..], &["show", "--step", "2", p][..]] {
+        let (code, out, err) = run(args);
+        assert_eq!((code, err.as_str()), (0, ""), "{args:?}");
+        assert_eq!(out, spaced, "{args:?}");
+    }
+    let (_, one, _) = run(&["show", p, "--step", "1"]);
+    assert_ne!(one, spaced, "--step=2 must show request 2, not request 1");
+    let (code, out, _) = run(&["explain", p, "--step=c1"]);
+    assert!(code == 1 && out.is_empty(), "{out}");
+    let (code, out, _) = run(&["explain", "--step=3", p, "--json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["id"], "3");
+}
+
+/// The keys `--json` documents (docs/cli.md) for each command.
+#[test]
+fn every_command_has_json_output_with_the_documented_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.jsonl");
+    write_log(&path);
+    let p = path.to_str().unwrap();
+    let json = |args: &[&str]| -> serde_json::Value {
+        let (code, out, err) = run(args);
+        assert_eq!((code, err.as_str()), (0, ""), "{args:?}: {out}");
+        assert_eq!(out.lines().count(), 1, "{args:?}: one JSON document on one line: {out}");
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
+    };
+    let has = |v: &serde_json::Value, keys: &[&str], what: &str| {
+        for k in keys {
+            assert!(v.get(k).is_some(), "{what}: no {k:?} in {v}");
+        }
+    };
+
+    let v = json(&["verify", p, "--json"]);
+    has(&v, &["ok", "events", "requests", "compactions"], "verify");
+    assert_eq!((v["ok"].as_bool(), v["requests"].as_u64(), v.get("renderer")), (Some(true), Some(4), None));
+    let v = json(&["verify", p, "--render", "gemini", "--json"]);
+    assert_eq!((v["renderer"].as_str(), v["bodies"].as_u64()), (Some("gemini"), Some(4)), "{v}");
+
+    let v = json(&["stats", p, "--json"]);
+    has(&v, &["session", "requests", "cachedTokens", "promptTokens"], "stats");
+    let row_keys = [
+        "request",
+        "turn",
+        "step",
+        "seq",
+        "messages",
+        "sharedWithPrevious",
+        "header",
+        "compactionsBefore",
+        "promptTokens",
+        "cachedTokens",
+        "expectedCachedTokens",
+        "hitRatio",
+        "cause",
+    ];
+    has(&v["requests"][0], &row_keys, "stats row");
+    let session = v["session"].as_str().unwrap().to_string();
+
+    let v = json(&["explain", p, "--json"]);
+    has(&v, &["session", "counter", "requests", "totals"], "explain");
+    has(
+        &v["totals"],
+        &["conversationRequests", "compactionRequests", "notRebuilt", "promptTokens", "cachedTokens", "expectedCachedTokens", "spend"],
+        "explain totals",
+    );
+    let request_keys = [
+        "id",
+        "kind",
+        "seq",
+        "turn",
+        "step",
+        "messages",
+        "bytes",
+        "tokens",
+        "rebuilt",
+        "sharedTokens",
+        "expectedCachedTokens",
+        "uncachedTokens",
+        "cause",
+    ];
+    has(&v["requests"][1], &request_keys, "explain request");
+    let v = json(&["explain", p, "--step", "2", "--json"]);
+    has(&v, &request_keys, "explain --step");
+    assert_eq!(v["id"], "2");
+
+    let v = json(&["show", p, "--step", "2", "--json"]);
+    has(&v, &["model", "messages"], "show");
+    assert_eq!(v["step"], 2);
+    let v = json(&["show", p, "--step", "2", "--render", "anthropic", "--json"]);
+    has(&v, &["model", "messages", "system"], "show --render anthropic");
+
+    let v = json(&["headers", p, "--json"]);
+    has(&v, &["session", "headers"], "headers");
+    assert_eq!(v["session"], session.as_str());
+    let h = &v["headers"][0];
+    has(
+        h,
+        &["seq", "reason", "instance", "provider", "model", "systemLines", "tools", "prefixMessages", "changes", "drift"],
+        "headers row",
+    );
+    assert_eq!((h["reason"].as_str(), h["model"].as_str(), h["systemLines"].as_u64()), (Some("initial"), Some("m1"), Some(1)), "{h}");
+    assert_eq!(h["changes"], serde_json::json!([]));
+
+    let v = json(&["sessions", p, "--json"]);
+    let list = v.as_array().expect("sessions --json is an array");
+    assert_eq!(list.len(), 1);
+    has(&list[0], &["id", "createdAt", "events", "updatedAt", "inUse"], "sessions row");
+    assert_eq!(list[0]["id"], session.as_str());
+}
+
+#[test]
+fn a_tampered_log_exits_3_and_a_missing_file_exits_4() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.jsonl");
+    write_log(&path);
+    // One tool result changed by hand: its record no longer matches its chained digest.
+    let text = std::fs::read_to_string(&path).unwrap();
+    let line = text.lines().position(|l| l.contains("\"tool/result\"")).unwrap() + 1;
+    let bad = dir.path().join("bad.jsonl");
+    std::fs::write(&bad, text.replacen("\"text\":\"ok\"", "\"text\":\"OK\"", 1)).unwrap();
+    let b = bad.to_str().unwrap();
+    let (code, out, err) = run(&["verify", b]);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        out.is_empty()
+            && err.starts_with(&format!("llmsession: verify failed: {b}: "))
+            && err.contains(&format!("line {line}: the chained digest does not match")),
+        "{err}"
+    );
+    let (code, out, err) = run(&["verify", b, "--json"]);
+    assert_eq!(code, 3, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (v["ok"].as_bool(), v["error"]["exitCode"].as_u64(), v["error"]["kind"].as_str()),
+        (Some(false), Some(3), Some("corrupt-log")),
+        "{v}"
+    );
+    assert_eq!(v["error"]["line"], line);
+    assert!(err.contains("verify failed"), "the message goes to stderr as well: {err}");
+
+    // Not a session log, and an empty file: the log is bad too.
+    let junk = dir.path().join("junk.jsonl");
+    std::fs::write(&junk, "hello\n").unwrap();
+    for c in ["verify", "stats", "explain", "headers"] {
+        let (code, _, err) = run(&[c, junk.to_str().unwrap()]);
+        assert!(code == 3 && err.contains("junk.jsonl: line 1: malformed JSON"), "{c}: {code} {err}");
+    }
+    let empty = dir.path().join("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    let (code, _, err) = run(&["stats", empty.to_str().unwrap()]);
+    assert!(code == 3 && err.contains("empty file, not a session log"), "{code} {err}");
+
+    // A file that is not there: the store could not be read, and the message names the path.
+    let missing = dir.path().join("nope").join("missing.jsonl");
+    let m = missing.to_str().unwrap();
+    for c in ["verify", "stats", "explain", "headers", "sessions"] {
+        let (code, out, err) = run(&[c, m]);
+        assert_eq!(code, 4, "{c}: {out}{err}");
+        assert!(err.contains(m) && err.contains("No such file"), "{c}: {err}");
+    }
+    let (code, _, err) = run(&["show", m, "--step", "1"]);
+    assert!(code == 4 && err.contains(m), "{err}");
+    let (code, out, _) = run(&["stats", m, "--json"]);
+    assert_eq!(code, 4);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (v["error"]["exitCode"].as_u64(), v["error"]["kind"].as_str(), v["error"]["path"].as_str()),
+        (Some(4), Some("storage"), Some(m)),
+        "{v}"
+    );
+    // A directory where the log should be.
+    let (code, _, err) = run(&["verify", dir.path().to_str().unwrap()]);
+    assert!(code == 4 && err.contains("not a regular file"), "{code} {err}");
+
+    // A request the log does not have: another failure (1), not a usage error.
+    let (code, out, err) = run(&["show", path.to_str().unwrap(), "--step", "9", "--json"]);
+    assert!(code == 1 && err.contains("there is no request 9"), "{code} {err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((v["error"]["exitCode"].as_u64(), v["error"]["kind"].as_str()), (Some(1), Some("invalid-input")));
 }

@@ -18,8 +18,22 @@ macro_rules! pg_url {
 }
 
 fn cli(args: &[&str]) -> (bool, String) {
+    let (code, out, err) = run(args);
+    (code == 0, format!("{out}{err}"))
+}
+
+/// The exit status, stdout and stderr of one run.
+fn run(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_llmsession")).args(args).output().unwrap();
-    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code().expect("the CLI exits, no signal"), text(&out.stdout), text(&out.stderr))
+}
+
+/// One JSON document from a run that must succeed.
+fn json(args: &[&str]) -> serde_json::Value {
+    let (code, out, err) = run(args);
+    assert_eq!((code, err.as_str()), (0, ""), "{args:?}: {out}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
 }
 
 #[test]
@@ -60,4 +74,86 @@ fn the_cli_reads_sessions_from_postgres() {
         .unwrap();
     let (ok, text) = cli(&["verify", &at]);
     assert!(!ok && text.contains("chained digest"), "{text}");
+}
+
+/// Every command that reads a log reads it from PostgreSQL too (both URL schemes, TCP and the
+/// unix socket), with the same --json output and exit codes as for a file.
+#[test]
+fn every_command_reads_a_postgres_session() {
+    let url = pg_url!("every_command_reads_a_postgres_session");
+    let id = unique_id("cli-all");
+    let (s, _) = Session::open_url(&url, writer(&id)).unwrap();
+    let mut a = agent(&s);
+    turn(&mut a, "one", 2).unwrap();
+    turn(&mut a, "two", 1).unwrap();
+    a.dispose().unwrap();
+    let events = s.len();
+    drop(s);
+    let at = format!("{url}?session={id}");
+    // The same database under the other scheme name (the library accepts both).
+    let alt = format!("postgresql://{}", at.strip_prefix("postgres://").expect("the test URL is postgres://"));
+    // Over the unix socket, where the server runs one.
+    let socket = std::env::var("LLMSESSION_PG_SOCKET_URL").ok().filter(|u| !u.is_empty()).map(|u| format!("{u}?session={id}"));
+    for log in [Some(&at), Some(&alt), socket.as_ref()].into_iter().flatten() {
+        let v = json(&["verify", log, "--json"]);
+        assert_eq!((v["ok"].as_bool(), v["events"].as_u64(), v["requests"].as_u64()), (Some(true), Some(events as u64), Some(3)), "{v}");
+        let v = json(&["verify", "--render=anthropic", log, "--json"]);
+        assert_eq!(v["bodies"], 3, "{v}");
+        let v = json(&["stats", "--json", log]);
+        assert_eq!((v["session"].as_str(), v["requests"].as_array().map(Vec::len)), (Some(id.as_str()), Some(3)), "{v}");
+        assert_eq!(v["promptTokens"], 300);
+        let v = json(&["explain", log, "--json"]);
+        assert_eq!((v["session"].as_str(), v["totals"]["conversationRequests"].as_u64()), (Some(id.as_str()), Some(3)), "{v}");
+        let v = json(&["explain", log, "--step=2", "--json"]);
+        assert_eq!(v["id"], "2");
+        let v = json(&["show", log, "--step=3", "--json"]);
+        assert_eq!(v["turn"], 2, "{v}");
+        let v = json(&["show", log, "--step", "1", "--render", "openai", "--json"]);
+        assert_eq!(v["messages"][0]["role"], "system", "{v}");
+        let v = json(&["headers", log, "--json"]);
+        assert_eq!((v["session"].as_str(), v["headers"][0]["reason"].as_str()), (Some(id.as_str()), Some("initial")), "{v}");
+        // The human forms too.
+        for args in [&["stats", log.as_str()][..], &["explain", log], &["headers", log], &["show", log, "--step", "2"]] {
+            let (code, out, err) = run(args);
+            assert!(code == 0 && !out.is_empty() && err.is_empty(), "{args:?}: {code} {out}{err}");
+        }
+    }
+    let list = json(&["sessions", alt.split('?').next().unwrap(), "--json"]);
+    assert!(list.as_array().unwrap().iter().any(|s| s["id"] == id.as_str() && s["inUse"] == false), "{list}");
+
+    // Exit codes. No session named, and a session the database does not hold: the store (4).
+    let password = url.split('@').next().unwrap().rsplit(':').next().unwrap().to_string();
+    for (log, want) in [(url.clone(), "name the session"), (format!("{url}?session=nope-{id}"), "holds no session")] {
+        for c in ["verify", "stats", "explain", "headers"] {
+            let (code, out, err) = run(&[c, &log, "--json"]);
+            assert_eq!(code, 4, "{c} {log}: {out}{err}");
+            assert!(err.contains(want) && !err.contains(&password) && !out.contains(&password), "{c}: {err}");
+            let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+            assert_eq!(v["error"]["exitCode"], 4, "{v}");
+        }
+    }
+    // A server that is not there: the store (4), and the message says which.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let refused = format!("postgres://llmsession:{password}@127.0.0.1:{closed}/llmsession?session={id}");
+    let (code, _, err) = run(&["stats", &refused]);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains(&format!("127.0.0.1:{closed}")) && !err.contains(&password), "{err}");
+    let (code, _, err) = run(&["sessions", refused.split('?').next().unwrap()]);
+    assert_eq!(code, 4, "{err}");
+    // A record changed in the database: the log is bad (3), for verify and for any reader.
+    sql(&url)
+        .execute("UPDATE llmsession_records SET record = replace(record, '\"two\"', '\"TWO\"') WHERE session_id = $1", &[&id])
+        .unwrap();
+    let (code, out, err) = run(&["verify", &at, "--json"]);
+    assert_eq!(code, 3, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((v["error"]["exitCode"].as_u64(), v["error"]["kind"].as_str()), (Some(3), Some("corrupt-log")), "{v}");
+    assert!(err.contains("chained digest"), "{err}");
+    // explain reads an edited log (that is what it explains) and says which requests the log
+    // no longer rebuilds.
+    let v = json(&["explain", &alt, "--json"]);
+    assert!(v["totals"]["notRebuilt"].as_u64().unwrap() > 0, "{v}");
 }

@@ -6,7 +6,8 @@
 # verify/stats/show/headers/explain must succeed on LOG (and stats --json and explain --json agree
 # with the host's REPORT); hand-damaged copies written to OUTDIR must fail verify naming the line
 # (and, rewritten with recomputed digests, the step); bad files must fail
-# with a clear message and a non-zero exit status. Exit 0 when every check passed.
+# with a clear message and the exit status docs/cli.md gives them (1 another failure, 2 a usage
+# error, 3 a bad log, 4 a store that cannot be read). Exit 0 when every check passed.
 set -euo pipefail
 
 CLI="${LLMSESSION_CLI:?set LLMSESSION_CLI to the built llmsession inspector}"
@@ -35,13 +36,14 @@ expect_ok() {
     fi
 }
 
-# expect_fail NAME PATTERN CMD...: the command fails and its output matches PATTERN (ERE).
+# expect_fail NAME CODE PATTERN CMD...: the command exits with CODE and its output matches
+# PATTERN (ERE).
 expect_fail() {
-    local name="$1" pattern="$2" out rc=0
-    shift 2
+    local name="$1" code="$2" pattern="$3" out rc=0
+    shift 3
     out="$("$@" 2>&1)" || rc=$?
-    if [[ "$rc" == 0 ]]; then
-        fail "$name: exit 0, expected a failure"
+    if [[ "$rc" != "$code" ]]; then
+        fail "$name: exit $rc, expected $code: $(head -n 3 <<<"$out")"
     elif ! grep -Eq -- "$pattern" <<<"$out"; then
         fail "$name: the message does not match /$pattern/: $out"
     else
@@ -52,6 +54,13 @@ expect_fail() {
 expect_ok "verify on the log" "$CLI" verify "$LOG"
 expect_ok "stats on the log" "$CLI" stats "$LOG"
 expect_ok "stats --json on the log" "$CLI" stats "$LOG" --json
+expect_ok "stats --json before the log" "$CLI" stats --json "$LOG"
+expect_ok "verify --json on the log" "$CLI" verify "$LOG" --json
+expect_ok "show --step=2 --json" "$CLI" show "$LOG" --step=2 --json
+expect_ok "headers --json on the log" "$CLI" headers "$LOG" --json
+expect_ok "sessions --json on the log" "$CLI" sessions "$LOG" --json
+expect_ok "--help" "$CLI" --help
+expect_ok "--version" "$CLI" --version
 expect_ok "show --step 2 --render openai" "$CLI" show "$LOG" --step 2 --render openai
 expect_ok "show --step 2 --render anthropic" "$CLI" show "$LOG" --step 2 --render anthropic
 expect_ok "show --step 2 --render openai-responses" "$CLI" show "$LOG" --step 2 --render openai-responses
@@ -60,7 +69,7 @@ expect_ok "show --step 2 (the envelope)" "$CLI" show "$LOG" --step 2
 expect_ok "headers on the log" "$CLI" headers "$LOG"
 expect_ok "explain on the log" "$CLI" explain "$LOG"
 expect_ok "explain --step c1 (the summarisation request)" "$CLI" explain "$LOG" --step c1
-expect_fail "explain --step 9999" "there is no request 9999" "$CLI" explain "$LOG" --step 9999
+expect_fail "explain --step 9999" 1 "there is no request 9999" "$CLI" explain "$LOG" --step 9999
 
 # explain --json agrees with the host's report (the host attached Session.Explain's figures to
 # its rows): the same expected cacheable tokens, and the same provider figures as the server's.
@@ -167,20 +176,21 @@ PY
 
 for d in content digest; do
     want="$(cat "$OUT/damaged-$d.expect")"
-    expect_fail "verify on a copy with a damaged $d names $want" \
+    expect_fail "verify on a copy with a damaged $d names $want" 3 \
         "verify failed: .*damaged-$d.jsonl: .*$want: the chained digest does not match" \
         "$CLI" verify "$OUT/damaged-$d.jsonl"
     want="$(cat "$OUT/damaged-$d-rechained.expect")"
-    expect_fail "verify on a rewritten copy (digests recomputed) with a damaged $d names $want" \
+    expect_fail "verify on a rewritten copy (digests recomputed) with a damaged $d names $want" 3 \
         "verify failed: $want \(seq [0-9]+\): the request rebuilt from the log differs" \
         "$CLI" verify "$OUT/damaged-$d-rechained.jsonl"
 done
 expect_ok "verify on a copy with a torn last line (a torn tail is dropped on load)" "$CLI" verify "$OUT/damaged-torn.jsonl"
-expect_fail "verify on a file that is not a session log" "not-a-log.jsonl: line 1: malformed JSON" "$CLI" verify "$OUT/not-a-log.jsonl"
-expect_fail "stats on a file that is not a session log" "not-a-log.jsonl: line 1: malformed JSON" "$CLI" stats "$OUT/not-a-log.jsonl"
-expect_fail "verify on a missing file" "no-such-file.jsonl: cannot open a session log: No such file" "$CLI" verify "$OUT/no-such-file.jsonl"
-expect_fail "show of a request the log does not have" "there is no request 9999" "$CLI" show "$LOG" --step 9999
-expect_fail "an unknown command" "unknown command" "$CLI" frobnicate "$LOG"
+expect_fail "verify on a file that is not a session log" 3 "not-a-log.jsonl: line 1: malformed JSON" "$CLI" verify "$OUT/not-a-log.jsonl"
+expect_fail "stats on a file that is not a session log" 3 "not-a-log.jsonl: line 1: malformed JSON" "$CLI" stats "$OUT/not-a-log.jsonl"
+expect_fail "verify on a missing file" 4 "no-such-file.jsonl: cannot open a session log: No such file" "$CLI" verify "$OUT/no-such-file.jsonl"
+expect_fail "show of a request the log does not have" 1 "there is no request 9999" "$CLI" show "$LOG" --step 9999
+expect_fail "an unknown command" 2 "unrecognized subcommand 'frobnicate'" "$CLI" frobnicate "$LOG"
+expect_fail "an unknown option" 2 "unexpected argument '--frobnicate'" "$CLI" stats "$LOG" --frobnicate
 
 if ((fails > 0)); then
     echo "cli-checks: $fails check(s) failed" >&2

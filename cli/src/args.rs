@@ -1,0 +1,112 @@
+//! The command line, as clap parses it: the commands, their arguments and options, and the help
+//! text (which states the exit codes). A usage error (an unknown command or option, a missing or
+//! extra argument, a value that does not parse) is clap's: a message on stderr and exit 2.
+
+use clap::{Parser, Subcommand};
+
+/// The provider renderers `--render` accepts (the names `Renderer::parse` takes).
+pub const RENDERERS: [&str; 4] = ["openai", "openai-responses", "anthropic", "gemini"];
+
+/// What `llmsession --help` prints after the commands.
+const AFTER_HELP: &str = "\
+LOG is a JSONL file path, file:PATH, or a PostgreSQL URL
+(postgres://USER:PASSWORD@HOST:PORT/DB?session=ID, or postgresql://...). Every command reads
+without a lock or lease and writes nothing, so it works on a log a live agent is writing.
+Options may come before or after LOG; `--step=2` and `--step 2` are the same.
+
+Exit status:
+  0  success
+  1  any other failure (a request the log does not have, a library error)
+  2  usage error: an unknown command or option, a missing or extra argument, a bad value
+  3  the log is bad: a record is damaged or breaks the log rules, the file is not a session log,
+     or (verify) a request rebuilt from the log differs from the one that was sent
+  4  the store could not be read: a missing or unreadable file, a refused or failed database
+     connection, a database that does not hold the session, a URL that names none
+
+With --json, a failure (exit 1, 3 or 4) also writes {\"ok\": false, \"error\": {...}} on stdout.
+docs/cli.md describes every command and its JSON output.";
+
+const LOG_HELP: &str = "The session log: a JSONL file, file:PATH, or postgres://USER:PASSWORD@HOST:PORT/DB?session=ID";
+
+/// `llmsession`: inspect, verify and explain session logs.
+#[derive(Debug, Parser)]
+#[command(
+    name = "llmsession",
+    version,
+    propagate_version = true,
+    about = "Inspect, verify and explain llmsession session logs",
+    after_help = AFTER_HELP,
+    arg_required_else_help = true,
+    subcommand_required = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    /// Machine-readable output: one JSON document on stdout (its shape: docs/cli.md)
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Check the log and rebuild every request from it; name the first that differs
+    ///
+    /// Runs every check opening the log makes (the chained digest of every record, the log
+    /// rules), then rebuilds every request from the log and names the first one that differs
+    /// from what was sent; with --render, every provider body too. Exit 3 when the log is bad.
+    Verify {
+        #[arg(value_name = "LOG", help = LOG_HELP)]
+        log: String,
+        /// Also build every request's body for this provider and check it
+        #[arg(long, value_name = "NAME", value_parser = RENDERERS)]
+        render: Option<String>,
+    },
+    /// Per request: messages, shared prefix, header changes, cached tokens
+    ///
+    /// Per conversation request: the messages, the leading messages shared with the previous
+    /// request, header changes, compactions, and the provider-reported cached tokens and hit
+    /// ratio.
+    Stats {
+        #[arg(value_name = "LOG", help = LOG_HELP)]
+        log: String,
+    },
+    /// Per request: where and why the cacheable prefix diverges, and what it cost
+    ///
+    /// Per request (and summarisation request cN): the cacheable prefix it shares with the
+    /// request the provider could have cached, in bytes and tokens, where and why it diverges,
+    /// the expected cacheable tokens beside the provider's cached tokens, and the prompt spend
+    /// by cause.
+    Explain {
+        #[arg(value_name = "LOG", help = LOG_HELP)]
+        log: String,
+        /// Only this request: N (a conversation request, 1-based) or cN (a summarisation request)
+        #[arg(long, value_name = "ID")]
+        step: Option<String>,
+    },
+    /// The reconstructed request N: its envelope, or a provider's body
+    ///
+    /// Rebuilds request N (1-based, in log order) from the log and prints its envelope, or with
+    /// --render the body that provider's renderer builds from it.
+    Show {
+        #[arg(value_name = "LOG", help = LOG_HELP)]
+        log: String,
+        /// The request to show (1 = the first request of the log)
+        #[arg(long, value_name = "N", required = true)]
+        step: usize,
+        /// Print the body this provider's renderer builds instead of the envelope
+        #[arg(long, value_name = "NAME", value_parser = RENDERERS)]
+        render: Option<String>,
+    },
+    /// The header history with readable diffs; drift at resume is marked
+    Headers {
+        #[arg(value_name = "LOG", help = LOG_HELP)]
+        log: String,
+    },
+    /// The sessions a store holds (a database: many; a file: one)
+    Sessions {
+        /// The store: a JSONL file, file:PATH, or postgres://USER:PASSWORD@HOST:PORT/DB
+        #[arg(value_name = "URL")]
+        url: String,
+    },
+}
