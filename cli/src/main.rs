@@ -21,11 +21,11 @@ use llmsession::header::delta::diff;
 use llmsession::log::load::{parse_records, SessionHeader};
 use llmsession::log::{Event, Log};
 use llmsession::render::{RenderOptions, Renderer};
-use llmsession::request::{conversation_envelope, verify_bodies, verify_contents, PrefixBytes};
+use llmsession::request::{verify_bodies, verify_contents, RecordedKind, RequestWalk};
 use llmsession::store::url::{list_sessions, open_store, UrlOptions};
 use llmsession::store::{JsonlStore, Store, StoreContents};
 use llmsession::tokens::Estimator;
-use llmsession::{EpochHeader, ErrorKind};
+use llmsession::{EpochHeader, Error, ErrorKind};
 use serde_json::{json, Value};
 use std::process::ExitCode;
 
@@ -108,23 +108,16 @@ struct Seen {
 }
 
 fn replay(header: &SessionHeader, events: &[Event]) -> Result<Vec<Seen>, Failure> {
-    let mut log = Log::new();
+    let mut walk = RequestWalk::new(header);
     let mut out: Vec<Seen> = Vec::new();
-    let mut prefix = PrefixBytes::default();
     for ev in events {
-        if ev.ty == "step/start" {
-            let h: EpochHeader =
-                log.state().headers.current().cloned().ok_or_else(|| {
-                    Failure::new(Exit::BadLog, ErrorKind::CorruptLog, format!("seq {}: a request before any header", ev.seq))
-                })?;
-            if !prefix.is_for(h.message_prefix.as_ref()) {
-                prefix = PrefixBytes::of(h.message_prefix.as_ref());
+        let line = |e: Error| Failure::of(e).context(format!("line {}", ev.seq + 2));
+        if let Some(r) = walk.rebuild(ev).map_err(line)? {
+            if matches!(r.kind, RecordedKind::Conversation { .. }) {
+                out.push(Seen { body: r.envelope, prefix_len: walk.prefix().messages.len() });
             }
-            let (t, s) = (ev.data["turn"].as_u64().unwrap_or(0), ev.data["step"].as_u64().unwrap_or(0));
-            let body = conversation_envelope(&log, &h, &prefix, header.session_id_at(ev.seq), t, s);
-            out.push(Seen { body, prefix_len: prefix.messages.len() });
         }
-        log.append(ev).map_err(|e| Failure::of(e).context(format!("line {}", ev.seq + 2)))?;
+        walk.apply(ev, ev.seq).map_err(line)?;
     }
     Ok(out)
 }
