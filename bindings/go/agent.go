@@ -281,11 +281,6 @@ func (a *Agent) SetTokenCounter(c TokenCounter) error {
 	}})
 }
 
-// UserText is a user message with one text block.
-func UserText(text string) map[string]any {
-	return map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": text}}}
-}
-
 func userMessage(msg any) any {
 	if s, ok := msg.(string); ok {
 		return UserText(s)
