@@ -1,6 +1,7 @@
 package llmsession
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 )
@@ -165,4 +166,15 @@ func (a *Agent) recorded(seq uint64) (*Recorded, error) {
 		return nil, err
 	}
 	return &Recorded{Seq: seq, Message: *m, Usage: u}, nil
+}
+
+// CompactOf is Compact, decoded. A compaction that ran and was rejected is an error whose
+// detail's "outcome" holds the outcome (see Compact).
+func (a *Agent) CompactOf(ctx context.Context, opts any) (*CompactionOutcome, error) {
+	raw, err := a.Compact(ctx, opts)
+	r, err := decodeAs[CompactionOutcome](raw, err)
+	if r != nil {
+		r.Raw = raw
+	}
+	return r, err
 }

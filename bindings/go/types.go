@@ -706,3 +706,27 @@ func extra(m map[string]json.RawMessage) map[string]json.RawMessage {
 	}
 	return m
 }
+
+// Compaction outcomes (CompactionOutcome.Outcome).
+const (
+	OutcomeLanded    = "landed"    // the summary replaced the span
+	OutcomeFailed    = "failed"    // the summariser failed, or storing the summary did
+	OutcomeDiscarded = "discarded" // the span changed while the summariser ran
+	OutcomeCancelled = "cancelled" // cancelled (or the agent disposed) while it ran
+)
+
+// CompactionOutcome is what Compact reports: how it ended, the compacted span (surface
+// positions, inclusive) and its events' seqs, the summarisation request that was sent, and the
+// error when it did not land. Raw is the JSON.
+type CompactionOutcome struct {
+	Outcome string   `json:"outcome"`
+	Span    [2]int   `json:"span"`
+	Seqs    []uint64 `json:"seqs"`
+	Request struct {
+		Digest         string `json:"digest"`
+		SharedMessages int    `json:"sharedMessages"`
+		MessageCount   int    `json:"messageCount"`
+	} `json:"request"`
+	Error string          `json:"error,omitempty"`
+	Raw   json.RawMessage `json:"-"`
+}
