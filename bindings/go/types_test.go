@@ -258,3 +258,36 @@ func TestLoadReportOf(t *testing.T) {
 		t.Fatalf("a torn tail: %+v %v", rep, err)
 	}
 }
+
+// A typed prefix listener sees the later listeners' messages decoded and passes typed ones on.
+func TestAddPrefixMessages(t *testing.T) {
+	leakCheck(t)
+	_, a := newPair(t)
+	var seen []Message
+	if err := a.AddPrefixMessages(func(ctx context.Context, in PrefixInput, rest []Message) ([]Message, error) {
+		seen = rest
+		return append([]Message{UserText("project notes"), UserMessage(ImageURL("https://x/diagram.png"))}, rest...), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.AddPrefixListener(func(ctx context.Context, in PrefixInput) ([]json.RawMessage, error) {
+		return append([]json.RawMessage{json.RawMessage(`{"role":"user","content":[{"type":"text","text":"from the raw listener","x":1}]}`)}, in.Rest...), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.StartTurn("hi"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := a.NextRequest(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Info.PrefixLen != 3 || len(seen) != 1 || seen[0].Text() != "from the raw listener" || string(seen[0].Content[0].Extra["x"]) != "1" {
+		t.Fatalf("prefix length %d, rest seen %+v", r.Info.PrefixLen, seen)
+	}
+	prefix, err := a.PrefixOf()
+	if err != nil || len(prefix) != 3 || prefix[0].Text() != "project notes" || prefix[1].Content[0].URL != "https://x/diagram.png" ||
+		string(prefix[2].Content[0].Extra["x"]) != "1" {
+		t.Fatalf("prefix %+v %v", prefix, err)
+	}
+}
