@@ -25,6 +25,12 @@ func TestCallbacksFindTheirCallAfterANestedCall(t *testing.T) {
 	var seen any
 	if err := a.AddPreStepListener(func(ctx context.Context, in PreStepInput) error {
 		seen = ctx.Value(ctxKey{})
+		if prefix, err := in.PrefixMessages(); err != nil || len(prefix) != 0 {
+			t.Errorf("pre-step prefix %+v %v", prefix, err)
+		}
+		if tools, err := in.ToolList(); err != nil || len(tools) != 0 {
+			t.Errorf("pre-step tools %+v %v", tools, err)
+		}
 		panic("after the nested call")
 	}); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package llmsession
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 )
 
@@ -177,4 +178,39 @@ func (a *Agent) CompactOf(ctx context.Context, opts any) (*CompactionOutcome, er
 		r.Raw = raw
 	}
 	return r, err
+}
+
+// PrefixMessages is Prefix decoded: the session prefix the request will carry.
+func (in PreStepInput) PrefixMessages() ([]Message, error) {
+	out := make([]Message, len(in.Prefix))
+	for i, m := range in.Prefix {
+		if err := json.Unmarshal(m, &out[i]); err != nil {
+			return nil, fmt.Errorf("llmsession: pre-step input prefix[%d]: %w", i, err)
+		}
+	}
+	return out, nil
+}
+
+// ToolList is Tools decoded (nil when the request has none).
+func (in PreStepInput) ToolList() ([]Tool, error) {
+	if len(in.Tools) == 0 || string(in.Tools) == "null" {
+		return nil, nil
+	}
+	var out []Tool
+	if err := json.Unmarshal(in.Tools, &out); err != nil {
+		return nil, fmt.Errorf("llmsession: pre-step input tools: %w", err)
+	}
+	return out, nil
+}
+
+// ResponseOf is Response decoded (nil when the answer is not a response).
+func (a ReplayAnswer) ResponseOf() (*Response, error) {
+	if len(a.Response) == 0 {
+		return nil, nil
+	}
+	var r Response
+	if err := json.Unmarshal(a.Response, &r); err != nil {
+		return nil, fmt.Errorf("llmsession: replay answer %s: %w", a.ID, err)
+	}
+	return &r, nil
 }
