@@ -16,7 +16,8 @@ import (
 // type does not know (an "origin" a parser added, a provider's extra) kept in Extra and written
 // back as it came. The bytes are the library's own (History, ParseResponse, ...), except that
 // json.Marshal escapes <, > and & (as \u003c, ...), the same JSON value; a json.Encoder with
-// SetEscapeHTML(false) gives the library's bytes exactly.
+// SetEscapeHTML(false) gives the library's bytes exactly for messages, blocks, usage and
+// responses (floats may differ in form: Go writes 0 where the library writes 0.0).
 
 // Message roles.
 const (
