@@ -8,7 +8,7 @@ CC ?= cc
 .PHONY: all build test test-rust demo scenario scenario-golden tokenizer test-node bench bench-smoke
 .PHONY: bench-bindings bench-bindings-smoke
 .PHONY: build-lib header check-header check-symbols install install-check test-c test-c-one cbindgen
-.PHONY: go-pc test-go demo-build e2e e2e-resume
+.PHONY: go-pc test-go test-go-module demo-build e2e e2e-resume
 .PHONY: test-cpp cpp-deps cpp-install-check
 .PHONY: fuzz-smoke fuzz-build fuzz-smoke-build fuzz-corpus readme-check check-docs
 .PHONY: test-pg bench-pg
@@ -214,6 +214,12 @@ test-go: build-lib go-pc
 	cd examples/go && $(GO_ENV) $(GO) vet ./...
 	cd examples/go && $(GO_ENV) $(GO) test -count=1 ./...
 	cd examples/go && $(GO_ENV) $(GO) build -o "$(CURDIR)/build/go/llmsession-example" .
+
+# The Go newcomer path (docs/go.md, "Using the binding from your module"): a temporary module
+# outside the repository requires the binding with a replace (and, again, through go work),
+# builds with GOPROXY=off, runs one turn, a resume and a verify (scripts/go/outside-module.sh).
+test-go-module: build-lib go-pc
+	bash scripts/go/outside-module.sh
 
 # `make check`: the same without -race and without the concurrency stress test (8 goroutines x
 # 1000 turns; with fewer turns a worker may end without the compaction it checks for).

@@ -9,6 +9,7 @@ import "C"
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"runtime"
 	"unsafe"
 )
@@ -212,6 +213,25 @@ func (a *Agent) AddPrefixListener(l PrefixListener) error {
 	})})
 }
 
+// AddPrefixMessages adds a prefix listener on typed messages: rest is in.Rest decoded, and it
+// returns the list to pass on (its own messages and rest: prepend its own to keep registration
+// order), e.g. append([]Message{UserText("project notes")}, rest...).
+func (a *Agent) AddPrefixMessages(l func(ctx context.Context, in PrefixInput, rest []Message) ([]Message, error)) error {
+	return a.register(C.GOSHIM_PREFIX, &callbackState{sync: jsonFunc(func(ctx context.Context, in PrefixInput) (any, error) {
+		rest := make([]Message, len(in.Rest))
+		for i, m := range in.Rest {
+			if err := json.Unmarshal(m, &rest[i]); err != nil {
+				return nil, fmt.Errorf("llmsession: cannot decode the prefix listener's rest[%d]: %w", i, err)
+			}
+		}
+		out, err := l(ctx, in, rest)
+		if out == nil && err == nil {
+			out = []Message{}
+		}
+		return out, err
+	})})
+}
+
 // AddPrefixListenerRaw adds a prefix listener working on raw JSON: it receives the input
 // object {"rest","instance","turn"} and returns the JSON array of messages (validated by the
 // library).
@@ -279,11 +299,6 @@ func (a *Agent) SetTokenCounter(c TokenCounter) error {
 		}
 		return toJSON(n)
 	}})
-}
-
-// UserText is a user message with one text block.
-func UserText(text string) map[string]any {
-	return map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": text}}}
 }
 
 func userMessage(msg any) any {

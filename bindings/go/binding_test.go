@@ -338,16 +338,12 @@ func TestPendingReplyFromAnotherGoroutine(t *testing.T) {
 			r.Complete(SummaryOutput{Text: "The user asked about logs; they are fine."})
 		}()
 	})
-	out, err := a.Compact(context.Background(), nil)
+	res, err := a.CompactOf(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var res struct {
-		Outcome string `json:"outcome"`
-	}
-	json.Unmarshal(out, &res)
-	if res.Outcome != "landed" {
-		t.Fatalf("outcome %s", out)
+	if res.Outcome != OutcomeLanded || len(res.Seqs) == 0 || res.Request.Digest == "" || res.Span[1] < res.Span[0] {
+		t.Fatalf("outcome %s", res.Raw)
 	}
 	if !strings.Contains(string(seen.Request), "compaction") {
 		t.Errorf("summary request %s", seen.Request)

@@ -7,14 +7,11 @@ package llmsession
 import "C"
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"runtime"
 	"runtime/cgo"
-	"strconv"
-	"sync"
 	"sync/atomic"
 	"unsafe"
 )
@@ -31,65 +28,21 @@ type opState struct {
 	cbErr    error
 }
 
-// The library calls back only on the thread (and so on the goroutine) that made the call, so
-// the running calls are found by goroutine id. A stack, since a callback may call the library.
-var (
-	opsMu sync.Mutex
-	ops   = map[uint64][]*opState{}
-)
-
-// goid is the current goroutine's id (parsed from the runtime's stack header
-// "goroutine N [...").
-func goid() uint64 {
-	var buf [40]byte
-	n := runtime.Stack(buf[:], false)
-	b := bytes.TrimPrefix(buf[:n], []byte("goroutine "))
-	if i := bytes.IndexByte(b, ' '); i > 0 {
-		b = b[:i]
-	}
-	id, _ := strconv.ParseUint(string(b), 10, 64)
-	return id
-}
-
-func pushOp(id uint64, st *opState) {
-	opsMu.Lock()
-	ops[id] = append(ops[id], st)
-	opsMu.Unlock()
-}
-
-func popOp(id uint64) {
-	opsMu.Lock()
-	s := ops[id]
-	if len(s) <= 1 {
-		delete(ops, id)
-	} else {
-		ops[id] = s[:len(s)-1]
-	}
-	opsMu.Unlock()
-}
-
-func currentOp() *opState {
-	id := goid()
-	opsMu.Lock()
-	defer opsMu.Unlock()
-	if s := ops[id]; len(s) > 0 {
-		return s[len(s)-1]
-	}
-	return nil
-}
-
 // call runs one library call whose callbacks may run Go code: it converts the status to an
 // *Error and re-raises a panic of a callback once the library call has returned.
+//
+// The callbacks find the call's opState without any goroutine identity: the library calls back
+// only on the thread that made the call, so the call locks its goroutine to the thread, stores
+// a cgo.Handle of its opState in a C thread-local (goshim_op_swap) for the duration of the
+// library call, and the C trampoline passes that value to llsGoCallback. A callback that calls
+// the library again nests: the inner call saves and restores the outer one's value.
 func call(ctx opCtx, f func(e **C.lls_error) C.lls_status) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	id := goid()
 	st := &opState{ctx: ctx}
-	pushOp(id, st)
 	var e *C.lls_error
-	rc := f(&e)
-	popOp(id)
+	rc := runOp(st, func() C.lls_status { return f(&e) })
 	if st.panicked {
 		if e != nil {
 			C.lls_error_free(e)
@@ -102,10 +55,33 @@ func call(ctx opCtx, f func(e **C.lls_error) C.lls_status) error {
 	err := takeError(rc, e)
 	if err.Code == StatusCancelled && ctx.Err() != nil {
 		err.cause = context.Cause(ctx)
-	} else if st.cbErr != nil {
+	} else if st.cbErr != nil && err.cause == nil {
 		err.cause = st.cbErr
 	}
 	return err
+}
+
+// runOp makes st the running operation of this thread while f runs (see call).
+func runOp(st *opState, f func() C.lls_status) C.lls_status {
+	runtime.LockOSThread()
+	h := cgo.NewHandle(st)
+	prev := C.goshim_op_swap(C.uintptr_t(h))
+	defer func() {
+		C.goshim_op_swap(prev)
+		h.Delete()
+		runtime.UnlockOSThread()
+	}()
+	return f()
+}
+
+// opOf is the operation a callback runs for: the value the trampoline read from the thread's
+// goshim_op (0: a callback outside any call of this binding).
+func opOf(op C.uintptr_t) *opState {
+	if op == 0 {
+		return nil
+	}
+	st, _ := cgo.Handle(uintptr(op)).Value().(*opState)
+	return st
 }
 
 // callbackState is a registered Go callback: synchronous (answers by returning) or
@@ -177,10 +153,10 @@ func replyDropped(r *Reply) {
 }
 
 //export llsGoCallback
-func llsGoCallback(userdata unsafe.Pointer, in *C.char, n C.size_t, reply *C.lls_reply) C.int32_t {
+func llsGoCallback(userdata unsafe.Pointer, in *C.char, n C.size_t, reply *C.lls_reply, opHandle C.uintptr_t) C.int32_t {
 	st := cgo.Handle(uintptr(userdata)).Value().(*callbackState)
 	input := C.GoBytes(unsafe.Pointer(in), C.int(n))
-	op := currentOp()
+	op := opOf(opHandle)
 	ctx := context.Background()
 	if op != nil {
 		ctx = op.ctx

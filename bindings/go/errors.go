@@ -8,6 +8,7 @@ import "C"
 import (
 	"encoding/json"
 	"fmt"
+	"syscall"
 )
 
 // Status is a library status code (lls_status). Every non-zero Status is also an error value,
@@ -106,7 +107,10 @@ func (s Status) Error() string {
 // Error is a library error: the status code, the message and the JSON detail (which field,
 // which seq, which line, ...). errors.Is(err, llmsession.ErrX) compares the code;
 // errors.As(err, &e) gives the *Error. Unwrap gives the cause when one is known: the
-// context's error for a cancelled operation, or the error a Go callback returned.
+// context's error for a cancelled operation, the error a Go callback returned, or the operating
+// system's error (a syscall.Errno) when the library reports one (the detail's "os" field: a
+// missing file or directory, permission denied, ...), so errors.Is(err, fs.ErrNotExist) and
+// errors.Is(err, fs.ErrPermission) work.
 type Error struct {
 	Code    Status          // the status code
 	Kind    string          // the detail's kind, e.g. "invalid-input"
@@ -135,8 +139,22 @@ func (e *Error) Is(target error) bool {
 	return false
 }
 
-// Unwrap returns the cause, when known (the context's error, or a callback's error).
+// Unwrap returns the cause, when known: the context's error, a callback's error, or the OS
+// error (syscall.Errno) the library reported in the detail's "os" field.
 func (e *Error) Unwrap() error { return e.cause }
+
+// Errno is the operating system's error number the library reported for a failed file
+// operation (the detail's "os" field), and whether there was one. A storage error the OS did
+// not report (a file that is not a regular file, a log over the size limit) has none.
+func (e *Error) Errno() (syscall.Errno, bool) {
+	var d struct {
+		OS *int64 `json:"os"`
+	}
+	if json.Unmarshal(e.Detail, &d) != nil || d.OS == nil || *d.OS <= 0 {
+		return 0, false
+	}
+	return syscall.Errno(*d.OS), true
+}
 
 // Field returns a string or number field of the detail (e.g. "field", "callback", "seq").
 func (e *Error) Field(name string) any {
@@ -163,6 +181,9 @@ func takeError(st C.lls_status, e *C.lls_error) *Error {
 	}
 	if json.Unmarshal(out.Detail, &d) == nil {
 		out.Kind = d.Kind
+	}
+	if errno, ok := out.Errno(); ok {
+		out.cause = errno
 	}
 	return out
 }

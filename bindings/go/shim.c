@@ -1,8 +1,19 @@
 #include "shim.h"
 #include "_cgo_export.h"
 
+/* The binding call running on this thread (a cgo.Handle of its Go state, 0 for none). The
+ * library calls back only on the thread that made the call, so the trampoline reads it here and
+ * hands it to the Go callback: no goroutine identity is needed. */
+static _Thread_local uintptr_t goshim_op;
+
+uintptr_t goshim_op_swap(uintptr_t op) {
+    uintptr_t prev = goshim_op;
+    goshim_op = op;
+    return prev;
+}
+
 static int32_t goshim_callback(void *userdata, const char *in, size_t in_len, lls_reply *reply) {
-    return llsGoCallback(userdata, (char *)in, in_len, reply);
+    return llsGoCallback(userdata, (char *)in, in_len, reply, goshim_op);
 }
 
 static void goshim_free(void *userdata) { llsGoUserdataFree(userdata); }

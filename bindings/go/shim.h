@@ -5,6 +5,10 @@
 #include <stdint.h>
 #include <llmsession.h>
 
+/* Sets the binding call running on this thread (see shim.c) and returns the previous one; the
+ * caller keeps its goroutine locked to the thread from the swap to the swap back. */
+uintptr_t goshim_op_swap(uintptr_t op);
+
 enum { GOSHIM_PREFIX = 0, GOSHIM_PRE_STEP = 1, GOSHIM_SUMMARISER = 2, GOSHIM_TOKEN_COUNTER = 3 };
 
 lls_status goshim_agent_register(lls_agent *agent, int what, uintptr_t handle, lls_error **err);

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	llmsession "github.com/llmsession/llmsession/bindings/go"
 )
 
 // goodReport is a run that keeps every rule: two requests, a compaction whose summary request
@@ -211,15 +213,15 @@ func TestFlattenTranscript(t *testing.T) {
 func TestRunToolStaysInWorkspace(t *testing.T) {
 	dir := t.TempDir()
 	_ = os.WriteFile(filepath.Join(dir, "a.txt"), []byte("hello"), 0o644)
-	if text, isErr := runTool(dir, toolCall{Name: "read_file", Arguments: `{"path":"a.txt"}`}); isErr || text != "hello" {
+	if text, isErr := runTool(dir, llmsession.Block{Type: llmsession.BlockToolCall, Name: "read_file", Arguments: `{"path":"a.txt"}`}); isErr || text != "hello" {
 		t.Fatalf("read a.txt: %q %v", text, isErr)
 	}
 	for _, args := range []string{`{"path":"../etc/passwd"}`, `{"path":"/etc/passwd"}`, `{}`, `not json`} {
-		if text, isErr := runTool(dir, toolCall{Name: "read_file", Arguments: args}); !isErr {
+		if text, isErr := runTool(dir, llmsession.Block{Type: llmsession.BlockToolCall, Name: "read_file", Arguments: args}); !isErr {
 			t.Fatalf("read_file %s succeeded: %q", args, text)
 		}
 	}
-	if _, isErr := runTool(dir, toolCall{Name: "write_file", Arguments: `{}`}); !isErr {
+	if _, isErr := runTool(dir, llmsession.Block{Type: llmsession.BlockToolCall, Name: "write_file", Arguments: `{}`}); !isErr {
 		t.Fatal("an unknown tool succeeded")
 	}
 }

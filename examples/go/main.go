@@ -158,12 +158,8 @@ func (s streamSpec) streams(turn uint64) bool {
 	return s.turns[turn]
 }
 
-// parsed is what the library's response parser gives.
-type parsed struct {
-	Message      json.RawMessage `json:"message"`
-	Usage        json.RawMessage `json:"usage"`
-	FinishReason string          `json:"finishReason"`
-}
+// parsed is what the library's response parser gives: the message, usage and finish reason.
+type parsed = llmsession.Response
 
 // providerUsage is the provider's own usage figures (for the per-request report).
 type providerUsage struct {
@@ -195,42 +191,31 @@ func rawUsage(body []byte) providerUsage {
 // parse turns a response body into the message and usage to record; it uses the library's
 // parser and maps usage itself when the body lacks what the library needs.
 func parse(body []byte) (parsed, error) {
-	var p parsed
-	out, err := llmsession.ParseResponse("openai", body)
+	p, err := llmsession.ParseResponseOf("openai", body)
 	if err != nil {
-		return p, err
+		return parsed{}, err
 	}
-	if err := json.Unmarshal(out, &p); err != nil {
-		return p, err
-	}
-	if len(p.Usage) == 0 {
+	if p.Usage == nil {
 		p.Usage = usageOf(rawUsage(body))
 	}
-	return p, nil
+	return *p, nil
 }
 
 // usageOf maps the provider's figures when the library's parser found no usage object
 // (inputTokens is the uncached part; cached tokens are reported separately); nil without any.
-func usageOf(u providerUsage) json.RawMessage {
+func usageOf(u providerUsage) *llmsession.Usage {
 	if u.prompt == 0 {
 		return nil
 	}
-	b, _ := json.Marshal(map[string]any{"inputTokens": u.prompt - u.cached, "cacheReadTokens": u.cached, "outputTokens": u.completion})
-	return b
+	return &llmsession.Usage{InputTokens: uint64(u.prompt - u.cached), CacheReadTokens: llmsession.Count(uint64(u.cached)), OutputTokens: uint64(u.completion)}
 }
 
 // loggedOf reads back the usage recorded with a response, as prompt / cached / completion.
-func loggedOf(usage json.RawMessage) *loggedUsage {
-	var u struct {
-		Input      int `json:"inputTokens"`
-		Output     int `json:"outputTokens"`
-		CacheRead  int `json:"cacheReadTokens"`
-		CacheWrite int `json:"cacheWriteTokens"`
-	}
-	if len(usage) == 0 || json.Unmarshal(usage, &u) != nil {
+func loggedOf(u *llmsession.Usage) *loggedUsage {
+	if u == nil {
 		return nil
 	}
-	return &loggedUsage{Prompt: u.Input + u.CacheRead + u.CacheWrite, Cached: u.CacheRead, Completion: u.Output}
+	return &loggedUsage{Prompt: int(u.PromptTokens()), Cached: int(u.CachedTokens()), Completion: int(u.OutputTokens)}
 }
 
 // liveText prints a streamed reply as its text deltas arrive (on one line, at most 160
@@ -273,56 +258,15 @@ func (l *liveText) end() {
 	}
 }
 
-func textOf(message json.RawMessage) string {
-	var m struct {
-		Content []struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
-		} `json:"content"`
-	}
-	_ = json.Unmarshal(message, &m)
+// textOf is the text of a message's text blocks, concatenated (as their deltas arrive).
+func textOf(m llmsession.Message) string {
 	var b strings.Builder
 	for _, c := range m.Content {
-		if c.Type == "text" {
+		if c.Type == llmsession.BlockText {
 			b.WriteString(c.Text)
 		}
 	}
 	return b.String()
-}
-
-// toolCall is a tool-call block of an assistant message.
-type toolCall struct {
-	ID        string `json:"id"`
-	Name      string `json:"name"`
-	Arguments string `json:"arguments"`
-}
-
-func toolCalls(message json.RawMessage) []toolCall {
-	var m struct {
-		Content []struct {
-			Type string `json:"type"`
-			toolCall
-		} `json:"content"`
-	}
-	_ = json.Unmarshal(message, &m)
-	var calls []toolCall
-	for _, c := range m.Content {
-		if c.Type == "tool-call" {
-			calls = append(calls, c.toolCall)
-		}
-	}
-	return calls
-}
-
-// withToolCall returns message with one more tool-call block (a host-scripted call).
-func withToolCall(message json.RawMessage, call toolCall) (json.RawMessage, error) {
-	var m map[string]any
-	if err := json.Unmarshal(message, &m); err != nil {
-		return nil, err
-	}
-	content, _ := m["content"].([]any)
-	m["content"] = append(content, map[string]any{"type": "tool-call", "id": call.ID, "name": call.Name, "arguments": call.Arguments})
-	return json.Marshal(m)
 }
 
 // oneLine shortens a reply for the console.
@@ -359,19 +303,15 @@ func prefixFromDir(dir string) llmsession.PrefixListener {
 }
 
 // readFileTool is the schema of the demo's one tool.
-var readFileTool = map[string]any{
-	"name":        "read_file",
-	"description": "Read a text file of the workspace. Paths are relative to the workspace root.",
-	"parameters": map[string]any{
-		"type":                 "object",
-		"properties":           map[string]any{"path": map[string]any{"type": "string", "description": "file path, e.g. units/units.go"}},
-		"required":             []string{"path"},
-		"additionalProperties": false,
-	},
+var readFileTool = llmsession.Tool{
+	Name:        "read_file",
+	Description: "Read a text file of the workspace. Paths are relative to the workspace root.",
+	Parameters: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string","description":"file path, e.g. units/units.go"}},` +
+		`"required":["path"],"additionalProperties":false}`),
 }
 
 // runTool runs a tool call against the workspace and returns the result text.
-func runTool(workspace string, call toolCall) (string, bool) {
+func runTool(workspace string, call llmsession.Block) (string, bool) {
 	if workspace == "" || call.Name != "read_file" {
 		return "no such tool: " + call.Name, true
 	}
@@ -470,7 +410,11 @@ func (h *host) summariser() llmsession.Summariser {
 				return llmsession.SummaryOutput{}, fmt.Errorf("peer-style summary request: %w", err)
 			}
 		}
-		return llmsession.SummaryOutput{Text: textOf(p.Message), Usage: p.Usage, Truncated: p.FinishReason == "max-tokens"}, nil
+		out := llmsession.SummaryOutput{Text: textOf(p.Message), Truncated: p.FinishReason == llmsession.FinishMaxTokens}
+		if p.Usage != nil {
+			out.Usage, _ = json.Marshal(p.Usage)
+		}
+		return out, nil
 	}
 }
 
@@ -608,38 +552,31 @@ func (h *host) runTurn(ctx context.Context, turn turnSpec) error {
 			fmt.Printf("assistant: %s\n", oneLine(t, 160))
 		}
 		msg := p.Message
-		calls := toolCalls(msg)
+		calls := msg.ToolCalls()
 		if turn.ReadFile != "" && r.Info.Step == 1 && len(calls) == 0 {
 			// The host-scripted tool round: the assistant message gets a read_file call.
 			args, _ := json.Marshal(map[string]string{"path": turn.ReadFile})
-			call := toolCall{ID: fmt.Sprintf("call_t%d_1", r.Info.Turn), Name: "read_file", Arguments: string(args)}
-			if msg, err = withToolCall(msg, call); err != nil {
-				a.EndTurn("error")
-				return err
-			}
-			calls = []toolCall{call}
+			call := llmsession.ToolCallBlock(fmt.Sprintf("call_t%d_1", r.Info.Turn), "read_file", string(args))
+			msg.Content = append(msg.Content, call)
+			calls = []llmsession.Block{call}
 			rw.ToolCall = "read_file " + turn.ReadFile
 			fmt.Printf("  (host-scripted tool call: read_file %s)\n", turn.ReadFile)
 		}
 		h.rep.add(rw)
-		rec := map[string]any{"message": msg}
-		if len(p.Usage) > 0 {
-			rec["usage"] = p.Usage
-		}
-		if _, err := a.RecordResponse(rec); err != nil {
+		if _, err := a.RecordResponse(llmsession.Response{Message: msg, Usage: p.Usage}); err != nil {
 			a.EndTurn("error")
 			return err
 		}
 		if len(calls) == 0 {
 			reason := "completed"
-			if p.FinishReason == "max-tokens" {
+			if p.FinishReason == llmsession.FinishMaxTokens {
 				reason = "max-tokens"
 			}
 			return a.EndTurn(reason)
 		}
 		for _, call := range calls {
 			text, isErr := runTool(h.workspace, call)
-			if _, err := a.RecordToolResult(map[string]any{"callId": call.ID, "text": text, "isError": isErr}); err != nil {
+			if _, err := a.RecordToolResult(llmsession.ToolResult{CallID: call.ID, Text: text, IsError: isErr}); err != nil {
 				return err
 			}
 		}
@@ -711,7 +648,7 @@ func (h *host) complete(ctx context.Context, r *llmsession.Request, streamed boo
 		if p, err = parse(resp); err != nil {
 			return p, u, body, false, err
 		}
-	} else if len(p.Usage) == 0 {
+	} else if p.Usage == nil {
 		p.Usage = usageOf(rawUsage(resp))
 	}
 	return p, rawUsage(resp), body, false, nil
@@ -728,15 +665,20 @@ func fromRecorded(response json.RawMessage) (parsed, providerUsage, error) {
 }
 
 // usageFigures turns a library Usage into the report's figures.
-func usageFigures(usage json.RawMessage) providerUsage {
-	var x struct {
-		Input      int `json:"inputTokens"`
-		Output     int `json:"outputTokens"`
-		CacheRead  int `json:"cacheReadTokens"`
-		CacheWrite int `json:"cacheWriteTokens"`
+func usageFigures(u *llmsession.Usage) providerUsage {
+	if u == nil {
+		return providerUsage{}
 	}
-	_ = json.Unmarshal(usage, &x)
-	return providerUsage{prompt: x.Input + x.CacheRead + x.CacheWrite, cached: x.CacheRead, completion: x.Output}
+	return providerUsage{prompt: int(u.PromptTokens()), cached: int(u.CachedTokens()), completion: int(u.OutputTokens)}
+}
+
+// rawUsageFigures is usageFigures of a Usage in JSON (a summariser's reply).
+func rawUsageFigures(usage json.RawMessage) providerUsage {
+	var u llmsession.Usage
+	if len(usage) == 0 || json.Unmarshal(usage, &u) != nil {
+		return providerUsage{}
+	}
+	return usageFigures(&u)
 }
 
 // replaySummary answers a summarisation request from the recorded log (-replay).
@@ -748,7 +690,7 @@ func (h *host) replaySummary(in llmsession.SummaryInput) (llmsession.SummaryOutp
 	if ans.Outcome != "summary" || ans.Summary == nil {
 		return llmsession.SummaryOutput{}, fmt.Errorf("recorded summarisation request %s: %s %s", ans.ID, ans.Outcome, ans.Error)
 	}
-	u := usageFigures(ans.Summary.Usage)
+	u := rawUsageFigures(ans.Summary.Usage)
 	count := messageCount(in.Request)
 	fmt.Printf("  [summary, recorded] prompt %d tokens, cached %d, shared leading messages %d of %d\n", u.prompt, u.cached, in.SharedMessages, count)
 	h.rep.add(row{Kind: kindSummary, PromptTokens: u.prompt, CachedTokens: u.cached, CompletionTokens: u.completion,
@@ -898,7 +840,7 @@ func (h *host) run(cfg map[string]any, logPath, prefixDir, system string, window
 	defer s.Close()
 	opts := map[string]any{"config": cfg, "system": system}
 	if h.workspace != "" {
-		opts["tools"] = []any{readFileTool}
+		opts["tools"] = []llmsession.Tool{readFileTool}
 	}
 	if window > 0 {
 		policy := map[string]any{"contextWindow": window, "threshold": threshold, "summaryMaxTokens": summaryMax}

@@ -306,7 +306,11 @@ func (h *host) peerSummary(ctx context.Context, in llmsession.SummaryInput) erro
 		return fmt.Errorf("the summarisation request has no messages")
 	}
 	last := len(env.Messages) - 1
-	instruction := textOf(env.Messages[last])
+	var lastMsg llmsession.Message
+	if err := json.Unmarshal(env.Messages[last], &lastMsg); err != nil {
+		return err
+	}
+	instruction := textOf(lastMsg)
 	user := "Transcript:\n\n" + flatten(env.Messages[:last]) + "Instructions:\n\n" + instruction
 	body := map[string]any{
 		"model":    env.Model,

@@ -116,16 +116,8 @@ func (w *worker) turn(ctx context.Context, a *llmsession.Agent, text string) err
 	if err != nil {
 		return errors.Join(err, a.EndTurn("error"))
 	}
-	out, err := llmsession.ParseResponse("openai", resp)
+	p, err := llmsession.ParseResponseOf("openai", resp)
 	if err != nil {
-		return errors.Join(err, a.EndTurn("error"))
-	}
-	var p struct {
-		Message      json.RawMessage `json:"message"`
-		Usage        json.RawMessage `json:"usage"`
-		FinishReason string          `json:"finishReason"`
-	}
-	if err := json.Unmarshal(out, &p); err != nil {
 		return errors.Join(err, a.EndTurn("error"))
 	}
 	u := readUsage(resp)
@@ -138,15 +130,11 @@ func (w *worker) turn(ctx context.Context, a *llmsession.Agent, text string) err
 			return err
 		}
 	}
-	rec := map[string]any{"message": p.Message}
-	if len(p.Usage) > 0 {
-		rec["usage"] = p.Usage
-	}
-	if _, err := a.RecordResponse(rec); err != nil {
+	if _, err := a.RecordResponse(p); err != nil {
 		return errors.Join(err, a.EndTurn("error"))
 	}
 	reason := "completed"
-	if p.FinishReason == "max-tokens" {
+	if p.FinishReason == llmsession.FinishMaxTokens {
 		reason = "max-tokens"
 	}
 	return a.EndTurn(reason)

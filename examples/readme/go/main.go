@@ -12,17 +12,32 @@ import (
 func main() {
 	s := must(llmsession.OpenFile("hello.jsonl", nil))
 	defer s.Close()
-	opts := map[string]any{"config": map[string]string{"provider": "llama.cpp", "model": "smollm2"}, "system": "Be brief."}
-	a := must(llmsession.NewAgent(s, opts))
+	a := must(llmsession.NewAgent(s, llmsession.AgentOptions{
+		Config: llmsession.CallConfig{Provider: "llama.cpp", Model: "smollm2"},
+		System: "Be brief.",
+		Tools:  []llmsession.Tool{{Name: "clock", Description: "The time now", Parameters: []byte(`{"type":"object"}`)}},
+	}))
 	defer a.Close()
 	check(a.SetRenderer("openai", nil)) // bodies for /chat/completions
 	must(a.StartTurn(llmsession.UserText("Hi!")))
-	body := must(a.NextBody(context.Background())) // POST body.Bytes; logged, Verify rebuilds it byte for byte
-	reply := `{"choices":[{"message":{"role":"assistant","content":"Hello!"},"finish_reason":"stop"}],"usage":{"prompt_tokens":14,"completion_tokens":3}}`
-	_, _, err := a.RecordBody([]byte(reply)) // the provider's raw answer
-	check(err)
+	for { // the tool loop: until the model answers without calling a tool
+		body := must(a.NextBody(context.Background())) // POST body.Bytes; logged, Verify rebuilds it byte for byte
+		rec := must(a.RecordBodyOf(provider(body.Bytes))) // the provider's raw answer, parsed and logged
+		if len(rec.ToolCalls()) == 0 {
+			fmt.Printf("assistant: %s\n", rec.Message.Text())
+			break
+		}
+		for _, call := range rec.ToolCalls() { // call.ID, call.Name, call.Arguments (JSON text)
+			must(a.RecordToolResult(llmsession.ToolResult{CallID: call.ID, Text: "12:00"}))
+		}
+	}
 	check(a.EndTurn("completed"))
-	fmt.Printf("sent %d bytes; verify: %s\n", len(body.Bytes), must(s.Verify()))
+	fmt.Printf("verify: %s\n", must(s.VerifyOf()).Raw)
+}
+
+// provider stands in for the HTTP call: a canned chat-completions reply.
+func provider(body []byte) []byte {
+	return []byte(`{"choices":[{"message":{"role":"assistant","content":"Hello!"},"finish_reason":"stop"}],"usage":{"prompt_tokens":14,"completion_tokens":3}}`)
 }
 
 func must[T any](v T, err error) T {
