@@ -21,36 +21,6 @@ import (
 	"unicode/utf8"
 )
 
-// fake is a declarative fake's spec and state.
-type fake struct {
-	index int // its position among the listeners (or pre-step listeners)
-	spec  map[string]any
-	mu    sync.Mutex
-	calls int
-	held  []json.RawMessage
-}
-
-func newFake(i int, v any) *fake {
-	m, _ := v.(map[string]any)
-	return &fake{index: i, spec: m, held: rawList(m["messages"])}
-}
-
-func (f *fake) str(key, def string) string {
-	if s, ok := f.spec[key].(string); ok {
-		return s
-	}
-	return def
-}
-
-// next counts a call and reports whether it behaves as its kind says (within "times").
-func (f *fake) next() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls++
-	t, ok := f.spec["times"].(float64)
-	return !ok || float64(f.calls-1) < t
-}
-
 // failure is a driver failure (not the library's answer to an op): it stops the scenario.
 type failure struct{ error }
 
@@ -89,140 +59,6 @@ func (w *world) trip() {
 	defer w.mu.Unlock()
 	if w.cur != nil {
 		_ = w.cur.Trip()
-	}
-}
-
-// effect does what an armed fake of kind k does besides answering: trips the cancel token,
-// disposes the instance, or appends messages to the session as plugin or host context.
-func (w *world) effect(k string, f *fake, a *Agent, s *Session) error {
-	var msgs any
-	source := "plugin"
-	switch k {
-	case "cancel":
-		w.trip()
-	case "dispose":
-		w.mu.Lock()
-		w.disposed = true
-		w.mu.Unlock()
-		return a.Dispose()
-	case "append-event":
-		msgs = f.spec["events"]
-	case "inject":
-		msgs = f.spec["messages"]
-	case "append-during":
-		msgs, source = f.spec["messages"], "host"
-	}
-	for _, m := range rawList(msgs) {
-		ev := map[string]any{"type": "user/message", "data": map[string]any{"message": m, "source": source}, "surfaceOp": "append"}
-		if _, err := s.Append(ev); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (w *world) prefixListener(f *fake, a *Agent, s *Session) func(context.Context, json.RawMessage) (json.RawMessage, error) {
-	return func(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
-		w.journal(map[string]any{"callback": "prefix", "listener": f.index, "input": decode(raw)})
-		var in PrefixInput
-		if err := json.Unmarshal(raw, &in); err != nil {
-			return nil, err
-		}
-		active, k := f.next(), f.str("kind", "delegate")
-		f.mu.Lock()
-		held := append([]json.RawMessage(nil), f.held...)
-		f.mu.Unlock()
-		if active {
-			if err := w.effect(k, f, a, s); err != nil {
-				return nil, err
-			}
-		}
-		switch {
-		case k == "append":
-			return joinMsgs(in.Rest, held), nil
-		case k == "delegate" || k == "dispose" && active:
-			return joinMsgs(nil, in.Rest), nil
-		case k == "fail" && active:
-			return nil, errors.New(f.str("message", "listener failed"))
-		case k == "invalid" && active:
-			return json.Marshal(f.spec["output"])
-		}
-		return joinMsgs(held, in.Rest), nil
-	}
-}
-
-func (w *world) preStep(f *fake, a *Agent, s *Session) PreStepListener {
-	return func(ctx context.Context, in PreStepInput) error {
-		active, k := f.next(), f.str("kind", "record")
-		w.journal(map[string]any{"callback": "preStep", "listener": f.index, "input": decode(in.Raw)})
-		switch {
-		case !active:
-			return nil
-		case k == "fail":
-			return errors.New("pre-step failed")
-		}
-		return w.effect(k, f, a, s)
-	}
-}
-
-func (w *world) summariserFor(spec any, a *Agent, s *Session) Summariser {
-	if spec == nil {
-		spec = map[string]any{"kind": "fixed"}
-	}
-	f := newFake(0, spec)
-	return func(ctx context.Context, in SummaryInput) (SummaryOutput, error) {
-		var count any // the envelope's number of messages (null when it has none)
-		if m, ok := asMap(decode(in.Request))["messages"].([]any); ok {
-			count = len(m)
-		}
-		w.journal(map[string]any{"callback": "summariser", "input": map[string]any{
-			"digest": in.Digest, "provider": in.Provider, "model": in.Model, "maxTokens": in.MaxTokens,
-			"sharedMessages": in.SharedMessages, "prefixLen": in.PrefixLen, "bytes": len(in.Request), "messageCount": count}})
-		active, k := f.next(), f.str("kind", "fixed")
-		out := SummaryOutput{Text: f.str("text", "Summary of the work so far.")}
-		if u, ok := f.spec["usage"]; ok {
-			out.Usage, _ = json.Marshal(u)
-		}
-		if !active {
-			return out, nil
-		}
-		switch k {
-		case "fail":
-			return out, errors.New("summariser unavailable")
-		case "empty":
-			out.Text = "   "
-		case "truncated":
-			out.Truncated = true
-		case "long":
-			out.Text = strings.Repeat("very long summary ", 20000)
-		case "cancel":
-			w.trip()
-			return out, errors.New("cancelled")
-		}
-		return out, w.effect(k, f, a, s)
-	}
-}
-
-// counterFor is a host token counter: the characters of the item's strings, per token.
-func (w *world) counterFor(spec any, a *Agent, s *Session) TokenCounter {
-	f := newFake(0, spec)
-	per := 4
-	if p, ok := f.spec["perToken"].(float64); ok && p >= 1 {
-		per = int(p)
-	}
-	return func(ctx context.Context, item json.RawMessage) (int, error) {
-		w.mu.Lock()
-		w.counterCalls++
-		w.mu.Unlock()
-		active, k := f.next(), f.str("kind", "chars")
-		n := (stringChars(decode(item)) + per - 1) / per
-		switch {
-		case !active:
-			return n, nil
-		case k == "fail":
-			return 0, errors.New("token counter failed")
-		}
-		return n, w.effect(k, f, a, s)
 	}
 }
 
@@ -558,47 +394,6 @@ func (w *world) events() []json.RawMessage {
 	return evs
 }
 
-// memStore is a host store over a list of records (what a database-backed host would do).
-func memStore(initial []json.RawMessage) StoreFunc {
-	var mu sync.Mutex
-	var records []string
-	for _, r := range initial {
-		records = append(records, string(r))
-	}
-	return func(ctx context.Context, req json.RawMessage) (any, error) {
-		var r struct {
-			Op, Header      *string
-			Records         []string
-			Seq, From, Keep int
-		}
-		if err := json.Unmarshal(req, &r); err != nil || r.Op == nil {
-			return nil, fmt.Errorf("bad store request %s", req)
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		switch *r.Op {
-		case "load":
-			return map[string]any{"records": append([]string{}, records...)}, nil
-		case "append": // conditional: seq must be the next one
-			if (r.Header != nil) != (len(records) == 0) || (len(records) > 0 && r.Seq != len(records)-1) {
-				return map[string]any{"conflict": fmt.Sprintf("seq %d is not the next one", r.Seq)}, nil
-			}
-			if r.Header != nil {
-				records = append(records, *r.Header)
-			}
-			records = append(records, r.Records...)
-		case "undo":
-			records = records[:min(r.From, len(records))]
-		case "cut":
-			records = records[:min(r.Keep, len(records))]
-		case "sync":
-		default:
-			return nil, fmt.Errorf("unknown store op %q", *r.Op)
-		}
-		return true, nil
-	}
-}
-
 // play runs a scenario file and returns its transcript, normalised for comparison.
 func play(t *testing.T, path string) (transcript any, err error) {
 	text, err := os.ReadFile(path)
@@ -729,20 +524,6 @@ func TestScenarios(t *testing.T) {
 // second is the error of a call that returns a value and an error.
 func second[T any](_ T, err error) error { return err }
 
-func rawList(v any) []json.RawMessage {
-	out := []json.RawMessage{}
-	for _, m := range asList(v) {
-		b, _ := json.Marshal(m)
-		out = append(out, b)
-	}
-	return out
-}
-
-func joinMsgs(a, b []json.RawMessage) json.RawMessage {
-	out, _ := json.Marshal(append(append([]json.RawMessage{}, a...), b...))
-	return out
-}
-
 func joinLines(records []json.RawMessage) []byte {
 	var b []byte
 	for _, r := range records {
@@ -757,22 +538,4 @@ func userMsg(v any) any {
 		return UserText(s)
 	}
 	return v
-}
-
-// stringChars counts the characters of every string in a decoded JSON value (keys left out).
-func stringChars(v any) int {
-	n := 0
-	switch x := v.(type) {
-	case string:
-		n = utf8.RuneCountInString(x)
-	case []any:
-		for _, e := range x {
-			n += stringChars(e)
-		}
-	case map[string]any:
-		for _, e := range x {
-			n += stringChars(e)
-		}
-	}
-	return n
 }
