@@ -85,6 +85,12 @@ class AsyncAgent:
     def close(self) -> None:
         self.agent.close()
 
+    def __enter__(self) -> "AsyncAgent":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
     async def __aenter__(self) -> "AsyncAgent":
         return self
 
