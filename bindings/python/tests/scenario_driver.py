@@ -20,188 +20,149 @@ import golden
 import llmsession as lls
 
 REPO = Path(__file__).resolve().parents[3]
-_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=2)
+POOL = concurrent.futures.ThreadPoolExecutor(max_workers=2)
+Json = Dict[str, Any]
 
 
 def user_message(v: Any) -> Any:
     return {"role": "user", "content": [{"type": "text", "text": v}]} if isinstance(v, str) else v
 
 
-def context_event(message: Any, source: str) -> Dict[str, Any]:
-    return {"type": "user/message", "data": {"message": message, "source": source}, "surfaceOp": "append"}
+def compact_json(v: Any) -> str:
+    return json.dumps(v, ensure_ascii=False, separators=(",", ":"))
 
 
-def active(spec: Dict[str, Any], n: int) -> bool:
-    """Whether call ``n`` (from 0) of a fake still behaves as its kind says (``times``)."""
-    return not isinstance(spec.get("times"), int) or n < spec["times"]
+def kind_of(spec: Json, n: int, default: str) -> str:
+    """The kind of call ``n`` (from 0) of a fake: its own while ``times`` allows, else ``default``."""
+    return spec.get("kind", default) if not isinstance(spec.get("times"), int) or n < spec["times"] else default
 
 
 def chars(v: Any) -> int:
     """The characters of every string in ``v`` (object keys left out)."""
     if isinstance(v, str):
         return len(v)
-    if isinstance(v, dict):
-        return sum(chars(x) for x in v.values())
-    if isinstance(v, list):
-        return sum(chars(x) for x in v)
-    return 0
-
-
-def _later(body: Callable[[], Any]) -> "concurrent.futures.Future[Any]":
-    def work() -> Any:
-        time.sleep(0.001)
-        return body()
-
-    return _POOL.submit(work)
+    items = v.values() if isinstance(v, dict) else v if isinstance(v, list) else ()
+    return sum(chars(x) for x in items)
 
 
 class World:
-    def __init__(self, sc: Dict[str, Any], mode: str) -> None:
-        self.mode, self.agent, self.loads = mode, None, 0
-        self.listeners: List[Dict[str, Any]] = []
-        self.pre_steps: List[Dict[str, Any]] = []
+    def __init__(self, sc: Json, mode: str) -> None:
+        self.mode, self.agent, self.loads, self.disposed = mode, None, 0, False
+        self.listeners: List[Json] = []
+        self.pre_steps: List[Json] = []
         self.policy, self.counter = sc.get("policy", "absent"), sc.get("counter")
+        self.summariser = sc.get("summariser") or {"kind": "fixed"}
+        self.options = {**sc["agent"], "checkRequests": True}
         self.tmp = tempfile.mkdtemp(prefix="lls-scenario-")
         self.session = lls.Session.memory({"id": "scenario-session"})
         self.sessions = [self.session]
-        self.options = {**sc["agent"], "checkRequests": True}
-        self.summariser = sc.get("summariser") or {"kind": "fixed"}
-        self.disposed = False  # a callback disposed the instance during the running op
-        self.cancel: Optional[lls.Cancel] = None  # the running op's cancel token (fakes may trip it)
-        self.calls: List[Dict[str, Any]] = []  # what the fakes received since the previous op
+        self.cancel: Optional[lls.Cancel] = None  # the running op's token (fakes may trip it)
+        self.calls: List[Json] = []  # what the fakes received since the previous op
         self.counter_calls = 0
-        self.out: Dict[str, Any] = {}
+        self.out: Json = {}  # what the running op produced, for its transcript entry
+        self.pending: List[Any] = []  # every pending reply, waited for at the end
         self.set_listeners(sc.get("listeners"), sc.get("preStep"))
         self.new_agent()
 
     def set_listeners(self, listeners: Any, pre: Any) -> None:
-        def mk(spec: Dict[str, Any], index: int) -> Dict[str, Any]:
-            return {"spec": spec, "index": index, "calls": 0, "held": copy.deepcopy(spec.get("messages") or [])}
-
+        mk = lambda i, s: {"spec": s, "index": i, "calls": 0, "held": copy.deepcopy(s.get("messages") or [])}  # noqa: E731
         if isinstance(listeners, list):
-            self.listeners = [mk(s, i) for i, s in enumerate(listeners)]
+            self.listeners = [mk(i, s) for i, s in enumerate(listeners)]
         if isinstance(pre, list):
-            self.pre_steps = [mk(s, i) for i, s in enumerate(pre)]
+            self.pre_steps = [mk(i, s) for i, s in enumerate(pre)]
 
-    def fake(self, note: Callable[[Any], None], body: Callable[[Any, int], Any], st: Optional[Dict[str, Any]] = None) -> Callable[[Any], Any]:
+    def fake(self, note: Callable[[Any], None], body: Callable[[Any, int], Any], st: Optional[Json] = None) -> Callable[[Any], Any]:
         """``note`` records the call; ``body(input, n)`` answers call ``n``: at once, or in
-        pending mode through a reply a worker thread completes."""
+        pending mode through a reply that a worker thread completes a moment later."""
         st = st if st is not None else {"calls": 0}
 
         def fn(value: Any) -> Any:
             note(value)
-            n = st["calls"]
-            st["calls"] += 1
+            n, st["calls"] = st["calls"], st["calls"] + 1
             if self.mode != "pending":
                 return body(value, n)
             try:
-                answer = body(value, n)
+                answer, error = body(value, n), None
             except lls.CallbackError as e:
-                err = e
-                return _later(lambda: (_ for _ in ()).throw(err))
-            return _later(lambda: answer)
+                answer, error = None, e
+
+            def later() -> Any:
+                time.sleep(0.001)
+                if error is not None:
+                    raise error
+                return answer
+
+            self.pending.append(POOL.submit(later))
+            return self.pending[-1]
 
         return fn
 
     def append(self, messages: Any, source: str) -> None:
         for m in messages or []:
-            self.session.append(context_event(m, source))
+            self.session.append({"type": "user/message", "data": {"message": m, "source": source}, "surfaceOp": "append"})
 
     def dispose_from_callback(self) -> None:
-        self.disposed = True
-        try:
-            self.agent.dispose()
-        except lls.LlmSessionError:
-            pass
+        self.disposed = True  # the instance is dropped after the op
+        self.agent.dispose()
 
     def trip(self) -> None:
         if self.cancel is not None:
             self.cancel.trip()
 
-    def prefix_listener(self, st: Dict[str, Any]) -> Callable[[Any], Any]:
+    def effects(self, kind: str, spec: Json, failure: str) -> None:
+        """What a fake of ``kind`` does besides answering (docs/scenarios.md, the fakes)."""
+        if kind == "fail":
+            raise lls.CallbackError(failure)
+        if kind == "cancel":
+            self.trip()
+        if kind in ("inject", "append-event", "append-during"):
+            self.append(spec.get("events" if kind == "append-event" else "messages"), "host" if kind == "append-during" else "plugin")
+        if kind == "dispose":
+            self.dispose_from_callback()
+
+    def prefix_listener(self, st: Json) -> Callable[[Any], Any]:
         def body(value: Any, n: int) -> Any:
-            rest, spec = value["rest"], st["spec"]
-            kind = spec.get("kind", "delegate")
-            if kind == "append":
-                return rest + st["held"]
-            if kind == "delegate":
-                return rest
-            if active(spec, n):
-                if kind == "fail":
-                    raise lls.CallbackError(spec.get("message") or "listener failed")
-                if kind == "invalid":
-                    return spec.get("output")
-                if kind == "cancel":
-                    self.trip()
-                if kind == "append-event":
-                    self.append(spec.get("events"), "plugin")
-                if kind == "dispose":
-                    self.dispose_from_callback()
-                    return rest
-            return st["held"] + rest
+            rest, spec, kind = value["rest"], st["spec"], st["spec"].get("kind", "delegate")
+            if kind in ("append", "delegate"):
+                return rest + st["held"] if kind == "append" else rest
+            kind = kind_of(spec, n, "prepend")
+            if kind == "invalid":
+                return spec.get("output")
+            self.effects(kind, spec, spec.get("message") or "listener failed")
+            return rest if kind == "dispose" else st["held"] + rest
 
         return self.fake(lambda v: self.calls.append({"callback": "prefix", "listener": st["index"], "input": v}), body, st)
 
-    def pre_step(self, st: Dict[str, Any]) -> Callable[[Any], Any]:
-        def body(_v: Any, n: int) -> Any:
-            kind = st["spec"].get("kind", "record") if active(st["spec"], n) else "record"
-            if kind == "inject":
-                self.append(st["spec"].get("messages"), "plugin")
-            if kind == "fail":
-                raise lls.CallbackError("pre-step failed")
-            if kind == "cancel":
-                self.trip()
-            if kind == "dispose":
-                self.dispose_from_callback()
-            return None
-
+    def pre_step(self, st: Json) -> Callable[[Any], Any]:
+        body = lambda _v, n: self.effects(kind_of(st["spec"], n, "record"), st["spec"], "pre-step failed")  # noqa: E731
         return self.fake(lambda v: self.calls.append({"callback": "preStep", "listener": st["index"], "input": v}), body, st)
 
-    def make_counter(self, spec: Dict[str, Any]) -> Callable[[Any], Any]:
+    def make_counter(self, spec: Json) -> Callable[[Any], Any]:
         per = spec["perToken"] if isinstance(spec.get("perToken"), (int, float)) and spec["perToken"] >= 1 else 4
 
-        def note(_v: Any) -> None:
-            self.counter_calls += 1
-
-        def body(item: Any, n: int) -> Any:
-            kind = spec.get("kind", "chars") if active(spec, n) else "chars"
-            if kind == "fail":
-                raise lls.CallbackError("token counter failed")
-            if kind == "append-during":
-                self.append(spec.get("messages"), "host")
-            if kind == "dispose":
-                self.dispose_from_callback()
+        def body(item: Any, n: int) -> int:
+            self.effects(kind_of(spec, n, "chars"), spec, "token counter failed")
             return math.ceil(chars(item) / per)
 
-        return self.fake(note, body)
+        return self.fake(lambda _v: setattr(self, "counter_calls", self.counter_calls + 1), body)
 
-    def make_summariser(self, spec: Dict[str, Any]) -> Callable[[Any], Any]:
-        def note(v: Dict[str, Any]) -> None:  # the envelope is kept as its size
+    def make_summariser(self, spec: Json) -> Callable[[Any], Any]:
+        def note(v: Json) -> None:  # the envelope is recorded as its size and message count
             req = v.get("request")
-            size = len(json.dumps(req, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
-            count = len(req["messages"]) if isinstance(req, dict) and isinstance(req.get("messages"), list) else None
+            msgs = req.get("messages") if isinstance(req, dict) else None
             keys = ("digest", "provider", "model", "maxTokens", "sharedMessages", "prefixLen")
-            self.calls.append({"callback": "summariser", "input": {**{k: v.get(k) for k in keys}, "bytes": size, "messageCount": count}})
+            size = {"bytes": len(compact_json(req).encode()), "messageCount": len(msgs) if isinstance(msgs, list) else None}
+            self.calls.append({"callback": "summariser", "input": {**{k: v.get(k) for k in keys}, **size}})
 
-        def body(_v: Any, n: int) -> Any:
-            ok: Dict[str, Any] = {"text": spec["text"] if isinstance(spec.get("text"), str) else "Summary of the work so far."}
-            if spec.get("usage"):
-                ok["usage"] = spec["usage"]
-            kind = spec.get("kind", "fixed") if active(spec, n) else "fixed"
-            if kind == "fail":
-                raise lls.CallbackError("summariser unavailable")
+        def body(_v: Any, n: int) -> Json:
+            ok: Json = {"text": spec["text"] if isinstance(spec.get("text"), str) else "Summary of the work so far."}
+            ok.update({"usage": spec["usage"]} if spec.get("usage") else {})
+            kind = kind_of(spec, n, "fixed")
+            self.effects(kind, spec, "summariser unavailable")
             if kind == "cancel":
-                self.trip()
                 raise lls.CallbackError("cancelled")
-            if kind == "append-during":
-                self.append(spec.get("messages"), "host")
-            if kind == "dispose":
-                self.dispose_from_callback()
-            if kind == "empty":
-                return {**ok, "text": "   "}
-            if kind == "long":
-                return {**ok, "text": "very long summary " * 20000}
-            return {**ok, "truncated": True} if kind == "truncated" else ok
+            extra = {"empty": {"text": "   "}, "long": {"text": "very long summary " * 20000}, "truncated": {"truncated": True}}
+            return {**ok, **extra.get(kind, {})}
 
         return self.fake(note, body)
 
@@ -233,7 +194,11 @@ class World:
             a.dispose()
             a.close()
 
+    def set_out(self, key: str, f: Callable[[], Any]) -> Callable[[], None]:
+        return lambda: self.out.__setitem__(key, f())
+
     def close(self) -> None:
+        concurrent.futures.wait(self.pending)
         if self.agent is not None:
             self.agent.close()
         for s in self.sessions:
@@ -247,18 +212,13 @@ def attempt(w: World, f: Callable[[], Any]) -> None:
         f()
     except lls.LlmSessionError as e:  # anything else is a bug of the driver or the binding
         w.out["outcome"] = "error"
-        w.out["error"] = {"kind": e.kind, "message": e.message}
-        if e.detail.get("field") is not None:
-            w.out["error"]["field"] = e.detail["field"]
+        w.out["error"] = {"kind": e.kind, "message": e.message, **({"field": e.field} if e.field is not None else {})}
 
 
-def load(w: World, op: Dict[str, Any]) -> None:
+def load(w: World, op: Json) -> None:
     """``load``: reopens the session from a log file written from the op's records (or the log's)."""
-    if "records" in op:
-        records = [r if isinstance(r, str) else json.dumps(r, ensure_ascii=False, separators=(",", ":")) for r in op["records"]]
-    else:
-        recs = [w.session.info()] + list(w.session.events())
-        records = [json.dumps(r, ensure_ascii=False, separators=(",", ":")) for r in recs]
+    recs = op["records"] if "records" in op else [w.session.info()] + w.session.events()
+    records = [r if isinstance(r, str) else compact_json(r) for r in recs]
     if isinstance(op.get("dropLast"), int):
         records = records[: max(0, len(records) - op["dropLast"])]
     for e in op.get("edit") or []:
@@ -275,72 +235,57 @@ def load(w: World, op: Dict[str, Any]) -> None:
     path.write_text("".join(r + "\n" for r in records) + (op["tail"] if isinstance(op.get("tail"), str) else ""), encoding="utf-8")
 
     def open_it() -> None:
-        s = lls.Session.open_file(path)
-        w.sessions.append(s)
-        w.out["loadReport"] = s.load_report()
-        w.session = s
+        w.sessions.append(lls.Session.open_file(path))
+        w.out["loadReport"] = w.sessions[-1].load_report()
+        w.session = w.sessions[-1]
 
     attempt(w, open_it)
     w.new_agent()  # on a failed open the session stays the one before
 
 
-def run_op(w: World, op: Dict[str, Any]) -> None:
+def run_op(w: World, op: Json) -> None:
     name = op["op"]
     if name in ("turn", "inject"):
         f = w.need_agent().start_turn if name == "turn" else w.need_agent().inject
-        return attempt(w, lambda: f(user_message(op["user"])))
-    if name == "endTurn":
-        return attempt(w, lambda: w.need_agent().end_turn(op.get("reason") or "completed"))
-    if name == "request":
+        attempt(w, lambda: f(user_message(op["user"])))
+    elif name == "endTurn":
+        attempt(w, lambda: w.need_agent().end_turn(op.get("reason") or "completed"))
+    elif name == "request":
         if op.get("cancelled") is True:
             w.trip()
         agent = w.need_agent()
-        attempt(w, lambda: w.out.__setitem__("request", agent.next_request(w.cancel).info))
-        if w.out.get("error", {}).get("kind") == "disposed":
-            w.disposed = True  # dropped after the op
-        return None
-    if name == "respond":
+        attempt(w, w.set_out("request", lambda: agent.next_request(w.cancel).info))
+        w.disposed = w.disposed or w.out.get("error", {}).get("kind") == "disposed"
+    elif name == "respond":
         content: List[Any] = [{"type": "text", "text": op["text"]}] if isinstance(op.get("text"), str) else []
         for c in op.get("toolCalls") or []:
             args = c["arguments"] if isinstance(c.get("arguments"), str) else "{}"
             content.append({"type": "tool-call", "id": c["id"], "name": c["name"], "arguments": args})
-        response: Dict[str, Any] = {"message": op.get("message") or {"role": "assistant", "content": content}}
+        response: Json = {"message": op.get("message") or {"role": "assistant", "content": content}}
         if op.get("usage"):
             response["usage"] = op["usage"]
-        return attempt(w, lambda: w.need_agent().record_response(response))
-    if name == "toolResult":
-        r: Dict[str, Any] = {"callId": op.get("callId") or ""}
-        if op.get("content"):
-            r["content"] = op["content"]
-        else:
-            r["text"] = op["text"] if isinstance(op.get("text"), str) else "ok"
+        attempt(w, lambda: w.need_agent().record_response(response))
+    elif name == "toolResult":
+        r: Json = {"callId": op.get("callId") or ""}
+        r.update({"content": op["content"]} if op.get("content") else {"text": op["text"] if isinstance(op.get("text"), str) else "ok"})
         if "isError" in op:
             r["isError"] = op["isError"]
-        return attempt(w, lambda: w.need_agent().record_tool_result(r))
-    if name == "providerError":
+        attempt(w, lambda: w.need_agent().record_tool_result(r))
+    elif name == "providerError":
         err = {"message": op["message"] if isinstance(op.get("message"), str) else "provider error", "overflow": op.get("overflow") is True}
         agent = w.need_agent()
-        return attempt(w, lambda: w.out.__setitem__("providerError", "retry" if agent.provider_error(err, w.cancel) else "recorded"))
-    if name == "setOptions":
-        o = dict(w.options)
+        attempt(w, w.set_out("providerError", lambda: "retry" if agent.provider_error(err, w.cancel) else "recorded"))
+    elif name == "setOptions":
+        o = {**w.options, **{k: op[k] for k in ("tools", "config") if op.get(k)}}
         if isinstance(op.get("system"), str):
             o["system"] = op["system"]
         elif "system" in op:
             o.pop("system", None)
-        for k in ("tools", "config"):
-            if op.get(k):
-                o[k] = op[k]
-
-        def set_options() -> None:
-            w.need_agent().set_options(o)
-            w.options = o  # invalid options change nothing
-
-        return attempt(w, set_options)
-    if name == "mutateListener":
+        attempt(w, lambda: (w.need_agent().set_options(o), setattr(w, "options", o)))  # invalid: nothing changes
+    elif name == "mutateListener":
         for m in w.listeners[op.get("index") or 0]["held"]:
             m["content"] = [{"type": "text", "text": op.get("text") or "mutated"}]
-        return None
-    if name == "resume":
+    elif name == "resume":
         w.drop_agent()
         if op.get("reload") is not False:
             path = Path(w.tmp) / f"reload-{len(w.sessions)}.jsonl"
@@ -352,22 +297,15 @@ def run_op(w: World, op: Dict[str, Any]) -> None:
             w.options = {**w.options, "system": op["system"]}
             if not isinstance(op["system"], str):
                 del w.options["system"]
-        return attempt(w, w.new_agent)
-    if name == "secondAgent":
-        return attempt(w, lambda: lls.Agent(w.session, w.options).close())
-    if name == "fork":
+        attempt(w, w.new_agent)
+    elif name == "secondAgent":
+        attempt(w, lambda: lls.Agent(w.session, w.options).close())
+    elif name == "fork":
         w.drop_agent()
-        o: Dict[str, Any] = {"id": "forked-session"}
-        if isinstance(op.get("seedLength"), int):
-            o["seedLength"] = op["seedLength"]
-
-        def fork() -> None:
-            w.session = w.session.fork(o)
-            w.sessions.append(w.session)
-
-        attempt(w, fork)
-        return w.new_agent()  # on error the old session gets a new instance
-    if name == "compact":
+        o: Json = {"id": "forked-session", **({"seedLength": op["seedLength"]} if isinstance(op.get("seedLength"), int) else {})}
+        attempt(w, lambda: (setattr(w, "session", w.session.fork(o)), w.sessions.append(w.session)))
+        w.new_agent()  # on error the old session gets a new instance
+    elif name == "compact":
         agent = w.need_agent()
 
         def compact() -> None:
@@ -378,29 +316,24 @@ def run_op(w: World, op: Dict[str, Any]) -> None:
                     raise
                 w.out["compaction"] = e.detail["outcome"]
 
-        return attempt(w, compact)
-    if name == "setPolicy":
-
-        def set_policy() -> None:
-            w.need_agent().set_policy(op["policy"])
-            w.policy = op["policy"]
-
-        return attempt(w, set_policy)
-    if name == "setSummariser":
+        attempt(w, compact)
+    elif name == "setPolicy":
+        attempt(w, lambda: (w.need_agent().set_policy(op["policy"]), setattr(w, "policy", op["policy"])))
+    elif name == "setSummariser":
         w.summariser = op["summariser"]
-        return w.need_agent().set_summariser(w.make_summariser(op["summariser"]))
-    if name == "setCounter":
+        w.need_agent().set_summariser(w.make_summariser(op["summariser"]))
+    elif name == "setCounter":
         w.counter = op.get("counter") or None
         if w.counter:
-            return w.need_agent().set_token_counter(w.make_counter(w.counter))
-        return w.need_agent().clear_token_counter()
-    if name == "dispose":
-        return w.drop_agent()
-    if name == "load":
-        return load(w, op)
-    if name in ("expectLog", "expectSummaryRequest", "expectPreStep"):
-        return None  # checked by the Rust runner
-    raise RuntimeError(f"unknown op {name!r}")
+            w.need_agent().set_token_counter(w.make_counter(w.counter))
+        else:
+            w.need_agent().clear_token_counter()
+    elif name == "dispose":
+        w.drop_agent()
+    elif name == "load":
+        load(w, op)
+    elif name not in ("expectLog", "expectSummaryRequest", "expectPreStep"):  # those: the Rust runner's
+        raise RuntimeError(f"unknown op {name!r}")
 
 
 def run_file(file: Path, mode: str = "sync") -> None:
@@ -410,8 +343,7 @@ def run_file(file: Path, mode: str = "sync") -> None:
     try:
         ops = []
         for i, op in enumerate(sc["ops"]):
-            w.out = {}
-            w.cancel = lls.Cancel()  # the op's cancel token, which fakes may trip
+            w.out, w.cancel = {}, lls.Cancel()  # the op's cancel token, which fakes may trip
             try:
                 run_op(w, op)
             except Exception as e:
@@ -419,15 +351,12 @@ def run_file(file: Path, mode: str = "sync") -> None:
             finally:
                 if w.disposed and w.agent is not None:
                     w.agent.close()  # an instance a callback disposed is dropped
-                if w.disposed:
                     w.agent = None
                 w.disposed = False
                 w.cancel.close()
             entry = {"i": i, "op": op["op"], "outcome": "ok", **w.out, "events": len(w.session.events())}
-            if w.calls:
-                entry["calls"] = w.calls
-            if w.counter_calls:
-                entry["counterCalls"] = w.counter_calls
+            entry.update({"calls": w.calls} if w.calls else {})
+            entry.update({"counterCalls": w.counter_calls} if w.counter_calls else {})
             w.calls, w.counter_calls = [], 0
             ops.append(entry)
         final = {
@@ -436,8 +365,8 @@ def run_file(file: Path, mode: str = "sync") -> None:
             "history": w.session.history(),
         }
         doc = {"transcript": 1, "scenario": file.name, "name": sc.get("name") or "(unnamed)", "ops": ops, "final": final}
-        transcript = golden.mask_strings(doc, w.tmp)
-        golden.settle(file, transcript, REPO / "target" / "tmp" / f"scenario-transcripts-python-{mode}", mode)
+        out = REPO / "target" / "tmp" / f"scenario-transcripts-python-{mode}"
+        golden.settle(file, golden.mask_strings(doc, w.tmp), out, mode)
         log = Path(w.tmp) / "verify.jsonl"  # the final log verifies through the binding
         log.write_text(w.session.export_jsonl(), encoding="utf-8")
         lls.verify_file(log)

@@ -14,7 +14,7 @@ import pytest
 
 import golden
 import llmsession as lls
-from scenario_driver import REPO, _POOL, run_file
+from scenario_driver import REPO, run_file
 
 
 def scenario_files() -> List[Path]:
@@ -57,6 +57,5 @@ def test_scenario(file: Path, mode: str) -> None:
 
 def test_scenarios_leave_no_live_handles() -> None:
     run_file(FILES[0], "pending")
-    _POOL.submit(lambda: None).result()
     assert lls.live_handle_count() == 0
     assert lls.registered_callback_count() == 0

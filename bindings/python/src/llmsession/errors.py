@@ -81,7 +81,7 @@ class CallbackError(Exception):
 
 
 # One subclass per status; the docstrings are the meanings in docs/abi.md.
-class MalformedJsonError(LlmSessionError):
+class MalformedJsonError(LlmSessionError, ValueError):
     """Input JSON does not parse (detail ``line``, ``column``)."""
 
 

@@ -12,8 +12,13 @@ from typing import Any, Dict, List, Literal, Optional, Union
 
 if sys.version_info >= (3, 11):
     from typing import NotRequired, TypedDict
-else:  # pragma: no cover
-    from typing_extensions import NotRequired, TypedDict
+else:  # pragma: no cover - annotations are strings here (never evaluated at run time)
+    from typing import TypedDict
+
+    try:
+        from typing_extensions import NotRequired
+    except ImportError:
+        NotRequired = Optional  # only type checkers read it; install typing_extensions for them
 
 Json = Any
 """A JSON value (None, bool, int, float, str, lists and dicts of them)."""
