@@ -212,3 +212,27 @@ def test_callbacks_from_many_threads_at_once() -> None:
         t.join()
     assert out == [5, 5, 5, 5]
     time.sleep(0)
+
+
+def test_a_summariser_exception_during_automatic_compaction_is_not_a_silent_success() -> None:
+    def broken(_i: Any) -> Any:
+        raise KeyError("summariser bug")
+
+    with lls.Session.memory() as s, lls.Agent(s, CONFIG) as a:
+        a.set_summariser(broken)
+        a.set_policy(POLICY)
+        with pytest.raises(KeyError, match="summariser bug"):
+            long_turns(a, 4)
+        a.set_policy(None)
+
+
+def test_closing_an_agent_with_an_open_turn_disposes_it_and_releases_its_callbacks() -> None:
+    with lls.Session.memory() as s:
+        with lls.Agent(s, CONFIG) as a:
+            a.add_prefix_listener(lambda i: i["rest"])
+            a.start_turn("hi")
+            assert lls.registered_callback_count() == 1
+        assert lls.registered_callback_count() == 0
+        assert s.events()[-1]["data"]["reason"] == "disposed"
+        with lls.Agent(s, CONFIG):  # the session is free for a new instance
+            pass
