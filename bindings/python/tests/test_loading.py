@@ -42,3 +42,7 @@ def test_without_either_the_checkout_or_the_loader_is_used(tmp_path: Path) -> No
     assert r.returncode == 0, r.stderr
     found = r.stdout.strip()
     assert found.endswith("build/lib/libllmsession.so") or found.startswith("libllmsession.so")
+
+
+def test_the_installed_package_is_typed() -> None:
+    assert (Path(lls.__file__).parent / "py.typed").exists()

@@ -126,7 +126,8 @@ def call_out(fn: Callable[..., int], *args: Any) -> Optional[bytes]:
     """Calls an entry point ending in ``(char **out, size_t *out_len, lls_error **err)``."""
     out = c_void_p()
     n = c_size_t()
-    return call(fn, *args, byref(out), byref(n), on_ok=lambda: take_bytes(out, n))
+    result: Optional[bytes] = call(fn, *args, byref(out), byref(n), on_ok=lambda: take_bytes(out, n))
+    return result
 
 
 def call_json(fn: Callable[..., int], *args: Any) -> Any:
@@ -242,7 +243,6 @@ def _settle_later(fut: "concurrent.futures.Future[Any]", encode: Encoder, reply:
     fut.add_done_callback(done)
 
 
-@N.CALLBACK_FN
 def _trampoline(ud: Optional[int], in_ptr: Optional[int], in_len: int, reply: Optional[int]) -> int:
     try:
         return _trampoline_body(ud, in_ptr, in_len, reply or 0)
@@ -250,7 +250,6 @@ def _trampoline(ud: Optional[int], in_ptr: Optional[int], in_len: int, reply: Op
         return N.CB_ERROR
 
 
-@N.FREE_FN
 def _userdata_free(ud: Optional[int]) -> None:
     with _lock:
         _registry.pop(ud or 0, None)
@@ -267,8 +266,9 @@ def register(fn: Callable[[Any], Any], encode: Encoder) -> int:
     return i
 
 
-TRAMPOLINE = _trampoline
-USERDATA_FREE = _userdata_free
+# The C function pointers every registration passes (module-level: they live as long as the module).
+TRAMPOLINE = N.CALLBACK_FN(_trampoline)
+USERDATA_FREE = N.FREE_FN(_userdata_free)
 
 
 def registered_callback_count() -> int:
