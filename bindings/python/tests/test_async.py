@@ -56,11 +56,17 @@ def test_async_callbacks_run_on_the_loop_while_the_library_waits() -> None:
 
 def test_an_async_callback_error_and_a_cancelled_task() -> None:
     async def main() -> None:
+        stopped = asyncio.Event()
+
         async def fails(_i: Any) -> Any:
             raise lls.CallbackError("async no")
 
         async def forever(_i: Any) -> Any:
-            await asyncio.sleep(3600)
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                stopped.set()
+                raise
 
         with lls.Session.memory() as s:
             a = lls.AsyncAgent(lls.Agent(s, CONFIG))
@@ -79,6 +85,7 @@ def test_an_async_callback_error_and_a_cancelled_task() -> None:
                 with pytest.raises(asyncio.CancelledError):
                     await task
                 assert s.events()[-1]["data"]["reason"] == "aborted"
+                await asyncio.wait_for(stopped.wait(), 5)  # the abandoned callback was cancelled
 
     asyncio.run(main())
 

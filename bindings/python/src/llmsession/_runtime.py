@@ -73,11 +73,15 @@ def take_bytes(ptr: c_void_p, n: c_size_t) -> Optional[bytes]:
 
 
 class _Op:
-    __slots__ = ("errors", "loop")
+    __slots__ = ("errors", "loop", "scheduled")
 
     def __init__(self, loop: Optional[asyncio.AbstractEventLoop]) -> None:
         self.errors: List[BaseException] = []
         self.loop = loop
+        # Coroutines of this operation's callbacks scheduled on the loop: any still running when
+        # the library call returns (it was cancelled or disposed) is cancelled, which fails its
+        # abandoned reply.
+        self.scheduled: List["concurrent.futures.Future[Any]"] = []
 
 
 class _Local(threading.local):
@@ -109,6 +113,8 @@ def call(fn: Callable[..., int], *args: Any, on_ok: Optional[Callable[[], Any]] 
         status = fn(*args, byref(err))
     finally:
         _tls.ops.pop()
+        for f in op.scheduled:
+            f.cancel()
     if op.errors:
         if status != Status.OK:
             take_error(status, err)  # freed; the callback's exception says more
@@ -202,6 +208,8 @@ def _trampoline_body(ud: Optional[int], in_ptr: Optional[int], in_len: int, repl
                 result = _run_coroutine(result)
             else:
                 result = asyncio.run_coroutine_threadsafe(_awaited(result), loop)
+                if op is not None:
+                    op.scheduled.append(result)
         if isinstance(result, concurrent.futures.Future):
             _settle_later(result, entry.encode, reply, op)
             return N.CB_PENDING

@@ -7,7 +7,8 @@ Each operation that may run callbacks (``next_request``, ``next_body``, ``compac
 the trampoline answers ``LLS_CB_PENDING`` and the reply is completed when the coroutine
 finishes, while the library waits on the executor thread. Cancelling the awaiting task trips
 the operation's cancel token; the task then waits for the library call to return before the
-``asyncio.CancelledError`` propagates. Every other method is the plain :class:`Agent` method.
+``asyncio.CancelledError`` propagates; a callback coroutine still running then is cancelled.
+Every other method is the plain :class:`Agent` method.
 """
 
 from __future__ import annotations
