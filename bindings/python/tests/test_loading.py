@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import llmsession as lls
 
 PROBE = "import llmsession; print(llmsession.library_path)"
@@ -46,3 +48,21 @@ def test_without_either_the_checkout_or_the_loader_is_used(tmp_path: Path) -> No
 
 def test_the_installed_package_is_typed() -> None:
     assert (Path(lls.__file__).parent / "py.typed").exists()
+
+
+@pytest.mark.parametrize("abi,minor,says", [(1, 0, "has ABI version 1, but this binding needs 2"), (2, 1, "has ABI version 2.1, but this binding needs 2.2 or later")])
+def test_a_library_of_another_abi_is_refused_at_import(tmp_path: Path, abi: int, minor: int, says: str) -> None:
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler to build a stand-in library")
+    src = tmp_path / "old.c"
+    src.write_text(
+        "#include <stdint.h>\n"
+        f"uint32_t lls_abi_version(void) {{ return {abi}; }}\n"
+        f"uint32_t lls_abi_minor(void) {{ return {minor}; }}\n"
+        'const char *lls_version(void) { return "0.0.1"; }\n'
+    )
+    lib = tmp_path / "libold.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(src)], check=True, timeout=60)
+    r = probe({"LLMSESSION_LIB": str(lib)}, tmp_path)
+    assert r.returncode != 0 and "ImportError" in r.stderr and says in r.stderr, r.stderr
