@@ -75,7 +75,6 @@ class World:
         """``note`` records the call; ``body(input, n)`` answers call ``n``: at once, or in
         pending mode through a reply that a worker thread completes a moment later."""
         st = st if st is not None else {"calls": 0}
-
         def fn(value: Any) -> Any:
             note(value)
             n, st["calls"] = st["calls"], st["calls"] + 1
@@ -85,16 +84,13 @@ class World:
                 answer, error = body(value, n), None
             except lls.CallbackError as e:
                 answer, error = None, e
-
             def later() -> Any:
                 time.sleep(0.001)
                 if error is not None:
                     raise error
                 return answer
-
             self.pending.append(POOL.submit(later))
             return self.pending[-1]
-
         return fn
 
     def append(self, messages: Any, source: str) -> None:
@@ -130,7 +126,6 @@ class World:
                 return spec.get("output")
             self.effects(kind, spec, spec.get("message") or "listener failed")
             return rest if kind == "dispose" else st["held"] + rest
-
         return self.fake(lambda v: self.calls.append({"callback": "prefix", "listener": st["index"], "input": v}), body, st)
 
     def pre_step(self, st: Json) -> Callable[[Any], Any]:
@@ -139,11 +134,9 @@ class World:
 
     def make_counter(self, spec: Json) -> Callable[[Any], Any]:
         per = spec["perToken"] if isinstance(spec.get("perToken"), (int, float)) and spec["perToken"] >= 1 else 4
-
         def body(item: Any, n: int) -> int:
             self.effects(kind_of(spec, n, "chars"), spec, "token counter failed")
             return math.ceil(chars(item) / per)
-
         return self.fake(lambda _v: setattr(self, "counter_calls", self.counter_calls + 1), body)
 
     def make_summariser(self, spec: Json) -> Callable[[Any], Any]:
@@ -153,7 +146,6 @@ class World:
             keys = ("digest", "provider", "model", "maxTokens", "sharedMessages", "prefixLen")
             size = {"bytes": len(compact_json(req).encode()), "messageCount": len(msgs) if isinstance(msgs, list) else None}
             self.calls.append({"callback": "summariser", "input": {**{k: v.get(k) for k in keys}, **size}})
-
         def body(_v: Any, n: int) -> Json:
             ok: Json = {"text": spec["text"] if isinstance(spec.get("text"), str) else "Summary of the work so far."}
             ok.update({"usage": spec["usage"]} if spec.get("usage") else {})
@@ -163,7 +155,6 @@ class World:
                 raise lls.CallbackError("cancelled")
             extra = {"empty": {"text": "   "}, "long": {"text": "very long summary " * 20000}, "truncated": {"truncated": True}}
             return {**ok, **extra.get(kind, {})}
-
         return self.fake(note, body)
 
     def new_agent(self) -> None:
@@ -307,7 +298,6 @@ def run_op(w: World, op: Json) -> None:
         w.new_agent()  # on error the old session gets a new instance
     elif name == "compact":
         agent = w.need_agent()
-
         def compact() -> None:
             try:
                 w.out["compaction"] = agent.compact(op.get("span"), w.cancel)
@@ -315,7 +305,6 @@ def run_op(w: World, op: Json) -> None:
                 if not isinstance(e.detail.get("outcome"), dict):
                     raise
                 w.out["compaction"] = e.detail["outcome"]
-
         attempt(w, compact)
     elif name == "setPolicy":
         attempt(w, lambda: (w.need_agent().set_policy(op["policy"]), setattr(w, "policy", op["policy"])))
