@@ -99,3 +99,17 @@ def test_a_coroutine_callback_outside_the_asyncio_form_runs_to_completion() -> N
         a.add_prefix_listener(listener)
         a.start_turn("hi")
         assert a.next_request().info["prefixLen"] == 0
+
+
+def test_a_plain_call_on_the_loop_thread_refuses_its_async_callbacks_clearly() -> None:
+    async def listener(i: Any) -> Any:
+        return i["rest"]
+
+    async def main() -> None:
+        with lls.Session.memory() as s, lls.Agent(s, CONFIG) as a:
+            a.add_prefix_listener(listener)
+            a.start_turn("hi")
+            with pytest.raises(RuntimeError, match="use AsyncAgent"):
+                a.next_request()
+
+    asyncio.run(main())

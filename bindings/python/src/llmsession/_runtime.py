@@ -229,7 +229,16 @@ async def _awaited(aw: Any) -> Any:
 
 def _run_coroutine(aw: Any) -> Any:
     """An awaitable a callback returned outside an asyncio operation: run to completion here."""
-    return asyncio.run(_awaited(aw))
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_awaited(aw))
+    if inspect.iscoroutine(aw):
+        aw.close()  # never awaited: closed, so that nothing warns about it later
+    raise RuntimeError(
+        "llmsession: an async callback ran in a plain call made on the event loop's own thread "
+        "(which it would block); from async code use AsyncAgent and await its methods"
+    )
 
 
 def _settle_later(fut: "concurrent.futures.Future[Any]", encode: Encoder, reply: int, op: Optional[_Op]) -> None:
