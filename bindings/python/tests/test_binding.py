@@ -233,3 +233,35 @@ def test_a_failing_host_store_is_a_storage_error_and_changes_nothing() -> None:
             s.append({"type": "host/note", "data": {}})
         assert e.value.detail.get("op") == "append"
         assert len(s.events()) == before
+
+
+def test_a_large_provider_body_is_handed_over_and_given_back() -> None:
+    big = "lorem ipsum " * 20000  # a body of about 240 KB: the library's own buffer, not a copy
+    with lls.Session.memory() as s, lls.Agent(s, CONFIG) as a:
+        a.set_renderer("anthropic")
+        a.start_turn(big)
+        body = a.next_body()
+        assert len(body.body) > 200_000 and big in body.json
+        assert lls.live_string_count() == 0  # copied into Python bytes and freed at once
+        env = a.last_envelope()
+        assert len(env) == body.info["bytes"]
+        assert lls.render("anthropic", env, body.info["prefixLen"]).encode() == body.body
+
+
+def test_a_host_store_may_answer_from_another_thread() -> None:
+    import concurrent.futures
+
+    records: list = []
+
+    def answer(req: dict) -> object:
+        if req["op"] == "load":
+            return {"records": list(records)}
+        if req["op"] == "append":
+            records.extend(([req["header"]] if req.get("header") else []) + req["records"])
+        return True
+
+    with concurrent.futures.ThreadPoolExecutor(1) as ex:
+        with lls.Session.open_store(lambda req: ex.submit(answer, req)) as s:
+            s.append({"type": "host/note", "data": {"n": 1}})
+            s.sync()
+            assert len(records) == 2 and s.verify()["events"] == 1

@@ -31,7 +31,7 @@ FILES = scenario_files()
 
 
 def test_there_are_scenario_files() -> None:
-    assert len(FILES) >= 40
+    assert len(FILES) >= (1 if os.environ.get("LLMSESSION_SCENARIO_FILE") else 40)
 
 
 def test_golden_comparison_names_the_first_difference_and_masks() -> None:
