@@ -19,8 +19,8 @@ from scenario_driver import REPO, run_file
 
 def scenario_files() -> List[Path]:
     one = os.environ.get("LLMSESSION_SCENARIO_FILE")
-    if one:
-        return [Path(one).resolve()]
+    if one:  # a path from here or from the repository root
+        return [Path(one).resolve() if Path(one).exists() else (REPO / one).resolve()]
     dirs = [REPO / "tests" / "scenarios"]
     if os.environ.get("LLMSESSION_SCENARIOS"):
         dirs.append(Path(os.environ["LLMSESSION_SCENARIOS"]).resolve())
