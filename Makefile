@@ -13,6 +13,7 @@ CC ?= cc
 .PHONY: fuzz-smoke fuzz-build fuzz-smoke-build fuzz-corpus readme-check check-docs
 .PHONY: test-pg bench-pg
 .PHONY: check check-rust check-c check-go check-node check-cpp node-deps
+.PHONY: test-python check-python python-newcomer
 
 all: build
 
@@ -229,7 +230,7 @@ check-go: build-lib go-pc
 	cd examples/go && $(GO_ENV) $(GO) vet ./...
 	cd examples/go && $(GO_ENV) $(GO) test -count=1 ./...
 
-# The README's four examples (examples/readme/): the README blocks equal the files, and each is
+# The README's five examples (examples/readme/): the README blocks equal the files, and each is
 # built against build/lib and run twice (scripts/check-readme.sh). Needs test-node's npm ci.
 readme-check: build-lib go-pc node-deps
 	bash scripts/check-readme.sh
@@ -290,6 +291,27 @@ check-node: build-lib node-deps
 
 node-deps:
 	@[ -d $(NODE_DIR)/node_modules/koffi ] || (cd $(NODE_DIR) && npm ci --no-audit --no-fund)
+
+# ---------------------------------------------------------------------------------------------
+# Python binding (bindings/python: ctypes, standard library only; docs/python.md). The tests run
+# in a virtual environment, $(PY_VENV), with pytest from PyPI and the package installed by pip
+# from bindings/python (scripts/python/test.sh); the package finds build/lib of this checkout.
+PYTHON ?= python3
+PY_VENV := build/python-venv
+
+# A fresh venv each time: pip installs pytest and the package, then pytest runs every test
+# (the API, callbacks, asyncio, streams, and every scenario file against its golden transcript).
+test-python: build-lib
+	PYTHON="$(PYTHON)" bash scripts/python/test.sh fresh $(PY_VENV)
+
+# `make check`: the same suite, reusing the venv (the package is reinstalled; no network).
+check-python: build-lib
+	PYTHON="$(PYTHON)" bash scripts/python/test.sh reuse $(PY_VENV)
+
+# The newcomer path from a temporary directory outside the checkout: a venv, `pip install
+# bindings/python`, one turn, a resume, a verify (scripts/python/newcomer.sh).
+python-newcomer: build-lib
+	PYTHON="$(PYTHON)" bash scripts/python/newcomer.sh "$(CURDIR)"
 
 # ---------------------------------------------------------------------------------------------
 # C++ binding (include/llmsession.hpp): GoogleTest suites through CMake/ctest under ASan+UBSan

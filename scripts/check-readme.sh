@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Keeps the README's examples true: every fenced block that follows a line
 #   <!-- file: PATH -->
-# must equal PATH byte for byte, and the four examples in examples/readme/ are built against the
+# must equal PATH byte for byte, and the five examples in examples/readme/ are built against the
 # in-tree library (build/lib) and run twice in a scratch directory (the second run resumes the
 # log the first wrote). Run by `make readme-check` (part of `make test`), after build-lib, go-pc
 # and test-node's `npm ci`.
@@ -53,4 +53,7 @@ run c "$tmp/hello_c"
 run cpp "$tmp/hello_cpp"
 run go "$tmp/hello_go"
 run node env LLMSESSION_LIB="$lib/libllmsession.so" node "$root/examples/readme/hello.js"
+# Python: the package from the checkout's source (it finds build/lib from there).
+run python env PYTHONPATH="$root/bindings/python/src" LLMSESSION_LIB="$lib/libllmsession.so" \
+    "${PYTHON:-python3}" "$root/examples/readme/hello.py"
 echo "check-readme: ok"

@@ -1,0 +1,238 @@
+"""The JSON shapes the library takes and returns, as TypedDicts (keys as on the wire).
+
+Every value the binding returns is plain JSON data (dicts, lists, str, int, float, bool,
+None); these types name their shapes for type checkers. Dicts with more keys than listed are
+accepted (a provider-native block's ``origin``, a call config's pass-through fields).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Dict, List, Literal, Optional, Union
+
+if sys.version_info >= (3, 11):
+    from typing import NotRequired, TypedDict
+else:  # pragma: no cover - annotations are strings here (never evaluated at run time)
+    from typing import TypedDict
+
+    try:
+        from typing_extensions import NotRequired
+    except ImportError:
+        NotRequired = Optional  # only type checkers read it; install typing_extensions for them
+
+Json = Any
+"""A JSON value (None, bool, int, float, str, lists and dicts of them)."""
+
+
+class TextBlock(TypedDict):
+    type: Literal["text"]
+    text: str
+
+
+class ReasoningBlock(TypedDict):
+    type: Literal["reasoning"]
+    text: str
+    origin: NotRequired[Dict[str, Json]]
+
+
+class ToolCallBlock(TypedDict):
+    type: Literal["tool-call"]
+    id: str
+    name: str
+    arguments: str
+    origin: NotRequired[Dict[str, Json]]
+
+
+class ToolResultBlock(TypedDict):
+    type: Literal["tool-result"]
+    toolCallId: str
+    content: List["Block"]
+    isError: bool
+
+
+Block = Union[TextBlock, ReasoningBlock, ToolCallBlock, ToolResultBlock, Dict[str, Json]]
+"""A content block; a type other than the four known ones is carried as an opaque object."""
+
+
+class Message(TypedDict):
+    role: str  # "user", "assistant", ...
+    content: List[Block]
+
+
+class Usage(TypedDict, total=False):
+    inputTokens: int
+    outputTokens: int
+    cacheReadTokens: int
+    cacheWriteTokens: int
+    reasoningTokens: int
+
+
+class Tool(TypedDict, total=False):
+    """A tool schema as the request carries it (``name``, ``description``, ``parameters``)."""
+
+    name: str
+    description: str
+    parameters: Dict[str, Json]
+
+
+class CallConfig(TypedDict, total=False):
+    provider: str
+    model: str
+
+
+class Policy(TypedDict, total=False):
+    contextWindow: int
+    threshold: float
+    retainedRatio: float
+    retainedTokens: int
+    summaryMaxTokens: int
+    retries: int
+    overflowRetries: int
+    summaryProvider: str
+    summaryModel: str
+
+
+class PolicyTable(TypedDict, total=False):
+    default: Policy
+    models: Dict[str, Policy]
+
+
+class AgentOptions(TypedDict, total=False):
+    config: CallConfig
+    system: str
+    tools: List[Tool]
+    checkRequests: bool
+    policy: Union[Policy, PolicyTable]
+    tokenizer: str
+
+
+class Response(TypedDict):
+    """What ``Agent.record_response`` takes, and ``parse_response`` / ``Stream.finish`` give."""
+
+    message: Message
+    usage: NotRequired[Usage]
+    finishReason: NotRequired[str]
+
+
+class ToolResult(TypedDict, total=False):
+    callId: str
+    text: str
+    content: List[Block]
+    isError: bool
+
+
+class RequestInfo(TypedDict):
+    """What a built request is (``lls_agent_request_info``; ``purpose`` from ``next_body``)."""
+
+    turn: int
+    step: int
+    digest: str
+    bytes: int
+    prefixLen: int
+    messageCount: int
+    sharedMessages: int
+    instance: int
+    stepSeq: int
+    purpose: NotRequired[Literal["conversation", "compaction"]]
+
+
+class SessionEvent(TypedDict):
+    type: str
+    seq: int
+    time: int
+    data: Dict[str, Json]
+    surfaceOp: NotRequired[Json]
+    sources: NotRequired[Json]
+
+
+class NewEvent(TypedDict):
+    type: str
+    data: Dict[str, Json]
+    surfaceOp: NotRequired[Json]
+    sources: NotRequired[Json]
+
+
+class LoadReport(TypedDict):
+    cutRecords: int
+    repairedEvents: int
+    cutAtLine: NotRequired[int]
+    cutReason: NotRequired[str]
+    cutDamaged: NotRequired[bool]
+    cutSavedTo: NotRequired[str]
+
+
+class VerifyReport(TypedDict):
+    events: int
+    requests: int
+    compactions: int
+
+
+class CompactionOutcome(TypedDict):
+    outcome: Literal["landed", "discarded", "failed", "cancelled"]
+    span: List[int]
+    seqs: List[int]
+    request: Dict[str, Json]
+    error: NotRequired[str]
+
+
+class StoredSession(TypedDict):
+    id: str
+    createdAt: int
+    events: int
+    updatedAt: int
+    inUse: bool
+    parent: NotRequired[Dict[str, Json]]
+    chainHead: NotRequired[str]
+
+
+class PrefixListenerInput(TypedDict):
+    rest: List[Message]
+    instance: int
+    turn: int
+
+
+class PreStepInput(TypedDict):
+    prefix: List[Message]
+    system: Optional[str]
+    tools: List[Tool]
+    turn: int
+    step: int
+
+
+class SummaryInput(TypedDict):
+    request: Dict[str, Json]
+    provider: str
+    model: str
+    maxTokens: int
+    digest: str
+    sharedMessages: int
+    prefixLen: int
+
+
+class SummaryOutput(TypedDict):
+    text: str
+    usage: NotRequired[Usage]
+    provider: NotRequired[str]
+    model: NotRequired[str]
+    truncated: NotRequired[bool]
+
+
+class Delta(TypedDict):
+    """A piece of a streamed response, for display."""
+
+    type: Literal["text", "reasoning", "tool-call"]
+    index: int
+    text: NotRequired[str]
+    id: NotRequired[str]
+    name: NotRequired[str]
+    arguments: NotRequired[str]
+
+
+class ReplayAnswer(TypedDict):
+    purpose: str
+    id: str
+    outcome: str
+    response: NotRequired[Response]
+    error: NotRequired[str]
+    overflow: NotRequired[bool]
+    summary: NotRequired[SummaryOutput]
