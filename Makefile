@@ -13,21 +13,21 @@ CC ?= cc
 .PHONY: fuzz-smoke fuzz-build fuzz-smoke-build fuzz-corpus readme-check check-docs
 .PHONY: test-pg bench-pg
 .PHONY: check check-rust check-c check-go check-node check-cpp node-deps
-.PHONY: test-python check-python python-newcomer
+.PHONY: test-python check-python python-newcomer newcomer
 
 all: build
 
 build:
 	$(CARGO) build --release
 
-test: test-rust bench-smoke check-header check-symbols check-docs test-c install-check test-node test-cpp test-go test-pg readme-check bench-bindings-smoke fuzz-smoke e2e e2e-resume
+test: test-rust bench-smoke check-header check-symbols check-docs test-c install-check test-node test-cpp test-go test-python test-pg readme-check newcomer bench-bindings-smoke fuzz-smoke e2e e2e-resume
 
 # The everyday subset of `make test`: the build, the header and symbol checks, the unit and
 # scenario tests in every language. Left to `make test`: the slow Rust suites (crash,
 # concurrency, property tests, fault sweeps, scale), benchmarks, the static-library and valgrind
 # passes of the C tests, Go's -race, the install checks, PostgreSQL, the README examples,
 # fuzzing and the end-to-end runs against llama-server.
-check: check-rust check-header check-symbols check-docs check-c check-go check-node check-cpp
+check: check-rust check-header check-symbols check-docs check-c check-go check-node check-cpp check-python
 
 # The Rust unit tests of every crate and the quick integration suites (docs/scenarios.md for the
 # scenario files).
@@ -312,6 +312,10 @@ check-python: build-lib
 # bindings/python`, one turn, a resume, a verify (scripts/python/newcomer.sh).
 python-newcomer: build-lib
 	PYTHON="$(PYTHON)" bash scripts/python/newcomer.sh "$(CURDIR)"
+
+# Each language's newcomer path (install, one turn, resume, verify), followed from a temporary
+# directory outside the repository as the docs write it.
+newcomer: python-newcomer test-go-module
 
 # ---------------------------------------------------------------------------------------------
 # C++ binding (include/llmsession.hpp): GoogleTest suites through CMake/ctest under ASan+UBSan

@@ -37,6 +37,10 @@ step "Go: OpenURL, ListSessions, ForkURL"
 step "Node: Session.openUrl, listSessions, fork({url})"
 (cd bindings/node && LLMSESSION_LIB="$ROOT/build/lib/libllmsession.so" node --test test/postgres.test.js)
 
+step "Python: Session.open_url, list_sessions, fork(url=...) (bindings/python/tests/test_urls.py)"
+bash scripts/python/test.sh venv build/python-venv
+(cd bindings/python && "$ROOT/build/python-venv/bin/python" -m pytest -q -p no:cacheprovider tests/test_urls.py)
+
 step "C: lls_session_open_url, lls_store_list_sessions (tests/c/test_url.c, ASan)"
 mkdir -p build/c
 "${CC:-cc}" -std=c11 -Wall -Wextra -Werror -g -O1 -pthread -Iinclude -fsanitize=address,undefined \

@@ -4,7 +4,8 @@
 #                        (`pip install bindings/python`, the route a user takes), runs pytest;
 #   test.sh reuse VENV   the same in an existing VENV (created when missing); the package is
 #                        reinstalled without build isolation (no network once the venv has
-#                        pytest and wheel).
+#                        pytest and wheel);
+#   test.sh venv VENV    prepares VENV as `reuse` does and runs nothing (for scripts/pg/tests.sh).
 # The installed package finds the library in build/lib of this checkout (recorded at install
 # time); run `make build-lib` first. Extra arguments go to pytest.
 set -euo pipefail
@@ -25,6 +26,7 @@ else
     "$venv/bin/pip" install --quiet --disable-pip-version-check --no-build-isolation --no-deps \
         --force-reinstall bindings/python
 fi
+[[ $mode == venv ]] && exit 0
 # Run from the tests' directory with the package imported from the venv, not from src/.
 cd bindings/python
 exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@" tests
