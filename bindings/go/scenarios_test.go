@@ -18,7 +18,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"unicode/utf8"
 )
 
 // failure is a driver failure (not the library's answer to an op): it stops the scenario.
