@@ -58,6 +58,7 @@ includedir=$(under_prefix "$INCLUDEDIR")
 Name: llmsession
 Description: Session state and cache-friendly request building for LLM agents (C ABI)
 Version: $VERSION
+License: MIT OR Apache-2.0
 Libs: -L\${libdir} -lllmsession
 Libs.private: $NATIVE_STATIC_LIBS
 Cflags: -I\${includedir}
