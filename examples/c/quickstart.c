@@ -4,6 +4,8 @@
  * host, send the rendered body over HTTP and run real tools. Build against an installed copy:
  *
  *     cc -std=c11 quickstart.c $(pkg-config --cflags --libs llmsession) -o quickstart
+ *     ./quickstart                  # the session in memory
+ *     ./quickstart session.jsonl    # the session in a file; run it again to resume it
  *
  * What it shows: a session and an agent instance, a session prefix listener, the turn/step
  * loop with a tool call, rendering a request for a provider, compaction through a summariser
@@ -23,10 +25,14 @@ static void check(lls_status status, lls_error *err, const char *what) {
     }
 }
 
+/* The call runs first and only then is `err` read: C leaves the order in which a function's
+ * arguments are evaluated unspecified, so `check((call), err, ...)` may read `err` before the
+ * call has filled it. */
 #define TRY(call)                                                                          \
     do {                                                                                   \
         lls_error *err = NULL;                                                             \
-        check((call), err, #call);                                                         \
+        lls_status status_ = (call);                                                       \
+        check(status_, err, #call);                                                        \
     } while (0)
 
 /* ------------------------------------------------------------------- callbacks */
@@ -62,11 +68,12 @@ static int32_t summarise(void *userdata, const char *in, size_t in_len, lls_repl
 
 /* ------------------------------------------------------------------- the scripted world */
 
-/* What the "model" answers, in order: a tool call, then a final text per turn. */
+/* What the "model" answers, in order: a tool call, then a final text per turn. A tool call id
+ * is unique within a session, so the scripted one carries the turn number (%llu). */
 static const char *const SCRIPT[] = {
     "{\"message\":{\"role\":\"assistant\",\"content\":["
     "{\"type\":\"text\",\"text\":\"Let me look at the README.\"},"
-    "{\"type\":\"tool-call\",\"id\":\"call_1\",\"name\":\"read_file\","
+    "{\"type\":\"tool-call\",\"id\":\"call_%llu\",\"name\":\"read_file\","
     "\"arguments\":\"{\\\"path\\\":\\\"README.md\\\"}\"}]},"
     "\"usage\":{\"inputTokens\":120,\"outputTokens\":30}}",
     "{\"message\":{\"role\":\"assistant\",\"content\":[{\"type\":\"text\","
@@ -79,9 +86,11 @@ static const char *const SCRIPT[] = {
 static size_t script_at;
 
 /* "Sends" the provider body and returns the model's response (no HTTP in this example). */
-static const char *send_to_provider(const char *body) {
+static const char *send_to_provider(const char *body, uint64_t turn) {
+    static char response[512];
     (void)body;
-    return SCRIPT[script_at++];
+    snprintf(response, sizeof response, SCRIPT[script_at++ % 3], (unsigned long long)turn);
+    return response;
 }
 
 /* Runs one turn: requests until the model stops calling tools. */
@@ -105,7 +114,7 @@ static void run_turn(lls_agent *agent, const char *user_message) {
         char *body = NULL;
         size_t body_len = 0;
         TRY(lls_render("openai", 6, envelope, envelope_len, prefix_len, &body, &body_len, &err));
-        const char *response = send_to_provider(body);
+        const char *response = send_to_provider(body, turn);
         printf("  sent %zu bytes to the provider\n", body_len);
         lls_string_free(body);
         lls_string_free(envelope);
@@ -115,20 +124,21 @@ static void run_turn(lls_agent *agent, const char *user_message) {
             break;
         }
         /* Run the (scripted) tool and report its result. */
-        const char *result =
-            "{\"callId\":\"call_1\",\"text\":\"# Hello\\n\\nHello, world. This repository holds a "
+        char result[1024];
+        snprintf(result, sizeof result,
+            "{\"callId\":\"call_%llu\",\"text\":\"# Hello\\n\\nHello, world. This repository holds a "
             "small greeting program written in portable C. Build it with make, run it with "
             "./hello, and it prints a friendly greeting to standard output. The code lives in "
             "src/hello.c and the tests in tests/hello_test.c; both follow the house style of "
             "four-space indents and no global state. Contributions are welcome by pull "
-            "request.\"}";
+            "request.\"}", (unsigned long long)turn);
         TRY(lls_agent_record_tool_result(agent, result, strlen(result), NULL, &err));
         printf("  ran read_file(README.md)\n");
     }
     TRY(lls_agent_end_turn(agent, "completed", 9, &err));
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     if (lls_abi_version() != LLS_ABI_VERSION) {
         fprintf(stderr, "llmsession ABI mismatch: built for %d, loaded %u\n", LLS_ABI_VERSION,
                 lls_abi_version());
@@ -136,10 +146,20 @@ int main(void) {
     }
     printf("llmsession %s\n", lls_version());
 
-    /* A session kept in memory (lls_session_open_file keeps it in a JSONL file). */
+    /* A session kept in memory, or with a path argument in a JSONL file: run it again with
+     * the same path and the session resumes where the last run left it. */
     lls_session *session = NULL;
     const char *session_opts = "{\"id\":\"quickstart\"}";
-    TRY(lls_session_new_memory(session_opts, strlen(session_opts), &session, &err));
+    if (argc > 1) {
+        TRY(lls_session_open_file(argv[1], strlen(argv[1]), session_opts, strlen(session_opts),
+                                  &session, &err));
+        char *stats = NULL;
+        TRY(lls_session_stats(session, &stats, NULL, &err));
+        printf("opened %s: %s\n", argv[1], stats);
+        lls_string_free(stats);
+    } else {
+        TRY(lls_session_new_memory(session_opts, strlen(session_opts), &session, &err));
+    }
 
     /* An agent instance: what every request carries. */
     const char *agent_opts =
