@@ -7,7 +7,7 @@ CC ?= cc
 
 .PHONY: all build test test-rust demo scenario scenario-golden tokenizer test-node bench bench-smoke
 .PHONY: bench-bindings bench-bindings-smoke
-.PHONY: build-lib header check-header check-symbols install install-check test-c test-c-one cbindgen
+.PHONY: build-lib build-cli header check-header check-symbols install uninstall install-check test-c test-c-one cbindgen
 .PHONY: go-pc test-go demo-build e2e e2e-resume
 .PHONY: test-cpp cpp-deps cpp-install-check
 .PHONY: fuzz-smoke fuzz-build fuzz-smoke-build fuzz-corpus readme-check
@@ -113,6 +113,15 @@ LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 CMAKEDIR ?= $(LIBDIR)/cmake/llmsession
+BINDIR ?= $(PREFIX)/bin
+DATADIR ?= $(PREFIX)/share
+# What `make install` put there, one path a line; `make uninstall` removes exactly that.
+MANIFEST ?= $(DATADIR)/llmsession/install-manifest.txt
+# The .pc's Libs carry -Wl,-rpath,${libdir} (so a program finds the library in a non-system
+# libdir without LD_LIBRARY_PATH), except for the system's own library directories.
+PC_RPATH ?= $(if $(filter /usr/lib /usr/lib64 /lib /lib64 /usr/lib/%-linux-gnu,$(LIBDIR)),no,yes)
+# The inspector command, installed as BINDIR/llmsession.
+CLI := $(RELEASE_DIR)/llmsession
 
 # The C-API crate (capi/) builds libllmsession_capi.{so,a}; they are staged (and installed)
 # under the library's own names, with the soname capi/build.rs gave the shared library.
@@ -154,19 +163,29 @@ INSTALL_ENV = VERSION="$(VERSION)" VERSION_MAJOR="$(VERSION_MAJOR)" VERSION_MINO
 	SONAME="$(SONAME)" REALNAME="$(REALNAME)" STAGE="$(STAGE)" HEADER="$(HEADER)" \
 	NATIVE_STATIC_LIBS="$(NATIVE_STATIC_LIBS)" PREFIX="$(PREFIX)" DESTDIR="$(DESTDIR)" LIBDIR="$(LIBDIR)" \
 	INCLUDEDIR="$(INCLUDEDIR)" PKGCONFIGDIR="$(PKGCONFIGDIR)" CMAKEDIR="$(CMAKEDIR)" \
-	INSTALL_DEBUG="$(INSTALL_DEBUG)" OBJCOPY="$(OBJCOPY)"
+	INSTALL_DEBUG="$(INSTALL_DEBUG)" OBJCOPY="$(OBJCOPY)" CLI="$(CLI)" BINDIR="$(BINDIR)" \
+	MANIFEST="$(MANIFEST)" PC_RPATH="$(PC_RPATH)"
+
+# The `llmsession` command (cli/), release build.
+build-cli:
+	$(CARGO) build --release -p llmsession-cli --bin llmsession
 
 # The libraries, headers, a pkg-config file (prefix-relative paths, so `pkg-config
-# --define-prefix` can relocate it) and a CMake package file (cmake/*.cmake.in).
-install: build-lib
+# --define-prefix` can relocate it), a CMake package file (cmake/*.cmake.in), the `llmsession`
+# command and the manifest (docs/install.md).
+install: build-lib build-cli
 	@$(INSTALL_ENV) bash scripts/lib/install.sh
+
+# Removes what `make install` (same PREFIX and DESTDIR) listed in its manifest, nothing else.
+uninstall:
+	@MANIFEST="$(MANIFEST)" DESTDIR="$(DESTDIR)" bash scripts/lib/uninstall.sh
 
 # The install checks install under PREFIX=/usr/local, into a temporary DESTDIR.
 install-check cpp-install-check: override PREFIX = /usr/local
 
 # Installs into a temporary DESTDIR and builds two C programs with only pkg-config's flags:
 # tests/c/install_check.c and the quickstart (examples/c/quickstart.c), and runs them.
-install-check: build-lib
+install-check: build-lib build-cli
 	@$(INSTALL_ENV) CC="$(CC)" bash scripts/lib/install-check.sh
 
 C_TEST_DIR := build/c
@@ -301,7 +320,7 @@ check-cpp: build-lib cpp-deps
 
 # Installs into a temporary DESTDIR and builds examples/cpp against it twice: with pkg-config
 # (pkg_check_modules; --define-prefix relocates the .pc) and with find_package(llmsession).
-cpp-install-check: build-lib
+cpp-install-check: build-lib build-cli
 	@$(INSTALL_ENV) bash scripts/cpp/install-check.sh "$(CURDIR)"
 
 # ---------------------------------------------------------------------------------------------
