@@ -8,8 +8,9 @@
  *     ./quickstart session.jsonl    # the session in a file; run it again to resume it
  *
  * What it shows: a session and an agent instance, a session prefix listener, the turn/step
- * loop with a tool call, rendering a request for a provider, compaction through a summariser
- * callback, and verifying that every request can be rebuilt from the log. */
+ * loop with a tool call (read with lls_tool_calls, no JSON parser needed), rendering a request
+ * for a provider, compaction through a summariser callback, and verifying that every request
+ * can be rebuilt from the log. */
 #include <llmsession.h>
 
 #include <stdio.h>
@@ -120,28 +121,43 @@ static void run_turn(lls_agent *agent, const char *user_message) {
         lls_string_free(envelope);
 
         TRY(lls_agent_record_response(agent, response, strlen(response), NULL, &err));
-        if (strstr(response, "\"tool-call\"") == NULL) {
+
+        /* The tool calls the model made, read without a JSON parser (the strings are borrowed
+         * from `calls` until lls_tool_calls_free). None: the turn is done. */
+        lls_tool_calls *calls = NULL;
+        TRY(lls_tool_calls_parse(response, strlen(response), &calls, &err));
+        size_t count = 0;
+        TRY(lls_tool_calls_count(calls, &count, &err));
+        for (size_t i = 0; i < count; i++) {
+            const char *id = NULL, *name = NULL, *arguments = NULL;
+            size_t id_len = 0;
+            TRY(lls_tool_calls_get(calls, i, &id, &id_len, &name, NULL, &arguments, NULL, &err));
+            /* Run the (scripted) tool and report its result under the call's id. */
+            char result[1024];
+            int result_len = snprintf(result, sizeof result,
+                "{\"callId\":\"%.*s\",\"text\":\"# Hello\\n\\nHello, world. This repository holds a "
+                "small greeting program written in portable C. Build it with make, run it with "
+                "./hello, and it prints a friendly greeting to standard output. The code lives in "
+                "src/hello.c and the tests in tests/hello_test.c; both follow the house style of "
+                "four-space indents and no global state. Contributions are welcome by pull "
+                "request.\"}", (int)id_len, id);
+            TRY(lls_agent_record_tool_result(agent, result, (size_t)result_len, NULL, &err));
+            printf("  ran %s(%s)\n", name, arguments);
+        }
+        lls_tool_calls_free(calls);
+        if (count == 0) {
             break;
         }
-        /* Run the (scripted) tool and report its result. */
-        char result[1024];
-        snprintf(result, sizeof result,
-            "{\"callId\":\"call_%llu\",\"text\":\"# Hello\\n\\nHello, world. This repository holds a "
-            "small greeting program written in portable C. Build it with make, run it with "
-            "./hello, and it prints a friendly greeting to standard output. The code lives in "
-            "src/hello.c and the tests in tests/hello_test.c; both follow the house style of "
-            "four-space indents and no global state. Contributions are welcome by pull "
-            "request.\"}", (unsigned long long)turn);
-        TRY(lls_agent_record_tool_result(agent, result, strlen(result), NULL, &err));
-        printf("  ran read_file(README.md)\n");
     }
     TRY(lls_agent_end_turn(agent, "completed", 9, &err));
 }
 
 int main(int argc, char **argv) {
-    if (lls_abi_version() != LLS_ABI_VERSION) {
-        fprintf(stderr, "llmsession ABI mismatch: built for %d, loaded %u\n", LLS_ABI_VERSION,
-                lls_abi_version());
+    /* The library must be of this header's ABI, with the additions used here (minor 3:
+     * lls_tool_calls). */
+    if (lls_abi_version() != LLS_ABI_VERSION || lls_abi_minor() < 3) {
+        fprintf(stderr, "llmsession ABI mismatch: built for %d (minor 3 or later), loaded %u.%u\n",
+                LLS_ABI_VERSION, lls_abi_version(), lls_abi_minor());
         return 1;
     }
     printf("llmsession %s\n", lls_version());
