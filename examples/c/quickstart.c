@@ -8,9 +8,9 @@
  *     ./quickstart session.jsonl    # the session in a file; run it again to resume it
  *
  * What it shows: a session and an agent instance, a session prefix listener, the turn/step
- * loop with a tool call (read with lls_tool_calls, no JSON parser needed), rendering a request
- * for a provider, compaction through a summariser callback, and verifying that every request
- * can be rebuilt from the log. */
+ * loop with a tool call (read with lls_tool_calls, no JSON parser needed), the provider body
+ * and what it shares with the last request (lls_request_info), compaction through a summariser
+ * callback, and verifying that every request can be rebuilt from the log. */
 #include <llmsession.h>
 
 #include <stdio.h>
@@ -99,26 +99,20 @@ static void run_turn(lls_agent *agent, const char *user_message) {
     uint64_t turn = 0;
     TRY(lls_agent_start_turn(agent, user_message, strlen(user_message), &turn, &err));
     for (;;) {
-        char *envelope = NULL;
-        size_t envelope_len = 0;
-        TRY(lls_agent_next_request(agent, NULL, &envelope, &envelope_len, &err));
-
-        /* How many leading messages are the session prefix, and how many the provider has
-         * already seen (a prompt-cache hit). */
-        char *info = NULL;
-        TRY(lls_agent_request_info(agent, &info, NULL, &err));
-        const char *p = strstr(info, "\"prefixLen\":");
-        size_t prefix_len = p ? strtoul(p + 12, NULL, 10) : 0;
-        printf("turn %llu: request %s\n", (unsigned long long)turn, info);
-        lls_string_free(info);
-
+        /* The provider body (the agent renders it with the renderer set in main), and what
+         * it holds: how many leading messages are the session prefix, and how many the
+         * provider has already seen (a prompt-cache hit). */
         char *body = NULL;
         size_t body_len = 0;
-        TRY(lls_render("openai", 6, envelope, envelope_len, prefix_len, &body, &body_len, &err));
+        lls_request_info info;
+        TRY(lls_agent_next_body(agent, NULL, &body, &body_len, &info, &err));
+        printf("turn %llu step %llu: %u messages (%u of the session prefix, %u shared with the "
+               "last request)\n",
+               (unsigned long long)info.turn, (unsigned long long)info.step, info.message_count,
+               info.prefix_len, info.shared_messages);
         const char *response = send_to_provider(body, turn);
         printf("  sent %zu bytes to the provider\n", body_len);
         lls_string_free(body);
-        lls_string_free(envelope);
 
         TRY(lls_agent_record_response(agent, response, strlen(response), NULL, &err));
 
@@ -185,6 +179,9 @@ int main(int argc, char **argv) {
         "\"parameters\":{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"}}}}]}";
     lls_agent *agent = NULL;
     TRY(lls_agent_new(session, agent_opts, strlen(agent_opts), &agent, &err));
+    /* Provider bodies for OpenAI's /chat/completions, built by the agent (lls_render renders
+     * an envelope by hand, as the summariser below would). */
+    TRY(lls_agent_set_renderer(agent, "openai", 6, NULL, 0, &err));
 
     /* Callbacks: the library owns the userdata from here on (static strings need no free). */
     TRY(lls_agent_add_prefix_listener(agent, project_rules,
