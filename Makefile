@@ -7,7 +7,7 @@ CC ?= cc
 
 .PHONY: all build test test-rust demo scenario scenario-golden tokenizer test-node bench bench-smoke
 .PHONY: bench-bindings bench-bindings-smoke
-.PHONY: build-lib build-cli header check-header check-symbols install uninstall install-check newcomer test-c test-c-one cbindgen
+.PHONY: build-lib build-cli header check-header check-symbols install uninstall install-check newcomer c-newcomer node-newcomer test-c test-c-one cbindgen
 .PHONY: go-pc test-go demo-build e2e e2e-resume
 .PHONY: test-cpp cpp-deps cpp-install-check
 .PHONY: fuzz-smoke fuzz-build fuzz-smoke-build fuzz-corpus readme-check
@@ -191,9 +191,13 @@ install-check: build-lib build-cli
 # Each language's newcomer path, as the docs tell it, from a temporary directory outside the
 # repository (scripts/newcomer/): install into a prefix of its own, build or install the
 # package, a one-turn example twice (the second run resumes), verify, uninstall.
-newcomer:
+c-newcomer:
 	MAKE="$(MAKE)" CC="$(CC)" bash scripts/newcomer/c.sh
+
+node-newcomer:
 	MAKE="$(MAKE)" bash scripts/newcomer/node.sh
+
+newcomer: c-newcomer node-newcomer
 
 C_TEST_DIR := build/c
 # One program per file; each ends with "N passed, N failed".
