@@ -7,7 +7,7 @@ CC ?= cc
 
 .PHONY: all build test test-rust demo scenario scenario-golden tokenizer test-node bench bench-smoke
 .PHONY: bench-bindings bench-bindings-smoke
-.PHONY: build-lib header check-header check-symbols install install-check test-c test-c-one cbindgen
+.PHONY: build-lib build-cli header check-header check-symbols install uninstall install-check newcomer c-newcomer node-newcomer test-c test-c-one cbindgen
 .PHONY: go-pc test-go test-go-module demo-build e2e e2e-resume
 .PHONY: test-cpp cpp-deps cpp-install-check
 .PHONY: fuzz-smoke fuzz-build fuzz-smoke-build fuzz-corpus readme-check check-docs
@@ -114,6 +114,15 @@ LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 CMAKEDIR ?= $(LIBDIR)/cmake/llmsession
+BINDIR ?= $(PREFIX)/bin
+DATADIR ?= $(PREFIX)/share
+# What `make install` put there, one path a line; `make uninstall` removes exactly that.
+MANIFEST ?= $(DATADIR)/llmsession/install-manifest.txt
+# The .pc's Libs carry -Wl,-rpath,${libdir} (so a program finds the library in a non-system
+# libdir without LD_LIBRARY_PATH), except for the system's own library directories.
+PC_RPATH ?= $(if $(filter /usr/lib /usr/lib64 /lib /lib64 /usr/lib/%-linux-gnu,$(LIBDIR)),no,yes)
+# The inspector command, installed as BINDIR/llmsession.
+CLI := $(RELEASE_DIR)/llmsession
 
 # The C-API crate (capi/) builds libllmsession_capi.{so,a}; they are staged (and installed)
 # under the library's own names, with the soname capi/build.rs gave the shared library.
@@ -155,24 +164,43 @@ INSTALL_ENV = VERSION="$(VERSION)" VERSION_MAJOR="$(VERSION_MAJOR)" VERSION_MINO
 	SONAME="$(SONAME)" REALNAME="$(REALNAME)" STAGE="$(STAGE)" HEADER="$(HEADER)" \
 	NATIVE_STATIC_LIBS="$(NATIVE_STATIC_LIBS)" PREFIX="$(PREFIX)" DESTDIR="$(DESTDIR)" LIBDIR="$(LIBDIR)" \
 	INCLUDEDIR="$(INCLUDEDIR)" PKGCONFIGDIR="$(PKGCONFIGDIR)" CMAKEDIR="$(CMAKEDIR)" \
-	INSTALL_DEBUG="$(INSTALL_DEBUG)" OBJCOPY="$(OBJCOPY)"
+	INSTALL_DEBUG="$(INSTALL_DEBUG)" OBJCOPY="$(OBJCOPY)" CLI="$(CLI)" BINDIR="$(BINDIR)" \
+	MANIFEST="$(MANIFEST)" PC_RPATH="$(PC_RPATH)"
+
+# The `llmsession` command (cli/), release build.
+build-cli:
+	$(CARGO) build --release -p llmsession-cli --bin llmsession
 
 # The libraries, headers, a pkg-config file (prefix-relative paths, so `pkg-config
-# --define-prefix` can relocate it) and a CMake package file (cmake/*.cmake.in).
-install: build-lib
+# --define-prefix` can relocate it), a CMake package file (cmake/*.cmake.in), the `llmsession`
+# command and the manifest (docs/install.md).
+install: build-lib build-cli
 	@$(INSTALL_ENV) bash scripts/lib/install.sh
+
+# Removes what `make install` (same PREFIX and DESTDIR) listed in its manifest, nothing else.
+uninstall:
+	@MANIFEST="$(MANIFEST)" DESTDIR="$(DESTDIR)" bash scripts/lib/uninstall.sh
 
 # The install checks install under PREFIX=/usr/local, into a temporary DESTDIR.
 install-check cpp-install-check: override PREFIX = /usr/local
 
 # Installs into a temporary DESTDIR and builds two C programs with only pkg-config's flags:
 # tests/c/install_check.c and the quickstart (examples/c/quickstart.c), and runs them.
-install-check: build-lib
+install-check: build-lib build-cli
 	@$(INSTALL_ENV) CC="$(CC)" bash scripts/lib/install-check.sh
+
+# Each language's newcomer path, as the docs tell it, from a temporary directory outside the
+# repository (scripts/newcomer/): install into a prefix of its own, build or install the
+# package, a one-turn example twice (the second run resumes), verify, uninstall.
+c-newcomer:
+	MAKE="$(MAKE)" CC="$(CC)" bash scripts/newcomer/c.sh
+
+node-newcomer:
+	MAKE="$(MAKE)" bash scripts/newcomer/node.sh
 
 C_TEST_DIR := build/c
 # One program per file; each ends with "N passed, N failed".
-C_TESTS := test_ffi test_session test_agent test_callbacks test_response test_stream test_cache test_url test_body
+C_TESTS := test_ffi test_session test_agent test_callbacks test_response test_stream test_cache test_url test_body test_tools
 C_TEST_CFLAGS := -std=c11 -Wall -Wextra -Werror -g -O1 -pthread -Iinclude
 C_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 VALGRIND_FLAGS := --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect \
@@ -315,7 +343,7 @@ python-newcomer: build-lib
 
 # Each language's newcomer path (install, one turn, resume, verify), followed from a temporary
 # directory outside the repository as the docs write it.
-newcomer: python-newcomer test-go-module
+newcomer: c-newcomer node-newcomer python-newcomer test-go-module
 
 # ---------------------------------------------------------------------------------------------
 # C++ binding (include/llmsession.hpp): GoogleTest suites through CMake/ctest under ASan+UBSan
@@ -339,7 +367,7 @@ check-cpp: build-lib cpp-deps
 
 # Installs into a temporary DESTDIR and builds examples/cpp against it twice: with pkg-config
 # (pkg_check_modules; --define-prefix relocates the .pc) and with find_package(llmsession).
-cpp-install-check: build-lib
+cpp-install-check: build-lib build-cli
 	@$(INSTALL_ENV) bash scripts/cpp/install-check.sh "$(CURDIR)"
 
 # ---------------------------------------------------------------------------------------------

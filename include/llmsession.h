@@ -76,11 +76,11 @@
  * optional fields), counted from 0 and reset when `LLS_ABI_VERSION` is bumped. A host that
  * uses an addition checks `lls_abi_minor() >= N` for the minor that brought it (docs/abi.md
  * lists them; 1: the provider-body hot path and `lls_live_string_count`; 2:
- * `lls_status_name`).
+ * `lls_status_name`; 3: `lls_tool_calls_*`).
  *
  * Thread safety: a constant.
  */
-#define LLS_ABI_MINOR 2
+#define LLS_ABI_MINOR 3
 
 /**
  * `*out_seq` of `lls_agent_inject` when the message was deferred (not written yet).
@@ -180,6 +180,14 @@ typedef struct lls_session lls_session;
  * feed it from one place); different streams are independent.
  */
 typedef struct lls_stream lls_stream;
+
+/**
+ * The tool calls read from one JSON value by `lls_tool_calls_parse`: a fixed list, read with
+ * `lls_tool_calls_count` and `lls_tool_calls_get`, freed with `lls_tool_calls_free`.
+ *
+ * Thread safety: immutable once made; may be read from any thread, concurrently.
+ */
+typedef struct lls_tool_calls lls_tool_calls;
 
 /**
  * The result of a fallible llmsession function: `LLS_OK` (0) or one of the `LLS_ERR_*` values.
@@ -2165,6 +2173,77 @@ lls_status lls_stream_body(const lls_stream *stream, char **out, size_t *out_len
  * Thread safety: call once, from any thread; the handle must not be used afterwards.
  */
 void lls_stream_free(lls_stream *stream);
+
+/**
+ * Reads the tool calls in the JSON `(json, len)` into a new handle in `*out` (free it with
+ * `lls_tool_calls_free`), in the order the model made them; none is not an error (the
+ * count is 0). `json` is any of: an assistant message `{"role","content"}`; an object with a
+ * `message` (what `lls_parse_response` and `lls_stream_finish` give, and what
+ * `lls_agent_record_response` takes); an event (`data.message` for an `assistant/message`,
+ * no calls for any other type); or an array of these, such as what
+ * `lls_session_events(s, seq, seq + 1, ...)` gives for the seq `lls_agent_record_body`
+ * stored. The message is validated as on input: a malformed tool-call block is refused.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`json`, `out`), `LLS_ERR_INVALID_UTF8`,
+ * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (none of those shapes, or an invalid
+ * message; detail `field`).
+ *
+ * # Safety
+ * `json` NULL or readable for `len` bytes; `out`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread, concurrently (it holds no state).
+ */
+lls_status lls_tool_calls_parse(const char *json,
+                                size_t len,
+                                lls_tool_calls **out,
+                                lls_error **err);
+
+/**
+ * Stores in `*out_count` how many tool calls `calls` holds.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`calls`, `out_count`), `LLS_ERR_INVALID_HANDLE`.
+ *
+ * # Safety
+ * `out_count`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread, concurrently.
+ */
+lls_status lls_tool_calls_count(const lls_tool_calls *calls, size_t *out_count, lls_error **err);
+
+/**
+ * Reads call `index` (from 0) of `calls`: its id (`callId` of its result, for
+ * `lls_agent_record_tool_result`), the tool's name, and its arguments (the JSON text the model
+ * wrote, not parsed: it may be invalid JSON). Each string is borrowed from `calls`, valid until
+ * `lls_tool_calls_free(calls)`, never freed by the host, and NUL-terminated; its length in
+ * bytes (without the NUL) goes to the matching `*_len`. Every out-parameter may be NULL (not
+ * wanted).
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`calls`), `LLS_ERR_INVALID_HANDLE`,
+ * `LLS_ERR_INVALID_ARGUMENT` (`index` not below the count; detail `argument` = `index`).
+ *
+ * # Safety
+ * Each out-parameter and `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread, concurrently.
+ */
+lls_status lls_tool_calls_get(const lls_tool_calls *calls,
+                              size_t index,
+                              const char **out_id,
+                              size_t *out_id_len,
+                              const char **out_name,
+                              size_t *out_name_len,
+                              const char **out_arguments,
+                              size_t *out_arguments_len,
+                              lls_error **err);
+
+/**
+ * Frees `calls` and the strings `lls_tool_calls_get` lent from it. `lls_tool_calls_free(NULL)`
+ * does nothing; so does a handle that is not a live `lls_tool_calls`.
+ *
+ * Thread safety: call once, from any thread, when no other call uses the handle; the handle
+ * and its strings must not be used afterwards.
+ */
+void lls_tool_calls_free(lls_tool_calls *calls);
 
 /**
  * Opens (or, for a writer, creates) a session in the store the URL `(url, url_len)` names

@@ -32,6 +32,7 @@
 #include <string_view>
 #include <thread>
 #include <utility>
+#include <vector>
 
 namespace llmsession {
 
@@ -1279,6 +1280,40 @@ inline std::string parse_response(std::string_view renderer, std::string_view bo
         return lls_parse_response(detail::ptr(renderer), renderer.size(), detail::ptr(body_json),
                                   body_json.size(), out, len, err);
     });
+}
+
+/// One tool call of an assistant message: the id its result names (`callId`), the tool's name
+/// and the arguments as the model wrote them (JSON text, not parsed).
+struct ToolCall {
+    std::string id;
+    std::string name;
+    std::string arguments;
+};
+
+/// The tool calls in `json`, in the order the model made them (`lls_tool_calls_parse`): an
+/// assistant message, a response `{"message",...}` (what `parse_response` and `Stream::finish`
+/// give), an event, or an array of these (`Session::events(seq, seq + 1)` for the seq
+/// `Agent::record_body` returns). Throws `Error` (`LLS_ERR_INVALID_INPUT`, detail `field`) for
+/// anything else or an invalid message. Since ABI minor 3.
+inline std::vector<ToolCall> tool_calls(std::string_view json) {
+    check_abi();
+    lls_tool_calls *p = nullptr;
+    detail::call([&](lls_error **err) { return lls_tool_calls_parse(detail::ptr(json), json.size(), &p, err); });
+    detail::Owned<lls_tool_calls, lls_tool_calls_free> calls(p);
+    std::size_t n = 0;
+    detail::call([&](lls_error **err) { return lls_tool_calls_count(calls.get(), &n, err); });
+    std::vector<ToolCall> out;
+    out.reserve(n);
+    for (std::size_t i = 0; i < n; i++) {
+        const char *id = nullptr, *name = nullptr, *arguments = nullptr;
+        std::size_t id_len = 0, name_len = 0, arguments_len = 0;
+        detail::call([&](lls_error **err) {
+            return lls_tool_calls_get(calls.get(), i, &id, &id_len, &name, &name_len, &arguments,
+                                      &arguments_len, err);
+        });
+        out.push_back({std::string(id, id_len), std::string(name, name_len), std::string(arguments, arguments_len)});
+    }
+    return out;
 }
 
 /// Maps a provider's usage object (`"openai"`, `"llama.cpp"`, `"deepseek"`,

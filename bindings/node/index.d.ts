@@ -3,9 +3,78 @@
 /** A JSON value. */
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
-/** A content block: `{type: "text", text}`, `{type: "tool-call", id, name, arguments}`, ... */
-export interface Block {
-  type: string;
+/**
+ * A content block: a union discriminated on `type`, so `if (block.type === 'tool-call')`
+ * narrows to {@link ToolCallBlock}. Every kind may carry more fields (a provider's `origin`,
+ * `itemId`, `thoughtSignature`, ...; docs/render.md, "Provider-native blocks"), which the
+ * library keeps as they are.
+ */
+export type Block =
+  | TextBlock
+  | ReasoningBlock
+  | ToolCallBlock
+  | ToolResultBlock
+  | ImageBlock
+  | RedactedThinkingBlock
+  | OpaqueBlock;
+
+/** The block kinds, `Block['type']`. */
+export type BlockType = Block['type'];
+
+/** Answer text. */
+export interface TextBlock {
+  type: 'text';
+  text: string;
+  [key: string]: Json | undefined;
+}
+
+/** Reasoning (thinking) text; `signature` is Anthropic's thinking signature. */
+export interface ReasoningBlock {
+  type: 'reasoning';
+  text: string;
+  signature?: string;
+  [key: string]: Json | undefined;
+}
+
+/** A tool call the model made: `arguments` is the JSON text of the arguments. */
+export interface ToolCallBlock {
+  type: 'tool-call';
+  id: string;
+  name: string;
+  arguments: string;
+  [key: string]: Json | undefined;
+}
+
+/** The result of a tool call, answering the call `toolCallId`. */
+export interface ToolResultBlock {
+  type: 'tool-result';
+  toolCallId: string;
+  content: Block[];
+  isError: boolean;
+  [key: string]: Json | Block[] | undefined;
+}
+
+/** An image: either `url`, or `mediaType` with base64 `data`. */
+export interface ImageBlock {
+  type: 'image';
+  url?: string;
+  mediaType?: string;
+  data?: string;
+  [key: string]: Json | undefined;
+}
+
+/** Anthropic's redacted thinking, carried back verbatim. */
+export interface RedactedThinkingBlock {
+  type: 'redacted-thinking';
+  data: string;
+  [key: string]: Json | undefined;
+}
+
+/** A provider's native item the vocabulary has no block for, kept for that provider (`origin`). */
+export interface OpaqueBlock {
+  type: 'opaque';
+  origin: string;
+  item: { [key: string]: Json };
   [key: string]: Json | undefined;
 }
 
@@ -520,14 +589,24 @@ export interface ParsedResponse {
 }
 /** Parses a provider's response body. */
 export declare function parseResponse(renderer: Format | string, body: string | Buffer | Json): ParsedResponse;
-/** A piece of a streamed response, for display; `index` counts the blocks of its type. */
-export interface Delta {
-  type: 'text' | 'reasoning' | 'tool-call';
+/**
+ * A piece of a streamed response, for display; `index` counts the blocks of its type. A union
+ * discriminated on `type`: text and reasoning deltas carry `text`, tool-call deltas `arguments`.
+ */
+export type Delta = TextDelta | ToolCallDelta;
+/** A fragment of a text or reasoning block. */
+export interface TextDelta {
+  type: 'text' | 'reasoning';
   index: number;
-  text?: string;
+  text: string;
+}
+/** A tool call as it streams: `id` (when the provider streams one) and `name` on its first delta, then fragments of `arguments`. */
+export interface ToolCallDelta {
+  type: 'tool-call';
+  index: number;
   id?: string;
   name?: string;
-  arguments?: string;
+  arguments: string;
 }
 /** Chunks a stream can be fed from: `fetch(...).body`, a Node Readable, an async generator. */
 export type ByteSource = ReadableStream<Uint8Array> | AsyncIterable<Uint8Array | Buffer | string>;

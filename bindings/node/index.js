@@ -9,9 +9,32 @@
 // LLS_CB_PENDING, and the reply is completed (lls_reply_complete / lls_reply_fail) on the main
 // thread when the Promise settles, while the library waits on its worker thread.
 
-const koffi = require('koffi');
 const fs = require('fs');
 const path = require('path');
+const koffi = requireKoffi();
+
+// koffi, this package's one dependency. `npm install <folder>` with a folder outside the
+// project makes a symlink and installs none of the folder's dependencies, and Node resolves
+// `require` from the folder's real path; so when the folder has no node_modules/koffi, koffi
+// is looked up from the program's side too (its main module and working directory), where
+// `npm install koffi` puts it.
+function requireKoffi() {
+  try {
+    return require('koffi');
+  } catch (e) {
+    if (e.code !== 'MODULE_NOT_FOUND' || !String(e.message).includes("'koffi'")) throw e;
+    const from = [require.main && require.main.path, process.cwd()].filter(Boolean);
+    try {
+      return require(require.resolve('koffi', { paths: from }));
+    } catch {
+      throw new Error(
+        `llmsession: cannot find the koffi package from ${__dirname} or ${from.join(', ')}. ` +
+          'A folder given to `npm install <folder>` is linked without its dependencies: install it with ' +
+          '`npm install --install-links <folder>`, or from the tarball `npm pack` makes, or also ' +
+          'run `npm install koffi@2.16.3` in your project (bindings/node/README.md).', { cause: e });
+    }
+  }
+}
 
 /** The C ABI version this binding was written against (LLS_ABI_VERSION). */
 const ABI_VERSION = 2;
@@ -105,11 +128,28 @@ function candidates() {
   if (fs.existsSync(built)) list.push(built);
   // An installed copy, found by the dynamic loader (soname first).
   list.push('libllmsession.so.0.2', 'libllmsession.so');
-  for (const dir of ['/usr/local/lib', '/usr/lib']) {
+  // The prefix `make install` used, when pkg-config knows it (PKG_CONFIG_PATH, as for C).
+  const libdir = pkgConfigLibdir();
+  const dirs = libdir ? [libdir, '/usr/local/lib', '/usr/lib'] : ['/usr/local/lib', '/usr/lib'];
+  for (const dir of dirs) {
     const p = path.join(dir, 'libllmsession.so');
     if (fs.existsSync(p)) list.push(p);
   }
   return list;
+}
+
+// `pkg-config --variable=libdir llmsession`, or null (no pkg-config, no .pc file found).
+function pkgConfigLibdir() {
+  try {
+    const out = require('child_process').execFileSync('pkg-config', ['--variable=libdir', 'llmsession'], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'ignore'],
+      timeout: 5000,
+    });
+    return out.trim() || null;
+  } catch {
+    return null;
+  }
 }
 
 function loadLibrary() {

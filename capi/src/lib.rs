@@ -17,7 +17,8 @@
 //!   [`callbacks::counter`] and [`callbacks::store`] adapt it to the core's traits.
 //! - The entry points, one file per concept: [`mod@agent`], [`mod@body`] (the provider-body hot
 //!   path), [`mod@session`], [`mod@url`] (stores named by URL), [`mod@render`], [`mod@response`],
-//!   [`mod@stream`], [`mod@explain`], [`mod@replay`], [`mod@cancel`], [`mod@reply`] (answering a
+//!   [`mod@stream`], [`mod@tools`] (the tool calls of a message, for hosts without a JSON
+//!   parser), [`mod@explain`], [`mod@replay`], [`mod@cancel`], [`mod@reply`] (answering a
 //!   callback), [`mod@error`] (reading an `lls_error`), [`mod@library`] (versions, status names,
 //!   leak counters, `lls_string_free`).
 //!
@@ -76,6 +77,7 @@ pub mod reply;
 pub mod response;
 pub mod session;
 pub mod stream;
+pub mod tools;
 pub mod url;
 
 pub use callbacks::host::HostCallback;

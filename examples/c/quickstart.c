@@ -4,9 +4,12 @@
  * host, send the rendered body over HTTP and run real tools. Build against an installed copy:
  *
  *     cc -std=c11 quickstart.c $(pkg-config --cflags --libs llmsession) -o quickstart
+ *     ./quickstart                  # the session in memory
+ *     ./quickstart session.jsonl    # the session in a file; run it again to resume it
  *
  * What it shows: a session and an agent instance, a session prefix listener, the turn/step
- * loop with a tool call, rendering a request for a provider, compaction through a summariser
+ * loop with a tool call (read with lls_tool_calls, no JSON parser needed), the provider body
+ * and what it shares with the last request (lls_request_info), compaction through a summariser
  * callback, and verifying that every request can be rebuilt from the log. */
 #include <llmsession.h>
 
@@ -23,10 +26,14 @@ static void check(lls_status status, lls_error *err, const char *what) {
     }
 }
 
+/* The call runs first and only then is `err` read: C leaves the order in which a function's
+ * arguments are evaluated unspecified, so `check((call), err, ...)` may read `err` before the
+ * call has filled it. */
 #define TRY(call)                                                                          \
     do {                                                                                   \
         lls_error *err = NULL;                                                             \
-        check((call), err, #call);                                                         \
+        lls_status status_ = (call);                                                       \
+        check(status_, err, #call);                                                        \
     } while (0)
 
 /* ------------------------------------------------------------------- callbacks */
@@ -62,11 +69,12 @@ static int32_t summarise(void *userdata, const char *in, size_t in_len, lls_repl
 
 /* ------------------------------------------------------------------- the scripted world */
 
-/* What the "model" answers, in order: a tool call, then a final text per turn. */
+/* What the "model" answers, in order: a tool call, then a final text per turn. A tool call id
+ * is unique within a session, so the scripted one carries the turn number (%llu). */
 static const char *const SCRIPT[] = {
     "{\"message\":{\"role\":\"assistant\",\"content\":["
     "{\"type\":\"text\",\"text\":\"Let me look at the README.\"},"
-    "{\"type\":\"tool-call\",\"id\":\"call_1\",\"name\":\"read_file\","
+    "{\"type\":\"tool-call\",\"id\":\"call_%llu\",\"name\":\"read_file\","
     "\"arguments\":\"{\\\"path\\\":\\\"README.md\\\"}\"}]},"
     "\"usage\":{\"inputTokens\":120,\"outputTokens\":30}}",
     "{\"message\":{\"role\":\"assistant\",\"content\":[{\"type\":\"text\","
@@ -79,9 +87,11 @@ static const char *const SCRIPT[] = {
 static size_t script_at;
 
 /* "Sends" the provider body and returns the model's response (no HTTP in this example). */
-static const char *send_to_provider(const char *body) {
+static const char *send_to_provider(const char *body, uint64_t turn) {
+    static char response[512];
     (void)body;
-    return SCRIPT[script_at++];
+    snprintf(response, sizeof response, SCRIPT[script_at++ % 3], (unsigned long long)turn);
+    return response;
 }
 
 /* Runs one turn: requests until the model stops calling tools. */
@@ -89,57 +99,77 @@ static void run_turn(lls_agent *agent, const char *user_message) {
     uint64_t turn = 0;
     TRY(lls_agent_start_turn(agent, user_message, strlen(user_message), &turn, &err));
     for (;;) {
-        char *envelope = NULL;
-        size_t envelope_len = 0;
-        TRY(lls_agent_next_request(agent, NULL, &envelope, &envelope_len, &err));
-
-        /* How many leading messages are the session prefix, and how many the provider has
-         * already seen (a prompt-cache hit). */
-        char *info = NULL;
-        TRY(lls_agent_request_info(agent, &info, NULL, &err));
-        const char *p = strstr(info, "\"prefixLen\":");
-        size_t prefix_len = p ? strtoul(p + 12, NULL, 10) : 0;
-        printf("turn %llu: request %s\n", (unsigned long long)turn, info);
-        lls_string_free(info);
-
+        /* The provider body (the agent renders it with the renderer set in main), and what
+         * it holds: how many leading messages are the session prefix, and how many the
+         * provider has already seen (a prompt-cache hit). */
         char *body = NULL;
         size_t body_len = 0;
-        TRY(lls_render("openai", 6, envelope, envelope_len, prefix_len, &body, &body_len, &err));
-        const char *response = send_to_provider(body);
+        lls_request_info info;
+        TRY(lls_agent_next_body(agent, NULL, &body, &body_len, &info, &err));
+        printf("turn %llu step %llu: %u messages (%u of the session prefix, %u shared with the "
+               "last request)\n",
+               (unsigned long long)info.turn, (unsigned long long)info.step, info.message_count,
+               info.prefix_len, info.shared_messages);
+        const char *response = send_to_provider(body, turn);
         printf("  sent %zu bytes to the provider\n", body_len);
         lls_string_free(body);
-        lls_string_free(envelope);
 
         TRY(lls_agent_record_response(agent, response, strlen(response), NULL, &err));
-        if (strstr(response, "\"tool-call\"") == NULL) {
+
+        /* The tool calls the model made, read without a JSON parser (the strings are borrowed
+         * from `calls` until lls_tool_calls_free). None: the turn is done. */
+        lls_tool_calls *calls = NULL;
+        TRY(lls_tool_calls_parse(response, strlen(response), &calls, &err));
+        size_t count = 0;
+        TRY(lls_tool_calls_count(calls, &count, &err));
+        for (size_t i = 0; i < count; i++) {
+            const char *id = NULL, *name = NULL, *arguments = NULL;
+            size_t id_len = 0;
+            TRY(lls_tool_calls_get(calls, i, &id, &id_len, &name, NULL, &arguments, NULL, &err));
+            /* Run the (scripted) tool and report its result under the call's id. */
+            char result[1024];
+            int result_len = snprintf(result, sizeof result,
+                "{\"callId\":\"%.*s\",\"text\":\"# Hello\\n\\nHello, world. This repository holds a "
+                "small greeting program written in portable C. Build it with make, run it with "
+                "./hello, and it prints a friendly greeting to standard output. The code lives in "
+                "src/hello.c and the tests in tests/hello_test.c; both follow the house style of "
+                "four-space indents and no global state. Contributions are welcome by pull "
+                "request.\"}", (int)id_len, id);
+            TRY(lls_agent_record_tool_result(agent, result, (size_t)result_len, NULL, &err));
+            printf("  ran %s(%s)\n", name, arguments);
+        }
+        lls_tool_calls_free(calls);
+        if (count == 0) {
             break;
         }
-        /* Run the (scripted) tool and report its result. */
-        const char *result =
-            "{\"callId\":\"call_1\",\"text\":\"# Hello\\n\\nHello, world. This repository holds a "
-            "small greeting program written in portable C. Build it with make, run it with "
-            "./hello, and it prints a friendly greeting to standard output. The code lives in "
-            "src/hello.c and the tests in tests/hello_test.c; both follow the house style of "
-            "four-space indents and no global state. Contributions are welcome by pull "
-            "request.\"}";
-        TRY(lls_agent_record_tool_result(agent, result, strlen(result), NULL, &err));
-        printf("  ran read_file(README.md)\n");
     }
     TRY(lls_agent_end_turn(agent, "completed", 9, &err));
 }
 
-int main(void) {
-    if (lls_abi_version() != LLS_ABI_VERSION) {
-        fprintf(stderr, "llmsession ABI mismatch: built for %d, loaded %u\n", LLS_ABI_VERSION,
-                lls_abi_version());
+int main(int argc, char **argv) {
+    /* The library must be of this header's ABI, with the additions used here (minor 3:
+     * lls_tool_calls). */
+    if (lls_abi_version() != LLS_ABI_VERSION || lls_abi_minor() < 3) {
+        fprintf(stderr, "llmsession ABI mismatch: built for %d (minor 3 or later), loaded %u.%u\n",
+                LLS_ABI_VERSION, lls_abi_version(), lls_abi_minor());
         return 1;
     }
     printf("llmsession %s\n", lls_version());
 
-    /* A session kept in memory (lls_session_open_file keeps it in a JSONL file). */
+    /* A session kept in memory, or with a path argument in a JSONL file: run it again with
+     * the same path and the session resumes where the last run left it. */
     lls_session *session = NULL;
     const char *session_opts = "{\"id\":\"quickstart\"}";
-    TRY(lls_session_new_memory(session_opts, strlen(session_opts), &session, &err));
+    if (argc > 1) {
+        TRY(lls_session_open_file(argv[1], strlen(argv[1]), session_opts, strlen(session_opts),
+                                  &session, &err));
+        char *stats = NULL;
+        TRY(lls_session_stats(session, &stats, NULL, &err));
+        printf("opened %s: %s\n", argv[1], stats);
+        lls_string_free(stats);
+    } else {
+        TRY(lls_session_new_memory(session_opts, strlen(session_opts), &session, &err));
+    }
 
     /* An agent instance: what every request carries. */
     const char *agent_opts =
@@ -149,6 +179,9 @@ int main(void) {
         "\"parameters\":{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"}}}}]}";
     lls_agent *agent = NULL;
     TRY(lls_agent_new(session, agent_opts, strlen(agent_opts), &agent, &err));
+    /* Provider bodies for OpenAI's /chat/completions, built by the agent (lls_render renders
+     * an envelope by hand, as the summariser below would). */
+    TRY(lls_agent_set_renderer(agent, "openai", 6, NULL, 0, &err));
 
     /* Callbacks: the library owns the userdata from here on (static strings need no free). */
     TRY(lls_agent_add_prefix_listener(agent, project_rules,

@@ -18,3 +18,37 @@ export async function typed(session: lls.Session): Promise<number> {
   agent.close();
   return body.length;
 }
+
+// Content blocks and stream deltas are unions discriminated on `type`: a check narrows them.
+export function toolCalls(response: lls.ParsedResponse): { id: string; name: string; args: unknown }[] {
+  const calls: { id: string; name: string; args: unknown }[] = [];
+  for (const block of response.message.content) {
+    switch (block.type) {
+      case 'tool-call':
+        calls.push({ id: block.id, name: block.name, args: JSON.parse(block.arguments) });
+        break;
+      case 'tool-result': {
+        const inner: lls.Block[] = block.content;
+        const failed: boolean = block.isError;
+        void inner, void failed;
+        break;
+      }
+      case 'text':
+      case 'reasoning': {
+        const text: string = block.text;
+        void text;
+        break;
+      }
+      default: {
+        const other: 'image' | 'redacted-thinking' | 'opaque' = block.type;
+        void other;
+      }
+    }
+  }
+  return calls;
+}
+
+export function display(delta: lls.Delta): string {
+  if (delta.type === 'tool-call') return `${delta.name ?? ''}${delta.arguments}`;
+  return delta.text;
+}

@@ -9,6 +9,7 @@
 
 mod body;
 mod lifecycle;
+pub mod tool_calls;
 pub mod wire;
 
 pub use body::Recorded;
