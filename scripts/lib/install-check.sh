@@ -73,9 +73,12 @@ grep -q 'lls_session_open_file.*failed (status [0-9]*): .*missing/dir/session.js
     fail "the quickstart's failure did not print the library's message: $(cat "$tmp/err.txt")"
 if grep -qi 'NULL' "$tmp/err.txt"; then fail "the quickstart read the error before the call: $(cat "$tmp/err.txt")"; fi
 echo "install-check: a failing call prints: $(cat "$tmp/err.txt")"
-# The command: it prints its usage (the exit status of --help is not checked yet) and verifies.
-noenv "$p/bin/llmsession" --help >"$tmp/help.txt" 2>&1 || true
+# The command: --help prints its usage on stdout and exits 0, --version names this version, and
+# it verifies.
+noenv "$p/bin/llmsession" --help >"$tmp/help.txt" 2>/dev/null || fail "llmsession --help exited $?"
 grep -qi 'usage' "$tmp/help.txt" || fail "llmsession --help printed no usage: $(cat "$tmp/help.txt")"
+noenv "$p/bin/llmsession" --version | grep -q "$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)" ||
+    fail "llmsession --version does not name the version in Cargo.toml"
 noenv "$p/bin/llmsession" verify "$log" >"$tmp/verify.txt" || fail "llmsession verify failed: $(cat "$tmp/verify.txt")"
 grep -q '^ok: 44 events' "$tmp/verify.txt" || fail "llmsession verify said: $(cat "$tmp/verify.txt")"
 echo "install-check: installed llmsession: $(cat "$tmp/verify.txt")"
