@@ -13,7 +13,7 @@ CC ?= cc
 .PHONY: fuzz-smoke fuzz-build fuzz-smoke-build fuzz-corpus readme-check check-docs
 .PHONY: test-pg bench-pg
 .PHONY: check check-rust check-c check-go check-node check-cpp node-deps
-.PHONY: test-python check-python python-newcomer newcomer
+.PHONY: test-python check-python python-newcomer newcomer rust-newcomer
 
 all: build
 
@@ -193,7 +193,7 @@ install-check: build-lib build-cli
 # repository (scripts/newcomer/): install into a prefix of its own, build or install the
 # package, a one-turn example twice (the second run resumes), verify, uninstall.
 c-newcomer:
-	MAKE="$(MAKE)" CC="$(CC)" bash scripts/newcomer/c.sh
+	MAKE="$(MAKE)" CC="$(CC)" CXX="$(CXX)" bash scripts/newcomer/c.sh
 
 node-newcomer:
 	MAKE="$(MAKE)" bash scripts/newcomer/node.sh
@@ -343,7 +343,11 @@ python-newcomer: build-lib
 
 # Each language's newcomer path (install, one turn, resume, verify), followed from a temporary
 # directory outside the repository as the docs write it.
-newcomer: c-newcomer node-newcomer python-newcomer test-go-module
+newcomer: c-newcomer node-newcomer python-newcomer test-go-module rust-newcomer
+
+# A crate outside the repository that depends on the core by path: the README's Rust example.
+rust-newcomer: build-cli
+	CARGO="$(CARGO)" bash scripts/newcomer/rust.sh "$(CURDIR)"
 
 # ---------------------------------------------------------------------------------------------
 # C++ binding (include/llmsession.hpp): GoogleTest suites through CMake/ctest under ASan+UBSan

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The C newcomer path (README, "Install and link" and "One turn in each language";
+# The C and C++ newcomer path (README, "Install and link" and "One turn in each language";
 # docs/install.md), followed in a temporary directory outside the repository: install into a
 # prefix of its own (`make install PREFIX=...`), point PKG_CONFIG_PATH at it, build the README's
-# C example and the quickstart with only `pkg-config --cflags --libs llmsession`, run each twice
+# C and C++ examples and the quickstart with only `pkg-config --cflags --libs llmsession`, run each twice
 # without LD_LIBRARY_PATH (the second run resumes the session the first kept in its file),
 # verify both logs with the installed `llmsession` command, then `make uninstall` and check
 # that nothing of llmsession is left in the prefix.
-#   scripts/newcomer/c.sh       (MAKE, CC: as make passes them)
+#   scripts/newcomer/c.sh       (MAKE, CC, CXX: as make passes them)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/llmsession-newcomer-c.XXXXXX")
@@ -15,6 +15,7 @@ fail() { echo "newcomer/c: $*"; exit 1; }
 unset LD_LIBRARY_PATH
 make=${MAKE:-make}
 cc=${CC:-cc}
+cxx=${CXX:-c++}
 
 prefix=$tmp/prefix
 echo "newcomer/c: make install PREFIX=$prefix"
@@ -25,7 +26,7 @@ export PATH=$prefix/bin:$PATH
 
 app=$tmp/app
 mkdir -p "$app"
-cp "$root/examples/readme/hello.c" "$root/examples/c/quickstart.c" "$app/"
+cp "$root/examples/readme/hello.c" "$root/examples/readme/hello.cpp" "$root/examples/c/quickstart.c" "$app/"
 cd "$app"
 flags=$(pkg-config --cflags --libs llmsession)
 echo "newcomer/c: cc hello.c \$(pkg-config --cflags --libs llmsession): $flags"
@@ -33,6 +34,8 @@ echo "newcomer/c: cc hello.c \$(pkg-config --cflags --libs llmsession): $flags"
 "$cc" -std=c11 hello.c $flags -o hello
 # shellcheck disable=SC2086
 "$cc" -std=c11 quickstart.c $flags -o quickstart
+# shellcheck disable=SC2086
+"$cxx" -std=c++17 hello.cpp $flags -o hello_cpp
 
 ./hello >run1.txt 2>&1 || fail "hello failed: $(cat run1.txt)"
 grep -q '^sent [0-9]* bytes; verify: {"compactions":0,"events":[0-9]*,"requests":1}$' run1.txt || fail "hello, first run: $(cat run1.txt)"
@@ -41,6 +44,13 @@ grep -q '"requests":2}$' run2.txt || fail "hello, second run did not resume: $(c
 llmsession verify hello.jsonl >verify.txt || fail "llmsession verify hello.jsonl: $(cat verify.txt)"
 grep -q '^ok: .* 2 requests' verify.txt || fail "llmsession verify said: $(cat verify.txt)"
 echo "newcomer/c: hello twice (resumed); llmsession verify: $(cat verify.txt)"
+
+mkdir cpp && (cd cpp && ../hello_cpp >run1.txt 2>&1 && ../hello_cpp >run2.txt 2>&1) ||
+    fail "hello.cpp failed: $(cat cpp/run*.txt)"
+grep -q '"requests":2}$' cpp/run2.txt || fail "hello.cpp, second run did not resume: $(cat cpp/run2.txt)"
+llmsession verify cpp/hello.jsonl >verify.txt || fail "llmsession verify cpp/hello.jsonl: $(cat verify.txt)"
+grep -q '^ok: .* 2 requests' verify.txt || fail "llmsession verify said: $(cat verify.txt)"
+echo "newcomer/c: hello.cpp (c++ -std=c++17, the same flags) twice (resumed); llmsession verify: $(cat verify.txt)"
 
 ./quickstart session.jsonl >qs1.txt 2>&1 || fail "quickstart failed: $(cat qs1.txt)"
 grep -q '^quickstart: ok$' qs1.txt || fail "quickstart did not finish: $(cat qs1.txt)"
