@@ -103,6 +103,13 @@ for f in files:
             if anchor and dest.endswith(".md") and os.path.isfile(dest) and anchor not in anchors(dest):
                 report(f, n, f"link to {target!r}: {dest} has no heading with the anchor #{anchor}")
 
+# 3. The licence files a package carries (bindings/*/LICENSE-*) are the root's, byte for byte.
+for f in files:
+    name = os.path.basename(f)
+    if name.startswith("LICENSE-") and "/" in f and os.path.isfile(name):
+        if open(f, "rb").read() != open(name, "rb").read():
+            report(f, 1, f"differs from the root's {name}")
+
 if bad:
     sys.exit(f"check-docs: {bad} problem(s)")
 print(f"check-docs: {len(files)} tracked files checked, no pointer outside the repository, every relative link resolves")
