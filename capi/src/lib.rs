@@ -18,8 +18,8 @@
 //! - The entry points, one file per concept: [`mod@agent`], [`mod@body`] (the provider-body hot
 //!   path), [`mod@session`], [`mod@url`] (stores named by URL), [`mod@render`], [`mod@response`],
 //!   [`mod@stream`], [`mod@explain`], [`mod@replay`], [`mod@cancel`], [`mod@reply`] (answering a
-//!   callback), [`mod@error`] (reading an `lls_error`), [`mod@library`] (versions, status names,
-//!   leak counters, `lls_string_free`).
+//!   callback), [`mod@observe`] (the observer hook), [`mod@error`] (reading an `lls_error`),
+//!   [`mod@library`] (versions, status names, leak counters, `lls_string_free`).
 //!
 //! # Writing an entry point
 //!
@@ -70,6 +70,7 @@ pub mod body;
 pub mod cancel;
 pub mod error;
 pub mod explain;
+pub mod observe;
 pub mod render;
 pub mod replay;
 pub mod reply;
