@@ -18,3 +18,16 @@ export async function typed(session: lls.Session): Promise<number> {
   agent.close();
   return body.length;
 }
+
+/** The observer hook's types (docs/observe.md). */
+export function observerTypes(): void {
+  lls.setObserver((o: lls.Observation) => {
+    const kind: string = o.kind;
+    const level: lls.ObservationLevel = o.level;
+    if (kind === 'log-cut' && level === 'warn') console.log(o.message, o.sessionId, o.records);
+  }, { level: 'warn' });
+  lls.setObserver(null);
+  lls.observer.level = 'debug';
+  const onWarn = (o: lls.Observation) => console.log(o.message);
+  lls.observer.on('warn', onWarn).off('warn', onWarn);
+}
