@@ -118,9 +118,26 @@ impl Observation {
         Value::Object(m)
     }
 
-    /// [`to_value`](Self::to_value) as JSON text.
+    /// [`to_value`](Self::to_value) as JSON text, in a fixed order: `kind`, `level`, `message`,
+    /// `sessionId` when known, then the fields in key order. (So a host without a JSON parser
+    /// finds the kind and the level at the start.)
     pub fn to_json(&self) -> String {
-        self.to_value().to_string()
+        let text = |s: &str| Value::from(s).to_string();
+        let mut out = format!("{{\"kind\":{},\"level\":\"{}\",\"message\":{}", text(self.kind), self.level, text(&self.message));
+        if let Some(id) = &self.session_id {
+            out.push_str(",\"sessionId\":");
+            out.push_str(&text(id));
+        }
+        for (k, v) in &self.fields {
+            if !RESERVED.contains(&k.as_str()) {
+                out.push(',');
+                out.push_str(&text(k));
+                out.push(':');
+                out.push_str(&v.to_string());
+            }
+        }
+        out.push('}');
+        out
     }
 }
 
@@ -317,6 +334,11 @@ mod tests {
         assert_eq!(v, serde_json::json!({"kind":"log-cut","level":"warn","message":"cut","sessionId":"s1","records":2}));
         let no_session = Observation::new("x", Level::Info, "m").to_value();
         assert!(no_session.get("sessionId").is_none());
+        // The text keeps a fixed order and is the same object.
+        let o = o.with("a", "first \"quoted\"");
+        let text = o.to_json();
+        assert!(text.starts_with(r#"{"kind":"log-cut","level":"warn","message":"cut","sessionId":"s1","a":"#), "{text}");
+        assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), o.to_value());
     }
 
     #[test]
