@@ -110,8 +110,7 @@ impl<C: HostStoreCall> Store for HostStore<C> {
                     format!("the host store refused to load the session: {}", e.message()),
                 )
                 .with("store", "host store")
-                .with("waited", false)
-                .with("holder", reply["locked"].as_str().map(str::to_string).unwrap_or_else(|| reply["locked"].to_string()))
+                .with("why", reply["locked"].as_str().map(str::to_string).unwrap_or_else(|| reply["locked"].to_string()))
             });
             return Err(e);
         }

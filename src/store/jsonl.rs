@@ -93,8 +93,7 @@ impl JsonlStore {
                             crate::observe::Level::Warn,
                             format!("{}: refused to open for writing: another writer holds the log's lock{by}", path.display()),
                         )
-                        .with("store", path.display().to_string())
-                        .with("waited", false);
+                        .with("store", path.display().to_string());
                         if let Some(h) = &holder {
                             o = o.with("holder", h.clone());
                         }

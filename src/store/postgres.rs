@@ -569,8 +569,7 @@ impl PgStore {
                 format!("{d}: refused to open for writing: another writer holds the session's lease{by}"),
             )
             .session(self.id.clone())
-            .with("store", d.clone())
-            .with("waited", false);
+            .with("store", d.clone());
             if let Some(h) = &holder {
                 o = o.with("holder", h.clone());
             }
