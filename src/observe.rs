@@ -621,6 +621,28 @@ mod sites {
     }
 
     #[test]
+    fn a_gate_that_cannot_measure_reports_compaction_skipped_and_builds_the_request() {
+        struct Broken;
+        impl crate::tokens::TokenCounter for Broken {
+            fn count(&self, _: crate::tokens::Countable<'_>) -> Result<u64> {
+                Err(Error::new(ErrorKind::Listener, "the counting service is down"))
+            }
+            fn name(&self) -> &'static str {
+                "host"
+            }
+        }
+        let (_s, mut a) = pressured("obs-unmeasured", |_r, _c| Ok(SummaryOutput::default()));
+        a.set_token_counter(Some(Arc::new(Broken)));
+        let c = collect(Level::Warn);
+        a.start_turn(Message::user_text("hello")).unwrap();
+        a.next_request(&CancelToken::new()).unwrap();
+        assert_eq!(c.kinds_of("obs-unmeasured"), vec!["compaction-skipped"]);
+        let o = &c.of("obs-unmeasured")[0];
+        assert!(o.field("error").and_then(Value::as_str).unwrap().contains("the counting service is down"));
+        assert!(o.field("tokens").is_none());
+    }
+
+    #[test]
     fn an_overflow_recovery_that_lands_is_reported_as_overflow_retry() {
         let (_s, mut a) = pressured("obs-overflow", |_r, _c| Ok(SummaryOutput { text: "short".into(), ..Default::default() }));
         let cancel = CancelToken::new();

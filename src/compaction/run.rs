@@ -170,7 +170,27 @@ impl Agent {
     /// The pressure gate: compacts when the prompt exceeds the policy's threshold.
     pub(crate) fn gate(&mut self, op: &CancelToken, turn: u64) -> Result<()> {
         let Some(policy) = self.current_policy() else { return Ok(()) };
-        let (m, entries) = self.measure_surface()?;
+        let (m, entries) = match self.measure_surface() {
+            Ok(measured) => measured,
+            Err(e) => {
+                // The request still goes out (unless this is a cancel or a dispose), unmeasured.
+                if !matches!(e.kind(), ErrorKind::Cancelled | ErrorKind::Disposed) {
+                    observe::emit(Level::Warn, || {
+                        Observation::new(
+                            "compaction-skipped",
+                            Level::Warn,
+                            format!("the gate could not measure the prompt, so it did not check the threshold: {}", e.message()),
+                        )
+                        .session(self.session.id())
+                        .with("why", "the prompt could not be measured")
+                        .with("error", e.message())
+                        .with("contextWindow", policy.context_window)
+                        .with("turn", turn)
+                    });
+                }
+                return Err(e);
+            }
+        };
         let threshold = policy.threshold_tokens();
         if m.total <= threshold {
             return Ok(());
