@@ -111,3 +111,34 @@ test('the observer EventEmitter attaches with its first listener and detaches wi
   lls.observer.level = 'info';
   fs.rmSync(dir, { recursive: true, force: true });
 });
+
+test('observations raised on a worker thread (an agent with callbacks) arrive in order', async (t) => {
+  t.after(() => lls.setObserver(null));
+  const session = lls.Session.memory({ id: 'node-observe-gate' });
+  const agent = new lls.Agent(session, {
+    config: { provider: 'test', model: 'm1' },
+    policy: { contextWindow: 4000, threshold: 0.25, retainedTokens: 50, summaryMaxTokens: 200, retries: 0 },
+  });
+  // An async summariser: the agent's calls run on a koffi worker thread. Its summary is empty,
+  // so the library rejects it and the automatic compaction fails.
+  agent.setSummariser(async () => '');
+  const kinds = [];
+  lls.setObserver((o) => o.sessionId === 'node-observe-gate' && kinds.push(o), { level: 'info' });
+  const big = (w) => `${w} `.repeat(800);
+  agent.startTurn(big('alpha'));
+  await agent.nextRequest();
+  agent.recordResponse({ message: { role: 'assistant', content: [{ type: 'text', text: big('answer') }] } });
+  agent.endTurn();
+  agent.startTurn('next');
+  await agent.nextRequest(); // built over the threshold
+  await tick();
+  const tail = kinds.slice(-4).map((o) => o.kind);
+  assert.deepEqual(tail, ['compaction-triggered', 'summary-rejected', 'compaction-failed', 'over-threshold']);
+  const over = kinds.at(-1);
+  assert.equal(over.level, 'warn');
+  assert.equal(over.threshold, 1000);
+  assert.equal(over.contextWindow, 4000);
+  assert.ok(over.tokens > 1000);
+  agent.close();
+  session.close();
+});
