@@ -76,7 +76,7 @@
  * optional fields), counted from 0 and reset when `LLS_ABI_VERSION` is bumped. A host that
  * uses an addition checks `lls_abi_minor() >= N` for the minor that brought it (docs/abi.md
  * lists them; 1: the provider-body hot path and `lls_live_string_count`; 2:
- * `lls_status_name`; 3: `lls_tool_calls_*`).
+ * `lls_status_name`; 3: `lls_tool_calls_*` and the observer hook, `lls_set_observer`).
  *
  * Thread safety: a constant.
  */
@@ -102,6 +102,36 @@
  * Thread safety: a constant.
  */
 #define LLS_PURPOSE_COMPACTION 1
+
+/**
+ * Observation level `debug`: detail of the library's decisions.
+ *
+ * Thread safety: a constant.
+ */
+#define LLS_LEVEL_DEBUG 0
+
+/**
+ * Observation level `info`: something the library did on its own, as designed.
+ *
+ * Thread safety: a constant.
+ */
+#define LLS_LEVEL_INFO 1
+
+/**
+ * Observation level `warn`: something went wrong and was handled (a torn tail cut, a request
+ * sent over the compaction threshold).
+ *
+ * Thread safety: a constant.
+ */
+#define LLS_LEVEL_WARN 2
+
+/**
+ * Observation level `error`: something failed and was not made good (an automatic compaction
+ * failed, a batch had to be undone).
+ *
+ * Thread safety: a constant.
+ */
+#define LLS_LEVEL_ERROR 3
 
 /**
  * An agent instance: drives the turns and steps of one session (at most one live instance
@@ -271,6 +301,23 @@ typedef struct {
      */
     char digest[72];
 } lls_request_info;
+
+/**
+ * An observer: receives one observation, as the JSON object `{"kind", "level", "message",
+ * "sessionId"?, ...fields}` (docs/observe.md lists every kind and its fields), with its level
+ * as a number (`LLS_LEVEL_*`). `json` is NUL-terminated (`json_len` excludes the NUL) and
+ * borrowed for the call only: copy what you keep.
+ *
+ * It must not call any `lls_` function (not even `lls_set_observer`), must return quickly
+ * (queue the observation if it has work to do), and must not unwind (no C++ exception or
+ * foreign panic may cross it).
+ *
+ * Thread safety: called synchronously on the thread where the event happens, inside the
+ * library call that caused it (so from any thread that calls into the library, possibly from
+ * several at once), with no session lock held but possibly with an agent reserved for that
+ * call.
+ */
+typedef void (*lls_observer_fn)(void *userdata, int32_t level, const char *json, size_t json_len);
 
 /**
  * Success.
@@ -1361,6 +1408,37 @@ lls_status lls_explain_file(const char *path,
                             size_t options_len,
                             char **out,
                             size_t *out_len,
+                            lls_error **err);
+
+/**
+ * Sets the process-wide observer: from now on, what the library does on its own (a torn
+ * log tail cut, an open turn repaired, a writer refused, an automatic compaction started,
+ * failed or impossible, a request sent over the threshold, ...) at `min_level` or above is
+ * passed to `observer` (see `lls_observer_fn` for what it may do). Without an observer (the
+ * default) the library reports nothing and the check costs one atomic load.
+ *
+ * One observer at a time: setting one replaces the one before it. A NULL `observer` clears
+ * it. Either way the previous observer's `userdata_free` runs exactly once, as soon as no
+ * call to it is running (on this thread, or on the thread whose call to it ends last).
+ *
+ * The library owns `userdata` from this call on: it calls `userdata_free(userdata)` (when not
+ * NULL) exactly once: when the observer is replaced or cleared, at once when `observer` is
+ * NULL, or at once when the call fails.
+ *
+ * Errors: `LLS_ERR_INVALID_ARGUMENT` when `min_level` is not one of `LLS_LEVEL_DEBUG` (0) to
+ * `LLS_LEVEL_ERROR` (3) (the previous observer stays). Since ABI 2 minor 3.
+ *
+ * # Safety
+ * `observer` and `userdata_free` must be NULL or valid functions, safe to call with
+ * `userdata` from any thread that calls into the library, until `userdata_free` runs. `err`
+ * must be NULL or valid for writing one pointer.
+ *
+ * Thread safety: may be called from any thread, but never from inside an observer.
+ */
+lls_status lls_set_observer(lls_observer_fn observer,
+                            void *userdata,
+                            lls_userdata_free_fn userdata_free,
+                            int32_t min_level,
                             lls_error **err);
 
 /**

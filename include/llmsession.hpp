@@ -1346,6 +1346,165 @@ inline std::string invoke_callback(Callback fn, std::string_view input_json,
     });
 }
 
+// ---------------------------------------------------------------------------------------------
+// The observer hook (docs/observe.md): what the library did on its own, with levels.
+
+/// How much an Observation matters (`LLS_LEVEL_*`).
+enum class Level : std::int32_t {
+    debug = LLS_LEVEL_DEBUG, ///< detail of the library's decisions
+    info = LLS_LEVEL_INFO,   ///< something the library did on its own, as designed
+    warn = LLS_LEVEL_WARN,   ///< something went wrong and was handled
+    error = LLS_LEVEL_ERROR, ///< something failed and was not made good
+};
+
+/// The wire name of a level: "debug", "info", "warn" or "error".
+inline const char *level_name(Level level) noexcept {
+    switch (level) {
+    case Level::debug: return "debug";
+    case Level::info: return "info";
+    case Level::warn: return "warn";
+    case Level::error: return "error";
+    }
+    return "unknown";
+}
+
+/// One thing the library did on its own (a torn log tail cut, a writer refused, an automatic
+/// compaction that failed, ...); docs/observe.md lists every kind and its fields.
+struct Observation {
+    std::string kind;       ///< stable kebab-case name, e.g. "log-cut"
+    Level level;            ///< how much it matters
+    std::string message;    ///< one sentence for a human
+    std::string session_id; ///< the session it concerns (empty when not known)
+    std::string json;       ///< the whole observation as JSON, the kind's fields included
+};
+
+/// An observer: runs synchronously on the thread whose library call caused the event (so on
+/// any thread that calls into the library, possibly several at once). It must return quickly
+/// and must not call into llmsession. An exception it throws is caught and dropped.
+using Observer = std::function<void(const Observation &)>;
+
+namespace detail {
+
+/// The string value of `"key":"..."` in the library's observation JSON, unescaped (empty when
+/// absent). The library writes the common keys first and escapes strings as JSON does.
+inline std::string observation_string(std::string_view json, std::string_view key) {
+    std::string needle = "\"" + std::string(key) + "\":\"";
+    std::size_t at = json.find(needle);
+    if (at == std::string_view::npos) {
+        return {};
+    }
+    std::string out;
+    auto put = [&out](std::uint32_t c) {
+        if (c < 0x80) {
+            out += static_cast<char>(c);
+        } else if (c < 0x800) {
+            out += static_cast<char>(0xC0 | (c >> 6));
+            out += static_cast<char>(0x80 | (c & 0x3F));
+        } else if (c < 0x10000) {
+            out += static_cast<char>(0xE0 | (c >> 12));
+            out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+            out += static_cast<char>(0x80 | (c & 0x3F));
+        } else {
+            out += static_cast<char>(0xF0 | (c >> 18));
+            out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+            out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+            out += static_cast<char>(0x80 | (c & 0x3F));
+        }
+    };
+    auto hex4 = [&json](std::size_t i, std::uint32_t &v) {
+        if (i + 4 > json.size()) {
+            return false;
+        }
+        v = 0;
+        for (std::size_t k = i; k < i + 4; k++) {
+            char h = json[k];
+            v <<= 4;
+            if (h >= '0' && h <= '9') v |= static_cast<std::uint32_t>(h - '0');
+            else if (h >= 'a' && h <= 'f') v |= static_cast<std::uint32_t>(h - 'a' + 10);
+            else if (h >= 'A' && h <= 'F') v |= static_cast<std::uint32_t>(h - 'A' + 10);
+            else return false;
+        }
+        return true;
+    };
+    for (std::size_t i = at + needle.size(); i < json.size(); i++) {
+        char c = json[i];
+        if (c == '"') {
+            break;
+        }
+        if (c != '\\' || i + 1 >= json.size()) {
+            out += c;
+            continue;
+        }
+        char e = json[++i];
+        switch (e) {
+        case 'n': out += '\n'; break;
+        case 't': out += '\t'; break;
+        case 'r': out += '\r'; break;
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case 'u': {
+            std::uint32_t u = 0;
+            if (!hex4(i + 1, u)) {
+                return out;
+            }
+            i += 4;
+            std::uint32_t lo = 0;
+            if (u >= 0xD800 && u < 0xDC00 && i + 2 < json.size() && json[i + 1] == '\\' &&
+                json[i + 2] == 'u' && hex4(i + 3, lo) && lo >= 0xDC00 && lo < 0xE000) {
+                u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
+                i += 6;
+            }
+            put(u);
+            break;
+        }
+        default: out += e; // \" \\ \/
+        }
+    }
+    return out;
+}
+
+struct ObserverBox {
+    static void run(void *ud, std::int32_t level, const char *json, std::size_t len) noexcept {
+        try {
+            std::string_view text(json, len);
+            Observation o{observation_string(text, "kind"), static_cast<Level>(level),
+                          observation_string(text, "message"),
+                          observation_string(text, "sessionId"), std::string(text)};
+            (*static_cast<Observer *>(ud))(o);
+        } catch (...) {
+            // An observer's exception must not cross the C boundary: dropped.
+        }
+    }
+    static void free(void *ud) noexcept { delete static_cast<Observer *>(ud); }
+};
+
+} // namespace detail
+
+/// Sets the process-wide observer: from now on `fn` receives what the library does on its own
+/// at `min_level` or above. An empty `fn` clears it (the default: the library reports nothing).
+/// One observer at a time: setting one replaces the one before it (which is destroyed once no
+/// call to it is running). Throws Error for a level out of range. Never call it from inside an
+/// observer.
+inline void set_observer(Observer fn, Level min_level = Level::info) {
+    check_abi();
+    lls_error *err = nullptr;
+    lls_status st;
+    if (!fn) {
+        st = lls_set_observer(nullptr, nullptr, nullptr, static_cast<std::int32_t>(min_level), &err);
+    } else {
+        // The library owns the box from here on, and deletes it even when the call fails.
+        auto *box = new Observer(std::move(fn));
+        st = lls_set_observer(&detail::ObserverBox::run, box, &detail::ObserverBox::free,
+                              static_cast<std::int32_t>(min_level), &err);
+    }
+    if (st != LLS_OK) {
+        detail::throw_error(st, err);
+    }
+}
+
+/// Clears the process-wide observer (the library reports nothing again).
+inline void clear_observer() { set_observer(Observer{}); }
+
 } // namespace llmsession
 
 #endif /* LLMSESSION_HPP */

@@ -24,6 +24,7 @@
 //!   completions, OpenAI Responses API, Anthropic, Gemini).
 //! - [`stream`]: streamed responses, from event-stream bytes to the parsed response.
 //! - [`cancel`]: cancel tokens.
+//! - [`observe`]: the observer hook (what the library did on its own, with levels).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -34,6 +35,7 @@ pub mod error;
 pub mod explain;
 pub mod header;
 pub mod log;
+pub mod observe;
 pub mod prefix;
 pub mod render;
 pub mod replay;

@@ -12,6 +12,7 @@ use crate::header::EpochHeader;
 use crate::log::event::{types, Event, NewEvent, SurfaceOp, UserSource};
 use crate::log::load::{load_record, load_records_releasing, repair_events, LoadReport, SessionHeader};
 use crate::log::{chain, Derived, Log};
+use crate::observe::{self, Level, Observation};
 use crate::request::VerifyReport;
 use crate::store::url::UrlOptions;
 use crate::store::{read_only_error, Batch, Durability, FileOptions, JsonlStore, MemoryStore, Store, StoreContents};
@@ -113,13 +114,32 @@ impl Inner {
             self.log.rollback(sp);
             match e.kind() {
                 // Refused as a whole: nothing of the batch is in the store.
-                ErrorKind::Conflict => self.conflict = Some(e.message().to_string()),
+                ErrorKind::Conflict => {
+                    self.conflict = Some(e.message().to_string());
+                    observe::emit(Level::Warn, || {
+                        Observation::new(
+                            "store-conflict",
+                            Level::Warn,
+                            format!(
+                                "{}: the store refused an append at seq {first} (another writer appended first); this handle appends nothing until it is refreshed or reopened",
+                                self.store.describe()
+                            ),
+                        )
+                        .session(self.header.id.clone())
+                        .with("store", self.store.describe())
+                        .with("seq", first)
+                        .with("events", lines.len() as u64)
+                        .with("error", e.message())
+                    });
+                }
                 ErrorKind::ReadOnly | ErrorKind::Locked => {}
                 // A failed write may have left part of the batch behind, or (a host store whose
                 // reply was lost) all of it: ask the store to remove what this handle appended.
                 // When that fails too, the store may hold events this handle does not.
                 _ => {
-                    if let Err(u) = self.store.undo(first as usize + 1) {
+                    let undo = self.store.undo(first as usize + 1);
+                    self.observe_undo("append", first, lines.len(), &e, undo.as_ref().err());
+                    if let Err(u) = undo {
                         self.broken = Some(format!("{}; undoing it failed: {}", e.message(), u.message()));
                     }
                 }
@@ -131,7 +151,9 @@ impl Inner {
                 // The batch was written but is not known durable: remove it again, so that memory
                 // and store stay in step, and report the failure. When that fails too, the store
                 // may hold events this handle does not: it refuses further writes.
-                if let Err(u) = self.store.undo(first as usize + 1) {
+                let undo = self.store.undo(first as usize + 1);
+                self.observe_undo("sync", first, lines.len(), &e, undo.as_ref().err());
+                if let Err(u) = undo {
                     self.broken = Some(format!("{}; undoing it failed: {}", e.message(), u.message()));
                 }
                 self.log.rollback(sp);
@@ -139,6 +161,34 @@ impl Inner {
             }
         }
         Ok(first..self.log.next_seq())
+    }
+
+    /// Reports the undo of a batch whose `failed` step (append or sync) failed with `e`; `undo`
+    /// is the undo's own failure, if it failed too (the handle then refuses further writes).
+    fn observe_undo(&self, failed: &str, first: u64, events: usize, e: &Error, undo: Option<&Error>) {
+        observe::emit(Level::Error, || {
+            let store = self.store.describe();
+            let mut message = format!("{store}: the {failed} of {events} event(s) at seq {first} failed ({}); ", e.message());
+            match undo {
+                None => message.push_str("took the batch back out of the store, and the call fails"),
+                Some(u) => message.push_str(&format!(
+                    "taking it back failed too ({}): the handle refuses further writes until the session is reopened",
+                    u.message()
+                )),
+            }
+            let mut o = Observation::new("store-undo", Level::Error, message)
+                .session(self.header.id.clone())
+                .with("store", store)
+                .with("failed", failed)
+                .with("seq", first)
+                .with("events", events as u64)
+                .with("error", e.message())
+                .with("undone", undo.is_none());
+            if let Some(u) = undo {
+                o = o.with("undoError", u.message());
+            }
+            o
+        });
     }
 
     /// Refuses writes on a read-only handle, after a conflict, and once the store is out of step
@@ -224,6 +274,26 @@ pub struct SessionStats {
     pub chain_head: Option<String>,
 }
 
+/// A held session lock (see [`Session::lock`]). The fields drop in order: the lock is released
+/// first, then the observations raised under it are delivered.
+pub(crate) struct Locked<'a> {
+    guard: MutexGuard<'a, Inner>,
+    _defer: crate::observe::Deferring,
+}
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Inner {
+        &mut self.guard
+    }
+}
+
 /// A session handle.
 #[derive(Clone)]
 pub struct Session {
@@ -270,7 +340,34 @@ impl Session {
         if let Err(e) = store.sync() {
             // Not known durable: take the session out of the store again, so that the store is
             // as empty as it was and the same call can be retried.
-            if let Err(u) = store.undo(0) {
+            let undo = store.undo(0);
+            observe::emit(Level::Error, || {
+                let mut o = Observation::new(
+                    "store-undo",
+                    Level::Error,
+                    format!(
+                        "{}: syncing the new session failed ({}); {}",
+                        store.describe(),
+                        e.message(),
+                        match &undo {
+                            Ok(()) => "took it back out of the store, and the call fails".to_string(),
+                            Err(u) => format!("taking it back failed too ({})", u.message()),
+                        }
+                    ),
+                )
+                .session(header.id.clone())
+                .with("store", store.describe())
+                .with("failed", "sync")
+                .with("seq", 0u64)
+                .with("events", events.len() as u64)
+                .with("error", e.message())
+                .with("undone", undo.is_ok());
+                if let Err(u) = &undo {
+                    o = o.with("undoError", u.message());
+                }
+                o
+            });
+            if let Err(u) = undo {
                 return Err(e.context(format!("removing the new session again failed too ({})", u.message())));
             }
             return Err(e);
@@ -302,21 +399,81 @@ impl Session {
         let loaded = load_records_releasing(&mut contents).map_err(|e| e.context(store.describe()))?;
         let header_line: Arc<str> = String::from_utf8_lossy(&contents.records[0]).into_owned().into();
         let mut report = loaded.report;
+        if loaded.header.version < crate::log::load::VERSION {
+            observe::emit(Level::Info, || {
+                Observation::new(
+                    "log-legacy-format",
+                    Level::Info,
+                    format!(
+                        "{}: a version {} log (no chained digests); events appended to it are written in the same format",
+                        store.describe(),
+                        loaded.header.version
+                    ),
+                )
+                .session(loaded.header.id.clone())
+                .with("store", store.describe())
+                .with("version", loaded.header.version)
+            });
+        }
         if loaded.keep_records < contents.records.len() && !read_only {
             let reason = report.cut_reason.clone().unwrap_or_default();
             report.cut_saved_to = store.cut(loaded.keep_records, &reason)?;
+            observe::emit(Level::Warn, || {
+                let saved = report.cut_saved_to.as_deref().map(|p| format!(", kept in {p}")).unwrap_or_default();
+                let mut o = Observation::new(
+                    "log-cut",
+                    Level::Warn,
+                    format!("{}: cut {} record(s) from the end of the log ({reason}){saved}", store.describe(), report.cut_records),
+                )
+                .session(loaded.header.id.clone())
+                .with("store", store.describe())
+                .with("records", report.cut_records as u64)
+                .with("line", report.cut_at_line.unwrap_or(0) as u64)
+                .with("reason", reason.clone())
+                .with("damaged", report.cut_damaged);
+                if let Some(p) = &report.cut_saved_to {
+                    o = o.with("savedTo", p.clone());
+                }
+                o
+            });
         }
         let mut inner = Inner::new(loaded.header, header_line, loaded.log, store, opts.durability);
         if !read_only {
             let repairs = repair_events(&inner.log);
             report.repaired_events = repairs.len();
             if !repairs.is_empty() {
+                let open_turn = inner.log.state().open_turn.as_ref().map(|t| t.turn);
+                let open_compaction = inner.log.state().compaction.is_some();
                 // Durable before the open returns, whatever the policy: a failed sync takes the
                 // repair out again (as any batch's), so a failed open leaves the store as it was.
                 let durability = std::mem::replace(&mut inner.durability, Durability::EveryEvent);
                 let r = inner.append_batch(repairs);
                 inner.durability = durability;
-                r.map_err(|e| e.context("closing the turn left open by a crash"))?;
+                let seqs = r.map_err(|e| e.context("closing the turn left open by a crash"))?;
+                observe::emit(Level::Warn, || {
+                    let what = match open_turn {
+                        Some(t) => format!("turn {t}"),
+                        None => "a compaction".to_string(),
+                    };
+                    let mut o = Observation::new(
+                        "turn-repaired",
+                        Level::Warn,
+                        format!(
+                            "{}: {what} was left open by a crash; closed it with {} synthetic event(s)",
+                            inner.store.describe(),
+                            report.repaired_events
+                        ),
+                    )
+                    .session(inner.header.id.clone())
+                    .with("store", inner.store.describe())
+                    .with("events", report.repaired_events as u64)
+                    .with("fromSeq", seqs.start)
+                    .with("compaction", open_compaction);
+                    if let Some(t) = open_turn {
+                        o = o.with("turn", t);
+                    }
+                    o
+                });
             }
         }
         Ok((Session::wrap(inner), report))
@@ -410,8 +567,11 @@ impl Session {
         crate::request::verify_bodies(&StoreContents { records, last_complete: true }, renderer, options)
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock()
+    /// The session lock. Observations raised while it is held are delivered once it is
+    /// released ([`crate::observe`]): the observer never runs under a session lock.
+    pub(crate) fn lock(&self) -> Locked<'_> {
+        let defer = crate::observe::Deferring::new();
+        Locked { guard: self.inner.lock(), _defer: defer }
     }
 
     /// Whether two handles are the same session.

@@ -662,3 +662,68 @@ export declare const ABI_MINOR: number;
 export declare const version: string;
 export declare const abiVersion: number;
 export declare const libraryPath: string;
+
+// ---------------------------------------------------------------------------------------------
+// The observer hook (docs/observe.md)
+
+/** How much an observation matters. */
+export type ObservationLevel = 'debug' | 'info' | 'warn' | 'error';
+
+/** The kinds the library reports (docs/observe.md lists each one's fields). */
+export type ObservationKind =
+  | 'log-cut'
+  | 'turn-repaired'
+  | 'log-legacy-format'
+  | 'store-locked'
+  | 'store-conflict'
+  | 'store-undo'
+  | 'compaction-triggered'
+  | 'compaction-skipped'
+  | 'summariser-failed'
+  | 'summary-rejected'
+  | 'compaction-failed'
+  | 'over-threshold'
+  | 'overflow-retry'
+  | 'turn-disposed'
+  | 'turn-dispose-failed';
+
+/** One thing the library did on its own: `{kind, level, message, sessionId?, ...fields}`. */
+export interface Observation {
+  /** Stable kebab-case name (a later library may add kinds: treat an unknown one as its level says). */
+  kind: ObservationKind | string;
+  level: ObservationLevel;
+  /** One sentence for a human. */
+  message: string;
+  /** The session it concerns, when known. */
+  sessionId?: string;
+  /** The kind's own fields (`records`, `savedTo`, `tokens`, `threshold`, `error`, ...). */
+  [field: string]: Json | undefined;
+}
+
+/** Options of `setObserver`. */
+export interface ObserverOptions {
+  /** The minimum level delivered (default 'info'). */
+  level?: ObservationLevel;
+}
+
+/**
+ * Sets the process-wide observer (`null` clears it; one observer at a time, shared with
+ * `observer`). Observations are delivered asynchronously (from `setImmediate`), in order, soon
+ * after the library call that caused them, so `fn` may call into the library.
+ */
+export declare function setObserver(fn: ((o: Observation) => void) | null, options?: ObserverOptions): void;
+
+/** The observer as an EventEmitter (see `observer`). */
+export interface ObserverEmitter extends NodeJS.EventEmitter {
+  /** The minimum level observed (default 'info'). */
+  level: ObservationLevel;
+  on(event: 'observation' | ObservationLevel, listener: (o: Observation) => void): this;
+  once(event: 'observation' | ObservationLevel, listener: (o: Observation) => void): this;
+  off(event: 'observation' | ObservationLevel, listener: (o: Observation) => void): this;
+}
+
+/**
+ * The observer as an EventEmitter: the first 'observation' (or level) listener sets the
+ * process-wide observer at `observer.level`; removing the last one clears it.
+ */
+export declare const observer: ObserverEmitter;

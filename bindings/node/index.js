@@ -9,6 +9,7 @@
 // LLS_CB_PENDING, and the reply is completed (lls_reply_complete / lls_reply_fail) on the main
 // thread when the Promise settles, while the library waits on its worker thread.
 
+const { EventEmitter } = require('events');
 const fs = require('fs');
 const path = require('path');
 const koffi = requireKoffi();
@@ -40,9 +41,10 @@ function requireKoffi() {
 const ABI_VERSION = 2;
 /**
  * The oldest ABI minor version (compatible additions to ABI_VERSION) this binding loads: 2
- * brought lls_status_name, which names the kind of every error.
+ * brought lls_status_name, which names the kind of every error, 3 the observer hook
+ * (lls_set_observer, behind setObserver and observer).
  */
-const ABI_MINOR = 2;
+const ABI_MINOR = 3;
 
 /** Status codes (lls_status), as in include/llmsession.h. */
 const Status = Object.freeze({
@@ -296,6 +298,10 @@ def('lls_agent_record_stream', 'int32_t',
 def('lls_live_string_count', 'size_t', 'void');
 // Minor 2: status names.
 def('lls_status_name', 'const char *', 'int32_t status');
+// Minor 3: the observer hook (setObserver, observer; docs/observe.md).
+const ObserverFn = koffi.proto('void lls_observer_fn(intptr_t userdata, int32_t level, const char *json, size_t json_len)');
+def('lls_set_observer', 'int32_t',
+  `lls_observer_fn *observer, intptr_t userdata, lls_userdata_free_fn *userdata_free, int32_t min_level, ${ERR}`);
 
 /**
  * The stable name of a status, as the library gives it (lls_status_name) and as error details
@@ -1574,6 +1580,125 @@ function abiMinor() {
   return loadedMinor;
 }
 
+// ---------------------------------------------------------------------------------------------
+// The observer hook (docs/observe.md): what the library did on its own, with levels.
+//
+// One trampoline is registered with koffi for the life of the process (the library may still
+// be calling it on another thread when the observer is replaced). It only queues the JSON it is
+// given: the library calls it inside a library call, possibly on a koffi worker thread (koffi
+// then runs it on the main thread while the worker waits), and it must not call back into the
+// library. The queue is delivered from setImmediate, outside any library call, so a JS observer
+// may do anything, library calls included.
+
+const LEVELS = Object.freeze(['debug', 'info', 'warn', 'error']);
+let observerFn = null;
+let observed = [];
+let deliveryScheduled = false;
+
+function levelNumber(level) {
+  if (typeof level === 'number' && Number.isInteger(level) && level >= 0 && level < LEVELS.length) return level;
+  const n = LEVELS.indexOf(level);
+  if (n < 0) throw new TypeError(`level must be one of ${LEVELS.join(', ')} (got ${String(level)})`);
+  return n;
+}
+
+function deliverObservations() {
+  deliveryScheduled = false;
+  const batch = observed;
+  observed = [];
+  for (const json of batch) {
+    const fn = observerFn;
+    if (!fn) return;
+    let o;
+    try {
+      o = JSON.parse(json);
+    } catch (e) {
+      o = { kind: 'unreadable', level: 'warn', message: json };
+    }
+    try {
+      fn(o);
+    } catch (e) {
+      process.emitWarning(`llmsession: the observer threw: ${describe(e)}`);
+    }
+  }
+}
+
+const observerTrampoline = koffi.register((_ud, _level, json, _len) => {
+  observed.push(json);
+  if (!deliveryScheduled) {
+    deliveryScheduled = true;
+    setImmediate(deliverObservations);
+  }
+}, koffi.pointer(ObserverFn));
+
+/**
+ * Sets the process-wide observer: `fn(observation)` receives what the library does on its own
+ * (`{kind, level, message, sessionId?, ...fields}`), at `options.level` (default 'info') or
+ * above; `null` clears it. One observer at a time (the `observer` emitter is one too). Calls
+ * are delivered asynchronously, soon after the library call that caused them, in order.
+ */
+function setObserver(fn, options = {}) {
+  if (fn !== null && typeof fn !== 'function') throw new TypeError('setObserver expects a function or null');
+  const level = levelNumber(options.level === undefined ? 'info' : options.level);
+  const err = [null];
+  if (fn === null) {
+    observerFn = null;
+    check(C.lls_set_observer(null, 0, null, level, err), err);
+    return;
+  }
+  check(C.lls_set_observer(observerTrampoline, 0, null, level, err), err);
+  observerFn = fn;
+}
+
+/**
+ * The observer as an EventEmitter: the first listener of 'observation' (or of a level event:
+ * 'debug', 'info', 'warn', 'error') sets the process-wide observer at `observer.level` (default
+ * 'info'); removing the last one clears it. Each observation is emitted as 'observation' and
+ * under its level. `setObserver` replaces it (one observer at a time); adding a listener again
+ * takes it back.
+ */
+class ObserverEmitter extends EventEmitter {
+  constructor() {
+    super();
+    this._level = 'info';
+    this._fn = null;
+    this.on('newListener', (event) => {
+      if (OBSERVED_EVENTS.includes(event) && (this._fn === null || observerFn !== this._fn)) this._attach();
+    });
+    this.on('removeListener', (event) => {
+      if (OBSERVED_EVENTS.includes(event) && OBSERVED_EVENTS.every((e) => this.listenerCount(e) === 0)) this._detach();
+    });
+  }
+
+  /** The minimum level observed: 'debug', 'info' (the default), 'warn' or 'error'. */
+  get level() {
+    return this._level;
+  }
+
+  set level(level) {
+    levelNumber(level);
+    this._level = level;
+    if (this._fn !== null && observerFn === this._fn) this._attach();
+  }
+
+  _attach() {
+    const fn = (o) => {
+      this.emit('observation', o);
+      if (LEVELS.includes(o.level) && this.listenerCount(o.level) > 0) this.emit(o.level, o);
+    };
+    setObserver(fn, { level: this._level });
+    this._fn = fn;
+  }
+
+  _detach() {
+    if (this._fn !== null && observerFn === this._fn) setObserver(null);
+    this._fn = null;
+  }
+}
+
+const OBSERVED_EVENTS = Object.freeze(['observation', ...LEVELS]);
+const observer = new ObserverEmitter();
+
 /** Number of JS callbacks registered with the library and not yet released. */
 function registeredCallbackCount() {
   return registrations.size;
@@ -1606,6 +1731,8 @@ module.exports = {
   abiMinor,
   statusName,
   registeredCallbackCount,
+  setObserver,
+  observer,
   version: C.lls_version(),
   abiVersion: loadedAbi,
   libraryPath,

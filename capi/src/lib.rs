@@ -19,8 +19,8 @@
 //!   path), [`mod@session`], [`mod@url`] (stores named by URL), [`mod@render`], [`mod@response`],
 //!   [`mod@stream`], [`mod@tools`] (the tool calls of a message, for hosts without a JSON
 //!   parser), [`mod@explain`], [`mod@replay`], [`mod@cancel`], [`mod@reply`] (answering a
-//!   callback), [`mod@error`] (reading an `lls_error`), [`mod@library`] (versions, status names,
-//!   leak counters, `lls_string_free`).
+//!   callback), [`mod@observe`] (the observer hook), [`mod@error`] (reading an `lls_error`),
+//!   [`mod@library`] (versions, status names, leak counters, `lls_string_free`).
 //!
 //! # Writing an entry point
 //!
@@ -71,6 +71,7 @@ pub mod body;
 pub mod cancel;
 pub mod error;
 pub mod explain;
+pub mod observe;
 pub mod render;
 pub mod replay;
 pub mod reply;

@@ -52,3 +52,16 @@ export function display(delta: lls.Delta): string {
   if (delta.type === 'tool-call') return `${delta.name ?? ''}${delta.arguments}`;
   return delta.text;
 }
+
+/** The observer hook's types (docs/observe.md). */
+export function observerTypes(): void {
+  lls.setObserver((o: lls.Observation) => {
+    const kind: string = o.kind;
+    const level: lls.ObservationLevel = o.level;
+    if (kind === 'log-cut' && level === 'warn') console.log(o.message, o.sessionId, o.records);
+  }, { level: 'warn' });
+  lls.setObserver(null);
+  lls.observer.level = 'debug';
+  const onWarn = (o: lls.Observation) => console.log(o.message);
+  lls.observer.on('warn', onWarn).off('warn', onWarn);
+}

@@ -8,6 +8,7 @@ use crate::header::{HeaderSnapshot, SnapshotReason};
 use crate::log::event::{types, NewEvent, TurnEndReason, UserSource};
 use crate::log::load::parse_records;
 use crate::log::Log;
+use crate::observe::{self, Level, Observation};
 use crate::prefix::{compose, context_event, ListenerContext, PreStepInfo};
 use crate::render::BodySource;
 use crate::request::{
@@ -570,9 +571,19 @@ impl Agent {
     }
 
     pub(crate) fn close_turn_disposed(&mut self) -> Result<()> {
-        let open = self.session.with_log(|l| l.state().open_turn.is_some());
-        if open {
+        let open = self.session.with_log(|l| l.state().open_turn.as_ref().map(|t| t.turn));
+        if let Some(turn) = open {
             self.end_turn_inner(TurnEndReason::Disposed, None)?;
+            observe::emit(Level::Info, || {
+                Observation::new(
+                    "turn-disposed",
+                    Level::Info,
+                    format!("agent instance {} was disposed with turn {turn} open; ended the turn `disposed`", self.instance),
+                )
+                .session(self.session.id())
+                .with("turn", turn)
+                .with("instance", self.instance)
+            });
         }
         Ok(())
     }

@@ -321,8 +321,24 @@ impl Agent {
 impl Drop for Agent {
     fn drop(&mut self) {
         if !self.released {
-            // Close an open turn as disposed, best effort (a storage error cannot be reported here).
-            let _ = self.close_turn_disposed();
+            // Close an open turn as disposed, best effort: a storage error cannot be returned
+            // from here, so it is reported to the observer.
+            if let Err(e) = self.close_turn_disposed() {
+                crate::observe::emit(crate::observe::Level::Error, || {
+                    crate::observe::Observation::new(
+                        "turn-dispose-failed",
+                        crate::observe::Level::Error,
+                        format!(
+                            "agent instance {} was dropped with a turn open, and ending it `disposed` failed: {}",
+                            self.instance,
+                            e.message()
+                        ),
+                    )
+                    .session(self.session.id())
+                    .with("instance", self.instance)
+                    .with("error", e.message())
+                });
+            }
             self.release_claim();
         }
     }

@@ -7,6 +7,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::header::{EpochHeader, HeaderSnapshot, SnapshotReason};
 use crate::log::event::{types, NewEvent, UserSource};
 use crate::log::Derived;
+use crate::observe::{self, Level, Observation};
 use crate::prefix::context_event;
 use crate::request::{compaction_envelope, digest, PrefixBytes};
 use crate::tokens::meter::Measure;
@@ -167,18 +168,113 @@ impl Agent {
     }
 
     /// The pressure gate: compacts when the prompt exceeds the policy's threshold.
-    pub(crate) fn gate(&mut self, op: &CancelToken, _turn: u64) -> Result<()> {
+    pub(crate) fn gate(&mut self, op: &CancelToken, turn: u64) -> Result<()> {
         let Some(policy) = self.current_policy() else { return Ok(()) };
-        let (m, entries) = self.measure_surface()?;
-        if m.total <= policy.threshold_tokens() {
+        let (m, entries) = match self.measure_surface() {
+            Ok(measured) => measured,
+            Err(e) => {
+                // The request still goes out (unless this is a cancel or a dispose), unmeasured.
+                if !matches!(e.kind(), ErrorKind::Cancelled | ErrorKind::Disposed) {
+                    observe::emit(Level::Warn, || {
+                        Observation::new(
+                            "compaction-skipped",
+                            Level::Warn,
+                            format!("the gate could not measure the prompt, so it did not check the threshold: {}", e.message()),
+                        )
+                        .session(self.session.id())
+                        .with("why", "the prompt could not be measured")
+                        .with("error", e.message())
+                        .with("contextWindow", policy.context_window)
+                        .with("turn", turn)
+                    });
+                }
+                return Err(e);
+            }
+        };
+        let threshold = policy.threshold_tokens();
+        if m.total <= threshold {
             return Ok(());
         }
-        let Some(region) = select_region(&entries, self.meter.per_entry(), policy.retained_tokens()) else { return Ok(()) };
-        let out = self.run_compaction(Trigger::Auto, region, &m, &policy, op)?;
+        // What every gate observation says about the pressure.
+        let pressure = |o: Observation| {
+            o.with("tokens", m.total).with("threshold", threshold).with("contextWindow", policy.context_window).with("turn", turn)
+        };
+        let Some(region) = select_region(&entries, self.meter.per_entry(), policy.retained_tokens()) else {
+            let why = "nothing is compactable: only the retained tail (or a lone earlier checkpoint) is on the surface";
+            observe::emit(Level::Warn, || {
+                pressure(Observation::new(
+                    "compaction-skipped",
+                    Level::Warn,
+                    format!("the prompt is {} tokens, over the threshold of {threshold}, but {why}", m.total),
+                ))
+                .session(self.session.id())
+                .with("why", why)
+            });
+            self.observe_over_threshold(&m, threshold, &policy, turn, why);
+            return Ok(());
+        };
+        observe::emit(Level::Info, || {
+            pressure(Observation::new(
+                "compaction-triggered",
+                Level::Info,
+                format!(
+                    "the prompt is {} tokens, over the threshold of {threshold} ({} x {}): compacting surface messages {} to {}",
+                    m.total, policy.threshold, policy.context_window, region.start, region.end
+                ),
+            ))
+            .session(self.session.id())
+            .with("span", json!([region.start, region.end]))
+        });
+        let out = match self.run_compaction(Trigger::Auto, region, &m, &policy, op) {
+            Ok(out) => out,
+            // Cancelled, disposed, or the store refused a write: the call fails (no request).
+            Err(e) if matches!(e.kind(), ErrorKind::Cancelled | ErrorKind::Disposed) || crate::agent::is_store_refusal(e.kind()) => {
+                return Err(e)
+            }
+            Err(e) => {
+                observe::emit(Level::Error, || {
+                    Observation::new("compaction-failed", Level::Error, format!("the automatic compaction failed: {}", e.message()))
+                        .session(self.session.id())
+                        .with("trigger", Trigger::Auto.as_str())
+                        .with("error", e.message())
+                        .with("attempts", 0u64)
+                });
+                self.observe_over_threshold(&m, threshold, &policy, turn, e.message());
+                return Err(e);
+            }
+        };
         match out.outcome {
-            Outcome::Landed | Outcome::Discarded => Ok(()),
-            _ => Err(Error::new(ErrorKind::Summariser, out.error.unwrap_or_default())),
+            Outcome::Landed => Ok(()),
+            Outcome::Discarded => {
+                self.observe_over_threshold(&m, threshold, &policy, turn, "the compacted span changed while the summariser ran");
+                Ok(())
+            }
+            _ => {
+                let why = out.error.unwrap_or_default();
+                self.observe_over_threshold(&m, threshold, &policy, turn, &why);
+                Err(Error::new(ErrorKind::Summariser, why))
+            }
         }
+    }
+
+    /// Reports a request built over the threshold because the gate could not compact (`why`).
+    fn observe_over_threshold(&self, m: &Measure, threshold: u64, policy: &CompactionPolicy, turn: u64, why: &str) {
+        observe::emit(Level::Warn, || {
+            Observation::new(
+                "over-threshold",
+                Level::Warn,
+                format!(
+                    "the next request goes out at {} tokens, over the threshold of {threshold} of a {}-token window, because the gate could not compact ({why})",
+                    m.total, policy.context_window
+                ),
+            )
+            .session(self.session.id())
+            .with("tokens", m.total)
+            .with("threshold", threshold)
+            .with("contextWindow", policy.context_window)
+            .with("turn", turn)
+            .with("why", why)
+        });
     }
 
     /// After a context overflow: compact down to the newest message, within the budget. The
@@ -210,7 +306,23 @@ impl Agent {
         let (op, _g) = self.op_token(cancel);
         let out = self.run_compaction(Trigger::Overflow, region, &m, policy, &op)?;
         match out.outcome {
-            Outcome::Landed => Ok(crate::agent::ProviderErrorOutcome::Retry),
+            Outcome::Landed => {
+                observe::emit(Level::Info, || {
+                    Observation::new(
+                        "overflow-retry",
+                        Level::Info,
+                        format!(
+                            "the provider reported a context overflow; compacted down to the newest message, so the request can be sent again (recovery {} of {})",
+                            self.consecutive_overflows, policy.overflow_retries
+                        ),
+                    )
+                    .session(self.session.id())
+                    .with("attempt", self.consecutive_overflows)
+                    .with("overflowRetries", policy.overflow_retries)
+                    .with("tokens", m.total)
+                });
+                Ok(crate::agent::ProviderErrorOutcome::Retry)
+            }
             _ => Err(Error::new(
                 ErrorKind::Summariser,
                 format!("overflow recovery failed: {}", out.error.unwrap_or_else(|| out.outcome.to_string())),
@@ -366,24 +478,74 @@ impl Agent {
             agent.session.lock().append(NewEvent::new(types::COMPACTION_END, data))?;
             Ok(CompactionOutcome { outcome, region: region.clone(), request: info.clone(), error })
         };
+        let session_id = self.session.id();
+        // A compaction that ends failed, after `attempts` calls of the summariser.
+        let observe_failed = |why: &str, attempts: u64| {
+            observe::emit(Level::Error, || {
+                Observation::new("compaction-failed", Level::Error, format!("the {} compaction failed: {why}", trigger.as_str()))
+                    .session(session_id.clone())
+                    .with("trigger", trigger.as_str())
+                    .with("error", why)
+                    .with("attempts", attempts)
+                    .with("span", json!([region.start, region.end]))
+            });
+        };
         let Some(summariser) = self.summariser.clone() else {
+            observe_failed("no summariser is set", 0);
             return finish(self, Outcome::Failed, Some("no summariser is set".into()));
         };
         let attempts = 1 + policy.retries;
         let mut last_error = String::new();
         let mut accepted: Option<SummaryOutput> = None;
-        for _ in 0..attempts {
+        let mut made = 0u64;
+        for attempt in 1..=attempts {
             if op.is_cancelled() {
                 break;
             }
+            made += 1;
+            let retry = attempt < attempts;
+            let then = if retry { "asking again" } else { "no attempts left" };
             match summariser.summarise(&req, op) {
-                Err(e) => last_error = format!("the summariser failed: {}", e.message()),
+                Err(e) => {
+                    last_error = format!("the summariser failed: {}", e.message());
+                    if op.is_cancelled() {
+                        break;
+                    }
+                    observe::emit(Level::Warn, || {
+                        Observation::new(
+                            "summariser-failed",
+                            Level::Warn,
+                            format!("{last_error} (attempt {attempt} of {attempts}; {then})"),
+                        )
+                        .session(session_id.clone())
+                        .with("trigger", trigger.as_str())
+                        .with("error", e.message())
+                        .with("attempt", attempt)
+                        .with("attempts", attempts)
+                        .with("retry", retry)
+                    });
+                }
                 Ok(out) => match check_summary(&out, shadowed, &*counter) {
                     Ok(()) => {
                         accepted = Some(out);
                         break;
                     }
-                    Err(why) => last_error = why,
+                    Err(why) => {
+                        observe::emit(Level::Warn, || {
+                            Observation::new(
+                                "summary-rejected",
+                                Level::Warn,
+                                format!("rejected the summary: {why} (attempt {attempt} of {attempts}; {then})"),
+                            )
+                            .session(session_id.clone())
+                            .with("trigger", trigger.as_str())
+                            .with("why", why.clone())
+                            .with("attempt", attempt)
+                            .with("attempts", attempts)
+                            .with("retry", retry)
+                        });
+                        last_error = why;
+                    }
                 },
             }
         }
@@ -397,6 +559,7 @@ impl Agent {
             });
         }
         let Some(out) = accepted else {
+            observe_failed(&last_error, made);
             return finish(self, Outcome::Failed, Some(last_error));
         };
         // The summariser ran with no lock held: the session may have changed meanwhile. The

@@ -103,6 +103,15 @@ impl<C: HostStoreCall> Store for HostStore<C> {
     fn load(&mut self) -> Result<StoreContents> {
         let reply = self.request("load", json!({"op": "load"}))?;
         if let Some(e) = refusal(&reply, "locked", ErrorKind::Locked, "load") {
+            crate::observe::emit(crate::observe::Level::Warn, || {
+                crate::observe::Observation::new(
+                    "store-locked",
+                    crate::observe::Level::Warn,
+                    format!("the host store refused to load the session: {}", e.message()),
+                )
+                .with("store", "host store")
+                .with("why", reply["locked"].as_str().map(str::to_string).unwrap_or_else(|| reply["locked"].to_string()))
+            });
             return Err(e);
         }
         let contents = load_reply(&reply).map_err(|e| unusable("load", e))?;

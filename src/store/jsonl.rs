@@ -87,6 +87,18 @@ impl JsonlStore {
                         ),
                     )
                     .with("path", path.display().to_string());
+                    crate::observe::emit(crate::observe::Level::Warn, || {
+                        let mut o = crate::observe::Observation::new(
+                            "store-locked",
+                            crate::observe::Level::Warn,
+                            format!("{}: refused to open for writing: another writer holds the log's lock{by}", path.display()),
+                        )
+                        .with("store", path.display().to_string());
+                        if let Some(h) = &holder {
+                            o = o.with("holder", h.clone());
+                        }
+                        o
+                    });
                     if let Some(h) = holder {
                         e = e.with("holder", h);
                     }

@@ -562,6 +562,19 @@ impl PgStore {
         )
         .with("store", d.clone())
         .with("id", self.id.clone());
+        crate::observe::emit(crate::observe::Level::Warn, || {
+            let mut o = crate::observe::Observation::new(
+                "store-locked",
+                crate::observe::Level::Warn,
+                format!("{d}: refused to open for writing: another writer holds the session's lease{by}"),
+            )
+            .session(self.id.clone())
+            .with("store", d.clone());
+            if let Some(h) = &holder {
+                o = o.with("holder", h.clone());
+            }
+            o
+        });
         if let Some(h) = holder {
             e = e.with("holder", h);
         }
