@@ -15,6 +15,7 @@ from .aio import AsyncAgent
 from .cancel import Cancel
 from .errors import *  # noqa: F401,F403  (LlmSessionError, its subclasses, CallbackError, Status)
 from .errors import ERROR_CLASSES, CallbackError, LlmSessionError, Status
+from .observe import LEVELS, Observation, live_observer_count, log_to, observing, set_observer
 from .render import is_context_overflow, parse_response, render, render_with_options, usage_from_provider
 from .replay import Replay
 from .session import Session, explain_file, list_sessions, verify_file
@@ -42,6 +43,12 @@ def live_string_count() -> int:
 
 
 __all__ = [
+    "LEVELS",
+    "Observation",
+    "live_observer_count",
+    "log_to",
+    "observing",
+    "set_observer",
     "ABI_MINOR",
     "ABI_VERSION",
     "Agent",

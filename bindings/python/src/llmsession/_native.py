@@ -34,8 +34,9 @@ from typing import Any, List, Optional
 
 #: The C ABI version this binding was written against (``LLS_ABI_VERSION``).
 ABI_VERSION = 2
-#: The oldest ABI minor (compatible additions) this binding loads: 2 brought ``lls_status_name``.
-ABI_MINOR = 2
+#: The oldest ABI minor (compatible additions) this binding loads: 2 brought ``lls_status_name``,
+#: 3 the observer hook (``lls_set_observer``).
+ABI_MINOR = 3
 
 SEQ_NONE = 0xFFFFFFFFFFFFFFFF
 CB_OK = 0
@@ -46,6 +47,8 @@ CB_ERROR = 2
 CALLBACK_FN = CFUNCTYPE(c_int32, c_void_p, c_void_p, c_size_t, c_void_p)
 #: ``void (*lls_userdata_free_fn)(void *userdata)``
 FREE_FN = CFUNCTYPE(None, c_void_p)
+#: ``void (*lls_observer_fn)(void *userdata, int32_t level, const char *json, size_t json_len)``
+OBSERVER_FN = CFUNCTYPE(None, c_void_p, c_int32, c_void_p, c_size_t)
 
 
 class RequestInfoStruct(Structure):
@@ -178,6 +181,7 @@ _def("lls_stream_free", None, [P])
 _def("lls_session_new_memory", c_int32, [BUF, c_size_t, PP, ERR])
 _def("lls_session_open_file", c_int32, [BUF, c_size_t, BUF, c_size_t, PP, ERR])
 _def("lls_session_open_url", c_int32, [BUF, c_size_t, BUF, c_size_t, PP, ERR])
+_def("lls_set_observer", c_int32, [OBSERVER_FN, c_void_p, FREE_FN, c_int32, ERR])
 _def("lls_session_open_store", c_int32, [CALLBACK_FN, c_void_p, FREE_FN, BUF, c_size_t, PP, ERR])
 _def("lls_store_list_sessions", c_int32, [BUF, c_size_t, BUF, c_size_t] + OUT)
 _def("lls_session_fork", c_int32, [P, BUF, c_size_t, PP, ERR])
