@@ -166,29 +166,7 @@ impl Inner {
     /// Reports the undo of a batch whose `failed` step (append or sync) failed with `e`; `undo`
     /// is the undo's own failure, if it failed too (the handle then refuses further writes).
     fn observe_undo(&self, failed: &str, first: u64, events: usize, e: &Error, undo: Option<&Error>) {
-        observe::emit(Level::Error, || {
-            let store = self.store.describe();
-            let mut message = format!("{store}: the {failed} of {events} event(s) at seq {first} failed ({}); ", e.message());
-            match undo {
-                None => message.push_str("took the batch back out of the store, and the call fails"),
-                Some(u) => message.push_str(&format!(
-                    "taking it back failed too ({}): the handle refuses further writes until the session is reopened",
-                    u.message()
-                )),
-            }
-            let mut o = Observation::new("store-undo", Level::Error, message)
-                .session(self.header.id.clone())
-                .with("store", store)
-                .with("failed", failed)
-                .with("seq", first)
-                .with("events", events as u64)
-                .with("error", e.message())
-                .with("undone", undo.is_none());
-            if let Some(u) = undo {
-                o = o.with("undoError", u.message());
-            }
-            o
-        });
+        observe::emit(Level::Error, || undo_observation(&self.store.describe(), &self.header.id, failed, first, events, e, undo));
     }
 
     /// Refuses writes on a read-only handle, after a conflict, and once the store is out of step
@@ -274,6 +252,40 @@ pub struct SessionStats {
     pub chain_head: Option<String>,
 }
 
+/// The `store-undo` observation: the `failed` step (append or sync) of `events` events from
+/// seq `first` failed with `e` and the batch was taken back out of the store, or `undo` says
+/// why that failed too.
+fn undo_observation(
+    store: &str,
+    session_id: &str,
+    failed: &str,
+    first: u64,
+    events: usize,
+    e: &Error,
+    undo: Option<&Error>,
+) -> Observation {
+    let mut message = format!("{store}: the {failed} of {events} event(s) at seq {first} failed ({}); ", e.message());
+    match undo {
+        None => message.push_str("took the batch back out of the store, and the call fails"),
+        Some(u) => message.push_str(&format!(
+            "taking it back failed too ({}): the handle refuses further writes until the session is reopened",
+            u.message()
+        )),
+    }
+    let mut o = Observation::new("store-undo", Level::Error, message)
+        .session(session_id.to_string())
+        .with("store", store)
+        .with("failed", failed)
+        .with("seq", first)
+        .with("events", events as u64)
+        .with("error", e.message())
+        .with("undone", undo.is_none());
+    if let Some(u) = undo {
+        o = o.with("undoError", u.message());
+    }
+    o
+}
+
 /// A held session lock (see [`Session::lock`]). The fields drop in order: the lock is released
 /// first, then the observations raised under it are delivered.
 pub(crate) struct Locked<'a> {
@@ -342,30 +354,7 @@ impl Session {
             // as empty as it was and the same call can be retried.
             let undo = store.undo(0);
             observe::emit(Level::Error, || {
-                let mut o = Observation::new(
-                    "store-undo",
-                    Level::Error,
-                    format!(
-                        "{}: syncing the new session failed ({}); {}",
-                        store.describe(),
-                        e.message(),
-                        match &undo {
-                            Ok(()) => "took it back out of the store, and the call fails".to_string(),
-                            Err(u) => format!("taking it back failed too ({})", u.message()),
-                        }
-                    ),
-                )
-                .session(header.id.clone())
-                .with("store", store.describe())
-                .with("failed", "sync")
-                .with("seq", 0u64)
-                .with("events", events.len() as u64)
-                .with("error", e.message())
-                .with("undone", undo.is_ok());
-                if let Err(u) = &undo {
-                    o = o.with("undoError", u.message());
-                }
-                o
+                undo_observation(&store.describe(), &header.id, "sync", 0, events.len(), &e, undo.as_ref().err())
             });
             if let Err(u) = undo {
                 return Err(e.context(format!("removing the new session again failed too ({})", u.message())));
