@@ -771,11 +771,43 @@ impl Session {
     }
 }
 
-/// The id of a new session: the caller's (which the loader must accept) or a random one.
+/// The longest session id, in bytes (UTF-8).
+pub const MAX_SESSION_ID_BYTES: usize = 1024;
+
+/// Checks a session id a host gives (for a new session, a fork, or the session a store is
+/// opened for) against the rule every store shares: not empty, at most
+/// [`MAX_SESSION_ID_BYTES`] bytes, no C0 control character (U+0000 to U+001F, NUL, tab and
+/// newline included) and no DEL (U+007F), since ids end up in file names, URLs, SQL rows and
+/// logs. Any other Unicode text is an id. An [`ErrorKind::InvalidInput`] error about `id`
+/// otherwise (see [`check_session_id_field`] to name another field).
+pub fn check_session_id(id: &str) -> Result<()> {
+    check_session_id_field("id", id)
+}
+
+/// [`check_session_id`], with the error naming `field` (`opts.id`).
+pub fn check_session_id_field(field: &str, id: &str) -> Result<()> {
+    if id.is_empty() {
+        return Err(Error::invalid(field, "must not be empty"));
+    }
+    if id.len() > MAX_SESSION_ID_BYTES {
+        return Err(Error::invalid(field, format!("the session id is {} bytes, more than {MAX_SESSION_ID_BYTES}", id.len())));
+    }
+    if let Some((at, c)) = id.char_indices().find(|(_, c)| c.is_ascii_control()) {
+        return Err(Error::invalid(
+            field,
+            format!(
+                "the session id holds the control character U+{:04X} at byte {at} (ids may not hold C0 control characters or DEL)",
+                c as u32
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The id of a new session: the caller's (checked by [`check_session_id`]) or a random one.
 fn new_id(id: Option<String>) -> Result<String> {
     match id {
-        Some(id) if id.is_empty() => Err(Error::invalid("id", "must not be empty")),
-        Some(id) => Ok(id),
+        Some(id) => check_session_id(&id).map(|()| id),
         None => Ok(random_id()),
     }
 }
@@ -804,4 +836,64 @@ fn last_boundary(log: &Log) -> u64 {
         }
     }
     last
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_id(id: &str) -> SessionOptions {
+        SessionOptions { id: Some(id.to_string()), ..SessionOptions::default() }
+    }
+
+    #[test]
+    fn the_session_id_rule() {
+        for ok in ["a", "scenario-session", "ünï/côdé id with spaces", &"x".repeat(MAX_SESSION_ID_BYTES)] {
+            assert!(check_session_id(ok).is_ok(), "{ok:?}");
+        }
+        let bad = [
+            (String::new(), "id: must not be empty"),
+            ("x".repeat(MAX_SESSION_ID_BYTES + 1), "1025 bytes, more than 1024"),
+            ("a\0b".to_string(), "U+0000 at byte 1"),
+            ("a\tb".to_string(), "U+0009 at byte 1"),
+            ("line\n".to_string(), "U+000A at byte 4"),
+            ("\u{1b}[31m".to_string(), "U+001B at byte 0"),
+            ("del\u{7f}".to_string(), "U+007F at byte 3"),
+        ];
+        for (id, needle) in &bad {
+            let e = check_session_id(id).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidInput);
+            assert_eq!(e.detail()["field"], "id");
+            assert!(e.message().contains(needle), "{} lacks {needle:?}", e.message());
+            assert_eq!(check_session_id_field("opts.id", id).unwrap_err().detail()["field"], "opts.id");
+        }
+        // Every way of giving a new session its id applies the rule: a memory store, a file, a
+        // fork (the host store and the URL options go through the same `new_id` and
+        // `session_options`).
+        let dir = tempfile::tempdir().unwrap();
+        for (id, _) in &bad {
+            let e = Session::create(Box::new(MemoryStore::new()), with_id(id)).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidInput, "{}", e.message());
+            let path = dir.path().join("s.jsonl");
+            let e = Session::open_jsonl(&path, with_id(id)).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidInput, "{}", e.message());
+            let parent = Session::in_memory();
+            let e = parent.fork(None, Box::new(MemoryStore::new()), with_id(id)).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidInput, "{}", e.message());
+        }
+        let s = Session::create(Box::new(MemoryStore::new()), with_id("ünï/côdé id with spaces")).unwrap();
+        assert_eq!(s.id(), "ünï/côdé id with spaces");
+    }
+
+    #[test]
+    fn session_options_check_the_id() {
+        for (v, needle) in [
+            (serde_json::json!({"id": ""}), "opts.id: must not be empty"),
+            (serde_json::json!({"id": "a\nb"}), "opts.id: the session id holds the control character U+000A"),
+        ] {
+            let e = crate::store::options::session_options(Some(&v), "opts", &[]).err().expect("refused");
+            assert!(e.message().contains(needle), "{} lacks {needle:?}", e.message());
+            assert_eq!(e.detail()["field"], "opts.id");
+        }
+    }
 }

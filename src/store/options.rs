@@ -20,10 +20,10 @@ pub fn session_options<'a>(v: Option<&'a Value>, path: &'a str, more: &[&str]) -
         expected.extend_from_slice(more);
         return Err(Error::invalid(f.p(k), format!("is not an option here (expected {})", expected.join(", "))));
     }
-    let id = match f.opt_str("id")? {
-        Some("") => return Err(Error::invalid(f.p("id"), "must not be empty")),
-        other => other.map(str::to_string),
-    };
+    let id = f.opt_str("id")?.map(str::to_string);
+    if let Some(id) = &id {
+        crate::session::check_session_id_field(&f.p("id"), id)?;
+    }
     let durability = match f.opt_str("durability")? {
         None => Durability::default(),
         Some(d) => Durability::parse(d).map_err(|e| Error::invalid(f.p("durability"), e.message().trim_start_matches("durability: ")))?,
