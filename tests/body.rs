@@ -444,3 +444,38 @@ fn verify_bodies_names_the_request_a_renderer_cannot_render() {
     );
     assert_eq!(e.detail()["step"], 2);
 }
+
+#[test]
+fn a_repeated_gemini_call_without_ids_records_in_every_turn() {
+    // Gemini (or a Gemini-compatible server) without `responseId` and without
+    // `functionCall.id`: the made-up id is a digest of the content, the same in both turns.
+    let call = r#"{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"name":"read","args":{"arg":"a.txt"}}}]},
+        "finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":20,"candidatesTokenCount":5},"modelVersion":"gemini-x"}"#;
+    let answer = r#"{"candidates":[{"content":{"role":"model","parts":[{"text":"Done."}]},"finishReason":"STOP"}]}"#;
+    let s = Session::in_memory();
+    let mut a = Agent::new(&s, options(0)).unwrap();
+    a.set_renderer(Renderer::Gemini, RenderOptions::default()).unwrap();
+    let mut ids = Vec::new();
+    for turn in 1..=2u64 {
+        a.start_turn(Message::user_text("read a.txt")).unwrap();
+        a.next_body(&CancelToken::new()).unwrap();
+        let r = a.record_body(call).unwrap();
+        assert_eq!(r.tool_calls, 1, "turn {turn}");
+        let ev = s.with_log(|l| l.event(r.seq).unwrap());
+        let id = ev.data["message"]["content"][0]["id"].as_str().unwrap().to_string();
+        assert_eq!(ev.data["message"]["content"][0]["syntheticId"], true);
+        a.record_tool_result(result_for(&id, 0, false)).unwrap();
+        let body = a.next_body(&CancelToken::new()).unwrap();
+        // Made-up ids are never sent; the response names the function.
+        assert!(!body.json.contains(&format!("\"id\":\"{id}\"")), "{}", body.json);
+        assert!(body.json.contains(r#""functionResponse":{"name":"read""#), "{}", body.json);
+        a.record_body(answer).unwrap();
+        a.end_turn(TurnEndReason::Completed).unwrap();
+        ids.push(id);
+    }
+    assert!(ids[0].starts_with("gemini-") && ids[0].ends_with("-0"), "{}", ids[0]);
+    assert_eq!(ids[1], format!("{}-t2s1", ids[0]), "the second is made unique by its turn and step");
+    let report = s.verify().unwrap();
+    assert_eq!(report.requests, 4);
+    assert_eq!(s.verify_bodies(Renderer::Gemini, &RenderOptions::default()).unwrap().bodies, 4);
+}

@@ -340,7 +340,9 @@ impl Agent {
     }
 
     /// Records the provider's response to the open step: the assistant message (provenance is
-    /// filled from the request's config when absent), one `tool/call` per tool call, `step/end`.
+    /// filled from the request's config when absent; a made-up tool-call id that the session
+    /// already used is made unique, `render::unique_synthetic_ids`), one `tool/call` per tool
+    /// call, `step/end`.
     /// Returns the seq of the `assistant/message`.
     pub fn record_response(&mut self, mut message: Message, usage: Option<Usage>) -> Result<u64> {
         self.ensure_live()?;
@@ -354,6 +356,8 @@ impl Agent {
             return Err(Error::out_of_order("no request is open: call next_request first"));
         }
         let (turn, step) = (t.turn, t.last_step);
+        // Made-up tool-call ids (Gemini without ids) repeat when the model repeats a call.
+        crate::render::unique_synthetic_ids(&mut message, |id| st.known_calls.contains(id), turn, step);
         if message.provenance.is_none() {
             let cfg = &st.headers.current().expect("a step has a header").config;
             message.provenance = Some(Provenance { provider: cfg.provider.clone(), model: cfg.model.clone(), extra: Default::default() });

@@ -413,7 +413,8 @@ pub(crate) fn parse(body: &Value) -> Result<ParsedResponse> {
 }
 
 /// An id for call `n` of a response whose calls carry none: from the response's id, else from
-/// a digest of the candidate's content (tool-call ids must be unique in a session).
+/// a digest of the candidate's content. The digest repeats when a model makes the same call
+/// again in a later turn; [`unique_synthetic_ids`] makes such an id unique when it is recorded.
 fn synthetic_id(body: &Value, n: usize) -> String {
     let base = match body.get("responseId").and_then(Value::as_str).filter(|s| !s.is_empty()) {
         Some(id) => id.to_string(),
@@ -424,6 +425,40 @@ fn synthetic_id(body: &Value, n: usize) -> String {
         }
     };
     format!("gemini-{base}-{n}")
+}
+
+/// Makes the made-up ids (`"syntheticId": true`) of a message's tool calls unique in the
+/// session, as the message is recorded to step `step` of turn `turn`: an id that `is_used`
+/// (an earlier call of the session) or that an earlier call of the same message has gets
+/// `-t<turn>s<step>` appended (and `-2`, `-3`, ... should that be taken too). Ids the provider
+/// gave are left alone (a repeated one is the log's error to report). The id is logged, so
+/// `verify` and the renderers see the recorded one; Gemini never receives made-up ids. Returns
+/// how many ids changed.
+pub fn unique_synthetic_ids(message: &mut Message, is_used: impl Fn(&str) -> bool, turn: u64, step: u64) -> usize {
+    let mut taken: Vec<String> = Vec::new();
+    let mut changed = 0;
+    for b in message.content.iter_mut() {
+        let Some((id, _, _)) = b.as_tool_call() else { continue };
+        let id = id.to_string();
+        let clash = |c: &str, taken: &[String]| is_used(c) || taken.iter().any(|t| t == c);
+        if b.get("syntheticId") != Some(&Value::Bool(true)) || !clash(&id, &taken) {
+            taken.push(id);
+            continue;
+        }
+        let base = format!("{id}-t{turn}s{step}");
+        let mut fresh = base.clone();
+        let mut k = 2;
+        while clash(&fresh, &taken) {
+            fresh = format!("{base}-{k}");
+            k += 1;
+        }
+        let mut v = b.clone().into_value();
+        v["id"] = fresh.clone().into();
+        *b = Block::from_owned_value(v, "").expect("a tool-call block with a new id is valid");
+        taken.push(fresh);
+        changed += 1;
+    }
+    changed
 }
 
 #[cfg(test)]

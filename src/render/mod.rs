@@ -36,7 +36,7 @@ mod responses;
 
 pub use anthropic::{render_anthropic, DEFAULT_ANTHROPIC_MAX_TOKENS, MAX_BREAKPOINTS};
 pub use body::{BodyCache, BodySource};
-pub use gemini::render_gemini;
+pub use gemini::{render_gemini, unique_synthetic_ids};
 pub use openai::render_openai;
 pub use response::{is_context_overflow, parse_response, usage_from_provider, ParsedResponse};
 pub use responses::render_responses;
