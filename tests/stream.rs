@@ -190,9 +190,21 @@ fn provider_error_events_fail_with_the_providers_error() {
         // Sticky: every later call fails the same way, and nothing is there to record...
         assert_eq!(s.feed(b"data: {}\n\n").unwrap_err(), e);
         assert_eq!(s.finish(false).unwrap_err(), e);
-        // ...unless the host asks for the partial message.
-        let p = s.finish(true).unwrap();
-        assert_eq!(p.finish_reason.as_deref(), Some("incomplete"));
+        // ...unless the host asks for the partial message, when some content arrived (only the
+        // chat stream's "Hi" here): an empty one is refused, the provider's error kept.
+        match s.finish(true) {
+            Ok(p) => {
+                assert_eq!(format, Renderer::OpenAi);
+                assert_eq!(p.finish_reason.as_deref(), Some("incomplete"));
+                assert_eq!(p.message.text(), "Hi");
+            }
+            Err(empty) => {
+                assert_ne!(format, Renderer::OpenAi);
+                assert_eq!(field(&empty, "partial"), "empty");
+                assert_eq!(field(&empty, "stream"), "provider-error");
+                assert!(empty.message().starts_with("no content arrived before the stream failed"), "{}", empty.message());
+            }
+        }
     }
 }
 
@@ -336,4 +348,70 @@ proptest! {
         }
         let _ = s.body();
     }
+}
+
+#[test]
+fn a_stream_of_another_format_is_refused_at_its_first_event() {
+    let names = [
+        (Renderer::OpenAi, "an OpenAI chat completions stream"),
+        (Renderer::OpenAiResponses, "an OpenAI Responses API stream"),
+        (Renderer::Anthropic, "an Anthropic Messages stream"),
+        (Renderer::Gemini, "a Gemini streamGenerateContent stream"),
+    ];
+    for &(theirs, stream, _) in FIXTURES {
+        let looks = names.iter().find(|(f, _)| *f == theirs).unwrap().1;
+        for (ours, _) in names {
+            if ours == theirs {
+                continue;
+            }
+            let mut s = StreamAccumulator::new(ours);
+            let e = s.feed(&data(stream)).unwrap_err();
+            let what = format!("{stream} fed to {}", ours.name());
+            assert_eq!(field(&e, "stream"), "malformed", "{what}: {}", e.message());
+            assert_eq!(field(&e, "looksLike"), theirs.name(), "{what}");
+            assert!(e.message().contains(&format!("this looks like {looks}")), "{what}: {}", e.message());
+            assert!(e.message().contains(&format!("the accumulator was created for {}", ours.name())), "{what}: {}", e.message());
+            // Refused at the first event (the JSON array is refused before it has one).
+            assert!(matches!(field(&e, "event"), Value::Null) || field(&e, "event") == 1, "{what}: {}", e.message());
+            assert_eq!(s.finish(false).unwrap_err(), e);
+            // Nothing arrived, so there is no partial message either.
+            let empty = s.finish(true).unwrap_err();
+            assert_eq!(field(&empty, "partial"), "empty", "{what}");
+            assert_eq!(field(&empty, "looksLike"), theirs.name(), "{what}");
+        }
+    }
+    // A non-streamed body fed to an accumulator.
+    for (format, _) in names {
+        let e = StreamAccumulator::new(format).feed(&data("anthropic-tools.json")).unwrap_err();
+        assert_eq!(field(&e, "stream"), "malformed");
+        assert!(e.message().contains("this looks like a JSON body, not an event stream"), "{}", e.message());
+    }
+}
+
+#[test]
+fn an_empty_partial_message_is_refused_and_nothing_is_recorded() {
+    let session = Session::in_memory();
+    let mut agent = Agent::new(&session, AgentOptions::new(CallConfig::new("openai", "gpt-4.1-mini"))).unwrap();
+    agent.set_renderer(Renderer::OpenAi, llmsession::render::RenderOptions::default()).unwrap();
+    agent.start_turn(Message::user_text("Bonjour")).unwrap();
+    agent.next_body(&CancelToken::new()).unwrap();
+    let before = session.with_log(|l| l.len());
+    // An Anthropic stream into the chat completions accumulator...
+    let mut s = StreamAccumulator::new(Renderer::OpenAi);
+    assert!(s.feed(&data("anthropic-tools.sse")).is_err());
+    let e = agent.record_stream(&mut s, true).unwrap_err();
+    assert_eq!(field(&e, "partial"), "empty");
+    assert_eq!(field(&e, "looksLike"), "anthropic");
+    // ...and a chat stream cut before its first delta: refused, nothing logged.
+    let mut s = StreamAccumulator::new(Renderer::OpenAi);
+    s.feed(b"data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n")
+        .unwrap();
+    let e = agent.record_stream(&mut s, true).unwrap_err();
+    assert_eq!(field(&e, "stream"), "incomplete");
+    assert_eq!(field(&e, "partial"), "empty");
+    assert_eq!(session.with_log(|l| l.len()), before, "nothing was logged");
+    // The step is still open: the real answer records.
+    let mut s = StreamAccumulator::new(Renderer::OpenAi);
+    s.feed(&data("openai-chat-tools.sse")).unwrap();
+    agent.record_stream(&mut s, false).unwrap();
 }

@@ -8,8 +8,9 @@
 //! (its counts are totals, not increments); `message_stop` ends the stream. `ping` and unknown
 //! event types are ignored; `error` is the provider's error.
 
-use super::{append, index_of, json_data, malformed, provider_error, Assembler, Delta, DeltaKind, Ordinals};
+use super::{append, check_format, index_of, json_data, malformed, provider_error, Assembler, Delta, DeltaKind, Ordinals};
 use crate::error::Result;
+use crate::render::Renderer;
 use crate::stream::sse::RawEvent;
 use crate::types::JsonMap;
 use serde_json::Value;
@@ -44,6 +45,7 @@ impl Assembler for Anthropic {
             return Ok(());
         }
         let data = json_data(ev)?;
+        check_format(Renderer::Anthropic, ev, &data)?;
         if !data.is_object() {
             return Err(malformed("an event must be a JSON object"));
         }

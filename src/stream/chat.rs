@@ -10,8 +10,9 @@
 //! arguments concatenated), and the last non-null value of every other top-level field wins
 //! (`usage`, llama.cpp's `timings`, ...). A chunk `{"error": ...}` is the provider's error.
 
-use super::{append, json_data, malformed, provider_error, Assembler, Delta, DeltaKind};
+use super::{append, check_format, json_data, malformed, provider_error, Assembler, Delta, DeltaKind};
 use crate::error::Result;
+use crate::render::Renderer;
 use crate::stream::sse::RawEvent;
 use crate::types::JsonMap;
 use serde_json::{json, Value};
@@ -52,6 +53,7 @@ impl Assembler for Chat {
             return Ok(());
         }
         let chunk = json_data(ev)?;
+        check_format(Renderer::OpenAi, ev, &chunk)?;
         let Value::Object(chunk) = chunk else {
             return Err(malformed("a chunk must be a JSON object"));
         };

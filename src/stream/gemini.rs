@@ -9,8 +9,9 @@
 //! chunk of the answer; `usageMetadata`, `modelVersion`, `responseId` and the other fields are
 //! taken from the latest chunk that has them. A chunk `{"error": ...}` is the provider's error.
 
-use super::{json_data, malformed, provider_error, Assembler, Delta, DeltaKind, Ordinals};
+use super::{check_format, json_data, malformed, provider_error, Assembler, Delta, DeltaKind, Ordinals};
 use crate::error::Result;
+use crate::render::Renderer;
 use crate::stream::sse::RawEvent;
 use crate::types::JsonMap;
 use serde_json::{json, Value};
@@ -77,6 +78,7 @@ impl Gemini {
 impl Assembler for Gemini {
     fn event(&mut self, ev: &RawEvent, out: &mut VecDeque<Delta>) -> Result<()> {
         let chunk = json_data(ev)?;
+        check_format(Renderer::Gemini, ev, &chunk)?;
         let Value::Object(chunk) = chunk else {
             return Err(malformed("a chunk must be a JSON object"));
         };

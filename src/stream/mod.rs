@@ -108,7 +108,8 @@ trait Assembler: Send + Sync + std::fmt::Debug {
 #[derive(Debug)]
 enum Reader {
     Sse(SseReader),
-    /// Gemini without `alt=sse` streams a JSON array; decided by the first non-blank byte.
+    /// Before the first non-blank byte, which decides: Gemini without `alt=sse` streams a JSON
+    /// array, every other stream is server-sent events (a `[` or a `{` there is refused).
     Undecided,
     Array(JsonArrayReader),
 }
@@ -134,8 +135,7 @@ impl StreamAccumulator {
             Renderer::Anthropic => Box::new(anthropic::Anthropic::default()),
             Renderer::Gemini => Box::new(gemini::Gemini::default()),
         };
-        let reader = if format == Renderer::Gemini { Reader::Undecided } else { Reader::Sse(SseReader::default()) };
-        StreamAccumulator { format, reader, assembler, deltas: VecDeque::new(), events: 0, failed: None, ended: false }
+        StreamAccumulator { format, reader: Reader::Undecided, assembler, deltas: VecDeque::new(), events: 0, failed: None, ended: false }
     }
 
     /// The stream's format.
@@ -165,7 +165,23 @@ impl StreamAccumulator {
         if let Reader::Undecided = self.reader {
             match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
                 None => return Ok(()),
-                Some(b'[') => self.reader = Reader::Array(JsonArrayReader::default()),
+                Some(b'[') if self.format == Renderer::Gemini => self.reader = Reader::Array(JsonArrayReader::default()),
+                // Server-sent events start with a field name or a comment, never with JSON.
+                Some(b'[') => {
+                    return Err(malformed(format!(
+                        "this looks like {} (a JSON array); the accumulator was created for {}",
+                        stream_name(Renderer::Gemini),
+                        self.format.name()
+                    ))
+                    .with("looksLike", Renderer::Gemini.name()))
+                }
+                Some(b'{') => {
+                    return Err(malformed(format!(
+                        "this looks like a JSON body, not an event stream (was the request sent without \"stream\": true, \
+                         or to a URL that does not stream?); the accumulator was created for {}",
+                        self.format.name()
+                    )))
+                }
                 Some(_) => self.reader = Reader::Sse(SseReader::default()),
             }
         }
@@ -238,8 +254,16 @@ impl StreamAccumulator {
         self.ended = true;
         match &self.failed {
             Some(e) if !partial => Err(e.clone()),
-            Some(_) => {
+            Some(e) => {
                 let mut p = parse_response(self.format, &self.assembler.body())?;
+                if p.message.content.is_empty() {
+                    // An empty assistant message would be logged as if the model had answered
+                    // nothing (a foreign stream, or a cut before the first block).
+                    return Err(e
+                        .clone()
+                        .context("no content arrived before the stream failed, so there is no partial message to record")
+                        .with("partial", "empty"));
+                }
                 p.finish_reason = Some("incomplete".to_string());
                 Ok(p)
             }
@@ -270,6 +294,61 @@ pub(crate) fn json_data(ev: &RawEvent) -> Result<Value> {
             .with("line", e.line() as u64)
             .with("column", e.column() as u64)
     })
+}
+
+/// The format an event's data (and SSE event name) belongs to, when it is unmistakably one:
+/// an Anthropic message event (`type` `message_start`, `content_block_*`, `message_delta`,
+/// `message_stop`), a Responses API event (`type` `response.*`), a chat completion chunk
+/// (`object` `chat.completion.chunk`, or `choices` without a `type`) or a Gemini chunk
+/// (`candidates`, `usageMetadata` or `promptFeedback`, without `type` or `choices`). `None`
+/// when the event could be any (an error event, a ping, an empty object).
+pub(crate) fn looks_like(ev: &RawEvent, data: &Value) -> Option<Renderer> {
+    let ty = data.get("type").and_then(Value::as_str).or(ev.name.as_deref());
+    match ty {
+        Some("message_start" | "content_block_start" | "content_block_delta" | "content_block_stop" | "message_delta" | "message_stop") => {
+            return Some(Renderer::Anthropic)
+        }
+        Some(t) if t.starts_with("response.") => return Some(Renderer::OpenAiResponses),
+        _ => {}
+    }
+    if data.get("object").and_then(Value::as_str) == Some("chat.completion.chunk") {
+        return Some(Renderer::OpenAi);
+    }
+    if data.get("type").is_some() {
+        return None;
+    }
+    if data.get("choices").is_some_and(Value::is_array) {
+        return Some(Renderer::OpenAi);
+    }
+    if ["candidates", "usageMetadata", "promptFeedback"].iter().any(|k| data.get(*k).is_some()) {
+        return Some(Renderer::Gemini);
+    }
+    None
+}
+
+/// How a format's stream is called in errors.
+fn stream_name(format: Renderer) -> &'static str {
+    match format {
+        Renderer::OpenAi => "an OpenAI chat completions stream",
+        Renderer::OpenAiResponses => "an OpenAI Responses API stream",
+        Renderer::Anthropic => "an Anthropic Messages stream",
+        Renderer::Gemini => "a Gemini streamGenerateContent stream",
+    }
+}
+
+/// `malformed` when the event belongs to another format than `expected` ([`looks_like`]): the
+/// host created the accumulator for the wrong provider, and every event would otherwise be
+/// ignored until `finish` reported a cut connection.
+pub(crate) fn check_format(expected: Renderer, ev: &RawEvent, data: &Value) -> Result<()> {
+    match looks_like(ev, data) {
+        Some(other) if other != expected => Err(malformed(format!(
+            "this looks like {}; the accumulator was created for {} (create it with the format of the provider you called)",
+            stream_name(other),
+            expected.name()
+        ))
+        .with("looksLike", other.name())),
+        _ => Ok(()),
+    }
 }
 
 /// An event that lacks what its type needs.

@@ -10,8 +10,9 @@
 //! included); `response.failed` and `error` are the provider's error. Other events (tool
 //! progress, `*.done` of parts) are ignored.
 
-use super::{append, index_of, json_data, malformed, provider_error, Assembler, Delta, DeltaKind, Ordinals};
+use super::{append, check_format, index_of, json_data, malformed, provider_error, Assembler, Delta, DeltaKind, Ordinals};
 use crate::error::Result;
+use crate::render::Renderer;
 use crate::stream::sse::RawEvent;
 use crate::types::JsonMap;
 use serde_json::Value;
@@ -72,6 +73,7 @@ impl Assembler for Responses {
             return Ok(());
         }
         let data = json_data(ev)?;
+        check_format(Renderer::OpenAiResponses, ev, &data)?;
         if !data.is_object() {
             return Err(malformed("an event must be a JSON object"));
         }
