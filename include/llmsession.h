@@ -1567,8 +1567,13 @@ lls_status lls_replay_new(const lls_session *session, lls_replay **out, lls_erro
  * "outcome":"failed", "error"}` (fail the summariser with it). The same summarisation request again right after it was answered (a retry) gets the
  * same answer.
  *
+ * The envelope is decoded as every JSON input buffer is: text that is not UTF-8 gives
+ * `LLS_ERR_INVALID_UTF8` (detail `validUpTo`), text that is not JSON (an empty buffer
+ * included) `LLS_ERR_MALFORMED_JSON` (detail `line`, `column`); the replay does not move.
+ *
  * Errors: `LLS_ERR_NULL_POINTER` (`replay`, `envelope_json`, `out`), `LLS_ERR_INVALID_HANDLE`,
- * `LLS_ERR_RECONSTRUCTION` when the envelope is not the recorded request: the message names
+ * `LLS_ERR_INVALID_ARGUMENT` (`envelope_len` beyond `PTRDIFF_MAX`), `LLS_ERR_INVALID_UTF8`,
+ * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_RECONSTRUCTION` when the envelope is not the recorded request: the message names
  * the first divergence as `lls_session_explain` does (detail `replay: true`, `request`, the
  * component: `component` with `field`, `line`, `name`, `index` or `offset`, and
  * `sharedBytes`), or when the recording has no more requests; the replay does not move.
@@ -1769,8 +1774,14 @@ bool lls_is_context_overflow(uint16_t status, const char *body, size_t body_len)
  * `opts_json` (may be NULL for the defaults) is `{"id"?: string, "durability"?:
  * "every-event" | "turn-end" | "never"}`; without an id a random one is chosen.
  *
+ * A session id, here and in every call that takes one (`lls_session_open_file`,
+ * `lls_session_open_url`, `lls_session_open_store`, `lls_session_fork`), is text of 1 to 1,024
+ * bytes without C0 control characters (U+0000 to U+001F: NUL, tab and newline included) or DEL
+ * (U+007F), whatever the store: ids end up in file names, URLs, SQL rows and logs. Any other id
+ * is refused with `LLS_ERR_INVALID_INPUT` (detail `field` `opts.id`).
+ *
  * Errors: `LLS_ERR_NULL_POINTER` (`out`), `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`,
- * `LLS_ERR_INVALID_INPUT` (an unknown or mistyped option).
+ * `LLS_ERR_INVALID_INPUT` (an unknown or mistyped option, an id the rule above refuses).
  *
  * # Safety
  * `opts_json` NULL or `opts_len` readable bytes; `out` and `err` NULL or valid for writes.

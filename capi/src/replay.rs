@@ -30,7 +30,7 @@ pub struct ReplayObject {
 impl HandleKind for ReplayObject {
     type C = lls_replay;
     const NAME: &'static str = "lls_replay";
-    const MAGIC: u64 = u64::from_be_bytes(*b"LLSRPL01");
+    const MAGIC: u64 = u64::from_be_bytes(*b"LLSRPY01");
 }
 
 fn register(replay: Replay) -> *mut lls_replay {
@@ -108,8 +108,13 @@ pub unsafe extern "C" fn lls_replay_new(session: *const lls_session, out: *mut *
 /// "outcome":"failed", "error"}` (fail the summariser with it). The same summarisation request again right after it was answered (a retry) gets the
 /// same answer.
 ///
+/// The envelope is decoded as every JSON input buffer is: text that is not UTF-8 gives
+/// `LLS_ERR_INVALID_UTF8` (detail `validUpTo`), text that is not JSON (an empty buffer
+/// included) `LLS_ERR_MALFORMED_JSON` (detail `line`, `column`); the replay does not move.
+///
 /// Errors: `LLS_ERR_NULL_POINTER` (`replay`, `envelope_json`, `out`), `LLS_ERR_INVALID_HANDLE`,
-/// `LLS_ERR_RECONSTRUCTION` when the envelope is not the recorded request: the message names
+/// `LLS_ERR_INVALID_ARGUMENT` (`envelope_len` beyond `PTRDIFF_MAX`), `LLS_ERR_INVALID_UTF8`,
+/// `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_RECONSTRUCTION` when the envelope is not the recorded request: the message names
 /// the first divergence as `lls_session_explain` does (detail `replay: true`, `request`, the
 /// component: `component` with `field`, `line`, `name`, `index` or `offset`, and
 /// `sharedBytes`), or when the recording has no more requests; the replay does not move.
@@ -135,8 +140,8 @@ pub unsafe extern "C" fn lls_replay_answer(
         boundary(err, || {
             let out = OutString::new(out, out_len, "out")?;
             let r = handle::lookup::<ReplayObject>(replay, "replay")?;
-            let envelope = buffers::input_bytes(envelope_json, envelope_len, "envelope_json")?;
-            let answer = r.replay.write()?.answer(envelope)?;
+            let envelope = buffers::input_json_text(envelope_json, envelope_len, "envelope_json")?;
+            let answer = r.replay.write()?.answer(envelope.as_bytes())?;
             out.write(&answer.to_string())
         })
     }

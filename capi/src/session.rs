@@ -108,8 +108,14 @@ pub(crate) fn file_records(path: &str) -> Result<Vec<Vec<u8>>> {
 /// `opts_json` (may be NULL for the defaults) is `{"id"?: string, "durability"?:
 /// "every-event" | "turn-end" | "never"}`; without an id a random one is chosen.
 ///
+/// A session id, here and in every call that takes one (`lls_session_open_file`,
+/// `lls_session_open_url`, `lls_session_open_store`, `lls_session_fork`), is text of 1 to 1,024
+/// bytes without C0 control characters (U+0000 to U+001F: NUL, tab and newline included) or DEL
+/// (U+007F), whatever the store: ids end up in file names, URLs, SQL rows and logs. Any other id
+/// is refused with `LLS_ERR_INVALID_INPUT` (detail `field` `opts.id`).
+///
 /// Errors: `LLS_ERR_NULL_POINTER` (`out`), `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`,
-/// `LLS_ERR_INVALID_INPUT` (an unknown or mistyped option).
+/// `LLS_ERR_INVALID_INPUT` (an unknown or mistyped option, an id the rule above refuses).
 ///
 /// # Safety
 /// `opts_json` NULL or `opts_len` readable bytes; `out` and `err` NULL or valid for writes.
