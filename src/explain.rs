@@ -2,7 +2,7 @@
 //! the prompt cost.
 //!
 //! For every request a log records (conversation requests and summarisation requests, in log
-//! order) [`explain_events`] rebuilds the request from the log and compares it with the earlier
+//! order) [`explain_log`] rebuilds the request from the log and compares it with the earlier
 //! request the provider could have cached: the previous conversation request, or the
 //! summarisation request sent after it, whichever shares more. Providers cache by exact prefix,
 //! so the comparison walks the request in the order providers read it:
@@ -30,11 +30,18 @@
 //! summed by cause: growth, header change, resume, compaction, retry after overflow (and inject or
 //! edit, which the library's own API never produces). `llmsession stats` and `llmsession explain`
 //! are two views of this one computation; `docs/caching.md` shows how to read it.
+//!
+//! A stored log is read as every reader reads one ([`read_checked_records`]: the checks an open
+//! makes): a damaged record, a seq gap, an event the log rules refuse or a record whose chained
+//! digest does not match is [`ErrorKind::CorruptLog`] naming the line, never explained. What
+//! `edit` explains is a log that still passes those checks but no longer rebuilds what was sent:
+//! one rewritten with its chain recomputed, or a version 1 log (which has no chain).
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::header::EpochHeader;
-use crate::log::event::{types, Event};
-use crate::log::load::{parse_records, SessionHeader};
+use crate::log::event::types;
+use crate::log::load::{read_checked_records, CheckedLog};
+use crate::log::rules::as_corrupt;
 use crate::log::Derived;
 use crate::request::{summary_config, PrefixBytes, RecordedKind, RequestWalk};
 use crate::tokens::{Countable, Estimator, TokenCounter, TokenizerCounter};
@@ -606,12 +613,16 @@ fn shared_tokens(weights: &[u64], share: &Share) -> u64 {
     whole + partial
 }
 
-/// Explains every request of a log (see the module docs). `counter` counts tokens (pass
-/// [`Estimator`](crate::tokens::Estimator) for the built-in estimate). The log must be valid
-/// (each event is checked as on load); a request that the log does not rebuild is reported
-/// (`rebuilt: false`, cause `edit`), not an error.
-pub fn explain_events(session: &SessionHeader, events: &[Event], counter: &dyn TokenCounter) -> Result<Explanation> {
-    let mut walk = RequestWalk::new(session);
+/// Explains every request of a log read by
+/// [`read_checked`](crate::log::load::read_checked) (see the module docs): the log
+/// passed every check an open makes, so a log that is damaged, breaks the log rules or was
+/// changed without its chain recomputed never gets this far. `counter` counts tokens (pass
+/// [`Estimator`](crate::tokens::Estimator) for the built-in estimate). A request that the log
+/// does not rebuild (a rewrite that recomputed the chain, or an edited version 1 log, which has
+/// none) is reported (`rebuilt: false`, cause `edit`), not an error.
+pub fn explain_log(log: &CheckedLog, counter: &dyn TokenCounter) -> Result<Explanation> {
+    let session = log.header();
+    let (mut walk, events) = RequestWalk::of(log);
     let mut counts = Counter { counter, by_seq: HashMap::new(), by_text: HashMap::new(), head: None };
     let mut out: Vec<RequestReport> = Vec::new();
     let mut last_conv: Option<Seen> = None;
@@ -799,7 +810,7 @@ pub fn explain_events(session: &SessionHeader, events: &[Event], counter: &dyn T
             _ => {}
         }
         // Folded without keeping the lines (as `verify` does): only the state is needed.
-        walk.apply(ev, ev.seq).map_err(|e| e.with("line", ev.seq + 2))?;
+        walk.apply(ev, ev.seq).map_err(|e| as_corrupt(e, ev.seq as usize + 2))?;
     }
     let mut totals = Totals::default();
     let mut spend: HashMap<Cause, u64> = HashMap::new();
@@ -930,10 +941,12 @@ fn why(event: Cause, seq: Option<u64>) -> String {
     }
 }
 
-/// Explains a whole stored log given as its records (session header first).
+/// Explains a whole stored log given as its records (session header first), read as every
+/// reader reads a log ([`read_checked_records`]): a log an open refuses, or whose unfinished
+/// last turn an open would cut as damaged, is [`ErrorKind::CorruptLog`] naming the line, as
+/// `verify` reports it.
 pub fn explain_records(records: &[Vec<u8>], counter: &dyn TokenCounter) -> Result<Explanation> {
-    let (header, events) = parse_records(records)?;
-    explain_events(&header, &events, counter)
+    explain_log(&read_checked_records(records)?, counter)
 }
 
 /// The token counter `lls_session_explain` and `lls_explain_file` count with, from their options

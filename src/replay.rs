@@ -1,7 +1,9 @@
 //! Replay: a recorded log answers a host's requests, so that a host tests its own agent loop
 //! offline and deterministically against a recorded session.
 //!
-//! [`Replay::from_events`] rebuilds every request the log records (conversation and
+//! [`Replay::from_records`] reads a stored log as every reader does (the checks an open makes:
+//! a damaged log is `CorruptLog` naming the line, never replayed), and [`Replay::from_log`]
+//! rebuilds every request the log records (conversation and
 //! summarisation requests, in log order, exactly as `verify` does) and pairs each with what came
 //! back: the assistant message and usage of the step, the provider error the host reported
 //! (with its overflow flag), or the summary (its raw text and usage) of a compaction. The host
@@ -29,7 +31,8 @@
 use crate::error::{Error, ErrorKind, Result};
 use crate::explain::{compare, Component, Parts};
 use crate::log::event::{types, Event};
-use crate::log::load::{parse_records, SessionHeader};
+use crate::log::load::{read_checked_records, CheckedLog};
+use crate::log::rules::as_corrupt;
 use crate::request::{digest, RecordedKind, RequestWalk};
 use serde_json::{json, Value};
 
@@ -55,17 +58,22 @@ pub struct Replay {
 }
 
 impl Replay {
-    /// Reads a log's records (session header first).
+    /// Reads a log's records (session header first) as every reader reads a log
+    /// ([`read_checked_records`]: the checks an open makes). A log an open refuses, or whose
+    /// unfinished last turn an open would cut as damaged, is [`ErrorKind::CorruptLog`] naming
+    /// the line, as `verify` reports it.
     pub fn from_records(records: &[Vec<u8>]) -> Result<Replay> {
-        let (header, events) = parse_records(records)?;
-        Replay::from_events(&header, &events)
+        Replay::from_log(&read_checked_records(records)?)
     }
 
-    /// Rebuilds every request of a log and pairs it with its recorded answer. The log must
-    /// rebuild what was sent: a request whose digest it does not rebuild is an error here
-    /// (`llmsession verify` names it), because replaying it would answer a request nobody sent.
-    pub fn from_events(session: &SessionHeader, events: &[Event]) -> Result<Replay> {
-        let mut walk = RequestWalk::new(session);
+    /// Rebuilds every request of a log read by [`read_checked`](crate::log::load::read_checked)
+    /// and pairs it with its recorded answer. The log must rebuild what was sent: a request
+    /// whose digest it does not rebuild (a log rewritten with its chain recomputed, an edited
+    /// version 1 log) is an error here (`llmsession verify` names it), because replaying it
+    /// would answer a request nobody sent.
+    pub fn from_log(log: &CheckedLog) -> Result<Replay> {
+        let session = log.header();
+        let (mut walk, events) = RequestWalk::of(log);
         let mut entries: Vec<Entry> = Vec::new();
         // The entry the next answer event belongs to.
         let mut open: Option<usize> = None;
@@ -149,7 +157,7 @@ impl Replay {
                 }
                 _ => {}
             }
-            walk.apply(ev, ev.seq).map_err(|e| e.with("line", ev.seq + 2))?;
+            walk.apply(ev, ev.seq).map_err(|e| as_corrupt(e, ev.seq as usize + 2))?;
         }
         Ok(Replay { session_id: session.id.clone(), entries, next: 0 })
     }
@@ -283,11 +291,8 @@ mod tests {
 
     #[test]
     fn an_empty_log_has_nothing_to_answer() {
-        let header = crate::log::load::SessionHeader::from_value(
-            &json!({"type":"session","format":"llmsession","version":1,"id":"s","createdAt":1}),
-        )
-        .unwrap();
-        let mut r = Replay::from_events(&header, &[]).unwrap();
+        let header = json!({"type":"session","format":"llmsession","version":1,"id":"s","createdAt":1}).to_string();
+        let mut r = Replay::from_records(&[header.into_bytes()]).unwrap();
         assert!(r.is_empty());
         let e = r.answer(b"{}").unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Reconstruction);

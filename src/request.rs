@@ -11,7 +11,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::header::EpochHeader;
 use crate::log::event::{types, Event};
 use crate::log::history::{joined_len, runs, write_joined};
-use crate::log::load::{load_records, parse_records, SessionHeader};
+use crate::log::load::{read_checked, CheckedLog, SessionHeader};
 use crate::log::{Derived, Log};
 use crate::render::{BodyCache, BodySource, RenderOptions, Renderer};
 use crate::store::StoreContents;
@@ -653,7 +653,9 @@ impl RecordedRequest {
 /// Walks a log event by event and rebuilds every request it records from the events before
 /// it: the one walk behind `verify`, `explain`, `replay` and the CLI's `show`. For each event,
 /// call [`rebuild`](RequestWalk::rebuild) (the request it records, if it records one), then
-/// [`apply`](RequestWalk::apply).
+/// [`apply`](RequestWalk::apply). Those readers walk the events of a
+/// [`CheckedLog`](crate::log::load::CheckedLog) ([`RequestWalk::of`]): a stored log is read
+/// through the loading path an open uses before any request is rebuilt from it.
 pub struct RequestWalk<'a> {
     session: &'a SessionHeader,
     log: Log,
@@ -666,6 +668,12 @@ impl<'a> RequestWalk<'a> {
     /// A walk over a log whose session header is `session`, before its first event.
     pub fn new(session: &'a SessionHeader) -> RequestWalk<'a> {
         RequestWalk { session, log: Log::new(), prefix: PrefixBytes::default(), turn: 0, step: 0 }
+    }
+
+    /// A walk over a log read by [`read_checked`](crate::log::load::read_checked), with its
+    /// events.
+    pub fn of(log: &'a CheckedLog) -> (RequestWalk<'a>, &'a [Event]) {
+        (RequestWalk::new(log.header()), log.events())
     }
 
     /// The log of the events applied so far.
@@ -875,24 +883,16 @@ pub fn verify_records(records: &[Vec<u8>]) -> Result<VerifyReport> {
     verify_contents(&StoreContents { records: records.to_vec(), last_complete: true })
 }
 
-/// Verifies a stored log: first every check that opening it makes (the header, the chained
-/// digest of every record in a version 2 log, the log rules), so that what `verify` accepts
-/// also opens, and damage that opening would cut from an unfinished last turn fails here
-/// instead, naming its line (only a torn last record, a write cut short, is tolerated); then it
-/// rebuilds every recorded request from the log alone (see [`verify_events`]).
+/// Verifies a stored log: first it reads it as every reader does
+/// ([`read_checked`](crate::log::load::read_checked): every check that opening it makes, the
+/// header, the chained digest of every record in a version 2 log, the log rules), so that what
+/// `verify` accepts also opens, and damage that opening would cut from an unfinished last turn
+/// fails here instead, naming its line (only a torn last record, a write cut short, is
+/// tolerated); then it rebuilds every recorded request from the log alone (see
+/// [`verify_events`]).
 pub fn verify_contents(contents: &StoreContents) -> Result<VerifyReport> {
-    let loaded = load_records(contents)?;
-    if loaded.report.cut_damaged {
-        let line = loaded.report.cut_at_line.unwrap_or(0);
-        let why = loaded.report.cut_reason.clone().unwrap_or_default();
-        return Err(Error::new(
-            ErrorKind::CorruptLog,
-            format!("{why} (opening the log for writing would cut {} records from line {line})", loaded.report.cut_records),
-        )
-        .with("line", line as u64));
-    }
-    let (header, events) = parse_records(&contents.records[..loaded.keep_records])?;
-    verify_events(&header, &events)
+    let log = read_checked(contents)?;
+    verify_events(log.header(), log.events())
 }
 
 /// [`verify_contents`], and also the provider body of every conversation request for
@@ -903,11 +903,7 @@ pub fn verify_contents(contents: &StoreContents) -> Result<VerifyReport> {
 /// difference is `Reconstruction` naming the step; a request the renderer cannot render is its
 /// error, naming the step.
 pub fn verify_bodies(contents: &StoreContents, renderer: Renderer, options: &RenderOptions) -> Result<VerifyReport> {
-    let loaded = load_records(contents)?;
-    if loaded.report.cut_damaged {
-        return verify_contents(contents);
-    }
-    let (header, events) = parse_records(&contents.records[..loaded.keep_records])?;
+    let log = read_checked(contents)?;
     let mut cache = BodyCache::new(renderer, RenderOptions { prefix_len: 0, ..options.clone() });
-    verify_events_with(&header, &events, Some(&mut cache))
+    verify_events_with(log.header(), log.events(), Some(&mut cache))
 }

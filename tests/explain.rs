@@ -1,20 +1,26 @@
 //! `explain` on hand-made logs, one per cause: each names the component where the request
 //! parts from the one before and the event that caused it (issue #17, item 3). The logs are
 //! made through the public API (so that every digest is real), then written as JSONL and read
-//! back, as `llmsession explain LOG` reads them; the `edit` log is a written log changed by hand.
+//! back, as `llmsession explain LOG` reads them; the `edit` log is a written log changed by hand
+//! with its chain recomputed. A log changed without that, or one that breaks the log rules, is
+//! not explained: explain refuses it as `verify` does, naming the same line.
 
 use llmsession::compaction::{CompactionPolicy, Retained, SummaryOutput, SummaryRequest};
 use llmsession::explain::{explain_records, Cause, Component, Explanation, Kind, RequestReport};
+use llmsession::log::NewEvent;
 use llmsession::log::TurnEndReason;
 use llmsession::prefix::ListenerContext;
+use llmsession::request::verify_records;
 use llmsession::tokens::Estimator;
-use llmsession::{Agent, Block, CancelToken, Message, Role, Session, ToolSchema, Usage};
+use llmsession::{Agent, Block, CancelToken, ErrorKind, Message, Role, Session, ToolSchema, Usage};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 
 mod support {
+    pub mod damaged_log;
     pub mod explain_log;
 }
+use support::damaged_log::{broken_chain, bytes, index_of, reseal, without};
 use support::explain_log::{options, turn, usage};
 
 /// A prefix listener whose text can be changed between instances.
@@ -269,6 +275,14 @@ fn an_edited_log_names_the_request_it_no_longer_rebuilds() {
         recs.iter().enumerate().filter(|(_, r)| serde_json::from_slice::<Value>(r).unwrap()["type"] == "tool/result").nth(1).unwrap();
     let text = String::from_utf8(recs[k].clone()).unwrap().replace("file contents", "file content!");
     recs[k] = text.into_bytes();
+    // Changed by hand, the record no longer matches its chained digest: explain refuses the log
+    // as verify does.
+    let e = explain_records(&recs, &Estimator).unwrap_err();
+    assert_eq!((e.kind(), &e.detail()["line"], &e.detail()["chain"]), (ErrorKind::CorruptLog, &json!(k + 1), &json!(true)), "{e}");
+    // With the chain recomputed (a deliberate rewrite) the log opens, and explain names the
+    // request it no longer rebuilds.
+    let strings: Vec<String> = recs.iter().map(|r| String::from_utf8(r.clone()).unwrap()).collect();
+    let recs = bytes(&reseal(&strings));
     let edited_seq = serde_json::from_slice::<Value>(&recs[k]).unwrap()["seq"].as_u64().unwrap();
     let ex = explain_records(&recs, &Estimator).unwrap();
     assert!(req(&ex, "3").rebuilt);
@@ -287,4 +301,80 @@ fn an_edited_log_names_the_request_it_no_longer_rebuilds() {
     };
     assert!(entry_seqs[*index] <= edited_seq && entry_seqs[*index] > req(&ex, "3").seq, "{index} {entry_seqs:?}");
     assert_eq!(ex.totals.not_rebuilt, 1);
+}
+
+/// The stored records of a session with two turns and a host event between them.
+fn two_turns_and_a_host_event() -> Vec<String> {
+    let s = Session::in_memory();
+    let mut a = Agent::new(&s, options("gpt-5", "You are careful.")).unwrap();
+    turn(&mut a, "first", 1000);
+    s.append(NewEvent::new("host/note", json!({"text": "the host was here"}))).unwrap();
+    turn(&mut a, "second", 1200);
+    s.records().iter().map(|r| r.to_string()).collect()
+}
+
+/// explain refuses `damaged` exactly as verify does: `CorruptLog` with the same message and
+/// detail, naming `line`. Returns the error.
+fn refused_as_verify_refuses(damaged: &[String], line: usize) -> llmsession::Error {
+    let recs = bytes(damaged);
+    let v = verify_records(&recs).unwrap_err();
+    let e = explain_records(&recs, &Estimator).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::CorruptLog, "{e}");
+    assert_eq!((v.kind(), v.message(), v.detail()), (e.kind(), e.message(), e.detail()), "explain and verify differ");
+    assert_eq!(e.detail()["line"], json!(line), "{e}");
+    assert!(e.message().contains(&format!("line {line}: ")), "{e}");
+    e
+}
+
+#[test]
+fn a_log_without_one_assistant_message_is_refused_at_its_line() {
+    let recs = two_turns_and_a_host_event();
+    let k = index_of(&recs, "assistant/message", 0);
+    // The record after the removed one no longer follows its chain: line k + 1 now holds it.
+    let e = refused_as_verify_refuses(&without(&recs, k), k + 1);
+    assert_eq!(e.detail()["chain"], true, "{e}");
+    // With the chain recomputed, the log rules refuse it at the same line: a seq gap.
+    let e = refused_as_verify_refuses(&reseal(&without(&recs, k)), k + 1);
+    assert!(e.message().contains(&format!("expected {} (seqs are contiguous from 0), got {}", k - 1, k)), "{e}");
+}
+
+#[test]
+fn a_log_without_one_host_event_is_refused_at_the_missing_seq() {
+    let recs = two_turns_and_a_host_event();
+    let k = index_of(&recs, "host/note", 0);
+    let missing = k as u64 - 1;
+    let e = refused_as_verify_refuses(&reseal(&without(&recs, k)), k + 1);
+    assert!(e.message().contains(&format!("seq: expected {missing} (seqs are contiguous from 0), got {}", missing + 1)), "{e}");
+    assert_eq!(e.detail()["seq"], json!(missing + 1), "{e}");
+}
+
+#[test]
+fn a_broken_chain_value_is_refused_at_its_line() {
+    let recs = two_turns_and_a_host_event();
+    let k = index_of(&recs, "tool/result", 1);
+    let e = refused_as_verify_refuses(&broken_chain(&recs, k), k + 1);
+    assert!(e.message().contains("the chained digest does not match"), "{e}");
+}
+
+#[test]
+fn damage_an_open_would_cut_from_the_last_turn_is_refused() {
+    let s = Session::in_memory();
+    let mut a = Agent::new(&s, options("gpt-5", "You are careful.")).unwrap();
+    turn(&mut a, "first", 1000);
+    let c = CancelToken::new();
+    a.start_turn(Message::user_text("second")).unwrap();
+    a.next_request(&c).unwrap();
+    a.record_response(Message::new(Role::Assistant, vec![Block::text("cut short")]), None).unwrap();
+    let recs: Vec<String> = s.records().iter().map(|r| r.to_string()).collect();
+    // The unfinished turn loses its step/start: an open would cut the turn from there (a crash
+    // leaves such a tail); a reader refuses it instead.
+    let k = index_of(&recs, "step/start", 2);
+    let e = refused_as_verify_refuses(&reseal(&without(&recs, k)), k + 1);
+    assert!(
+        e.message().contains(&format!("opening the log for writing would cut {} records from line {}", recs.len() - 1 - k, k + 1)),
+        "{e}"
+    );
+    // The log up to the damage explains.
+    let ex = explain_records(&bytes(&recs[..k]), &Estimator).unwrap();
+    assert_eq!(ex.requests.len(), 2);
 }

@@ -1,6 +1,7 @@
 //! Replay (issue #17, item 4): a recorded log answers a host's requests; the host's own loop
 //! runs offline against it, and the first request that differs fails, named as `explain`
-//! names a divergence.
+//! names a divergence. A log an open refuses is not replayed: it is refused as `verify` refuses
+//! it, naming the same line.
 
 use llmsession::agent::{ProviderErrorOutcome, ToolResultInput};
 use llmsession::compaction::{CompactionPolicy, Retained, SummaryOutput, SummaryRequest};
@@ -11,6 +12,11 @@ use llmsession::store::MemoryStore;
 use llmsession::{Agent, AgentOptions, Block, CallConfig, CancelToken, ErrorKind, Message, Session, SessionOptions, ToolSchema, Usage};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
+
+mod support {
+    pub mod damaged_log;
+}
+use support::damaged_log::{broken_chain, bytes, index_of, reseal, without};
 
 /// A provider's answer: the reply and its usage, or an error (its message, whether an overflow).
 type Answer = Result<(Message, Option<Usage>), (String, bool)>;
@@ -223,13 +229,64 @@ fn more_requests_than_recorded_and_an_unrebuildable_log_are_errors() {
     // Not JSON at all.
     let e = replay.answer(b"not json").unwrap_err();
     assert!(e.message().contains("the host's request is not JSON"), "{}", e.message());
-    // A log edited after it was sent cannot be replayed.
-    let mut bad = recs.clone();
-    let k = bad.iter().position(|r| serde_json::from_slice::<Value>(r).unwrap()["type"] == "tool/result").unwrap();
-    bad[k] = String::from_utf8(bad[k].clone()).unwrap().replace("hello", "HELLO").into_bytes();
-    let e = Replay::from_records(&bad).unwrap_err();
+    // A log edited after it was sent cannot be replayed. Edited by hand, it no longer matches its
+    // chained digest: the log is refused as verify refuses it.
+    let strings: Vec<String> = recs.iter().map(|r| String::from_utf8(r.clone()).unwrap()).collect();
+    let k = index_of(&strings, "tool/result", 0);
+    let mut edited = strings.clone();
+    edited[k] = edited[k].replace("hello", "HELLO");
+    let e = Replay::from_records(&bytes(&edited)).unwrap_err();
+    assert_eq!((e.kind(), &e.detail()["line"], &e.detail()["chain"]), (ErrorKind::CorruptLog, &json!(k + 1), &json!(true)), "{e}");
+    // With the chain recomputed (a deliberate rewrite) it opens, but does not rebuild the
+    // request that was sent.
+    let e = Replay::from_records(&bytes(&reseal(&edited))).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Reconstruction);
     assert!(e.message().contains("request 2 (turn 1 step 2)") && e.message().contains("cannot be replayed"), "{}", e.message());
+}
+
+/// A replay refuses `damaged` exactly as verify does: `CorruptLog` with the same message and
+/// detail, naming `line`. Returns the error.
+fn refused_as_verify_refuses(damaged: &[String], line: usize) -> llmsession::Error {
+    let recs = bytes(damaged);
+    let v = llmsession::request::verify_records(&recs).unwrap_err();
+    let e = Replay::from_records(&recs).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::CorruptLog, "{e}");
+    assert_eq!((v.kind(), v.message(), v.detail()), (e.kind(), e.message(), e.detail()), "replay and verify differ");
+    assert_eq!(e.detail()["line"], json!(line), "{e}");
+    assert!(e.message().contains(&format!("line {line}: ")), "{e}");
+    e
+}
+
+#[test]
+fn a_log_the_log_rules_refuse_is_not_replayed() {
+    let (s, _) = recorded();
+    s.append(llmsession::log::NewEvent::new("host/note", json!({"text": "the host was here"}))).unwrap();
+    let mut a = Agent::new(&s, AgentOptions::new(CallConfig::new("openai", "gpt-5"))).unwrap();
+    let c = CancelToken::new();
+    a.start_turn(Message::user_text("one more")).unwrap();
+    a.next_request(&c).unwrap();
+    a.record_response(Message::from_value(&json!({"role":"assistant","content":[{"type":"text","text":"ok"}]}), "m").unwrap(), None)
+        .unwrap();
+    a.end_turn(TurnEndReason::Completed).unwrap();
+    a.dispose().unwrap();
+    let recs: Vec<String> = s.records().iter().map(|r| r.to_string()).collect();
+    Replay::from_records(&bytes(&recs)).unwrap();
+
+    // One assistant/message line removed: the next record does not follow the chain.
+    let k = index_of(&recs, "assistant/message", 0);
+    let e = refused_as_verify_refuses(&without(&recs, k), k + 1);
+    assert_eq!(e.detail()["chain"], true, "{e}");
+    // The same with the chain recomputed: the seq gap, at the same line.
+    let e = refused_as_verify_refuses(&reseal(&without(&recs, k)), k + 1);
+    assert!(e.message().contains(&format!("expected {} (seqs are contiguous from 0), got {}", k - 1, k)), "{e}");
+    // One host event removed, the chain recomputed: the missing seq.
+    let k = index_of(&recs, "host/note", 0);
+    let e = refused_as_verify_refuses(&reseal(&without(&recs, k)), k + 1);
+    assert!(e.message().contains(&format!("seq: expected {} (seqs are contiguous from 0), got {}", k - 1, k)), "{e}");
+    // A chain value changed.
+    let k = index_of(&recs, "step/end", 1);
+    let e = refused_as_verify_refuses(&broken_chain(&recs, k), k + 1);
+    assert!(e.message().contains("the chained digest does not match"), "{e}");
 }
 
 #[test]

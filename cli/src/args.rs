@@ -18,12 +18,15 @@ Exit status:
   0  success
   1  any other failure (a request the log does not have, a library error)
   2  usage error: an unknown command or option, a missing or extra argument, a bad value
-  3  the log is bad: a record is damaged or breaks the log rules, the file is not a session log,
-     or (verify) a request rebuilt from the log differs from the one that was sent
+     (show --step two, explain --step two, --render cohere)
+  3  the log is bad: a record is damaged, breaks the log rules or does not match its chained
+     digest, or the file is not a session log (every command checks the log as opening it
+     does); or (verify) a request rebuilt from the log differs from the one that was sent
   4  the store could not be read: a missing or unreadable file, a refused or failed database
      connection, a database that does not hold the session, a URL that names none
 
 With --json, a failure (exit 1, 3 or 4) also writes {\"ok\": false, \"error\": {...}} on stdout.
+No message shows a password: LOG is shown without the one in its user part or in ?password=.
 docs/cli.md describes every command and its JSON output.";
 
 const LOG_HELP: &str = "The session log: a JSONL file, file:PATH, or postgres://USER:PASSWORD@HOST:PORT/DB?session=ID";
@@ -81,7 +84,7 @@ pub enum Command {
         #[arg(value_name = "LOG", help = LOG_HELP)]
         log: String,
         /// Only this request: N (a conversation request, 1-based) or cN (a summarisation request)
-        #[arg(long, value_name = "ID")]
+        #[arg(long, value_name = "ID", value_parser = request_id)]
         step: Option<String>,
     },
     /// The reconstructed request N: its envelope, or a provider's body
@@ -109,4 +112,32 @@ pub enum Command {
         #[arg(value_name = "URL")]
         url: String,
     },
+}
+
+impl Command {
+    /// The LOG (or URL) the command reads, as given.
+    pub fn log(&self) -> &str {
+        match self {
+            Command::Verify { log, .. }
+            | Command::Stats { log }
+            | Command::Explain { log, .. }
+            | Command::Show { log, .. }
+            | Command::Headers { log } => log,
+            Command::Sessions { url } => url,
+        }
+    }
+}
+
+/// An `explain --step` ID: `N` (a conversation request) or `cN` (a summarisation request), N a
+/// number as `show --step` takes it; written back without leading zeros (`02` is `2`). Anything
+/// else is a usage error (exit 2), as a malformed `show --step` is.
+fn request_id(s: &str) -> Result<String, String> {
+    let (prefix, digits) = match s.strip_prefix('c') {
+        Some(rest) => ("c", rest),
+        None => ("", s),
+    };
+    match digits.parse::<usize>() {
+        Ok(n) => Ok(format!("{prefix}{n}")),
+        Err(_) => Err("expected N (a conversation request, 1-based) or cN (a summarisation request)".into()),
+    }
 }

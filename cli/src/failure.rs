@@ -49,6 +49,21 @@ impl Failure {
         self
     }
 
+    /// Shows `given` (the LOG as typed) as `shown` wherever the message or a detail string
+    /// still holds it, so that no output carries the password a URL holds.
+    pub fn redacting(mut self, given: &str, shown: &str) -> Failure {
+        if given.is_empty() || given == shown {
+            return self;
+        }
+        self.message = self.message.replace(given, shown);
+        for v in self.detail.values_mut() {
+            if let Value::String(s) = v {
+                *s = s.replace(given, shown);
+            }
+        }
+        self
+    }
+
     /// What `--json` writes on stdout: `{"ok": false, "error": {"exitCode", "kind", "message",
     /// and the library's detail keys (line, seq, turn, step, field, path, ...)}}`.
     pub fn to_json(&self) -> Value {

@@ -16,16 +16,16 @@
 //! is parsed by clap: options go anywhere after the command, `--step=2` and `--step 2` are the
 //! same, and anything it does not know is a usage error (exit 2).
 
-use llmsession::explain::{explain_events, Explanation, Kind, RequestReport};
+use llmsession::explain::{explain_log, Explanation, Kind, RequestReport};
 use llmsession::header::delta::diff;
-use llmsession::log::load::{parse_records, SessionHeader};
-use llmsession::log::{Event, Log};
+use llmsession::log::load::{read_checked, CheckedLog};
+use llmsession::log::Log;
 use llmsession::render::{RenderOptions, Renderer};
 use llmsession::request::{verify_bodies, verify_contents, RecordedKind, RequestWalk};
-use llmsession::store::url::{list_sessions, open_store, UrlOptions};
+use llmsession::store::url::{list_sessions, open_store, redact, UrlOptions};
 use llmsession::store::{JsonlStore, Store, StoreContents};
 use llmsession::tokens::Estimator;
-use llmsession::{EpochHeader, Error, ErrorKind};
+use llmsession::{EpochHeader, ErrorKind};
 use serde_json::{json, Value};
 use std::process::ExitCode;
 
@@ -96,9 +96,12 @@ fn cmd_sessions(url: &str, as_json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
-fn read_log(path: &str) -> Result<(SessionHeader, Vec<Event>), Failure> {
+/// Reads a log for a command as every reader of a log reads it (`read_checked`: every check an
+/// open makes, the one loading path `verify` uses too). A log an open refuses, or whose
+/// unfinished last turn an open would cut as damaged, is a bad log (exit 3) naming the line.
+fn read_log(path: &str) -> Result<CheckedLog, Failure> {
     let contents = read_contents(path)?;
-    parse_records(&contents.records).map_err(|e| Failure::of(e).context(path))
+    read_checked(&contents).map_err(|e| Failure::of(e).context(redact(path)))
 }
 
 /// One conversation request found while replaying the log (for `show`).
@@ -107,11 +110,11 @@ struct Seen {
     prefix_len: usize,
 }
 
-fn replay(header: &SessionHeader, events: &[Event]) -> Result<Vec<Seen>, Failure> {
-    let mut walk = RequestWalk::new(header);
+fn replay(log: &CheckedLog) -> Result<Vec<Seen>, Failure> {
+    let (mut walk, events) = RequestWalk::of(log);
     let mut out: Vec<Seen> = Vec::new();
     for ev in events {
-        let line = |e: Error| Failure::of(e).context(format!("line {}", ev.seq + 2));
+        let line = |e: llmsession::Error| Failure::of(e).context(format!("line {}", ev.seq + 2));
         if let Some(r) = walk.rebuild(ev).map_err(line)? {
             if matches!(r.kind, RecordedKind::Conversation { .. }) {
                 out.push(Seen { body: r.envelope, prefix_len: walk.prefix().messages.len() });
@@ -124,8 +127,7 @@ fn replay(header: &SessionHeader, events: &[Event]) -> Result<Vec<Seen>, Failure
 
 /// The explanation of a log file (the one computation behind `stats` and `explain`).
 fn explanation(path: &str) -> Result<Explanation, Failure> {
-    let (header, events) = read_log(path)?;
-    explain_events(&header, &events, &Estimator).map_err(|e| Failure::of(e).context(path))
+    explain_log(&read_log(path)?, &Estimator).map_err(|e| Failure::of(e).context(redact(path)))
 }
 
 /// A `--render` name (clap has already checked it is one of [`args::RENDERERS`]).
@@ -163,7 +165,7 @@ fn cmd_verify(path: &str, render: Option<&str>, as_json: bool) -> Result<(), Fai
             let exit = if Exit::of(e.kind()) == Exit::Store { Exit::Store } else { Exit::BadLog };
             let damaged = e.kind() == ErrorKind::CorruptLog;
             let f = Failure::with_exit(e, exit);
-            Err(if damaged { f.context(path) } else { f }.context("verify failed"))
+            Err(if damaged { f.context(redact(path)) } else { f }.context("verify failed"))
         }
     }
 }
@@ -228,13 +230,9 @@ fn cmd_explain(path: &str, step: Option<&str>, as_json: bool) -> Result<(), Fail
     if let Some(id) = step {
         let r = ex.request(id).ok_or_else(|| {
             let (conv, comp) = (ex.totals.conversation_requests, ex.totals.compaction_requests);
-            Failure::new(
-                Exit::Other,
-                ErrorKind::InvalidInput,
-                format!(
-                    "there is no request {id} (the log has {conv} requests, 1..{conv}, and {comp} summarisation requests, c1..c{comp})"
-                ),
-            )
+            let conv = count(conv, "request", "");
+            let comp = count(comp, "summarisation request", "c");
+            Failure::new(Exit::Other, ErrorKind::InvalidInput, format!("there is no request {id}: the log has {conv} and {comp}"))
         })?;
         if as_json {
             out!("{}", serde_json::to_value(r).expect("a report serialises"));
@@ -308,6 +306,15 @@ fn cmd_explain(path: &str, step: Option<&str>, as_json: bool) -> Result<(), Fail
     Ok(())
 }
 
+/// `no requests`, `1 request (1)`, `4 requests (1..4)`; with `prefix` `c`: `(c1..c4)`.
+fn count(n: u64, noun: &str, prefix: &str) -> String {
+    match n {
+        0 => format!("no {noun}s"),
+        1 => format!("1 {noun} ({prefix}1)"),
+        n => format!("{n} {noun}s ({prefix}1..{prefix}{n})"),
+    }
+}
+
 fn explain_one(ex: &Explanation, r: &RequestReport) {
     let what = match r.kind {
         Kind::Conversation => format!("request {} (turn {} step {})", r.id, r.turn, r.step),
@@ -356,8 +363,7 @@ fn explain_one(ex: &Explanation, r: &RequestReport) {
 }
 
 fn cmd_show(path: &str, step: usize, render: Option<&str>, as_json: bool) -> Result<(), Failure> {
-    let (header, events) = read_log(path)?;
-    let seen = replay(&header, &events)?;
+    let seen = replay(&read_log(path)?)?;
     let s = seen.get(step.wrapping_sub(1)).ok_or_else(|| {
         Failure::new(Exit::Other, ErrorKind::InvalidInput, format!("there is no request {step} (the log has {} requests)", seen.len()))
     })?;
@@ -410,11 +416,11 @@ fn describe_change(prev: &EpochHeader, cur: &EpochHeader) -> Vec<String> {
 }
 
 fn cmd_headers(path: &str, as_json: bool) -> Result<(), Failure> {
-    let (header, events) = read_log(path)?;
+    let checked = read_log(path)?;
     let mut log = Log::new();
     let mut prev: Option<EpochHeader> = None;
     let mut rows = Vec::new();
-    for ev in &events {
+    for ev in checked.events() {
         log.append(ev).map_err(|e| Failure::of(e).context(format!("line {}", ev.seq + 2)))?;
         if ev.ty != "request/header" && ev.ty != "request/header-delta" {
             continue;
@@ -458,7 +464,7 @@ fn cmd_headers(path: &str, as_json: bool) -> Result<(), Failure> {
         prev = Some(cur);
     }
     if as_json {
-        out!("{}", json!({"session": header.id, "headers": rows}));
+        out!("{}", json!({"session": checked.header().id, "headers": rows}));
     }
     Ok(())
 }
@@ -480,14 +486,32 @@ fn main() -> ExitCode {
     // exits 2 (clap's own handling).
     let cli = Cli::parse();
     let json = cli.json;
+    let given = cli.command.log().to_string();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
+            // Every message names LOG as `redact` shows it; should a message still hold the URL
+            // as given, it is shown that way too.
+            let f = f.redacting(&given, &redact(&given));
             if json {
                 out!("{}", f.to_json());
             }
             eprintln!("llmsession: {}", f.message);
             ExitCode::from(f.exit as u8)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::count;
+
+    #[test]
+    fn counts_read_as_words() {
+        assert_eq!(count(0, "summarisation request", "c"), "no summarisation requests");
+        assert_eq!(count(1, "summarisation request", "c"), "1 summarisation request (c1)");
+        assert_eq!(count(3, "summarisation request", "c"), "3 summarisation requests (c1..c3)");
+        assert_eq!(count(1, "request", ""), "1 request (1)");
+        assert_eq!(count(4, "request", ""), "4 requests (1..4)");
     }
 }

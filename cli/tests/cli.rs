@@ -1,13 +1,22 @@
 //! The inspector CLI on a real JSONL log and on a hand-damaged copy.
 
 use llmsession::agent::ToolResultInput;
-use llmsession::log::TurnEndReason;
+use llmsession::log::{NewEvent, TurnEndReason};
 use llmsession::prefix::ListenerContext;
 use llmsession::{Agent, AgentOptions, Block, CallConfig, CancelToken, Message, Role, Session, SessionOptions, Usage};
 use std::process::Command;
 use std::sync::Arc;
 
+#[path = "../../tests/support/damaged_log.rs"]
+mod damaged_log;
+use damaged_log::{broken_chain, index_of, jsonl, reseal, without};
+
 fn write_log(path: &std::path::Path) {
+    write_turns(path, false)
+}
+
+/// Two turns of two steps each; with `note`, a host event between them.
+fn write_turns(path: &std::path::Path, note: bool) {
     let (session, _) = Session::open_jsonl(path, SessionOptions::default()).unwrap();
     let mut opts = AgentOptions::new(CallConfig::new("test", "m1"));
     opts.system = Some("be brief".into());
@@ -21,6 +30,9 @@ fn write_log(path: &std::path::Path) {
         .unwrap();
     let c = CancelToken::new();
     for (i, text) in ["first", "second"].iter().enumerate() {
+        if note && i == 1 {
+            session.append(NewEvent::new("host/note", serde_json::json!({"text": "the host was here"}))).unwrap();
+        }
         agent.start_turn(Message::user_text(*text)).unwrap();
         agent.next_request(&c).unwrap();
         let usage = Usage { input_tokens: 10, output_tokens: 3, cache_read_tokens: Some(20 * i as u64), ..Default::default() };
@@ -203,6 +215,10 @@ fn usage_errors_exit_2_and_name_what_is_wrong() {
         (&["stats", p, "extra"], "unexpected argument 'extra' found"),
         (&["show", p], "the following required arguments were not provided:\n  --step <N>"),
         (&["show", p, "--step", "two"], "invalid value 'two' for '--step <N>'"),
+        (&["explain", p, "--step", "two"], "invalid value 'two' for '--step <ID>': expected N (a conversation request, 1-based) or cN"),
+        (&["explain", p, "--step=c"], "invalid value 'c' for '--step <ID>'"),
+        (&["explain", p, "--step", "-1", "--json"], "unexpected argument '-1' found"),
+        (&["explain", p, "--step"], "a value is required for '--step <ID>'"),
         (&["show", p, "--step"], "a value is required for '--step <N>'"),
         (&["show", p, "--step", "1", "--render", "cohere"], "invalid value 'cohere' for '--render <NAME>'"),
         (&["frobnicate", p], "unrecognized subcommand 'frobnicate'"),
@@ -413,4 +429,125 @@ fn a_tampered_log_exits_3_and_a_missing_file_exits_4() {
     assert!(code == 1 && err.contains("there is no request 9"), "{code} {err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!((v["error"]["exitCode"].as_u64(), v["error"]["kind"].as_str()), (Some(1), Some("invalid-input")));
+}
+
+/// Every command that reads a log checks it as opening it does (the one loading path verify
+/// uses): a log with a record removed, with a seq gap under a recomputed chain, or with a chain
+/// value changed exits 3 from stats, explain, headers and show as from verify, naming the line.
+#[test]
+fn every_reader_refuses_a_damaged_log_with_exit_3_at_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.jsonl");
+    write_turns(&path, true);
+    let recs: Vec<String> = std::fs::read_to_string(&path).unwrap().lines().map(str::to_string).collect();
+    let assistant = index_of(&recs, "assistant/message", 0);
+    let note = index_of(&recs, "host/note", 0);
+    let chain = index_of(&recs, "tool/result", 1);
+    let cases: Vec<(&str, Vec<String>, usize, String)> = vec![
+        ("an assistant/message removed", without(&recs, assistant), assistant + 1, "the chained digest does not match".into()),
+        (
+            "a host event removed, the chain recomputed",
+            reseal(&without(&recs, note)),
+            note + 1,
+            format!("seq: expected {} (seqs are contiguous from 0), got {}", note - 1, note),
+        ),
+        ("a chain value changed", broken_chain(&recs, chain), chain + 1, "the chained digest does not match".into()),
+    ];
+    for (what, damaged, line, why) in cases {
+        let bad = dir.path().join("bad.jsonl");
+        std::fs::write(&bad, jsonl(&damaged)).unwrap();
+        let b = bad.to_str().unwrap();
+        for args in [
+            &["verify", b][..],
+            &["stats", b],
+            &["explain", b],
+            &["explain", b, "--step", "1"],
+            &["headers", b],
+            &["show", b, "--step", "1"],
+        ] {
+            let (code, out, err) = run(args);
+            assert_eq!(code, 3, "{what}: {args:?}: {out}{err}");
+            let prefix = if args[0] == "verify" { "llmsession: verify failed: " } else { "llmsession: " };
+            assert!(
+                err.starts_with(&format!("{prefix}{b}: ")) && err.contains(&format!("line {line}: ")) && err.contains(&why),
+                "{what}: {args:?}: {err}"
+            );
+            assert!(out.is_empty(), "{what}: {args:?} printed {out}");
+            let mut with_json = args.to_vec();
+            with_json.push("--json");
+            let (code, out, _) = run(&with_json);
+            assert_eq!(code, 3, "{what}: {with_json:?}");
+            let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+            assert_eq!(
+                (v["ok"].as_bool(), v["error"]["exitCode"].as_u64(), v["error"]["kind"].as_str(), v["error"]["line"].as_u64()),
+                (Some(false), Some(3), Some("corrupt-log"), Some(line as u64)),
+                "{what}: {with_json:?}: {v}"
+            );
+        }
+    }
+    // The undamaged log reads.
+    for args in [&["stats", path.to_str().unwrap()][..], &["explain", path.to_str().unwrap()], &["headers", path.to_str().unwrap()]] {
+        let (code, _, err) = run(args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+    }
+}
+
+/// No output carries a password: every command shows LOG without the one in the user part or
+/// in `?password=`, on stderr and in --json (a database that is not there: the store, exit 4).
+#[test]
+fn no_message_prints_the_database_password() {
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let url = format!("postgres://u:SECRET@127.0.0.1:{closed}/db?session=x&password=SECRET2");
+    let shown = format!("postgres://u@127.0.0.1:{closed}/db");
+    let unparsed = "postgres://u:SECRET@[::1/db?password=SECRET2&session=x".to_string();
+    for log in [&url, &unparsed] {
+        let commands: [&[&str]; 6] =
+            [&["verify", log], &["stats", log], &["explain", log], &["show", log, "--step", "1"], &["headers", log], &["sessions", log]];
+        for args in commands {
+            for json in [false, true] {
+                let mut args = args.to_vec();
+                if json {
+                    args.push("--json");
+                }
+                let (code, out, err) = run(&args);
+                assert!(!out.contains("SECRET") && !err.contains("SECRET"), "{args:?} printed the password: {out}{err}");
+                assert!(!err.is_empty(), "{args:?}: no message");
+                if log == &url {
+                    assert_eq!(code, 4, "{args:?}: {out}{err}");
+                    // The message names the database as the library shows it (a build without
+                    // the PostgreSQL store says it has none).
+                    assert!(err.contains(&shown) || !cfg!(feature = "postgres"), "{args:?}: {err}");
+                    if json {
+                        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+                        assert_eq!(v["error"]["exitCode"], 4, "{v}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// explain --step names what the log has in words (no `c1..c0` for a log without
+/// summarisation requests); a well-formed ID the log does not have exits 1.
+#[test]
+fn explain_step_names_the_requests_the_log_has() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.jsonl");
+    write_log(&path);
+    let p = path.to_str().unwrap();
+    for id in ["c1", "5", "0"] {
+        let (code, out, err) = run(&["explain", p, "--step", id]);
+        assert_eq!((code, out.as_str()), (1, ""), "{id}: {err}");
+        assert_eq!(
+            err.trim_end(),
+            format!("llmsession: there is no request {id}: the log has 4 requests (1..4) and no summarisation requests")
+        );
+    }
+    // N as show takes it: 02 is request 2.
+    let (code, out, err) = run(&["explain", p, "--step", "02", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&out).unwrap()["id"], "2");
 }

@@ -50,5 +50,5 @@ fn the_cli_prints_the_divergence_and_the_spend() {
         assert_eq!(r["expectedCachedTokens"], v["requests"][i]["expectedCachedTokens"]);
     }
     let (ok, out) = run(&["explain", p, "--step", "9"]);
-    assert!(!ok && out.contains("there is no request 9 (the log has 4 requests"), "{out}");
+    assert!(!ok && out.contains("there is no request 9: the log has 4 requests (1..4) and no summarisation requests"), "{out}");
 }

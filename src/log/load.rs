@@ -9,6 +9,10 @@
 //! from a crash mid-write, or damage inside the trailing unfinished turn. Everything from that
 //! record on is cut. A last record without its newline counts as torn even when it parses.
 //! Damage before the end of the last complete turn is an error naming the line. A turn left open by a crash is closed by [`repair_events`].
+//!
+//! Every reader of a stored log (verify, explain, replay, the CLI's commands) reads it through
+//! [`read_checked`]: the same checks, and a refusal (naming the line) where an open would cut
+//! damage from an unfinished last turn.
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::event::{types, Event, NewEvent, TurnEndReason};
@@ -304,6 +308,64 @@ pub fn load_records_releasing(contents: &mut StoreContents) -> Result<Loaded> {
     Ok(Loaded { header, log, report, keep_records: keep })
 }
 
+/// A stored log as every reader of a log reads it ([`read_checked`]): its session header and its
+/// events, each checked as an open checks it. There is no other way to make one, so a reader
+/// that takes a `CheckedLog` (explain, replay, the CLI's commands) cannot skip the checks.
+#[derive(Clone, Debug)]
+pub struct CheckedLog {
+    header: SessionHeader,
+    events: Vec<Event>,
+    report: LoadReport,
+}
+
+impl CheckedLog {
+    /// The session header.
+    pub fn header(&self) -> &SessionHeader {
+        &self.header
+    }
+
+    /// The events, in seq order (seq 0 first, no gap).
+    pub fn events(&self) -> &[Event] {
+        &self.events
+    }
+
+    /// What loading found: at most a torn last record left out (`cut_damaged` is never set).
+    pub fn report(&self) -> &LoadReport {
+        &self.report
+    }
+}
+
+/// Reads a stored log for a reader (verify, explain, replay, the CLI's commands) through the one
+/// loading path an open uses ([`load_records`]): the session header, the chained digest of every
+/// record in a version 2 log, the log rules for every event (contiguous seqs included). Where
+/// an open would cut damage from an unfinished last turn, a reader refuses instead: the log is
+/// [`ErrorKind::CorruptLog`] naming the line (detail `line`), as `verify` reports it. Only a torn
+/// last record (no newline: a write cut short) is left out, as an open leaves it out.
+pub fn read_checked(contents: &StoreContents) -> Result<CheckedLog> {
+    checked(load_records(contents)?)
+}
+
+/// [`read_checked`] for a log given as its records (session header first), the last one
+/// complete.
+pub fn read_checked_records(records: &[Vec<u8>]) -> Result<CheckedLog> {
+    checked(load_records_releasing(&mut StoreContents { records: records.to_vec(), last_complete: true })?)
+}
+
+/// What a reader makes of a loaded log: a refusal where an open would cut damage.
+fn checked(loaded: Loaded) -> Result<CheckedLog> {
+    if loaded.report.cut_damaged {
+        let line = loaded.report.cut_at_line.unwrap_or(0);
+        let why = loaded.report.cut_reason.clone().unwrap_or_default();
+        return Err(Error::new(
+            ErrorKind::CorruptLog,
+            format!("{why} (opening the log for writing would cut {} records from line {line})", loaded.report.cut_records),
+        )
+        .with("line", line as u64));
+    }
+    let events = (0..loaded.log.len() as u64).map(|seq| loaded.log.event(seq).expect("in range")).collect();
+    Ok(CheckedLog { header: loaded.header, events, report: loaded.report })
+}
+
 /// The synthetic events that close a turn left open by a crash, in the order they must be
 /// appended: missing `tool/call`s of an answered step, `step/end`, an error result for every
 /// pending tool call, `turn/end{interrupted}`; an open compaction is closed first.
@@ -348,9 +410,11 @@ pub fn repair_events(log: &Log) -> Vec<NewEvent> {
     out
 }
 
-/// Parses records into the session header and events without applying the log rules (used by
-/// `verify`, which reports rule violations at the request they break). Every record must parse;
-/// a torn last line is skipped.
+/// Parses records into the session header and events without any other check: no chained
+/// digest, no log rule, no seq order. Not for reading a stored log (a reader reads it with
+/// [`read_checked`]); for code that holds records it has already checked (an agent rebuilding
+/// its own request) and for tests that hand [`crate::request::verify_events`] broken events.
+/// Every record must parse; a torn last line is skipped.
 pub fn parse_records(records: &[Vec<u8>]) -> Result<(SessionHeader, Vec<Event>)> {
     let first = records.first().ok_or_else(|| Error::new(ErrorKind::CorruptLog, "the log is empty: no session header"))?;
     let header_value: Value = std::str::from_utf8(first)

@@ -144,6 +144,46 @@ pub(crate) fn percent_decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// A store URL (or a file path) as it may be shown in a message: the URL as given without its
+/// password, the way the library shows a database (`postgres://USER@HOST:PORT/DB?...`). The
+/// password after `USER:` in the userinfo and every `password=` query parameter are left out;
+/// everything else is kept as given (the `session` parameter included), so that the reader
+/// recognises the URL. It works on text that does not parse as a URL too: a `scheme://` URL
+/// (but `file://`) loses whatever lies between the first `:` of its userinfo and its last `@`
+/// before the query. A file path or a `file:` URL is returned as it is.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
+    let is_scheme = !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+    if !is_scheme || scheme.eq_ignore_ascii_case("file") {
+        return url.to_string();
+    }
+    let (before, query) = match rest.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (rest, None),
+    };
+    let mut out = format!("{scheme}://");
+    match before.rfind('@') {
+        Some(at) => {
+            let user = &before[..at];
+            out.push_str(user.split_once(':').map_or(user, |(u, _)| u));
+            out.push_str(&before[at..]);
+        }
+        None => out.push_str(before),
+    }
+    if let Some(q) = query {
+        let is_password = |pair: &str| {
+            let key = pair.split_once('=').map_or(pair, |(k, _)| k);
+            percent_decode(key).unwrap_or_else(|| key.to_string()).trim().eq_ignore_ascii_case("password")
+        };
+        let kept: Vec<&str> = q.split('&').filter(|p| !is_password(p)).collect();
+        if !kept.iter().all(|p| p.is_empty()) {
+            out.push('?');
+            out.push_str(&kept.join("&"));
+        }
+    }
+    out
+}
+
 /// Opens the store `url` names. Returns it with the id a session created in it must get (for
 /// a database: the session the store is for).
 pub fn open_store(url: &str, opts: &UrlOptions) -> Result<(Box<dyn Store>, Option<String>)> {
@@ -245,5 +285,25 @@ mod tests {
             assert_eq!(parse(bad).unwrap_err().kind(), ErrorKind::InvalidInput, "{bad}");
         }
         assert!(parse("s3://b/k").unwrap_err().message().contains("unknown store scheme \"s3\""));
+    }
+
+    #[test]
+    fn redact_leaves_out_every_password() {
+        let cases = [
+            ("postgres://u:SECRET@127.0.0.1:1/db?session=x&password=SECRET2", "postgres://u@127.0.0.1:1/db?session=x"),
+            ("postgresql://u:p@ss/w@rd@h:5432/db", "postgresql://u@h:5432/db"),
+            ("postgres://u@h/db?password=s", "postgres://u@h/db"),
+            ("postgres://u@h/db?sslmode=disable&Password=s&%70assword=t&session=a", "postgres://u@h/db?sslmode=disable&session=a"),
+            ("postgres://h/db", "postgres://h/db"),
+            ("postgres://u:secret@", "postgres://u@"),
+            ("postgres://:secret@h", "postgres://@h"),
+            ("postgres://app@%2Fvar%2Frun/app?host=/tmp&session=s", "postgres://app@%2Fvar%2Frun/app?host=/tmp&session=s"),
+            ("not a url", "not a url"),
+            ("/tmp/u:p@x.jsonl", "/tmp/u:p@x.jsonl"),
+            ("file:///tmp/u:p@x.jsonl", "file:///tmp/u:p@x.jsonl"),
+        ];
+        for (given, shown) in cases {
+            assert_eq!(redact(given), shown, "{given}");
+        }
     }
 }
