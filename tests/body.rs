@@ -479,3 +479,30 @@ fn a_repeated_gemini_call_without_ids_records_in_every_turn() {
     assert_eq!(report.requests, 4);
     assert_eq!(s.verify_bodies(Renderer::Gemini, &RenderOptions::default()).unwrap().bodies, 4);
 }
+
+#[test]
+fn a_paused_anthropic_turn_is_continued_by_the_next_request_of_the_same_turn() {
+    // pause_turn: a server tool loop paused the answer; the host builds the next request in the
+    // same turn, which sends the paused assistant content back.
+    let paused = r#"{"id":"msg_p","type":"message","role":"assistant","model":"claude-x","content":[
+        {"type":"server_tool_use","id":"srvtoolu_1","name":"web_search","input":{"query":"herbe"}},
+        {"type":"web_search_tool_result","tool_use_id":"srvtoolu_1","content":[{"type":"web_search_result","url":"https://example.org/h","title":"H","encrypted_content":"E1"}]}],
+        "stop_reason":"pause_turn","usage":{"input_tokens":10,"output_tokens":5}}"#;
+    let v: Value = serde_json::from_str(paused).unwrap();
+    let parsed = llmsession::render::parse_response(Renderer::Anthropic, &v).unwrap();
+    assert_eq!(parsed.finish_reason.as_deref(), Some("pause-turn"));
+    let s = Session::in_memory();
+    let mut a = Agent::new(&s, options(3)).unwrap();
+    a.set_renderer(Renderer::Anthropic, RenderOptions::default()).unwrap();
+    a.start_turn(Message::user_text("cherche")).unwrap();
+    a.next_body(&CancelToken::new()).unwrap();
+    assert_eq!(a.record_body(paused).unwrap().tool_calls, 0);
+    let body: Value = serde_json::from_str(&a.next_body(&CancelToken::new()).unwrap().json).unwrap();
+    let last = body["messages"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["role"], "assistant");
+    assert_eq!(last["content"][0]["type"], "server_tool_use");
+    assert_eq!(last["content"][1]["type"], "web_search_tool_result");
+    a.record_body(r#"{"content":[{"type":"text","text":"Verte."}],"stop_reason":"end_turn"}"#).unwrap();
+    a.end_turn(TurnEndReason::Completed).unwrap();
+    assert_eq!(s.verify().unwrap().requests, 2);
+}

@@ -19,8 +19,10 @@ fn data(name: &str) -> Vec<u8> {
 const FIXTURES: &[(Renderer, &str, &str)] = &[
     (Renderer::OpenAi, "openai-chat-tools.sse", "openai-chat-tools.json"),
     (Renderer::OpenAi, "openai-chat-reasoning.sse", "openai-chat-reasoning.json"),
+    (Renderer::OpenAi, "openai-chat-refusal.sse", "openai-chat-refusal.json"),
     (Renderer::OpenAiResponses, "openai-responses-tools.sse", "openai-responses-tools.json"),
     (Renderer::Anthropic, "anthropic-tools.sse", "anthropic-tools.json"),
+    (Renderer::Anthropic, "anthropic-citations.sse", "anthropic-citations.json"),
     (Renderer::Gemini, "gemini-tools.sse", "gemini-tools.json"),
     (Renderer::Gemini, "gemini-array.stream.json", "gemini-array.json"),
 ];
@@ -414,4 +416,96 @@ fn an_empty_partial_message_is_refused_and_nothing_is_recorded() {
     let mut s = StreamAccumulator::new(Renderer::OpenAi);
     s.feed(&data("openai-chat-tools.sse")).unwrap();
     agent.record_stream(&mut s, false).unwrap();
+}
+
+/// `model` plus a user question and the parsed answer, as an envelope.
+fn envelope_with(answer: &Message) -> Value {
+    json!({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"q"}]}, answer.to_value()]})
+}
+
+#[test]
+fn an_openai_refusal_is_a_marked_text_block_that_goes_back_as_a_refusal() {
+    let refusal = "Désolé, je ne peux pas vous aider à ça 🙅.";
+    let want = parse_response(Renderer::OpenAi, &body_of("openai-chat-refusal.json")).unwrap();
+    assert_eq!(want.message.content.len(), 1);
+    assert_eq!(want.message.content[0].clone().into_value(), json!({"type":"text","text":refusal,"refusal":true}));
+    assert!(llmsession::render::is_refusal(&want.message.content[0]));
+    assert_eq!(want.finish_reason.as_deref(), Some("refusal"));
+    // Streamed: the refusal fragments are text deltas of block 0.
+    let (got, deltas) = run(Renderer::OpenAi, &data("openai-chat-refusal.sse"), &[]);
+    assert_eq!(got, want);
+    let texts: String = deltas.iter().filter(|d| d.kind == DeltaKind::Text && d.index == 0).filter_map(|d| d.text.as_deref()).collect();
+    assert_eq!(texts, refusal);
+    // Back to chat completions where OpenAI put it; to the Responses API as a refusal part;
+    // to the others as the assistant's text.
+    let env = envelope_with(&want.message);
+    let opts = llmsession::render::RenderOptions::default();
+    let chat = Renderer::OpenAi.render(&env, &opts).unwrap();
+    assert_eq!(chat["messages"][1], json!({"role":"assistant","content":null,"refusal":refusal}));
+    let responses = Renderer::OpenAiResponses.render(&env, &opts).unwrap();
+    assert_eq!(responses["input"][1], json!({"type":"message","role":"assistant","content":[{"type":"refusal","refusal":refusal}]}));
+    let anthropic = Renderer::Anthropic.render(&env, &opts).unwrap();
+    assert_eq!(anthropic["messages"][1]["content"][0]["text"], refusal);
+    let gemini = Renderer::Gemini.render(&env, &opts).unwrap();
+    assert_eq!(gemini["contents"][1]["parts"][0], json!({"text": refusal}));
+    // A Responses API refusal part parses to the same block (with its item id).
+    let r = parse_response(
+        Renderer::OpenAiResponses,
+        &json!({"status":"completed","output":[{"type":"message","id":"msg_9","role":"assistant","status":"completed",
+            "content":[{"type":"refusal","refusal":refusal}]}]}),
+    )
+    .unwrap();
+    assert!(llmsession::render::is_refusal(&r.message.content[0]));
+    assert_eq!(r.finish_reason.as_deref(), Some("refusal"));
+    let back = Renderer::OpenAiResponses.render(&envelope_with(&r.message), &opts).unwrap();
+    assert_eq!(
+        back["input"][1],
+        json!({"type":"message","id":"msg_9","role":"assistant","status":"completed","content":[{"type":"refusal","refusal":refusal}]})
+    );
+}
+
+#[test]
+fn anthropic_citations_stay_on_their_text_block_and_go_back_to_anthropic_only() {
+    let want = parse_response(Renderer::Anthropic, &body_of("anthropic-citations.json")).unwrap();
+    let blocks: Vec<Value> = want.message.content.iter().map(|b| b.clone().into_value()).collect();
+    let citations = body_of("anthropic-citations.json")["content"][1]["citations"].clone();
+    assert_eq!(citations.as_array().unwrap().len(), 2);
+    assert_eq!(
+        blocks,
+        vec![
+            json!({"type":"text","text":"D'après le document, "}),
+            json!({"type":"text","text":"l'herbe est verte 🌱","citations":citations,"origin":"anthropic"}),
+            json!({"type":"text","text":"."}),
+        ]
+    );
+    // The streamed citations_delta events give the same block.
+    assert_eq!(run(Renderer::Anthropic, &data("anthropic-citations.sse"), &[]).0, want);
+    let env = envelope_with(&want.message);
+    let opts = llmsession::render::RenderOptions::default();
+    let body = Renderer::Anthropic.render(&env, &opts).unwrap();
+    assert_eq!(body["messages"][1]["content"][1], json!({"type":"text","text":"l'herbe est verte 🌱","citations":citations}));
+    for other in [Renderer::OpenAi, Renderer::OpenAiResponses, Renderer::Gemini] {
+        let text = other.render(&env, &opts).unwrap().to_string();
+        assert!(!text.contains("char_location") && text.contains("l'herbe est verte"), "{}: {text}", other.name());
+    }
+}
+
+#[test]
+fn a_chat_completion_with_more_than_one_choice_is_refused() {
+    let two = json!({"choices":[
+        {"index":0,"message":{"role":"assistant","content":"a"},"finish_reason":"stop"},
+        {"index":1,"message":{"role":"assistant","content":"b"},"finish_reason":"stop"}]});
+    let e = parse_response(Renderer::OpenAi, &two).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    assert_eq!(field(&e, "field"), "response.choices");
+    assert_eq!(field(&e, "choices"), 2);
+    assert!(e.message().contains("has 2 choices; a response with more than one choice (`n` > 1) cannot be recorded"), "{}", e.message());
+    // Streamed: refused at the first chunk of the second choice.
+    let mut s = StreamAccumulator::new(Renderer::OpenAi);
+    s.feed(b"data: {\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n").unwrap();
+    let e =
+        s.feed(b"data: {\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":1,\"delta\":{\"content\":\"b\"}}]}\n\n").unwrap_err();
+    assert_eq!(field(&e, "stream"), "malformed");
+    assert_eq!(field(&e, "choice"), 1);
+    assert!(e.message().contains("choice 1 arrived: a response with more than one choice"), "{}", e.message());
 }

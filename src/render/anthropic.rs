@@ -4,7 +4,8 @@
 //! - system prompt, then the text of every system-role **prefix** message → `system` text
 //!   blocks (a system-role message after the prefix is an error);
 //! - user message → a `user` message: `text`, `image` and `tool_result` blocks;
-//! - assistant message → an `assistant` message: `text`, `thinking` (reasoning blocks that carry
+//! - assistant message → an `assistant` message: `text` (with the `citations` an Anthropic
+//!   response gave it), `thinking` (reasoning blocks that carry
 //!   a `signature`; unsigned reasoning is dropped), `redacted_thinking` and `tool_use` blocks;
 //! - consecutive user messages that hold only tool results are merged into one user message;
 //! - empty text blocks are dropped, and so is a message left with no block at all;
@@ -291,7 +292,7 @@ fn render_message(m: &Message, i: usize) -> Result<Option<Rendered>> {
             _ if origin::is_foreign(b, NAME) => None,
             (_, "text") => match b.get_str("text").unwrap_or_default() {
                 "" => None, // Anthropic rejects empty text blocks.
-                text => Some(json!({"type": "text", "text": text})),
+                text => Some(text_block(b, text, &path)?),
             },
             (Role::User, "image") => Some(image_block(b, &path)?),
             (Role::User, "tool-result") => Some(tool_result_block(b, &path)?),
@@ -309,6 +310,24 @@ fn render_message(m: &Message, i: usize) -> Result<Option<Rendered>> {
     let role = if m.role == Role::Assistant { "assistant" } else { "user" };
     let tool_results_only = role == "user" && content.iter().all(|b| b["type"] == "tool_result");
     Ok(Some(Rendered { role, content, tool_results_only }))
+}
+
+/// A text block; one parsed from an Anthropic response keeps its `citations`, sent back as
+/// they came (other formats have no place for them and ignore them).
+fn text_block(b: &Block, text: &str, path: &str) -> Result<Value> {
+    let mut block = json!({"type": "text", "text": text});
+    if origin::is_native(b, NAME) {
+        match b.get("citations") {
+            None | Some(Value::Null) => {}
+            Some(c @ Value::Array(_)) => {
+                block["citations"] = c.clone();
+            }
+            Some(v) => {
+                return Err(Error::invalid(format!("{path}.citations"), format!("expected an array, got {}", crate::types::kind_of(v))))
+            }
+        }
+    }
+    Ok(block)
 }
 
 fn required_str<'a>(b: &'a Block, path: &str, key: &str) -> Result<&'a str> {

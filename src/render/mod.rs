@@ -38,7 +38,8 @@ pub use anthropic::{render_anthropic, DEFAULT_ANTHROPIC_MAX_TOKENS, MAX_BREAKPOI
 pub use body::{BodyCache, BodySource};
 pub use gemini::{render_gemini, unique_synthetic_ids};
 pub use openai::render_openai;
-pub use response::{is_context_overflow, parse_response, usage_from_provider, ParsedResponse};
+pub use response::{is_context_overflow, is_refusal, parse_response, usage_from_provider, ParsedResponse, FINISH_REASONS};
+pub(crate) use response::{refusal_block, ONE_CHOICE};
 pub use responses::render_responses;
 
 use crate::error::{Error, Result};

@@ -7,7 +7,8 @@
 //!   `{"role":"tool","tool_call_id","content"}` message, every run of other blocks becomes a
 //!   `{"role":"user","content"}` message (a string, or content parts when it holds an image);
 //! - assistant message → one message with `content` (text blocks joined by "\n"; `null` when
-//!   there is no text but there are tool calls), `reasoning_content` (reasoning blocks joined by
+//!   there is no text but there are tool calls or a refusal), `refusal` (text blocks marked
+//!   `"refusal": true`, joined by "\n"), `reasoning_content` (reasoning blocks joined by
 //!   "\n", present whenever the message has a reasoning block) and `tool_calls`.
 
 use super::{block_path, image_source, origin, unsupported, Envelope, ImageSource, RenderOptions};
@@ -142,11 +143,14 @@ fn render_message(m: &Message, i: usize, out: &mut Vec<Value>) -> Result<()> {
         }
         Role::Assistant => {
             let mut texts = Vec::new();
+            let mut refusals = Vec::new();
             let mut reasoning: Option<Vec<&str>> = None;
             let mut calls = Vec::new();
             for (j, b) in m.content.iter().enumerate() {
                 match b.kind() {
                     _ if origin::is_foreign(b, NAME) => {}
+                    // A refusal goes back where OpenAI put it, beside `content`.
+                    "text" if super::is_refusal(b) => refusals.push(b.get_str("text").unwrap_or_default()),
                     "text" => texts.push(b.get_str("text").unwrap_or_default()),
                     "reasoning" => reasoning.get_or_insert_with(Vec::new).push(b.get_str("text").unwrap_or_default()),
                     "tool-call" => {
@@ -164,8 +168,12 @@ fn render_message(m: &Message, i: usize, out: &mut Vec<Value>) -> Result<()> {
             }
             let mut msg = JsonMap::new();
             msg.insert("role".into(), "assistant".into());
-            let content = if texts.is_empty() && !calls.is_empty() { Value::Null } else { texts.join("\n").into() };
+            let content =
+                if texts.is_empty() && (!calls.is_empty() || !refusals.is_empty()) { Value::Null } else { texts.join("\n").into() };
             msg.insert("content".into(), content);
+            if !refusals.is_empty() {
+                msg.insert("refusal".into(), refusals.join("\n").into());
+            }
             if let Some(r) = reasoning {
                 msg.insert("reasoning_content".into(), r.join("\n").into());
             }

@@ -23,10 +23,34 @@ pub struct ParsedResponse {
     /// The usage, mapped into disjoint buckets.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
-    /// The finish reason normalised: "stop", "tool-calls", "max-tokens", or the provider's word.
+    /// The finish reason normalised (see [`FINISH_REASONS`]), or the provider's own word for a
+    /// reason the library does not know.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub finish_reason: Option<String>,
 }
+
+/// The normalised finish reasons and what a host does after recording a response with each:
+///
+/// - `"stop"`: the model finished its answer; end the turn (or go on with the user).
+/// - `"tool-calls"`: run the tools, record their results, build the next request.
+/// - `"max-tokens"`: the answer was cut by the output budget; raise `maxTokens` or continue.
+/// - `"pause-turn"` (Anthropic `pause_turn`): a server-side tool loop paused the answer; the
+///   turn is not over: build the next request in the same turn (no new user message), which
+///   sends the paused assistant message back for the model to continue.
+/// - `"refusal"` (Anthropic `refusal`; an OpenAI chat or Responses answer holding a refusal):
+///   the model declined; the refusal text is in the message (a text block with
+///   `"refusal": true` for OpenAI). Do not retry unchanged.
+/// - `"context-overflow"` (Anthropic `model_context_window_exceeded`): the answer filled the
+///   context window and is cut there; record it, then compact before the next request (the
+///   compaction gate does when it measures the prompt).
+/// - `"content-filter"`: the provider's filter stopped the answer.
+/// - `"incomplete"`: the partial message of a cut stream (`StreamAccumulator::finish`).
+pub const FINISH_REASONS: &[&str] =
+    &["stop", "tool-calls", "max-tokens", "pause-turn", "refusal", "context-overflow", "content-filter", "incomplete"];
+
+/// Why a chat completion with more than one choice is refused.
+pub(crate) const ONE_CHOICE: &str = "a response with more than one choice (`n` > 1) cannot be recorded: the log keeps one \
+     answer per request; leave `n` out or send 1";
 
 fn u(v: &Value, ptr: &str) -> Option<u64> {
     v.pointer(ptr).and_then(Value::as_u64)
@@ -140,6 +164,9 @@ fn opt_object<'a>(v: &'a Value, key: &str, path: &str) -> Result<Option<&'a Valu
 fn parse_openai(body: &Value) -> Result<ParsedResponse> {
     as_object(body, "response")?;
     let choice = body.pointer("/choices/0").ok_or_else(|| Error::invalid("response.choices", "expected at least one choice"))?;
+    if let Some(n) = body.get("choices").and_then(Value::as_array).map(Vec::len).filter(|n| *n > 1) {
+        return Err(Error::invalid("response.choices", format!("has {n} choices; {ONE_CHOICE}")).with("choices", n as u64));
+    }
     as_object(choice, "response.choices[0]")?;
     let msg = choice.get("message").ok_or_else(|| Error::invalid("response.choices[0].message", "is required"))?;
     as_object(msg, "response.choices[0].message")?;
@@ -183,6 +210,14 @@ fn parse_openai(body: &Value) -> Result<ParsedResponse> {
         }
         Some(_) => return Err(Error::invalid("response.choices[0].message.content", "expected a string, an array of parts or null")),
     }
+    // OpenAI puts a refusal beside `content` (null then): a text block marked as a refusal.
+    let refused = match opt_str(msg, "refusal", "response.choices[0].message.refusal")? {
+        Some(r) if !r.is_empty() => {
+            content.push(refusal_block(r));
+            true
+        }
+        _ => false,
+    };
     let calls = match msg.get("tool_calls") {
         None | Some(Value::Null) => &[][..],
         Some(Value::Array(calls)) => &calls[..],
@@ -211,6 +246,8 @@ fn parse_openai(body: &Value) -> Result<ParsedResponse> {
     let finish = opt_str(choice, "finish_reason", "response.choices[0].finish_reason")?.map(|f| match f {
         "tool_calls" => "tool-calls".to_string(),
         "length" => "max-tokens".to_string(),
+        "content_filter" => "content-filter".to_string(),
+        "stop" if refused => "refusal".to_string(),
         other => other.to_string(),
     });
     let usage = match opt_object(body, "usage", "response.usage")? {
@@ -225,6 +262,23 @@ fn parse_openai(body: &Value) -> Result<ParsedResponse> {
     Ok(ParsedResponse { message, usage, finish_reason: finish })
 }
 
+/// The block field that marks a text block as the model's refusal (OpenAI's `refusal`).
+pub const REFUSAL: &str = "refusal";
+
+/// A text block holding a refusal: `{"type":"text","text":<refusal>,"refusal":true}`.
+pub(crate) fn refusal_block(text: &str) -> Block {
+    let mut m = JsonMap::new();
+    m.insert("type".into(), "text".into());
+    m.insert("text".into(), text.into());
+    m.insert(REFUSAL.into(), true.into());
+    Block::from_value(&Value::Object(m), "").expect("a text block is valid")
+}
+
+/// Whether a block is a text block marked as a refusal.
+pub fn is_refusal(b: &Block) -> bool {
+    b.kind() == "text" && b.get(REFUSAL) == Some(&Value::Bool(true))
+}
+
 /// The `origin` of Anthropic-native blocks (the Anthropic renderer's name).
 const ANTHROPIC: &str = "anthropic";
 
@@ -235,8 +289,17 @@ fn parse_anthropic(body: &Value) -> Result<ParsedResponse> {
     for (i, b) in blocks.iter().enumerate() {
         let path = format!("response.content[{i}]");
         match b.get("type").and_then(Value::as_str) {
-            Some("text") => match b.get("text") {
-                Some(Value::String(t)) => content.push(Block::text(t.clone())),
+            Some("text") => match (b.get("text"), b.get("citations")) {
+                // Citations stay on their text block, for the Anthropic renderer to send back.
+                (Some(Value::String(t)), Some(Value::Array(c))) if !c.is_empty() => {
+                    let mut m = JsonMap::new();
+                    m.insert("type".into(), "text".into());
+                    m.insert("text".into(), t.clone().into());
+                    m.insert("citations".into(), Value::Array(c.clone()));
+                    content.push(origin::with_origin(m, ANTHROPIC));
+                }
+                (Some(Value::String(t)), None | Some(Value::Null | Value::Array(_))) => content.push(Block::text(t.clone())),
+                (Some(Value::String(_)), Some(_)) => return Err(Error::invalid(format!("{path}.citations"), "expected an array or null")),
                 _ => return Err(Error::invalid(format!("{path}.text"), "expected a string")),
             },
             Some("thinking") => {
@@ -273,6 +336,9 @@ fn parse_anthropic(body: &Value) -> Result<ParsedResponse> {
         "end_turn" | "stop_sequence" => "stop".to_string(),
         "tool_use" => "tool-calls".to_string(),
         "max_tokens" => "max-tokens".to_string(),
+        "pause_turn" => "pause-turn".to_string(),
+        "refusal" => "refusal".to_string(),
+        "model_context_window_exceeded" => "context-overflow".to_string(),
         other => other.to_string(),
     });
     let usage = match opt_object(body, "usage", "response.usage")? {
@@ -375,6 +441,36 @@ mod tests {
         assert_eq!(r.message.content[0].get_str("origin"), Some("anthropic"));
         assert_eq!(r.message.tool_calls().next(), Some(("tu_1", "read", "{\"p\":1}")));
         assert_eq!(r.finish_reason.as_deref(), Some("tool-calls"));
+    }
+
+    #[test]
+    fn stop_reasons_are_normalised() {
+        for (stop, want) in [
+            ("end_turn", "stop"),
+            ("stop_sequence", "stop"),
+            ("tool_use", "tool-calls"),
+            ("max_tokens", "max-tokens"),
+            ("pause_turn", "pause-turn"),
+            ("refusal", "refusal"),
+            ("model_context_window_exceeded", "context-overflow"),
+            ("something_new", "something_new"),
+        ] {
+            let r = parse_response(Renderer::Anthropic, &json!({"content":[],"stop_reason":stop})).unwrap();
+            assert_eq!(r.finish_reason.as_deref(), Some(want), "{stop}");
+        }
+        let chat = |msg: Value, f: &str| {
+            parse_response(Renderer::OpenAi, &json!({"choices":[{"message":msg,"finish_reason":f}]})).unwrap().finish_reason.unwrap()
+        };
+        assert_eq!(chat(json!({"role":"assistant","content":"x"}), "content_filter"), "content-filter");
+        assert_eq!(chat(json!({"role":"assistant","content":null,"refusal":"no"}), "stop"), "refusal");
+        assert_eq!(chat(json!({"role":"assistant","content":"x","refusal":null}), "stop"), "stop");
+        for f in ["stop", "tool-calls", "max-tokens", "pause-turn", "refusal", "context-overflow", "content-filter", "incomplete"] {
+            assert!(FINISH_REASONS.contains(&f), "{f}");
+        }
+        let e = parse_response(Renderer::OpenAi, &json!({"choices":[{"message":{"role":"assistant","refusal":5}}]})).unwrap_err();
+        assert_eq!(e.detail()["field"], "response.choices[0].message.refusal");
+        let e = parse_response(Renderer::Anthropic, &json!({"content":[{"type":"text","text":"t","citations":"x"}]})).unwrap_err();
+        assert_eq!(e.detail()["field"], "response.content[0].citations");
     }
 
     #[test]

@@ -8,11 +8,12 @@
 //! - user message → its blocks cut into runs: each `tool-result` becomes a
 //!   `function_call_output` item, each run of text and images a user `message` item;
 //! - assistant message → items in block order: runs of text → an assistant `message` item
-//!   (`output_text` parts), `tool-call` → `function_call`, reasoning parsed from this API (with
+//!   (`output_text` parts; `refusal` parts for text blocks marked `"refusal": true`), `tool-call` → `function_call`, reasoning parsed from this API (with
 //!   its `encrypted_content`) → the `reasoning` item verbatim, opaque items of this API (e.g.
 //!   `compaction`) → verbatim; item ids recorded by the parser are sent back.
 //!
-//! The parser maps `output` items back: `message` → text blocks, `function_call` → tool-call
+//! The parser maps `output` items back: `message` → text blocks (a `refusal` part → a text
+//! block marked `"refusal": true`, and finish reason `"refusal"`), `function_call` → tool-call
 //! blocks, `reasoning` → a reasoning block holding the item, anything else → an opaque block.
 
 use super::origin::{self, is_foreign, is_native, native_str, with_origin};
@@ -201,7 +202,11 @@ fn render_message(m: &Message, i: usize, out: &mut Vec<Value>) -> Result<()> {
                         continue;
                     }
                     let (_, parts) = text.get_or_insert_with(|| (id, Vec::new()));
-                    parts.push(json!({"type": "output_text", "text": t, "annotations": []}));
+                    parts.push(if super::is_refusal(b) {
+                        json!({"type": "refusal", "refusal": t})
+                    } else {
+                        json!({"type": "output_text", "text": t, "annotations": []})
+                    });
                     continue;
                 }
                 flush_assistant(&mut text, out);
@@ -331,6 +336,7 @@ pub(crate) fn parse(body: &Value) -> Result<ParsedResponse> {
     };
     let mut content = Vec::new();
     let mut calls = false;
+    let mut refused = false;
     for (i, item) in items.iter().enumerate() {
         let path = format!("response.output[{i}]");
         as_object(item, &path)?;
@@ -339,13 +345,14 @@ pub(crate) fn parse(body: &Value) -> Result<ParsedResponse> {
             Some("message") => {
                 let parts = item.get("content").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
                 for p in parts {
-                    let text = match p.get("type").and_then(Value::as_str) {
-                        Some("output_text") => p.get("text").and_then(Value::as_str),
-                        Some("refusal") => p.get("refusal").and_then(Value::as_str),
-                        _ => None,
+                    let (text, refusal) = match p.get("type").and_then(Value::as_str) {
+                        Some("output_text") => (p.get("text").and_then(Value::as_str), false),
+                        Some("refusal") => (p.get("refusal").and_then(Value::as_str), true),
+                        _ => (None, false),
                     };
                     if let Some(t) = text {
-                        content.push(native_text(t, id));
+                        refused |= refusal;
+                        content.push(native_text(t, id, refusal));
                     }
                 }
             }
@@ -396,7 +403,16 @@ pub(crate) fn parse(body: &Value) -> Result<ParsedResponse> {
         }
     }
     let finish = match status {
-        Some("completed") => Some(if calls { "tool-calls" } else { "stop" }.to_string()),
+        Some("completed") => Some(
+            if calls {
+                "tool-calls"
+            } else if refused {
+                "refusal"
+            } else {
+                "stop"
+            }
+            .to_string(),
+        ),
         Some("incomplete") => Some(match body.pointer("/incomplete_details/reason").and_then(Value::as_str) {
             Some("max_output_tokens") => "max-tokens".to_string(),
             Some("content_filter") => "content-filter".to_string(),
@@ -419,13 +435,18 @@ pub(crate) fn parse(body: &Value) -> Result<ParsedResponse> {
 }
 
 /// A text block; with the output message's id (native state) when it has one.
-fn native_text(text: &str, item_id: Option<&str>) -> Block {
+/// A text block of an output message part (`refusal`: a refusal part, marked as such).
+fn native_text(text: &str, item_id: Option<&str>, refusal: bool) -> Block {
     match item_id {
+        None if refusal => super::refusal_block(text),
         None => Block::text(text),
         Some(id) => {
             let mut m = JsonMap::new();
             m.insert("type".into(), "text".into());
             m.insert("text".into(), text.into());
+            if refusal {
+                m.insert(super::response::REFUSAL.into(), true.into());
+            }
             m.insert("itemId".into(), id.into());
             with_origin(m, NAME)
         }

@@ -5,10 +5,13 @@
 //! "delta":{"role"?,"content"?,"reasoning_content"?,"tool_calls"?:[{"index","id"?,"type"?,
 //! "function":{"name"?,"arguments"?}}]},"finish_reason"}],"usage"?}`; with
 //! `stream_options.include_usage` a last chunk has no choices and the usage. String fields of a
-//! delta are concatenated (`content`, `reasoning_content`, `reasoning`, `refusal`, ...), tool
+//! delta are concatenated (`content`, `reasoning_content`, `reasoning`, `refusal`, ...; the
+//! refusal's deltas are text deltas, as the parser makes it a text block), tool
 //! calls are put together by their `index` (id, type and name from their first chunk,
 //! arguments concatenated), and the last non-null value of every other top-level field wins
-//! (`usage`, llama.cpp's `timings`, ...). A chunk `{"error": ...}` is the provider's error.
+//! (`usage`, llama.cpp's `timings`, ...). A chunk `{"error": ...}` is the provider's error; a
+//! choice with an `index` above 0 (`n` > 1) is refused at its first chunk, as the parser
+//! refuses such a response.
 
 use super::{append, check_format, json_data, malformed, provider_error, Assembler, Delta, DeltaKind};
 use crate::error::Result;
@@ -74,6 +77,9 @@ impl Assembler for Chat {
         };
         for c in choices {
             let index = c.get("index").and_then(Value::as_u64).unwrap_or(0);
+            if index > 0 {
+                return Err(malformed(format!("choice {index} arrived: {}", crate::render::ONE_CHOICE)).with("choice", index));
+            }
             let choice = self.choices.entry(index).or_default();
             let shown = index == 0;
             if let Some(delta) = c.get("delta").filter(|d| !d.is_null()) {
@@ -98,6 +104,11 @@ impl Assembler for Chat {
                             if shown && !s.is_empty() {
                                 if k == "content" {
                                     out.push_back(Delta::text(DeltaKind::Text, 0, s));
+                                } else if k == "refusal" {
+                                    // The parser gives the refusal a text block after the
+                                    // content's (when there is content).
+                                    let after = choice.message.get("content").and_then(Value::as_str).is_some_and(|c| !c.is_empty());
+                                    out.push_back(Delta::text(DeltaKind::Text, usize::from(after), s));
                                 } else if REASONING_KEYS.contains(&k.as_str()) && !reasoning_shown {
                                     reasoning_shown = true;
                                     out.push_back(Delta::text(DeltaKind::Reasoning, 0, s));
