@@ -1389,12 +1389,17 @@ lls_status lls_session_explain(const lls_session *session,
 
 /**
  * Explains a stored JSONL log at `(path, path_len)` without opening it as a session (nothing
- * is written, no lock is taken), as `lls_session_explain` does.
+ * is written, no lock is taken), as `lls_session_explain` does. The log is checked as opening
+ * it checks it (the chained digest of every record, the log rules, contiguous seqs); a log
+ * that fails is refused as `lls_verify_file` refuses it, naming the same line. Only a torn
+ * last line (a write cut short) is left out.
  *
  * Errors: `LLS_ERR_NULL_POINTER` (`path`, `out`), `LLS_ERR_INVALID_UTF8`,
  * `LLS_ERR_INVALID_ARGUMENT` (empty path), `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT`,
  * `LLS_ERR_TOKENIZER`, `LLS_ERR_STORAGE` (cannot read; detail `path`), `LLS_ERR_CORRUPT_LOG`
- * (not a session log, or an event the log rules refuse; detail `line`).
+ * (not a session log, a record that does not match its chained digest, a seq gap or another
+ * event the log rules refuse, or damage in an unfinished last turn that opening the log for
+ * writing would cut; detail `line`).
  *
  * # Safety
  * `path` NULL or `path_len` readable bytes; `options_json` likewise; `out`, `out_len`, `err`
@@ -1522,12 +1527,18 @@ lls_status lls_render_with_options(const char *renderer,
  * Reads the stored JSONL log at `(path, path_len)` (without opening it as a session: nothing
  * is written, no lock is taken) and stores in `*out` a replay of it: every conversation and
  * summarisation request it records, rebuilt from the log, each with its recorded answer. Free
- * it with `lls_replay_free`.
+ * it with `lls_replay_free`. The log is checked as opening it checks it (the chained digest of
+ * every record, the log rules, contiguous seqs); a log that fails is refused as
+ * `lls_verify_file` refuses it, naming the same line. Only a torn last line (a write cut
+ * short) is left out.
  *
  * Errors: `LLS_ERR_NULL_POINTER` (`path`, `out`), `LLS_ERR_INVALID_UTF8`,
  * `LLS_ERR_INVALID_ARGUMENT` (empty path), `LLS_ERR_STORAGE` (cannot read; detail `path`),
- * `LLS_ERR_CORRUPT_LOG` (not a session log; detail `line`), `LLS_ERR_RECONSTRUCTION` (the log
- * does not rebuild a request it records, so it cannot answer it; detail `seq`, `request`).
+ * `LLS_ERR_CORRUPT_LOG` (not a session log, a record that does not match its chained digest,
+ * a seq gap or another event the log rules refuse, or damage in an unfinished last turn that
+ * opening the log for writing would cut; detail `line`), `LLS_ERR_RECONSTRUCTION` (the log
+ * passes those checks but does not rebuild a request it records, so it cannot answer it;
+ * detail `seq`, `request`).
  *
  * # Safety
  * `path` NULL or `path_len` readable bytes; `out`, `err` NULL or valid for writes.
