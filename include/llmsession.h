@@ -2199,7 +2199,8 @@ lls_status lls_stream_new(const char *format, size_t format_len, lls_stream **ou
  * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_MALFORMED_JSON` (an event
  * that is not JSON; detail `stream` = `malformed`, `event`, `line`, `column`),
  * `LLS_ERR_INVALID_INPUT` (detail `stream`: `malformed` for an event without what its type
- * needs or text that is not UTF-8, `provider-error` for the provider's error event, with
+ * needs, an event of another format (detail `looksLike`: the format it looks like), a second
+ * chat choice or text that is not UTF-8, `provider-error` for the provider's error event, with
  * `providerError` (its error object) and `overflow` (whether it reports a context overflow:
  * pass that to `lls_agent_provider_error`)), `LLS_ERR_OUT_OF_ORDER` (after
  * `lls_stream_finish`). Once a feed failed, every later feed fails with the same error.
@@ -2235,7 +2236,8 @@ lls_status lls_stream_next_delta(lls_stream *stream, char **out, size_t *out_len
  * before its terminal event (a cut connection), is an error, unless `partial` is true: then
  * the message assembled so far (text and reasoning as received, tool calls only with
  * complete arguments) comes with `"finishReason":"incomplete"`; record it only if that is
- * what the host wants. May be called again; later feeds fail.
+ * what the host wants. With no content assembled there is no partial message: the stream's
+ * error, detail `partial` = `empty`. May be called again; later feeds fail.
  *
  * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, the stream's own error (see
  * `lls_stream_feed`), `LLS_ERR_INVALID_INPUT` with detail `stream` = `incomplete` (the

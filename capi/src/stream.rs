@@ -77,7 +77,8 @@ pub unsafe extern "C" fn lls_stream_new(
 /// Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_MALFORMED_JSON` (an event
 /// that is not JSON; detail `stream` = `malformed`, `event`, `line`, `column`),
 /// `LLS_ERR_INVALID_INPUT` (detail `stream`: `malformed` for an event without what its type
-/// needs or text that is not UTF-8, `provider-error` for the provider's error event, with
+/// needs, an event of another format (detail `looksLike`: the format it looks like), a second
+/// chat choice or text that is not UTF-8, `provider-error` for the provider's error event, with
 /// `providerError` (its error object) and `overflow` (whether it reports a context overflow:
 /// pass that to `lls_agent_provider_error`)), `LLS_ERR_OUT_OF_ORDER` (after
 /// `lls_stream_finish`). Once a feed failed, every later feed fails with the same error.
@@ -147,7 +148,8 @@ pub unsafe extern "C" fn lls_stream_next_delta(
 /// before its terminal event (a cut connection), is an error, unless `partial` is true: then
 /// the message assembled so far (text and reasoning as received, tool calls only with
 /// complete arguments) comes with `"finishReason":"incomplete"`; record it only if that is
-/// what the host wants. May be called again; later feeds fail.
+/// what the host wants. With no content assembled there is no partial message: the stream's
+/// error, detail `partial` = `empty`. May be called again; later feeds fail.
 ///
 /// Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_HANDLE`, the stream's own error (see
 /// `lls_stream_feed`), `LLS_ERR_INVALID_INPUT` with detail `stream` = `incomplete` (the
@@ -262,7 +264,8 @@ mod tests {
         lls_error_free(err);
         err = std::ptr::null_mut();
 
-        // A provider error: the detail says so, and finish fails unless partial.
+        // A provider error: the detail says so, and finish fails, even with partial: nothing
+        // arrived before it.
         assert_eq!(unsafe { lls_stream_new(c"anthropic".as_ptr(), 9, &mut s, &mut err) }, LLS_OK);
         let bad = b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
         assert_eq!(unsafe { lls_stream_feed(s, bad.as_ptr().cast(), bad.len(), &mut err) }, LLS_ERR_INVALID_INPUT);
@@ -274,8 +277,10 @@ mod tests {
         assert_eq!(unsafe { lls_stream_finish(s, false, &mut out, &mut len, &mut err) }, LLS_ERR_INVALID_INPUT);
         lls_error_free(err);
         err = std::ptr::null_mut();
-        assert_eq!(unsafe { lls_stream_finish(s, true, &mut out, &mut len, &mut err) }, LLS_OK);
-        assert!(take(out).contains("\"finishReason\":\"incomplete\""));
+        assert_eq!(unsafe { lls_stream_finish(s, true, &mut out, &mut len, &mut err) }, LLS_ERR_INVALID_INPUT);
+        let d: serde_json::Value = serde_json::from_str(unsafe { CStr::from_ptr(lls_error_detail(err)) }.to_str().unwrap()).unwrap();
+        assert_eq!((d["stream"].as_str(), d["partial"].as_str()), (Some("provider-error"), Some("empty")));
+        lls_error_free(err);
         lls_stream_free(s);
         lls_stream_free(std::ptr::null_mut());
     }

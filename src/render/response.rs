@@ -39,12 +39,15 @@ pub struct ParsedResponse {
 ///   sends the paused assistant message back for the model to continue.
 /// - `"refusal"` (Anthropic `refusal`; an OpenAI chat or Responses answer holding a refusal):
 ///   the model declined; the refusal text is in the message (a text block with
-///   `"refusal": true` for OpenAI). Do not retry unchanged.
+///   `"refusal": true` for OpenAI). Retrying unchanged gets the same answer.
 /// - `"context-overflow"` (Anthropic `model_context_window_exceeded`): the answer filled the
-///   context window and is cut there; record it, then compact before the next request (the
-///   compaction gate does when it measures the prompt).
+///   context window and is cut there; record it, then compact before the next request
+///   (`compact`, or a compaction gate whose threshold is below the window). It is not a
+///   refused request, so it is not reported with `report_provider_error(.., overflow = true)`.
 /// - `"content-filter"`: the provider's filter stopped the answer.
 /// - `"incomplete"`: the partial message of a cut stream (`StreamAccumulator::finish`).
+///
+/// `docs/render.md` ("Finish reasons") has which provider reason gives which.
 pub const FINISH_REASONS: &[&str] =
     &["stop", "tool-calls", "max-tokens", "pause-turn", "refusal", "context-overflow", "content-filter", "incomplete"];
 
