@@ -83,7 +83,7 @@ fn records_are_stored_verbatim_and_reload() {
     assert_eq!(events as usize, records.len() - 1);
     // The schema records its version.
     let v: String = c.query_one("SELECT value FROM llmsession_meta WHERE key = 'schema_version'", &[]).unwrap().get(0);
-    assert_eq!(v, "1");
+    assert_eq!(v, llmsession::store::postgres::SCHEMA_VERSION.to_string());
     // Reopened: the same records, the same chain head, and verify passes.
     let (s, report) = Session::open_url(&url, writer(&id)).unwrap();
     assert_eq!(report.cut_records + report.repaired_events, 0);
@@ -421,7 +421,7 @@ fn bad_urls_credentials_databases_and_schemas_are_clear_errors() {
     for opts in [writer("s"), reader("s")] {
         let e = Session::open_url(&newer, opts).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Storage);
-        assert!(e.message().contains("schema version 99, newer than this library's version 1"), "{}", e.message());
+        assert!(e.message().contains("schema version 99, newer than this library's version 2"), "{}", e.message());
     }
     assert_eq!(list_sessions(&newer, None, None).unwrap_err().kind(), ErrorKind::Storage);
     // A read-only open does not create the tables.
@@ -770,7 +770,8 @@ fn a_failed_sync_takes_the_batch_back() {
          CREATE ROLE {role} LOGIN PASSWORD 'limited';
          GRANT SELECT, INSERT, DELETE ON llmsession_records TO {role};
          GRANT SELECT, INSERT ON llmsession_quarantine, llmsession_sessions TO {role};
-         GRANT UPDATE (header, created_ms, parent_id, parent_seed, events, chain_head, updated_at) ON llmsession_sessions TO {role};
+         GRANT UPDATE (header, created_ms, parent_id, parent_seed, events, chain_head, updated_at,
+                       lease_holder, lease_epoch, lease_expires, lease_live) ON llmsession_sessions TO {role};
          GRANT SELECT ON llmsession_meta TO {role};
          GRANT USAGE ON SEQUENCE llmsession_lock_keys TO {role};"
     ))

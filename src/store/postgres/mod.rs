@@ -1,0 +1,802 @@
+//! The PostgreSQL store: sessions in a database, so a session outlives the machine that wrote
+//! it and any worker that can reach the database can resume it (`docs/storage-postgres.md`).
+//!
+//! - **Records verbatim.** Each event record is stored exactly as the log writes it (chain field
+//!   included) in `llmsession_records`, keyed by `(session_id, seq)`; the session header record,
+//!   its creation time and parent, the head (number of events and the chain value of the last
+//!   one) and the writer lease are a row of `llmsession_sessions` ([`schema`]).
+//! - **A fenced lease, no pinned connection** ([`lease`]): a writing open takes the session's
+//!   lease with a conditional write that raises its epoch (the fencing token); the pool renews
+//!   it; every write is conditional on the head seq *and* the epoch in the same statement, so a
+//!   writer that lost its lease never writes after the new holder. A second writer is refused
+//!   with [`ErrorKind::Locked`] naming the holder.
+//! - **Pooled connections, every call bounded** ([`pool`]): sessions opened on one database
+//!   share a bounded pool (a session holds a connection only while a call runs; a
+//!   transaction-mode pooler works: every statement is one unnamed, typed round trip), and every
+//!   call has a bound (`connect_timeout`, `query_timeout`, `lease_timeout`, `pool_timeout`);
+//!   past one, the error names it and says whether the write's outcome is unknown ([`error`]).
+//! - **TLS** with libpq's `sslmode` meanings ([`tls`], [`config`]).
+//! - **Durability.** With [`Durability::EveryEvent`] every batch commits with the server's own
+//!   synchronous level: nothing acknowledged is lost by a server crash (nor, with synchronous
+//!   replication, by a failover). With `TurnEnd` and `Never` batches commit with
+//!   `synchronous_commit = off`, and [`Store::sync`] (at turn ends, repairs and compactions, with
+//!   `TurnEnd`) commits a small write synchronously, which makes every earlier commit durable: a
+//!   server crash loses at most what was appended after the last sync point (with `Never`: at
+//!   most the server's last few hundred milliseconds of commits). A client crash loses nothing
+//!   committed.
+//! - **An unknown outcome.** A write whose outcome is unknown (the connection broke or the bound
+//!   ran out after it was sent) makes the handle refuse every further write until the session is
+//!   reopened; the reopen reads what the database holds.
+//! - **Quarantine.** [`Store::cut`] moves the cut records to `llmsession_quarantine` with the
+//!   reason and the time, in the same transaction that moves the head back.
+//! - **Tail truncation is damage.** Loading compares the stored records with the head: records
+//!   missing at the end (which a chain alone cannot show) or a last chain value that differs is
+//!   [`ErrorKind::CorruptLog`].
+
+mod config;
+mod error;
+mod lease;
+mod pool;
+mod schema;
+mod tls;
+
+pub use config::{PgUrl, Settings, SslMode, TlsSettings};
+pub use schema::SCHEMA_VERSION;
+
+use super::url::{ParentInfo, SessionInfo};
+use super::{conflict_error, read_only_error, Batch, Durability, Store, StoreContents};
+use crate::error::{Error, ErrorKind, Result};
+use crate::log::chain;
+use crate::log::load::SessionHeader;
+use error::CallError;
+use lease::Lease;
+use pool::{block_on, Bound, Pool};
+use serde_json::Value;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tokio_postgres::types::Type;
+
+/// The longest session id accepted.
+pub const MAX_ID_BYTES: usize = 1024;
+
+const APPEND_SQL: &str = "
+WITH h AS (
+    UPDATE llmsession_sessions
+       SET events = $2 + cardinality($3::text[]), chain_head = COALESCE($4, chain_head), updated_at = now(),
+           lease_expires = now() + make_interval(secs => $6)
+     WHERE id = $1 AND events = $2 AND header IS NOT NULL AND lease_epoch = $5 AND lease_holder IS NOT NULL
+ RETURNING id
+), ins AS (
+    INSERT INTO llmsession_records (session_id, seq, record)
+    SELECT h.id, $2 + t.i - 1, t.r FROM h, unnest($3::text[]) WITH ORDINALITY AS t(r, i)
+ RETURNING 1
+)
+SELECT set_config('synchronous_commit', $7, true), (SELECT count(*) FROM h), (SELECT count(*) FROM ins)";
+
+const CREATE_SQL: &str = "
+WITH h AS (
+    UPDATE llmsession_sessions
+       SET header = $2, created_ms = $3, parent_id = $4, parent_seed = $5,
+           events = cardinality($6::text[]), chain_head = $7, updated_at = now()
+     WHERE id = $1 AND header IS NULL AND lease_epoch = $8 AND lease_holder IS NOT NULL
+ RETURNING id
+), ins AS (
+    INSERT INTO llmsession_records (session_id, seq, record)
+    SELECT h.id, t.i - 1, t.r FROM h, unnest($6::text[]) WITH ORDINALITY AS t(r, i)
+ RETURNING 1
+)
+SELECT set_config('synchronous_commit', $9, true), (SELECT count(*) FROM h), (SELECT count(*) FROM ins)";
+
+const SYNC_SQL: &str = "
+WITH u AS (
+    UPDATE llmsession_sessions SET synced_events = events WHERE id = $1 AND lease_epoch = $2 AND lease_holder IS NOT NULL
+ RETURNING 1
+)
+SELECT set_config('synchronous_commit', $3, true), (SELECT count(*) FROM u)";
+
+/// The head and the records from a seq on, in one statement (so one snapshot): the head row
+/// first (seq -1: the header record, the number of events, the last chain value).
+const READ_SQL: &str = "
+SELECT -1::bigint AS seq, header AS record, events, chain_head FROM llmsession_sessions WHERE id = $1 AND header IS NOT NULL
+UNION ALL
+SELECT seq, record, NULL, NULL FROM llmsession_records WHERE session_id = $1 AND seq >= $2
+ORDER BY 1";
+
+/// How a PostgreSQL session is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PgOptions {
+    /// Open without the lease; appends are refused and nothing is written.
+    pub read_only: bool,
+    /// A writing open may create the session when the database holds none with this id
+    /// (otherwise the open fails with [`ErrorKind::InvalidInput`]).
+    pub create: bool,
+    /// The session's durability policy (the module docs say what each loses in a server crash).
+    pub durability: Durability,
+}
+
+impl Default for PgOptions {
+    fn default() -> PgOptions {
+        PgOptions { read_only: false, create: true, durability: Durability::default() }
+    }
+}
+
+/// One session in a PostgreSQL database.
+pub struct PgStore {
+    pool: Arc<Pool>,
+    /// `postgres://user@host:port/db?session=ID`, for messages.
+    describe: String,
+    id: String,
+    read_only: bool,
+    /// The writer's lease (`None` read-only).
+    lease: Option<Arc<Lease>>,
+    /// `synchronous_commit` of a sync point.
+    sync_level: String,
+    /// Batches commit synchronously (every-event durability).
+    sync_each: bool,
+    /// Asynchronous commits made since the last sync.
+    pending: bool,
+    /// The head as this handle knows it: events stored and the last one's chain value.
+    events: u64,
+    chain_head: Option<String>,
+    /// This handle's last append: its first record index and the head before it.
+    last_append: Option<(usize, u64, Option<String>)>,
+    /// Why this handle writes nothing more (an unknown outcome, a lost lease), with the kind.
+    dead: Option<(ErrorKind, String)>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore").field("store", &self.describe).field("read_only", &self.read_only).finish()
+    }
+}
+
+/// Checks a session id for the database: not empty, at most [`MAX_ID_BYTES`], no NUL.
+pub fn check_id(id: &str) -> Result<()> {
+    if id.is_empty() {
+        return Err(Error::invalid("id", "the session id must not be empty"));
+    }
+    if id.len() > MAX_ID_BYTES {
+        return Err(Error::invalid("id", format!("the session id is {} bytes, more than {MAX_ID_BYTES}", id.len())));
+    }
+    if id.contains('\0') {
+        return Err(Error::invalid("id", "the session id contains a NUL character"));
+    }
+    Ok(())
+}
+
+/// The chain value a stored record ends with, if it has one.
+fn chain_of(record: &str) -> Option<String> {
+    chain::stored_link(record).map(str::to_string)
+}
+
+fn corrupt(store: &str, why: String) -> Error {
+    Error::new(ErrorKind::CorruptLog, format!("{store}: {why}")).with("store", store.to_string())
+}
+
+impl PgStore {
+    /// Opens session `id` in the database at `url`: for writing (taking the lease, creating the
+    /// tables on first use) or read-only.
+    pub fn open(url: &PgUrl, id: &str, opts: PgOptions) -> Result<PgStore> {
+        check_id(id)?;
+        if let Some(s) = url.session() {
+            if s != id {
+                return Err(Error::invalid("id", format!("the URL names session {s:?} but the options name {id:?}")));
+            }
+        }
+        let describe = format!("{}{}session={}", url.shown(), if url.shown().contains('?') { "&" } else { "?" }, id);
+        let pool = Pool::for_url(url)?;
+        block_on(async {
+            let sync_level = sync_level(&pool, &describe).await?;
+            let mut store = PgStore {
+                pool: pool.clone(),
+                describe,
+                id: id.to_string(),
+                read_only: opts.read_only,
+                lease: None,
+                sync_level,
+                sync_each: opts.durability == Durability::EveryEvent,
+                pending: false,
+                events: 0,
+                chain_head: None,
+                last_append: None,
+                dead: None,
+            };
+            if opts.read_only {
+                match schema::version(&pool, &store.describe).await? {
+                    None => return Err(store.missing("the database has no llmsession tables yet")),
+                    Some(v) => schema::check(&store.describe, v)?,
+                }
+                if !store.exists().await? {
+                    return Err(store.missing("no such session"));
+                }
+                return Ok(store);
+            }
+            schema::ensure(&pool, &store.describe).await?;
+            if !opts.create && !store.exists().await? {
+                return Err(store.missing("no such session (the open may not create one)"));
+            }
+            pool.query(Bound::Lease, "INSERT INTO llmsession_sessions (id) VALUES ($1) ON CONFLICT (id) DO NOTHING", &[(&id, Type::TEXT)])
+                .await
+                .map_err(|e| e.into_error(&store.describe, "cannot register the session"))?;
+            store.lease = Some(lease::take(&pool, id, &store.describe).await?);
+            Ok(store)
+        })
+    }
+
+    /// The session id.
+    pub fn session_id(&self) -> &str {
+        &self.id
+    }
+
+    /// The fencing token of this handle's lease (`None` read-only).
+    pub fn lease_epoch(&self) -> Option<i64> {
+        self.lease.as_ref().map(|l| l.epoch)
+    }
+
+    fn missing(&self, why: &str) -> Error {
+        Error::invalid("id", format!("{}: holds no session {:?}: {why}", self.pool.shown, self.id))
+            .with("store", self.pool.shown.clone())
+            .with("id", self.id.clone())
+    }
+
+    async fn exists(&self) -> Result<bool> {
+        let rows = self
+            .pool
+            .query(Bound::Query, "SELECT header IS NOT NULL FROM llmsession_sessions WHERE id = $1", &[(&self.id, Type::TEXT)])
+            .await
+            .map_err(|e| e.into_error(&self.describe, "cannot look the session up"))?;
+        Ok(rows.first().is_some_and(|r| r.get::<_, bool>(0)))
+    }
+
+    /// Refuses a write when the handle is read-only, marked dead, or its lease was found taken
+    /// over; returns the lease's epoch.
+    fn writable(&mut self, what: &str) -> Result<i64> {
+        if self.read_only {
+            return Err(read_only_error(&self.describe, what));
+        }
+        let lease = self.lease.clone().expect("a writer has its lease");
+        if self.dead.is_none() && lease.lost.load(Ordering::Relaxed) {
+            self.dead = Some((ErrorKind::Locked, self.lost_lease_text(lease.epoch, None)));
+        }
+        if let Some((kind, why)) = &self.dead {
+            return Err(Error::new(*kind, format!("{}: cannot {what}: {why}", self.describe))
+                .with("store", self.describe.clone())
+                .with("epoch", lease.epoch));
+        }
+        Ok(lease.epoch)
+    }
+
+    fn lost_lease_text(&self, epoch: i64, now: Option<(i64, Option<String>)>) -> String {
+        let by = match now {
+            Some((e, Some(h))) => format!(" (the lease is now at fencing token {e}, held by {h})"),
+            Some((e, None)) => format!(" (the lease is now at fencing token {e})"),
+            None => String::new(),
+        };
+        format!(
+            "this handle lost the session's writer lease (fencing token {epoch}){by}: another writer took the session over after the lease went {} s without renewal (was this process paused or cut off?); nothing more is written through this handle: reopen the session",
+            self.pool.settings.lease_time.as_secs_f64()
+        )
+    }
+
+    /// Turns a failed write into the library's error, marking the handle dead when the outcome
+    /// is unknown.
+    fn write_error(&mut self, what: &str, e: CallError) -> Error {
+        let unknown = e.outcome_unknown();
+        let err = e.into_error(&self.describe, what);
+        if !unknown {
+            return err;
+        }
+        self.dead = Some((
+            ErrorKind::Storage,
+            format!(
+                "the outcome of an earlier write is unknown ({}); reopen the session (the reopen reads what the database holds)",
+                err.message()
+            ),
+        ));
+        let mut out = Error::new(
+            ErrorKind::Storage,
+            format!(
+                "{}: whether this write reached the database is unknown, so this handle writes nothing more: reopen the session (the reopen reads what the database holds)",
+                err.message()
+            ),
+        )
+        .with("outcomeUnknown", true);
+        for (k, v) in err.detail() {
+            out = out.with(k, v.clone());
+        }
+        out
+    }
+
+    /// Why a conditional write matched no row: the lease was taken over ([`ErrorKind::Locked`]) or
+    /// the head moved ([`ErrorKind::Conflict`]).
+    async fn refusal(&mut self, epoch: i64, seq: u64, creating: bool) -> Error {
+        let rows = self
+            .pool
+            .query(
+                Bound::Query,
+                "SELECT events, lease_epoch, lease_holder FROM llmsession_sessions WHERE id = $1",
+                &[(&self.id, Type::TEXT)],
+            )
+            .await
+            .ok();
+        let row = rows.as_ref().and_then(|r| r.first());
+        let now = row.map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, i64>(1), r.get::<_, Option<String>>(2)));
+        match now {
+            Some((_, e, holder)) if e != epoch || holder.is_none() => {
+                let text = self.lost_lease_text(epoch, Some((e, holder.clone())));
+                self.dead = Some((ErrorKind::Locked, text.clone()));
+                if let Some(l) = &self.lease {
+                    l.lost.store(true, Ordering::Relaxed);
+                }
+                let mut err = Error::new(ErrorKind::Locked, format!("{}: {text}", self.describe))
+                    .with("store", self.describe.clone())
+                    .with("epoch", epoch)
+                    .with("currentEpoch", e);
+                if let Some(h) = holder {
+                    err = err.with("holder", h);
+                }
+                err
+            }
+            _ if creating => {
+                Error::new(ErrorKind::Conflict, format!("{}: the session was created by another writer first; reopen it", self.describe))
+                    .with("store", self.describe.clone())
+            }
+            Some((events, _, _)) => conflict_error(&self.describe, seq, events),
+            None => conflict_error(&self.describe, seq, 0),
+        }
+    }
+
+    /// Reads the session's records from event `from_seq` on, in one snapshot with the head, and
+    /// checks them against it.
+    fn read(&mut self, from_seq: Option<u64>) -> Result<StoreContents> {
+        if let Some((kind, why)) = &self.dead {
+            return Err(
+                Error::new(*kind, format!("{}: cannot read the session: {why}", self.describe)).with("store", self.describe.clone())
+            );
+        }
+        let d = self.describe.clone();
+        let start = from_seq.unwrap_or(0);
+        let rows = block_on(async {
+            self.pool
+                .query(Bound::Query, READ_SQL, &[(&self.id, Type::TEXT), (&(start as i64), Type::INT8)])
+                .await
+                .map_err(|e| e.into_error(&d, "cannot read the session"))
+        })?;
+        let Some(head) = rows.first().filter(|r| r.get::<_, i64>(0) == -1) else {
+            return Ok(StoreContents { records: Vec::new(), last_complete: true });
+        };
+        let header: &str = head.get(1);
+        let events = head.get::<_, Option<i64>>(2).unwrap_or(0) as u64;
+        let chain_head: Option<String> = head.get(3);
+        let rows = &rows[1..];
+        let mut records = Vec::with_capacity(rows.len() + usize::from(from_seq.is_none()));
+        if from_seq.is_none() {
+            let id = serde_json::from_str::<Value>(header).ok().and_then(|v| v["id"].as_str().map(str::to_string));
+            if id.as_deref() != Some(self.id.as_str()) {
+                return Err(corrupt(&d, format!("the stored session header does not name session {:?}", self.id)));
+            }
+            records.push(header.as_bytes().to_vec());
+        }
+        for (i, row) in rows.iter().enumerate() {
+            let seq: i64 = row.get(0);
+            let want = start + i as u64;
+            if seq as u64 != want {
+                return Err(corrupt(&d, format!("event {want} is missing from llmsession_records (the next stored one is {seq})"))
+                    .with("seq", want));
+            }
+            let rec: &str = row.get(1);
+            records.push(rec.as_bytes().to_vec());
+        }
+        // The head was read in the same snapshot: the records must reach it exactly.
+        if start < events || !rows.is_empty() {
+            let stored = start + rows.len() as u64;
+            if stored != events {
+                let why = if stored < events {
+                    format!("the session's head says {events} events but only {stored} are stored: records were removed from the end of the log")
+                } else {
+                    format!("{stored} events are stored but the session's head says {events}: records were added without moving the head (not by llmsession)")
+                };
+                return Err(corrupt(&d, why).with("events", events).with("stored", stored));
+            }
+            let got = rows.last().map(|r| r.get::<_, &str>(1)).and_then(chain::stored_link);
+            if chain_head.is_some() && got != chain_head.as_deref() {
+                return Err(corrupt(
+                    &d,
+                    "the last stored event does not end with the chain value the session's head records: the end of the log was replaced"
+                        .into(),
+                ));
+            }
+        }
+        self.events = events;
+        self.chain_head = chain_head;
+        Ok(StoreContents { records, last_complete: true })
+    }
+}
+
+/// Starts a transaction that commits at `level` and locks the session's row if the handle still
+/// holds lease `epoch`; `false` (the transaction is left open for [`schema::finish`]) when it
+/// does not.
+async fn begin_fenced(c: &tokio_postgres::Client, id: &str, epoch: i64, level: &str) -> std::result::Result<bool, tokio_postgres::Error> {
+    c.batch_execute("BEGIN").await?;
+    c.query_typed("SELECT set_config('synchronous_commit', $1, true)", &[(&level, Type::TEXT)]).await?;
+    let held = c
+        .query_typed(
+            "SELECT 1 FROM llmsession_sessions WHERE id = $1 AND lease_epoch = $2 AND lease_holder IS NOT NULL FOR UPDATE",
+            &[(&id, Type::TEXT), (&epoch, Type::INT8)],
+        )
+        .await?;
+    Ok(!held.is_empty())
+}
+
+/// The server's synchronous level (once per pool): `on` where the server's default is `off`.
+async fn sync_level(pool: &Pool, store: &str) -> Result<String> {
+    if let Some(l) = pool.sync_level.lock().clone() {
+        return Ok(l);
+    }
+    let rows = pool
+        .query(Bound::Query, "SELECT current_setting('synchronous_commit')", &[])
+        .await
+        .map_err(|e| e.into_error(store, "cannot read synchronous_commit"))?;
+    let level: String = rows.first().map(|r| r.get(0)).unwrap_or_else(|| "on".to_string());
+    let level = if level == "off" { "on".to_string() } else { level };
+    *pool.sync_level.lock() = Some(level.clone());
+    Ok(level)
+}
+
+impl Drop for PgStore {
+    fn drop(&mut self) {
+        let Some(lease) = self.lease.take() else { return };
+        let pool = self.pool.clone();
+        if !lease.lost.load(Ordering::Relaxed) {
+            let _ = block_on(async {
+                lease::release(&pool, &lease).await;
+                Ok(())
+            });
+        }
+        pool.leases.lock().remove(&lease.id);
+    }
+}
+
+impl Store for PgStore {
+    fn load(&mut self) -> Result<StoreContents> {
+        self.read(None)
+    }
+
+    fn load_from(&mut self, from: usize) -> Result<StoreContents> {
+        if from == 0 {
+            return self.read(None);
+        }
+        self.read(Some(from as u64 - 1))
+    }
+
+    fn append(&mut self, batch: &Batch<'_>) -> Result<()> {
+        let epoch = self.writable("append")?;
+        if batch.session_id != self.id {
+            return Err(Error::invalid(
+                "sessionId",
+                format!("{}: the batch is for session {:?}, but this store holds session {:?}", self.describe, batch.session_id, self.id),
+            ));
+        }
+        let records: Vec<&str> = batch.events.iter().map(|r| &**r).collect();
+        let chain_head = batch.events.last().and_then(|r| chain_of(r));
+        let level = if self.sync_each { self.sync_level.clone() } else { "off".to_string() };
+        let secs = self.pool.settings.lease_time.as_secs_f64();
+        let header = match batch.header {
+            Some(h) => {
+                let header =
+                    SessionHeader::from_value(&serde_json::from_str::<Value>(h).map_err(|e| Error::invalid("header", e.to_string()))?)?;
+                if header.id != self.id {
+                    return Err(Error::invalid(
+                        "header",
+                        format!(
+                            "{}: the header record is for session {:?}, but this store holds session {:?}",
+                            self.describe, header.id, self.id
+                        ),
+                    ));
+                }
+                Some(header)
+            }
+            None => None,
+        };
+        let pool = self.pool.clone();
+        let id = self.id.clone();
+        let result = block_on(async {
+            let r = match (&header, batch.header) {
+                (Some(header), Some(h)) => {
+                    let created = header.created_at as i64;
+                    let (pid, pseed) = match &header.parent {
+                        Some((p, n)) => (Some(p.clone()), Some(*n as i64)),
+                        None => (None, None),
+                    };
+                    pool.query(
+                        Bound::Query,
+                        CREATE_SQL,
+                        &[
+                            (&id, Type::TEXT),
+                            (&h, Type::TEXT),
+                            (&created, Type::INT8),
+                            (&pid, Type::TEXT),
+                            (&pseed, Type::INT8),
+                            (&records, Type::TEXT_ARRAY),
+                            (&chain_head, Type::TEXT),
+                            (&epoch, Type::INT8),
+                            (&level, Type::TEXT),
+                        ],
+                    )
+                    .await
+                }
+                _ => {
+                    let seq = batch.seq as i64;
+                    pool.query(
+                        Bound::Query,
+                        APPEND_SQL,
+                        &[
+                            (&id, Type::TEXT),
+                            (&seq, Type::INT8),
+                            (&records, Type::TEXT_ARRAY),
+                            (&chain_head, Type::TEXT),
+                            (&epoch, Type::INT8),
+                            (&secs, Type::FLOAT8),
+                            (&level, Type::TEXT),
+                        ],
+                    )
+                    .await
+                }
+            };
+            Ok(r)
+        })?;
+        let rows = match result {
+            Ok(rows) => rows,
+            Err(CallError::Pg(e)) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {
+                return Err(Error::new(
+                    ErrorKind::Conflict,
+                    format!(
+                        "{}: the append names seq {}, but a record with that seq is already stored: another writer appended to this session; refresh or reopen it",
+                        self.describe, batch.seq
+                    ),
+                )
+                .with("store", self.describe.clone())
+                .with("seq", batch.seq));
+            }
+            Err(e) => return Err(self.write_error("cannot append", e)),
+        };
+        let matched: i64 = rows.first().map(|r| r.get(1)).unwrap_or(0);
+        if matched == 0 {
+            let seq = batch.seq;
+            let creating = batch.header.is_some();
+            return Err(block_on(async { Ok(self.refusal(epoch, seq, creating).await) })?);
+        }
+        let before = (if batch.header.is_some() { 0 } else { batch.seq as usize + 1 }, self.events, self.chain_head.clone());
+        self.last_append = Some(before);
+        self.events = batch.seq + batch.events.len() as u64;
+        if chain_head.is_some() {
+            self.chain_head = chain_head;
+        }
+        self.pending = !self.sync_each;
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        let epoch = self.writable("sync")?;
+        if !self.pending {
+            return Ok(());
+        }
+        let pool = self.pool.clone();
+        let (id, level) = (self.id.clone(), self.sync_level.clone());
+        let r = block_on(async {
+            Ok(pool.query(Bound::Query, SYNC_SQL, &[(&id, Type::TEXT), (&epoch, Type::INT8), (&level, Type::TEXT)]).await)
+        })?;
+        match r {
+            Ok(rows) if rows.first().is_some_and(|r| r.get::<_, i64>(1) == 1) => {
+                self.pending = false;
+                Ok(())
+            }
+            Ok(_) => Err(block_on(async { Ok(self.refusal(epoch, self.events, false).await) })?),
+            Err(e) => Err(self.write_error("cannot sync", e)),
+        }
+    }
+
+    fn undo(&mut self, from: usize) -> Result<()> {
+        let epoch = self.writable("undo an append")?;
+        let Some((start, events, chain_head)) = self.last_append.clone() else {
+            return Err(Error::new(ErrorKind::Storage, format!("{}: undo: this handle has no append to undo", self.describe)));
+        };
+        if start != from {
+            return Err(Error::new(
+                ErrorKind::Storage,
+                format!("{}: undo from record {from}: this handle's last append starts at record {start}; nothing removed", self.describe),
+            ));
+        }
+        let (now, seq) = (self.events as i64, events as i64);
+        let head = chain_head.clone();
+        let pool = self.pool.clone();
+        let (id, level) = (self.id.clone(), self.sync_level.clone());
+        let r = block_on(async {
+            Ok(async {
+                let conn = pool.get().await?;
+                let c = &conn.client;
+                pool.bounded(&conn, Bound::Query, async {
+                    if !begin_fenced(c, &id, epoch, &level).await? {
+                        return schema::finish(c, Ok(None)).await;
+                    }
+                    let r = async {
+                        let n = c
+                            .query_typed(
+                                "UPDATE llmsession_sessions SET events = $2, chain_head = $3, updated_at = now() WHERE id = $1 AND events = $4 RETURNING 1",
+                                &[(&id, Type::TEXT), (&seq, Type::INT8), (&head, Type::TEXT), (&now, Type::INT8)],
+                            )
+                            .await?
+                            .len();
+                        if n == 1 {
+                            c.query_typed("DELETE FROM llmsession_records WHERE session_id = $1 AND seq >= $2", &[(&id, Type::TEXT), (&seq, Type::INT8)])
+                                .await?;
+                            if start == 0 {
+                                c.query_typed(
+                                    "UPDATE llmsession_sessions SET header = NULL, created_ms = NULL, parent_id = NULL, parent_seed = NULL WHERE id = $1",
+                                    &[(&id, Type::TEXT)],
+                                )
+                                .await?;
+                            }
+                        }
+                        Ok(Some(n))
+                    }
+                    .await;
+                    schema::finish(c, r).await
+                })
+                .await
+            }
+            .await)
+        })?;
+        let removed = r.map_err(|e| self.write_error("cannot undo the append", e))?;
+        match removed {
+            None => return Err(block_on(async { Ok(self.refusal(epoch, self.events, false).await) })?),
+            Some(0) => {
+                return Err(Error::new(
+                    ErrorKind::Conflict,
+                    format!("{}: undo: the session's head moved since this handle's append; nothing removed", self.describe),
+                ))
+            }
+            Some(_) => {}
+        }
+        self.events = events;
+        self.chain_head = chain_head;
+        self.last_append = None;
+        Ok(())
+    }
+
+    fn cut(&mut self, keep: usize, reason: &str) -> Result<Option<String>> {
+        let epoch = self.writable("cut a damaged tail")?;
+        if keep == 0 {
+            return Err(Error::new(
+                ErrorKind::CorruptLog,
+                format!("{}: the session header record is damaged; nothing was cut", self.describe),
+            ));
+        }
+        let seq = keep as i64 - 1;
+        let reason = reason.to_string();
+        let pool = self.pool.clone();
+        let (id, level) = (self.id.clone(), self.sync_level.clone());
+        let r = block_on(async {
+            Ok(async {
+                let conn = pool.get().await?;
+                let c = &conn.client;
+                pool.bounded(&conn, Bound::Query, async {
+                    if !begin_fenced(c, &id, epoch, &level).await? {
+                        return schema::finish(c, Ok(None)).await;
+                    }
+                    let r = async {
+                        let moved = c
+                            .query_typed(
+                                "INSERT INTO llmsession_quarantine (session_id, seq, record, reason)
+                                 SELECT session_id, seq, record, $3 FROM llmsession_records WHERE session_id = $1 AND seq >= $2 ORDER BY seq
+                                 RETURNING 1",
+                                &[(&id, Type::TEXT), (&seq, Type::INT8), (&reason, Type::TEXT)],
+                            )
+                            .await?
+                            .len();
+                        c.query_typed(
+                            "DELETE FROM llmsession_records WHERE session_id = $1 AND seq >= $2",
+                            &[(&id, Type::TEXT), (&seq, Type::INT8)],
+                        )
+                        .await?;
+                        let last: Option<String> = c
+                            .query_typed(
+                                "SELECT record FROM llmsession_records WHERE session_id = $1 AND seq = $2",
+                                &[(&id, Type::TEXT), (&(seq - 1), Type::INT8)],
+                            )
+                            .await?
+                            .first()
+                            .map(|r| r.get(0));
+                        let head = last.as_deref().and_then(chain_of);
+                        c.query_typed(
+                            "UPDATE llmsession_sessions SET events = $2, chain_head = $3, updated_at = now() WHERE id = $1",
+                            &[(&id, Type::TEXT), (&seq, Type::INT8), (&head, Type::TEXT)],
+                        )
+                        .await?;
+                        Ok(Some((moved, head)))
+                    }
+                    .await;
+                    schema::finish(c, r).await
+                })
+                .await
+            }
+            .await)
+        })?;
+        let out = r.map_err(|e| self.write_error("cannot cut the damaged tail", e))?;
+        let Some((moved, chain_head)) = out else {
+            return Err(block_on(async { Ok(self.refusal(epoch, self.events, false).await) })?);
+        };
+        self.events = seq as u64;
+        self.chain_head = chain_head;
+        self.last_append = None;
+        if moved == 0 {
+            return Ok(None);
+        }
+        Ok(Some(format!("table llmsession_quarantine of {} (session {:?}, {moved} records from seq {seq})", self.pool.shown, self.id)))
+    }
+
+    fn describe(&self) -> String {
+        self.describe.clone()
+    }
+
+    fn read_only(&self) -> bool {
+        self.read_only
+    }
+}
+
+/// The sessions in the database at `url` (those with a header record), ordered by id: at most
+/// `limit`, starting after id `after`. Reads only: a database without llmsession tables has no
+/// sessions. `inUse` says whether a writer holds an unexpired lease.
+pub fn list_sessions(url: &PgUrl, after: Option<&str>, limit: Option<u64>) -> Result<Vec<SessionInfo>> {
+    let shown = url.shown().to_string();
+    let pool = Pool::for_url(url)?;
+    let limit = limit.map(|l| l.min(i64::MAX as u64) as i64);
+    let rows = block_on(async {
+        match schema::version(&pool, &shown).await? {
+            None => return Ok(Vec::new()),
+            Some(v) => schema::check(&shown, v)?,
+        }
+        pool.query(
+            Bound::Query,
+            "SELECT s.id, s.created_ms, s.parent_id, s.parent_seed, s.events, s.chain_head,
+                    (extract(epoch FROM s.updated_at) * 1000)::bigint,
+                    s.lease_holder IS NOT NULL AND COALESCE(s.lease_expires > now(), false)
+               FROM llmsession_sessions s
+              WHERE s.header IS NOT NULL AND ($1::text IS NULL OR s.id > $1)
+              ORDER BY s.id
+              LIMIT $2",
+            &[(&after, Type::TEXT), (&limit, Type::INT8)],
+        )
+        .await
+        .map_err(|e| e.into_error(&shown, "cannot list the sessions"))
+    })?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let parent_id: Option<String> = r.get(2);
+            let parent_seed: Option<i64> = r.get(3);
+            SessionInfo {
+                id: r.get(0),
+                created_at: r.get::<_, Option<i64>>(1).unwrap_or(0) as u64,
+                parent: parent_id.map(|id| ParentInfo { id, seed_length: parent_seed.unwrap_or(0) as u64 }),
+                events: r.get::<_, i64>(4) as u64,
+                chain_head: r.get(5),
+                updated_at: r.get::<_, i64>(6) as u64,
+                in_use: r.get(7),
+            }
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_checked() {
+        assert!(check_id("a").is_ok());
+        assert_eq!(check_id("").unwrap_err().kind(), ErrorKind::InvalidInput);
+        assert_eq!(check_id("a\0b").unwrap_err().kind(), ErrorKind::InvalidInput);
+        assert_eq!(check_id(&"x".repeat(MAX_ID_BYTES + 1)).unwrap_err().kind(), ErrorKind::InvalidInput);
+    }
+}
