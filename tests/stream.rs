@@ -509,3 +509,41 @@ fn a_chat_completion_with_more_than_one_choice_is_refused() {
     assert_eq!(field(&e, "choice"), 1);
     assert!(e.message().contains("choice 1 arrived: a response with more than one choice"), "{}", e.message());
 }
+
+#[test]
+fn a_gemini_response_with_more_than_one_candidate_is_refused() {
+    let two = json!({"candidates":[
+        {"index":0,"content":{"role":"model","parts":[{"text":"a"}]},"finishReason":"STOP"},
+        {"index":1,"content":{"role":"model","parts":[{"text":"b"}]},"finishReason":"STOP"}]});
+    let e = parse_response(Renderer::Gemini, &two).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    assert_eq!(field(&e, "field"), "response.candidates");
+    assert_eq!(field(&e, "candidates"), 2);
+    assert!(
+        e.message().contains("has 2 candidates; a response with more than one candidate (`candidateCount` > 1) cannot be recorded"),
+        "{}",
+        e.message()
+    );
+    // One candidate, with or without its index, is as before.
+    let one = json!({"candidates":[{"index":0,"content":{"role":"model","parts":[{"text":"a"}]},"finishReason":"STOP"}]});
+    assert_eq!(parse_response(Renderer::Gemini, &one).unwrap().finish_reason.as_deref(), Some("stop"));
+    // Streamed: refused at the first chunk of the second candidate, whether it comes alone
+    // (with its index) or beside the first in one chunk.
+    let mut s = StreamAccumulator::new(Renderer::Gemini);
+    s.feed(b"data: {\"candidates\":[{\"index\":0,\"content\":{\"role\":\"model\",\"parts\":[{\"text\":\"a\"}]}}]}\n\n").unwrap();
+    let e =
+        s.feed(b"data: {\"candidates\":[{\"index\":1,\"content\":{\"role\":\"model\",\"parts\":[{\"text\":\"b\"}]}}]}\n\n").unwrap_err();
+    assert_eq!(field(&e, "stream"), "malformed");
+    assert_eq!(field(&e, "candidate"), 1);
+    assert!(e.message().contains("candidate 1 arrived: a response with more than one candidate"), "{}", e.message());
+    let mut s = StreamAccumulator::new(Renderer::Gemini);
+    let e = s
+        .feed(b"data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"a\"}]}},{\"content\":{\"parts\":[{\"text\":\"b\"}]}}]}\n\n")
+        .unwrap_err();
+    assert_eq!(field(&e, "candidate"), 1);
+    // A JSON-array stream likewise.
+    let mut s = StreamAccumulator::new(Renderer::Gemini);
+    let array = format!("[{two}]");
+    let e = s.feed(array.as_bytes()).unwrap_err();
+    assert_eq!(field(&e, "candidate"), 1);
+}

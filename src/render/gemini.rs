@@ -328,9 +328,15 @@ fn function_response(b: &Block, path: &str, calls: &Calls) -> Result<Value> {
 // The response parser.
 
 /// Parses a `generateContent` response (`{"candidates":[{"content":{"role":"model","parts"},
-/// "finishReason"}],"usageMetadata","modelVersion","responseId"}`); only the first candidate.
+/// "finishReason"}],"usageMetadata","modelVersion","responseId"}`). A response with more than
+/// one candidate (`candidateCount` > 1) is refused: the log keeps one answer per request.
 pub(crate) fn parse(body: &Value) -> Result<ParsedResponse> {
     as_object(body, "response")?;
+    if let Some(n) = body.get("candidates").and_then(Value::as_array).map(Vec::len).filter(|n| *n > 1) {
+        return Err(
+            Error::invalid("response.candidates", format!("has {n} candidates; {}", super::ONE_CANDIDATE)).with("candidates", n as u64)
+        );
+    }
     let candidate = match body.pointer("/candidates/0") {
         Some(c) => c,
         None => {

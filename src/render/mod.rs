@@ -39,7 +39,7 @@ pub use body::{BodyCache, BodySource};
 pub use gemini::{render_gemini, unique_synthetic_ids};
 pub use openai::render_openai;
 pub use response::{is_context_overflow, is_refusal, parse_response, usage_from_provider, ParsedResponse, FINISH_REASONS};
-pub(crate) use response::{refusal_block, ONE_CHOICE};
+pub(crate) use response::{refusal_block, ONE_CANDIDATE, ONE_CHOICE};
 pub use responses::render_responses;
 
 use crate::error::{Error, Result};

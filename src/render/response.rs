@@ -55,6 +55,10 @@ pub const FINISH_REASONS: &[&str] =
 pub(crate) const ONE_CHOICE: &str = "a response with more than one choice (`n` > 1) cannot be recorded: the log keeps one \
      answer per request; leave `n` out or send 1";
 
+/// Why a Gemini response with more than one candidate is refused.
+pub(crate) const ONE_CANDIDATE: &str = "a response with more than one candidate (`candidateCount` > 1) cannot be recorded: the \
+     log keeps one answer per request; leave `candidateCount` out or send 1";
+
 fn u(v: &Value, ptr: &str) -> Option<u64> {
     v.pointer(ptr).and_then(Value::as_u64)
 }

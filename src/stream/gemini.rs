@@ -90,6 +90,17 @@ impl Assembler for Gemini {
                 self.top.insert(k.clone(), v.clone());
             }
         }
+        // Several candidates (`candidateCount` > 1) come as several entries, each with its
+        // `index`: refused at the first one of a second candidate, as the parser refuses them.
+        if let Some(Value::Array(cs)) = chunk.get("candidates") {
+            for (i, c) in cs.iter().enumerate() {
+                let index = c.get("index").and_then(Value::as_u64).unwrap_or(i as u64);
+                if index > 0 || i > 0 {
+                    let index = index.max(i as u64);
+                    return Err(malformed(format!("candidate {index} arrived: {}", crate::render::ONE_CANDIDATE)).with("candidate", index));
+                }
+            }
+        }
         let Some(candidate) = chunk.get("candidates").and_then(|c| c.get(0)) else {
             return Ok(());
         };
