@@ -683,8 +683,11 @@ fn run_op_inner(w: &mut World, op: &Value) -> Res<()> {
             check_error(w, op, r)
         }
         "endTurn" => {
-            let reason = TurnEndReason::parse(op["reason"].as_str().unwrap_or("completed"), "reason").map_err(|e| err_str(&e))?;
-            let r = w.agent()?.end_turn(reason);
+            // A reason the library refuses is the op's error, as a binding meets it.
+            let r = match TurnEndReason::parse(op["reason"].as_str().unwrap_or("completed"), "reason") {
+                Ok(reason) => w.agent()?.end_turn(reason),
+                Err(e) => Err(e),
+            };
             check_error(w, op, r)
         }
         "setOptions" => {

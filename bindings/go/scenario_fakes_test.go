@@ -41,8 +41,8 @@ func (f *fake) next() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
-	t, ok := f.spec["times"].(float64)
-	return !ok || float64(f.calls-1) < t
+	t, ok := count(f.spec["times"])
+	return !ok || uint64(f.calls-1) < t
 }
 
 // effect does what an armed fake of kind k does besides answering: trips the cancel token,
@@ -160,8 +160,8 @@ func (w *world) summariserFor(spec any, a *Agent, s *Session) Summariser {
 func (w *world) counterFor(spec any, a *Agent, s *Session) TokenCounter {
 	f := newFake(0, spec)
 	per := 4
-	if p, ok := f.spec["perToken"].(float64); ok && p >= 1 {
-		per = int(p)
+	if p, ok := count(f.spec["perToken"]); ok {
+		per = max(int(p), 1)
 	}
 	return func(ctx context.Context, item json.RawMessage) (int, error) {
 		w.mu.Lock()

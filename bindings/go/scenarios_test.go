@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -144,8 +145,8 @@ func (w *world) runOp(op map[string]any) error {
 		}
 		return err
 	case "respond":
-		msg := op["message"]
-		if msg == nil {
+		msg, given := op["message"] // as written: a null message too
+		if !given {
 			content := []any{}
 			if t, ok := op["text"].(string); ok {
 				content = append(content, map[string]any{"type": "text", "text": t})
@@ -227,9 +228,8 @@ func (w *world) runOp(op map[string]any) error {
 	case "fork":
 		w.dropAgent()
 		fo := &ForkOptions{ID: "forked-session"}
-		if n, ok := op["seedLength"].(float64); ok {
-			u := uint64(n)
-			fo.SeedLength = &u
+		if n, ok := count(op["seedLength"]); ok {
+			fo.SeedLength = &n
 		}
 		s, err := w.session.Fork(fo)
 		if err == nil {
@@ -333,8 +333,8 @@ func (w *world) load(op map[string]any) error {
 			records = append(records, string(r))
 		}
 	}
-	if n, ok := op["dropLast"].(float64); ok {
-		records = records[:max(0, len(records)-int(n))]
+	if n, ok := count(op["dropLast"]); ok {
+		records = records[:max(0, len(records)-int(min(n, uint64(len(records)))))]
 	}
 	for _, e := range asList(op["edit"]) {
 		em, _ := e.(map[string]any)
@@ -474,7 +474,11 @@ func play(t *testing.T, path string) (transcript any, err error) {
 	check(os.WriteFile(final, joinLines(records), 0o600))
 	_, e = VerifyFile(final)
 	check(e)
-	return normalise(map[string]any{"transcript": 1, "scenario": filepath.Base(path), "name": sc["name"], "ops": entries,
+	name, ok := sc["name"].(string)
+	if !ok {
+		name = "(unnamed)"
+	}
+	return normalise(map[string]any{"transcript": 1, "scenario": filepath.Base(path), "name": name, "ops": entries,
 		"final": map[string]any{"session": maskedRecord(records[0]), "events": events, "history": decode(hist)}}, w.dir), nil
 }
 
@@ -518,6 +522,15 @@ func TestScenarios(t *testing.T) {
 	if after := LiveHandleCount(); after != before {
 		t.Errorf("live handles: %d before the scenarios, %d after", before, after)
 	}
+}
+
+// count is v when it is a count (a JSON integer, 0 or more), what the Rust runner's as_u64 reads.
+func count(v any) (uint64, bool) {
+	n, ok := v.(float64)
+	if !ok || n < 0 || n != math.Trunc(n) {
+		return 0, false
+	}
+	return uint64(n), true
 }
 
 // second is the error of a call that returns a value and an error.

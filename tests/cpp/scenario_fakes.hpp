@@ -249,7 +249,8 @@ inline llmsession::Callback token_counter(World &w, json spec) {
             ++w.counter_calls;
         }
         bool act = active(spec, (*calls)++);
-        std::size_t per = std::max<std::size_t>(1, spec.value("perToken", std::size_t(4)));
+        const json &p = get_or_null(spec, "perToken");
+        std::size_t per = std::max<std::size_t>(1, p.is_number_unsigned() ? p.get<std::size_t>() : 4);
         std::string kind = str_or(spec, "kind", "chars");
         if (kind == "fail" && act) {
             return reply.fail("token counter failed");

@@ -75,7 +75,8 @@ inline void load(World &w, const json &op) {
     if (!op.contains("records")) {
         records = raw_records(*w.session);
     }
-    records.resize(records.size() - std::min(records.size(), op.value("dropLast", std::size_t(0))));
+    const json &drop = get_or_null(op, "dropLast");
+    records.resize(records.size() - std::min(records.size(), drop.is_number_unsigned() ? drop.get<std::size_t>() : std::size_t(0)));
     for (const auto &e : get_or_null(op, "edit")) {
         std::string from = str_or(e, "replace", ""), to = str_or(e, "with", "");
         long i = -1, n = static_cast<long>(records.size());
@@ -113,7 +114,7 @@ inline void run_op(World &w, const json &op) {
         call(w, [&] { w.live().start_turn(user_message(op.at("user")).dump()); });
     } else if (name == "request") {
         w.cancel = std::make_shared<llmsession::Cancel>();
-        if (op.value("cancelled", false)) {
+        if (get_or_null(op, "cancelled") == true) {
             w.cancel->trip();
         }
         auto cancel = w.cancel;
@@ -121,8 +122,8 @@ inline void run_op(World &w, const json &op) {
             w.out["request"] = json::parse(w.agent->request_info());
         }
     } else if (name == "respond") {
-        json msg = get_or_null(op, "message");
-        if (msg.is_null()) {
+        json msg = get_or_null(op, "message");  // as written: a null message too
+        if (!op.contains("message")) {
             json content = json::array();
             if (op.contains("text") && op["text"].is_string()) {
                 content.push_back({{"type", "text"}, {"text", op["text"]}});
@@ -138,7 +139,10 @@ inline void run_op(World &w, const json &op) {
         }
         call(w, [&] { w.live().record_response(resp.dump()); });
     } else if (name == "toolResult") {
-        json r = {{"callId", str_or(op, "callId", "")}, {"isError", op.value("isError", false)}};
+        json r = {{"callId", op.contains("callId") ? op["callId"] : json("")}};
+        if (op.contains("isError")) {
+            r["isError"] = op["isError"];
+        }
         if (op.contains("content")) {
             r["content"] = op["content"];
         } else {
@@ -148,7 +152,7 @@ inline void run_op(World &w, const json &op) {
     } else if (name == "inject") {
         call(w, [&] { w.live().inject(user_message(op.at("user")).dump()); });
     } else if (name == "providerError") {
-        json e = {{"message", str_or(op, "message", "provider error")}, {"overflow", op.value("overflow", false)}};
+        json e = {{"message", str_or(op, "message", "provider error")}, {"overflow", get_or_null(op, "overflow") == true}};
         w.cancel = std::make_shared<llmsession::Cancel>();
         auto cancel = w.cancel;
         bool retry = false;
@@ -170,7 +174,7 @@ inline void run_op(World &w, const json &op) {
             w.options = o;
         }
     } else if (name == "mutateListener") {
-        std::size_t i = op.value("index", std::size_t(0));
+        std::size_t i = get_or_null(op, "index").is_number_unsigned() ? op["index"].get<std::size_t>() : 0;
         if (i >= w.listeners.size()) {
             fail("no such listener");
         }
@@ -180,7 +184,7 @@ inline void run_op(World &w, const json &op) {
         }
     } else if (name == "resume") {
         dispose_agent(w);
-        if (op.value("reload", true)) {
+        if (!get_or_null(op, "reload").is_boolean() || op["reload"].get<bool>()) {
             w.session.emplace(reload(*w.session));
         }
         if (op.contains("listeners")) {
@@ -200,7 +204,7 @@ inline void run_op(World &w, const json &op) {
     } else if (name == "fork") {
         dispose_agent(w);
         json opts = {{"id", "forked-session"}};
-        if (op.contains("seedLength")) {
+        if (get_or_null(op, "seedLength").is_number_unsigned()) {
             opts["seedLength"] = op["seedLength"];
         }
         call(w, [&] { w.session.emplace(w.session->fork(opts.dump())); });
@@ -285,7 +289,7 @@ inline void run_file(const std::string &path) {
     }
     json transcript = {{"transcript", 1},
                        {"scenario", std::filesystem::path(path).filename().string()},
-                       {"name", sc.value("name", std::string("(unnamed)"))},
+                       {"name", str_or(sc, "name", "(unnamed)")},
                        {"ops", ops},
                        {"final",
                         {{"session", golden::masked_record(json::parse(w.session->info()))},

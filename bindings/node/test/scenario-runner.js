@@ -13,10 +13,14 @@ const golden = require('./golden');
 
 const REPO = path.resolve(__dirname, '..', '..', '..');
 
+/** Whether `v` is a count (an integer, 0 or more): what the Rust runner's `as_u64` reads. */
+const isCount = (v) => Number.isInteger(v) && v >= 0;
+/** `op[key]` when it is a string, else `dflt` (a key played as written: `""` stays `""`). */
+const strOr = (o, key, dflt) => (typeof o[key] === 'string' ? o[key] : dflt);
 const userMessage = (v) => (typeof v === 'string' ? { role: 'user', content: [{ type: 'text', text: v }] } : v);
 const contextEvent = (message, source) => ({ type: 'user/message', data: { message, source }, surfaceOp: 'append' });
 /** Whether call `n` (from 0) of a fake still behaves as its kind says (`times`). */
-const active = (spec, n) => typeof spec.times !== 'number' || n < spec.times;
+const active = (spec, n) => !isCount(spec.times) || n < spec.times;
 const tick = () => new Promise((resolve) => setTimeout(resolve, 1));
 /** The characters of every string in `v` (object keys left out). */
 const chars = (v) => {
@@ -74,11 +78,11 @@ class World {
   prefixListener(st) {
     const note = (input) => this.calls.push({ callback: 'prefix', listener: st.index, input });
     return this.fake(note, ({ rest }, n) => {
-      const kind = st.spec.kind || 'delegate';
+      const kind = strOr(st.spec, 'kind', 'delegate');
       if (kind === 'append') return [...rest, ...st.held];
       if (kind === 'delegate') return rest;
       if (active(st.spec, n)) {
-        if (kind === 'fail') throw new lls.CallbackError(st.spec.message || 'listener failed');
+        if (kind === 'fail') throw new lls.CallbackError(strOr(st.spec, 'message', 'listener failed'));
         if (kind === 'invalid') return st.spec.output;
         if (kind === 'cancel') this.controller.abort();
         if (kind === 'append-event') this.append(st.spec.events, 'plugin');
@@ -94,7 +98,7 @@ class World {
   preStep(st) {
     const note = (input) => this.calls.push({ callback: 'preStep', listener: st.index, input });
     return this.fake(note, (_info, n) => {
-      const kind = active(st.spec, n) ? st.spec.kind || 'record' : 'record';
+      const kind = active(st.spec, n) ? strOr(st.spec, 'kind', 'record') : 'record';
       if (kind === 'inject') this.append(st.spec.messages, 'plugin');
       if (kind === 'fail') throw new lls.CallbackError('pre-step failed');
       if (kind === 'cancel') this.controller.abort();
@@ -105,9 +109,9 @@ class World {
 
   /** A host token counter (docs/scenarios.md, "Token counters"). */
   makeCounter(spec) {
-    const per = typeof spec.perToken === 'number' && spec.perToken >= 1 ? spec.perToken : 4;
+    const per = isCount(spec.perToken) ? Math.max(spec.perToken, 1) : 4;
     return this.fake(() => { this.counterCalls += 1; }, (item, n) => {
-      const kind = active(spec, n) ? spec.kind || 'chars' : 'chars';
+      const kind = active(spec, n) ? strOr(spec, 'kind', 'chars') : 'chars';
       if (kind === 'fail') throw new lls.CallbackError('token counter failed');
       if (kind === 'append-during') this.append(spec.messages, 'host');
       if (kind === 'dispose') this.disposeFromCallback();
@@ -124,8 +128,8 @@ class World {
     };
     return this.fake(note, (_input, n) => {
       const ok = { text: typeof spec.text === 'string' ? spec.text : 'Summary of the work so far.' };
-      if (spec.usage) ok.usage = spec.usage;
-      const kind = active(spec, n) ? spec.kind || 'fixed' : 'fixed';
+      if ('usage' in spec) ok.usage = spec.usage;
+      const kind = active(spec, n) ? strOr(spec, 'kind', 'fixed') : 'fixed';
       if (kind === 'fail') throw new lls.CallbackError('summariser unavailable');
       if (kind === 'cancel') this.controller.abort();
       if (kind === 'cancel') throw new lls.CallbackError('cancelled');
@@ -144,7 +148,7 @@ class World {
       for (const l of this.preSteps) agent.addPreStepListener(this.preStep(l));
       if (this.policy !== undefined) agent.setPolicy(this.policy);
       agent.setSummariser(this.makeSummariser(this.summariser));
-      if (this.counter) agent.setTokenCounter(this.makeCounter(this.counter));
+      if (this.counter !== undefined && this.counter !== null) agent.setTokenCounter(this.makeCounter(this.counter));
     } catch (e) {
       agent.close();
       throw e;
@@ -190,7 +194,7 @@ async function load(w, op) {
   let records = op.records !== undefined
     ? op.records.map((r) => (typeof r === 'string' ? r : JSON.stringify(r)))
     : [JSON.stringify(w.session.info()), ...w.session.events().map((e) => JSON.stringify(e))];
-  if (typeof op.dropLast === 'number') records = records.slice(0, Math.max(0, records.length - op.dropLast));
+  if (isCount(op.dropLast)) records = records.slice(0, Math.max(0, records.length - op.dropLast));
   for (const e of op.edit || []) {
     let i = records.map((r) => r.includes(e.replace)).lastIndexOf(true);
     if (typeof e.record === 'number') i = e.record < 0 ? records.length + e.record : e.record;
@@ -213,7 +217,7 @@ async function runOp(w, op) {
   switch (op.op) {
     case 'turn': return attempt(w, () => w.needAgent().startTurn(userMessage(op.user)));
     case 'inject': return attempt(w, () => w.needAgent().inject(userMessage(op.user)));
-    case 'endTurn': return attempt(w, () => w.needAgent().endTurn(op.reason || 'completed'));
+    case 'endTurn': return attempt(w, () => w.needAgent().endTurn(strOr(op, 'reason', 'completed')));
     case 'request': {
       if (op.cancelled === true) w.controller.abort();
       const agent = w.needAgent();
@@ -228,12 +232,12 @@ async function runOp(w, op) {
       for (const c of op.toolCalls || []) {
         content.push({ type: 'tool-call', id: c.id, name: c.name, arguments: typeof c.arguments === 'string' ? c.arguments : '{}' });
       }
-      const response = { message: op.message || { role: 'assistant', content } };
-      if (op.usage) response.usage = op.usage;
+      const response = { message: 'message' in op ? op.message : { role: 'assistant', content } };
+      if ('usage' in op) response.usage = op.usage;
       return attempt(w, () => w.needAgent().recordResponse(response));
     }
     case 'toolResult': {
-      const r = { callId: op.callId || '', ...(op.content ? { content: op.content } : { text: typeof op.text === 'string' ? op.text : 'ok' }) };
+      const r = { callId: 'callId' in op ? op.callId : '', ...('content' in op ? { content: op.content } : { text: strOr(op, 'text', 'ok') }) };
       if (op.isError !== undefined) r.isError = op.isError;
       return attempt(w, () => w.needAgent().recordToolResult(r));
     }
@@ -248,15 +252,15 @@ async function runOp(w, op) {
       const o = { ...w.options };
       if (typeof op.system === 'string') o.system = op.system;
       else if ('system' in op) delete o.system;
-      if (op.tools) o.tools = op.tools;
-      if (op.config) o.config = op.config;
+      if ('tools' in op) o.tools = op.tools; // as written: [] and {} too
+      if ('config' in op) o.config = op.config;
       return attempt(w, () => {
         w.needAgent().setOptions(o);
         w.options = o; // invalid options change nothing
       });
     }
     case 'mutateListener':
-      for (const m of w.listeners[op.index || 0].held) m.content = [{ type: 'text', text: op.text || 'mutated' }];
+      for (const m of w.listeners[isCount(op.index) ? op.index : 0].held) m.content = [{ type: 'text', text: strOr(op, 'text', 'mutated') }];
       return undefined;
     case 'resume': {
       await w.dropAgent();
@@ -277,7 +281,7 @@ async function runOp(w, op) {
     case 'fork': {
       await w.dropAgent();
       const o = { id: 'forked-session' };
-      if (typeof op.seedLength === 'number') o.seedLength = op.seedLength;
+      if (isCount(op.seedLength)) o.seedLength = op.seedLength;
       await attempt(w, () => {
         w.session = w.session.fork(o);
         w.sessions.push(w.session);
@@ -305,8 +309,8 @@ async function runOp(w, op) {
       w.summariser = op.summariser;
       return w.needAgent().setSummariser(w.makeSummariser(op.summariser));
     case 'setCounter':
-      w.counter = op.counter || undefined;
-      if (w.counter) return w.needAgent().setTokenCounter(w.makeCounter(w.counter));
+      w.counter = op.counter === null ? undefined : op.counter; // null: the built-in estimate; {} is a counter
+      if (w.counter !== undefined) return w.needAgent().setTokenCounter(w.makeCounter(w.counter));
       return w.needAgent().clearTokenCounter();
     case 'dispose': return w.dropAgent();
     case 'load': return load(w, op);
@@ -341,7 +345,7 @@ async function runFile(file, mode = 'sync') {
       ops.push(entry);
     }
     const final = { session: golden.maskedRecord(w.session.info()), events: w.session.events().map(golden.maskedRecord), history: w.session.history() };
-    const transcript = golden.maskStrings({ transcript: 1, scenario: path.basename(file), name: sc.name || '(unnamed)', ops, final }, w.tmp);
+    const transcript = golden.maskStrings({ transcript: 1, scenario: path.basename(file), name: strOr(sc, 'name', '(unnamed)'), ops, final }, w.tmp);
     const out = path.join(REPO, 'target', 'tmp', `scenario-transcripts-node-${mode}`);
     golden.settle(file, transcript, out, mode);
     // The final log verifies through the binding (every request rebuilt from the log alone).

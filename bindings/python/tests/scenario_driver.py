@@ -32,9 +32,16 @@ def compact_json(v: Any) -> str:
     return json.dumps(v, ensure_ascii=False, separators=(",", ":"))
 
 
+def count_of(v: Any) -> Optional[int]:
+    """``v`` when it is a count (a JSON integer, 0 or more; not a bool), else None: what the Rust
+    runner's ``as_u64`` reads."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
 def kind_of(spec: Json, n: int, default: str) -> str:
     """The kind of call ``n`` (from 0) of a fake: its own while ``times`` allows, else ``default``."""
-    return spec.get("kind", default) if not isinstance(spec.get("times"), int) or n < spec["times"] else default
+    times = count_of(spec.get("times"))
+    return spec.get("kind", default) if times is None or n < times else default
 
 
 def chars(v: Any) -> int:
@@ -124,7 +131,7 @@ class World:
             kind = kind_of(spec, n, "prepend")
             if kind == "invalid":
                 return spec.get("output")
-            self.effects(kind, spec, spec.get("message") or "listener failed")
+            self.effects(kind, spec, spec["message"] if isinstance(spec.get("message"), str) else "listener failed")
             return rest if kind == "dispose" else st["held"] + rest
         return self.fake(lambda v: self.calls.append({"callback": "prefix", "listener": st["index"], "input": v}), body, st)
 
@@ -133,7 +140,8 @@ class World:
         return self.fake(lambda v: self.calls.append({"callback": "preStep", "listener": st["index"], "input": v}), body, st)
 
     def make_counter(self, spec: Json) -> Callable[[Any], Any]:
-        per = spec["perToken"] if isinstance(spec.get("perToken"), (int, float)) and spec["perToken"] >= 1 else 4
+        per = count_of(spec.get("perToken"))
+        per = 4 if per is None else max(per, 1)
         def body(item: Any, n: int) -> int:
             self.effects(kind_of(spec, n, "chars"), spec, "token counter failed")
             return math.ceil(chars(item) / per)
@@ -148,7 +156,7 @@ class World:
             self.calls.append({"callback": "summariser", "input": {**{k: v.get(k) for k in keys}, **size}})
         def body(_v: Any, n: int) -> Json:
             ok: Json = {"text": spec["text"] if isinstance(spec.get("text"), str) else "Summary of the work so far."}
-            ok.update({"usage": spec["usage"]} if spec.get("usage") else {})
+            ok.update({"usage": spec["usage"]} if "usage" in spec else {})
             kind = kind_of(spec, n, "fixed")
             self.effects(kind, spec, "summariser unavailable")
             if kind == "cancel":
@@ -167,7 +175,7 @@ class World:
             if self.policy != "absent":
                 agent.set_policy(self.policy)
             agent.set_summariser(self.make_summariser(self.summariser))
-            if self.counter:
+            if self.counter is not None:
                 agent.set_token_counter(self.make_counter(self.counter))
         except BaseException:
             agent.close()
@@ -210,7 +218,7 @@ def load(w: World, op: Json) -> None:
     """``load``: reopens the session from a log file written from the op's records (or the log's)."""
     recs = op["records"] if "records" in op else [w.session.info()] + w.session.events()
     records = [r if isinstance(r, str) else compact_json(r) for r in recs]
-    if isinstance(op.get("dropLast"), int):
+    if count_of(op.get("dropLast")) is not None:
         records = records[: max(0, len(records) - op["dropLast"])]
     for e in op.get("edit") or []:
         hits = [i for i, r in enumerate(records) if e["replace"] in r]
@@ -240,7 +248,7 @@ def run_op(w: World, op: Json) -> None:
         f = w.need_agent().start_turn if name == "turn" else w.need_agent().inject
         attempt(w, lambda: f(user_message(op["user"])))
     elif name == "endTurn":
-        attempt(w, lambda: w.need_agent().end_turn(op.get("reason") or "completed"))
+        attempt(w, lambda: w.need_agent().end_turn(op["reason"] if isinstance(op.get("reason"), str) else "completed"))
     elif name == "request":
         if op.get("cancelled") is True:
             w.trip()
@@ -252,13 +260,13 @@ def run_op(w: World, op: Json) -> None:
         for c in op.get("toolCalls") or []:
             args = c["arguments"] if isinstance(c.get("arguments"), str) else "{}"
             content.append({"type": "tool-call", "id": c["id"], "name": c["name"], "arguments": args})
-        response: Json = {"message": op.get("message") or {"role": "assistant", "content": content}}
-        if op.get("usage"):
+        response: Json = {"message": op["message"] if "message" in op else {"role": "assistant", "content": content}}
+        if "usage" in op:
             response["usage"] = op["usage"]
         attempt(w, lambda: w.need_agent().record_response(response))
     elif name == "toolResult":
-        r: Json = {"callId": op.get("callId") or ""}
-        r.update({"content": op["content"]} if op.get("content") else {"text": op["text"] if isinstance(op.get("text"), str) else "ok"})
+        r: Json = {"callId": op["callId"] if "callId" in op else ""}
+        r.update({"content": op["content"]} if "content" in op else {"text": op["text"] if isinstance(op.get("text"), str) else "ok"})
         if "isError" in op:
             r["isError"] = op["isError"]
         attempt(w, lambda: w.need_agent().record_tool_result(r))
@@ -267,15 +275,15 @@ def run_op(w: World, op: Json) -> None:
         agent = w.need_agent()
         attempt(w, w.set_out("providerError", lambda: "retry" if agent.provider_error(err, w.cancel) else "recorded"))
     elif name == "setOptions":
-        o = {**w.options, **{k: op[k] for k in ("tools", "config") if op.get(k)}}
+        o = {**w.options, **{k: op[k] for k in ("tools", "config") if k in op}}  # as written: [] and {} too
         if isinstance(op.get("system"), str):
             o["system"] = op["system"]
         elif "system" in op:
             o.pop("system", None)
         attempt(w, lambda: (w.need_agent().set_options(o), setattr(w, "options", o)))  # invalid: nothing changes
     elif name == "mutateListener":
-        for m in w.listeners[op.get("index") or 0]["held"]:
-            m["content"] = [{"type": "text", "text": op.get("text") or "mutated"}]
+        for m in w.listeners[count_of(op.get("index")) or 0]["held"]:
+            m["content"] = [{"type": "text", "text": op["text"] if isinstance(op.get("text"), str) else "mutated"}]
     elif name == "resume":
         w.drop_agent()
         if op.get("reload") is not False:
@@ -293,7 +301,7 @@ def run_op(w: World, op: Json) -> None:
         attempt(w, lambda: lls.Agent(w.session, w.options).close())
     elif name == "fork":
         w.drop_agent()
-        o: Json = {"id": "forked-session", **({"seedLength": op["seedLength"]} if isinstance(op.get("seedLength"), int) else {})}
+        o: Json = {"id": "forked-session", **({"seedLength": op["seedLength"]} if count_of(op.get("seedLength")) is not None else {})}
         attempt(w, lambda: (setattr(w, "session", w.session.fork(o)), w.sessions.append(w.session)))
         w.new_agent()  # on error the old session gets a new instance
     elif name == "compact":
@@ -312,8 +320,8 @@ def run_op(w: World, op: Json) -> None:
         w.summariser = op["summariser"]
         w.need_agent().set_summariser(w.make_summariser(op["summariser"]))
     elif name == "setCounter":
-        w.counter = op.get("counter") or None
-        if w.counter:
+        w.counter = op.get("counter")  # null (or absent): the built-in estimate; {} is a counter
+        if w.counter is not None:
             w.need_agent().set_token_counter(w.make_counter(w.counter))
         else:
             w.need_agent().clear_token_counter()
@@ -353,7 +361,7 @@ def run_file(file: Path, mode: str = "sync") -> None:
             "events": [golden.masked_record(e) for e in w.session.events()],
             "history": w.session.history(),
         }
-        doc = {"transcript": 1, "scenario": file.name, "name": sc.get("name") or "(unnamed)", "ops": ops, "final": final}
+        doc = {"transcript": 1, "scenario": file.name, "name": sc["name"] if isinstance(sc.get("name"), str) else "(unnamed)", "ops": ops, "final": final}
         out = REPO / "target" / "tmp" / f"scenario-transcripts-python-{mode}"
         golden.settle(file, golden.mask_strings(doc, w.tmp), out, mode)
         log = Path(w.tmp) / "verify.jsonl"  # the final log verifies through the binding
