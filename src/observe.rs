@@ -267,9 +267,11 @@ impl Drop for Deferring {
 
 #[cfg(test)]
 pub(crate) mod testing {
-    //! A collecting observer for tests. The observer is process-wide and tests run in parallel,
-    //! so tests that set one take [`guard`] first, and read only the observations of their own
-    //! session ids.
+    //! A collecting observer for tests. The observer is process-wide and the tests of one binary
+    //! run in parallel threads, so a test that sets one holds a serial lock while it does (every
+    //! [`collect`] takes it; [`Collector::clear`] keeps it while the test checks that nothing is
+    //! delivered), and reads only the observations of its own session ids: other tests' threads
+    //! keep emitting to whatever observer is set.
     use super::*;
     use parking_lot::{Mutex, MutexGuard};
 
@@ -278,7 +280,7 @@ pub(crate) mod testing {
     /// Collects every observation it receives; restores the silent default when dropped.
     pub(crate) struct Collector {
         pub seen: Arc<Mutex<Vec<Observation>>>,
-        _serial: MutexGuard<'static, ()>,
+        serial: Option<MutexGuard<'static, ()>>,
     }
 
     /// Sets a collecting observer at `min` for the life of the returned value.
@@ -287,7 +289,7 @@ pub(crate) mod testing {
         let seen: Arc<Mutex<Vec<Observation>>> = Arc::default();
         let sink = seen.clone();
         set_observer(Some(Arc::new(move |o: &Observation| sink.lock().push(o.clone()))), min);
-        Collector { seen, _serial: serial }
+        Collector { seen, serial: Some(serial) }
     }
 
     impl Collector {
@@ -299,6 +301,14 @@ pub(crate) mod testing {
         /// The kinds of the observations about session `id`, in order.
         pub(crate) fn kinds_of(&self, id: &str) -> Vec<&'static str> {
             self.of(id).iter().map(|o| o.kind).collect()
+        }
+
+        /// Clears the observer and hands back the serial lock: while the caller holds it, no
+        /// observer is set (no other test can set one), so a test can check that nothing is
+        /// built or delivered.
+        pub(crate) fn clear(mut self) -> MutexGuard<'static, ()> {
+            set_observer(None, Level::Debug);
+            self.serial.take().expect("a collector holds the serial lock")
         }
     }
 
@@ -350,8 +360,9 @@ mod tests {
         let levels: Vec<Level> = c.of("filter-1").iter().map(|o| o.level).collect();
         assert_eq!(levels, vec![Level::Warn, Level::Error]);
         let seen = c.seen.clone();
-        drop(c);
-        // Cleared: nothing is built, nothing delivered.
+        // Cleared, and kept clear while this test looks (it holds the serial lock): nothing is
+        // built, nothing delivered.
+        let _clear = c.clear();
         assert!(!enabled(Level::Error));
         let mut built = false;
         emit(Level::Error, || {
@@ -384,8 +395,13 @@ mod tests {
         let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
         struct Panics(Arc<std::sync::atomic::AtomicBool>);
         impl Observer for Panics {
-            fn observe(&self, _: &Observation) {
-                panic!("observer bug");
+            fn observe(&self, o: &Observation) {
+                // Other tests' threads deliver to it too: it panics on this test's note only, so
+                // they hold it for no longer than a call (a panic with RUST_BACKTRACE set takes
+                // a backtrace, which can take a second on a loaded machine).
+                if o.session_id.as_deref() == Some("panic-1") {
+                    panic!("observer bug");
+                }
             }
         }
         impl Drop for Panics {
@@ -397,12 +413,12 @@ mod tests {
         emit(Level::Error, || note(Level::Error, "panic-1"));
         assert!(!dropped.load(Ordering::SeqCst));
         set_observer(None, Level::Debug);
-        // Dropped once no delivery to it runs (another test's thread may be in one right now).
-        for _ in 0..500 {
-            if dropped.load(Ordering::SeqCst) {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(2));
+        // Dropped once no delivery to it runs (another test's thread may be in one right now):
+        // waited for, with a bound far beyond any scheduling delay (the check is that it is
+        // dropped at all, not how soon).
+        let start = std::time::Instant::now();
+        while !dropped.load(Ordering::SeqCst) && start.elapsed() < std::time::Duration::from_secs(60) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
         }
         assert!(dropped.load(Ordering::SeqCst), "the replaced observer is dropped");
         drop(c);

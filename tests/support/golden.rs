@@ -210,12 +210,20 @@ pub fn to_text(transcript: &Value) -> String {
 
 /// Writes `text` to `path` through a temporary file, so a reader never sees half a file.
 fn write_file(path: &Path, text: &str) -> Result<(), String> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    // A temporary file of this write's own (several test processes may write the same
+    // transcript copy under target/tmp at once: a shared temporary name made one's rename fail),
+    // renamed over the file in one step.
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::io::Write::write_all(&mut tmp, text.as_bytes()).map_err(|e| format!("{}: {e}", tmp.path().display()))?;
+    #[cfg(unix)]
+    {
+        // The mode a plain write gives (a temporary file is created 0600).
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o644));
     }
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, text).map_err(|e| format!("{}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
+    tmp.persist(path).map(drop).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Settles one scenario's transcript against its golden file, the same way for every store:
