@@ -210,11 +210,11 @@ cluster_pids() {
     ps -o pid= --ppid "$pm" | tr -d ' '
 }
 
-# SIGKILLs every process of the cluster in DATA at once (the postmaster is stopped first, so it
+# SIGKILLs every process of the cluster in DATA (listening on PORT, its socket in SOCKDIR) at once (the postmaster is stopped first, so it
 # forks nothing meanwhile), waits until they are gone, and removes the lock files a killed
 # postmaster leaves (a zombie that nothing reaps would otherwise look like a live postmaster).
 kill9_data() {
-    local data="$1" sock="${2:-}" pm pids=() p
+    local data="$1" sock="${2:-}" port="${3:-}" pm pids=() p
     pm="$(postmaster_of "$data")"
     [[ -n "$pm" ]] || die "kill9: no server is running in $data"
     kill -STOP "$pm" 2>/dev/null || true
@@ -227,7 +227,7 @@ kill9_data() {
         sleep 0.05
     done
     rm -f "$data/postmaster.pid"
-    [[ -n "$sock" ]] && rm -f "$sock"/.s.PGSQL.*.lock
+    [[ -n "$sock" && -n "$port" ]] && rm -f "$sock/.s.PGSQL.$port.lock"
     return 0
 }
 
@@ -509,7 +509,7 @@ main() {
         start) start "$dir" ;;
         stop) stop "$dir" ;;
         crash) stop "$dir" immediate ;;
-        kill9) kill9_data "$(home_of "$dir")/data" "$(cat "$dir/socketdir" 2>/dev/null || true)" ;;
+        kill9) kill9_data "$(home_of "$dir")/data" "$(cat "$dir/socketdir" 2>/dev/null || true)" "$(cat "$dir/port")" ;;
         freeze) signal_cluster "$(home_of "$dir")/data" STOP ;;
         thaw) signal_cluster "$(home_of "$dir")/data" CONT ;;
         restart) stop "$dir"; start "$dir" >/dev/null ;;
