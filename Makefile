@@ -381,18 +381,29 @@ cpp-install-check: build-lib build-cli
 # LLMSESSION_PG_URL set: the Rust PostgreSQL tests (a two-process race, $(PG_KILLS) SIGKILLed
 # writers, the server stopped mid-session), every scenario file on PostgreSQL, and the Go, Node
 # and C++ wrappers' tests.
+# The server has TLS on and PgBouncer (transaction mode) in front of it; tests/pg_fleet.rs
+# SIGKILLs the whole server $(PG_CRASHES) times, and fails a primary over to its synchronous
+# standby (scripts/pg/pair.sh, in $(PG_PAIR_DIR)) $(PG_FAILOVERS) times.
 PG_TEST_DIR := build/pg-test
+PG_PAIR_DIR := build/pg-pair
 PG_KILLS ?= 200
+PG_CRASHES ?= 10
+PG_FAILOVERS ?= 5
 # PASSES EVENTS TURNS of examples/bench_postgres.rs (docs/performance.md, "PostgreSQL store").
 BENCH_PG_ARGS ?= 5 100000 30
+# The benchmark's server: max_connections, and PgBouncer beside it (LLMSESSION_PGBOUNCER_URL).
+BENCH_PG_MAX_CONNECTIONS ?= 50
 
 # PostgreSQL against JSONL, side by side in one run, on a throwaway server (not in make test).
 bench-pg:
 	$(CARGO) build --release --example bench_postgres
-	bash scripts/pg/server.sh run build/pg-bench $(RELEASE_DIR)/examples/bench_postgres $(BENCH_PG_ARGS)
+	LLMSESSION_PG_MAX_CONNECTIONS=$(BENCH_PG_MAX_CONNECTIONS) LLMSESSION_PG_BOUNCER=1 \
+		bash scripts/pg/server.sh run build/pg-bench $(RELEASE_DIR)/examples/bench_postgres $(BENCH_PG_ARGS)
 
 test-pg: build-lib go-pc cpp-deps node-deps
-	CARGO="$(CARGO)" GO="$(GO)" LLMSESSION_PG_KILLS=$(PG_KILLS) bash scripts/pg/server.sh run $(PG_TEST_DIR) bash scripts/pg/tests.sh
+	CARGO="$(CARGO)" GO="$(GO)" LLMSESSION_PG_KILLS=$(PG_KILLS) LLMSESSION_PG_CRASHES=$(PG_CRASHES) \
+		LLMSESSION_PG_FAILOVERS=$(PG_FAILOVERS) LLMSESSION_PG_PAIR_DIR=$(PG_PAIR_DIR) LLMSESSION_PG_BOUNCER=1 \
+		bash scripts/pg/server.sh run $(PG_TEST_DIR) bash scripts/pg/tests.sh
 
 # ---------------------------------------------------------------------------------------------
 # Fuzzing (docs/reliability.md). cargo-fuzz, pinned, installed into build/tools on first use;

@@ -162,11 +162,13 @@ impl Report {
 }
 
 /// Compares a reloaded log with what its writer was told: (acknowledged events missing, events
-/// whose chain value differs, acknowledged completed turns missing). Gaps in `chains` (seqs
+/// whose chain value differs, acknowledged completed turns missing); `repaired`: how many
+/// events the open appended (the load report's `repaired_events`). Gaps in `chains` (seqs
 /// a batch wrote before its last event) count with the batch.
-fn compare(s: &Session, acked: &Acked) -> (u64, u64, u64) {
+fn compare(s: &Session, acked: &Acked, repaired: usize) -> (u64, u64, u64) {
     let records = s.records();
-    let stored = records.len() - 1;
+    // What the database held: the events a writing open appended to close an open turn are not.
+    let stored = records.len() - 1 - repaired;
     let (mut lost, mut replaced) = (0, 0);
     for (seq, chain) in acked.chains.iter().enumerate() {
         if seq >= stored {
@@ -195,6 +197,8 @@ fn err_line(e: &llmsession::Error) -> String {
 /// printing what each call acknowledged and recording it in `acked`.
 fn write_turns(s: &Session, acked: &mut Acked, stop: &AtomicBool, tag: &str) -> Option<llmsession::Error> {
     let mut a = agent(s);
+    // Tool call ids are unique in a session: this agent's are tagged with where it started.
+    let at = s.len();
     let c = llmsession::CancelToken::new();
     let ack = |acked: &mut Acked| {
         let head = s.chain_head().expect("a version 2 log");
@@ -221,7 +225,7 @@ fn write_turns(s: &Session, acked: &mut Acked, stop: &AtomicBool, tag: &str) -> 
             let last = st + 1 == steps;
             let mut content = vec![llmsession::Block::text(format!("answer {i}.{st}"))];
             if !last {
-                content.push(llmsession::Block::tool_call(&format!("c{i}_{st}"), "read", "{}"));
+                content.push(llmsession::Block::tool_call(&format!("c{at}_{i}_{st}"), "read", "{}"));
             }
             if let Err(e) = a.record_response(llmsession::Message::new(llmsession::Role::Assistant, content), None) {
                 return Some(e);
@@ -229,7 +233,7 @@ fn write_turns(s: &Session, acked: &mut Acked, stop: &AtomicBool, tag: &str) -> 
             ack(acked);
             if !last {
                 let r = a.record_tool_result(llmsession::agent::ToolResultInput {
-                    call_id: format!("c{i}_{st}"),
+                    call_id: format!("c{at}_{i}_{st}"),
                     content: vec![llmsession::Block::text("ok")],
                     is_error: false,
                 });
@@ -286,10 +290,10 @@ fn fleet_child() {
                 // Reopen with the same URL until the new primary takes the session.
                 let started = Instant::now();
                 let (mut attempts, mut locked, mut last) = (0u64, 0u64, String::new());
-                let reopened = loop {
+                let (reopened, repaired) = loop {
                     attempts += 1;
                     match Session::open_url(url, UrlOptions { create: false, ..opts.clone() }) {
-                        Ok((s, _)) => break s,
+                        Ok((s, report)) => break (s, report.repaired_events),
                         Err(e) => {
                             if e.kind() == ErrorKind::Locked {
                                 locked += 1;
@@ -304,10 +308,10 @@ fn fleet_child() {
                     std::thread::sleep(Duration::from_millis(50));
                 };
                 let took = started.elapsed().as_millis();
-                let (lost, replaced, lost_turns) = compare(&reopened, &acked);
+                let (lost, replaced, lost_turns) = compare(&reopened, &acked, repaired);
                 let events = reopened.len();
                 say(format!(
-                    "REOPENED at={} ms={took} attempts={attempts} locked={locked} events={events} lost={lost} replaced={replaced} lost_turns={lost_turns} last_error={}",
+                    "REOPENED at={} ms={took} attempts={attempts} locked={locked} events={events} repaired={repaired} lost={lost} replaced={replaced} lost_turns={lost_turns} last_error={}",
                     llmsession::session::now_ms(),
                     last.replace(' ', "_")
                 ));
@@ -470,7 +474,7 @@ fn durability_across_server_crashes() {
             assert!(err.starts_with("storage "), "trial {trial} ({durability}): the failing call: {err}");
             let (s, _) = Session::open_url(&url, reader(id))
                 .unwrap_or_else(|e| panic!("trial {trial} ({durability}): the session does not load: {}", e.message()));
-            let (lost, replaced, lost_turns) = compare(&s, &r.acked);
+            let (lost, replaced, lost_turns) = compare(&s, &r.acked, 0);
             // Whatever survived is a prefix of what the writer was told (one more batch may be
             // there: the one whose call failed with its outcome unknown).
             assert_eq!(replaced, 0, "trial {trial} ({durability}): the stored log is not a prefix of what was acknowledged");

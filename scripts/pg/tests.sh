@@ -2,12 +2,16 @@
 # The PostgreSQL suite (`make test-pg` runs it under scripts/pg/server.sh, which sets
 # LLMSESSION_PG_URL and the other LLMSESSION_PG_* variables): the Rust tests (tests/postgres.rs:
 # lease, conflicts, damage, errors, a two-process race, SIGKILLed writers, the server stopped and
-# crashed mid-session; every scenario file on PostgreSQL), then the Go, Node and C++ wrappers'
-# tests (and the C test of the URL entry points) against the same server. Needs the library staged in build/lib and the Go pkg-config
+# crashed mid-session; every scenario file on PostgreSQL), tests/pg_fleet.rs (the whole server
+# SIGKILLed under writers of each durability policy; a primary failed over to its synchronous
+# standby, on a pair that scripts/pg/pair.sh starts for that step), then the Go, Node and C++
+# wrappers' tests (and the C test of the URL entry points) against the same server. Needs the library staged in build/lib and the Go pkg-config
 # file (make build-lib go-pc), Node's dependencies (npm ci) and the C++ test build's deps.
 #
 # Environment: CARGO, GO (commands), LLMSESSION_PG_KILLS (SIGKILL trials, default 200),
-# LLMSESSION_PG_RACE_ROUNDS (race rounds, default 10).
+# LLMSESSION_PG_RACE_ROUNDS (race rounds, default 10), LLMSESSION_PG_CRASHES (server SIGKILLs,
+# default 10), LLMSESSION_PG_FAILOVERS (failovers, default 5), LLMSESSION_PG_PAIR_DIR (where
+# the pair lives, default build/pg-pair).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -21,6 +25,9 @@ step() { printf '\n== test-pg: %s\n' "$*"; }
 
 step "Rust: tests/postgres.rs and cli/tests/postgres.rs (the inspector)"
 "$CARGO" test --test postgres -- --nocapture
+
+step "Rust: tests/pg_fleet.rs (server SIGKILLs per durability policy; failover to a synchronous standby)"
+bash scripts/pg/pair.sh run "${LLMSESSION_PG_PAIR_DIR:-build/pg-pair}" "$CARGO" test --test pg_fleet -- --nocapture
 
 step "Rust: every scenario file on PostgreSQL"
 "$CARGO" test --test scenarios scenarios_on_postgres
