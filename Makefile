@@ -391,14 +391,35 @@ PG_CRASHES ?= 10
 PG_FAILOVERS ?= 5
 # PASSES EVENTS TURNS of examples/bench_postgres.rs (docs/performance.md, "PostgreSQL store").
 BENCH_PG_ARGS ?= 5 100000 30
-# The benchmark's server: max_connections, and PgBouncer beside it (LLMSESSION_PGBOUNCER_URL).
+# The fleet-scale run of the same example (docs/performance.md, "PostgreSQL at fleet scale"):
+# one process with 10,000 sessions open over 20 connections, 8 worker processes x 500 sessions
+# through PgBouncer, and the pinned design beside the pooled one at 40 sessions, on a server
+# with max_connections=$(BENCH_PG_MAX_CONNECTIONS).
+BENCH_PG_FLEET_ARGS ?= --sessions 10000 --threads 32 --turns 1 --workers 8 --worker-sessions 500 --pair-sessions 40 --pair-turns 5 --passes 5
 BENCH_PG_MAX_CONNECTIONS ?= 50
+# The pinned design compared with (the commit before the lease: a connection per open session),
+# built from a worktree in build/ with this example copied in; empty leaves the comparison out.
+BENCH_PG_PINNED ?= a029767
+BENCH_PG_PINNED_DIR := build/pinned
+BENCH_PG_PINNED_TARGET := $(CURDIR)/build/pinned-target
+BENCH_PG_PINNED_BIN := $(if $(BENCH_PG_PINNED),$(BENCH_PG_PINNED_TARGET)/release/examples/bench_postgres)
 
-# PostgreSQL against JSONL, side by side in one run, on a throwaway server (not in make test).
+# PostgreSQL against JSONL, side by side in one run, then at fleet scale, on a throwaway server
+# with PgBouncer (not in make test; about 10 minutes, the first pinned build adds about 10).
 bench-pg:
 	$(CARGO) build --release --example bench_postgres
-	LLMSESSION_PG_MAX_CONNECTIONS=$(BENCH_PG_MAX_CONNECTIONS) LLMSESSION_PG_BOUNCER=1 \
-		bash scripts/pg/server.sh run build/pg-bench $(RELEASE_DIR)/examples/bench_postgres $(BENCH_PG_ARGS)
+	@if [ -n "$(BENCH_PG_PINNED)" ]; then \
+		git worktree prune; \
+		[ -d $(BENCH_PG_PINNED_DIR) ] || git worktree add --detach $(BENCH_PG_PINNED_DIR) $(BENCH_PG_PINNED); \
+		[ "$$(git -C $(BENCH_PG_PINNED_DIR) rev-parse HEAD)" = "$$(git rev-parse $(BENCH_PG_PINNED)^{commit})" ] || \
+			git -C $(BENCH_PG_PINNED_DIR) checkout -q -f --detach $(BENCH_PG_PINNED); \
+		cp examples/bench_postgres.rs $(BENCH_PG_PINNED_DIR)/examples/bench_postgres.rs; \
+		echo "building the pinned design ($(BENCH_PG_PINNED)) in $(BENCH_PG_PINNED_DIR)"; \
+		cd $(BENCH_PG_PINNED_DIR) && CARGO_TARGET_DIR=$(BENCH_PG_PINNED_TARGET) $(CARGO) build --release --example bench_postgres; \
+	fi
+	LLMSESSION_PG_MAX_CONNECTIONS=$(BENCH_PG_MAX_CONNECTIONS) LLMSESSION_PG_BOUNCER=1 bash scripts/pg/server.sh run build/pg-bench \
+		bash -c '"$$0" $(BENCH_PG_ARGS) && "$$0" fleet $(BENCH_PG_FLEET_ARGS) --pinned "$$1"' \
+		$(RELEASE_DIR)/examples/bench_postgres "$(BENCH_PG_PINNED_BIN)"
 
 test-pg: build-lib go-pc cpp-deps node-deps
 	CARGO="$(CARGO)" GO="$(GO)" LLMSESSION_PG_KILLS=$(PG_KILLS) LLMSESSION_PG_CRASHES=$(PG_CRASHES) \
