@@ -828,79 +828,87 @@ fn fleet(f: &HashMap<String, String>) {
             );
             println!();
 
-            // Rounds at PAIR_SESSIONS sessions of each policy: pinned, pooled and JSONL, each in a
-            // fresh process, in an order that rotates every pass.
-            let stores = ["pinned", "pooled", "jsonl"];
-            let mut results: HashMap<(&str, String), Vec<(f64, Phase)>> = HashMap::new();
-            let pthreads = threads.min(pair_sessions);
-            for pass in 0..passes {
-                for p in &policies {
-                    for k in 0..stores.len() {
-                        let store = stores[(pass + k) % stores.len()];
-                        let prefix = format!("{run_id}-pair-{pass}-{p}-{store}");
-                        let one = vec![p.clone()];
-                        let jdir = tmp.path().join(&prefix);
-                        let w = match store {
-                            "pinned" => Worker::spawn(
-                                pin,
-                                &prefix,
-                                &worker_args("pg", &pinned_url, tmp.path(), pair_sessions, pthreads, pair_turns, &one, &prefix),
-                            ),
-                            "pooled" => Worker::spawn(
-                                &me,
-                                &prefix,
-                                &worker_args("pg", &pooled_pair, tmp.path(), pair_sessions, pthreads, pair_turns, &one, &prefix),
-                            ),
-                            _ => {
-                                std::fs::create_dir_all(&jdir).expect("dir");
-                                Worker::spawn(
+            // The pairs run once per caller-thread count of --pair-threads (default 1 and THREADS):
+            // one caller shows the cost of a call alone, many show the pool under contention.
+            let pair_threads: Vec<usize> = f
+                .get("pair-threads")
+                .map(|v| v.split(',').map(|t| t.parse().expect("--pair-threads")).collect())
+                .unwrap_or_else(|| vec![1, threads]);
+            for pthreads in pair_threads {
+                // Rounds at PAIR_SESSIONS sessions of each policy: pinned, pooled and JSONL, each in a
+                // fresh process, in an order that rotates every pass.
+                let stores = ["pinned", "pooled", "jsonl"];
+                let mut results: HashMap<(&str, String), Vec<(f64, Phase)>> = HashMap::new();
+                let pthreads = pthreads.min(pair_sessions);
+                for pass in 0..passes {
+                    for p in &policies {
+                        for k in 0..stores.len() {
+                            let store = stores[(pass + k) % stores.len()];
+                            let prefix = format!("{run_id}-pair-{pass}-{p}-{store}");
+                            let one = vec![p.clone()];
+                            let jdir = tmp.path().join(&prefix);
+                            let w = match store {
+                                "pinned" => Worker::spawn(
+                                    pin,
+                                    &prefix,
+                                    &worker_args("pg", &pinned_url, tmp.path(), pair_sessions, pthreads, pair_turns, &one, &prefix),
+                                ),
+                                "pooled" => Worker::spawn(
                                     &me,
                                     &prefix,
-                                    &worker_args("jsonl", "", &jdir, pair_sessions, pthreads, pair_turns, &one, &prefix),
-                                )
+                                    &worker_args("pg", &pooled_pair, tmp.path(), pair_sessions, pthreads, pair_turns, &one, &prefix),
+                                ),
+                                _ => {
+                                    std::fs::create_dir_all(&jdir).expect("dir");
+                                    Worker::spawn(
+                                        &me,
+                                        &prefix,
+                                        &worker_args("jsonl", "", &jdir, pair_sessions, pthreads, pair_turns, &one, &prefix),
+                                    )
+                                }
+                            };
+                            let run = drive(vec![w], &one, None);
+                            let _ = std::fs::remove_dir_all(&jdir);
+                            match run.phases.first() {
+                                Some(ph) => results.entry((store, p.clone())).or_default().push((run.open_s(), ph.clone())),
+                                None => println!("{store} {p} pass {pass}: {}", run.error().unwrap_or_default()),
                             }
-                        };
-                        let run = drive(vec![w], &one, None);
-                        let _ = std::fs::remove_dir_all(&jdir);
-                        match run.phases.first() {
-                            Some(ph) => results.entry((store, p.clone())).or_default().push((run.open_s(), ph.clone())),
-                            None => println!("{store} {p} pass {pass}: {}", run.error().unwrap_or_default()),
                         }
                     }
                 }
-            }
-            println!(
-            "{pair_sessions} sessions per run, {pair_turns} turns each ({} append calls per run), {pthreads} caller threads, {passes} passes; pinned, pooled (pool_size={pool}) and JSONL each in a fresh process, in an order that rotates every pass. Medians over the passes; ratios are pooled / pinned within a pass (median, then range).",
-            pair_sessions * pair_turns * 7
-        );
-            println!();
-            println!("| policy | measure | pinned | pooled | JSONL | pooled / pinned (median) | range of the paired ratios |");
-            println!("|---|---|---|---|---|---|---|");
-            for p in &policies {
-                let get = |s: &str| results.get(&(s, p.clone())).cloned().unwrap_or_default();
-                let (pin_r, pool_r, json_r) = (get("pinned"), get("pooled"), get("jsonl"));
-                type Pick = fn(&(f64, Phase)) -> f64;
-                let rows: [(&str, Pick, fn(f64) -> String); 4] = [
-                    ("open (all sessions)", |r| r.0, |v| format!("{:.1} ms", v * 1e3)),
-                    ("append calls/s", |r| r.1.calls_per_s(), thousands),
-                    ("p50 of a call", |r| r.1.p50, fmt_us),
-                    ("p99 of a call", |r| r.1.p99, fmt_us),
-                ];
-                for (name, pick, show) in rows {
-                    let a: Vec<f64> = pin_r.iter().map(pick).collect();
-                    let b: Vec<f64> = pool_r.iter().map(pick).collect();
-                    let c: Vec<f64> = json_r.iter().map(pick).collect();
-                    let ratios: Vec<f64> = b.iter().zip(&a).map(|(b, a)| b / a).collect();
-                    let (rm, rlo, rhi) = spread(&ratios);
-                    println!(
-                        "| `{p}` | {name} | {} | {} | {} | **{rm:.2}×** | {rlo:.2}× to {rhi:.2}× |",
-                        show(spread(&a).0),
-                        show(spread(&b).0),
-                        show(spread(&c).0)
-                    );
+                println!(
+                "{pair_sessions} sessions per run, {pair_turns} turns each ({} append calls per run), {pthreads} caller threads, {passes} passes; pinned, pooled (pool_size={pool}) and JSONL each in a fresh process, in an order that rotates every pass. Medians over the passes; ratios are pooled / pinned within a pass (median, then range).",
+                pair_sessions * pair_turns * 7
+            );
+                println!();
+                println!("| policy | measure | pinned | pooled | JSONL | pooled / pinned (median) | range of the paired ratios |");
+                println!("|---|---|---|---|---|---|---|");
+                for p in &policies {
+                    let get = |s: &str| results.get(&(s, p.clone())).cloned().unwrap_or_default();
+                    let (pin_r, pool_r, json_r) = (get("pinned"), get("pooled"), get("jsonl"));
+                    type Pick = fn(&(f64, Phase)) -> f64;
+                    let rows: [(&str, Pick, fn(f64) -> String); 4] = [
+                        ("open (all sessions)", |r| r.0, |v| format!("{:.1} ms", v * 1e3)),
+                        ("append calls/s", |r| r.1.calls_per_s(), thousands),
+                        ("p50 of a call", |r| r.1.p50, fmt_us),
+                        ("p99 of a call", |r| r.1.p99, fmt_us),
+                    ];
+                    for (name, pick, show) in rows {
+                        let a: Vec<f64> = pin_r.iter().map(pick).collect();
+                        let b: Vec<f64> = pool_r.iter().map(pick).collect();
+                        let c: Vec<f64> = json_r.iter().map(pick).collect();
+                        let ratios: Vec<f64> = b.iter().zip(&a).map(|(b, a)| b / a).collect();
+                        let (rm, rlo, rhi) = spread(&ratios);
+                        println!(
+                            "| `{p}` | {name} | {} | {} | {} | **{rm:.2}×** | {rlo:.2}× to {rhi:.2}× |",
+                            show(spread(&a).0),
+                            show(spread(&b).0),
+                            show(spread(&c).0)
+                        );
+                    }
                 }
+                println!();
             }
-            println!();
         } else {
             println!("(no --pinned BIN: the comparison with the pinned design is left out)\n");
         }
