@@ -94,7 +94,16 @@ TEST(Stream, BrokenStreamsThrow) {
         EXPECT_EQ(d["overflow"], true);
     }
     EXPECT_THROW(s.finish(), Error);
-    EXPECT_EQ(json::parse(s.finish(true))["finishReason"], "incomplete");
+    // Nothing arrived before the error: there is no partial message.
+    try {
+        s.finish(true);
+        FAIL() << "no error";
+    } catch (const Error &e) {
+        EXPECT_EQ(e.status(), LLS_ERR_INVALID_INPUT);
+        json d = json::parse(e.detail());
+        EXPECT_EQ(d["stream"], "provider-error");
+        EXPECT_EQ(d["partial"], "empty");
+    }
 
     Stream cut("gemini");
     std::string bytes = fixture("gemini-tools.sse");

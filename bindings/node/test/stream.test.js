@@ -97,7 +97,12 @@ test('broken streams: provider error, cut connection, malformed event, closed ha
       e.detail.providerError.type === 'overloaded_error' && e.detail.overflow === false,
   );
   assert.throws(() => s.finish(), (e) => e.detail.stream === 'provider-error');
-  assert.equal(s.finish({ partial: true }).finishReason, 'incomplete');
+  // Nothing arrived before the error: there is no partial message.
+  assert.throws(
+    () => s.finish({ partial: true }),
+    (e) => e instanceof lls.LlmSessionError && e.status === lls.Status.INVALID_INPUT && e.detail.stream === 'provider-error' &&
+      e.detail.partial === 'empty',
+  );
   s.close();
   assert.throws(() => s.feed('x'), (e) => e.status === lls.Status.INVALID_HANDLE);
 
