@@ -496,7 +496,8 @@ fn a_paused_anthropic_turn_is_continued_by_the_next_request_of_the_same_turn() {
     a.set_renderer(Renderer::Anthropic, RenderOptions::default()).unwrap();
     a.start_turn(Message::user_text("cherche")).unwrap();
     a.next_body(&CancelToken::new()).unwrap();
-    assert_eq!(a.record_body(paused).unwrap().tool_calls, 0);
+    let r = a.record_body(paused).unwrap();
+    assert_eq!((r.tool_calls, r.finish_reason.as_deref()), (0, Some("pause-turn")), "the host learns the turn is not over");
     let body: Value = serde_json::from_str(&a.next_body(&CancelToken::new()).unwrap().json).unwrap();
     let last = body["messages"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(last["role"], "assistant");
@@ -505,4 +506,60 @@ fn a_paused_anthropic_turn_is_continued_by_the_next_request_of_the_same_turn() {
     a.record_body(r#"{"content":[{"type":"text","text":"Verte."}],"stop_reason":"end_turn"}"#).unwrap();
     a.end_turn(TurnEndReason::Completed).unwrap();
     assert_eq!(s.verify().unwrap().requests, 2);
+}
+
+#[test]
+fn record_body_and_record_stream_give_the_normalised_finish_reason() {
+    let stream_data = |name: &str| std::fs::read(format!("{}/tests/data/stream/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let s = Session::in_memory();
+    let mut a = Agent::new(&s, options(0)).unwrap();
+    a.set_renderer(Renderer::Anthropic, RenderOptions::default()).unwrap();
+    a.start_turn(Message::user_text("cherche")).unwrap();
+    // Bodies: each stop reason as render::FINISH_REASONS spells it; none without one.
+    for (stop, want) in [
+        (Some("pause_turn"), Some("pause-turn")),
+        (Some("refusal"), Some("refusal")),
+        (Some("model_context_window_exceeded"), Some("context-overflow")),
+        (Some("max_tokens"), Some("max-tokens")),
+        (Some("a_new_reason"), Some("a_new_reason")),
+        (None, None),
+        (Some("end_turn"), Some("stop")),
+    ] {
+        a.next_body(&CancelToken::new()).unwrap();
+        let mut body = json!({"content":[{"type":"text","text":"…"}],"usage":{"input_tokens":3,"output_tokens":1}});
+        if let Some(stop) = stop {
+            body["stop_reason"] = stop.into();
+        }
+        let r = a.record_body(&body.to_string()).unwrap();
+        assert_eq!(r.finish_reason.as_deref(), want, "{stop:?}");
+        assert_eq!(r.tool_calls, 0);
+        let ev = s.with_log(|l| l.event(r.seq).unwrap());
+        assert!(ev.data.get("finishReason").is_none(), "the finish reason is not logged");
+    }
+    a.end_turn(TurnEndReason::Completed).unwrap();
+    // Streams: the stream's reason; "incomplete" for a cut stream recorded with partial.
+    a.start_turn(Message::user_text("lis")).unwrap();
+    a.next_body(&CancelToken::new()).unwrap();
+    let mut st = llmsession::stream::StreamAccumulator::new(Renderer::Anthropic);
+    st.feed(&stream_data("anthropic-tools.sse")).unwrap();
+    let r = a.record_stream(&mut st, false).unwrap();
+    assert_eq!((r.tool_calls, r.finish_reason.as_deref()), (1, Some("tool-calls")));
+    let id = s.with_log(|l| l.event(r.seq).unwrap()).data["message"]["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["type"] == "tool-call")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    a.record_tool_result(result_for(&id, 0, false)).unwrap();
+    a.next_body(&CancelToken::new()).unwrap();
+    let bytes = stream_data("anthropic-citations.sse");
+    let mut st = llmsession::stream::StreamAccumulator::new(Renderer::Anthropic);
+    st.feed(&bytes[..bytes.len() * 2 / 3]).unwrap();
+    let r = a.record_stream(&mut st, true).unwrap();
+    assert_eq!((r.tool_calls, r.finish_reason.as_deref()), (0, Some("incomplete")));
+    a.end_turn(TurnEndReason::Completed).unwrap();
+    assert_eq!(s.verify().unwrap().requests, 9);
 }

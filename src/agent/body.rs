@@ -35,12 +35,19 @@ pub(crate) enum Built {
 }
 
 /// What a recorded response was.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Recorded {
     /// The seq of its `assistant/message`.
     pub seq: u64,
     /// How many tool calls the message makes (each is now waiting for its result).
     pub tool_calls: usize,
+    /// The response's finish reason, normalised as [`ParsedResponse::finish_reason`] is
+    /// (`render::FINISH_REASONS`; a reason the library does not know in the provider's own
+    /// spelling; `None` when the response gives none). It is not logged, so this is where a
+    /// host that records raw bodies learns it: `"pause-turn"` means the turn is not over (build
+    /// the next request of the same turn), `"incomplete"` that a cut stream was recorded with
+    /// `partial`.
+    pub finish_reason: Option<String>,
 }
 
 /// Enough to write the envelope of the last request again: its header, and where the history
@@ -169,7 +176,9 @@ impl Agent {
 
     /// Records the provider's raw, non-streamed response body to the open step: parsed with the
     /// renderer's format ([`parse_response`]) and recorded as
-    /// [`record_response`](Self::record_response) records the message and its usage. Errors
+    /// [`record_response`](Self::record_response) records the message and its usage. Returns
+    /// the `assistant/message`'s seq, the number of tool calls and the finish reason
+    /// ([`Recorded`]: the host's next move, `render::FINISH_REASONS`). Errors
     /// (each changes nothing): `OutOfOrder` without a renderer or an open step,
     /// `MalformedJson`, `InvalidInput` (a body of another format or without a message, naming
     /// the field).
@@ -184,7 +193,8 @@ impl Agent {
 
     /// Records the response a stream accumulated, at its end (`partial` as
     /// [`StreamAccumulator::finish`]), as [`record_body`](Self::record_body) records a body.
-    /// The stream's format must be the agent's renderer when one is set.
+    /// The stream's format must be the agent's renderer when one is set. The finish reason is
+    /// the stream's (`"incomplete"` for a cut stream recorded with `partial`).
     pub fn record_stream(&mut self, stream: &mut StreamAccumulator, partial: bool) -> Result<Recorded> {
         self.ensure_live()?;
         if let Some(b) = &self.body {
@@ -203,7 +213,7 @@ impl Agent {
     fn record_parsed(&mut self, parsed: ParsedResponse) -> Result<Recorded> {
         let tool_calls = parsed.message.tool_calls().count();
         let seq = self.record_response(parsed.message, parsed.usage)?;
-        Ok(Recorded { seq, tool_calls })
+        Ok(Recorded { seq, tool_calls, finish_reason: parsed.finish_reason })
     }
 
     /// `OutOfOrder` unless a step is open (a response is awaited).
