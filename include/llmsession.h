@@ -76,11 +76,12 @@
  * optional fields), counted from 0 and reset when `LLS_ABI_VERSION` is bumped. A host that
  * uses an addition checks `lls_abi_minor() >= N` for the minor that brought it (docs/abi.md
  * lists them; 1: the provider-body hot path and `lls_live_string_count`; 2:
- * `lls_status_name`; 3: `lls_tool_calls_*` and the observer hook, `lls_set_observer`).
+ * `lls_status_name`; 3: `lls_tool_calls_*` and the observer hook, `lls_set_observer`; 4:
+ * `lls_agent_record_body_info`, `lls_agent_record_stream_info` and `lls_recorded_info`).
  *
  * Thread safety: a constant.
  */
-#define LLS_ABI_MINOR 3
+#define LLS_ABI_MINOR 4
 
 /**
  * `*out_seq` of `lls_agent_inject` when the message was deferred (not written yet).
@@ -301,6 +302,34 @@ typedef struct {
      */
     char digest[72];
 } lls_request_info;
+
+/**
+ * What a recorded provider response was, filled through an out-pointer by
+ * `lls_agent_record_body_info` and `lls_agent_record_stream_info` (plain data: copy it freely,
+ * nothing to free). Since ABI 2 minor 4.
+ *
+ * Thread safety: plain data.
+ */
+typedef struct {
+    /**
+     * The seq of the `assistant/message`.
+     */
+    uint64_t seq;
+    /**
+     * How many tool calls the message makes (report each one's result with
+     * `lls_agent_record_tool_result`).
+     */
+    uint32_t tool_calls;
+    /**
+     * The response's finish reason, NUL-terminated, normalised as `lls_parse_response` gives
+     * it (`"stop"`, `"tool-calls"`, `"max-tokens"`, `"pause-turn"`, `"refusal"`,
+     * `"context-overflow"`, `"content-filter"`, `"incomplete"`; docs/render.md, "Finish
+     * reasons"), a reason the library does not know in the provider's own spelling (cut at a
+     * character boundary to 63 bytes), or empty when the response gives none. It is not logged.
+     * `"pause-turn"`: the turn is not over, build the next request of the same turn.
+     */
+    char finish_reason[64];
+} lls_recorded_info;
 
 /**
  * An observer: receives one observation, as the JSON object `{"kind", "level", "message",
@@ -1218,7 +1247,8 @@ lls_status lls_agent_last_envelope(const lls_agent *agent,
  * (`assistant/message` with the usage, one `tool/call` per tool call, `step/end`).
  * `*out_seq` (may be NULL) receives the seq of the `assistant/message`, `*out_tool_calls` (may
  * be NULL) how many tool calls it made (report each one's result with
- * `lls_agent_record_tool_result`). Every error changes nothing.
+ * `lls_agent_record_tool_result`). The response's finish reason is not logged:
+ * `lls_agent_record_body_info` gives it too (since minor 4). Every error changes nothing.
  *
  * Errors: `LLS_ERR_NULL_POINTER` (`agent`, `body`), `LLS_ERR_INVALID_HANDLE`,
  * `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (a body of another
@@ -1240,11 +1270,30 @@ lls_status lls_agent_record_body(lls_agent *agent,
                                  lls_error **err);
 
 /**
+ * `lls_agent_record_body`, with what was recorded in `*out` (may be NULL): the seq of the
+ * `assistant/message`, how many tool calls it made and the response's finish reason (see
+ * `lls_recorded_info`), which the log does not keep: a host that records raw bodies learns
+ * from it what to do next (`"pause-turn"`: build the next request of the same turn). The
+ * same log, errors and rules as `lls_agent_record_body`. Since ABI 2 minor 4.
+ *
+ * # Safety
+ * `body` NULL or `body_len` readable bytes; `out`, `err` NULL or valid for writes.
+ *
+ * Thread safety: exclusive per agent (serialised internally); not from the agent's callbacks.
+ */
+lls_status lls_agent_record_body_info(lls_agent *agent,
+                                      const char *body,
+                                      size_t body_len,
+                                      lls_recorded_info *out,
+                                      lls_error **err);
+
+/**
  * Records the response a stream accumulated (`lls_stream`), at its end, for the open step:
  * the stream is finished as `lls_stream_finish(stream, partial, ...)` finishes it, and the
  * response is logged as `lls_agent_record_body` logs a body. The stream's format must be the
  * agent's renderer when one is set. `*out_seq` and `*out_tool_calls` (may be NULL) as for
- * `lls_agent_record_body`. Every error changes nothing in the session.
+ * `lls_agent_record_body`; `lls_agent_record_stream_info` gives the finish reason too (since
+ * minor 4). Every error changes nothing in the session.
  *
  * Errors: `LLS_ERR_NULL_POINTER` (`agent`, `stream`), `LLS_ERR_INVALID_HANDLE`, the stream's
  * own errors (as `lls_stream_finish`: detail `stream`), `LLS_ERR_INVALID_INPUT` (a stream of
@@ -1263,6 +1312,24 @@ lls_status lls_agent_record_stream(lls_agent *agent,
                                    uint64_t *out_seq,
                                    uint32_t *out_tool_calls,
                                    lls_error **err);
+
+/**
+ * `lls_agent_record_stream`, with what was recorded in `*out` (may be NULL), as
+ * `lls_agent_record_body_info` gives it: the finish reason is the stream's (`"incomplete"`
+ * for a cut stream recorded with `partial`). The same log, errors and rules as
+ * `lls_agent_record_stream`. Since ABI 2 minor 4.
+ *
+ * # Safety
+ * `out`, `err` NULL or valid for writes.
+ *
+ * Thread safety: exclusive per agent and per stream (both serialised internally); not from the
+ * agent's callbacks.
+ */
+lls_status lls_agent_record_stream_info(lls_agent *agent,
+                                        lls_stream *stream,
+                                        bool partial,
+                                        lls_recorded_info *out,
+                                        lls_error **err);
 
 /**
  * Creates an untripped cancel token in `*out`.
@@ -1719,17 +1786,25 @@ lls_status lls_callback_invoke(lls_callback_fn callback,
  * mapped into disjoint buckets (`inputTokens` is the uncached part; `cacheReadTokens` from
  * `prompt_tokens_details.cached_tokens`, DeepSeek's `prompt_cache_hit_tokens`, the Responses
  * API's `input_tokens_details.cached_tokens`, Anthropic's `cache_read_input_tokens` or Gemini's
- * `cachedContentTokenCount`); `finishReason` is `"stop"`, `"tool-calls"`, `"max-tokens"` or
- * the provider's own word. Blocks that keep provider-native state (signatures, encrypted
- * reasoning, item ids, opaque items) carry `"origin"`: the renderer of that format sends
- * them back verbatim, the others drop them. For a streamed response use `lls_stream_new`.
+ * `cachedContentTokenCount`); `finishReason` is normalised: `"stop"`, `"tool-calls"`,
+ * `"max-tokens"`, `"pause-turn"` (the turn is not over: build the next request of the same
+ * turn), `"refusal"`, `"context-overflow"`, `"content-filter"` (docs/render.md, "Finish
+ * reasons", says what a host does for each), or the provider's own word for a reason the
+ * library does not know. It is not logged; `lls_agent_record_body_info` gives it to a host
+ * that records raw bodies. An OpenAI refusal is a text block marked `"refusal": true`;
+ * Anthropic citations stay on their text block. Blocks that keep provider-native state
+ * (signatures, encrypted reasoning, item ids, opaque items, citations) carry `"origin"`: the
+ * renderer of that format sends them back verbatim, the others drop them. For a streamed
+ * response use `lls_stream_new`.
  *
  * `(renderer, renderer_len)`: `"openai"` (OpenAI-compatible chat completions: OpenAI,
  * DeepSeek, llama.cpp, vLLM), `"openai-responses"`, `"anthropic"` or `"gemini"`.
  *
  * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`,
  * `LLS_ERR_INVALID_INPUT` (an unknown renderer, or a response without the expected fields;
- * detail `field`).
+ * detail `field`; a chat completion with more than one choice, detail `choices`, or a Gemini
+ * response with more than one candidate, detail `candidates`: the log keeps one answer per
+ * request).
  *
  * # Safety
  * `renderer` and `body_json` NULL or readable for their lengths; `out`, `out_len`, `err` NULL or
@@ -2200,7 +2275,8 @@ lls_status lls_stream_new(const char *format, size_t format_len, lls_stream **ou
  * that is not JSON; detail `stream` = `malformed`, `event`, `line`, `column`),
  * `LLS_ERR_INVALID_INPUT` (detail `stream`: `malformed` for an event without what its type
  * needs, an event of another format (detail `looksLike`: the format it looks like), a second
- * chat choice or text that is not UTF-8, `provider-error` for the provider's error event, with
+ * chat choice (detail `choice`) or Gemini candidate (detail `candidate`) or text that is not
+ * UTF-8, `provider-error` for the provider's error event, with
  * `providerError` (its error object) and `overflow` (whether it reports a context overflow:
  * pass that to `lls_agent_provider_error`)), `LLS_ERR_OUT_OF_ORDER` (after
  * `lls_stream_finish`). Once a feed failed, every later feed fails with the same error.

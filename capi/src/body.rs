@@ -2,7 +2,8 @@
 //! (`lls_agent_set_renderer`), the next request as the provider body with a small fixed record
 //! of it (`lls_agent_next_body`, `lls_request_info`), the envelope only when asked
 //! (`lls_agent_last_envelope`), and the provider's reply recorded from its raw body or a stream
-//! (`lls_agent_record_body`, `lls_agent_record_stream`). The core is `llmsession::agent` (`body.rs`).
+//! (`lls_agent_record_body`, `lls_agent_record_stream`; the `_info` forms also give the finish
+//! reason, `lls_recorded_info`). The core is `llmsession::agent` (`body.rs`).
 
 use crate::agent::{agent_arg, live, live_ref, lls_agent};
 use crate::cancel::{cancel_arg, lls_cancel};
@@ -56,6 +57,45 @@ pub struct lls_request_info {
     pub envelope_len: usize,
     /// The envelope's digest, `"sha256:"` and 64 lowercase hex digits, NUL-terminated.
     pub digest: [c_char; 72],
+}
+
+/// What a recorded provider response was, filled through an out-pointer by
+/// `lls_agent_record_body_info` and `lls_agent_record_stream_info` (plain data: copy it freely,
+/// nothing to free). Since ABI 2 minor 4.
+///
+/// Thread safety: plain data.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct lls_recorded_info {
+    /// The seq of the `assistant/message`.
+    pub seq: u64,
+    /// How many tool calls the message makes (report each one's result with
+    /// `lls_agent_record_tool_result`).
+    pub tool_calls: u32,
+    /// The response's finish reason, NUL-terminated, normalised as `lls_parse_response` gives
+    /// it (`"stop"`, `"tool-calls"`, `"max-tokens"`, `"pause-turn"`, `"refusal"`,
+    /// `"context-overflow"`, `"content-filter"`, `"incomplete"`; docs/render.md, "Finish
+    /// reasons"), a reason the library does not know in the provider's own spelling (cut at a
+    /// character boundary to 63 bytes), or empty when the response gives none. It is not logged.
+    /// `"pause-turn"`: the turn is not over, build the next request of the same turn.
+    pub finish_reason: [c_char; 64],
+}
+
+impl lls_recorded_info {
+    fn of(r: &Recorded) -> lls_recorded_info {
+        let mut finish_reason = [0 as c_char; 64];
+        if let Some(f) = &r.finish_reason {
+            // 63 bytes at most, and the NUL.
+            let mut end = f.len().min(63);
+            while !f.is_char_boundary(end) {
+                end -= 1;
+            }
+            for (d, b) in finish_reason.iter_mut().zip(f[..end].bytes()) {
+                *d = b as c_char;
+            }
+        }
+        lls_recorded_info { seq: r.seq, tool_calls: count(r.tool_calls), finish_reason }
+    }
 }
 
 fn count(n: usize) -> u32 {
@@ -226,13 +266,38 @@ fn write_recorded(r: Recorded, out_seq: OptOut<u64>, out_tool_calls: OptOut<u32>
     out_tool_calls.write(count(r.tool_calls));
 }
 
+/// The body of `lls_agent_record_body` and `lls_agent_record_body_info`.
+///
+/// # Safety
+/// As for `lls_agent_record_body`.
+unsafe fn record_body(agent: *mut lls_agent, body: *const c_char, body_len: usize) -> Result<Recorded, FfiError> {
+    let a = agent_arg(agent)?;
+    // SAFETY: pointer validity is the caller's contract, forwarded.
+    let text = unsafe { buffers::input_str(body, body_len, "body") }?;
+    a.run(None, |slot, _| Ok(live(&mut slot.agent, a.instance)?.record_body(text)?))
+}
+
+/// The body of `lls_agent_record_stream` and `lls_agent_record_stream_info`.
+///
+/// # Safety
+/// As for `lls_agent_record_stream`.
+unsafe fn record_stream(agent: *mut lls_agent, stream: *mut lls_stream, partial: bool) -> Result<Recorded, FfiError> {
+    let a = agent_arg(agent)?;
+    let s = handle::lookup::<StreamObject>(stream, "stream")?;
+    a.run(None, |slot, _| {
+        let mut acc = s.state.write()?;
+        Ok::<_, FfiError>(live(&mut slot.agent, a.instance)?.record_stream(&mut acc, partial)?)
+    })
+}
+
 /// Records the provider's raw, non-streamed response body `(body, body_len)` for the open
 /// step: parsed once with the format of the agent's renderer (as `lls_parse_response` parses
 /// it), validated once, and logged as `lls_agent_record_response` logs a message
 /// (`assistant/message` with the usage, one `tool/call` per tool call, `step/end`).
 /// `*out_seq` (may be NULL) receives the seq of the `assistant/message`, `*out_tool_calls` (may
 /// be NULL) how many tool calls it made (report each one's result with
-/// `lls_agent_record_tool_result`). Every error changes nothing.
+/// `lls_agent_record_tool_result`). The response's finish reason is not logged:
+/// `lls_agent_record_body_info` gives it too (since minor 4). Every error changes nothing.
 ///
 /// Errors: `LLS_ERR_NULL_POINTER` (`agent`, `body`), `LLS_ERR_INVALID_HANDLE`,
 /// `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (a body of another
@@ -258,10 +323,37 @@ pub unsafe extern "C" fn lls_agent_record_body(
     unsafe {
         boundary(err, || {
             let (out_seq, out_tool_calls) = (OptOut::new(out_seq), OptOut::new(out_tool_calls));
-            let a = agent_arg(agent)?;
-            let text = buffers::input_str(body, body_len, "body")?;
-            let r = a.run(None, |slot, _| Ok(live(&mut slot.agent, a.instance)?.record_body(text)?))?;
+            let r = record_body(agent, body, body_len)?;
             write_recorded(r, out_seq, out_tool_calls);
+            Ok(())
+        })
+    }
+}
+
+/// `lls_agent_record_body`, with what was recorded in `*out` (may be NULL): the seq of the
+/// `assistant/message`, how many tool calls it made and the response's finish reason (see
+/// `lls_recorded_info`), which the log does not keep: a host that records raw bodies learns
+/// from it what to do next (`"pause-turn"`: build the next request of the same turn). The
+/// same log, errors and rules as `lls_agent_record_body`. Since ABI 2 minor 4.
+///
+/// # Safety
+/// `body` NULL or `body_len` readable bytes; `out`, `err` NULL or valid for writes.
+///
+/// Thread safety: exclusive per agent (serialised internally); not from the agent's callbacks.
+#[no_mangle]
+pub unsafe extern "C" fn lls_agent_record_body_info(
+    agent: *mut lls_agent,
+    body: *const c_char,
+    body_len: usize,
+    out: *mut lls_recorded_info,
+    err: *mut *mut lls_error,
+) -> lls_status {
+    // SAFETY: pointer validity is the caller's contract, forwarded.
+    unsafe {
+        boundary(err, || {
+            let out = OptOut::new(out);
+            let r = record_body(agent, body, body_len)?;
+            out.write(lls_recorded_info::of(&r));
             Ok(())
         })
     }
@@ -271,7 +363,8 @@ pub unsafe extern "C" fn lls_agent_record_body(
 /// the stream is finished as `lls_stream_finish(stream, partial, ...)` finishes it, and the
 /// response is logged as `lls_agent_record_body` logs a body. The stream's format must be the
 /// agent's renderer when one is set. `*out_seq` and `*out_tool_calls` (may be NULL) as for
-/// `lls_agent_record_body`. Every error changes nothing in the session.
+/// `lls_agent_record_body`; `lls_agent_record_stream_info` gives the finish reason too (since
+/// minor 4). Every error changes nothing in the session.
 ///
 /// Errors: `LLS_ERR_NULL_POINTER` (`agent`, `stream`), `LLS_ERR_INVALID_HANDLE`, the stream's
 /// own errors (as `lls_stream_finish`: detail `stream`), `LLS_ERR_INVALID_INPUT` (a stream of
@@ -296,13 +389,37 @@ pub unsafe extern "C" fn lls_agent_record_stream(
     unsafe {
         boundary(err, || {
             let (out_seq, out_tool_calls) = (OptOut::new(out_seq), OptOut::new(out_tool_calls));
-            let a = agent_arg(agent)?;
-            let s = handle::lookup::<StreamObject>(stream, "stream")?;
-            let r = a.run(None, |slot, _| {
-                let mut acc = s.state.write()?;
-                Ok::<_, FfiError>(live(&mut slot.agent, a.instance)?.record_stream(&mut acc, partial)?)
-            })?;
+            let r = record_stream(agent, stream, partial)?;
             write_recorded(r, out_seq, out_tool_calls);
+            Ok(())
+        })
+    }
+}
+
+/// `lls_agent_record_stream`, with what was recorded in `*out` (may be NULL), as
+/// `lls_agent_record_body_info` gives it: the finish reason is the stream's (`"incomplete"`
+/// for a cut stream recorded with `partial`). The same log, errors and rules as
+/// `lls_agent_record_stream`. Since ABI 2 minor 4.
+///
+/// # Safety
+/// `out`, `err` NULL or valid for writes.
+///
+/// Thread safety: exclusive per agent and per stream (both serialised internally); not from the
+/// agent's callbacks.
+#[no_mangle]
+pub unsafe extern "C" fn lls_agent_record_stream_info(
+    agent: *mut lls_agent,
+    stream: *mut lls_stream,
+    partial: bool,
+    out: *mut lls_recorded_info,
+    err: *mut *mut lls_error,
+) -> lls_status {
+    // SAFETY: pointer validity is the caller's contract, forwarded.
+    unsafe {
+        boundary(err, || {
+            let out = OptOut::new(out);
+            let r = record_stream(agent, stream, partial)?;
+            out.write(lls_recorded_info::of(&r));
             Ok(())
         })
     }

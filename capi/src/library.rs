@@ -29,10 +29,11 @@ pub const LLS_ABI_VERSION: u32 = 2;
 /// optional fields), counted from 0 and reset when `LLS_ABI_VERSION` is bumped. A host that
 /// uses an addition checks `lls_abi_minor() >= N` for the minor that brought it (docs/abi.md
 /// lists them; 1: the provider-body hot path and `lls_live_string_count`; 2:
-/// `lls_status_name`; 3: `lls_tool_calls_*` and the observer hook, `lls_set_observer`).
+/// `lls_status_name`; 3: `lls_tool_calls_*` and the observer hook, `lls_set_observer`; 4:
+/// `lls_agent_record_body_info`, `lls_agent_record_stream_info` and `lls_recorded_info`).
 ///
 /// Thread safety: a constant.
-pub const LLS_ABI_MINOR: u32 = 3;
+pub const LLS_ABI_MINOR: u32 = 4;
 
 /// The library version as a static NUL-terminated string, e.g. `"0.2.0"`. Never free it.
 ///

@@ -15,17 +15,25 @@ use std::ffi::c_char;
 /// mapped into disjoint buckets (`inputTokens` is the uncached part; `cacheReadTokens` from
 /// `prompt_tokens_details.cached_tokens`, DeepSeek's `prompt_cache_hit_tokens`, the Responses
 /// API's `input_tokens_details.cached_tokens`, Anthropic's `cache_read_input_tokens` or Gemini's
-/// `cachedContentTokenCount`); `finishReason` is `"stop"`, `"tool-calls"`, `"max-tokens"` or
-/// the provider's own word. Blocks that keep provider-native state (signatures, encrypted
-/// reasoning, item ids, opaque items) carry `"origin"`: the renderer of that format sends
-/// them back verbatim, the others drop them. For a streamed response use `lls_stream_new`.
+/// `cachedContentTokenCount`); `finishReason` is normalised: `"stop"`, `"tool-calls"`,
+/// `"max-tokens"`, `"pause-turn"` (the turn is not over: build the next request of the same
+/// turn), `"refusal"`, `"context-overflow"`, `"content-filter"` (docs/render.md, "Finish
+/// reasons", says what a host does for each), or the provider's own word for a reason the
+/// library does not know. It is not logged; `lls_agent_record_body_info` gives it to a host
+/// that records raw bodies. An OpenAI refusal is a text block marked `"refusal": true`;
+/// Anthropic citations stay on their text block. Blocks that keep provider-native state
+/// (signatures, encrypted reasoning, item ids, opaque items, citations) carry `"origin"`: the
+/// renderer of that format sends them back verbatim, the others drop them. For a streamed
+/// response use `lls_stream_new`.
 ///
 /// `(renderer, renderer_len)`: `"openai"` (OpenAI-compatible chat completions: OpenAI,
 /// DeepSeek, llama.cpp, vLLM), `"openai-responses"`, `"anthropic"` or `"gemini"`.
 ///
 /// Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`,
 /// `LLS_ERR_INVALID_INPUT` (an unknown renderer, or a response without the expected fields;
-/// detail `field`).
+/// detail `field`; a chat completion with more than one choice, detail `choices`, or a Gemini
+/// response with more than one candidate, detail `candidates`: the log keeps one answer per
+/// request).
 ///
 /// # Safety
 /// `renderer` and `body_json` NULL or readable for their lengths; `out`, `out_len`, `err` NULL or

@@ -78,7 +78,8 @@ pub unsafe extern "C" fn lls_stream_new(
 /// that is not JSON; detail `stream` = `malformed`, `event`, `line`, `column`),
 /// `LLS_ERR_INVALID_INPUT` (detail `stream`: `malformed` for an event without what its type
 /// needs, an event of another format (detail `looksLike`: the format it looks like), a second
-/// chat choice or text that is not UTF-8, `provider-error` for the provider's error event, with
+/// chat choice (detail `choice`) or Gemini candidate (detail `candidate`) or text that is not
+/// UTF-8, `provider-error` for the provider's error event, with
 /// `providerError` (its error object) and `overflow` (whether it reports a context overflow:
 /// pass that to `lls_agent_provider_error`)), `LLS_ERR_OUT_OF_ORDER` (after
 /// `lls_stream_finish`). Once a feed failed, every later feed fails with the same error.

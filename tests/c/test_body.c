@@ -1,7 +1,8 @@
 /* C tests of the one-way hot path: an agent with a renderer builds the provider body
  * (lls_agent_next_body, with lls_request_info), which equals the rendering of the logged
  * envelope (lls_agent_last_envelope) for every renderer; the provider's raw reply is recorded
- * from its body (lls_agent_record_body) or a stream (lls_agent_record_stream); every bad input
+ * from its body (lls_agent_record_body) or a stream (lls_agent_record_stream), the _info forms
+ * giving the finish reason too (lls_recorded_info); every bad input
  * is a clear error that changes nothing. Built and run by `make test-c`. */
 #define _POSIX_C_SOURCE 200809L
 
@@ -181,9 +182,13 @@ static void run_loop(const provider *p) {
     EXPECT_OK(lls_agent_next_body(a, NULL, &body, NULL, NULL, &err));
     CHECK_CONTAINS(body, "hello from a.txt (3)");
     lls_string_free(body);
-    uint32_t calls = 99;
-    EXPECT_OK(lls_agent_record_body(a, p->final_reply, strlen(p->final_reply), NULL, &calls, &err));
-    CHECK_INT(calls, 0);
+    /* The _info form gives the normalised finish reason too (not logged). */
+    lls_recorded_info rec;
+    memset(&rec, 0xab, sizeof rec);
+    EXPECT_OK(lls_agent_record_body_info(a, p->final_reply, strlen(p->final_reply), &rec, &err));
+    CHECK(rec.seq > 0);
+    CHECK_INT(rec.tool_calls, 0);
+    CHECK(strcmp(rec.finish_reason, "stop") == 0);
     EXPECT_OK(lls_agent_end_turn(a, S("completed"), &err));
     char *report = NULL;
     EXPECT_OK(lls_session_verify(s, &report, NULL, &err));
@@ -238,10 +243,13 @@ static void test_record_stream(void) {
 
     /* A stream is finished by recording it, even when that fails: what arrived can still be
        recorded as it is (partial). */
-    uint64_t seq = 0;
+    lls_recorded_info rec;
+    memset(&rec, 0xab, sizeof rec);
+    EXPECT_OK(lls_agent_record_stream_info(a, st, true, &rec, &err));
+    CHECK_INT(rec.tool_calls, 0);
+    CHECK(strcmp(rec.finish_reason, "incomplete") == 0);
+    uint64_t seq = rec.seq;
     uint32_t calls = 9;
-    EXPECT_OK(lls_agent_record_stream(a, st, true, &seq, &calls, &err));
-    CHECK_INT(calls, 0);
     char *ev = NULL;
     EXPECT_OK(lls_session_events(s, seq, seq + 1, &ev, NULL, &err));
     CHECK_CONTAINS(ev, "\"text\":\"Hel\"");
@@ -267,6 +275,7 @@ static void test_record_stream(void) {
     EXPECT_OK(lls_stream_feed(st, S(whole), &err));
     EXPECT_OK(lls_agent_record_stream(a, st, false, &seq, &calls, &err));
     CHECK_INT(calls, 1);
+    EXPECT_ERR(lls_agent_record_stream_info(a, st, false, NULL, &err), LLS_ERR_OUT_OF_ORDER, "no request is open");
     EXPECT_OK(lls_session_events(s, seq, seq + 2, &ev, NULL, &err));
     CHECK_CONTAINS(ev, "\"type\":\"tool/call\"");
     CHECK_CONTAINS(ev, "\"callId\":\"call_9\"");
@@ -332,6 +341,8 @@ static void test_bad_inputs(void) {
     EXPECT_ERR(lls_agent_record_body(a, S("{\"choices\":"), NULL, NULL, &err), LLS_ERR_MALFORMED_JSON, "malformed JSON");
     EXPECT_ERR(lls_agent_record_body(a, S("{\"a\":\"\xff\"}"), NULL, NULL, &err), LLS_ERR_INVALID_UTF8, "body");
     EXPECT_ERR(lls_agent_record_body(a, NULL, 0, NULL, NULL, &err), LLS_ERR_NULL_POINTER, "body");
+    EXPECT_ERR(lls_agent_record_body_info(a, NULL, 0, NULL, &err), LLS_ERR_NULL_POINTER, "body");
+    EXPECT_ERR(lls_agent_record_body_info(NULL, S("{}"), NULL, &err), LLS_ERR_NULL_POINTER, "agent");
     CHECK_UNCHANGED(s, before);
     lls_string_free(before);
 
