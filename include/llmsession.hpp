@@ -644,6 +644,25 @@ struct Recorded {
     std::uint64_t seq = 0;
     /// How many tool calls it made (report each one's result with `record_tool_result`).
     std::uint32_t tool_calls = 0;
+    /// The response's finish reason, normalised (`"stop"`, `"tool-calls"`, `"max-tokens"`,
+    /// `"pause-turn"`: the turn is not over, build the next request of the same turn,
+    /// `"refusal"`, `"context-overflow"`, `"content-filter"`, `"incomplete"` for a cut stream
+    /// recorded with `partial`), a provider's own word, or empty when the response gives none.
+    /// The log does not keep it.
+    std::string finish_reason;
+
+    /// From the C record.
+    static Recorded of(const lls_recorded_info &info) {
+        Recorded r;
+        r.seq = info.seq;
+        r.tool_calls = info.tool_calls;
+        std::size_t n = 0;
+        while (n < sizeof info.finish_reason && info.finish_reason[n] != '\0') {
+            ++n;
+        }
+        r.finish_reason.assign(info.finish_reason, n);
+        return r;
+    }
 };
 
 class Stream;
@@ -990,12 +1009,11 @@ public:
     /// step), `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (a body of another format or
     /// without a message), `LLS_ERR_INVALID_UTF8`; a failed call changes nothing.
     Recorded record_body(std::string_view body) {
-        Recorded r;
+        lls_recorded_info info{};
         detail::call([&](lls_error **err) {
-            return lls_agent_record_body(get(), detail::ptr(body), body.size(), &r.seq,
-                                         &r.tool_calls, err);
+            return lls_agent_record_body_info(get(), detail::ptr(body), body.size(), &info, err);
         });
-        return r;
+        return Recorded::of(info);
     }
 
     /// Records the response a stream accumulated, at its end: the stream is finished as
@@ -1189,11 +1207,11 @@ private:
 };
 
 inline Recorded Agent::record_stream(Stream &stream, bool partial) {
-    Recorded r;
+    lls_recorded_info info{};
     detail::call([&](lls_error **err) {
-        return lls_agent_record_stream(get(), stream.get(), partial, &r.seq, &r.tool_calls, err);
+        return lls_agent_record_stream_info(get(), stream.get(), partial, &info, err);
     });
-    return r;
+    return Recorded::of(info);
 }
 
 /// Renders a request envelope into a provider body (`"openai"`, `"openai-responses"`,

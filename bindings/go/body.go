@@ -196,33 +196,55 @@ func (a *Agent) LastEnvelope() (json.RawMessage, error) {
 // RecordBody records the provider's raw, non-streamed response body for the open step, parsed
 // with the agent's renderer format (SetRenderer): seq is the assistant/message event's seq,
 // toolCalls how many tool calls the response made.
+// The finish reason is not logged: RecordBodyOf gives it (Recorded.FinishReason).
 func (a *Agent) RecordBody(body []byte) (seq uint64, toolCalls int, err error) {
-	bp, bn := cbuf(body)
-	var s C.uint64_t
-	var t C.uint32_t
-	err = a.with(nil, func(p *C.lls_agent, e **C.lls_error) C.lls_status {
-		return C.lls_agent_record_body(p, bp, bn, &s, &t, e)
-	})
-	return uint64(s), int(t), err
+	r, err := a.recordBody(body)
+	return r.seq, r.toolCalls, err
 }
 
 // RecordStream records a streamed response from its accumulator at the stream's end, as
 // Stream.Finish(partial) gives it: an error for a failed or cut stream, or with partial what a
-// cut stream delivered so far (finish reason "incomplete").
+// cut stream delivered so far (finish reason "incomplete", which RecordStreamOf gives).
 func (a *Agent) RecordStream(s *Stream, partial bool) (seq uint64, toolCalls int, err error) {
-	return a.recordStream(s, partial)
+	r, err := a.recordStream(s, partial)
+	return r.seq, r.toolCalls, err
 }
 
-func (a *Agent) recordStream(s *Stream, partial bool) (uint64, int, error) {
+// recordedInfo is an lls_recorded_info, read.
+type recordedInfo struct {
+	seq          uint64
+	toolCalls    int
+	finishReason string
+}
+
+func recordedOf(r *C.lls_recorded_info) recordedInfo {
+	return recordedInfo{seq: uint64(r.seq), toolCalls: int(r.tool_calls), finishReason: C.GoString(&r.finish_reason[0])}
+}
+
+func (a *Agent) recordBody(body []byte) (recordedInfo, error) {
+	bp, bn := cbuf(body)
+	var r C.lls_recorded_info
+	err := a.with(nil, func(p *C.lls_agent, e **C.lls_error) C.lls_status {
+		return C.lls_agent_record_body_info(p, bp, bn, &r, e)
+	})
+	if err != nil {
+		return recordedInfo{}, err
+	}
+	return recordedOf(&r), nil
+}
+
+func (a *Agent) recordStream(s *Stream, partial bool) (recordedInfo, error) {
 	sp, err := s.h.acquire()
 	if err != nil {
-		return 0, 0, err
+		return recordedInfo{}, err
 	}
 	defer s.h.release()
-	var q C.uint64_t
-	var t C.uint32_t
+	var r C.lls_recorded_info
 	err = a.with(nil, func(p *C.lls_agent, e **C.lls_error) C.lls_status {
-		return C.lls_agent_record_stream(p, (*C.lls_stream)(sp), C.bool(partial), &q, &t, e)
+		return C.lls_agent_record_stream_info(p, (*C.lls_stream)(sp), C.bool(partial), &r, e)
 	})
-	return uint64(q), int(t), err
+	if err != nil {
+		return recordedInfo{}, err
+	}
+	return recordedOf(&r), nil
 }

@@ -309,6 +309,80 @@ func TestRecordStreamRecordsTheStreamedReply(t *testing.T) {
 	}
 }
 
+func TestRecordedGivesTheFinishReason(t *testing.T) {
+	ctx := context.Background()
+	s, a := hotAgent(t, "You help.")
+	defer s.Close()
+	defer a.Close()
+	must(t, a.SetRenderer("anthropic", nil))
+	_, err := a.StartTurn("Cherche l'herbe")
+	must(t, err)
+	// Anthropic's stop reasons, normalised; none gives "".
+	for _, c := range []struct{ stop, want string }{
+		{`"pause_turn"`, FinishPauseTurn},
+		{`"refusal"`, FinishRefusal},
+		{`"model_context_window_exceeded"`, FinishContextOverflow},
+		{`"max_tokens"`, FinishMaxTokens},
+		{`null`, ""},
+		{`"end_turn"`, FinishStop},
+	} {
+		_, err = a.NextBody(ctx)
+		must(t, err)
+		body := `{"content":[{"type":"text","text":"Verte 🌱"}],"stop_reason":` + c.stop + `,"usage":{"input_tokens":3,"output_tokens":1}}`
+		rec, err := a.RecordBodyOf([]byte(body))
+		must(t, err)
+		if rec.FinishReason != c.want || rec.Seq == 0 || rec.Message.Text() != "Verte 🌱" {
+			t.Errorf("stop_reason %s: %+v, want finish %q", c.stop, rec, c.want)
+		}
+	}
+	must(t, a.EndTurn("completed"))
+	events, err := s.Events(0, -1)
+	must(t, err)
+	if bytes.Contains(events, []byte("finishReason")) || bytes.Contains(events, []byte("pause-turn")) {
+		t.Error("the finish reason was logged")
+	}
+
+	// Streams: the stream's reason, and "incomplete" for a cut one recorded with partial.
+	_, err = a.StartTurn("Lis café.txt")
+	must(t, err)
+	_, err = a.NextBody(ctx)
+	must(t, err)
+	st, err := NewStream("anthropic")
+	must(t, err)
+	defer st.Close()
+	_, err = st.Write(fixture(t, "anthropic-tools.sse"))
+	must(t, err)
+	rec, err := a.RecordStreamOf(st, false)
+	must(t, err)
+	if rec.FinishReason != FinishToolCalls || len(rec.ToolCalls()) != 1 {
+		t.Fatalf("stream: %+v", rec)
+	}
+	_, err = a.RecordToolResult(map[string]any{"callId": rec.ToolCalls()[0].ID, "text": "ok"})
+	must(t, err)
+	_, err = a.NextBody(ctx)
+	must(t, err)
+	cut, err := NewStream("anthropic")
+	must(t, err)
+	defer cut.Close()
+	sse := fixture(t, "anthropic-citations.sse")
+	_, err = cut.Write(sse[:len(sse)*2/3])
+	must(t, err)
+	rec, err = a.RecordStreamOf(cut, true)
+	must(t, err)
+	if rec.FinishReason != FinishIncomplete {
+		t.Errorf("a cut stream recorded with partial: %+v", rec)
+	}
+	// RecordResponseOf passes on the reason of the Response it records.
+	_, err = a.NextBody(ctx)
+	must(t, err)
+	rec, err = a.RecordResponseOf(&Response{Message: Message{Role: "assistant", Content: []Block{TextBlock("Fini.")}}, FinishReason: FinishStop})
+	must(t, err)
+	if rec.FinishReason != FinishStop {
+		t.Errorf("RecordResponseOf: %+v", rec)
+	}
+	must(t, a.EndTurn("completed"))
+}
+
 func TestHotPathErrorsChangeNothing(t *testing.T) {
 	ctx := context.Background()
 	s, a := hotAgent(t, "You help.")

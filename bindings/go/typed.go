@@ -120,37 +120,49 @@ func (a *Agent) PrefixOf() ([]Message, error) {
 
 // RecordBodyOf is RecordBody, and gives the response as the log recorded it: read back from
 // the assistant/message event, so a host finds the tool calls to run (Recorded.ToolCalls)
-// without parsing the provider body itself.
+// without parsing the provider body itself, with the response's finish reason
+// (Recorded.FinishReason: FinishPauseTurn means the turn is not over), which the log does not
+// keep.
 func (a *Agent) RecordBodyOf(body []byte) (*Recorded, error) {
-	seq, _, err := a.RecordBody(body)
+	r, err := a.recordBody(body)
 	if err != nil {
 		return nil, err
 	}
-	return a.recorded(seq)
+	return a.recorded(r.seq, r.finishReason)
 }
 
-// RecordStreamOf is RecordStream, and gives the response as the log recorded it (see
-// RecordBodyOf).
+// RecordStreamOf is RecordStream, and gives the response as the log recorded it, with the
+// stream's finish reason (see RecordBodyOf; FinishIncomplete for a cut stream recorded with
+// partial).
 func (a *Agent) RecordStreamOf(s *Stream, partial bool) (*Recorded, error) {
-	seq, _, err := a.RecordStream(s, partial)
+	r, err := a.recordStream(s, partial)
 	if err != nil {
 		return nil, err
 	}
-	return a.recorded(seq)
+	return a.recorded(r.seq, r.finishReason)
 }
 
 // RecordResponseOf is RecordResponse, and gives the response as the log recorded it (see
-// RecordBodyOf).
+// RecordBodyOf), with the finish reason resp carries when it is a Response or *Response.
 func (a *Agent) RecordResponseOf(resp any) (*Recorded, error) {
 	seq, err := a.RecordResponse(resp)
 	if err != nil {
 		return nil, err
 	}
-	return a.recorded(seq)
+	finish := ""
+	switch r := resp.(type) {
+	case *Response:
+		if r != nil {
+			finish = r.FinishReason
+		}
+	case Response:
+		finish = r.FinishReason
+	}
+	return a.recorded(seq, finish)
 }
 
 // recorded reads the assistant/message event at seq.
-func (a *Agent) recorded(seq uint64) (*Recorded, error) {
+func (a *Agent) recorded(seq uint64, finishReason string) (*Recorded, error) {
 	evs, err := a.session.EventsOf(seq, int64(seq+1))
 	if err != nil {
 		return nil, err
@@ -166,7 +178,7 @@ func (a *Agent) recorded(seq uint64) (*Recorded, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Recorded{Seq: seq, Message: *m, Usage: u}, nil
+	return &Recorded{Seq: seq, Message: *m, Usage: u, FinishReason: finishReason}, nil
 }
 
 // CompactOf is Compact, decoded. A compaction that ran and was rejected is an error whose

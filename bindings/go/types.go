@@ -357,12 +357,28 @@ func (t *Tool) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// Finish reasons of a parsed response (Response.FinishReason); a provider's own word comes
-// through as it is, and a cut stream finished with partial gives FinishIncomplete.
+// Finish reasons of a parsed or recorded response (Response.FinishReason,
+// Recorded.FinishReason), normalised across providers (docs/render.md, "Finish reasons", says
+// what a host does for each); a provider's own word comes through as it is, and a cut stream
+// finished with partial gives FinishIncomplete.
 const (
-	FinishStop       = "stop"
-	FinishToolCalls  = "tool-calls"
-	FinishMaxTokens  = "max-tokens"
+	// FinishStop: the answer is complete; end the turn.
+	FinishStop = "stop"
+	// FinishToolCalls: run the tools, record their results, build the next request.
+	FinishToolCalls = "tool-calls"
+	// FinishMaxTokens: the output budget cut the answer.
+	FinishMaxTokens = "max-tokens"
+	// FinishPauseTurn (Anthropic pause_turn): the turn is not over; build the next request of
+	// the same turn, with no new user message.
+	FinishPauseTurn = "pause-turn"
+	// FinishRefusal: the model declined (an OpenAI refusal is a text block marked "refusal").
+	FinishRefusal = "refusal"
+	// FinishContextOverflow (Anthropic model_context_window_exceeded): the answer filled the
+	// context window; record it, then compact before the next request.
+	FinishContextOverflow = "context-overflow"
+	// FinishContentFilter: the provider's filter stopped the answer.
+	FinishContentFilter = "content-filter"
+	// FinishIncomplete: the partial message of a cut stream.
 	FinishIncomplete = "incomplete"
 )
 
@@ -562,11 +578,14 @@ type LoadReport struct {
 }
 
 // Recorded is what RecordBodyOf and RecordStreamOf give: the seq of the assistant/message
-// event, and the response as the log holds it (message, usage, tool calls).
+// event, the response as the log holds it (message, usage, tool calls), and its finish reason
+// (one of the Finish* constants, a provider's own word, or "" when the response gives none),
+// which the log does not keep.
 type Recorded struct {
-	Seq     uint64
-	Message Message
-	Usage   *Usage
+	Seq          uint64
+	Message      Message
+	Usage        *Usage
+	FinishReason string
 }
 
 // ToolCalls are the tool calls of the recorded message (ID, Name, Arguments).

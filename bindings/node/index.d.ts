@@ -347,6 +347,11 @@ export interface RecordedResponse {
   seq: number;
   /** How many tool calls the response made. */
   toolCalls: number;
+  /**
+   * The response's finish reason, normalised (`'pause-turn'`: the turn is not over, build the
+   * next request of the same turn); absent when the response gives none. Not logged.
+   */
+  finishReason?: FinishReason;
 }
 
 /** Status codes (lls_status). */
@@ -581,11 +586,25 @@ export declare class Replay {
   info(): { sessionId: string; requests: number; answered: number; next?: string };
   close(): void;
 }
+/**
+ * A finish reason, normalised across providers (docs/render.md, "Finish reasons", says what a
+ * host does for each); a reason the library does not know comes in the provider's spelling.
+ */
+export type FinishReason =
+  | 'stop'
+  | 'tool-calls'
+  | 'max-tokens'
+  | 'pause-turn'
+  | 'refusal'
+  | 'context-overflow'
+  | 'content-filter'
+  | 'incomplete'
+  | (string & {});
 /** A provider response parsed by `parseResponse`; `agent.recordResponse` takes it as it is. */
 export interface ParsedResponse {
   message: Message;
   usage?: Usage;
-  finishReason?: 'stop' | 'tool-calls' | 'max-tokens' | string;
+  finishReason?: FinishReason;
 }
 /** Parses a provider's response body. */
 export declare function parseResponse(renderer: Format | string, body: string | Buffer | Json): ParsedResponse;

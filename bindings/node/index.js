@@ -42,9 +42,10 @@ const ABI_VERSION = 2;
 /**
  * The oldest ABI minor version (compatible additions to ABI_VERSION) this binding loads: 2
  * brought lls_status_name, which names the kind of every error, 3 the observer hook
- * (lls_set_observer, behind setObserver and observer).
+ * (lls_set_observer, behind setObserver and observer), 4 the finish reason of a recorded
+ * response (lls_agent_record_body_info, behind recordBody and recordStream).
  */
-const ABI_MINOR = 3;
+const ABI_MINOR = 4;
 
 /** Status codes (lls_status), as in include/llmsession.h. */
 const Status = Object.freeze({
@@ -302,6 +303,9 @@ def('lls_status_name', 'const char *', 'int32_t status');
 const ObserverFn = koffi.proto('void lls_observer_fn(intptr_t userdata, int32_t level, const char *json, size_t json_len)');
 def('lls_set_observer', 'int32_t',
   `lls_observer_fn *observer, intptr_t userdata, lls_userdata_free_fn *userdata_free, int32_t min_level, ${ERR}`);
+// Minor 4: what a recorded response was, with its finish reason (lls_recorded_info).
+def('lls_agent_record_body_info', 'int32_t', `lls_agent *a, const uint8_t *b, size_t len, uint8_t *rec, ${ERR}`);
+def('lls_agent_record_stream_info', 'int32_t', `lls_agent *a, lls_stream *s, bool partial, uint8_t *rec, ${ERR}`);
 
 /**
  * The stable name of a status, as the library gives it (lls_status_name) and as error details
@@ -440,8 +444,27 @@ const INFO_AT = Object.fromEntries(
     (f) => [f, koffi.offsetof(RequestInfoType, f)]));
 const PURPOSES = ['conversation', 'compaction'];
 
+// lls_recorded_info, read from a Buffer the call fills.
+const RecordedInfoType = koffi.struct('lls_recorded_info', {
+  seq: 'uint64_t',
+  tool_calls: 'uint32_t',
+  finish_reason: koffi.array('char', 64),
+});
+const RECORDED_SIZE = koffi.sizeof(RecordedInfoType);
+const RECORDED_AT = Object.fromEntries(['seq', 'tool_calls', 'finish_reason'].map((f) => [f, koffi.offsetof(RecordedInfoType, f)]));
+
 function u64(b, at) {
   return b.readUInt32LE(at) + b.readUInt32LE(at + 4) * 0x100000000;
+}
+
+/** `{seq, toolCalls, finishReason?}` of a filled lls_recorded_info. */
+function readRecorded(b) {
+  const f = RECORDED_AT.finish_reason;
+  const end = b.indexOf(0, f);
+  const finishReason = b.toString('utf8', f, end < 0 || end > f + 63 ? f + 63 : end);
+  const r = { seq: seqNumber(u64(b, RECORDED_AT.seq)), toolCalls: b.readUInt32LE(RECORDED_AT.tool_calls) };
+  if (finishReason) r.finishReason = finishReason;
+  return r;
 }
 
 /** The request description of a filled lls_request_info, in `requestInfo()`'s shape. */
@@ -1150,31 +1173,32 @@ class Agent {
 
   /**
    * Records the provider's raw response body (a Buffer, a Uint8Array or a string) for the open
-   * step, parsed with the agent's renderer: `{seq, toolCalls}` (the assistant message's seq and
-   * how many tool calls it made).
+   * step, parsed with the agent's renderer: `{seq, toolCalls, finishReason?}` (the assistant
+   * message's seq, how many tool calls it made, and the response's finish reason, normalised:
+   * `'pause-turn'` means the turn is not over; absent when the response gives none). The log
+   * does not keep the finish reason.
    */
   recordBody(body) {
     const b = bytesArg(body, 'recordBody');
-    const seq = [0];
-    const calls = [0];
-    this._call('recordBody', C.lls_agent_record_body, b, b.length, seq, calls);
-    return { seq: seqNumber(seq[0]), toolCalls: calls[0] };
+    const rec = Buffer.alloc(RECORDED_SIZE);
+    this._call('recordBody', C.lls_agent_record_body_info, b, b.length, rec);
+    return readRecorded(rec);
   }
 
   /**
    * Records a streamed response from its `Stream` at the stream's end (`{partial: true}`: the
-   * message so far, as `stream.finish({partial: true})`): `{seq, toolCalls}`.
+   * message so far, as `stream.finish({partial: true})`): `{seq, toolCalls, finishReason?}`
+   * (`'incomplete'` for a cut stream recorded with `partial`).
    */
   recordStream(stream, options = {}) {
     if (!(stream instanceof Stream)) throw new TypeError('recordStream: expected a Stream');
-    const fn = C.lls_agent_record_stream;
+    const fn = C.lls_agent_record_stream_info;
     const p = this._sync('recordStream');
     const sp = livePtr(stream._core, 'stream');
-    const seq = [0];
-    const calls = [0];
+    const rec = Buffer.alloc(RECORDED_SIZE);
     const err = [null];
-    check(fn(p, sp, !!options.partial, seq, calls, err), err);
-    return { seq: seqNumber(seq[0]), toolCalls: calls[0] };
+    check(fn(p, sp, !!options.partial, rec, err), err);
+    return readRecorded(rec);
   }
 
   /** Records the provider's response `{message, usage?}`; returns the assistant message's seq. */

@@ -135,6 +135,7 @@ void run_loop(const std::string &renderer, const std::string &options, std::stri
 
         Recorded r = a.record_body(reply(step));
         EXPECT_EQ(r.tool_calls, 1u);
+        EXPECT_EQ(r.finish_reason, "tool-calls") << renderer;
         json ev = json::parse(s.events(r.seq, r.seq + 1));
         ASSERT_EQ(ev.size(), 1u);
         EXPECT_EQ(ev[0]["type"], "assistant/message");
@@ -142,7 +143,9 @@ void run_loop(const std::string &renderer, const std::string &options, std::stri
     }
     Body b = a.next_body();
     EXPECT_NE(b.body.view().find("hello from a.txt (3)"), std::string_view::npos);
-    EXPECT_EQ(a.record_body(final_reply).tool_calls, 0u);
+    Recorded last = a.record_body(final_reply);
+    EXPECT_EQ(last.tool_calls, 0u);
+    EXPECT_EQ(last.finish_reason, "stop") << renderer;
     a.end_turn();
     EXPECT_EQ(json::parse(s.verify())["requests"], 4);
 }
@@ -282,6 +285,7 @@ TEST_F(HotPath, RecordStream) {
        << "data: [DONE]\n\n";
     Recorded r = a.record_stream(st);
     EXPECT_EQ(r.tool_calls, 1u);
+    EXPECT_EQ(r.finish_reason, "tool-calls");
     json ev = json::parse(s.events(r.seq, r.seq + 1));
     EXPECT_EQ(ev[0]["type"], "assistant/message");
     EXPECT_NE(ev[0].dump().find("Let me look."), std::string::npos);
@@ -298,5 +302,6 @@ TEST_F(HotPath, RecordStream) {
     EXPECT_THROW(cut.feed("data: [DONE]\n\n"), Error);
     r = a.record_stream(cut, true);
     EXPECT_EQ(r.tool_calls, 0u);
+    EXPECT_EQ(r.finish_reason, "incomplete");
     EXPECT_NE(s.events(r.seq, r.seq + 1).find("Hel"), std::string::npos);
 }

@@ -237,6 +237,7 @@ test('nextBody is the rendered envelope for every renderer; recordBody records t
       const r = w.agent.recordBody(Buffer.from(p.reply(n)));
       assert.equal(r.toolCalls, 1);
       assert.ok(r.seq > 0);
+      assert.equal(r.finishReason, 'tool-calls', p.renderer);
       w.agent.recordToolResult({ callId: `call_${n}`, text: 'contents of a.txt' });
       const b = await w.agent.nextBody();
       checkBody(w.agent, p, b);
@@ -304,6 +305,7 @@ test('recordStream records a streamed reply; a stream of another format changes 
   s.feed(fs.readFileSync(path.join(STREAMS, 'openai-chat-tools.sse')));
   const r = w.agent.recordStream(s);
   assert.equal(r.toolCalls, 2);
+  assert.equal(r.finishReason, 'tool-calls');
   assert.match(JSON.stringify(w.session.history()), /"id":"call_Rb2"/);
   s.close();
   for (const id of ['call_Qa1', 'call_Rb2']) w.agent.recordToolResult({ callId: id, text: 'ok' });
@@ -318,7 +320,9 @@ test('recordStream records a streamed reply; a stream of another format changes 
   const cut = new lls.Stream('openai');
   cut.feed(sse.subarray(0, sse.length >> 1));
   assert.throws(() => w.agent.recordStream(cut), (e) => e instanceof lls.LlmSessionError);
-  assert.ok(w.agent.recordStream(cut, { partial: true }).seq > 0, 'the partial message is recorded');
+  const partial = w.agent.recordStream(cut, { partial: true });
+  assert.ok(partial.seq > 0, 'the partial message is recorded');
+  assert.equal(partial.finishReason, 'incomplete');
   cut.close();
   assert.throws(() => w.agent.recordStream(cut, { partial: true }), { status: lls.Status.INVALID_HANDLE });
   assert.throws(() => w.agent.recordStream({}), TypeError);

@@ -40,7 +40,7 @@ def test_one_turn_with_the_provider_body_then_resume_and_verify(tmp_path: Path) 
         assert body.info["purpose"] == "conversation" and body.info["digest"].startswith("sha256:")
         assert a.last_envelope() and json.loads(a.last_envelope())["messages"][0]["role"] == "user"
         rec = a.record_body(OPENAI_REPLY)
-        assert rec.tool_calls == 0 and rec.seq > 0
+        assert rec.tool_calls == 0 and rec.seq > 0 and rec.finish_reason == "stop"
         a.end_turn()
         assert s.verify()["requests"] == 1
     with lls.Session.open_file(log) as s, lls.Agent(s, opts) as a:  # resumed: a new instance
@@ -265,3 +265,35 @@ def test_a_host_store_may_answer_from_another_thread() -> None:
             s.append({"type": "host/note", "data": {"n": 1}})
             s.sync()
             assert len(records) == 2 and s.verify()["events"] == 1
+
+
+def test_record_body_gives_the_normalised_finish_reason_which_is_not_logged() -> None:
+    with lls.Session.memory() as s, lls.Agent(s, CONFIG) as a:
+        a.set_renderer("anthropic")
+        a.start_turn("Cherche l'herbe")
+        for stop, want in [
+            ("pause_turn", "pause-turn"),
+            ("refusal", "refusal"),
+            ("model_context_window_exceeded", "context-overflow"),
+            (None, None),
+            ("end_turn", "stop"),
+        ]:
+            a.next_body()
+            body = {"content": [{"type": "text", "text": "Verte 🌱"}], "stop_reason": stop}
+            rec = a.record_body(json.dumps(body))
+            assert rec == lls.Recorded(rec.seq, 0, want), stop
+        a.end_turn()
+        assert "pause-turn" not in json.dumps(s.events())
+    # OpenAI chat: a refusal, and n > 1 refused.
+    with lls.Session.memory() as s, lls.Agent(s, CONFIG) as a:
+        a.set_renderer("openai")
+        a.start_turn("?")
+        a.next_body()
+        two = {"choices": [{"index": i, "message": {"role": "assistant", "content": "x"}} for i in (0, 1)]}
+        with pytest.raises(lls.InvalidInputError) as e:
+            a.record_body(json.dumps(two))
+        assert e.value.detail["choices"] == 2
+        refusal = {"choices": [{"message": {"role": "assistant", "content": None, "refusal": "Non."}, "finish_reason": "stop"}]}
+        rec = a.record_body(json.dumps(refusal))
+        assert rec.finish_reason == "refusal"
+        assert s.history()[-1]["content"] == [{"type": "text", "text": "Non.", "refusal": True}]

@@ -67,5 +67,27 @@ def test_record_stream_logs_the_streamed_answer() -> None:
             for c in chunks(raw, 64):
                 s.feed(c)
             rec = a.record_stream(s)
-        assert rec.tool_calls >= 1
+        assert rec.tool_calls >= 1 and rec.finish_reason == "tool-calls"
         assert any(e["type"] == "tool/call" for e in sess.events())
+
+
+def test_record_stream_gives_incomplete_for_a_cut_stream_and_refuses_an_empty_one() -> None:
+    raw = (DATA / "openai-chat-tools.sse").read_bytes()
+    with lls.Session.memory() as sess, lls.Agent(sess, CONFIG) as a:
+        a.set_renderer("openai")
+        a.start_turn("read the file")
+        a.next_body()
+        before = sess.events()
+        with lls.Stream("openai") as s:
+            err = b'data: {"error":{"message":"Overloaded","type":"server_error"}}\n\n'
+            with pytest.raises(lls.InvalidInputError):
+                s.feed(err)
+            # Nothing arrived before the error: no partial message, nothing recorded.
+            with pytest.raises(lls.InvalidInputError) as e:
+                a.record_stream(s, partial=True)
+            assert e.value.detail["stream"] == "provider-error" and e.value.detail["partial"] == "empty"
+        assert sess.events() == before
+        with lls.Stream("openai") as s:
+            s.feed(raw[: len(raw) // 2])
+            rec = a.record_stream(s, partial=True)
+        assert rec.finish_reason == "incomplete" and rec.seq > 0

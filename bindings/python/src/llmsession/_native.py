@@ -35,8 +35,9 @@ from typing import Any, List, Optional
 #: The C ABI version this binding was written against (``LLS_ABI_VERSION``).
 ABI_VERSION = 2
 #: The oldest ABI minor (compatible additions) this binding loads: 2 brought ``lls_status_name``,
-#: 3 the observer hook (``lls_set_observer``).
-ABI_MINOR = 3
+#: 3 the observer hook (``lls_set_observer``), 4 the finish reason of a recorded response
+#: (``lls_agent_record_body_info``).
+ABI_MINOR = 4
 
 SEQ_NONE = 0xFFFFFFFFFFFFFFFF
 CB_OK = 0
@@ -65,6 +66,17 @@ class RequestInfoStruct(Structure):
         ("shared_messages", c_uint32),
         ("envelope_len", c_size_t),
         ("digest", c_char * 72),
+    ]
+
+
+class RecordedInfoStruct(Structure):
+    """``lls_recorded_info``, filled by ``lls_agent_record_body_info`` and
+    ``lls_agent_record_stream_info``."""
+
+    _fields_ = [
+        ("seq", c_uint64),
+        ("tool_calls", c_uint32),
+        ("finish_reason", c_char * 64),
     ]
 
 
@@ -218,6 +230,8 @@ _def("lls_agent_set_renderer", c_int32, [P, BUF, c_size_t, BUF, c_size_t, ERR])
 _def("lls_agent_next_body", c_int32, [P, P, PP, SZ, POINTER(RequestInfoStruct), ERR])
 _def("lls_agent_record_body", c_int32, [P, BUF, c_size_t, POINTER(c_uint64), POINTER(c_uint32), ERR])
 _def("lls_agent_record_stream", c_int32, [P, P, c_bool, POINTER(c_uint64), POINTER(c_uint32), ERR])
+_def("lls_agent_record_body_info", c_int32, [P, BUF, c_size_t, POINTER(RecordedInfoStruct), ERR])
+_def("lls_agent_record_stream_info", c_int32, [P, P, c_bool, POINTER(RecordedInfoStruct), ERR])
 
 version: str = lib.lls_version().decode()
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from ctypes import byref, c_int32, c_size_t, c_uint32, c_uint64, c_void_p
+from ctypes import byref, c_int32, c_size_t, c_uint64, c_void_p
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union, cast
 
@@ -100,10 +100,21 @@ class Body:
 
 @dataclass(frozen=True)
 class Recorded:
-    """What :meth:`Agent.record_body` / :meth:`Agent.record_stream` logged."""
+    """What :meth:`Agent.record_body` / :meth:`Agent.record_stream` logged: the seq of the
+    ``assistant/message``, how many tool calls it made, and the response's finish reason,
+    which the log does not keep: normalised (``"stop"``, ``"tool-calls"``, ``"max-tokens"``,
+    ``"pause-turn"``: the turn is not over, build the next request of the same turn,
+    ``"refusal"``, ``"context-overflow"``, ``"content-filter"``, ``"incomplete"`` for a cut
+    stream recorded with ``partial``), a provider's own word, or ``None`` when it gives none."""
 
     seq: int
     tool_calls: int
+    finish_reason: Optional[str] = None
+
+
+def _recorded(r: "N.RecordedInfoStruct") -> Recorded:
+    finish = r.finish_reason.decode("utf-8")
+    return Recorded(r.seq, r.tool_calls, finish or None)
 
 
 _PURPOSES = ("conversation", "compaction")
@@ -242,19 +253,17 @@ class Agent(Handle):
     def record_body(self, body: Union[bytes, str]) -> Recorded:
         """Records the provider's raw non-streamed response body, parsed with the renderer."""
         b = body.encode("utf-8") if isinstance(body, str) else bytes(body)
-        seq = c_uint64()
-        calls = c_uint32()
-        call(N.lib.lls_agent_record_body, self.ptr, b, len(b), byref(seq), byref(calls))
-        return Recorded(seq.value, calls.value)
+        r = N.RecordedInfoStruct()
+        call(N.lib.lls_agent_record_body_info, self.ptr, b, len(b), byref(r))
+        return _recorded(r)
 
     def record_stream(self, stream: Stream, partial: bool = False) -> Recorded:
         """Records the response a :class:`Stream` accumulated, at its end."""
         if not isinstance(stream, Stream):
             raise TypeError(f"record_stream: expected a Stream, got {type(stream).__name__}")
-        seq = c_uint64()
-        calls = c_uint32()
-        call(N.lib.lls_agent_record_stream, self.ptr, stream.ptr, bool(partial), byref(seq), byref(calls))
-        return Recorded(seq.value, calls.value)
+        r = N.RecordedInfoStruct()
+        call(N.lib.lls_agent_record_stream_info, self.ptr, stream.ptr, bool(partial), byref(r))
+        return _recorded(r)
 
     def record_tool_result(self, result: Union[ToolResult, Mapping[str, Any]]) -> int:
         """Records ``{"callId", "text" | "content", "isError"?}``; returns how many were written."""
