@@ -539,6 +539,22 @@ fn pg_child() {
                 say(format!("DURABLE turn {t}"));
             }
         }
+        // stop|url|id: append host events until refused, saying each acknowledged seq; a refusal
+        // ends the child, saying its kind.
+        "stop" => {
+            let (s, _) = Session::open_url(url, writer(id)).expect("the writer opens the session");
+            say("OPENED".into());
+            for i in 0..u64::MAX {
+                match s.append(host(&format!("A {i}"))) {
+                    Ok(seq) => say(format!("ACK {seq}")),
+                    Err(e) => {
+                        say(format!("REFUSED {} {}", e.kind().name(), e.message()));
+                        return;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
         other => panic!("unknown child mode {other}"),
     }
 }
@@ -807,4 +823,380 @@ fn a_failed_sync_takes_the_batch_back() {
          REVOKE ALL ON SEQUENCE llmsession_lock_keys FROM {role}; DROP ROLE {role};"
     ))
     .unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fleet rules: a fenced lease, every call bounded, TLS, a transaction-mode pooler, the pool.
+
+/// The seq and text of every event [`host`] appended.
+fn host_texts(s: &Session) -> Vec<(u64, String)> {
+    let n = s.len() as u64;
+    s.with_log(|l| {
+        (0..n)
+            .filter_map(|seq| l.event(seq))
+            .filter_map(|e| e.data["message"]["content"][0]["text"].as_str().map(|t| (e.seq, t.to_string())))
+            .collect()
+    })
+}
+
+fn with_params(url: &str, params: &str) -> String {
+    format!("{url}{}{params}", if url.contains('?') { "&" } else { "?" })
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill").args([&format!("-{sig}"), &pid.to_string()]).status().unwrap().success();
+    assert!(ok, "kill -{sig} {pid}");
+}
+
+/// A writer SIGSTOPped past its lease: another writer takes the session over, and when the
+/// stopped one wakes up its next append is refused; none of its appends lands after the new
+/// holder's first. Many trials, zero interleavings.
+#[test]
+fn a_stopped_writer_past_its_lease_never_appends_after_the_new_holder() {
+    let url = pg_url!("a_stopped_writer_past_its_lease_never_appends_after_the_new_holder");
+    if std::env::var(CHILD_ENV).is_ok() {
+        return;
+    }
+    let _g = SERVER.read();
+    let trials: usize = std::env::var("LLMSESSION_PG_STOP_TRIALS").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
+    // A one-second lease, renewed every third of it; the stopped process keeps its liveness
+    // connection (and lock), so only the lease's expiry frees the session.
+    let url = with_params(&url, "lease_time=1");
+    let (mut refused_locked, mut refused_other, mut a_acks) = (0, 0, 0usize);
+    for trial in 0..trials {
+        let id = unique_id("stopped");
+        let mut a = child(format!("stop|{url}|{id}"));
+        let out = a.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        let pipe = std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        // Let A write a little, then stop it at a random point.
+        let mut acked = 0;
+        while acked < 3 + trial % 7 {
+            let line = rx.recv_timeout(Duration::from_secs(30)).expect("the writer appends");
+            if line.starts_with("ACK") {
+                acked += 1;
+            }
+        }
+        signal(a.id(), "STOP");
+        // B waits out the lease and takes the session over.
+        let (r, _) = open_writer_waiting(&url, writer(&id));
+        let (b, _) = r.unwrap_or_else(|e| panic!("trial {trial}: the new writer cannot take the session over: {}", e.message()));
+        let first_b = b.append(host("B first")).unwrap();
+        b.append(host("B second")).unwrap();
+        signal(a.id(), "CONT");
+        let status = a.wait().unwrap();
+        assert!(status.success(), "trial {trial}: the stopped writer failed");
+        pipe.join().unwrap();
+        let lines: Vec<String> = rx.try_iter().collect();
+        let refusal = lines.iter().find(|l| l.starts_with("REFUSED")).unwrap_or_else(|| panic!("trial {trial}: {lines:?}"));
+        if refusal.starts_with("REFUSED locked") {
+            refused_locked += 1;
+        } else {
+            refused_other += 1;
+        }
+        assert!(
+            refusal.starts_with("REFUSED locked") || refusal.starts_with("REFUSED conflict"),
+            "trial {trial}: the old writer was refused with {refusal}"
+        );
+        // The log: every event A wrote comes before B's first.
+        b.append(host("B third")).unwrap();
+        let (r, _) = Session::open_url(&url, reader(&id)).unwrap();
+        r.verify().unwrap();
+        let texts = host_texts(&r);
+        let last_a = texts.iter().filter(|(_, t)| t.starts_with("A ")).map(|(s, _)| *s).max();
+        a_acks += texts.iter().filter(|(_, t)| t.starts_with("A ")).count();
+        if let Some(last_a) = last_a {
+            assert!(last_a < first_b, "trial {trial}: the stopped writer's event {last_a} landed after the new holder's first ({first_b})");
+        }
+    }
+    eprintln!(
+        "sigstop: {trials} trials, the stopped writer refused with LOCKED {refused_locked} times and CONFLICT {refused_other} times after waking, {a_acks} of its events kept, zero appends after the new holder's first"
+    );
+}
+
+/// The lease taken over while the writer runs: its next append is LOCKED (naming the new fencing
+/// token), and so is every later write; nothing it tried is in the log; dropping it does not give
+/// the new holder's lease away.
+#[test]
+fn a_lost_lease_is_locked_and_the_handle_writes_nothing_more() {
+    let url = pg_url!("a_lost_lease_is_locked_and_the_handle_writes_nothing_more");
+    let _g = SERVER.read();
+    let id = unique_id("lost");
+    let (a, _) = Session::open_url(&url, writer(&id)).unwrap();
+    a.append(host("A first")).unwrap();
+    // Another process's view: the lease looks expired (as after a pause past lease_time).
+    sql(&url)
+        .execute("UPDATE llmsession_sessions SET lease_expires = now() - interval '1 second', lease_live = NULL WHERE id = $1", &[&id])
+        .unwrap();
+    // A writer of another pool (another URL) takes it over.
+    let other = with_params(&url, "pool_size=3");
+    let (b, _) = Session::open_url(&other, writer(&id)).unwrap();
+    b.append(host("B first")).unwrap();
+    let e = a.append(host("A refused")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Locked, "{}", e.message());
+    assert!(e.message().contains("lost the session's writer lease"), "{}", e.message());
+    let (mine, now) = (e.detail()["epoch"].as_i64().unwrap(), e.detail()["currentEpoch"].as_i64().unwrap());
+    assert!(now > mine, "the new holder's fencing token {now} is above the old {mine}");
+    let e = a.append(host("A refused again")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Locked, "{}", e.message());
+    drop(a);
+    // B still holds the session, and the log has nothing of what A tried.
+    b.append(host("B second")).unwrap();
+    assert!(list_sessions(&url, None, None).unwrap().iter().any(|s| s.id == id && s.in_use));
+    drop(b);
+    let (r, _) = Session::open_url(&url, reader(&id)).unwrap();
+    let texts: Vec<String> = host_texts(&r).into_iter().map(|(_, t)| t).collect();
+    assert_eq!(texts, ["A first", "B first", "B second"]);
+    r.verify().unwrap();
+    // Closed cleanly, the lease is free at once.
+    assert!(!list_sessions(&url, None, None).unwrap().iter().any(|s| s.id == id && s.in_use));
+    let (c, _) = Session::open_url(&other, writer(&id)).unwrap();
+    c.append(host("C first")).unwrap();
+}
+
+/// A dead writer's session is taken over at once with fast_takeover, and after the lease time
+/// without it (through a pooler, for instance).
+#[test]
+fn a_dead_writers_session_is_taken_over_within_the_lease() {
+    let url = pg_url!("a_dead_writers_session_is_taken_over_within_the_lease");
+    if std::env::var(CHILD_ENV).is_ok() {
+        return;
+    }
+    let _g = SERVER.read();
+    for (params, at_most) in [("lease_time=30", Duration::from_secs(10)), ("lease_time=2&fast_takeover=off", Duration::from_secs(12))] {
+        let url = with_params(&url, params);
+        let id = unique_id("dead");
+        let mut a = child(format!("stop|{url}|{id}"));
+        let out = a.stdout.take().unwrap();
+        let mut lines = BufReader::new(out).lines();
+        while !lines.next().unwrap().unwrap().starts_with("ACK") {}
+        a.kill().unwrap();
+        a.wait().unwrap();
+        let t = Instant::now();
+        let (r, refused) = open_writer_waiting(&url, writer(&id));
+        let (b, _) = r.unwrap_or_else(|e| panic!("{params}: {}", e.message()));
+        b.append(host("B")).unwrap();
+        let took = t.elapsed();
+        eprintln!("takeover of a SIGKILLed writer's session ({params}): {:.2} s, {refused} refusals", took.as_secs_f64());
+        assert!(took < at_most, "{params}: the takeover took {took:?}");
+        if params.contains("fast_takeover=off") {
+            assert!(refused > 0, "without fast_takeover the lease is waited out");
+        }
+    }
+}
+
+/// A server that accepts the connection and never answers: the open fails within the connect
+/// bound, naming it; nothing is left behind.
+#[test]
+fn a_mute_server_fails_an_open_within_the_connect_bound() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let held = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+    {
+        let held = held.clone();
+        std::thread::spawn(move || {
+            for c in listener.incoming().map_while(Result::ok) {
+                held.lock().push(c); // accepted, never answered
+            }
+        });
+    }
+    for (url, bound) in [
+        (format!("postgres://u:pw@127.0.0.1:{port}/db?connect_timeout=1&sslmode=disable"), "connect_timeout"),
+        (format!("postgres://u:pw@127.0.0.1:{port}/db?connect_timeout=1&sslmode=require"), "connect_timeout"),
+    ] {
+        for opts in [writer("mute"), reader("mute")] {
+            let t = Instant::now();
+            let e = Session::open_url(&url, opts).unwrap_err();
+            let took = t.elapsed();
+            assert_eq!(e.kind(), ErrorKind::Storage, "{}", e.message());
+            assert_eq!(e.detail()["bound"], bound, "{}", e.message());
+            assert!(e.message().contains("connect_timeout=1 s"), "{}", e.message());
+            assert!(!e.message().contains("pw@"), "{}", e.message());
+            // A bound, not a benchmark: generous against a loaded machine, far below "forever".
+            assert!(took < Duration::from_secs(15), "the open took {took:?}");
+        }
+    }
+    // Two hosts, the first mute: the second is tried after the first's bound, as libpq does.
+    if let Some(good) = std::env::var("LLMSESSION_PG_URL").ok().filter(|u| !u.is_empty()) {
+        let cfg: postgres::Config = good.parse().unwrap();
+        let pw = String::from_utf8(cfg.get_password().unwrap().to_vec()).unwrap();
+        let two = format!(
+            "postgres://{}:{pw}@127.0.0.1:{port},127.0.0.1:{}/{}?connect_timeout=1",
+            cfg.get_user().unwrap(),
+            cfg.get_ports()[0],
+            cfg.get_dbname().unwrap()
+        );
+        let (s, _) = Session::open_url(&two, writer(&unique_id("second-host"))).unwrap();
+        s.append(host("through the second host")).unwrap();
+    }
+}
+
+/// A frozen server (every process SIGSTOPped): a write fails within the statement bound with its
+/// outcome unknown, the handle then writes nothing more, a new open fails within the connect
+/// bound; thawed, a reopen reads what the database holds.
+#[test]
+fn a_frozen_server_fails_each_call_within_its_bound() {
+    let url = pg_url!("a_frozen_server_fails_each_call_within_its_bound");
+    if std::env::var("LLMSESSION_PG_CTL").is_err() || std::env::var("LLMSESSION_PG_DIR").is_err() {
+        eprintln!("*** SKIPPED a_frozen_server_fails_each_call_within_its_bound: LLMSESSION_PG_CTL / LLMSESSION_PG_DIR are not set ***");
+        return;
+    }
+    let _g = SERVER.write();
+    let url = with_params(&url, "query_timeout=1&connect_timeout=1&pool_timeout=1&lease_timeout=1");
+    let id = unique_id("frozen");
+    let (s, _) = Session::open_url(&url, writer(&id)).unwrap();
+    s.append(host("before")).unwrap();
+    server_ctl("freeze");
+    let thaw = scopeguard(|| server_ctl("thaw"));
+    let t = Instant::now();
+    let e = s.append(host("while frozen")).unwrap_err();
+    assert!(t.elapsed() < Duration::from_secs(15), "the append took {:?}", t.elapsed());
+    assert_eq!(e.kind(), ErrorKind::Storage, "{}", e.message());
+    assert_eq!(e.detail()["bound"], "query_timeout", "{}", e.message());
+    assert_eq!(e.detail()["outcomeUnknown"], true, "{}", e.message());
+    let e = s.append(host("refused")).unwrap_err();
+    assert!(e.message().contains("reopen the session"), "{}", e.message());
+    let t = Instant::now();
+    let e = Session::open_url(&with_params(&url, "pool_size=2"), reader(&id)).unwrap_err();
+    assert!(t.elapsed() < Duration::from_secs(15), "the open took {:?}", t.elapsed());
+    assert_eq!(e.detail()["bound"], "connect_timeout", "{}", e.message());
+    drop(thaw);
+    drop(s);
+    let (r, _) = open_writer_waiting(&url, writer(&id));
+    let (s, _) = r.unwrap();
+    assert!(s.len() == 1 || s.len() == 2, "{} events", s.len());
+    s.append(host("after")).unwrap();
+    s.verify().unwrap();
+}
+
+struct Guard<F: FnMut()>(F);
+impl<F: FnMut()> Drop for Guard<F> {
+    fn drop(&mut self) {
+        (self.0)()
+    }
+}
+fn scopeguard<F: FnMut()>(f: F) -> Guard<F> {
+    Guard(f)
+}
+
+/// Many sessions open at once over a small pool: the server sees at most the pool (plus the
+/// liveness connection), and every session writes.
+#[test]
+fn many_open_sessions_share_a_small_pool() {
+    let url = pg_url!("many_open_sessions_share_a_small_pool");
+    let _g = SERVER.read();
+    let app = format!("llmsession pool test {}", std::process::id());
+    let url = with_params(&url, &format!("pool_size=3&application_name={}", app.replace(' ', "%20")));
+    let sessions: Vec<Session> = (0..60).map(|_| Session::open_url(&url, writer(&unique_id("pooled"))).unwrap().0).collect();
+    std::thread::scope(|sc| {
+        for chunk in sessions.chunks(10) {
+            sc.spawn(move || {
+                for s in chunk {
+                    for i in 0..3 {
+                        s.append(host(&format!("event {i}"))).unwrap();
+                    }
+                }
+            });
+        }
+    });
+    let n: i64 = sql(&pg::url("pool").unwrap())
+        .query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", &[&app])
+        .unwrap()
+        .get(0);
+    assert!(n <= 4, "{n} server connections for 60 open sessions over pool_size=3");
+    for s in &sessions {
+        assert_eq!(s.len(), 3);
+    }
+    eprintln!("pool: 60 sessions open, {n} server connections (pool_size=3 and the liveness connection)");
+}
+
+/// TLS with libpq's sslmode meanings, against the test server's throwaway CA.
+#[test]
+fn tls_follows_sslmode() {
+    let url = pg_url!("tls_follows_sslmode");
+    let (Ok(ca), Ok(other_ca)) = (std::env::var("LLMSESSION_PG_CA"), std::env::var("LLMSESSION_PG_OTHER_CA")) else {
+        eprintln!("*** SKIPPED tls_follows_sslmode: LLMSESSION_PG_CA / LLMSESSION_PG_OTHER_CA are not set (make test-pg sets them) ***");
+        return;
+    };
+    let _g = SERVER.read();
+    let ok = |u: &str| {
+        let (s, _) = Session::open_url(u, writer(&unique_id("tls"))).unwrap_or_else(|e| panic!("{u}: {}", e.message()));
+        s.append(host("over TLS")).unwrap();
+    };
+    let fails = |u: &str, says: &str| {
+        let e = Session::open_url(u, writer(&unique_id("tls"))).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Storage, "{u}: {}", e.message());
+        assert!(e.message().contains(says), "{u}: {}", e.message());
+    };
+    ok(&with_params(&url, &format!("sslmode=verify-full&sslrootcert={ca}")));
+    ok(&with_params(&url, &format!("sslmode=verify-ca&sslrootcert={ca}")));
+    ok(&with_params(&url, "sslmode=require"));
+    ok(&with_params(&url, "sslmode=disable"));
+    fails(&with_params(&url, &format!("sslmode=verify-full&sslrootcert={other_ca}")), "not signed by a CA in sslrootcert");
+    fails(&with_params(&url, &format!("sslmode=verify-ca&sslrootcert={other_ca}")), "not signed by a CA in sslrootcert");
+    // The certificate names localhost and 127.0.0.1; connect to the address under another name.
+    let cfg: postgres::Config = url.parse().unwrap();
+    let pw = String::from_utf8(cfg.get_password().unwrap().to_vec()).unwrap();
+    let renamed = format!(
+        "postgres://{}:{pw}@not-the-server.invalid:{}/{}?hostaddr=127.0.0.1",
+        cfg.get_user().unwrap(),
+        cfg.get_ports()[0],
+        cfg.get_dbname().unwrap()
+    );
+    fails(&with_params(&renamed, &format!("sslmode=verify-full&sslrootcert={ca}")), "does not name the host");
+    ok(&with_params(&renamed, &format!("sslmode=verify-ca&sslrootcert={ca}")));
+    let e = Session::open_url(&with_params(&url, &format!("sslmode=verify-full&sslrootcert={ca}.missing")), writer("x")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{}", e.message());
+    // A client certificate instead of a password.
+    if let (Ok(cert), Ok(key)) = (std::env::var("LLMSESSION_PG_CLIENT_CERT"), std::env::var("LLMSESSION_PG_CLIENT_KEY")) {
+        let by_cert = format!(
+            "postgres://llmsession_cert@127.0.0.1:{}/{}?sslmode=verify-full&sslrootcert={ca}&sslcert={cert}&sslkey={key}",
+            cfg.get_ports()[0],
+            cfg.get_dbname().unwrap()
+        );
+        ok(&by_cert);
+    }
+}
+
+/// Through PgBouncer in transaction mode: writers, the lease, conflicts and readers work as on a
+/// direct connection.
+#[test]
+fn through_a_transaction_mode_pooler() {
+    let Some(url) = std::env::var("LLMSESSION_PGBOUNCER_URL").ok().filter(|u| !u.is_empty()) else {
+        eprintln!("*** SKIPPED through_a_transaction_mode_pooler: LLMSESSION_PGBOUNCER_URL is not set (make test-pg sets it) ***");
+        return;
+    };
+    let _g = SERVER.read();
+    let url = with_params(&url, "fast_takeover=off&pool_size=4");
+    let id = unique_id("bouncer");
+    let (w, _) = Session::open_url(&url, writer(&id)).unwrap();
+    let mut a = agent(&w);
+    for i in 0..3 {
+        turn(&mut a, &format!("through the pooler {i}"), 2).unwrap();
+    }
+    let e = Session::open_url(&with_params(&url, "pool_size=2"), writer(&id)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Locked, "{}", e.message());
+    let (r, _) = Session::open_url(&url, reader(&id)).unwrap();
+    assert_eq!(r.records(), w.records());
+    r.verify().unwrap();
+    // Many sessions at once over the pooler.
+    let many: Vec<Session> = (0..30).map(|_| Session::open_url(&url, writer(&unique_id("bouncer-many"))).unwrap().0).collect();
+    std::thread::scope(|sc| {
+        for chunk in many.chunks(5) {
+            sc.spawn(move || {
+                for s in chunk {
+                    s.append(host("pooled")).unwrap();
+                }
+            });
+        }
+    });
+    drop(a);
+    drop(w);
+    let (w2, _) = Session::open_url(&url, writer(&id)).unwrap();
+    w2.append(host("after a clean close")).unwrap();
+    w2.verify().unwrap();
 }

@@ -183,7 +183,7 @@ impl PgUrl {
                 continue;
             }
             let value = percent_decode(v).ok_or_else(|| bad(format!("the {k} parameter is not valid percent-encoded UTF-8")))?;
-            let param = |why: &str| Error::invalid("url", format!("the URL parameter {k}={value}: {why}"));
+            let param = |why: &str| Error::invalid("url", format!("the URL parameter {k}={value}: {why}")).with("parameter", k.to_string());
             match k {
                 "session" => {
                     if value.is_empty() {

@@ -40,7 +40,15 @@ impl CallError {
     /// The error for `store` (the URL as shown) and `what` the call was doing.
     pub fn into_error(self, store: &str, what: &str) -> Error {
         match self {
-            CallError::Pg(e) => pg_error(store, what, &e),
+            CallError::Pg(e) => {
+                let lost = pg_outcome_unknown(&e);
+                let err = pg_error(store, what, &e);
+                if lost {
+                    err.with("connectionLost", true)
+                } else {
+                    err
+                }
+            }
             // The call never started: what it was for does not matter to the reader.
             CallError::ConnectPg(e) => pg_error(store, "cannot connect", &e),
             CallError::Timeout { bound, after, sent } => {
@@ -107,9 +115,9 @@ pub(super) fn error_text(e: &tokio_postgres::Error) -> String {
     }
     if s.contains("UnknownIssuer") {
         s.push_str(" (the server's certificate is not signed by a CA in sslrootcert)");
-    } else if s.contains("NotValidForName") {
+    } else if s.contains("NotValidForName") || s.contains("not valid for name") {
         s.push_str(" (the server's certificate does not name the host the URL connects to: sslmode=verify-full checks the name, verify-ca does not)");
-    } else if s.contains("server does not support TLS") {
+    } else if s.contains("server does not support TLS") || s.contains("TLS was required") {
         s.push_str(" (the server has ssl=off: use sslmode=prefer or disable, or turn TLS on at the server)");
     }
     s
@@ -136,9 +144,6 @@ pub(super) fn pg_error(store: &str, what: &str, e: &tokio_postgres::Error) -> Er
     let mut err = Error::new(ErrorKind::Storage, format!("{store}: {what}: {why}{}", error_text(e))).with("store", store.to_string());
     if let Some(c) = code {
         err = err.with("sqlstate", c);
-    }
-    if pg_outcome_unknown(e) {
-        err = err.with("connectionLost", true);
     }
     err
 }

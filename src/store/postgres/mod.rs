@@ -140,8 +140,9 @@ pub struct PgStore {
     chain_head: Option<String>,
     /// This handle's last append: its first record index and the head before it.
     last_append: Option<(usize, u64, Option<String>)>,
-    /// Why this handle writes nothing more (an unknown outcome, a lost lease), with the kind.
-    dead: Option<(ErrorKind, String)>,
+    /// Why this handle writes nothing more (an unknown outcome, a lost lease): the kind, the
+    /// reason, and the detail every later refusal repeats.
+    dead: Option<(ErrorKind, String, Vec<(String, Value)>)>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -256,12 +257,14 @@ impl PgStore {
         }
         let lease = self.lease.clone().expect("a writer has its lease");
         if self.dead.is_none() && lease.lost.load(Ordering::Relaxed) {
-            self.dead = Some((ErrorKind::Locked, self.lost_lease_text(lease.epoch, None)));
+            self.dead = Some((ErrorKind::Locked, self.lost_lease_text(lease.epoch, None), Vec::new()));
         }
-        if let Some((kind, why)) = &self.dead {
-            return Err(Error::new(*kind, format!("{}: cannot {what}: {why}", self.describe))
-                .with("store", self.describe.clone())
-                .with("epoch", lease.epoch));
+        if let Some((kind, why, detail)) = &self.dead {
+            let mut e = Error::new(*kind, format!("{}: cannot {what}: {why}", self.describe)).with("store", self.describe.clone());
+            for (k, v) in detail {
+                e = e.with(k, v.clone());
+            }
+            return Err(e.with("epoch", lease.epoch));
         }
         Ok(lease.epoch)
     }
@@ -292,6 +295,7 @@ impl PgStore {
                 "the outcome of an earlier write is unknown ({}); reopen the session (the reopen reads what the database holds)",
                 err.message()
             ),
+            vec![("outcomeUnknown".to_string(), Value::Bool(true))],
         ));
         let mut out = Error::new(
             ErrorKind::Storage,
@@ -324,7 +328,11 @@ impl PgStore {
         match now {
             Some((_, e, holder)) if e != epoch || holder.is_none() => {
                 let text = self.lost_lease_text(epoch, Some((e, holder.clone())));
-                self.dead = Some((ErrorKind::Locked, text.clone()));
+                let mut detail = vec![("currentEpoch".to_string(), Value::from(e))];
+                if let Some(h) = &holder {
+                    detail.push(("holder".to_string(), Value::from(h.clone())));
+                }
+                self.dead = Some((ErrorKind::Locked, text.clone(), detail));
                 if let Some(l) = &self.lease {
                     l.lost.store(true, Ordering::Relaxed);
                 }
@@ -349,7 +357,7 @@ impl PgStore {
     /// Reads the session's records from event `from_seq` on, in one snapshot with the head, and
     /// checks them against it.
     fn read(&mut self, from_seq: Option<u64>) -> Result<StoreContents> {
-        if let Some((kind, why)) = &self.dead {
+        if let Some((kind, why, _)) = &self.dead {
             return Err(
                 Error::new(*kind, format!("{}: cannot read the session: {why}", self.describe)).with("store", self.describe.clone())
             );
