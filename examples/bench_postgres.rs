@@ -32,7 +32,7 @@
 //!    time: append calls/s and the p50/p99 latency of one call; resident size per open session.
 //!    The same on JSONL files in a temporary directory.
 //! 2. **WORKERS processes × WORKER-SESSIONS sessions through PgBouncer** (transaction mode,
-//!    `fast_takeover=off`), every phase started in all workers at once; the parent aggregates.
+//!    `pooler=transaction`), every phase started in all workers at once; the parent aggregates.
 //! 3. **Beside the pinned design** (`--pinned BIN`: this file built at the commit before the
 //!    lease, where each open session holds a connection of its own): how far it gets towards
 //!    SESSIONS sessions before the server refuses it, then PASSES rounds at PAIR-SESSIONS
@@ -977,9 +977,9 @@ fn fleet(f: &HashMap<String, String>) {
             None => println!("(no LLMSESSION_PGBOUNCER_URL: the PgBouncer run is left out; make bench-pg sets LLMSESSION_PG_BOUNCER=1)\n"),
             Some(b) => {
                 let wpool = num(f, "worker-pool-size", 10);
-                let url = with_params(b, &format!("sslmode=disable&fast_takeover=off&pool_size={wpool}"));
+                let url = with_params(b, &format!("sslmode=disable&pooler=transaction&pool_size={wpool}"));
                 println!(
-                    "### {workers} processes × {worker_sessions} sessions through PgBouncer (transaction mode, default_pool_size 20; pool_size={wpool}, fast_takeover=off)"
+                    "### {workers} processes × {worker_sessions} sessions through PgBouncer (transaction mode, default_pool_size 20; pool_size={wpool}, pooler=transaction)"
                 );
                 println!();
                 let wthreads = num(f, "worker-threads", (threads / workers).max(4));

@@ -967,7 +967,7 @@ fn a_dead_writers_session_is_taken_over_within_the_lease() {
         return;
     }
     let _g = SERVER.read();
-    for (params, at_most) in [("lease_time=30", Duration::from_secs(10)), ("lease_time=2&fast_takeover=off", Duration::from_secs(12))] {
+    for (params, at_most) in [("lease_time=30", Duration::from_secs(10)), ("lease_time=2&pooler=transaction", Duration::from_secs(12))] {
         let url = with_params(&url, params);
         let id = unique_id("dead");
         let mut a = child(format!("stop|{url}|{id}"));
@@ -983,7 +983,7 @@ fn a_dead_writers_session_is_taken_over_within_the_lease() {
         let took = t.elapsed();
         eprintln!("takeover of a SIGKILLed writer's session ({params}): {:.2} s, {refused} refusals", took.as_secs_f64());
         assert!(took < at_most, "{params}: the takeover took {took:?}");
-        if params.contains("fast_takeover=off") {
+        if params.contains("pooler=transaction") {
             assert!(refused > 0, "without fast_takeover the lease is waited out");
         }
     }
@@ -1171,7 +1171,7 @@ fn through_a_transaction_mode_pooler() {
         return;
     };
     let _g = SERVER.read();
-    let url = with_params(&url, "fast_takeover=off&pool_size=4");
+    let url = with_params(&url, "pooler=transaction&pool_size=4");
     let id = unique_id("bouncer");
     let (w, _) = Session::open_url(&url, writer(&id)).unwrap();
     let mut a = agent(&w);

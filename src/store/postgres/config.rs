@@ -80,8 +80,11 @@ pub struct Settings {
     pub lease_timeout: Duration,
     /// `fast_takeover`: the writer keeps one extra connection holding an advisory lock, so that
     /// when its process dies another worker takes its sessions over at once instead of after
-    /// `lease_time`. Off through a transaction-mode pooler (the lock cannot be held there).
+    /// `lease_time`. Off by default with `pooler=transaction` (the lock cannot be held there).
     pub fast_takeover: bool,
+    /// Statements are prepared once per connection and kept (off with `pooler=transaction`,
+    /// where a prepared statement may live on another server connection than the next call's).
+    pub prepared: bool,
 }
 
 impl Default for Settings {
@@ -94,6 +97,7 @@ impl Default for Settings {
             lease_time: Duration::from_secs(15),
             lease_timeout: Duration::from_secs(5),
             fast_takeover: true,
+            prepared: true,
         }
     }
 }
@@ -133,6 +137,7 @@ const OWN: &[&str] = &[
     "lease_time",
     "lease_timeout",
     "fast_takeover",
+    "pooler",
     "sslmode",
     "sslrootcert",
     "sslcert",
@@ -172,6 +177,8 @@ impl PgUrl {
         let mut tls = TlsSettings { mode: SslMode::Prefer, root_cert: None, client_cert: None, client_key: None };
         let mut kept = Vec::new();
         let mut shown_own = Vec::new();
+        let mut takeover_given = None;
+        let mut pooled = false;
         for pair in query.into_iter().flat_map(|q| q.split('&')).filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             if let Some((_, why)) = UNSUPPORTED.iter().find(|(name, _)| *name == k) {
@@ -208,10 +215,17 @@ impl PgUrl {
                 }
                 "lease_timeout" => settings.lease_timeout = seconds(&value).ok_or_else(|| param(SECONDS))?,
                 "fast_takeover" => {
-                    settings.fast_takeover = match value.as_str() {
+                    takeover_given = Some(match value.as_str() {
                         "on" | "true" | "1" => true,
                         "off" | "false" | "0" => false,
                         _ => return Err(param("expected on or off")),
+                    })
+                }
+                "pooler" => {
+                    pooled = match value.as_str() {
+                        "transaction" => true,
+                        "none" | "session" => false,
+                        _ => return Err(param("expected transaction (PgBouncer, RDS Proxy, Supavisor... in transaction mode) or none")),
                     }
                 }
                 "sslmode" => {
@@ -224,6 +238,10 @@ impl PgUrl {
             }
             shown_own.push(pair);
         }
+        // Through a transaction-mode pooler: no statement outlives its round trip, and no
+        // session-level lock can be held (the liveness lock of fast_takeover).
+        settings.prepared = !pooled;
+        settings.fast_takeover = takeover_given.unwrap_or(!pooled);
         if tls.mode == SslMode::Require && tls.root_cert.is_some() {
             // libpq: a root certificate given with require verifies the chain.
             tls.mode = SslMode::VerifyCa;
@@ -436,6 +454,16 @@ mod tests {
     }
 
     #[test]
+    fn a_transaction_pooler_turns_off_prepared_statements_and_the_liveness_lock() {
+        let d = PgUrl::parse("postgres://me@h/db").unwrap();
+        assert!(d.settings().prepared && d.settings().fast_takeover);
+        let p = PgUrl::parse("postgres://me@h/db?pooler=transaction").unwrap();
+        assert!(!p.settings().prepared && !p.settings().fast_takeover);
+        let p = PgUrl::parse("postgres://me@h/db?pooler=transaction&fast_takeover=on").unwrap();
+        assert!(!p.settings().prepared && p.settings().fast_takeover);
+    }
+
+    #[test]
     fn pools_are_shared_by_equal_urls_whatever_the_session() {
         let a = PgUrl::parse("postgres://me:pw@h/db?session=a").unwrap();
         let b = PgUrl::parse("postgres://me:pw@h/db?session=b").unwrap();
@@ -465,6 +493,7 @@ mod tests {
             ("postgres://u@h/db?connect_timeout=-1", "more than 0"),
             ("postgres://u@h/db?lease_time=0.5", "at least 1"),
             ("postgres://u@h/db?fast_takeover=maybe", "on or off"),
+            ("postgres://u@h/db?pooler=statement", "expected transaction"),
             ("postgres://u@h:notaport/db", "cannot parse"),
         ] {
             let e = PgUrl::parse(url).unwrap_err();

@@ -136,6 +136,9 @@ pub(super) fn pg_error(store: &str, what: &str, e: &tokio_postgres::Error) -> Er
             "permission denied (the role needs to create and write the llmsession tables): "
         }
         Some(c) if *c == SqlState::TOO_MANY_CONNECTIONS => "the server accepts no more connections (lower pool_size, or use a pooler): ",
+        Some(c) if *c == SqlState::INVALID_SQL_STATEMENT_NAME || *c == SqlState::DUPLICATE_PSTATEMENT => {
+            "a prepared statement is missing or taken on the server connection: the URL goes through a transaction-mode pooler (PgBouncer, RDS Proxy, Supavisor...), so add pooler=transaction to it: "
+        }
         Some(c) if *c == SqlState::READ_ONLY_SQL_TRANSACTION => {
             "the server is a read-only standby (name the primary, or every host with target_session_attrs=read-write): "
         }

@@ -52,6 +52,8 @@ pub(super) struct Conn {
     /// Set when a statement on it ran past its bound or the connection broke: the pool drops it
     /// instead of handing it out again.
     broken: AtomicBool,
+    /// The statements prepared on this connection (not with `pooler=transaction`).
+    statements: Mutex<HashMap<String, tokio_postgres::Statement>>,
 }
 
 /// Makes the pool's connections: host by host, each within `connect_timeout`, with TLS as the
@@ -68,7 +70,7 @@ impl managed::Manager for Manager {
 
     async fn create(&self) -> std::result::Result<Conn, CallError> {
         let client = connect(&self.config, &self.tls, self.connect_timeout).await?;
-        Ok(Conn { client, broken: AtomicBool::new(false) })
+        Ok(Conn { client, broken: AtomicBool::new(false), statements: Mutex::new(HashMap::new()) })
     }
 
     async fn recycle(&self, conn: &mut Conn, _: &Metrics) -> RecycleResult<CallError> {
@@ -251,10 +253,31 @@ impl Pool {
         }
     }
 
-    /// One statement on a connection of the pool, within `bound`.
+    /// One statement on a connection of the pool, within `bound`: prepared once per connection
+    /// (named, planned once), or with `pooler=transaction` unnamed and typed in one round trip
+    /// (a transaction-mode pooler may run each round trip on another server connection).
     pub async fn query(&self, bound: Bound, sql: &str, params: &[(&(dyn ToSql + Sync), Type)]) -> std::result::Result<Vec<Row>, CallError> {
         let conn = self.get().await?;
-        self.bounded(&conn, bound, conn.client.query_typed(sql, params)).await
+        if !self.settings.prepared {
+            return self.bounded(&conn, bound, conn.client.query_typed(sql, params)).await;
+        }
+        let c = &conn.client;
+        self.bounded(&conn, bound, async {
+            // Prepared once per connection and kept: the server plans each statement once.
+            let cached = conn.statements.lock().get(sql).cloned();
+            let statement = match cached {
+                Some(st) => st,
+                None => {
+                    let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
+                    let st = c.prepare_typed(sql, &types).await?;
+                    conn.statements.lock().insert(sql.to_string(), st.clone());
+                    st
+                }
+            };
+            let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
+            c.query(&statement, &values).await
+        })
+        .await
     }
 
     /// Starts the liveness connection (once per pool, with `fast_takeover`) and waits, within
