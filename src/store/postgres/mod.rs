@@ -56,8 +56,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio_postgres::types::Type;
 
-/// The longest session id accepted.
-pub const MAX_ID_BYTES: usize = 1024;
+/// The longest session id accepted (the rule every store shares).
+pub const MAX_ID_BYTES: usize = crate::session::MAX_SESSION_ID_BYTES;
 
 const APPEND_SQL: &str = "
 WITH h AS (
@@ -151,18 +151,10 @@ impl std::fmt::Debug for PgStore {
     }
 }
 
-/// Checks a session id for the database: not empty, at most [`MAX_ID_BYTES`], no NUL.
+/// Checks a session id for the database: the rule every store shares
+/// ([`crate::session::check_session_id`]: 1 to 1,024 bytes, no control characters).
 pub fn check_id(id: &str) -> Result<()> {
-    if id.is_empty() {
-        return Err(Error::invalid("id", "the session id must not be empty"));
-    }
-    if id.len() > MAX_ID_BYTES {
-        return Err(Error::invalid("id", format!("the session id is {} bytes, more than {MAX_ID_BYTES}", id.len())));
-    }
-    if id.contains('\0') {
-        return Err(Error::invalid("id", "the session id contains a NUL character"));
-    }
-    Ok(())
+    crate::session::check_session_id(id)
 }
 
 /// The chain value a stored record ends with, if it has one.
@@ -805,6 +797,7 @@ mod tests {
         assert!(check_id("a").is_ok());
         assert_eq!(check_id("").unwrap_err().kind(), ErrorKind::InvalidInput);
         assert_eq!(check_id("a\0b").unwrap_err().kind(), ErrorKind::InvalidInput);
+        assert_eq!(check_id("a\nb").unwrap_err().kind(), ErrorKind::InvalidInput);
         assert_eq!(check_id(&"x".repeat(MAX_ID_BYTES + 1)).unwrap_err().kind(), ErrorKind::InvalidInput);
     }
 }
