@@ -790,6 +790,46 @@ fn the_server_stopped_mid_session_then_restarted() {
     }
 }
 
+/// A write that could not reach any server (the server was down when the call asked for a
+/// connection) sent nothing: the handle stays usable and goes on once the server is back.
+#[test]
+fn a_write_that_found_no_server_leaves_the_handle_usable() {
+    let url = pg_url!("a_write_that_found_no_server_leaves_the_handle_usable");
+    if std::env::var("LLMSESSION_PG_CTL").is_err() || std::env::var("LLMSESSION_PG_DIR").is_err() {
+        eprintln!(
+            "*** SKIPPED a_write_that_found_no_server_leaves_the_handle_usable: LLMSESSION_PG_CTL / LLMSESSION_PG_DIR are not set ***"
+        );
+        return;
+    }
+    let _g = SERVER.write();
+    let url = with_params(&url, "connect_timeout=2");
+    let id = unique_id("noserver");
+    let (s, _) = Session::open_url(&url, writer(&id)).unwrap();
+    let mut a = agent(&s);
+    turn(&mut a, "before", 1).unwrap();
+    server_ctl("stop");
+    let restart = scopeguard(|| {
+        if std::thread::panicking() {
+            server_ctl("start");
+        }
+    });
+    // The pooled connection was closed by the shutdown; let the client see it.
+    std::thread::sleep(Duration::from_millis(300));
+    let before = s.records();
+    let e = s.append(host("no server")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Storage, "{}", e.message());
+    assert!(e.message().contains("cannot connect"), "{}", e.message());
+    assert!(e.detail().get("outcomeUnknown").is_none(), "nothing was sent: {}", e.message());
+    assert_eq!(s.records(), before, "nothing changed in memory");
+    server_ctl("start");
+    drop(restart);
+    s.append(host("after the restart")).unwrap();
+    turn(&mut a, "after", 1).unwrap();
+    s.verify().unwrap();
+    let (r, _) = Session::open_url(&url, reader(&id)).unwrap();
+    assert_eq!(r.records(), s.records());
+}
+
 // ---------------------------------------------------------------------------------------------
 // A sync that fails: the batch is taken back (undo), nothing half-applied stays.
 

@@ -598,6 +598,11 @@ impl Store for PgStore {
 
     fn undo(&mut self, from: usize) -> Result<()> {
         let epoch = self.writable("undo an append")?;
+        if from as u64 > self.events {
+            // The failed append stored nothing (a batch commits whole or not at all, and this
+            // handle's head moves only when it did): nothing to remove.
+            return Ok(());
+        }
         let Some((start, events, chain_head)) = self.last_append.clone() else {
             return Err(Error::new(ErrorKind::Storage, format!("{}: undo: this handle has no append to undo", self.describe)));
         };
