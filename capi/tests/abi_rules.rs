@@ -14,62 +14,22 @@
 use llmsession_capi::agent::*;
 use llmsession_capi::callbacks::reply::{lls_reply, ReplyObject};
 use llmsession_capi::cancel::CancelObject;
-use llmsession_capi::error::{lls_error_code, lls_error_detail, lls_error_free, lls_error_message};
-use llmsession_capi::library::lls_string_free;
 use llmsession_capi::replay::*;
 use llmsession_capi::reply::{lls_callback_invoke, lls_reply_set_json};
-use llmsession_capi::runtime::error_object::{lls_error, ErrorObject};
+use llmsession_capi::runtime::error_object::ErrorObject;
 use llmsession_capi::runtime::handle::HandleKind;
 use llmsession_capi::runtime::status::*;
 use llmsession_capi::session::*;
 use llmsession_capi::stream::StreamObject;
 use llmsession_capi::tools::ToolCallsObject;
 use serde_json::{json, Value};
-use std::ffi::{c_char, c_void, CStr};
+use std::ffi::{c_char, c_void};
 use std::ptr::{null, null_mut};
 
-/// A failed call: its status, message and detail.
-#[derive(Debug)]
-struct Failure {
-    status: lls_status,
-    message: String,
-    detail: Value,
+mod support {
+    pub mod abi;
 }
-
-fn cstr(p: *const c_char) -> String {
-    if p.is_null() {
-        return String::new();
-    }
-    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-}
-
-/// Runs one call with an error out-parameter.
-fn call(f: impl FnOnce(*mut *mut lls_error) -> lls_status) -> Result<(), Failure> {
-    let mut err: *mut lls_error = null_mut();
-    let st = f(&mut err);
-    if st == LLS_OK {
-        assert!(err.is_null());
-        return Ok(());
-    }
-    assert_eq!(lls_error_code(err), st);
-    let failure = Failure {
-        status: st,
-        message: cstr(lls_error_message(err)),
-        detail: serde_json::from_str(&cstr(lls_error_detail(err))).unwrap_or(Value::Null),
-    };
-    lls_error_free(err);
-    Err(failure)
-}
-
-/// Runs one call with a string out-parameter.
-fn call_out(f: impl FnOnce(*mut *mut c_char, *mut usize, *mut *mut lls_error) -> lls_status) -> Result<String, Failure> {
-    let mut out: *mut c_char = null_mut();
-    let mut len = 0usize;
-    call(|e| f(&mut out, &mut len, e))?;
-    let s = cstr(out);
-    unsafe { lls_string_free(out) };
-    Ok(s)
-}
+use support::abi::{call, call_out, Failure};
 
 fn memory_session(opts: &str) -> Result<*mut lls_session, Failure> {
     let mut s: *mut lls_session = null_mut();

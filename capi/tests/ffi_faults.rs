@@ -14,15 +14,12 @@
 
 use llmsession_capi::agent::*;
 use llmsession_capi::callbacks::reply::lls_reply;
-use llmsession_capi::error::{lls_error_code, lls_error_detail, lls_error_free, lls_error_message};
-use llmsession_capi::library::lls_string_free;
 use llmsession_capi::reply::{lls_reply_complete, lls_reply_fail, lls_reply_set_json};
 use llmsession_capi::response::lls_parse_response;
-use llmsession_capi::runtime::error_object::lls_error;
 use llmsession_capi::runtime::status::*;
 use llmsession_capi::session::*;
 use serde_json::{json, Value};
-use std::ffi::{c_char, c_void, CStr};
+use std::ffi::{c_char, c_void};
 use std::ptr::{null, null_mut};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -30,48 +27,10 @@ use std::sync::{Arc, Mutex};
 // ---------------------------------------------------------------------------------------------
 // Calling the ABI
 
-/// A failed call: its status, message and detail.
-#[derive(Debug)]
-struct Failure {
-    status: lls_status,
-    message: String,
-    detail: Value,
+mod support {
+    pub mod abi;
 }
-
-fn cstr(p: *const c_char) -> String {
-    if p.is_null() {
-        return String::new();
-    }
-    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-}
-
-/// Runs one call with an error out-parameter.
-fn call(f: impl FnOnce(*mut *mut lls_error) -> lls_status) -> Result<(), Failure> {
-    let mut err: *mut lls_error = null_mut();
-    let st = f(&mut err);
-    if st == LLS_OK {
-        assert!(err.is_null());
-        return Ok(());
-    }
-    assert_eq!(lls_error_code(err), st);
-    let failure = Failure {
-        status: st,
-        message: cstr(lls_error_message(err)),
-        detail: serde_json::from_str(&cstr(lls_error_detail(err))).unwrap_or(Value::Null),
-    };
-    lls_error_free(err);
-    Err(failure)
-}
-
-/// Runs one call with a string out-parameter.
-fn call_out(f: impl FnOnce(*mut *mut c_char, *mut usize, *mut *mut lls_error) -> lls_status) -> Result<String, Failure> {
-    let mut out: *mut c_char = null_mut();
-    let mut len = 0usize;
-    call(|e| f(&mut out, &mut len, e))?;
-    let s = cstr(out);
-    unsafe { lls_string_free(out) };
-    Ok(s)
-}
+use support::abi::{call, call_out, Failure};
 
 fn j(v: &Value) -> String {
     v.to_string()
