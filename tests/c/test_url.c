@@ -75,7 +75,8 @@ static void test_url_bad_inputs(void) {
     EXPECT_ERR(lls_session_open_url(S("\xff\xfe"), NULL, 0, &s, &err), LLS_ERR_INVALID_UTF8, "url");
     EXPECT_ERR(lls_session_open_url(S("ftp://x/y"), NULL, 0, &s, &err), LLS_ERR_INVALID_INPUT, "unknown store scheme");
     EXPECT_ERR(lls_session_open_url(S("postgres://nouser/db"), NULL, 0, &s, &err), LLS_ERR_INVALID_INPUT, "names no user");
-    EXPECT_ERR(lls_session_open_url(S("postgres://u@h/db?sslmode=require"), NULL, 0, &s, &err), LLS_ERR_INVALID_INPUT, "TLS");
+    EXPECT_ERR(lls_session_open_url(S("postgres://u@h/db?sslmode=verify-full"), NULL, 0, &s, &err), LLS_ERR_INVALID_INPUT, "sslrootcert");
+    EXPECT_ERR(lls_session_open_url(S("postgres://u:p%zz@h/db"), NULL, 0, &s, &err), LLS_ERR_INVALID_INPUT, "percent escape");
     EXPECT_ERR(lls_session_open_url(S("file:x"), S("{\"bogus\":1}"), &s, &err), LLS_ERR_INVALID_INPUT, "bogus");
     EXPECT_ERR(lls_session_open_url(S("file:x"), S("{"), &s, &err), LLS_ERR_MALFORMED_JSON, "");
     EXPECT_ERR(lls_session_open_url(S("postgres://u:secret@127.0.0.1:1/db?connect_timeout=3"), S("{\"id\":\"x\"}"), &s, &err),
