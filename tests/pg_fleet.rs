@@ -542,9 +542,9 @@ fn failover_loses_nothing_acknowledged() {
     let started = Instant::now();
     let (mut promote_t, mut reset_t) = (Duration::ZERO, Duration::ZERO);
     let mut takeovers: Vec<Vec<u64>> = vec![Vec::new(); policies.len()];
+    let mut passed_through = vec![0u64; policies.len()];
     for trial in 0..trials {
         let reopened: Vec<usize> = writers.iter().map(|w| w.count("REOPENED")).collect();
-        let acks: Vec<usize> = writers.iter().map(|w| w.count("ACK")).collect();
         std::thread::sleep(Duration::from_millis(100 + rnd(400)));
         ctl(&ctl_script, "crash-primary", &dir);
         promote_t += ctl(&ctl_script, "promote", &dir);
@@ -553,16 +553,21 @@ fn failover_loses_nothing_acknowledged() {
         // old primary's node is a standby again.
         let reset = ctl(&ctl_script, "reset", &dir);
         reset_t += reset;
+        // Every acknowledgement from here on comes from the new primary. A writer with no call in
+        // flight when the primary died goes on without a failure (its pooled connections are
+        // made again, to the new primary, and its lease is the same row there); one whose call
+        // failed reopens.
+        let acks: Vec<usize> = writers.iter().map(|w| w.count("ACK")).collect();
         for (i, w) in writers.iter_mut().enumerate() {
-            let n = reopened[i];
-            w.wait_for(&format!("a reopen after failover {trial}"), Duration::from_secs(150), |l| {
-                l.iter().filter(|l| l.starts_with("REOPENED")).count() > n
-            });
-            let a = acks[i];
-            w.wait_for("more acknowledged calls on the new primary", Duration::from_secs(60), |l| {
+            let (n, a) = (reopened[i], acks[i]);
+            w.wait_for(&format!("acknowledged calls on the new primary after failover {trial}"), Duration::from_secs(150), |l| {
                 l.iter().filter(|l| l.starts_with("ACK")).count() > a + 5
             });
             let r = Report::parse(&w.lines());
+            if r.reopens.len() == n {
+                passed_through[i] += 1;
+                continue;
+            }
             let last = r.reopens.last().unwrap().clone();
             takeovers[i].push(last.at_ms.saturating_sub(promoted_at));
             assert!(
@@ -604,13 +609,20 @@ fn failover_loses_nothing_acknowledged() {
         let took: Vec<u64> = r.reopens.iter().map(|x| x.took_ms).collect();
         let events: Vec<u64> = r.reopens.iter().map(|x| x.events).collect();
         eprintln!(
-            "  {durability:<11}: {} failures ({} said outcomeUnknown; kinds {kinds:?}), {} reopens ({attempts} attempts, {locked} refused LOCKED); acknowledged events lost {lost}, replaced {replaced}; completed turns lost {lost_turns}; events at each reopen {events:?}; reopen ms after the failure {took:?}, after the promotion {:?}",
+            "  {durability:<11}: {} failovers passed through without a failure; {} failures ({} said outcomeUnknown; kinds {kinds:?}), {} reopens ({attempts} attempts, {locked} refused LOCKED); acknowledged events lost {lost}, replaced {replaced}; completed turns lost {lost_turns}; events at each reopen {events:?}; reopen ms after the failure {took:?}, after the promotion {:?}",
+            passed_through[i],
             r.errors.len(),
             unknown,
             r.reopens.len(),
             takeovers[i]
         );
-        if r.errors.iter().any(|e| !e.starts_with("storage ")) {
+        // A storage error, or (when the failover lost asynchronous commits this handle had made,
+        // which turn-end and never allow) a conflict that says so: the handle is ahead of the
+        // new primary and must reopen.
+        let allowed = |e: &String| {
+            e.starts_with("storage ") || (*durability != "every-event" && e.starts_with("conflict ") && e.contains("were lost"))
+        };
+        if !r.errors.iter().all(allowed) {
             failures.push(format!("{durability}: a failing call was not a storage error: {:?}", r.errors));
         }
         if replaced > 0 {

@@ -341,6 +341,21 @@ impl PgStore {
                 Error::new(ErrorKind::Conflict, format!("{}: the session was created by another writer first; reopen it", self.describe))
                     .with("store", self.describe.clone())
             }
+            Some((events, _, _)) if events < seq => {
+                // Behind this handle, not ahead: what it appended is gone (a server crash or a
+                // failover lost asynchronous commits, as turn-end and never allow).
+                Error::new(
+                    ErrorKind::Conflict,
+                    format!(
+                        "{}: the append names seq {seq}, but the database holds {events} events: events this handle appended were lost (a server crash or a failover lost commits its durability policy had not made durable); reopen the session",
+                        self.describe
+                    ),
+                )
+                .with("store", self.describe.clone())
+                .with("seq", seq)
+                .with("storeSeq", events)
+                .with("lost", seq - events)
+            }
             Some((events, _, _)) => conflict_error(&self.describe, seq, events),
             None => conflict_error(&self.describe, seq, 0),
         }
