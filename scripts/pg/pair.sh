@@ -43,24 +43,6 @@ PG_LOG_TAG="pg pair"
 # shellcheck source=scripts/pg/server.sh
 source "$PAIR_HERE/server.sh"
 
-# HOME: where the nodes' files live (DIR, or as root a /tmp directory the unprivileged user can
-# reach, named by DIR/home).
-pair_home() {
-    local dir="$1" home
-    [[ -f "$dir/home" ]] && { cat "$dir/home"; return 0; }
-    home="$dir"
-    if [[ "$(id -u)" == 0 ]]; then
-        id "$OS_USER" >/dev/null 2>&1 || die "user $OS_USER does not exist (set LLMSESSION_PG_OS_USER to an unprivileged user)"
-        chown "$OS_USER" "$dir"
-        if ! as_owner test -w "$dir"; then
-            home="$(mktemp -d /tmp/llmsession-pg.XXXXXX)"
-            chown "$OS_USER" "$home"
-        fi
-    fi
-    echo "$home" >"$dir/home"
-    echo "$home"
-}
-
 other_of() { if [[ "$1" == n1 ]]; then echo n2; else echo n1; fi; }
 port_of() { cat "$1/$2.port"; }
 primary_of() { cat "$1/primary"; }
@@ -121,7 +103,7 @@ make_standby() {
 create() {
     local dir="$1" bin home sock pw
     bin="$(ensure_installed)"
-    home="$(pair_home "$dir")"
+    home="$(choose_home "$dir")"
     sock="$(socket_dir "$dir")"
     pw="$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
     printf '%s\n' "$pw" >"$dir/password"

@@ -141,12 +141,12 @@ socket_dir() {
     echo "$s"
 }
 
-init_cluster() {
-    local dir="$1" bin="$2" home
-    [[ -f "$(home_of "$dir")/data/PG_VERSION" ]] && return 0
-    mkdir -p "$dir"
-    dir="$(cd "$dir" && pwd)"
-    home="$dir"
+# Chooses where DIR's cluster files live (once; home_of reads the choice back): DIR, or, as
+# root when the unprivileged user cannot reach DIR, a new directory under /tmp, recorded in
+# DIR/home. Also used by pair.sh.
+choose_home() {
+    local dir="$1" home="$1"
+    [[ -f "$dir/home" ]] && { cat "$dir/home"; return 0; }
     if [[ "$(id -u)" == 0 ]]; then
         id "$OS_USER" >/dev/null 2>&1 || die "user $OS_USER does not exist (set LLMSESSION_PG_OS_USER to an unprivileged user)"
         chown "$OS_USER" "$dir"
@@ -157,6 +157,16 @@ init_cluster() {
             log "$OS_USER cannot reach $dir (initdb refuses to run as root, so the cluster runs as $OS_USER): the cluster lives in $home"
         fi
     fi
+    echo "$home"
+    return 0
+}
+
+init_cluster() {
+    local dir="$1" bin="$2" home
+    [[ -f "$(home_of "$dir")/data/PG_VERSION" ]] && return 0
+    mkdir -p "$dir"
+    dir="$(cd "$dir" && pwd)"
+    home="$(choose_home "$dir")"
     local pw
     pw="$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
     printf '%s\n' "$pw" >"$dir/password"
