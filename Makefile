@@ -11,7 +11,7 @@ CC ?= cc
 .PHONY: go-pc test-go test-go-module demo-build e2e e2e-resume
 .PHONY: test-cpp cpp-deps cpp-install-check
 .PHONY: fuzz-smoke fuzz-build fuzz-smoke-build fuzz-corpus readme-check check-docs
-.PHONY: test-pg bench-pg
+.PHONY: test-pg bench-pg dist test-dist
 .PHONY: check check-rust check-c check-go check-node check-cpp node-deps
 .PHONY: test-python check-python python-newcomer newcomer rust-newcomer
 
@@ -20,7 +20,7 @@ all: build
 build:
 	$(CARGO) build --release
 
-test: test-rust bench-smoke check-header check-symbols check-docs test-c install-check test-node test-cpp test-go test-python test-pg readme-check newcomer bench-bindings-smoke fuzz-smoke e2e e2e-resume
+test: test-rust bench-smoke check-header check-symbols check-docs test-c install-check test-node test-cpp test-go test-python test-pg readme-check newcomer test-dist bench-bindings-smoke fuzz-smoke e2e e2e-resume
 
 # The everyday subset of `make test`: the build, the header and symbol checks, the unit and
 # scenario tests in every language. Left to `make test`: the slow Rust suites (crash,
@@ -468,3 +468,15 @@ fuzz-corpus:
 # the repository; a crashing input goes to fuzz/artifacts/<target>.
 fuzz-smoke: fuzz-smoke-build fuzz-corpus
 	@bash scripts/fuzz/smoke.sh $(FUZZ_BIN) $(FUZZ_CORPUS) $(FUZZ_SMOKE_SECONDS) $(FUZZ_TARGETS)
+
+# ---------------------------------------------------------------------------------------------
+# Release artefacts (docs/install.md, "Release artefacts"): `make dist` builds every one into
+# dist/ from the release build, versioned from Cargo.toml (scripts/dist/build.sh): the C/C++
+# archive, the Debian packages, the Python wheel and sdist, the npm tarballs and a Go module
+# version laid out for a file-based GOPROXY. `make test-dist` installs each where no toolchain
+# of ours exists and runs the README's example in its language from it (scripts/dist/test.sh).
+dist: build-lib build-cli
+	@CLI="$(abspath $(CLI))" STAGE_IN="$(abspath $(STAGE))" bash scripts/dist/build.sh
+
+test-dist: dist
+	@bash scripts/dist/test.sh

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# `make dist`: every release artefact, into dist/ (docs/install.md, "Release artefacts").
+# It starts from the release build make staged (build/lib, target/release/llmsession), strips
+# it once into build/dist/stage, and hands that to one script per ecosystem:
+#   c.sh       llmsession-VERSION-linux-x86_64.tar.gz (library, headers, .pc, CMake, licences)
+#   deb.sh     libllmsession0.N, libllmsession-dev, llmsession-tools .debs
+#   python.sh  the wheel and the sdist
+#   node.sh    the npm package and its platform package, as npm pack tarballs
+#   go.sh      a Go module version (zip, .mod, .info) laid out as a GOPROXY serves it
+# then writes dist/SHA256SUMS.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+STAGE_IN=${STAGE_IN:-$ROOT/build/lib}
+CLI=${CLI:-$ROOT/${CARGO_TARGET_DIR:-target}/release/llmsession}
+OBJCOPY=${OBJCOPY:-objcopy}
+for f in "$STAGE_IN/$REALNAME" "$STAGE_IN/libllmsession.a" "$CLI"; do
+    [ -f "$f" ] || { echo "dist: $f is missing (make build-lib build-cli)"; exit 1; }
+done
+echo "dist: llmsession $VERSION ($DIST_ARCH), SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH"
+rm -rf "$DIST_STAGE" "$DIST"
+mkdir -p "$DIST_STAGE/lib" "$DIST_STAGE/bin" "$DIST_STAGE/include" "$DIST_STAGE/share/licenses" "$DIST"
+# The shared library keeps its dynamic symbols, the command nothing, the static library its
+# symbol table (a linker needs it) without debug info.
+"$OBJCOPY" --strip-unneeded "$STAGE_IN/$REALNAME" "$DIST_STAGE/lib/$REALNAME"
+ln -sf "$REALNAME" "$DIST_STAGE/lib/$SONAME"
+ln -sf "$SONAME" "$DIST_STAGE/lib/libllmsession.so"
+"$OBJCOPY" --strip-debug "$STAGE_IN/libllmsession.a" "$DIST_STAGE/lib/libllmsession.a"
+"$OBJCOPY" --strip-all "$CLI" "$DIST_STAGE/bin/llmsession"
+cp "$ROOT/include/llmsession.h" "$ROOT/include/llmsession.hpp" "$DIST_STAGE/include/"
+cp "$ROOT/LICENSE-MIT" "$ROOT/LICENSE-APACHE" "$DIST_STAGE/share/licenses/"
+chmod 644 "$DIST_STAGE/lib/libllmsession.a" "$DIST_STAGE/include/"* "$DIST_STAGE/share/licenses/"*
+chmod 755 "$DIST_STAGE/lib/$REALNAME" "$DIST_STAGE/bin/llmsession"
+
+for eco in ${DIST_ONLY:-c deb python node go}; do
+    echo "dist: $eco"
+    DIST="$DIST" DIST_STAGE="$DIST_STAGE" bash "$ROOT/scripts/dist/$eco.sh"
+done
+(cd "$DIST" && find . -type f ! -name SHA256SUMS | LC_ALL=C sort | sed 's|^\./||' | xargs sha256sum >SHA256SUMS)
+echo "dist: $(find "$DIST" -type f | wc -l) files in $DIST"
+(cd "$DIST" && find . -maxdepth 3 -type f ! -path './go/*' -printf '%s\t%P\n' | LC_ALL=C sort -k2)
