@@ -17,6 +17,31 @@ DIST_ARCH=$(uname -m)
 : "${DIST:=$ROOT/dist}"
 : "${DIST_STAGE:=$ROOT/build/dist/stage}"
 
+# System libraries the static library needs (one place: the Makefile's NATIVE_STATIC_LIBS).
+NATIVE_STATIC_LIBS=$(sed -n 's/^NATIVE_STATIC_LIBS := //p' "$ROOT/Makefile")
+
+# The files of DIST_STAGE laid out under a prefix by scripts/lib/install.sh (`make install`:
+# the same soname links, .pc and CMake package files), into DESTDIR, without its manifest
+# (that is for `make uninstall`; a package or an archive does not need it). Its commands go to
+# DESTDIR.log, shown if it fails. The stage is stripped already, so INSTALL_DEBUG=keep.
+#   install_layout DESTDIR PREFIX LIBDIR PC_RPATH
+install_layout() {
+    local destdir=$1 prefix=$2 libdir=$3 pc_rpath=$4
+    local manifest=$prefix/share/llmsession/install-manifest.txt
+    if ! (cd "$ROOT" && VERSION="$VERSION" VERSION_MAJOR="$VERSION_MAJOR" VERSION_MINOR="$VERSION_MINOR" \
+        SONAME="$SONAME" REALNAME="$REALNAME" STAGE="$DIST_STAGE/lib" HEADER="$DIST_STAGE/include/llmsession.h" \
+        NATIVE_STATIC_LIBS="$NATIVE_STATIC_LIBS" PREFIX="$prefix" DESTDIR="$destdir" LIBDIR="$libdir" \
+        INCLUDEDIR="$prefix/include" PKGCONFIGDIR="$libdir/pkgconfig" CMAKEDIR="$libdir/cmake/llmsession" \
+        INSTALL_DEBUG=keep OBJCOPY="${OBJCOPY:-objcopy}" CLI="$DIST_STAGE/bin/llmsession" BINDIR="$prefix/bin" \
+        MANIFEST="$manifest" PC_RPATH="$pc_rpath" bash scripts/lib/install.sh >"$destdir.log" 2>&1); then
+        cat "$destdir.log"
+        echo "dist: scripts/lib/install.sh failed (above)"
+        return 1
+    fi
+    rm -f "$destdir$manifest"
+    rmdir -p --ignore-fail-on-non-empty "$destdir$prefix/share/llmsession"
+}
+
 # A tar archive whose bytes depend only on the files' contents and names: sorted, one owner,
 # every mtime SOURCE_DATE_EPOCH, no pax headers that carry times. tar_reproducible OUT.tar.gz DIR NAME...
 tar_reproducible() {
