@@ -12,6 +12,7 @@
 const { EventEmitter } = require('events');
 const fs = require('fs');
 const path = require('path');
+const platform = require('./platform');
 const koffi = requireKoffi();
 
 // koffi, this package's one dependency. `npm install <folder>` with a folder outside the
@@ -123,12 +124,19 @@ class CallbackError extends Error {
 // ---------------------------------------------------------------------------------------------
 // Loading
 
+// Where to look when LLMSESSION_LIB is not set, in order (docs/node.md, "Loading"), and the
+// platform package when one is installed.
 function candidates() {
-  if (process.env.LLMSESSION_LIB) return [process.env.LLMSESSION_LIB];
   const list = [];
-  // A checkout: the library staged by `make build-lib`.
-  const built = path.resolve(__dirname, '..', '..', 'build', 'lib', 'libllmsession.so');
-  if (fs.existsSync(built)) list.push(built);
+  // A checkout: the library staged by `make build-lib` (not when installed in node_modules,
+  // where ../../build would be the project's own folder).
+  if (path.basename(path.dirname(__dirname)) !== 'node_modules') {
+    const built = path.resolve(__dirname, '..', '..', 'build', 'lib', 'libllmsession.so');
+    if (fs.existsSync(built)) list.push(built);
+  }
+  // The platform package npm installed with this one (platform.js), when there is one.
+  const pkg = platform.find();
+  if (pkg) list.push(pkg.library);
   // An installed copy, found by the dynamic loader (soname first).
   list.push('libllmsession.so.0.2', 'libllmsession.so');
   // The prefix `make install` used, when pkg-config knows it (PKG_CONFIG_PATH, as for C).
@@ -138,7 +146,7 @@ function candidates() {
     const p = path.join(dir, 'libllmsession.so');
     if (fs.existsSync(p)) list.push(p);
   }
-  return list;
+  return { list, pkg };
 }
 
 // `pkg-config --variable=libdir llmsession`, or null (no pkg-config, no .pc file found).
@@ -156,17 +164,32 @@ function pkgConfigLibdir() {
 }
 
 function loadLibrary() {
+  if (process.env.LLMSESSION_LIB) {
+    const file = process.env.LLMSESSION_LIB;
+    try {
+      return { lib: koffi.load(file), file };
+    } catch (e) {
+      throw new Error(`llmsession: cannot load the shared library LLMSESSION_LIB names: ${file}: ${e.message}`,
+        { cause: e });
+    }
+  }
+  const { list, pkg } = candidates();
   const tried = [];
-  for (const c of candidates()) {
+  for (const c of list) {
     try {
       return { lib: koffi.load(c), file: c };
     } catch (e) {
       tried.push(`${c}: ${e.message}`);
     }
   }
+  const version = require('./package.json').version;
+  const why = pkg
+    ? `the platform package ${pkg.name} ${pkg.version} is installed (${pkg.dir}) but its library did not load`
+    : platform.missing(version);
   throw new Error(
-    'llmsession: cannot load the shared library (build it with `make build-lib`, install it with ' +
-      '`make install`, or name it with LLMSESSION_LIB). Tried:\n  ' + tried.join('\n  '));
+    `llmsession: cannot load the shared library: ${why}. Otherwise build it with \`make build-lib\` ` +
+      'in a checkout, install it with `make install`, or name it with LLMSESSION_LIB. Tried:\n  ' +
+      tried.join('\n  '));
 }
 
 const { lib, file: libraryPath } = loadLibrary();
