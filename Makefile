@@ -225,13 +225,15 @@ test-c-one: build-lib
 
 # ---------------------------------------------------------------------------------------------
 # Go binding (bindings/go) and Go example (examples/go): standard library only, cgo with
-# `pkg-config: llmsession` pointed at the in-tree build.
+# `pkg-config: llmsession` pointed at the in-tree build: every in-tree Go build passes
+# -tags llmsession_system (GOFLAGS), since the static library a released module version
+# carries (bindings/go/link_bundled.go, scripts/dist/go.sh) is not in the repository.
 
 GO ?= go
 GO_PC_DIR := build/pkgconfig
 GO_ENV := PKG_CONFIG_PATH="$(CURDIR)/$(GO_PC_DIR)$${PKG_CONFIG_PATH:+:$$PKG_CONFIG_PATH}" \
 	LD_LIBRARY_PATH="$(CURDIR)/$(STAGE)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}" \
-	CGO_ENABLED=1 GOPROXY=off GOTOOLCHAIN=local
+	CGO_ENABLED=1 GOPROXY=off GOTOOLCHAIN=local GOFLAGS=-tags=llmsession_system
 
 # A pkg-config file for the in-tree build: prefix = this checkout, libraries in build/lib.
 go-pc:

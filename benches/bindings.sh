@@ -67,7 +67,7 @@ $CC -std=c11 -O2 -Wall -Wextra -Werror -Iinclude benches/c/bindings.c -L"$lib" -
 $CXX -std=c++17 -O2 -Wall -Wextra -Werror -Iinclude benches/cpp/bindings.cpp -L"$lib" -lllmsession \
 	-Wl,-rpath,"$lib" -o "$out/bindings_cpp"
 (cd bindings/go && PKG_CONFIG_PATH="$root/build/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}" \
-	CGO_ENABLED=1 GOPROXY=off GOTOOLCHAIN=local $GO test -c -o "$root/$out/bindings_go.test" .)
+	CGO_ENABLED=1 GOPROXY=off GOTOOLCHAIN=local GOFLAGS=-tags=llmsession_system $GO test -c -o "$root/$out/bindings_go.test" .)
 
 # fixture N: the fixture of N history messages (bench_bindings write), with the provider's raw
 # replies: per exchange of inputs.jsonl, the OpenAI chat-completions body whose message is the

@@ -38,7 +38,7 @@ export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 cc -std=c11 -Wall -Wextra -Werror -I"$root/include" examples/readme/hello.c -L"$lib" -lllmsession -o "$tmp/hello_c"
 c++ -std=c++17 -Wall -Wextra -Werror -I"$root/include" examples/readme/hello.cpp -L"$lib" -lllmsession -o "$tmp/hello_cpp"
 (cd examples/readme/go && PKG_CONFIG_PATH="$root/build/pkgconfig" CGO_ENABLED=1 GOPROXY=off GOTOOLCHAIN=local \
-    go build -o "$tmp/hello_go" .)
+    GOFLAGS=-tags=llmsession_system go build -o "$tmp/hello_go" .)
 
 run() { # name, command...: two runs in a fresh directory; the second must see two requests
     local name=$1; shift

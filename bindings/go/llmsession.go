@@ -2,14 +2,16 @@
 // agents (an append-only event log from which every request is rebuilt byte for byte, a
 // frozen per-instance session prefix, and cache-friendly compaction).
 //
-// It wraps the C ABI (include/llmsession.h) with cgo and finds the library with pkg-config
-// (`llmsession.pc`). Handles (Session, Agent, Cancel) are safe for use by several goroutines;
+// It wraps the C ABI (include/llmsession.h) with cgo. How it links the library is chosen by a
+// build tag (link_*.go): by default the static library the released module carries
+// (internal/native/linux_amd64, linux/amd64 only; not in the repository), with
+// -tags llmsession_system the one pkg-config finds (`llmsession.pc`: an installed library or
+// the checkout's build). Handles (Session, Agent, Cancel) are safe for use by several goroutines;
 // the library serialises calls internally. Close every handle when done; a finalizer frees
 // forgotten ones as a safety net. See docs/go.md.
 package llmsession
 
 /*
-#cgo pkg-config: llmsession
 #include <stdlib.h>
 #include <llmsession.h>
 */

@@ -23,7 +23,8 @@ else
     unset LD_LIBRARY_PATH
 fi
 [ -f "$PKG_CONFIG_PATH/llmsession.pc" ] || { echo "outside-module: no $PKG_CONFIG_PATH/llmsession.pc (run make build-lib go-pc, or make install)"; exit 1; }
-export CGO_ENABLED=1 GOPROXY=off GOTOOLCHAIN=local GOFLAGS=
+# The checkout has no bundled static library: the tag links the one pkg-config finds.
+export CGO_ENABLED=1 GOPROXY=off GOTOOLCHAIN=local GOFLAGS=-tags=llmsession_system
 GO=${GO:-go}
 
 tmp=$(mktemp -d)

@@ -37,7 +37,7 @@ step "Go: OpenURL, ListSessions, ForkURL"
     cd bindings/go
     PKG_CONFIG_PATH="$ROOT/build/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}" \
         LD_LIBRARY_PATH="$ROOT/build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-        CGO_ENABLED=1 GOPROXY=off GOTOOLCHAIN=local "$GO" test -count=1 -run 'Postgres|URL' -v . |
+        CGO_ENABLED=1 GOPROXY=off GOTOOLCHAIN=local GOFLAGS=-tags=llmsession_system "$GO" test -count=1 -run 'Postgres|URL' -v . |
         grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)' 
 )
 

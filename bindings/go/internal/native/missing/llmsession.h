@@ -1,0 +1,2 @@
+/* Found only when internal/native/linux_amd64/llmsession.h is not there (bindings/go/link_bundled.go). */
+#error "llmsession: this copy of the Go binding carries no static library (internal/native/linux_amd64/libllmsession.a and llmsession.h are only in the released module version; the repository does not hold them). Build with -tags llmsession_system to link the library pkg-config finds (llmsession.pc: make install, or make build-lib go-pc in a checkout), or require a released version (docs/go.md)."
