@@ -85,7 +85,7 @@ func verify(args []string, stdout, stderr io.Writer) int {
 			b, _ := json.Marshal(map[string]any{"ok": false, "error": map[string]string{"message": err.Error()}})
 			fmt.Fprintf(stdout, "%s\n", b)
 		}
-		fmt.Fprintf(stderr, "llmsession: verify %s: %v\n", path, err)
+		fmt.Fprintln(stderr, err) // "llmsession: [kind] PATH: what was wrong"
 		return code
 	}
 	if asJSON {
