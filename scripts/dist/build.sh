@@ -3,7 +3,7 @@
 # It starts from the release build make staged (build/lib, target/release/llmsession), strips
 # it once into build/dist/stage, and hands that to one script per ecosystem:
 #   c.sh       llmsession-VERSION-linux-x86_64.tar.gz (library, headers, .pc, CMake, licences)
-#   deb.sh     libllmsession0.N, libllmsession-dev, llmsession-tools .debs
+#   deb.sh     the libllmsession0.N, libllmsession-dev and llmsession .debs
 #   python.sh  the wheel and the sdist
 #   node.sh    the npm package and its platform package, as npm pack tarballs
 #   go.sh      a Go module version (zip, .mod, .info) laid out as a GOPROXY serves it
@@ -20,12 +20,13 @@ echo "dist: llmsession $VERSION ($DIST_ARCH), SOURCE_DATE_EPOCH=$SOURCE_DATE_EPO
 rm -rf "$DIST_STAGE" "$DIST"
 mkdir -p "$DIST_STAGE/lib" "$DIST_STAGE/bin" "$DIST_STAGE/include" "$DIST_STAGE/share/licenses" "$DIST"
 # The shared library keeps its dynamic symbols, the command nothing, the static library its
-# symbol table (a linker needs it) without debug info.
-"$OBJCOPY" --strip-unneeded "$STAGE_IN/$REALNAME" "$DIST_STAGE/lib/$REALNAME"
+# symbol table (a linker needs it) without debug info; none keeps the .comment sections (the
+# compilers' version strings, which nothing reads).
+"$OBJCOPY" --strip-unneeded --remove-section=.comment "$STAGE_IN/$REALNAME" "$DIST_STAGE/lib/$REALNAME"
 ln -sf "$REALNAME" "$DIST_STAGE/lib/$SONAME"
 ln -sf "$SONAME" "$DIST_STAGE/lib/libllmsession.so"
-"$OBJCOPY" --strip-debug "$STAGE_IN/libllmsession.a" "$DIST_STAGE/lib/libllmsession.a"
-"$OBJCOPY" --strip-all "$CLI" "$DIST_STAGE/bin/llmsession"
+"$OBJCOPY" --strip-debug --remove-section=.comment "$STAGE_IN/libllmsession.a" "$DIST_STAGE/lib/libllmsession.a"
+"$OBJCOPY" --strip-all --remove-section=.comment "$CLI" "$DIST_STAGE/bin/llmsession"
 cp "$ROOT/include/llmsession.h" "$ROOT/include/llmsession.hpp" "$DIST_STAGE/include/"
 cp "$ROOT/LICENSE-MIT" "$ROOT/LICENSE-APACHE" "$DIST_STAGE/share/licenses/"
 chmod 644 "$DIST_STAGE/lib/libllmsession.a" "$DIST_STAGE/include/"* "$DIST_STAGE/share/licenses/"*
