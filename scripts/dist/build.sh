@@ -17,7 +17,10 @@ for f in "$STAGE_IN/$REALNAME" "$STAGE_IN/libllmsession.a" "$CLI"; do
     [ -f "$f" ] || { echo "dist: $f is missing (make build-lib build-cli)"; exit 1; }
 done
 echo "dist: llmsession $VERSION ($DIST_ARCH), SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH"
-rm -rf "$DIST_STAGE" "$DIST"
+# A full run starts from an empty dist/; DIST_ONLY rebuilds only what its scripts write (each
+# overwrites its own files) and leaves the other ecosystems' artefacts as they are.
+rm -rf "$DIST_STAGE"
+if [ -z "${DIST_ONLY:-}" ]; then rm -rf "$DIST"; fi
 mkdir -p "$DIST_STAGE/lib" "$DIST_STAGE/bin" "$DIST_STAGE/include" "$DIST_STAGE/share/licenses" "$DIST"
 # The shared library keeps its dynamic symbols, the command nothing, the static library its
 # symbol table (a linker needs it) without debug info; none keeps the .comment sections (the

@@ -14,6 +14,7 @@ source "$(dirname "$0")/common.sh"
 name=llmsession-$VERSION-linux-$DIST_ARCH
 work=$ROOT/build/dist/c
 rm -rf "$work"
+rm -f "$DIST"/llmsession-*-linux-*.tar.gz
 mkdir -p "$work"
 install_layout "$work/root" /usr/local /usr/local/lib yes
 mv "$work/root/usr/local" "$work/$name"

@@ -31,6 +31,7 @@ date_rfc=$(LC_ALL=C date -u -R -d "@$SOURCE_DATE_EPOCH")
 date_day=$(date -u +%Y-%m-%d -d "@$SOURCE_DATE_EPOCH")
 work=$ROOT/build/dist/deb
 rm -rf "$work"
+rm -f "$DIST"/libllmsession*_*.deb "$DIST"/llmsession_*.deb
 mkdir -p "$work/debian"
 cd "$work"
 
