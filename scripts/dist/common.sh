@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the release scripts (scripts/dist/*.sh): sourced, not run.
 #   VERSION         the release version, from the workspace Cargo.toml (the one place it is set)
 #   SOURCE_DATE_EPOCH  the commit time of HEAD (or the value given): every timestamp written into
@@ -12,7 +13,7 @@ REALNAME=libllmsession.so.$VERSION
 : "${SOURCE_DATE_EPOCH:=$(git -C "$ROOT" log -1 --format=%ct 2>/dev/null || echo 0)}"
 export SOURCE_DATE_EPOCH VERSION
 # The platform the artefacts are for (only x86-64 Linux with glibc is built here).
-DIST_ARCH=$(uname -m)
+export DIST_ARCH; DIST_ARCH=$(uname -m)
 # Where everything lands, and the stripped files every artefact is made from (build.sh).
 : "${DIST:=$ROOT/dist}"
 : "${DIST_STAGE:=$ROOT/build/dist/stage}"

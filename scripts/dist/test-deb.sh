@@ -65,7 +65,8 @@ has llmsession /usr/bin/llmsession /usr/share/man/man1/llmsession.1.gz /usr/shar
 dpkg -L "$libpkg" | grep -q '\.a$\|/include/\|/bin/' && fail "$libpkg holds more than the runtime library: $(dpkg -L "$libpkg")"
 for pkg in "${pkgs[@]}"; do
     [ "$(dpkg-query -W -f '${db:Status-Abbrev}' "$pkg")" = "ii " ] || fail "$pkg is not installed: $(dpkg -s "$pkg")"
-    bad=$(dpkg --verify "$pkg" 2>&1) && [ -z "$bad" ] || fail "the files of $pkg do not match its md5sums: $bad"
+    bad=$(dpkg --verify "$pkg" 2>&1) || true
+    [ -z "$bad" ] || fail "the files of $pkg do not match its md5sums: $bad"
     echo "test-deb: $pkg $(dpkg-query -W -f '${Version}, Installed-Size ${Installed-Size} KiB, Depends: ${Depends}' "$pkg")"
 done
 [ "$(stat -c %a "$libdir/$REALNAME")" = 644 ] || fail "$libdir/$REALNAME is not mode 644"
