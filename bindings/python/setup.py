@@ -10,8 +10,9 @@ there (and the ``llmsession`` command finds ``target/release/llmsession``). With
 From the sdist (``make dist``: the Cargo workspace is in ``rust/`` next to this file): the
 library and the command are built with ``cargo build --release --locked`` (``CARGO`` names
 cargo; ``CARGO_TARGET_DIR`` is honoured; debug info is left out unless
-``CARGO_PROFILE_RELEASE_DEBUG`` says otherwise) unless ``LLMSESSION_BUNDLE_LIB`` and
-``LLMSESSION_BUNDLE_CLI`` name prebuilt ones, and both go into the package.
+``CARGO_PROFILE_RELEASE_DEBUG`` says otherwise; the symbol tables are stripped with objcopy
+when there is one) unless ``LLMSESSION_BUNDLE_LIB`` and ``LLMSESSION_BUNDLE_CLI`` name prebuilt
+ones, and both go into the package.
 
 A package that carries a library or a command is a platform wheel (``py3-none-<platform>``);
 one that carries neither stays pure (docs/python.md, "Install")."""
@@ -58,14 +59,27 @@ def cargo(*args: str) -> None:
         raise SystemExit(f"llmsession: `{' '.join(cmd)}` failed (its output is above)")
 
 
-def built(name: str) -> Path:
+def built_dir() -> Path:
     target = Path(os.environ.get("CARGO_TARGET_DIR") or RUST / "target")
-    if not target.is_absolute():
-        target = RUST / target
-    path = target / "release" / name
+    return (target if target.is_absolute() else RUST / target) / "release"
+
+
+def built(name: str) -> Path:
+    path = built_dir() / name
     if not path.is_file():
         raise SystemExit(f"llmsession: cargo finished but {path} is not there")
     return path
+
+
+def strip_symbols(path: Path, how: str) -> None:
+    """What cargo built loses its symbol table (the library keeps the dynamic symbols), as the
+    release wheel's files do; without objcopy (``OBJCOPY``) the files stay as built."""
+    objcopy = os.environ.get("OBJCOPY", "objcopy")
+    if shutil.which(objcopy) is None:
+        print(f"llmsession: no {objcopy} on PATH: {path.name} is packaged with its symbols", flush=True)
+        return
+    if subprocess.run([objcopy, how, str(path)]).returncode != 0:
+        raise SystemExit(f"llmsession: `{objcopy} {how} {path}` failed")
 
 
 def prebuilt(var: str) -> "Path | None":
@@ -96,7 +110,8 @@ class BuildPy(build_py):
                 '"""Written at build time: the repository checkout this package was built from."""\n'
                 f"ROOT = {str(ROOT)!r}\n"
             )
-        for src, sub, name in ((lib, "_lib", "libllmsession.so"), (cli, "_bin", "llmsession")):
+        for src, sub, name, strip in ((lib, "_lib", "libllmsession.so", "--strip-unneeded"),
+                                      (cli, "_bin", "llmsession", "--strip-all")):
             # pip builds in bindings/python/build: what an earlier bundling build left there
             # must not end up in this package.
             shutil.rmtree(pkg / sub, ignore_errors=True)
@@ -104,6 +119,8 @@ class BuildPy(build_py):
                 (pkg / sub).mkdir(exist_ok=True)
                 shutil.copyfile(src, pkg / sub / name)
                 os.chmod(pkg / sub / name, 0o755)
+                if SDIST and src.is_relative_to(built_dir()):
+                    strip_symbols(pkg / sub / name, strip)
 
 
 class BinaryDistribution(Distribution):
