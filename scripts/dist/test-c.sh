@@ -37,12 +37,12 @@ soname=$(readelf -d "$lib" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 [ -L "$p/lib/$soname" ] || fail "lib/$soname (the soname link) is missing"
 [ "$(readlink -f "$p/lib/$soname")" = "$lib" ] || fail "lib/$soname does not point at $lib"
 for f in "$lib" "$p/bin/llmsession"; do
-    file -b "$f" | grep -q ', stripped' || fail "$f is not stripped: $(file -b "$f")"
-    readelf -S "$f" | grep -qE '\.debug_(info|line|str) ' && fail "$f has debug info"
+    file -b "$f" | grep ', stripped' >/dev/null || fail "$f is not stripped: $(file -b "$f")"
+    readelf -S "$f" | grep -E '\.debug_(info|line|str) ' >/dev/null && fail "$f has debug info"
 done
-readelf -S "$lib" | grep -q ' \.symtab ' && fail "$lib still has a symbol table"
-readelf -W --dyn-syms "$lib" | grep -q ' lls_session_open_file$' || fail "$lib does not export lls_session_open_file"
-readelf -S "$p/lib/libllmsession.a" 2>/dev/null | grep -q '\.debug_info' && fail "libllmsession.a has debug info"
+readelf -S "$lib" | grep ' \.symtab ' >/dev/null && fail "$lib still has a symbol table"
+readelf -W --dyn-syms "$lib" | grep ' lls_session_open_file$' >/dev/null || fail "$lib does not export lls_session_open_file"
+readelf -S "$p/lib/libllmsession.a" 2>/dev/null | grep '\.debug_info' >/dev/null && fail "libllmsession.a has debug info"
 echo "test-c: $(basename "$lib") (soname $soname, stripped) $(stat -c %s "$lib") bytes;" \
     "libllmsession.a $(stat -c %s "$p/lib/libllmsession.a") bytes; bin/llmsession $(stat -c %s "$p/bin/llmsession") bytes"
 
@@ -60,7 +60,7 @@ case "$flags" in *"-I$p/include"*"-L$p/lib"*) ;; *) fail "pkg-config --define-pr
 echo "test-c: cc hello.c \$(pkg-config --define-prefix --cflags --libs llmsession): $flags"
 # shellcheck disable=SC2086 # the flags are words
 cc -std=c11 -Wall -Werror hello.c $flags -o hello
-ldd ./hello | grep -q "libllmsession.so.* => $p/lib/" || fail "hello does not load the unpacked library: $(ldd ./hello)"
+ldd ./hello | grep "libllmsession.so.* => $p/lib/" >/dev/null || fail "hello does not load the unpacked library: $(ldd ./hello)"
 ./hello >run1.txt 2>&1 || fail "hello failed: $(cat run1.txt)"
 grep -q '^sent [0-9]* bytes; verify: {"compactions":0,"events":[0-9]*,"requests":1}$' run1.txt || fail "hello, first run: $(cat run1.txt)"
 ./hello >run2.txt 2>&1 || fail "hello failed on resume: $(cat run2.txt)"
@@ -91,7 +91,7 @@ target_link_libraries(hello_cpp PRIVATE llmsession::llmsession_static)
 CMAKE
 cmake -S hello-cpp -B build-hello -DCMAKE_PREFIX_PATH="$p" >cmake.log 2>&1 || fail "cmake hello.cpp: $(cat cmake.log)"
 cmake --build build-hello >>cmake.log 2>&1 || fail "building hello.cpp: $(cat cmake.log)"
-ldd build-hello/hello_cpp | grep -q libllmsession && fail "hello_cpp (static) loads libllmsession.so"
+ldd build-hello/hello_cpp | grep libllmsession >/dev/null && fail "hello_cpp (static) loads libllmsession.so"
 mkdir run-cpp && cd run-cpp
 ../build-hello/hello_cpp >run1.txt 2>&1 && ../build-hello/hello_cpp >run2.txt 2>&1 || fail "hello_cpp failed: $(cat run*.txt)"
 grep -q '"requests":2}$' run2.txt || fail "hello_cpp, second run did not resume: $(cat run2.txt)"

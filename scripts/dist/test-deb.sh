@@ -54,7 +54,7 @@ echo "test-deb: dpkg -i ${debs[*]##*/}"
 has() { # PACKAGE PATH...
     local pkg=$1 path
     shift
-    for path in "$@"; do dpkg -L "$pkg" | grep -qx "$path" || fail "dpkg -L $pkg does not list $path"; done
+    for path in "$@"; do dpkg -L "$pkg" | grep -x "$path" >/dev/null || fail "dpkg -L $pkg does not list $path"; done
 }
 has "$libpkg" "$libdir/$REALNAME" "$libdir/$SONAME" "/usr/share/doc/$libpkg/copyright" \
     "/usr/share/doc/$libpkg/changelog.Debian.gz"
@@ -62,7 +62,7 @@ has libllmsession-dev /usr/include/llmsession.h /usr/include/llmsession.hpp "$li
     "$libdir/libllmsession.a" "$libdir/pkgconfig/llmsession.pc" "$libdir/cmake/llmsession/llmsessionConfig.cmake" \
     "$libdir/cmake/llmsession/llmsessionConfigVersion.cmake" /usr/share/doc/libllmsession-dev/copyright
 has llmsession /usr/bin/llmsession /usr/share/man/man1/llmsession.1.gz /usr/share/doc/llmsession/copyright
-dpkg -L "$libpkg" | grep -q '\.a$\|/include/\|/bin/' && fail "$libpkg holds more than the runtime library: $(dpkg -L "$libpkg")"
+dpkg -L "$libpkg" | grep '\.a$\|/include/\|/bin/' >/dev/null && fail "$libpkg holds more than the runtime library: $(dpkg -L "$libpkg")"
 for pkg in "${pkgs[@]}"; do
     [ "$(dpkg-query -W -f '${db:Status-Abbrev}' "$pkg")" = "ii " ] || fail "$pkg is not installed: $(dpkg -s "$pkg")"
     bad=$(dpkg --verify "$pkg" 2>&1) || true
@@ -70,8 +70,8 @@ for pkg in "${pkgs[@]}"; do
     echo "test-deb: $pkg $(dpkg-query -W -f '${Version}, Installed-Size ${Installed-Size} KiB, Depends: ${Depends}' "$pkg")"
 done
 [ "$(stat -c %a "$libdir/$REALNAME")" = 644 ] || fail "$libdir/$REALNAME is not mode 644"
-ldconfig -p | grep -qE "$SONAME .*=> (/usr)?/lib/$multiarch/$SONAME\$" || fail "ldconfig does not know $SONAME (the trigger did not run)"
-zcat /usr/share/man/man1/llmsession.1.gz | grep -q '^\.TH LLMSESSION 1' || fail "the man page is not a man page"
+ldconfig -p | grep -E "$SONAME .*=> (/usr)?/lib/$multiarch/$SONAME\$" >/dev/null || fail "ldconfig does not know $SONAME (the trigger did not run)"
+zcat /usr/share/man/man1/llmsession.1.gz | grep '^\.TH LLMSESSION 1' >/dev/null || fail "the man page is not a man page"
 
 mkdir -p "$tmp/src/cpp"
 cp "$ROOT/examples/readme/hello.c" "$tmp/src/"

@@ -33,7 +33,7 @@ unzipped=$(unzip -Zt "$zip" | sed -n 's/^[0-9]* files, \([0-9]*\) bytes uncompre
 say "$gover.zip: $(stat -c %s "$zip") bytes, $unzipped bytes unzipped ($((unzipped * 100 / (500 << 20))) % of Go's 500 MiB limit), sha256 $(sha256sum "$zip" | cut -d' ' -f1)"
 [ "$unzipped" -le $((500 << 20)) ] || fail "the module is over Go's 500 MiB limit unzipped"
 unzip -Z1 "$zip" | grep -v "^$module@$gover/" && fail "entries outside $module@$gover/ (above)"
-unzip -Z1 "$zip" | grep -q "^$module@$gover/internal/native/linux_amd64/libllmsession.a$" ||
+unzip -Z1 "$zip" | grep "^$module@$gover/internal/native/linux_amd64/libllmsession.a$" >/dev/null ||
     fail "the zip has no internal/native/linux_amd64/libllmsession.a"
 if [ -d "$DIST_STAGE/lib" ]; then
     DIST="$tmp/again" DIST_STAGE="$DIST_STAGE" bash "$ROOT/scripts/dist/go.sh" >/dev/null
@@ -64,8 +64,8 @@ go mod verify >/dev/null || fail "go mod verify failed"
 cp ../src/main.go .
 go build -o hello . || fail "go build of the README's example failed"
 say "built the README's example ($(stat -c %s hello) bytes) with $module@$gover"
-ldd hello | grep -q libllmsession && fail "hello is linked dynamically against llmsession: $(ldd hello)"
-readelf -d hello | grep NEEDED | grep -q libllmsession && fail "hello NEEDs libllmsession"
+ldd hello | grep libllmsession >/dev/null && fail "hello is linked dynamically against llmsession: $(ldd hello)"
+readelf -d hello | grep NEEDED | grep libllmsession >/dev/null && fail "hello NEEDs libllmsession"
 say "ldd hello (no libllmsession):$(ldd hello | awk '{ printf " %s", $1 }')"
 
 mkdir ../run && cd ../run
@@ -81,14 +81,14 @@ say "second run: $(tr '\n' ' ' <second.out)"
 log=$PWD/hello.jsonl
 out=$(cd ../hello && GOFLAGS= go run "$module/cmd/llmsession@$gover" verify "$log") ||
     fail "go run $module/cmd/llmsession@$gover verify hello.jsonl failed: $out"
-echo "$out" | grep -q 'ok: 2 requests rebuilt' || fail "verify said: $out"
+echo "$out" | grep 'ok: 2 requests rebuilt' >/dev/null || fail "verify said: $out"
 say "go run $module/cmd/llmsession@$gover verify hello.jsonl: $out"
 GOFLAGS= GOBIN=$PWD/../bin go install "$module/cmd/llmsession@$gover" || fail "go install of the command failed"
 cmd=$PWD/../bin/llmsession
-ldd "$cmd" | grep -q libllmsession && fail "the command is linked dynamically against llmsession"
+ldd "$cmd" | grep libllmsession >/dev/null && fail "the command is linked dynamically against llmsession"
 "$cmd" version
 out=$("$cmd" verify --json hello.jsonl) || fail "llmsession verify --json failed: $out"
-echo "$out" | grep -q '"requests":2' || fail "verify --json said: $out"
+echo "$out" | grep '"requests":2' >/dev/null || fail "verify --json said: $out"
 rc=0
 "$cmd" verify missing.jsonl 2>missing.err || rc=$?
 [ "$rc" = 4 ] || fail "verify of a missing log exited $rc, not 4: $(cat missing.err)"

@@ -41,7 +41,7 @@ so=$tmp/plat/package/lib/$SONAME
 soname=$(readelf -d "$so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 [ "$soname" = "$SONAME" ] || fail "lib/$SONAME has soname '$soname', not $SONAME"
 for f in "$so" "$tmp/plat/package/bin/llmsession"; do
-    if readelf -S -W "$f" | grep -Eq ' \.(symtab|debug_info|debug_line) '; then fail "${f#"$tmp/plat/package/"} is not stripped"; fi
+    if readelf -S -W "$f" | grep -E ' \.(symtab|debug_info|debug_line) ' >/dev/null; then fail "${f#"$tmp/plat/package/"} is not stripped"; fi
 done
 [ -x "$tmp/plat/package/bin/llmsession" ] || fail "bin/llmsession is not executable in $plat_tgz"
 say "lib/$SONAME: soname $soname, no symbol table or debug info; bin/llmsession stripped"

@@ -82,9 +82,9 @@ soname=$(readelf -d "$lib" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 [ "$soname" = "$SONAME" ] || fail "the wheel's library has soname '$soname', not $SONAME"
 for f in "$lib" "$cli"; do
     # (.debug_gdb_scripts is loaded data, not debug info: strip keeps it)
-    ! readelf -S -W "$f" | grep -Eq '\] \.(debug_(info|line|str|abbrev|ranges|loc)|symtab) ' || fail "${f#"$tmp"/wheel/} in the wheel is not stripped (readelf -S)"
+    ! readelf -S -W "$f" | grep -E '\] \.(debug_(info|line|str|abbrev|ranges|loc)|symtab) ' >/dev/null || fail "${f#"$tmp"/wheel/} in the wheel is not stripped (readelf -S)"
 done
-readelf -d "$cli" | grep -q 'NEEDED.*libllmsession' && fail "the wheel's command links libllmsession dynamically"
+readelf -d "$cli" | grep 'NEEDED.*libllmsession' >/dev/null && fail "the wheel's command links libllmsession dynamically"
 step "wheel: $(basename "$wheel"), $(stat -c %s "$wheel") bytes ($(du -h --apparent-size "$wheel" | cut -f1)): entries and RECORD right, library $SONAME and stripped, command stripped"
 
 # 2. The sdist's contents.
