@@ -87,6 +87,9 @@ enum Fault {
     KeepsLease,
     /// `undo` does nothing.
     NoUndo,
+    /// Not a fault: takes the lease when a handle opens (refusing a second writer with
+    /// `{"locked"}` there) rather than at its first load.
+    LeaseAtOpen,
 }
 
 #[derive(Default)]
@@ -97,20 +100,36 @@ struct Host {
     handles: HashMap<u64, String>,
     /// Session id -> the handle holding its lease.
     leases: HashMap<String, u64>,
+    opens: usize,
+    closes: usize,
 }
 
 /// A host store as a host would write one over its database, with a writer lease per session.
 fn host(fault: Fault) -> impl Fn(&str, &Value) -> Result<Value> + Send + Sync {
-    let host = Mutex::new(Host::default());
+    host_counting(fault, Arc::new(Mutex::new(Host::default())))
+}
+
+fn host_counting(fault: Fault, host: Arc<Mutex<Host>>) -> impl Fn(&str, &Value) -> Result<Value> + Send + Sync {
     move |op: &str, req: &Value| -> Result<Value> {
         let mut h = host.lock();
         let handle = req["handle"].as_u64().ok_or_else(|| Error::invalid("handle", "missing"))?;
         if op == "open" {
-            h.handles.insert(handle, req["sessionId"].as_str().unwrap().to_string());
+            h.opens += 1;
+            let id = req["sessionId"].as_str().unwrap().to_string();
+            h.handles.insert(handle, id.clone());
+            if fault == Fault::LeaseAtOpen {
+                match h.leases.get(&id) {
+                    Some(&holder) => return Ok(json!({"locked": format!("handle {holder} holds the lease")})),
+                    None => {
+                        h.leases.insert(id, handle);
+                    }
+                }
+            }
             return Ok(json!(true));
         }
         let id = h.handles.get(&handle).cloned().ok_or_else(|| Error::invalid("handle", "not open"))?;
         if op == "close" {
+            h.closes += 1;
             h.handles.remove(&handle);
             if fault != Fault::KeepsLease && h.leases.get(&id) == Some(&handle) {
                 h.leases.remove(&id);
@@ -172,6 +191,18 @@ fn a_correct_host_store_passes() {
     let v = r.to_json();
     assert_eq!(v["passed"], true);
     assert_eq!(v["cases"][0]["case"], "create-and-reload");
+}
+
+#[test]
+fn a_host_store_that_refuses_at_open_passes_and_every_handle_is_closed() {
+    let state = Arc::new(Mutex::new(Host::default()));
+    let r = run(&mut HostFactory::new(host_counting(Fault::LeaseAtOpen, state.clone())), None).unwrap();
+    all_pass(&r);
+    let d = &case(&r, "two-writers").detail;
+    assert!(d.contains("refused with locked") && d.contains("host store `open`: handle"), "{d}");
+    let h = state.lock();
+    assert!(h.opens > 10 && h.opens == h.closes, "{} opens, {} closes", h.opens, h.closes);
+    assert!(h.handles.is_empty() && h.leases.is_empty());
 }
 
 #[test]

@@ -717,11 +717,13 @@ impl<C: HostStoreCall + Sync + 'static> StoreFactory for HostFactory<C> {
             .call
             .call("open", &json!({"op": "open", "handle": handle, "sessionId": session_id}))
             .map_err(|e| e.with_kind(ErrorKind::Storage).context("host store `open`").with("op", "open"))?;
+        // From here the handle exists for the host: dropping it sends `close`.
+        let call = HandleCall { call: self.call.clone(), handle };
         if let Some(why) = reply.get("locked") {
             let why = why.as_str().map(str::to_string).unwrap_or_else(|| why.to_string());
             return Err(Error::new(ErrorKind::Locked, format!("host store `open`: {why}")).with("op", "open"));
         }
-        Ok(Box::new(HostStore::new(HandleCall { call: self.call.clone(), handle })))
+        Ok(Box::new(HostStore::new(call)))
     }
 
     fn describe(&self) -> String {
