@@ -77,11 +77,13 @@
  * uses an addition checks `lls_abi_minor() >= N` for the minor that brought it (docs/abi.md
  * lists them; 1: the provider-body hot path and `lls_live_string_count`; 2:
  * `lls_status_name`; 3: `lls_tool_calls_*` and the observer hook, `lls_set_observer`; 4:
- * `lls_agent_record_body_info`, `lls_agent_record_stream_info` and `lls_recorded_info`).
+ * `lls_agent_record_body_info`, `lls_agent_record_stream_info` and `lls_recorded_info`; 5: the
+ * store conformance kit, `lls_store_conformance`, `lls_store_conformance_url` and
+ * `LLS_ERR_NONCONFORMING`).
  *
  * Thread safety: a constant.
  */
-#define LLS_ABI_MINOR 4
+#define LLS_ABI_MINOR 5
 
 /**
  * `*out_seq` of `lls_agent_inject` when the message was deferred (not written yet).
@@ -503,6 +505,15 @@ typedef void (*lls_observer_fn)(void *userdata, int32_t level, const char *json,
  * Thread safety: a constant.
  */
 #define LLS_ERR_READ_ONLY 20
+
+/**
+ * The store under test failed the store conformance kit (`lls_store_conformance`,
+ * `lls_store_conformance_url`): the report (in `*out`) says which cases failed and why; the
+ * error's detail lists them (`failed`). Since ABI 2 minor 5.
+ *
+ * Thread safety: a constant.
+ */
+#define LLS_ERR_NONCONFORMING 21
 
 /**
  * A required pointer argument was NULL (the detail names the `argument`).
@@ -1377,6 +1388,83 @@ lls_status lls_cancel_is_tripped(const lls_cancel *cancel, bool *out, lls_error 
  * Thread safety: call once, from any thread; the handle must not be used afterwards.
  */
 void lls_cancel_free(lls_cancel *cancel);
+
+/**
+ * Runs the store conformance kit (`docs/storage.md`, "Conformance kit for your own store")
+ * against a host store: the store contract (batch atomicity, conditional appends and their
+ * conflicts, two writers, a stale writer, undo, cut, sync, load and load-from, a session
+ * round trip) as named cases, each on a session of its own.
+ *
+ * The callback speaks the protocol of `lls_session_open_store`, for many handles at once:
+ * every request carries `"handle": n`, the handle the kit opened, and two more requests open
+ * and close handles:
+ *
+ * - `{"op":"open","handle": n,"sessionId": id}` → any JSON (or `{"locked": why}`): a new
+ *   handle on session `id`; the same id means the same records (a second writer, a stale
+ *   writer), a new id an empty session;
+ * - `{"op":"close","handle": n}` → any JSON: the handle is gone, as when a session is freed
+ *   (`userdata_free` of `lls_session_open_store`): its lock or lease goes;
+ * - `load`, `append`, `sync`, `undo`, `cut` as for `lls_session_open_store`, for handle `n`.
+ *
+ * `opts_json` (may be NULL) is `{"cases"?: [name, ...]}`: only these cases (default: all).
+ *
+ * `*out` receives the report (free it with `lls_string_free`) when the kit ran, whether the
+ * store passed or not: `{"store","passed","cases":[{"case","passed","detail"}]}`, `detail`
+ * saying what was checked or, for a failure, what was wrong.
+ *
+ * Returns `LLS_OK` when every case passed, `LLS_ERR_NONCONFORMING` (with the report in
+ * `*out`, and the error's detail `failed` listing the failed cases) when any failed.
+ *
+ * Ownership: the library owns `userdata` from this call on and calls `userdata_free` (may be
+ * NULL) exactly once, before this call returns.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`store`, `out`), `LLS_ERR_INVALID_UTF8`,
+ * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (an unknown option or case name; detail
+ * `field`), `LLS_ERR_NONCONFORMING`. A failing store is never an error of its own: its
+ * failures are failed cases.
+ *
+ * # Safety
+ * `store`/`userdata`/`userdata_free` as for any callback registration; `opts_json` NULL or
+ * `opts_len` readable bytes; `out`, `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: may be called from any thread; the callback runs on the calling thread (a
+ * pending reply may be completed from any thread).
+ */
+lls_status lls_store_conformance(lls_callback_fn store,
+                                 void *userdata,
+                                 lls_userdata_free_fn userdata_free,
+                                 const char *opts_json,
+                                 size_t opts_len,
+                                 char **out,
+                                 size_t *out_len,
+                                 lls_error **err);
+
+/**
+ * Runs the store conformance kit (see `lls_store_conformance`) against a store named by URL
+ * `(url, url_len)`: `file:DIR` (a directory: the kit creates one JSONL log per case in it) or
+ * `postgres://...` without `session=` (the kit creates one session per case, with ids
+ * `conformance-...`, and leaves them in the database).
+ *
+ * `opts_json`, `*out` and the statuses are those of `lls_store_conformance`.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`url`, `out`), `LLS_ERR_INVALID_UTF8`,
+ * `LLS_ERR_INVALID_ARGUMENT` (empty URL), `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (a
+ * URL that does not parse, a `file:` URL that is not a directory, a URL naming a session, an
+ * unknown option or case name), `LLS_ERR_NONCONFORMING`.
+ *
+ * # Safety
+ * `url` NULL or `url_len` readable bytes; `opts_json` likewise; `out`, `out_len`, `err` NULL
+ * or valid for writes.
+ *
+ * Thread safety: may be called from any thread; it blocks while it works the store.
+ */
+lls_status lls_store_conformance_url(const char *url,
+                                     size_t url_len,
+                                     const char *opts_json,
+                                     size_t opts_len,
+                                     char **out,
+                                     size_t *out_len,
+                                     lls_error **err);
 
 /**
  * The status code of an error.

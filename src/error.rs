@@ -52,6 +52,8 @@ pub enum ErrorKind {
     Conflict,
     /// The session was opened read-only and cannot be changed.
     ReadOnly,
+    /// A store failed the conformance kit (`store::conformance`): the report says which cases.
+    Nonconforming,
 }
 
 impl ErrorKind {
@@ -78,6 +80,7 @@ impl ErrorKind {
             ErrorKind::Locked => "locked",
             ErrorKind::Conflict => "conflict",
             ErrorKind::ReadOnly => "read-only",
+            ErrorKind::Nonconforming => "nonconforming",
         }
     }
 }

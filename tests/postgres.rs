@@ -1260,3 +1260,26 @@ fn through_a_transaction_mode_pooler() {
     w2.append(host("after a clean close")).unwrap();
     w2.verify().unwrap();
 }
+
+/// The store conformance kit (`llmsession::store::conformance`, docs/storage.md) passes on the
+/// PostgreSQL store by URL: every case, each on a session of its own.
+#[test]
+fn the_store_conformance_kit_passes() {
+    let url = pg_url!("the_store_conformance_kit_passes");
+    let _g = SERVER.read();
+    use llmsession::store::conformance::{run, UrlFactory, CASES};
+    let report = run(&mut UrlFactory::new(&url).unwrap(), None).unwrap();
+    assert_eq!(report.cases.len(), CASES.len());
+    for c in &report.cases {
+        assert!(c.passed, "{}: {}", c.case, c.detail);
+    }
+    // The lease refuses the second writer at open; the quarantine table keeps a cut.
+    let two = report.cases.iter().find(|c| c.case == "two-writers").unwrap();
+    assert!(two.detail.contains("refused with locked"), "{}", two.detail);
+    let cut = report.cases.iter().find(|c| c.case == "cut").unwrap();
+    assert!(cut.detail.contains("llmsession_quarantine"), "{}", cut.detail);
+    // A URL that names a session is refused: the kit makes one per case.
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let e = UrlFactory::new(&format!("{url}{sep}session=x")).err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+}

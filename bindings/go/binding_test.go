@@ -95,7 +95,7 @@ func TestStatusNamesComeFromTheLibrary(t *testing.T) {
 	for s, want := range map[Status]string{
 		StatusOK: "ok", StatusCorruptLog: "corrupt-log", StatusReadOnly: "read-only",
 		StatusInvalidHandle: "invalid-handle", StatusOutOfMemory: "out-of-memory", statusClosed: "closed",
-		21: "status(21)", 99: "status(99)", 999: "status(999)", -7: "status(-7)",
+		StatusNonconforming: "nonconforming", 22: "status(22)", 99: "status(99)", 999: "status(999)", -7: "status(-7)",
 	} {
 		if got := s.String(); got != want {
 			t.Errorf("Status(%d).String() = %q, want %q", int32(s), got, want)

@@ -38,6 +38,7 @@ const (
 	StatusLocked           Status = 18
 	StatusConflict         Status = 19
 	StatusReadOnly         Status = 20
+	StatusNonconforming    Status = 21
 	StatusNullPointer      Status = 100
 	StatusInvalidUTF8      Status = 101
 	StatusInvalidHandle    Status = 102
@@ -73,7 +74,9 @@ var (
 	// or reopen the session.
 	ErrConflict error = StatusConflict
 	// ErrReadOnly: the session was opened read-only.
-	ErrReadOnly        error = StatusReadOnly
+	ErrReadOnly error = StatusReadOnly
+	// ErrNonconforming: a store failed the conformance kit (CheckStore, CheckStoreURL).
+	ErrNonconforming   error = StatusNonconforming
 	ErrInvalidHandle   error = StatusInvalidHandle
 	ErrInvalidArgument error = StatusInvalidArgument
 	ErrReplyState      error = StatusReplyState

@@ -30,8 +30,9 @@ const ABIVersion = 2
 // 1 brought the provider-body hot path (SetRenderer, NextBody, RecordBody, ...), 2 the
 // status names (lls_status_name, behind Status.String and every Error's Kind), 3 the observer
 // hook (lls_set_observer, behind SetObserver and SetLogger), 4 the finish reason of a recorded
-// response (lls_agent_record_body_info, behind RecordBody and Recorded.FinishReason).
-const ABIMinor = 4
+// response (lls_agent_record_body_info, behind RecordBody and Recorded.FinishReason), 5 the
+// store conformance kit (lls_store_conformance, behind CheckStore and CheckStoreURL).
+const ABIMinor = 5
 
 // abiErr is non-nil when the loaded library speaks another ABI; every constructor returns it.
 var abiErr error

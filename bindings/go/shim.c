@@ -37,6 +37,12 @@ lls_status goshim_open_store(uintptr_t handle, const char *opts, size_t opts_len
     return lls_session_open_store(goshim_callback, (void *)handle, goshim_free, opts, opts_len, out, err);
 }
 
+lls_status goshim_store_conformance(uintptr_t handle, const char *opts, size_t opts_len, char **out,
+                                    size_t *out_len, lls_error **err) {
+    return lls_store_conformance(goshim_callback, (void *)handle, goshim_free, opts, opts_len, out, out_len,
+                                 err);
+}
+
 lls_status goshim_callback_invoke(uintptr_t handle, const char *in, size_t in_len,
                                   const lls_cancel *cancel, char **out, size_t *out_len,
                                   lls_error **err) {

@@ -14,6 +14,8 @@ enum { GOSHIM_PREFIX = 0, GOSHIM_PRE_STEP = 1, GOSHIM_SUMMARISER = 2, GOSHIM_TOK
 lls_status goshim_agent_register(lls_agent *agent, int what, uintptr_t handle, lls_error **err);
 lls_status goshim_open_store(uintptr_t handle, const char *opts, size_t opts_len, lls_session **out,
                              lls_error **err);
+lls_status goshim_store_conformance(uintptr_t handle, const char *opts, size_t opts_len, char **out,
+                                    size_t *out_len, lls_error **err);
 lls_status goshim_callback_invoke(uintptr_t handle, const char *in, size_t in_len,
                                   const lls_cancel *cancel, char **out, size_t *out_len,
                                   lls_error **err);

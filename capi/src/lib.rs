@@ -69,6 +69,7 @@ pub mod library;
 pub mod agent;
 pub mod body;
 pub mod cancel;
+pub mod conformance;
 pub mod error;
 pub mod explain;
 pub mod observe;

@@ -15,7 +15,7 @@ use llmsession::store::url::list_sessions;
 use std::ffi::c_char;
 
 /// A store URL argument: UTF-8, not empty, no NUL byte.
-unsafe fn url_arg(ptr: *const c_char, len: usize) -> std::result::Result<String, FfiError> {
+pub(crate) unsafe fn url_arg(ptr: *const c_char, len: usize) -> std::result::Result<String, FfiError> {
     // SAFETY: forwarded from the caller.
     let text = unsafe { buffers::input_str(ptr, len, "url") }?;
     if text.is_empty() {

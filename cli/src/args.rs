@@ -10,8 +10,9 @@ pub const RENDERERS: [&str; 4] = ["openai", "openai-responses", "anthropic", "ge
 /// What `llmsession --help` prints after the commands.
 const AFTER_HELP: &str = "\
 LOG is a JSONL file path, file:PATH, or a PostgreSQL URL
-(postgres://USER:PASSWORD@HOST:PORT/DB?session=ID, or postgresql://...). Every command reads
-without a lock or lease and writes nothing, so it works on a log a live agent is writing.
+(postgres://USER:PASSWORD@HOST:PORT/DB?session=ID, or postgresql://...). Every command but
+store-check reads without a lock or lease and writes nothing, so it works on a log a live agent
+is writing.
 Options may come before or after LOG; `--step=2` and `--step 2` are the same.
 
 Exit status:
@@ -112,6 +113,20 @@ pub enum Command {
         #[arg(value_name = "URL")]
         url: String,
     },
+    /// Run the store conformance kit against a store (it writes: one session per case)
+    ///
+    /// Runs the cases of the store conformance kit (docs/storage.md, "Conformance kit for your
+    /// own store") against the store: file:DIR (a directory; one log per case is created in it)
+    /// or postgres://USER:PASSWORD@HOST:PORT/DB (one session per case, left in the database).
+    /// Unlike every other command it writes. Exit 1 when a case fails.
+    StoreCheck {
+        /// The store: file:DIR or postgres://USER:PASSWORD@HOST:PORT/DB (no session=)
+        #[arg(value_name = "URL")]
+        url: String,
+        /// Run only this case (repeat for more)
+        #[arg(long = "case", value_name = "NAME")]
+        cases: Vec<String>,
+    },
 }
 
 impl Command {
@@ -123,7 +138,7 @@ impl Command {
             | Command::Explain { log, .. }
             | Command::Show { log, .. }
             | Command::Headers { log } => log,
-            Command::Sessions { url } => url,
+            Command::Sessions { url } | Command::StoreCheck { url, .. } => url,
         }
     }
 }

@@ -38,6 +38,12 @@ impl Failure {
         Failure::with_exit(e, exit)
     }
 
+    /// The failure with `key` added to its detail.
+    pub fn with_detail(mut self, key: &str, value: Value) -> Failure {
+        self.detail.insert(key.into(), value);
+        self
+    }
+
     /// A library error with an exit status the caller chose (opening a store, verify).
     pub fn with_exit(e: Error, exit: Exit) -> Failure {
         Failure { exit, message: e.message().to_string(), kind: e.kind().name(), detail: e.detail().clone() }

@@ -96,6 +96,30 @@ fn cmd_sessions(url: &str, as_json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Runs the store conformance kit against the store `url` names; a failed case is exit 1, with
+/// the report in the failure's detail (`--json`: one document, the error's `report`).
+fn cmd_store_check(url: &str, cases: &[String], as_json: bool) -> Result<(), Failure> {
+    use llmsession::store::conformance::{run, UrlFactory};
+    let mut factory = UrlFactory::new(url).map_err(store_failure)?;
+    let only = if cases.is_empty() { None } else { Some(cases) };
+    let report = run(&mut factory, only).map_err(Failure::of)?;
+    if !as_json || report.passed {
+        if as_json {
+            out!("{}", report.to_json());
+        } else {
+            for c in &report.cases {
+                out!("{} {:<24} {}", if c.passed { "PASS" } else { "FAIL" }, c.case, c.detail);
+            }
+            let failed = report.failed().len();
+            out!("{}: {} case(s), {} failed", report.store, report.cases.len(), failed);
+        }
+    }
+    match report.error() {
+        None => Ok(()),
+        Some(e) => Err(Failure::of(e).with_detail("report", report.to_json())),
+    }
+}
+
 /// Reads a log for a command as every reader of a log reads it (`read_checked`: every check an
 /// open makes, the one loading path `verify` uses too). A log an open refuses, or whose
 /// unfinished last turn an open would cut as damaged, is a bad log (exit 3) naming the line.
@@ -478,6 +502,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::Show { log, step, render } => cmd_show(log, *step, render.as_deref(), json),
         Command::Headers { log } => cmd_headers(log, json),
         Command::Sessions { url } => cmd_sessions(url, json),
+        Command::StoreCheck { url, cases } => cmd_store_check(url, cases, json),
     }
 }
 

@@ -165,7 +165,7 @@ fn run(args: &[&str]) -> (i32, String, String) {
     (out.status.code().expect("the CLI exits, no signal"), text(&out.stdout), text(&out.stderr))
 }
 
-const COMMANDS: [&str; 6] = ["verify", "stats", "explain", "show", "headers", "sessions"];
+const COMMANDS: [&str; 7] = ["verify", "stats", "explain", "show", "headers", "sessions", "store-check"];
 
 #[test]
 fn help_and_version_print_on_stdout_and_exit_0() {
@@ -550,4 +550,23 @@ fn explain_step_names_the_requests_the_log_has() {
     let (code, out, err) = run(&["explain", p, "--step", "02", "--json"]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(serde_json::from_str::<serde_json::Value>(&out).unwrap()["id"], "2");
+}
+
+#[test]
+fn store_check_runs_the_conformance_kit() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file:{}", dir.path().display());
+    let (code, out, err) = run(&["store-check", &url]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("PASS conditional-append") && out.contains("10 case(s), 0 failed"), "{out}");
+    let (code, out, _) = run(&["store-check", &url, "--case", "undo", "--json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((v["passed"].as_bool(), v["cases"].as_array().map(Vec::len)), (Some(true), Some(1)), "{out}");
+    assert_eq!(v["cases"][0]["case"], "undo");
+    // An unknown case is a failure naming it; a file: URL that is not a directory cannot be used.
+    let (code, _, err) = run(&["store-check", &url, "--case", "nope"]);
+    assert!(code == 1 && err.contains("no conformance case is called \"nope\""), "{code} {err}");
+    let (code, _, err) = run(&["store-check", "file:/dev/null"]);
+    assert!(code == 4 && err.contains("naming a directory"), "{code} {err}");
 }

@@ -5,7 +5,7 @@
 # crashed mid-session; every scenario file on PostgreSQL), tests/pg_fleet.rs (the whole server
 # SIGKILLed under writers of each durability policy; a primary failed over to its synchronous
 # standby, on a pair that scripts/pg/pair.sh starts for that step), then the Go, Node and C++
-# wrappers' tests (and the C test of the URL entry points) against the same server. Needs the library staged in build/lib and the Go pkg-config
+# wrappers' tests (and the C tests of the URL entry points and of the store conformance kit) against the same server. Needs the library staged in build/lib and the Go pkg-config
 # file (make build-lib go-pc), Node's dependencies (npm ci) and the C++ test build's deps.
 #
 # Environment: CARGO, GO (commands), LLMSESSION_PG_KILLS (SIGKILL trials, default 200),
@@ -32,7 +32,7 @@ bash scripts/pg/pair.sh run "${LLMSESSION_PG_PAIR_DIR:-build/pg-pair}" "$CARGO" 
 step "Rust: every scenario file on PostgreSQL"
 "$CARGO" test --test scenarios scenarios_on_postgres
 
-step "Go: OpenURL, ListSessions, ForkURL"
+step "Go: OpenURL, ListSessions, ForkURL, CheckStoreURL"
 (
     cd bindings/go
     PKG_CONFIG_PATH="$ROOT/build/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}" \
@@ -54,6 +54,12 @@ mkdir -p build/c
     -fno-sanitize-recover=undefined -fno-omit-frame-pointer tests/c/test_url.c -Lbuild/lib -lllmsession \
     -o build/c/test_url_pg_asan
 LD_LIBRARY_PATH="$ROOT/build/lib" ASAN_OPTIONS=detect_leaks=1 build/c/test_url_pg_asan
+
+step "C: the store conformance kit on PostgreSQL, lls_store_conformance_url (tests/c/test_conformance.c, ASan)"
+"${CC:-cc}" -std=c11 -Wall -Wextra -Werror -g -O1 -pthread -Iinclude -fsanitize=address,undefined \
+    -fno-sanitize-recover=undefined -fno-omit-frame-pointer tests/c/test_conformance.c -Lbuild/lib -lllmsession \
+    -o build/c/test_conformance_pg_asan
+LD_LIBRARY_PATH="$ROOT/build/lib" ASAN_OPTIONS=detect_leaks=1 build/c/test_conformance_pg_asan
 
 step "C++: Session::open_url, list_sessions"
 cmake -S tests/cpp -B build/cpp -DLLMSESSION_LIB_DIR="$ROOT/build/lib" >/dev/null

@@ -22,6 +22,7 @@
 //! - **Evidence is kept.** Records that loading cuts (a torn or damaged tail) are moved aside
 //!   ([`Store::cut`]), not destroyed.
 
+pub mod conformance;
 pub mod file;
 pub mod host;
 mod jsonl;

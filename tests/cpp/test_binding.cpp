@@ -109,7 +109,8 @@ TEST_F(Binding, StatusNamesComeFromTheLibrary) {
     EXPECT_STREQ(Error::kind_name(LLS_ERR_READ_ONLY), "read-only");
     EXPECT_STREQ(Error::kind_name(102), "invalid-handle");
     EXPECT_STREQ(Error::kind_name(LLS_ERR_OUT_OF_MEMORY), "out-of-memory");
-    for (lls_status unknown : {21, 99, 107, 999, -1}) {
+    EXPECT_STREQ(Error::kind_name(LLS_ERR_NONCONFORMING), "nonconforming");
+    for (lls_status unknown : {22, 99, 107, 999, -1}) {
         EXPECT_STREQ(Error::kind_name(unknown), "unknown") << unknown;
     }
     // The library's own strings: the same pointer each time, never freed.

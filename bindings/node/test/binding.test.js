@@ -73,7 +73,8 @@ test('status names come from the library, and errors carry them as kind', () => 
   assert.equal(lls.statusName(lls.Status.READ_ONLY), 'read-only');
   assert.equal(lls.statusName(102), 'invalid-handle');
   assert.equal(lls.statusName(lls.Status.OUT_OF_MEMORY), 'out-of-memory');
-  for (const unknown of [21, 99, 107, 999, -1]) assert.equal(lls.statusName(unknown), 'unknown');
+  assert.equal(lls.statusName(21), 'nonconforming');
+  for (const unknown of [22, 99, 107, 999, -1]) assert.equal(lls.statusName(unknown), 'unknown');
   for (const bad of [1.5, '5', 2 ** 31, NaN, undefined]) assert.throws(() => lls.statusName(bad), TypeError);
   // An error without a detail takes its kind from the library too.
   assert.equal(new lls.LlmSessionError(lls.Status.CONFLICT, 'x').kind, 'conflict');

@@ -108,6 +108,12 @@ pub const LLS_ERR_CONFLICT: lls_status = 19;
 ///
 /// Thread safety: a constant.
 pub const LLS_ERR_READ_ONLY: lls_status = 20;
+/// The store under test failed the store conformance kit (`lls_store_conformance`,
+/// `lls_store_conformance_url`): the report (in `*out`) says which cases failed and why; the
+/// error's detail lists them (`failed`). Since ABI 2 minor 5.
+///
+/// Thread safety: a constant.
+pub const LLS_ERR_NONCONFORMING: lls_status = 21;
 
 /// A required pointer argument was NULL (the detail names the `argument`).
 ///
@@ -181,6 +187,7 @@ pub fn status_for_kind(kind: ErrorKind) -> lls_status {
         ErrorKind::Locked => LLS_ERR_LOCKED,
         ErrorKind::Conflict => LLS_ERR_CONFLICT,
         ErrorKind::ReadOnly => LLS_ERR_READ_ONLY,
+        ErrorKind::Nonconforming => LLS_ERR_NONCONFORMING,
     }
 }
 
@@ -190,7 +197,7 @@ pub fn status_of(error: &Error) -> lls_status {
 }
 
 /// Every core error kind, in status order (used by tests and `status_name`).
-pub const ALL_KINDS: [ErrorKind; 20] = [
+pub const ALL_KINDS: [ErrorKind; 21] = [
     ErrorKind::MalformedJson,
     ErrorKind::InvalidInput,
     ErrorKind::OutOfOrder,
@@ -211,6 +218,7 @@ pub const ALL_KINDS: [ErrorKind; 20] = [
     ErrorKind::Locked,
     ErrorKind::Conflict,
     ErrorKind::ReadOnly,
+    ErrorKind::Nonconforming,
 ];
 
 /// A short stable name for a status (`"ok"`, the error kind's name, or the FFI condition's
