@@ -33,6 +33,7 @@
 //! whole envelope (the envelope is rendered afresh to get it). Debug builds compare every body
 //! with the fresh rendering of its envelope.
 
+use super::breakpoint::{self, Mark};
 use super::{anthropic, gemini, openai, responses, Envelope, RenderOptions, Renderer};
 use crate::error::{Error, ErrorKind, Result};
 use crate::header::EpochHeader;
@@ -221,8 +222,9 @@ struct Frame {
     post: String,
 }
 
-/// Which system and tool breakpoints an Anthropic frame carries.
-type FrameKey = Vec<anthropic::Mark<()>>;
+/// Which system and tool breakpoints a frame carries (Anthropic; chat completions: the system
+/// prompt's message).
+type FrameKey = Vec<Mark<()>>;
 
 /// What depends on the header, the prefix and the session id.
 #[derive(Debug)]
@@ -295,6 +297,7 @@ impl BodyCache {
     /// the envelope, which no renderer sends): `Renderer::render` of its envelope, serialised.
     /// A message or header the renderer refuses gives the error rendering the envelope gives.
     pub fn body(&mut self, src: &BodySource<'_>, turn: u64, step: u64) -> Result<String> {
+        self.options.check_for(self.renderer)?;
         let prefix_len = src.prefix.messages.len();
         let built = self.update(src).and_then(|()| self.write());
         let envelope = || String::from_utf8(src.envelope(src.history.entries(), Some((turn, step)))).expect("an envelope is text");
@@ -500,7 +503,15 @@ impl BodyCache {
         let (values, kind, cacheable) = match r {
             Rendered::Nothing => (Vec::new(), Kind::Empty, None),
             Rendered::Items(v) if v.is_empty() => (v, Kind::Empty, None),
-            Rendered::Items(v) => (v, Kind::Items, None),
+            Rendered::Items(v) => {
+                // OpenAI with breakpoints: the last item that can carry one.
+                let cacheable = match (self.renderer, self.options.cache_breakpoints) {
+                    (Renderer::OpenAi, true) => v.iter().rposition(openai::markable),
+                    (Renderer::OpenAiResponses, true) => v.iter().rposition(responses::markable),
+                    _ => None,
+                };
+                (v, Kind::Items, cacheable)
+            }
             Rendered::Blocks { role, blocks, merges, cacheable } => (blocks, Kind::Blocks { role, merges }, cacheable),
         };
         let mut text = Vec::with_capacity(256);
@@ -524,32 +535,51 @@ impl BodyCache {
     fn write(&mut self) -> Result<String> {
         let renderer = self.renderer;
         let state = self.state.as_mut().expect("updated");
-        // Anthropic: the breakpoints; message blocks are named by piece.
-        let (key, patches) = if renderer == Renderer::Anthropic {
+        // The breakpoints (Anthropic's, or OpenAI's when asked for); message blocks are named
+        // by piece.
+        let openai_marks = self.options.cache_breakpoints && matches!(renderer, Renderer::OpenAi | Renderer::OpenAiResponses);
+        let (key, patches) = if renderer == Renderer::Anthropic || openai_marks {
             let head = &state.head;
-            let prefix_at = match head.prefix_cacheable {
-                Some(k) => Some(anthropic::Mark::Message(k)),
-                None => anthropic::hoisted_mark(&head.system, head.system_prompt_blocks),
+            let marks = if renderer == Renderer::Anthropic {
+                let prefix_at = match head.prefix_cacheable {
+                    Some(k) => Some(anthropic::Mark::Message(k)),
+                    None => anthropic::hoisted_mark(&head.system, head.system_prompt_blocks),
+                };
+                anthropic::choose_marks(
+                    &head.tools,
+                    state.seq.last_cacheable.map(anthropic::Mark::Message),
+                    prefix_at,
+                    anthropic::head_mark(head.system_prompt_blocks, &head.tools),
+                )
+            } else {
+                // Chat completions: the system prompt's message leads the array (the frame's).
+                let lead = openai::lead(&head.env);
+                let head_at = (renderer == Renderer::OpenAi && lead.first().is_some_and(openai::markable)).then_some(Mark::System(0));
+                breakpoint::choose_marks(
+                    0,
+                    breakpoint::openai_limit(&self.options),
+                    state.seq.last_cacheable.map(Mark::Message),
+                    head.prefix_cacheable.map(Mark::Message),
+                    head_at,
+                )
             };
-            let marks = anthropic::choose_marks(
-                &head.tools,
-                state.seq.last_cacheable.map(anthropic::Mark::Message),
-                prefix_at,
-                anthropic::head_mark(head.system_prompt_blocks, &head.tools),
-            );
             let mut patches: Vec<(usize, usize, String)> = Vec::new();
             let mut key: FrameKey = Vec::new();
             for m in &marks {
                 match *m {
-                    anthropic::Mark::Message(k) => {
+                    Mark::Message(k) => {
                         let p = &state.seq.pieces[k];
                         let (s, e) = p.mark.expect("a cacheable piece");
                         let mut block: Value = serde_json::from_str(&state.seq.text(k)[s..e])?;
-                        anthropic::set_mark(&mut block, &self.cc);
+                        match renderer {
+                            Renderer::OpenAi => openai::set_breakpoint(&mut block),
+                            Renderer::OpenAiResponses => responses::set_breakpoint(&mut block),
+                            _ => anthropic::set_mark(&mut block, &self.cc),
+                        }
                         patches.push((p.start + s, p.start + e, serde_json::to_string(&block).map_err(internal)?));
                     }
-                    anthropic::Mark::System(j) => key.push(anthropic::Mark::System(j)),
-                    anthropic::Mark::Tool(t) => key.push(anthropic::Mark::Tool(t)),
+                    Mark::System(j) => key.push(Mark::System(j)),
+                    Mark::Tool(t) => key.push(Mark::Tool(t)),
                 }
             }
             patches.sort_by_key(|p| p.0);
@@ -594,7 +624,13 @@ impl BodyCache {
 fn frame_of(renderer: Renderer, options: &RenderOptions, cc: &Value, head: &Head, key: &FrameKey) -> Result<Frame> {
     let env = &head.env;
     let (body, lead): (JsonMap, Vec<Value>) = match renderer {
-        Renderer::OpenAi => (openai::frame(env, options)?, openai::lead(env)),
+        Renderer::OpenAi => {
+            let mut lead = openai::lead(env);
+            if key.contains(&Mark::System(0)) {
+                openai::set_breakpoint(&mut lead[0]);
+            }
+            (openai::frame(env, options)?, lead)
+        }
         Renderer::OpenAiResponses => (responses::frame(env, options)?, Vec::new()),
         Renderer::Anthropic => (anthropic::frame(env, head.system.clone(), head.tools.clone(), key, cc)?, Vec::new()),
         Renderer::Gemini => (gemini::frame(env, head.system.clone())?, Vec::new()),

@@ -39,6 +39,7 @@ pub(crate) const NAME: &str = "gemini";
 /// sets is an error, as is any other collision). `options.prefix_len` decides which
 /// system-role messages may be hoisted into `systemInstruction`.
 pub fn render_gemini(envelope: &Value, options: &RenderOptions) -> Result<Value> {
+    options.check_for(super::Renderer::Gemini)?;
     let env = Envelope::parse(envelope)?;
     let prefix_len = options.prefix_len;
     env.check_prefix_len(prefix_len)?;

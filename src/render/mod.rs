@@ -28,6 +28,7 @@
 
 mod anthropic;
 mod body;
+mod breakpoint;
 mod gemini;
 mod openai;
 pub mod origin;
@@ -36,6 +37,7 @@ mod responses;
 
 pub use anthropic::{render_anthropic, DEFAULT_ANTHROPIC_MAX_TOKENS, MAX_BREAKPOINTS};
 pub use body::{BodyCache, BodySource};
+pub use breakpoint::OPENAI_MAX_WRITES;
 pub use gemini::{render_gemini, unique_synthetic_ids};
 pub use openai::render_openai;
 pub use response::{is_context_overflow, is_refusal, parse_response, usage_from_provider, ParsedResponse, FINISH_REASONS};
@@ -66,6 +68,57 @@ pub struct RenderOptions {
     /// The TTL of the Anthropic cache breakpoints (JSON `cacheTtl`); absent: the provider's
     /// default (5 minutes), and no `ttl` field is sent.
     pub cache_ttl: Option<CacheTtl>,
+    /// OpenAI's `prompt_cache_options` (JSON `promptCacheOptions`: `{"mode"?, "ttl"?}`), sent
+    /// by both OpenAI renderers; absent by default. Its `ttl` supersedes
+    /// `prompt_cache_retention`: the two are never sent together.
+    pub cache_options: Option<PromptCacheOptions>,
+    /// Whether the OpenAI renderers place explicit `prompt_cache_breakpoint` marks (JSON
+    /// `promptCacheBreakpoints`, default `false`): where the system prompt, the session prefix
+    /// and the history end, as the Anthropic renderer places its `cache_control` marks.
+    pub cache_breakpoints: bool,
+}
+
+/// OpenAI's `prompt_cache_options` (gpt-5.6 and later).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PromptCacheOptions {
+    /// `mode`: absent sends none (the provider's default, implicit).
+    pub mode: Option<CacheMode>,
+    /// `ttl` (e.g. `"30m"`), sent verbatim; absent sends none (the provider's default).
+    pub ttl: Option<String>,
+}
+
+/// OpenAI's prompt-cache mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CacheMode {
+    /// `"implicit"`: OpenAI places one breakpoint of its own (and writes up to three explicit
+    /// ones).
+    Implicit,
+    /// `"explicit"`: no implicit breakpoint; only the explicit ones are written (up to four).
+    Explicit,
+}
+
+impl CacheMode {
+    /// The wire value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheMode::Implicit => "implicit",
+            CacheMode::Explicit => "explicit",
+        }
+    }
+}
+
+impl PromptCacheOptions {
+    /// The wire object.
+    fn to_value(&self) -> Value {
+        let mut m = JsonMap::new();
+        if let Some(mode) = self.mode {
+            m.insert("mode".into(), mode.as_str().into());
+        }
+        if let Some(ttl) = &self.ttl {
+            m.insert("ttl".into(), ttl.clone().into());
+        }
+        Value::Object(m)
+    }
 }
 
 /// Where the OpenAI-compatible `prompt_cache_key` comes from.
@@ -113,14 +166,75 @@ impl RenderOptions {
         if let Some(r) = &self.cache_retention {
             body.insert("prompt_cache_retention".into(), r.clone().into());
         }
+        if let Some(o) = &self.cache_options {
+            body.insert("prompt_cache_options".into(), o.to_value());
+        }
+    }
+
+    /// Checks a finished OpenAI body: `prompt_cache_options.ttl` supersedes
+    /// `prompt_cache_retention` and OpenAI rejects a request with both (from the options or
+    /// from config fields).
+    pub(crate) fn check_openai_ttl(body: &JsonMap) -> Result<()> {
+        let ttl = body.get("prompt_cache_options").and_then(|o| o.get("ttl"));
+        if ttl.is_some() && body.contains_key("prompt_cache_retention") {
+            return Err(Error::invalid(
+                "prompt_cache_retention",
+                "cannot be sent with prompt_cache_options.ttl, which supersedes it (OpenAI rejects both): drop one",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Refuses the OpenAI-only cache controls for a renderer whose provider has no such fields,
+    /// and the combinations OpenAI would refuse or that cache nothing.
+    pub(crate) fn check_for(&self, renderer: Renderer) -> Result<()> {
+        if !matches!(renderer, Renderer::OpenAi | Renderer::OpenAiResponses) {
+            let what = if self.cache_options.is_some() {
+                Some("promptCacheOptions")
+            } else if self.cache_breakpoints {
+                Some("promptCacheBreakpoints")
+            } else {
+                None
+            };
+            if let Some(what) = what {
+                return Err(Error::invalid(
+                    what,
+                    format!(
+                        "is an OpenAI cache control (the openai and openai-responses renderers); the {} renderer has no such field",
+                        renderer.name()
+                    ),
+                ));
+            }
+        }
+        self.check_combination("")
+    }
+
+    /// The option combinations that cannot be sent: an explicit cache mode without breakpoints
+    /// (nothing would be cached), both TTL fields. `at` prefixes the option's name.
+    fn check_combination(&self, at: &str) -> Result<()> {
+        if self.cache_options.as_ref().and_then(|o| o.mode) == Some(CacheMode::Explicit) && !self.cache_breakpoints {
+            return Err(Error::invalid(
+                format!("{at}promptCacheOptions.mode"),
+                "\"explicit\" turns off OpenAI's implicit breakpoint, so without promptCacheBreakpoints nothing is cached",
+            ));
+        }
+        if self.cache_options.as_ref().is_some_and(|o| o.ttl.is_some()) && self.cache_retention.is_some() {
+            return Err(Error::invalid(
+                format!("{at}promptCacheRetention"),
+                "cannot be sent with promptCacheOptions.ttl, which supersedes it (OpenAI rejects both): drop one",
+            ));
+        }
+        Ok(())
     }
 
     /// The default `prompt_cache_key` (the session id), set after the pass-through fields: a
-    /// `prompt_cache_key` config field wins.
-    pub(crate) fn route_default(&self, body: &mut JsonMap, session_id: Option<&String>) {
+    /// `prompt_cache_key` config field wins. Then the finished routing is checked
+    /// ([`RenderOptions::check_openai_ttl`]).
+    pub(crate) fn route_default(&self, body: &mut JsonMap, session_id: Option<&String>) -> Result<()> {
         if let (CacheKey::SessionId, Some(id)) = (&self.cache_key, session_id) {
             body.entry("prompt_cache_key").or_insert_with(|| id.clone().into());
         }
+        RenderOptions::check_openai_ttl(body)
     }
 
     /// Options for an envelope whose first `prefix_len` messages are the session prefix.
@@ -146,16 +260,33 @@ impl RenderOptions {
         self
     }
 
+    /// These options with OpenAI's `prompt_cache_options`.
+    pub fn with_cache_options(mut self, options: PromptCacheOptions) -> RenderOptions {
+        self.cache_options = Some(options);
+        self
+    }
+
+    /// These options with OpenAI's explicit breakpoints placed (or not).
+    pub fn with_cache_breakpoints(mut self, on: bool) -> RenderOptions {
+        self.cache_breakpoints = on;
+        self
+    }
+
     /// Parses the JSON form `{"prefixLen"?: n, "promptCacheKey"?: true | false | "key",
-    /// "promptCacheRetention"?: "...", "cacheTtl"?: "5m" | "1h"}` (every key optional; an unknown
-    /// key is an error, so a misspelt option is never silently ignored).
+    /// "promptCacheRetention"?: "...", "cacheTtl"?: "5m" | "1h", "promptCacheOptions"?:
+    /// {"mode"?: "implicit" | "explicit", "ttl"?: "..."}, "promptCacheBreakpoints"?: bool}`
+    /// (every key optional; an unknown key is an error, so a misspelt option is never silently
+    /// ignored). `promptCacheOptions.ttl` with `promptCacheRetention` is an error (OpenAI
+    /// rejects both), and so is mode `"explicit"` without breakpoints.
     pub fn from_value(v: &Value) -> Result<RenderOptions> {
-        const KEYS: &[&str] = &["prefixLen", "promptCacheKey", "promptCacheRetention", "cacheTtl"];
+        const KEYS: &[&str] =
+            &["prefixLen", "promptCacheKey", "promptCacheRetention", "cacheTtl", "promptCacheOptions", "promptCacheBreakpoints"];
         let f = Fields::of(v, "options")?;
         if let Some(k) = f.map.keys().find(|k| !KEYS.contains(&k.as_str())) {
             return Err(Error::invalid(
                 f.p(k),
-                "is not a render option (expected prefixLen, promptCacheKey, promptCacheRetention or cacheTtl)",
+                "is not a render option (expected prefixLen, promptCacheKey, promptCacheRetention, cacheTtl, \
+                 promptCacheOptions or promptCacheBreakpoints)",
             ));
         }
         let mut out = RenderOptions::with_prefix_len(f.opt_u64("prefixLen")?.unwrap_or(0) as usize);
@@ -180,6 +311,33 @@ impl RenderOptions {
             Some("1h") => Some(CacheTtl::OneHour),
             Some(other) => return Err(Error::invalid(f.p("cacheTtl"), format!("expected \"5m\" or \"1h\", got {other:?}"))),
         };
+        if let Some(o) = f.opt_value("promptCacheOptions")? {
+            let at = f.p("promptCacheOptions");
+            let g = Fields::of(o, &at)?;
+            if let Some(k) = g.map.keys().find(|k| !["mode", "ttl"].contains(&k.as_str())) {
+                return Err(Error::invalid(g.p(k), "is not a prompt cache option (expected mode or ttl)"));
+            }
+            let mode = match g.opt_str("mode")? {
+                None => None,
+                Some("implicit") => Some(CacheMode::Implicit),
+                Some("explicit") => Some(CacheMode::Explicit),
+                Some(other) => return Err(Error::invalid(g.p("mode"), format!("expected \"implicit\" or \"explicit\", got {other:?}"))),
+            };
+            let ttl = match g.opt_str("ttl")? {
+                Some("") => return Err(Error::invalid(g.p("ttl"), "must not be empty")),
+                t => t.map(str::to_string),
+            };
+            out.cache_options = Some(PromptCacheOptions { mode, ttl });
+        }
+        if let Some(b) = f.opt_value("promptCacheBreakpoints")? {
+            out.cache_breakpoints = match b {
+                Value::Bool(b) => *b,
+                other => {
+                    return Err(Error::invalid(f.p("promptCacheBreakpoints"), format!("expected true or false, got {}", kind_of(other))))
+                }
+            };
+        }
+        out.check_combination("options.")?;
         Ok(out)
     }
 }
@@ -228,6 +386,7 @@ impl Renderer {
     /// Renders an envelope into this provider's body. `options.prefix_len` must not exceed
     /// the number of envelope messages.
     pub fn render(self, envelope: &Value, options: &RenderOptions) -> Result<Value> {
+        options.check_for(self)?;
         match self {
             Renderer::OpenAi => {
                 let env = Envelope::parse(envelope)?;
@@ -489,7 +648,8 @@ mod tests {
             (json!({"cacheTtl":"2h"}), "options.cacheTtl: expected \"5m\" or \"1h\", got \"2h\""),
             (
                 json!({"cacheTTL":"1h"}),
-                "options.cacheTTL: is not a render option (expected prefixLen, promptCacheKey, promptCacheRetention or cacheTtl)",
+                "options.cacheTTL: is not a render option (expected prefixLen, promptCacheKey, promptCacheRetention, cacheTtl, \
+                 promptCacheOptions or promptCacheBreakpoints)",
             ),
         ];
         for (v, want) in bad {
