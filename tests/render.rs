@@ -1,6 +1,6 @@
 //! The renderers' prefix property and determinism, through the public API.
 
-use llmsession::render::{render_anthropic, render_gemini, render_openai, render_responses, RenderOptions, Renderer};
+use llmsession::render::{render_anthropic, render_gemini, render_interactions, render_openai, render_responses, RenderOptions, Renderer};
 use llmsession::ErrorKind;
 use proptest::prelude::*;
 use serde_json::{json, Value};
@@ -198,6 +198,7 @@ fn check_prefix_property(prefix: &[Value], history: &[Value]) {
     let an: Vec<Value> = (p..=all.len()).map(|k| render_anthropic(&envelope(prefix, history, k), &opts).unwrap()).collect();
     let rs: Vec<Value> = (p..=all.len()).map(|k| render_responses(&envelope(prefix, history, k), &opts).unwrap()).collect();
     let ge: Vec<Value> = (p..=all.len()).map(|k| render_gemini(&envelope(prefix, history, k), &opts).unwrap()).collect();
+    let gi: Vec<Value> = (p..=all.len()).map(|k| render_interactions(&envelope(prefix, history, k), &opts).unwrap()).collect();
     // The prefix breakpoint, fixed for the whole instance: where the prefix-only body has its mark.
     let prefix_mark = last_cacheable(&an[0]);
     for k in p..=all.len() {
@@ -239,6 +240,8 @@ fn check_prefix_property(prefix: &[Value], history: &[Value]) {
             // Gemini: contents extend as Anthropic's messages do (results of a step merge).
             let (a_ge, b_ge) = (&ge[k - p], &ge[l - p]);
             extends(a_ge, b_ge, "contents", boundary(&all, k), &format!("gemini k={k} l={l}"));
+            // Gemini Interactions: every input step of A starts B's input; the rest is equal.
+            extends(&gi[k - p], &gi[l - p], "input", true, &format!("gemini-interactions k={k} l={l}"));
         }
     }
 }

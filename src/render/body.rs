@@ -34,7 +34,7 @@
 //! with the fresh rendering of its envelope.
 
 use super::breakpoint::{self, Mark};
-use super::{anthropic, gemini, openai, responses, Envelope, RenderOptions, Renderer};
+use super::{anthropic, gemini, interactions, openai, responses, Envelope, RenderOptions, Renderer};
 use crate::error::{Error, ErrorKind, Result};
 use crate::header::EpochHeader;
 use crate::log::{Derived, History};
@@ -92,7 +92,7 @@ enum Layout {
 
 fn layout(r: Renderer) -> Layout {
     match r {
-        Renderer::OpenAi | Renderer::OpenAiResponses => Layout::Flat,
+        Renderer::OpenAi | Renderer::OpenAiResponses | Renderer::GeminiInteractions => Layout::Flat,
         Renderer::Anthropic => Layout::Grouped("content"),
         Renderer::Gemini => Layout::Grouped("parts"),
     }
@@ -105,6 +105,7 @@ fn messages_key(r: Renderer) -> &'static str {
         Renderer::OpenAiResponses => responses::INPUT,
         Renderer::Anthropic => anthropic::MESSAGES,
         Renderer::Gemini => gemini::CONTENTS,
+        Renderer::GeminiInteractions => interactions::INPUT,
     }
 }
 
@@ -483,6 +484,7 @@ impl BodyCache {
         Ok(match self.renderer {
             Renderer::OpenAi => Rendered::Items(openai::piece(m, i)?),
             Renderer::OpenAiResponses => Rendered::Items(responses::piece(m, i)?),
+            Renderer::GeminiInteractions => Rendered::Items(interactions::piece(m, i, prefix_len)?),
             Renderer::Anthropic => match anthropic::piece(m, i, prefix_len, system)? {
                 None => Rendered::Nothing,
                 Some(r) => {
@@ -634,6 +636,8 @@ fn frame_of(renderer: Renderer, options: &RenderOptions, cc: &Value, head: &Head
         Renderer::OpenAiResponses => (responses::frame(env, options)?, Vec::new()),
         Renderer::Anthropic => (anthropic::frame(env, head.system.clone(), head.tools.clone(), key, cc)?, Vec::new()),
         Renderer::Gemini => (gemini::frame(env, head.system.clone())?, Vec::new()),
+        // The head envelope holds the prefix messages only.
+        Renderer::GeminiInteractions => (interactions::frame(env, env.messages.len())?, Vec::new()),
     };
     let key = messages_key(renderer);
     let mut pre = String::with_capacity(4096);

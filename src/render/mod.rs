@@ -30,6 +30,7 @@ mod anthropic;
 mod body;
 mod breakpoint;
 mod gemini;
+mod interactions;
 mod openai;
 pub mod origin;
 pub mod response;
@@ -39,6 +40,7 @@ pub use anthropic::{render_anthropic, DEFAULT_ANTHROPIC_MAX_TOKENS, MAX_BREAKPOI
 pub use body::{BodyCache, BodySource};
 pub use breakpoint::OPENAI_MAX_WRITES;
 pub use gemini::{render_gemini, unique_synthetic_ids};
+pub use interactions::render_interactions;
 pub use openai::render_openai;
 pub use response::{is_context_overflow, is_refusal, parse_response, usage_from_provider, ParsedResponse, FINISH_REASONS};
 pub(crate) use response::{refusal_block, ONE_CANDIDATE, ONE_CHOICE};
@@ -353,22 +355,27 @@ pub enum Renderer {
     OpenAiResponses,
     /// Gemini `generateContent`.
     Gemini,
+    /// The Gemini Interactions API, stateless (`store: false`).
+    GeminiInteractions,
 }
 
 impl Renderer {
     /// Every renderer, in the order their names are listed in messages.
-    pub const ALL: [Renderer; 4] = [Renderer::OpenAi, Renderer::OpenAiResponses, Renderer::Anthropic, Renderer::Gemini];
+    pub const ALL: [Renderer; 5] =
+        [Renderer::OpenAi, Renderer::OpenAiResponses, Renderer::Anthropic, Renderer::Gemini, Renderer::GeminiInteractions];
 
-    /// Parses a renderer name: `"openai"`, `"openai-responses"`, `"anthropic"` or `"gemini"`.
+    /// Parses a renderer name: `"openai"`, `"openai-responses"`, `"anthropic"`, `"gemini"` or
+    /// `"gemini-interactions"`.
     pub fn parse(name: &str) -> Result<Renderer> {
         match name {
             "openai" => Ok(Renderer::OpenAi),
             "anthropic" => Ok(Renderer::Anthropic),
             "openai-responses" => Ok(Renderer::OpenAiResponses),
             "gemini" => Ok(Renderer::Gemini),
+            "gemini-interactions" => Ok(Renderer::GeminiInteractions),
             other => Err(Error::invalid(
                 "renderer",
-                format!("expected \"openai\", \"openai-responses\", \"anthropic\" or \"gemini\", got {other:?}"),
+                format!("expected \"openai\", \"openai-responses\", \"anthropic\", \"gemini\" or \"gemini-interactions\", got {other:?}"),
             )),
         }
     }
@@ -380,6 +387,7 @@ impl Renderer {
             Renderer::Anthropic => "anthropic",
             Renderer::OpenAiResponses => responses::NAME,
             Renderer::Gemini => gemini::NAME,
+            Renderer::GeminiInteractions => interactions::NAME,
         }
     }
 
@@ -396,6 +404,7 @@ impl Renderer {
             Renderer::Anthropic => render_anthropic(envelope, options),
             Renderer::OpenAiResponses => render_responses(envelope, options),
             Renderer::Gemini => render_gemini(envelope, options),
+            Renderer::GeminiInteractions => render_interactions(envelope, options),
         }
     }
 }
@@ -571,7 +580,10 @@ mod tests {
         }
         let e = Renderer::parse("cohere").unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidInput);
-        assert_eq!(e.message(), "renderer: expected \"openai\", \"openai-responses\", \"anthropic\" or \"gemini\", got \"cohere\"");
+        assert_eq!(
+            e.message(),
+            "renderer: expected \"openai\", \"openai-responses\", \"anthropic\", \"gemini\" or \"gemini-interactions\", got \"cohere\""
+        );
     }
 
     #[test]
