@@ -1161,7 +1161,7 @@ lls_status lls_agent_end_turn(lls_agent *agent,
 /**
  * Gives the agent a provider body format for `lls_agent_next_body` and
  * `lls_agent_record_body`: `(renderer, renderer_len)` is `"openai"`, `"openai-responses"`,
- * `"anthropic"` or `"gemini"` (as for `lls_render`), and `(options_json, options_len)` (NULL:
+ * `"anthropic"`, `"gemini"` or `"gemini-interactions"` (as for `lls_render`), and `(options_json, options_len)` (NULL:
  * the defaults) the render options as for `lls_render_with_options`, except `prefixLen`, which
  * is the agent's own (its session prefix) and may not be given. From then on the rendered form
  * of each history message is computed once and reused by every body. Setting a renderer again
@@ -1522,8 +1522,9 @@ lls_status lls_set_observer(lls_observer_fn observer,
  * `(renderer, renderer_len)` names the format: `"openai"` (OpenAI-compatible chat completions:
  * OpenAI, DeepSeek, llama.cpp, vLLM, ...), `"openai-responses"` (the OpenAI Responses API,
  * stateless with `store: false`), `"anthropic"` (Anthropic Messages, with cache breakpoints at
- * the end of the system prompt, of the session prefix and of the history) or `"gemini"` (Gemini
- * `generateContent`; the model goes in the URL, not the body). Blocks carrying another
+ * the end of the system prompt, of the session prefix and of the history), `"gemini"` (Gemini
+ * `generateContent`; the model goes in the URL, not the body) or `"gemini-interactions"` (the
+ * Gemini Interactions API, stateless with `store: false`). Blocks carrying another
  * provider's native state (`origin`) are dropped, never sent to the wrong provider. `prefix_len`
  * is how many leading envelope messages are the session prefix (`prefixLen` of
  * `lls_agent_request_info`, or of the summariser's input); it must not exceed the number of
@@ -1804,7 +1805,8 @@ lls_status lls_callback_invoke(lls_callback_fn callback,
  * response use `lls_stream_new`.
  *
  * `(renderer, renderer_len)`: `"openai"` (OpenAI-compatible chat completions: OpenAI,
- * DeepSeek, llama.cpp, vLLM), `"openai-responses"`, `"anthropic"` or `"gemini"`.
+ * DeepSeek, llama.cpp, vLLM), `"openai-responses"`, `"anthropic"`, `"gemini"` or
+ * `"gemini-interactions"`.
  *
  * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`,
  * `LLS_ERR_INVALID_INPUT` (an unknown renderer, or a response without the expected fields;
@@ -2259,8 +2261,8 @@ lls_status lls_session_sync(lls_session *session, lls_error **err);
  * Creates a stream accumulator in `*out` for one response in `(format, format_len)`:
  * `"openai"` (chat completion chunks, `data: [DONE]` at the end; ask for usage with
  * `"stream_options":{"include_usage":true}`), `"openai-responses"` (Responses API events),
- * `"anthropic"` (Messages events) or `"gemini"` (`streamGenerateContent`, with `alt=sse` or as
- * the plain JSON array). Free it with `lls_stream_free`.
+ * `"anthropic"` (Messages events), `"gemini"` (`streamGenerateContent`, with `alt=sse` or as
+ * the plain JSON array) or `"gemini-interactions"` (Interactions API events). Free it with `lls_stream_free`.
  *
  * Errors: `LLS_ERR_NULL_POINTER` (`format`, `out`), `LLS_ERR_INVALID_UTF8`,
  * `LLS_ERR_INVALID_INPUT` (an unknown format; detail `field` = `renderer`).
@@ -2270,7 +2272,10 @@ lls_status lls_session_sync(lls_session *session, lls_error **err);
  *
  * Thread safety: may be called from any thread.
  */
-lls_status lls_stream_new(const char *format, size_t format_len, lls_stream **out, lls_error **err);
+lls_status lls_stream_new(const char *format,
+                          size_t format_len,
+                          lls_stream **out,
+                          lls_error **err);
 
 /**
  * Feeds the next `len` bytes of the event stream, exactly as received: any chunking, a chunk

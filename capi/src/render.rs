@@ -16,8 +16,9 @@ use std::ffi::c_char;
 /// `(renderer, renderer_len)` names the format: `"openai"` (OpenAI-compatible chat completions:
 /// OpenAI, DeepSeek, llama.cpp, vLLM, ...), `"openai-responses"` (the OpenAI Responses API,
 /// stateless with `store: false`), `"anthropic"` (Anthropic Messages, with cache breakpoints at
-/// the end of the system prompt, of the session prefix and of the history) or `"gemini"` (Gemini
-/// `generateContent`; the model goes in the URL, not the body). Blocks carrying another
+/// the end of the system prompt, of the session prefix and of the history), `"gemini"` (Gemini
+/// `generateContent`; the model goes in the URL, not the body) or `"gemini-interactions"` (the
+/// Gemini Interactions API, stateless with `store: false`). Blocks carrying another
 /// provider's native state (`origin`) are dropped, never sent to the wrong provider. `prefix_len`
 /// is how many leading envelope messages are the session prefix (`prefixLen` of
 /// `lls_agent_request_info`, or of the summariser's input); it must not exceed the number of
