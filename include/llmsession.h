@@ -77,11 +77,13 @@
  * uses an addition checks `lls_abi_minor() >= N` for the minor that brought it (docs/abi.md
  * lists them; 1: the provider-body hot path and `lls_live_string_count`; 2:
  * `lls_status_name`; 3: `lls_tool_calls_*` and the observer hook, `lls_set_observer`; 4:
- * `lls_agent_record_body_info`, `lls_agent_record_stream_info` and `lls_recorded_info`).
+ * `lls_agent_record_body_info`, `lls_agent_record_stream_info` and `lls_recorded_info`; 5:
+ * the `"gemini-interactions"` format and the `promptCacheOptions` / `promptCacheBreakpoints`
+ * render options).
  *
  * Thread safety: a constant.
  */
-#define LLS_ABI_MINOR 4
+#define LLS_ABI_MINOR 5
 
 /**
  * `*out_seq` of `lls_agent_inject` when the message was deferred (not written yet).

@@ -30,10 +30,12 @@ pub const LLS_ABI_VERSION: u32 = 2;
 /// uses an addition checks `lls_abi_minor() >= N` for the minor that brought it (docs/abi.md
 /// lists them; 1: the provider-body hot path and `lls_live_string_count`; 2:
 /// `lls_status_name`; 3: `lls_tool_calls_*` and the observer hook, `lls_set_observer`; 4:
-/// `lls_agent_record_body_info`, `lls_agent_record_stream_info` and `lls_recorded_info`).
+/// `lls_agent_record_body_info`, `lls_agent_record_stream_info` and `lls_recorded_info`; 5:
+/// the `"gemini-interactions"` format and the `promptCacheOptions` / `promptCacheBreakpoints`
+/// render options).
 ///
 /// Thread safety: a constant.
-pub const LLS_ABI_MINOR: u32 = 4;
+pub const LLS_ABI_MINOR: u32 = 5;
 
 /// The library version as a static NUL-terminated string, e.g. `"0.2.0"`. Never free it.
 ///
