@@ -16,11 +16,12 @@
 //! - **The frame is rendered once per header.** Everything but the messages (model, system,
 //!   tools, sampling fields, cache routing, pass-through fields) comes from the header and the
 //!   session prefix, rendered by the renderer's own code and split around the message array.
-//! - **Anthropic's moving breakpoint is a patch.** The end-of-history `cache_control` goes on
-//!   the last cacheable block of the history, which changes at every request: the copy of the
-//!   rendered history replaces that one block's text with its marked form (and the same for the
-//!   prefix breakpoint). Which system and tool breakpoints the frame carries follows the
-//!   renderer's rule (at most four, the host's own tool marks counted).
+//! - **The moving breakpoint is a patch.** The end-of-history mark (Anthropic's `cache_control`,
+//!   OpenAI's `prompt_cache_breakpoint` when asked for) goes on the last block or item of the
+//!   history that can carry one, which changes at every request: the copy of the rendered
+//!   history replaces that one block's text with its marked form (and the same for the prefix
+//!   breakpoint). Which system and tool breakpoints the frame carries follows the renderer's
+//!   rule (`render::breakpoint`: at most four for Anthropic, the host's own tool marks counted).
 //!
 //! The history is followed as the digest cache follows it (`request::DigestCache`): while it
 //! only grew (same replace generation, the same entries at the covered ends), new entries are

@@ -7,7 +7,8 @@
 //!   of the system prompt (or tools), of the session prefix and of the history.
 //! - [`render_responses`]: an OpenAI Responses API body (stateless: `store: false`).
 //! - [`render_gemini`]: a Gemini `generateContent` body.
-//! - [`Renderer`]: the four, chosen by name.
+//! - [`render_interactions`]: a Gemini Interactions API body (stateless: `store: false`).
+//! - [`Renderer`]: the five, chosen by name.
 //!
 //! The envelope is the JSON object the library builds:
 //! `{provider, model, reasoningEffort?, temperature?, maxTokens?, stop?, <unknown config
@@ -16,7 +17,8 @@
 //! e.g. `messages[4].content[1]: ...`) and never send `sessionId`, `purpose`, `turn`, `step` or
 //! `instance`: those are library bookkeeping, not provider input. Two of them steer caching:
 //! `sessionId` is the default OpenAI-compatible `prompt_cache_key`, and `purpose:
-//! "compaction"` keeps the trailing instruction out of the Anthropic history breakpoint.
+//! "compaction"` keeps the trailing instruction out of the history breakpoint (Anthropic's
+//! `cache_control`, OpenAI's `prompt_cache_breakpoint`; the placement is `breakpoint.rs`).
 //!
 //! **The prefix property.** Each envelope message is rendered by a pure function of that
 //! message alone (the Anthropic renderer additionally merges consecutive tool-result-only user
