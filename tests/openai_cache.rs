@@ -210,3 +210,52 @@ fn options_json_form() {
         assert_eq!(e.message(), want);
     }
 }
+
+#[test]
+fn the_controls_as_config_fields_are_logged_and_rebuilt() {
+    // In the envelope (from the call config): the same marks, and the names are not sent.
+    let mut env = envelope("conversation", true);
+    env["promptCacheBreakpoints"] = json!(true);
+    env["promptCacheOptions"] = json!({"mode":"explicit"});
+    let body = Renderer::OpenAi.render(&env, &RenderOptions::with_prefix_len(2)).unwrap();
+    assert_eq!(marked(&body["messages"], chat_parts), vec![(0, 0), (2, 0), (7, 0)]);
+    assert_eq!(body["prompt_cache_options"], json!({"mode":"explicit"}));
+    assert!(body.get("promptCacheBreakpoints").is_none() && body.get("promptCacheOptions").is_none());
+    // Given both ways, or to another format, or malformed: refused.
+    let e = Renderer::OpenAi.render(&env, &marks()).unwrap_err();
+    assert_eq!(e.message(), "promptCacheBreakpoints: is both a config field and a render option; give it once");
+    let e = Renderer::Anthropic.render(&env, &RenderOptions::with_prefix_len(2)).unwrap_err();
+    assert!(e.message().starts_with("promptCacheOptions: is an OpenAI cache control"), "{}", e.message());
+    env["promptCacheBreakpoints"] = json!("yes");
+    let e = Renderer::OpenAiResponses.render(&env, &RenderOptions::default()).unwrap_err();
+    assert_eq!(e.message(), "promptCacheBreakpoints: expected true or false, got a string");
+
+    // Through an agent: the config is logged, so verify rebuilds every marked body from the log.
+    use llmsession::{Agent, AgentOptions, CallConfig, CancelToken, Message, Session};
+    let session = Session::in_memory();
+    let config = CallConfig::from_value(
+        &json!({"provider":"openai","model":"gpt-5.6","promptCacheBreakpoints":true,"promptCacheOptions":{"mode":"explicit","ttl":"30m"}}),
+        "config",
+    )
+    .unwrap();
+    let mut opts = AgentOptions::new(config);
+    opts.system = Some("You are a coding agent.".into());
+    let mut a = Agent::new(&session, opts).unwrap();
+    a.set_renderer(Renderer::OpenAi, RenderOptions::default()).unwrap();
+    let c = CancelToken::new();
+    a.start_turn(Message::user_text("Fix the bug.")).unwrap();
+    let first = a.next_body(&c).unwrap().json;
+    assert_eq!(first.matches("prompt_cache_breakpoint").count(), 2, "{first}");
+    a.record_response(Message::from_value(&json!({"role":"assistant","content":[{"type":"text","text":"Done."}]}), "m").unwrap(), None)
+        .unwrap();
+    a.end_turn(llmsession::log::TurnEndReason::Completed).unwrap();
+    a.start_turn(Message::user_text("Now the test.")).unwrap();
+    let second: Value = serde_json::from_str(&a.next_body(&c).unwrap().json).unwrap();
+    assert_eq!(marked(&second["messages"], chat_parts), vec![(0, 0), (3, 0)]);
+    assert_eq!(second["prompt_cache_options"], json!({"mode":"explicit","ttl":"30m"}));
+    let report = session.verify_bodies(Renderer::OpenAi, &RenderOptions::default()).unwrap();
+    assert_eq!(report.bodies, 2);
+    // The same options a second time at verify collide with the logged ones, naming the field.
+    let e = session.verify_bodies(Renderer::OpenAi, &RenderOptions::default().with_cache_breakpoints(true)).unwrap_err();
+    assert!(e.message().contains("promptCacheBreakpoints: is both a config field and a render option"), "{}", e.message());
+}

@@ -37,8 +37,8 @@ pub const DEFAULT_ANTHROPIC_MAX_TOKENS: u64 = 4096;
 /// rendered. Unknown config fields are copied verbatim as top-level body fields (`thinking`,
 /// `top_k`, `metadata`, ...); one that names a body field set here is an error.
 pub fn render_anthropic(envelope: &Value, options: &RenderOptions) -> Result<Value> {
-    options.check_for(super::Renderer::Anthropic)?;
     let env = Envelope::parse(envelope)?;
+    let options = &options.effective(&env, super::Renderer::Anthropic)?;
     let prefix_len = options.prefix_len;
     env.check_prefix_len(prefix_len)?;
 

@@ -245,6 +245,8 @@ struct Head {
     prefix_pieces: usize,
     prefix_cacheable: Option<usize>,
     frame: Option<(FrameKey, Frame)>,
+    /// The render options with the header's cache controls (`RenderOptions::effective`).
+    options: RenderOptions,
 }
 
 #[derive(Debug)]
@@ -299,7 +301,6 @@ impl BodyCache {
     /// the envelope, which no renderer sends): `Renderer::render` of its envelope, serialised.
     /// A message or header the renderer refuses gives the error rendering the envelope gives.
     pub fn body(&mut self, src: &BodySource<'_>, turn: u64, step: u64) -> Result<String> {
-        self.options.check_for(self.renderer)?;
         let prefix_len = src.prefix.messages.len();
         let built = self.update(src).and_then(|()| self.write());
         let envelope = || String::from_utf8(src.envelope(src.history.entries(), Some((turn, step)))).expect("an envelope is text");
@@ -382,6 +383,7 @@ impl BodyCache {
         let bytes = src.envelope(&[], Some((0, 0)));
         let v: Value = serde_json::from_slice(&bytes)?;
         let env = Envelope::parse(&v)?;
+        let options = self.options.effective(&env, self.renderer)?;
         let (system, tools) = match self.renderer {
             Renderer::Anthropic => (anthropic::system_prompt(&env), anthropic::tools(&env)?),
             Renderer::Gemini => (gemini::system_prompt(&env), Vec::new()),
@@ -398,6 +400,7 @@ impl BodyCache {
             prefix_pieces: 0,
             prefix_cacheable: None,
             frame: None,
+            options,
         })
     }
 
@@ -409,7 +412,7 @@ impl BodyCache {
             let uses = self.uses(m, &seq.calls);
             let rendered = self.render(m, i, n, &mut head.system, &mut seq.calls)?;
             let notes = if uses.is_empty() { self.notes(m, &seq.calls) } else { uses };
-            self.push_rendered(seq, None, rendered, notes)?;
+            self.push_rendered(seq, None, rendered, notes, head.options.cache_breakpoints)?;
         }
         head.prefix_pieces = seq.pieces.len();
         head.prefix_cacheable = seq.last_cacheable;
@@ -427,7 +430,7 @@ impl BodyCache {
             let uses = self.uses(&m, &state.seq.calls);
             let rendered = self.render(&m, i, prefix_len, &mut system, &mut state.seq.calls)?;
             let notes = if uses.is_empty() { self.notes(&m, &state.seq.calls) } else { uses };
-            self.push_rendered(&mut state.seq, Some(d.seq), rendered, notes)?;
+            self.push_rendered(&mut state.seq, Some(d.seq), rendered, notes, state.head.options.cache_breakpoints)?;
             state.cover(d.seq);
         }
         Ok(())
@@ -501,14 +504,14 @@ impl BodyCache {
     }
 
     /// Writes a rendered message into the sequence.
-    fn push_rendered(&self, seq: &mut Sequence, at: Option<u64>, r: Rendered, notes: Vec<Note>) -> Result<()> {
+    fn push_rendered(&self, seq: &mut Sequence, at: Option<u64>, r: Rendered, notes: Vec<Note>, breakpoints: bool) -> Result<()> {
         let layout = layout(self.renderer);
         let (values, kind, cacheable) = match r {
             Rendered::Nothing => (Vec::new(), Kind::Empty, None),
             Rendered::Items(v) if v.is_empty() => (v, Kind::Empty, None),
             Rendered::Items(v) => {
                 // OpenAI with breakpoints: the last item that can carry one.
-                let cacheable = match (self.renderer, self.options.cache_breakpoints) {
+                let cacheable = match (self.renderer, breakpoints) {
                     (Renderer::OpenAi, true) => v.iter().rposition(openai::markable),
                     (Renderer::OpenAiResponses, true) => v.iter().rposition(responses::markable),
                     _ => None,
@@ -540,7 +543,7 @@ impl BodyCache {
         let state = self.state.as_mut().expect("updated");
         // The breakpoints (Anthropic's, or OpenAI's when asked for); message blocks are named
         // by piece.
-        let openai_marks = self.options.cache_breakpoints && matches!(renderer, Renderer::OpenAi | Renderer::OpenAiResponses);
+        let openai_marks = state.head.options.cache_breakpoints && matches!(renderer, Renderer::OpenAi | Renderer::OpenAiResponses);
         let (key, patches) = if renderer == Renderer::Anthropic || openai_marks {
             let head = &state.head;
             let marks = if renderer == Renderer::Anthropic {
@@ -560,7 +563,7 @@ impl BodyCache {
                 let head_at = (renderer == Renderer::OpenAi && lead.first().is_some_and(openai::markable)).then_some(Mark::System(0));
                 breakpoint::choose_marks(
                     0,
-                    breakpoint::openai_limit(&self.options),
+                    breakpoint::openai_limit(&head.options),
                     state.seq.last_cacheable.map(Mark::Message),
                     head.prefix_cacheable.map(Mark::Message),
                     head_at,
@@ -591,7 +594,7 @@ impl BodyCache {
             (Vec::new(), Vec::new())
         };
         if state.head.frame.as_ref().is_none_or(|(k, _)| *k != key) {
-            let frame = frame_of(renderer, &self.options, &self.cc, &state.head, &key)?;
+            let frame = frame_of(renderer, &state.head.options, &self.cc, &state.head, &key)?;
             state.head.frame = Some((key, frame));
         }
         let frame = &state.head.frame.as_ref().expect("set").1;

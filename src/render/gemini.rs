@@ -39,8 +39,8 @@ pub(crate) const NAME: &str = "gemini";
 /// sets is an error, as is any other collision). `options.prefix_len` decides which
 /// system-role messages may be hoisted into `systemInstruction`.
 pub fn render_gemini(envelope: &Value, options: &RenderOptions) -> Result<Value> {
-    options.check_for(super::Renderer::Gemini)?;
     let env = Envelope::parse(envelope)?;
+    let options = &options.effective(&env, super::Renderer::Gemini)?;
     let prefix_len = options.prefix_len;
     env.check_prefix_len(prefix_len)?;
 

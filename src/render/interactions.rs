@@ -40,8 +40,8 @@ pub(super) const INPUT: &str = "input";
 /// `reasoningEffort`). Unknown config fields are copied verbatim as top-level body fields
 /// (`response_format`, `service_tier`, ...); one that names a body field set here is an error.
 pub fn render_interactions(envelope: &Value, options: &RenderOptions) -> Result<Value> {
-    options.check_for(super::Renderer::GeminiInteractions)?;
     let env = Envelope::parse(envelope)?;
+    let options = &options.effective(&env, super::Renderer::GeminiInteractions)?;
     env.check_prefix_len(options.prefix_len)?;
     let mut input = Vec::with_capacity(env.messages.len());
     for (i, m) in env.messages.iter().enumerate() {

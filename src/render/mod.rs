@@ -213,6 +213,28 @@ impl RenderOptions {
         self.check_combination("")
     }
 
+    /// These options with the cache controls the envelope's call config gives (config fields
+    /// `promptCacheOptions` and `promptCacheBreakpoints`: logged with the config, so every
+    /// request is rebuilt with them), checked for `renderer`. A control given both ways is an
+    /// error (give it once).
+    pub(crate) fn effective(&self, env: &Envelope, renderer: Renderer) -> Result<RenderOptions> {
+        let mut out = self.clone();
+        if let Some(o) = &env.cache_options {
+            if self.cache_options.is_some() {
+                return Err(Error::invalid("promptCacheOptions", "is both a config field and a render option; give it once"));
+            }
+            out.cache_options = Some(o.clone());
+        }
+        if let Some(b) = env.cache_breakpoints {
+            if self.cache_breakpoints {
+                return Err(Error::invalid("promptCacheBreakpoints", "is both a config field and a render option; give it once"));
+            }
+            out.cache_breakpoints = b;
+        }
+        out.check_for(renderer)?;
+        Ok(out)
+    }
+
     /// The option combinations that cannot be sent: an explicit cache mode without breakpoints
     /// (nothing would be cached), both TTL fields. `at` prefixes the option's name.
     fn check_combination(&self, at: &str) -> Result<()> {
@@ -315,7 +337,20 @@ impl RenderOptions {
             Some("1h") => Some(CacheTtl::OneHour),
             Some(other) => return Err(Error::invalid(f.p("cacheTtl"), format!("expected \"5m\" or \"1h\", got {other:?}"))),
         };
-        if let Some(o) = f.opt_value("promptCacheOptions")? {
+        let (cache_options, breakpoints) = cache_controls(&f)?;
+        out.cache_options = cache_options;
+        out.cache_breakpoints = breakpoints.unwrap_or(false);
+        out.check_combination("options.")?;
+        Ok(out)
+    }
+}
+
+/// Reads OpenAI's cache controls, `promptCacheOptions` and `promptCacheBreakpoints`, from render
+/// options or from a request envelope's call config (the same names and checks).
+fn cache_controls(f: &Fields<'_>) -> Result<(Option<PromptCacheOptions>, Option<bool>)> {
+    let options = match f.opt_value("promptCacheOptions")? {
+        None => None,
+        Some(o) => {
             let at = f.p("promptCacheOptions");
             let g = Fields::of(o, &at)?;
             if let Some(k) = g.map.keys().find(|k| !["mode", "ttl"].contains(&k.as_str())) {
@@ -331,19 +366,17 @@ impl RenderOptions {
                 Some("") => return Err(Error::invalid(g.p("ttl"), "must not be empty")),
                 t => t.map(str::to_string),
             };
-            out.cache_options = Some(PromptCacheOptions { mode, ttl });
+            Some(PromptCacheOptions { mode, ttl })
         }
-        if let Some(b) = f.opt_value("promptCacheBreakpoints")? {
-            out.cache_breakpoints = match b {
-                Value::Bool(b) => *b,
-                other => {
-                    return Err(Error::invalid(f.p("promptCacheBreakpoints"), format!("expected true or false, got {}", kind_of(other))))
-                }
-            };
+    };
+    let breakpoints = match f.opt_value("promptCacheBreakpoints")? {
+        None => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(other) => {
+            return Err(Error::invalid(f.p("promptCacheBreakpoints"), format!("expected true or false, got {}", kind_of(other))))
         }
-        out.check_combination("options.")?;
-        Ok(out)
-    }
+    };
+    Ok((options, breakpoints))
 }
 
 /// A provider body format.
@@ -396,12 +429,12 @@ impl Renderer {
     /// Renders an envelope into this provider's body. `options.prefix_len` must not exceed
     /// the number of envelope messages.
     pub fn render(self, envelope: &Value, options: &RenderOptions) -> Result<Value> {
-        options.check_for(self)?;
         match self {
             Renderer::OpenAi => {
                 let env = Envelope::parse(envelope)?;
+                let options = options.effective(&env, self)?;
                 env.check_prefix_len(options.prefix_len)?;
-                openai::render(&env, options)
+                openai::render(&env, &options)
             }
             Renderer::Anthropic => render_anthropic(envelope, options),
             Renderer::OpenAiResponses => render_responses(envelope, options),
@@ -415,7 +448,8 @@ impl Renderer {
 // The parsed envelope, shared by both renderers.
 
 /// Config keys the renderers map themselves.
-const CONFIG_KEYS: &[&str] = &["provider", "model", "reasoningEffort", "temperature", "maxTokens", "stop"];
+const CONFIG_KEYS: &[&str] =
+    &["provider", "model", "reasoningEffort", "temperature", "maxTokens", "stop", "promptCacheOptions", "promptCacheBreakpoints"];
 
 /// A validated request envelope.
 #[derive(Debug)]
@@ -438,6 +472,10 @@ pub(crate) struct Envelope {
     /// message is the instruction, which the Anthropic renderer keeps out of the history's
     /// cache breakpoint.
     pub compaction: bool,
+    /// OpenAI's cache controls given as config fields (`promptCacheOptions`,
+    /// `promptCacheBreakpoints`); [`RenderOptions::effective`] merges them.
+    pub cache_options: Option<PromptCacheOptions>,
+    pub cache_breakpoints: Option<bool>,
 }
 
 impl Envelope {
@@ -472,6 +510,7 @@ impl Envelope {
             Some(t) => ToolSchema::list_from_value(t, "tools")?,
         };
         let messages = Message::list_from_value(f.value("messages")?, "messages")?;
+        let (cache_options, cache_breakpoints) = cache_controls(&f)?;
         let mut known: Vec<&str> = CONFIG_KEYS.to_vec();
         known.extend_from_slice(ENVELOPE_KEYS);
         Ok(Envelope {
@@ -486,6 +525,8 @@ impl Envelope {
             extra: f.extra(&known),
             session_id: f.opt_str("sessionId")?.filter(|s| !s.is_empty()).map(str::to_string),
             compaction: f.opt_str("purpose")? == Some("compaction"),
+            cache_options,
+            cache_breakpoints,
         })
     }
 

@@ -42,8 +42,8 @@ const ENCRYPTED_REASONING: &str = "reasoning.encrypted_content";
 /// `prompt_cache_key` (by default the session id) and `prompt_cache_retention` as for chat
 /// completions.
 pub fn render_responses(envelope: &Value, options: &RenderOptions) -> Result<Value> {
-    options.check_for(super::Renderer::OpenAiResponses)?;
     let env = Envelope::parse(envelope)?;
+    let options = &options.effective(&env, super::Renderer::OpenAiResponses)?;
     env.check_prefix_len(options.prefix_len)?;
     render(&env, options)
 }
