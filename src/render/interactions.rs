@@ -398,10 +398,11 @@ fn usage(u: &Value) -> Result<Usage> {
     let input = get("total_input_tokens").ok_or_else(|| Error::invalid("usage.total_input_tokens", "expected a non-negative integer"))?;
     let cached = get("total_cached_tokens");
     let thoughts = get("total_thought_tokens");
-    let mut out = Usage::default();
-    out.input_tokens = input.saturating_sub(cached.unwrap_or(0)) + get("total_tool_use_tokens").unwrap_or(0);
-    out.cache_read_tokens = cached;
-    out.output_tokens = get("total_output_tokens").unwrap_or(0) + thoughts.unwrap_or(0);
-    out.reasoning_tokens = thoughts;
-    Ok(out)
+    Ok(Usage {
+        input_tokens: input.saturating_sub(cached.unwrap_or(0)) + get("total_tool_use_tokens").unwrap_or(0),
+        output_tokens: get("total_output_tokens").unwrap_or(0) + thoughts.unwrap_or(0),
+        cache_read_tokens: cached,
+        reasoning_tokens: thoughts,
+        ..Usage::default()
+    })
 }
