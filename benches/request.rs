@@ -430,6 +430,12 @@ fn reply(renderer: Renderer, i: u64) -> String {
                               "cachedContentTokenCount": 11_904},
             "modelVersion": model
         }),
+        Renderer::GeminiInteractions => serde_json::json!({
+            "id": format!("int_{i}"), "status": "requires_action", "model": model,
+            "steps": [{"type": "model_output", "content": [{"type": "text", "text": text}]},
+                      {"type": "function_call", "id": id, "name": name, "arguments": input}],
+            "usage": {"total_input_tokens": 12_000 + i, "total_output_tokens": 31, "total_cached_tokens": 11_904}
+        }),
     };
     v.to_string()
 }
@@ -499,7 +505,9 @@ fn body_sizes() -> Vec<usize> {
 fn provider_body(c: &mut Criterion) {
     let mut runs: Vec<(Renderer, usize)> = body_sizes().into_iter().map(|n| (Renderer::OpenAi, n)).collect();
     let per_renderer = if full_run() { 1_000 } else { 100 };
-    runs.extend([Renderer::OpenAiResponses, Renderer::Anthropic, Renderer::Gemini].map(|r| (r, per_renderer)));
+    runs.extend(
+        [Renderer::OpenAiResponses, Renderer::Anthropic, Renderer::Gemini, Renderer::GeminiInteractions].map(|r| (r, per_renderer)),
+    );
     let cancel = CancelToken::new();
     for (renderer, n) in runs {
         let mut group = c.benchmark_group(format!("body/{}/{n}", renderer.name()));

@@ -79,7 +79,8 @@
  * `lls_status_name`; 3: `lls_tool_calls_*` and the observer hook, `lls_set_observer`; 4:
  * `lls_agent_record_body_info`, `lls_agent_record_stream_info` and `lls_recorded_info`; 5: the
  * store conformance kit, `lls_store_conformance`, `lls_store_conformance_url` and
- * `LLS_ERR_NONCONFORMING`).
+ * `LLS_ERR_NONCONFORMING`, the `"gemini-interactions"` format and the `promptCacheOptions` /
+ * `promptCacheBreakpoints` render options).
  *
  * Thread safety: a constant.
  */
@@ -1172,7 +1173,7 @@ lls_status lls_agent_end_turn(lls_agent *agent,
 /**
  * Gives the agent a provider body format for `lls_agent_next_body` and
  * `lls_agent_record_body`: `(renderer, renderer_len)` is `"openai"`, `"openai-responses"`,
- * `"anthropic"` or `"gemini"` (as for `lls_render`), and `(options_json, options_len)` (NULL:
+ * `"anthropic"`, `"gemini"` or `"gemini-interactions"` (as for `lls_render`), and `(options_json, options_len)` (NULL:
  * the defaults) the render options as for `lls_render_with_options`, except `prefixLen`, which
  * is the agent's own (its session prefix) and may not be given. From then on the rendered form
  * of each history message is computed once and reused by every body. Setting a renderer again
@@ -1610,8 +1611,9 @@ lls_status lls_set_observer(lls_observer_fn observer,
  * `(renderer, renderer_len)` names the format: `"openai"` (OpenAI-compatible chat completions:
  * OpenAI, DeepSeek, llama.cpp, vLLM, ...), `"openai-responses"` (the OpenAI Responses API,
  * stateless with `store: false`), `"anthropic"` (Anthropic Messages, with cache breakpoints at
- * the end of the system prompt, of the session prefix and of the history) or `"gemini"` (Gemini
- * `generateContent`; the model goes in the URL, not the body). Blocks carrying another
+ * the end of the system prompt, of the session prefix and of the history), `"gemini"` (Gemini
+ * `generateContent`; the model goes in the URL, not the body) or `"gemini-interactions"` (the
+ * Gemini Interactions API, stateless with `store: false`). Blocks carrying another
  * provider's native state (`origin`) are dropped, never sent to the wrong provider. `prefix_len`
  * is how many leading envelope messages are the session prefix (`prefixLen` of
  * `lls_agent_request_info`, or of the summariser's input); it must not exceed the number of
@@ -1644,7 +1646,8 @@ lls_status lls_render(const char *renderer,
  *
  * `(options_json, options_len)` (may be NULL for the defaults) is `{"prefixLen"?: n,
  * "promptCacheKey"?: true | false | "key", "promptCacheRetention"?: "...", "cacheTtl"?: "5m" |
- * "1h"}`:
+ * "1h", "promptCacheOptions"?: {"mode"?: "implicit" | "explicit", "ttl"?: "..."},
+ * "promptCacheBreakpoints"?: true | false}`:
  * - `prefixLen` (default 0): how many leading envelope messages are the session prefix, as
  *   `prefix_len` of `lls_render`;
  * - `promptCacheKey` (OpenAI-compatible bodies; default `true`): `true` sends the envelope's
@@ -1652,7 +1655,12 @@ lls_status lls_render(const char *renderer,
  *   `false` sends none, a string sends that key;
  * - `promptCacheRetention` (OpenAI-compatible): sent verbatim as `prompt_cache_retention`
  *   (OpenAI: `"in_memory"` or `"24h"`);
- * - `cacheTtl` (Anthropic): the `ttl` of every cache breakpoint the renderer places.
+ * - `cacheTtl` (Anthropic): the `ttl` of every cache breakpoint the renderer places;
+ * - `promptCacheOptions` (OpenAI, both formats): sent as `prompt_cache_options`; its `ttl`
+ *   with `promptCacheRetention` is an error (OpenAI rejects both);
+ * - `promptCacheBreakpoints` (OpenAI, both formats; default `false`): `prompt_cache_breakpoint`
+ *   marks where the system prompt, the session prefix and the history end (mode `"explicit"`
+ *   needs them). The other renderers refuse both.
  *
  * An unknown key is an error (a misspelt option is never ignored). An explicit key or
  * retention and a config field of the same name collide (`LLS_ERR_INVALID_INPUT`).
@@ -1886,7 +1894,8 @@ lls_status lls_callback_invoke(lls_callback_fn callback,
  * response use `lls_stream_new`.
  *
  * `(renderer, renderer_len)`: `"openai"` (OpenAI-compatible chat completions: OpenAI,
- * DeepSeek, llama.cpp, vLLM), `"openai-responses"`, `"anthropic"` or `"gemini"`.
+ * DeepSeek, llama.cpp, vLLM), `"openai-responses"`, `"anthropic"`, `"gemini"` or
+ * `"gemini-interactions"`.
  *
  * Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`,
  * `LLS_ERR_INVALID_INPUT` (an unknown renderer, or a response without the expected fields;
@@ -2341,8 +2350,8 @@ lls_status lls_session_sync(lls_session *session, lls_error **err);
  * Creates a stream accumulator in `*out` for one response in `(format, format_len)`:
  * `"openai"` (chat completion chunks, `data: [DONE]` at the end; ask for usage with
  * `"stream_options":{"include_usage":true}`), `"openai-responses"` (Responses API events),
- * `"anthropic"` (Messages events) or `"gemini"` (`streamGenerateContent`, with `alt=sse` or as
- * the plain JSON array). Free it with `lls_stream_free`.
+ * `"anthropic"` (Messages events), `"gemini"` (`streamGenerateContent`, with `alt=sse` or as
+ * the plain JSON array) or `"gemini-interactions"` (Interactions API events). Free it with `lls_stream_free`.
  *
  * Errors: `LLS_ERR_NULL_POINTER` (`format`, `out`), `LLS_ERR_INVALID_UTF8`,
  * `LLS_ERR_INVALID_INPUT` (an unknown format; detail `field` = `renderer`).
@@ -2352,7 +2361,10 @@ lls_status lls_session_sync(lls_session *session, lls_error **err);
  *
  * Thread safety: may be called from any thread.
  */
-lls_status lls_stream_new(const char *format, size_t format_len, lls_stream **out, lls_error **err);
+lls_status lls_stream_new(const char *format,
+                          size_t format_len,
+                          lls_stream **out,
+                          lls_error **err);
 
 /**
  * Feeds the next `len` bytes of the event stream, exactly as received: any chunking, a chunk

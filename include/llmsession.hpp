@@ -961,7 +961,7 @@ public:
     }
 
     /// Gives the agent a provider body format for `next_body` and `record_body`: `"openai"`,
-    /// `"openai-responses"`, `"anthropic"` or `"gemini"`, with render options JSON as for
+    /// `"openai-responses"`, `"anthropic"`, `"gemini"` or `"gemini-interactions"`, with render options JSON as for
     /// `render_with_options` except `prefixLen`, which is the agent's own (empty: the defaults).
     /// Each history message is then rendered once and reused. Setting it again replaces it;
     /// a failed call leaves the renderer as it was.
@@ -1136,7 +1136,7 @@ inline std::string verify_file(std::string_view path) {
 /// they arrive, in any chunking; take the deltas for display; `finish()` gives
 /// `{"message","usage"?,"finishReason"?}`, what `parse_response` gives for the non-streamed
 /// body, for `Agent::record_response` as it is. Formats: `"openai"` (chat completion chunks),
-/// `"openai-responses"`, `"anthropic"`, `"gemini"`. Move-only; calls on one stream are
+/// `"openai-responses"`, `"anthropic"`, `"gemini"`, `"gemini-interactions"`. Move-only; calls on one stream are
 /// serialised by the library.
 class Stream {
 public:
@@ -1215,7 +1215,7 @@ inline Recorded Agent::record_stream(Stream &stream, bool partial) {
 }
 
 /// Renders a request envelope into a provider body (`"openai"`, `"openai-responses"`,
-/// `"anthropic"` or `"gemini"`).
+/// `"anthropic"`, `"gemini"` or `"gemini-interactions"`).
 inline std::string render(std::string_view renderer, std::string_view envelope_json,
                           std::size_t prefix_len) {
     check_abi();
@@ -1227,7 +1227,8 @@ inline std::string render(std::string_view renderer, std::string_view envelope_j
 
 /// Renders a request envelope with render options as JSON (`lls_render_with_options`):
 /// `{"prefixLen"?, "promptCacheKey"?: true | false | "key", "promptCacheRetention"?,
-/// "cacheTtl"?: "5m" | "1h"}`; empty: the defaults.
+/// "cacheTtl"?: "5m" | "1h", "promptCacheOptions"?: {"mode"?, "ttl"?}, "promptCacheBreakpoints"?:
+/// bool}`; empty: the defaults.
 inline std::string render_with_options(std::string_view renderer, std::string_view envelope_json,
                                        std::string_view options_json = {}) {
     check_abi();

@@ -8,7 +8,7 @@ use llmsession::agent::ToolResultInput;
 use llmsession::compaction::SummaryOutput;
 use llmsession::log::TurnEndReason;
 use llmsession::prefix::ListenerContext;
-use llmsession::render::{CacheKey, CacheTtl, RenderOptions, Renderer};
+use llmsession::render::{CacheKey, CacheMode, CacheTtl, PromptCacheOptions, RenderOptions, Renderer};
 use llmsession::request::digest;
 use llmsession::types::ToolSchema;
 use llmsession::{Agent, AgentOptions, Block, CallConfig, CancelToken, ErrorKind, Message, Role, Session};
@@ -146,8 +146,15 @@ fn result_for(id: &str, n: usize, is_error: bool) -> ToolResultInput {
     ToolResultInput { call_id: id.to_string(), content, is_error }
 }
 
-fn render_options(kind: u8) -> RenderOptions {
-    match kind % 4 {
+fn render_options(kind: u8, renderer: Renderer) -> RenderOptions {
+    let openai = matches!(renderer, Renderer::OpenAi | Renderer::OpenAiResponses);
+    match kind % 6 {
+        // OpenAI's explicit breakpoints, in both modes (the other renderers refuse them).
+        4 if openai => RenderOptions::default().with_cache_breakpoints(true),
+        5 if openai => RenderOptions::default()
+            .with_cache_breakpoints(true)
+            .with_cache_options(PromptCacheOptions { mode: Some(CacheMode::Explicit), ttl: Some("30m".into()) }),
+        4 | 5 => RenderOptions::default(),
         0 => RenderOptions::default(),
         1 => RenderOptions::default().with_cache_key(CacheKey::Custom("tenant-7".into())).with_cache_retention("24h"),
         2 => RenderOptions::default().with_cache_key(CacheKey::Off).with_cache_ttl(CacheTtl::OneHour),
@@ -283,14 +290,14 @@ proptest! {
 
     #[test]
     fn every_body_is_the_rendering_of_its_envelope(
-        renderer in 0usize..4,
-        opts in 0u8..4,
+        renderer in 0usize..Renderer::ALL.len(),
+        opts in 0u8..6,
         prefix_kind in 0u8..4,
         variant in 0u8..4,
         ops in prop::collection::vec(op(), 1..28),
     ) {
         let renderer = Renderer::ALL[renderer];
-        let mut run = Run::new(renderer, render_options(opts), prefix_kind, variant);
+        let mut run = Run::new(renderer, render_options(opts, renderer), prefix_kind, variant);
         run.run(&ops);
         prop_assert!(run.bodies >= 1);
         // The whole log still verifies (every envelope rebuilt from the log alone).

@@ -20,7 +20,7 @@
 
 use llmsession::agent::ToolResultInput;
 use llmsession::compaction::{CompactionPolicy, Retained, SummaryOutput, SummaryRequest};
-use llmsession::render::{RenderOptions, Renderer};
+use llmsession::render::{CacheMode, PromptCacheOptions, RenderOptions, Renderer};
 use llmsession::{Agent, AgentOptions, CallConfig, CancelToken, Message, Session};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
@@ -31,6 +31,8 @@ struct Provider {
     config: Value,
     /// Body fields (as rendered) that this provider keys its cache or behaviour on.
     keyed: &'static [&'static str],
+    /// The render options (the session prefix's length is each request's).
+    options: RenderOptions,
 }
 
 fn providers() -> Vec<Provider> {
@@ -49,6 +51,17 @@ fn providers() -> Vec<Provider> {
                 "parallel_tool_calls",
                 "tools",
             ],
+            options: RenderOptions::default(),
+        },
+        Provider {
+            // gpt-5.6 and later: explicit breakpoints, the implicit one turned off.
+            name: "openai-breakpoints",
+            renderer: Renderer::OpenAi,
+            config: json!({"provider":"openai","model":"gpt-5.6","reasoningEffort":"low","maxTokens":1200,"tool_choice":"auto"}),
+            keyed: &["model", "reasoning_effort", "prompt_cache_key", "prompt_cache_options", "tool_choice", "tools"],
+            options: RenderOptions::default()
+                .with_cache_breakpoints(true)
+                .with_cache_options(PromptCacheOptions { mode: Some(CacheMode::Explicit), ttl: Some("30m".into()) }),
         },
         Provider {
             name: "anthropic",
@@ -56,12 +69,14 @@ fn providers() -> Vec<Provider> {
             config: json!({"provider":"anthropic","model":"claude-sonnet-4-5","maxTokens":4096,
                 "thinking":{"type":"enabled","budget_tokens":2048},"tool_choice":{"type":"auto"}}),
             keyed: &["model", "system", "tools", "thinking", "tool_choice"],
+            options: RenderOptions::default(),
         },
         Provider {
             name: "deepseek",
             renderer: Renderer::OpenAi,
             config: json!({"provider":"deepseek","model":"deepseek-chat","temperature":0.1,"maxTokens":2000,"thinking":{"type":"enabled"}}),
             keyed: &["model", "thinking", "temperature", "prompt_cache_key", "tools"],
+            options: RenderOptions::default(),
         },
         Provider {
             name: "vllm",
@@ -69,6 +84,7 @@ fn providers() -> Vec<Provider> {
             config: json!({"provider":"vllm","model":"Qwen/Qwen3-8B","temperature":0.6,"maxTokens":1024,
                 "cache_salt":"tenant-a","chat_template_kwargs":{"enable_thinking":true}}),
             keyed: &["model", "cache_salt", "chat_template_kwargs", "prompt_cache_key", "tools"],
+            options: RenderOptions::default(),
         },
         Provider {
             name: "llama.cpp",
@@ -76,6 +92,7 @@ fn providers() -> Vec<Provider> {
             config: json!({"provider":"llama.cpp","model":"SmolLM2-135M-Instruct","temperature":0.0,"maxTokens":48,
                 "seed":42,"cache_prompt":true,"id_slot":0}),
             keyed: &["model", "seed", "cache_prompt", "id_slot", "temperature", "tools"],
+            options: RenderOptions::default(),
         },
     ]
 }
@@ -144,7 +161,9 @@ fn tool_turn(a: &mut Agent, user: &str, reply_text: &str) -> Vec<(String, usize)
 
 fn render(p: &Provider, envelope: &str, prefix_len: usize) -> Value {
     let v: Value = serde_json::from_str(envelope).unwrap();
-    p.renderer.render(&v, &RenderOptions::with_prefix_len(prefix_len)).unwrap()
+    let mut options = p.options.clone();
+    options.prefix_len = prefix_len;
+    p.renderer.render(&v, &options).unwrap()
 }
 
 fn bytes(v: &Value) -> String {
@@ -175,15 +194,23 @@ fn check_other_fields(p: &Provider, conv: &Value, summary: &Value, budget: u64, 
     }
 }
 
+/// The messages without cache marks (Anthropic's `cache_control`, OpenAI's
+/// `prompt_cache_breakpoint`, whose one text part is a string content unmarked).
 fn unmarked(messages: &Value) -> Vec<Value> {
     let mut out = messages.as_array().unwrap().clone();
     for m in &mut out {
+        let mut openai_mark = false;
         if let Some(blocks) = m["content"].as_array_mut() {
             for b in blocks {
                 if let Some(o) = b.as_object_mut() {
                     o.remove("cache_control");
+                    openai_mark |= o.remove("prompt_cache_breakpoint").is_some();
                 }
             }
+        }
+        let one_text = m["content"].as_array().filter(|a| a.len() == 1 && a[0]["type"] == "text").map(|a| a[0]["text"].clone());
+        if let (true, Some(text)) = (openai_mark, one_text) {
+            m["content"] = text;
         }
     }
     out
@@ -218,6 +245,7 @@ fn summary_body_is_a_byte_extension_of_the_conversation_body_on_every_provider()
         assert_eq!(tail["role"], "user", "{}", p.name);
         assert!(bytes(&tail).contains("compaction engine"), "{}: {tail}", p.name);
         assert!(!bytes(&tail).contains("cache_control"), "{}: the instruction must not carry a cache mark", p.name);
+        assert!(!bytes(&tail).contains("prompt_cache_breakpoint"), "{}: the instruction must not carry a cache mark", p.name);
         assert_eq!(sum["messages"].as_array().unwrap().len(), conv["messages"].as_array().unwrap().len() + 1, "{}", p.name);
         // Without a policy the summary budget is the default, 8192.
         check_other_fields(&p, &conv, &sum, 8192, "manual compaction");
@@ -231,6 +259,12 @@ fn summary_body_is_a_byte_extension_of_the_conversation_body_on_every_provider()
             assert!(cm.contains(r#"{"signature":"c2lnbmVk","thinking":"Read it first.","type":"thinking"}"#), "{cm}");
         } else {
             assert_eq!(conv["prompt_cache_key"], json!(session.id()), "{}", p.name);
+        }
+        if p.options.cache_breakpoints {
+            // System prompt, prefix end and history end, at the same places in both.
+            assert_eq!(cm.matches("prompt_cache_breakpoint").count(), 3, "{cm}");
+            assert_eq!(sm.matches("prompt_cache_breakpoint").count(), 3, "{sm}");
+            assert_eq!(sum["prompt_cache_options"], json!({"mode":"explicit","ttl":"30m"}));
         }
 
         let report = llmsession::request::verify_records(&records(&session)).unwrap();
@@ -263,6 +297,13 @@ fn summary_body_is_a_byte_extension_of_the_conversation_body_on_every_provider()
             let mark = |b: &Value| bytes(&b["messages"][1]);
             assert_eq!(mark(&rb), mark(&gb));
             assert!(mark(&gb).contains("cache_control"));
+        }
+        if p.options.cache_breakpoints {
+            // The system and prefix marks sit where the routed request had them.
+            for k in [0, 2] {
+                assert_eq!(bytes(&rb["messages"][k]), bytes(&gb["messages"][k]), "{}", p.name);
+                assert!(bytes(&gb["messages"][k]).contains("prompt_cache_breakpoint"), "{}", p.name);
+            }
         }
         a.record_response(assistant(json!({"role":"assistant","content":[{"type":"text","text":"ok"}]})), None).unwrap();
         a.end_turn(llmsession::log::TurnEndReason::Completed).unwrap();

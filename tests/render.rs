@@ -1,6 +1,6 @@
 //! The renderers' prefix property and determinism, through the public API.
 
-use llmsession::render::{render_anthropic, render_gemini, render_openai, render_responses, RenderOptions, Renderer};
+use llmsession::render::{render_anthropic, render_gemini, render_interactions, render_openai, render_responses, RenderOptions, Renderer};
 use llmsession::ErrorKind;
 use proptest::prelude::*;
 use serde_json::{json, Value};
@@ -130,6 +130,59 @@ fn unmarked(body: &Value) -> Vec<Value> {
     msgs
 }
 
+/// An OpenAI body's items (`key`) without `prompt_cache_breakpoint` marks (a marked single text
+/// part back to the string it was), and the indices of the marked items.
+fn openai_unmarked(body: &Value, key: &str) -> (Vec<Value>, Vec<usize>) {
+    let mut items = body[key].as_array().unwrap().clone();
+    let mut marked = Vec::new();
+    for (k, item) in items.iter_mut().enumerate() {
+        let field = if item["type"] == "function_call_output" { "output" } else { "content" };
+        let mut hit = false;
+        if let Some(parts) = item.get_mut(field).and_then(Value::as_array_mut) {
+            for part in parts.iter_mut() {
+                hit |= part.as_object_mut().unwrap().remove("prompt_cache_breakpoint").is_some();
+            }
+        }
+        if hit {
+            marked.push(k);
+            let parts = item[field].as_array().unwrap();
+            // Chat completions' string contents and Responses' string outputs became one part.
+            let stringy = field == "output" || item.get("type").is_none();
+            if stringy && parts.len() == 1 && matches!(parts[0]["type"].as_str(), Some("text" | "input_text")) {
+                item[field] = parts[0]["text"].clone();
+            }
+        }
+    }
+    (items, marked)
+}
+
+/// OpenAI with breakpoints (both formats): every body is the unmarked body with at most three
+/// marks; the fixed ones (system prompt, prefix end) stay where they are as the envelope
+/// grows, and the unmarked items extend.
+fn check_openai_breakpoints(prefix: &[Value], history: &[Value]) {
+    let all = prefix.len() + history.len();
+    let p = prefix.len();
+    let opts = RenderOptions::with_prefix_len(p).with_cache_breakpoints(true);
+    for (r, key) in [(Renderer::OpenAi, "messages"), (Renderer::OpenAiResponses, "input")] {
+        let plain: Vec<Value> =
+            (p..=all).map(|k| r.render(&envelope(prefix, history, k), &RenderOptions::with_prefix_len(p)).unwrap()).collect();
+        let marked: Vec<Value> = (p..=all).map(|k| r.render(&envelope(prefix, history, k), &opts).unwrap()).collect();
+        for k in p..=all {
+            let (a, am) = openai_unmarked(&marked[k - p], key);
+            assert_eq!(a, plain[k - p][key].as_array().unwrap()[..], "{} k={k}: marks only add marks", r.name());
+            assert!(!am.is_empty() && am.len() <= 3, "{} k={k}: {am:?}", r.name());
+            for l in k + 1..=all {
+                let (b, bm) = openai_unmarked(&marked[l - p], key);
+                assert!(a.len() <= b.len() && a[..] == b[..a.len()], "{} k={k} l={l}", r.name());
+                // A's marks but its history mark are B's too.
+                for m in &am[..am.len() - 1] {
+                    assert!(bm.contains(m), "{} k={k} l={l}: mark {m} moved ({am:?} -> {bm:?})", r.name());
+                }
+            }
+        }
+    }
+}
+
 fn without_messages(body: &Value) -> Value {
     let mut rest = body.clone();
     rest.as_object_mut().unwrap().remove("messages");
@@ -145,6 +198,7 @@ fn check_prefix_property(prefix: &[Value], history: &[Value]) {
     let an: Vec<Value> = (p..=all.len()).map(|k| render_anthropic(&envelope(prefix, history, k), &opts).unwrap()).collect();
     let rs: Vec<Value> = (p..=all.len()).map(|k| render_responses(&envelope(prefix, history, k), &opts).unwrap()).collect();
     let ge: Vec<Value> = (p..=all.len()).map(|k| render_gemini(&envelope(prefix, history, k), &opts).unwrap()).collect();
+    let gi: Vec<Value> = (p..=all.len()).map(|k| render_interactions(&envelope(prefix, history, k), &opts).unwrap()).collect();
     // The prefix breakpoint, fixed for the whole instance: where the prefix-only body has its mark.
     let prefix_mark = last_cacheable(&an[0]);
     for k in p..=all.len() {
@@ -186,6 +240,8 @@ fn check_prefix_property(prefix: &[Value], history: &[Value]) {
             // Gemini: contents extend as Anthropic's messages do (results of a step merge).
             let (a_ge, b_ge) = (&ge[k - p], &ge[l - p]);
             extends(a_ge, b_ge, "contents", boundary(&all, k), &format!("gemini k={k} l={l}"));
+            // Gemini Interactions: every input step of A starts B's input; the rest is equal.
+            extends(&gi[k - p], &gi[l - p], "input", true, &format!("gemini-interactions k={k} l={l}"));
         }
     }
 }
@@ -388,6 +444,7 @@ proptest! {
     #[test]
     fn prefix_property_on_random_conversations(steps in prop::collection::vec(step_strategy(), 1..5), which in 0usize..2) {
         check_prefix_property(&prefixes()[which], &build(&steps));
+        check_openai_breakpoints(&prefixes()[which], &build(&steps));
     }
 }
 

@@ -25,6 +25,7 @@ const FIXTURES: &[(Renderer, &str, &str)] = &[
     (Renderer::Anthropic, "anthropic-citations.sse", "anthropic-citations.json"),
     (Renderer::Gemini, "gemini-tools.sse", "gemini-tools.json"),
     (Renderer::Gemini, "gemini-array.stream.json", "gemini-array.json"),
+    (Renderer::GeminiInteractions, "gemini-interactions-tools.sse", "gemini-interactions-tools.json"),
 ];
 
 /// Feeds `bytes` cut at `cuts` (sorted offsets); returns the response and every delta.
@@ -107,6 +108,23 @@ fn the_fixtures_hold_what_the_issue_asks_for() {
     let (p, _) = run(Renderer::Gemini, &data("gemini-array.stream.json"), &[]);
     assert_eq!(p.message.content.len(), 1);
     assert_eq!(p.message.content[0].get_str("thoughtSignature"), Some("Q2lRQjBlMkti"));
+
+    // Interactions: a thought with its signature, text in two deltas, a call's arguments in
+    // fragments with its signature, the interaction id carried back.
+    let (p, deltas) = run(Renderer::GeminiInteractions, &data("gemini-interactions-tools.sse"), &[]);
+    assert_eq!(p.message.content[0].kind(), "reasoning");
+    assert_eq!(p.message.content[0].get_str("text"), Some("The user wants the file; \n\nread it first."));
+    assert_eq!(p.message.content[0].get("step").unwrap()["signature"], "EpYCCpMCAdHtim9sig==");
+    let reasoning: String = deltas.iter().filter(|d| d.kind == DeltaKind::Reasoning).filter_map(|d| d.text.as_deref()).collect();
+    assert_eq!(Some(reasoning.as_str()), p.message.content[0].get_str("text"));
+    assert_eq!(p.message.tool_calls().next().unwrap(), ("fc_7q2x", "read_file", r#"{"lines":20,"path":"café.txt"}"#));
+    assert_eq!(p.message.content[2].get_str("signature"), Some("CiQBfc7sig=="));
+    let args: String = deltas.iter().filter(|d| d.kind == DeltaKind::ToolCall).filter_map(|d| d.arguments.as_deref()).collect();
+    assert_eq!(args, "{\"path\": \"café.txt\", \"lines\": 20}");
+    let u = p.usage.unwrap();
+    assert_eq!((u.input_tokens, u.cache_read_tokens, u.output_tokens, u.reasoning_tokens), (214, Some(4096), 99, Some(61)));
+    assert_eq!(p.finish_reason.as_deref(), Some("tool-calls"));
+    assert_eq!(p.message.provenance.as_ref().unwrap().extra["interactionId"], "v1_ChdpbnRlcmFjdGlvbi0x");
 }
 
 #[test]
@@ -238,6 +256,7 @@ fn a_cut_connection_is_incomplete_and_the_partial_message_keeps_finished_parts()
             Renderer::OpenAiResponses => text.find("event: response.completed").unwrap(),
             Renderer::Anthropic => text.find("event: message_delta").unwrap(),
             Renderer::Gemini => text.find("STOP").map(|i| text[..i].rfind("data: ").or(text[..i].rfind(",\r\n{")).unwrap()).unwrap(),
+            Renderer::GeminiInteractions => text.find("event: interaction.completed").unwrap(),
         };
         let mut s = StreamAccumulator::new(format);
         s.feed(&bytes[..end]).unwrap();
@@ -276,6 +295,17 @@ fn malformed_events_are_clear_errors() {
         (Renderer::Gemini, b"data: {\"candidates\":[{\"content\":{\"parts\":{}}}]}\n\n", "`content.parts` must be an array"),
         (Renderer::Gemini, b"[{\"candidates\":[]}, 7]", "stream element 2: expected an object as array element"),
         (Renderer::OpenAi, b"data: \xff\n\n", "stream line 1 is not valid UTF-8"),
+        (
+            Renderer::GeminiInteractions,
+            b"data: {\"event_type\":\"step.delta\",\"index\":3,\"delta\":{\"type\":\"text\",\"text\":\"x\"}}\n\n",
+            "step 3 was never started",
+        ),
+        (Renderer::GeminiInteractions, b"data: {\"event_type\":\"step.start\",\"index\":0}\n\n", "`step.start` needs the `step` object"),
+        (
+            Renderer::GeminiInteractions,
+            b"data: {\"event_type\":\"step.start\",\"index\":0,\"step\":{\"type\":\"function_call\",\"id\":\"f\",\"name\":\"n\"}}\n\ndata: {\"event_type\":\"step.delta\",\"index\":0,\"delta\":{\"type\":\"arguments\",\"arguments\":\"{oops\"}}\n\ndata: {\"event_type\":\"step.stop\",\"index\":0}\n\n",
+            "the arguments of function call step 0 are not JSON",
+        ),
     ];
     for &(format, text, want) in bad {
         let e = StreamAccumulator::new(format).feed(text).unwrap_err();
@@ -359,6 +389,7 @@ fn a_stream_of_another_format_is_refused_at_its_first_event() {
         (Renderer::OpenAiResponses, "an OpenAI Responses API stream"),
         (Renderer::Anthropic, "an Anthropic Messages stream"),
         (Renderer::Gemini, "a Gemini streamGenerateContent stream"),
+        (Renderer::GeminiInteractions, "a Gemini Interactions API stream"),
     ];
     for &(theirs, stream, _) in FIXTURES {
         let looks = names.iter().find(|(f, _)| *f == theirs).unwrap().1;

@@ -26,7 +26,7 @@ const (
 )
 
 // SetRenderer gives the agent a renderer ("openai", "openai-responses", "anthropic",
-// "gemini") and render options (nil: the defaults; PrefixLen must be 0, the agent uses its own
+// "gemini", "gemini-interactions") and render options (nil: the defaults; PrefixLen must be 0, the agent uses its own
 // session prefix length). Each history message is then rendered once and reused.
 func (a *Agent) SetRenderer(renderer string, opts *RenderOptions) error {
 	var o []byte

@@ -34,6 +34,12 @@ var hotProviders = []hotProvider{
 	{"anthropic", &RenderOptions{CacheTTL: "1h"}, func(n int) string {
 		return fmt.Sprintf(`{"id":"msg_%d","type":"message","role":"assistant","model":"m-test","content":[{"type":"text","text":"Reading it."},{"type":"tool_use","id":"call_%d","name":"read_file","input":{"path":"a.txt"}}],"stop_reason":"tool_use","usage":{"input_tokens":50,"output_tokens":10}}`, n, n)
 	}},
+	{"openai", &RenderOptions{PromptCacheBreakpoints: true, PromptCacheOptions: &PromptCacheOptions{Mode: "explicit", TTL: "30m"}}, func(n int) string {
+		return fmt.Sprintf(`{"id":"c%d","object":"chat.completion","model":"m-test","choices":[{"index":0,"message":{"role":"assistant","content":"Reading it.","tool_calls":[{"id":"call_%d","type":"function","function":{"name":"read_file","arguments":"{\"path\":\"a.txt\"}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":50,"completion_tokens":10}}`, n, n)
+	}},
+	{"gemini-interactions", nil, func(n int) string {
+		return fmt.Sprintf(`{"id":"int_%d","status":"requires_action","model":"m-test","steps":[{"type":"model_output","content":[{"type":"text","text":"Reading it."}]},{"type":"function_call","id":"call_%d","name":"read_file","arguments":{"path":"a.txt"},"signature":"c2ln"}],"usage":{"total_input_tokens":50,"total_output_tokens":10}}`, n, n)
+	}},
 	{"gemini", nil, func(n int) string {
 		return fmt.Sprintf(`{"candidates":[{"content":{"role":"model","parts":[{"text":"Reading it."},{"functionCall":{"id":"call_%d","name":"read_file","args":{"path":"a.txt"}}}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":50,"candidatesTokenCount":10},"modelVersion":"m-test"}`, n)
 	}},
@@ -78,7 +84,8 @@ func checkBody(t *testing.T, a *Agent, p hotProvider, body []byte, info RequestI
 	}
 	opts := RenderOptions{PrefixLen: info.PrefixLen}
 	if p.opts != nil {
-		opts.PromptCacheKey, opts.CacheTTL = p.opts.PromptCacheKey, p.opts.CacheTTL
+		opts = *p.opts
+		opts.PrefixLen = info.PrefixLen
 	}
 	fresh, err := RenderWithOptions(p.renderer, env, &opts)
 	must(t, err)
@@ -107,6 +114,9 @@ func TestNextBodyIsTheRenderedEnvelopeForEveryRenderer(t *testing.T) {
 		v, err := a.NextBodyView(ctx)
 		must(t, err)
 		checkBody(t, a, p, v.Bytes(), v.Info)
+		if p.opts != nil && p.opts.PromptCacheBreakpoints && !bytes.Contains(v.Bytes(), []byte(`"prompt_cache_breakpoint":{"mode":"explicit"}`)) {
+			t.Errorf("%s: no breakpoint in %s", p.renderer, v.Bytes())
+		}
 		if v.Info.Turn != 1 || v.Info.Step != 1 || v.Info.Purpose != PurposeConversation {
 			t.Errorf("%s: info %+v", p.renderer, v.Info)
 		}

@@ -300,7 +300,7 @@ func VerifyFile(path string) (json.RawMessage, error) {
 }
 
 // Render renders a request envelope into a provider's JSON body ("openai", "openai-responses",
-// "anthropic" or "gemini") with the default options; prefixLen is how many leading messages are
+// "anthropic", "gemini" or "gemini-interactions") with the default options; prefixLen is how many leading messages are
 // the session prefix.
 func Render(renderer string, envelope []byte, prefixLen int) (json.RawMessage, error) {
 	rb := []byte(renderer)
@@ -323,6 +323,19 @@ type RenderOptions struct {
 	PromptCacheRetention string `json:"promptCacheRetention,omitempty"`
 	// CacheTTL is the ttl of the Anthropic cache breakpoints: "5m" or "1h" ("": the default).
 	CacheTTL string `json:"cacheTtl,omitempty"`
+	// PromptCacheOptions is OpenAI's prompt_cache_options (gpt-5.6 and later; both OpenAI
+	// formats); its TTL with PromptCacheRetention is an error.
+	PromptCacheOptions *PromptCacheOptions `json:"promptCacheOptions,omitempty"`
+	// PromptCacheBreakpoints places OpenAI's prompt_cache_breakpoint marks at the end of the
+	// system prompt, the session prefix and the history.
+	PromptCacheBreakpoints bool `json:"promptCacheBreakpoints,omitempty"`
+}
+
+// PromptCacheOptions is OpenAI's prompt_cache_options: Mode "implicit" or "explicit", TTL
+// (e.g. "30m"); empty fields are not sent.
+type PromptCacheOptions struct {
+	Mode string `json:"mode,omitempty"`
+	TTL  string `json:"ttl,omitempty"`
 }
 
 // RenderWithOptions renders a request envelope into a provider's JSON body, as Render does,
@@ -344,9 +357,9 @@ func RenderWithOptions(renderer string, envelope []byte, opts *RenderOptions) (j
 	})
 }
 
-// ParseResponse parses a provider response body ("openai", "openai-responses", "anthropic" or
-// "gemini") into {"message","usage"?,"finishReason"?}, which Agent.RecordResponse takes as it
-// is. For a streamed response use a Stream (or ReadStream).
+// ParseResponse parses a provider response body ("openai", "openai-responses", "anthropic",
+// "gemini" or "gemini-interactions") into {"message","usage"?,"finishReason"?}, which
+// Agent.RecordResponse takes as it is. For a streamed response use a Stream (or ReadStream).
 func ParseResponse(renderer string, body []byte) (json.RawMessage, error) {
 	rb := []byte(renderer)
 	rp, rn := cbuf(rb)

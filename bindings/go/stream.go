@@ -20,7 +20,7 @@ import (
 // body works), take the deltas for display with NextDelta, and call Finish for the response,
 // which is what ParseResponse gives for the non-streamed body and goes to Agent.RecordResponse
 // as it is. Formats: "openai" (chat completion chunks), "openai-responses", "anthropic",
-// "gemini". Safe for use by several goroutines (calls are serialised), though a stream is one
+// "gemini", "gemini-interactions". Safe for use by several goroutines (calls are serialised), though a stream is one
 // response and is naturally fed from one place. Close it when done.
 type Stream struct {
 	h handle

@@ -323,6 +323,14 @@ export interface AgentRenderOptions {
   promptCacheKey?: boolean | string;
   promptCacheRetention?: string;
   cacheTtl?: '5m' | '1h';
+  promptCacheOptions?: PromptCacheOptions;
+  promptCacheBreakpoints?: boolean;
+}
+
+/** OpenAI's `prompt_cache_options` (gpt-5.6 and later; both OpenAI formats). */
+export interface PromptCacheOptions {
+  mode?: 'implicit' | 'explicit';
+  ttl?: string;
 }
 
 /** The result of `Agent.nextBody`: the provider body, ready to POST. */
@@ -483,7 +491,7 @@ export declare class Agent {
 }
 
 /** A provider body format. */
-export type Format = 'openai' | 'openai-responses' | 'anthropic' | 'gemini';
+export type Format = 'openai' | 'openai-responses' | 'anthropic' | 'gemini' | 'gemini-interactions';
 /** Renders an envelope into a provider's JSON body. */
 export declare function render(renderer: Format | string, envelope: Envelope | string | Buffer, prefixLen?: number): string;
 /** Render options (`docs/render.md`, `docs/caching.md`). */
@@ -496,6 +504,10 @@ export interface RenderOptions {
   promptCacheRetention?: string;
   /** The `ttl` of the Anthropic cache breakpoints. */
   cacheTtl?: '5m' | '1h';
+  /** OpenAI's `prompt_cache_options`; its `ttl` with `promptCacheRetention` is an error. */
+  promptCacheOptions?: PromptCacheOptions;
+  /** OpenAI: `prompt_cache_breakpoint` marks at the end of the system prompt, the session prefix and the history. */
+  promptCacheBreakpoints?: boolean;
 }
 /** Renders an envelope with render options. */
 export declare function renderWithOptions(renderer: 'openai' | 'anthropic' | string, envelope: Envelope | string | Buffer, options?: RenderOptions | null): string;

@@ -1155,8 +1155,8 @@ class Agent {
   }
 
   /**
-   * Gives the agent a renderer ("openai", "openai-responses", "anthropic", "gemini") and render
-   * options (`{promptCacheKey?, promptCacheRetention?, cacheTtl?}`; the prefix length is the
+   * Gives the agent a renderer ("openai", "openai-responses", "anthropic", "gemini", "gemini-interactions") and render
+   * options (`{promptCacheKey?, promptCacheRetention?, cacheTtl?, promptCacheOptions?, promptCacheBreakpoints?}`; the prefix length is the
    * agent's own): `nextBody` then builds provider bodies, each message rendered once.
    */
   setRenderer(renderer, options) {
@@ -1351,7 +1351,7 @@ class Agent {
  * `fetch(...).body`), take the deltas for display (`nextDelta`, `takeDeltas`), and `finish()`
  * for `{message, usage?, finishReason?}`: what `parseResponse` gives for the non-streamed
  * body, for `agent.recordResponse` as it is. Formats: "openai", "openai-responses",
- * "anthropic", "gemini".
+ * "anthropic", "gemini", "gemini-interactions".
  */
 class Stream {
   constructor(format) {
@@ -1495,7 +1495,8 @@ function isContextOverflow(status, body) {
 
 /**
  * Renders an envelope as `render` does, with render options `{prefixLen?, promptCacheKey?: true |
- * false | string, promptCacheRetention?, cacheTtl?: '5m' | '1h'}` (`docs/render.md`).
+ * false | string, promptCacheRetention?, cacheTtl?: '5m' | '1h', promptCacheOptions?: {mode?, ttl?},
+ * promptCacheBreakpoints?: boolean}` (`docs/render.md`).
  */
 function renderWithOptions(renderer, envelope, options) {
   const r = utf8(renderer);

@@ -128,7 +128,7 @@ impl lls_request_info {
 
 /// Gives the agent a provider body format for `lls_agent_next_body` and
 /// `lls_agent_record_body`: `(renderer, renderer_len)` is `"openai"`, `"openai-responses"`,
-/// `"anthropic"` or `"gemini"` (as for `lls_render`), and `(options_json, options_len)` (NULL:
+/// `"anthropic"`, `"gemini"` or `"gemini-interactions"` (as for `lls_render`), and `(options_json, options_len)` (NULL:
 /// the defaults) the render options as for `lls_render_with_options`, except `prefixLen`, which
 /// is the agent's own (its session prefix) and may not be given. From then on the rendered form
 /// of each history message is computed once and reused by every body. Setting a renderer again

@@ -32,7 +32,8 @@ pub const LLS_ABI_VERSION: u32 = 2;
 /// `lls_status_name`; 3: `lls_tool_calls_*` and the observer hook, `lls_set_observer`; 4:
 /// `lls_agent_record_body_info`, `lls_agent_record_stream_info` and `lls_recorded_info`; 5: the
 /// store conformance kit, `lls_store_conformance`, `lls_store_conformance_url` and
-/// `LLS_ERR_NONCONFORMING`).
+/// `LLS_ERR_NONCONFORMING`, the `"gemini-interactions"` format and the `promptCacheOptions` /
+/// `promptCacheBreakpoints` render options).
 ///
 /// Thread safety: a constant.
 pub const LLS_ABI_MINOR: u32 = 5;

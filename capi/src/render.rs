@@ -16,8 +16,9 @@ use std::ffi::c_char;
 /// `(renderer, renderer_len)` names the format: `"openai"` (OpenAI-compatible chat completions:
 /// OpenAI, DeepSeek, llama.cpp, vLLM, ...), `"openai-responses"` (the OpenAI Responses API,
 /// stateless with `store: false`), `"anthropic"` (Anthropic Messages, with cache breakpoints at
-/// the end of the system prompt, of the session prefix and of the history) or `"gemini"` (Gemini
-/// `generateContent`; the model goes in the URL, not the body). Blocks carrying another
+/// the end of the system prompt, of the session prefix and of the history), `"gemini"` (Gemini
+/// `generateContent`; the model goes in the URL, not the body) or `"gemini-interactions"` (the
+/// Gemini Interactions API, stateless with `store: false`). Blocks carrying another
 /// provider's native state (`origin`) are dropped, never sent to the wrong provider. `prefix_len`
 /// is how many leading envelope messages are the session prefix (`prefixLen` of
 /// `lls_agent_request_info`, or of the summariser's input); it must not exceed the number of
@@ -73,7 +74,8 @@ pub unsafe extern "C" fn lls_render(
 ///
 /// `(options_json, options_len)` (may be NULL for the defaults) is `{"prefixLen"?: n,
 /// "promptCacheKey"?: true | false | "key", "promptCacheRetention"?: "...", "cacheTtl"?: "5m" |
-/// "1h"}`:
+/// "1h", "promptCacheOptions"?: {"mode"?: "implicit" | "explicit", "ttl"?: "..."},
+/// "promptCacheBreakpoints"?: true | false}`:
 /// - `prefixLen` (default 0): how many leading envelope messages are the session prefix, as
 ///   `prefix_len` of `lls_render`;
 /// - `promptCacheKey` (OpenAI-compatible bodies; default `true`): `true` sends the envelope's
@@ -81,7 +83,12 @@ pub unsafe extern "C" fn lls_render(
 ///   `false` sends none, a string sends that key;
 /// - `promptCacheRetention` (OpenAI-compatible): sent verbatim as `prompt_cache_retention`
 ///   (OpenAI: `"in_memory"` or `"24h"`);
-/// - `cacheTtl` (Anthropic): the `ttl` of every cache breakpoint the renderer places.
+/// - `cacheTtl` (Anthropic): the `ttl` of every cache breakpoint the renderer places;
+/// - `promptCacheOptions` (OpenAI, both formats): sent as `prompt_cache_options`; its `ttl`
+///   with `promptCacheRetention` is an error (OpenAI rejects both);
+/// - `promptCacheBreakpoints` (OpenAI, both formats; default `false`): `prompt_cache_breakpoint`
+///   marks where the system prompt, the session prefix and the history end (mode `"explicit"`
+///   needs them). The other renderers refuse both.
 ///
 /// An unknown key is an error (a misspelt option is never ignored). An explicit key or
 /// retention and a config field of the same name collide (`LLS_ERR_INVALID_INPUT`).

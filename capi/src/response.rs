@@ -27,7 +27,8 @@ use std::ffi::c_char;
 /// response use `lls_stream_new`.
 ///
 /// `(renderer, renderer_len)`: `"openai"` (OpenAI-compatible chat completions: OpenAI,
-/// DeepSeek, llama.cpp, vLLM), `"openai-responses"`, `"anthropic"` or `"gemini"`.
+/// DeepSeek, llama.cpp, vLLM), `"openai-responses"`, `"anthropic"`, `"gemini"` or
+/// `"gemini-interactions"`.
 ///
 /// Errors: `LLS_ERR_NULL_POINTER`, `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`,
 /// `LLS_ERR_INVALID_INPUT` (an unknown renderer, or a response without the expected fields;

@@ -41,8 +41,8 @@ fn internal(e: serde_json::Error) -> Error {
 /// Creates a stream accumulator in `*out` for one response in `(format, format_len)`:
 /// `"openai"` (chat completion chunks, `data: [DONE]` at the end; ask for usage with
 /// `"stream_options":{"include_usage":true}`), `"openai-responses"` (Responses API events),
-/// `"anthropic"` (Messages events) or `"gemini"` (`streamGenerateContent`, with `alt=sse` or as
-/// the plain JSON array). Free it with `lls_stream_free`.
+/// `"anthropic"` (Messages events), `"gemini"` (`streamGenerateContent`, with `alt=sse` or as
+/// the plain JSON array) or `"gemini-interactions"` (Interactions API events). Free it with `lls_stream_free`.
 ///
 /// Errors: `LLS_ERR_NULL_POINTER` (`format`, `out`), `LLS_ERR_INVALID_UTF8`,
 /// `LLS_ERR_INVALID_INPUT` (an unknown format; detail `field` = `renderer`).

@@ -5,7 +5,7 @@
 use clap::{Parser, Subcommand};
 
 /// The provider renderers `--render` accepts (the names `Renderer::parse` takes).
-pub const RENDERERS: [&str; 4] = ["openai", "openai-responses", "anthropic", "gemini"];
+pub const RENDERERS: [&str; 5] = ["openai", "openai-responses", "anthropic", "gemini", "gemini-interactions"];
 
 /// What `llmsession --help` prints after the commands.
 const AFTER_HELP: &str = "\

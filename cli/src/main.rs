@@ -2,10 +2,10 @@
 //! output and the exit codes).
 //!
 //! ```text
-//! llmsession verify LOG [--render openai|openai-responses|anthropic|gemini] [--json]
+//! llmsession verify LOG [--render openai|openai-responses|anthropic|gemini|gemini-interactions] [--json]
 //! llmsession stats LOG [--json]
 //! llmsession explain LOG [--step ID] [--json]
-//! llmsession show LOG --step N [--render openai|openai-responses|anthropic|gemini] [--json]
+//! llmsession show LOG --step N [--render openai|openai-responses|anthropic|gemini|gemini-interactions] [--json]
 //! llmsession headers LOG [--json]
 //! llmsession sessions URL [--json]
 //! ```

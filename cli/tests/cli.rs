@@ -61,7 +61,7 @@ fn cli_inspects_a_log_and_names_the_damaged_step() {
     assert!(ok, "{out}");
     assert!(out.contains("4 requests"), "{out}");
     // With a renderer, every provider body too.
-    for r in ["openai", "openai-responses", "anthropic", "gemini"] {
+    for r in ["openai", "openai-responses", "anthropic", "gemini", "gemini-interactions"] {
         let (ok, out) = cli(&["verify", p, "--render", r]);
         assert!(ok, "{out}");
         assert!(out.contains(&format!("ok: 4 {r} bodies built from the rendered messages")), "{out}");

@@ -471,7 +471,7 @@ fn user(text: &str) -> Vec<u8> {
 
 const AGENT_OPTS: &str = r#"{"config":{"provider":"p","model":"m","maxTokens":256},"system":"You are careful.","tools":[{"name":"read","description":"Read a file","parameters":{"type":"object","properties":{"path":{"type":"string"}}}}],"policy":{"contextWindow":4000,"threshold":0.5,"retainedTokens":100,"summaryMaxTokens":300}}"#;
 /// Renderer names for `lls_agent_set_renderer`, one of them unknown.
-const HOT_RENDERERS: [&str; 5] = ["openai", "openai-responses", "anthropic", "gemini", "cobol"];
+const HOT_RENDERERS: [&str; 6] = ["openai", "openai-responses", "anthropic", "gemini", "gemini-interactions", "cobol"];
 
 /// A raw, non-streamed reply body in `format` whose message says a little and calls `read`
 /// once per id.
@@ -495,6 +495,14 @@ fn raw_reply(format: &str, ids: &[String]) -> String {
             let stop = if ids.is_empty() { "end_turn" } else { "tool_use" };
             json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": content,
                 "stop_reason": stop, "usage": {"input_tokens": 100, "output_tokens": 10}})
+        }
+        "gemini-interactions" => {
+            let mut steps = vec![json!({"type": "model_output", "content": [{"type": "text", "text": "working"}]})];
+            for id in ids {
+                steps.push(json!({"type": "function_call", "id": id, "name": "read", "arguments": args}));
+            }
+            json!({"id": "int_1", "status": "completed", "model": "m", "steps": steps,
+                "usage": {"total_input_tokens": 100, "total_output_tokens": 10}})
         }
         "gemini" => {
             let mut parts = vec![json!({"text": "working"})];

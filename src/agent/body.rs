@@ -108,6 +108,7 @@ impl Agent {
         if options.prefix_len != 0 {
             return Err(Error::invalid("prefixLen", "is the agent's own (the length of its session prefix); leave it out"));
         }
+        options.check_for(renderer)?;
         self.body = Some(BodyCache::new(renderer, options));
         Ok(())
     }

@@ -16,7 +16,7 @@
 //!   with the host's own tool marks. Thinking blocks cannot carry a breakpoint, so a trailing
 //!   thinking-only message passes the mark back to the one before.
 
-use super::{block_path, image_source, origin, unsupported, Envelope, ImageSource, RenderOptions};
+use super::{block_path, breakpoint, image_source, origin, unsupported, Envelope, ImageSource, RenderOptions};
 use crate::error::{Error, Result};
 use crate::types::{Block, JsonMap, Message, Role};
 use serde_json::{json, Value};
@@ -38,6 +38,7 @@ pub const DEFAULT_ANTHROPIC_MAX_TOKENS: u64 = 4096;
 /// `top_k`, `metadata`, ...); one that names a body field set here is an error.
 pub fn render_anthropic(envelope: &Value, options: &RenderOptions) -> Result<Value> {
     let env = Envelope::parse(envelope)?;
+    let options = &options.effective(&env, super::Renderer::Anthropic)?;
     let prefix_len = options.prefix_len;
     env.check_prefix_len(prefix_len)?;
 
@@ -149,12 +150,9 @@ pub(super) fn head_mark<P>(system_prompt_blocks: usize, tools: &[Value]) -> Opti
     }
 }
 
-/// The breakpoints, in the order of their value: the end of the history (the next request
-/// extends this one and reads everything up to here), the end of the session prefix (the
-/// same in every request of an instance and in its summarisation requests, so it is read
-/// even after a compaction rewrote the history), the end of the system prompt, or of the
-/// tools without one (read by the next instance when its session prefix changed). Marks the
-/// host put on tools (a `cache_control` tool field) count against the provider's limit.
+/// The breakpoints (`breakpoint::choose_marks`: the end of the history, of the session prefix,
+/// of the system prompt or tools). Marks the host put on tools (a `cache_control` tool field)
+/// count against the provider's limit.
 pub(super) fn choose_marks<P: PartialEq>(
     tools: &[Value],
     end: Option<Mark<P>>,
@@ -162,13 +160,7 @@ pub(super) fn choose_marks<P: PartialEq>(
     head: Option<Mark<P>>,
 ) -> Vec<Mark<P>> {
     let host_marks = tools.iter().filter(|t| t.get("cache_control").is_some()).count();
-    let mut marks: Vec<Mark<P>> = Vec::with_capacity(3);
-    for m in [end, prefix, head].into_iter().flatten() {
-        if !marks.contains(&m) && host_marks + marks.len() < MAX_BREAKPOINTS {
-            marks.push(m);
-        }
-    }
-    marks
+    breakpoint::choose_marks(host_marks, MAX_BREAKPOINTS, end, prefix, head)
 }
 
 /// Every body field but the wire messages, whose place `messages` holds (`null`), with the
@@ -208,16 +200,7 @@ pub(super) fn frame<P>(env: &Envelope, mut system: Vec<Value>, mut tools: Vec<Va
 /// Anthropic accepts at most this many blocks with `cache_control` in one request.
 pub const MAX_BREAKPOINTS: usize = 4;
 
-/// Where a cache breakpoint goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Mark<P> {
-    /// A `system` block.
-    System(usize),
-    /// A tool.
-    Tool(usize),
-    /// A block of a message, at position `P` (here: (rendered message, block)).
-    Message(P),
-}
+pub(super) use super::breakpoint::Mark;
 
 /// The `cache_control` object: ephemeral, with the TTL the options ask for.
 pub(super) fn cache_control(options: &RenderOptions) -> Value {

@@ -16,11 +16,12 @@
 //! - **The frame is rendered once per header.** Everything but the messages (model, system,
 //!   tools, sampling fields, cache routing, pass-through fields) comes from the header and the
 //!   session prefix, rendered by the renderer's own code and split around the message array.
-//! - **Anthropic's moving breakpoint is a patch.** The end-of-history `cache_control` goes on
-//!   the last cacheable block of the history, which changes at every request: the copy of the
-//!   rendered history replaces that one block's text with its marked form (and the same for the
-//!   prefix breakpoint). Which system and tool breakpoints the frame carries follows the
-//!   renderer's rule (at most four, the host's own tool marks counted).
+//! - **The moving breakpoint is a patch.** The end-of-history mark (Anthropic's `cache_control`,
+//!   OpenAI's `prompt_cache_breakpoint` when asked for) goes on the last block or item of the
+//!   history that can carry one, which changes at every request: the copy of the rendered
+//!   history replaces that one block's text with its marked form (and the same for the prefix
+//!   breakpoint). Which system and tool breakpoints the frame carries follows the renderer's
+//!   rule (`render::breakpoint`: at most four for Anthropic, the host's own tool marks counted).
 //!
 //! The history is followed as the digest cache follows it (`request::DigestCache`): while it
 //! only grew (same replace generation, the same entries at the covered ends), new entries are
@@ -33,7 +34,8 @@
 //! whole envelope (the envelope is rendered afresh to get it). Debug builds compare every body
 //! with the fresh rendering of its envelope.
 
-use super::{anthropic, gemini, openai, responses, Envelope, RenderOptions, Renderer};
+use super::breakpoint::{self, Mark};
+use super::{anthropic, gemini, interactions, openai, responses, Envelope, RenderOptions, Renderer};
 use crate::error::{Error, ErrorKind, Result};
 use crate::header::EpochHeader;
 use crate::log::{Derived, History};
@@ -91,7 +93,7 @@ enum Layout {
 
 fn layout(r: Renderer) -> Layout {
     match r {
-        Renderer::OpenAi | Renderer::OpenAiResponses => Layout::Flat,
+        Renderer::OpenAi | Renderer::OpenAiResponses | Renderer::GeminiInteractions => Layout::Flat,
         Renderer::Anthropic => Layout::Grouped("content"),
         Renderer::Gemini => Layout::Grouped("parts"),
     }
@@ -104,6 +106,7 @@ fn messages_key(r: Renderer) -> &'static str {
         Renderer::OpenAiResponses => responses::INPUT,
         Renderer::Anthropic => anthropic::MESSAGES,
         Renderer::Gemini => gemini::CONTENTS,
+        Renderer::GeminiInteractions => interactions::INPUT,
     }
 }
 
@@ -221,8 +224,9 @@ struct Frame {
     post: String,
 }
 
-/// Which system and tool breakpoints an Anthropic frame carries.
-type FrameKey = Vec<anthropic::Mark<()>>;
+/// Which system and tool breakpoints a frame carries (Anthropic; chat completions: the system
+/// prompt's message).
+type FrameKey = Vec<Mark<()>>;
 
 /// What depends on the header, the prefix and the session id.
 #[derive(Debug)]
@@ -241,6 +245,8 @@ struct Head {
     prefix_pieces: usize,
     prefix_cacheable: Option<usize>,
     frame: Option<(FrameKey, Frame)>,
+    /// The render options with the header's cache controls (`RenderOptions::effective`).
+    options: RenderOptions,
 }
 
 #[derive(Debug)]
@@ -377,6 +383,7 @@ impl BodyCache {
         let bytes = src.envelope(&[], Some((0, 0)));
         let v: Value = serde_json::from_slice(&bytes)?;
         let env = Envelope::parse(&v)?;
+        let options = self.options.effective(&env, self.renderer)?;
         let (system, tools) = match self.renderer {
             Renderer::Anthropic => (anthropic::system_prompt(&env), anthropic::tools(&env)?),
             Renderer::Gemini => (gemini::system_prompt(&env), Vec::new()),
@@ -393,6 +400,7 @@ impl BodyCache {
             prefix_pieces: 0,
             prefix_cacheable: None,
             frame: None,
+            options,
         })
     }
 
@@ -404,7 +412,7 @@ impl BodyCache {
             let uses = self.uses(m, &seq.calls);
             let rendered = self.render(m, i, n, &mut head.system, &mut seq.calls)?;
             let notes = if uses.is_empty() { self.notes(m, &seq.calls) } else { uses };
-            self.push_rendered(seq, None, rendered, notes)?;
+            self.push_rendered(seq, None, rendered, notes, head.options.cache_breakpoints)?;
         }
         head.prefix_pieces = seq.pieces.len();
         head.prefix_cacheable = seq.last_cacheable;
@@ -422,7 +430,7 @@ impl BodyCache {
             let uses = self.uses(&m, &state.seq.calls);
             let rendered = self.render(&m, i, prefix_len, &mut system, &mut state.seq.calls)?;
             let notes = if uses.is_empty() { self.notes(&m, &state.seq.calls) } else { uses };
-            self.push_rendered(&mut state.seq, Some(d.seq), rendered, notes)?;
+            self.push_rendered(&mut state.seq, Some(d.seq), rendered, notes, state.head.options.cache_breakpoints)?;
             state.cover(d.seq);
         }
         Ok(())
@@ -480,6 +488,7 @@ impl BodyCache {
         Ok(match self.renderer {
             Renderer::OpenAi => Rendered::Items(openai::piece(m, i)?),
             Renderer::OpenAiResponses => Rendered::Items(responses::piece(m, i)?),
+            Renderer::GeminiInteractions => Rendered::Items(interactions::piece(m, i, prefix_len)?),
             Renderer::Anthropic => match anthropic::piece(m, i, prefix_len, system)? {
                 None => Rendered::Nothing,
                 Some(r) => {
@@ -495,12 +504,20 @@ impl BodyCache {
     }
 
     /// Writes a rendered message into the sequence.
-    fn push_rendered(&self, seq: &mut Sequence, at: Option<u64>, r: Rendered, notes: Vec<Note>) -> Result<()> {
+    fn push_rendered(&self, seq: &mut Sequence, at: Option<u64>, r: Rendered, notes: Vec<Note>, breakpoints: bool) -> Result<()> {
         let layout = layout(self.renderer);
         let (values, kind, cacheable) = match r {
             Rendered::Nothing => (Vec::new(), Kind::Empty, None),
             Rendered::Items(v) if v.is_empty() => (v, Kind::Empty, None),
-            Rendered::Items(v) => (v, Kind::Items, None),
+            Rendered::Items(v) => {
+                // OpenAI with breakpoints: the last item that can carry one.
+                let cacheable = match (self.renderer, breakpoints) {
+                    (Renderer::OpenAi, true) => v.iter().rposition(openai::markable),
+                    (Renderer::OpenAiResponses, true) => v.iter().rposition(responses::markable),
+                    _ => None,
+                };
+                (v, Kind::Items, cacheable)
+            }
             Rendered::Blocks { role, blocks, merges, cacheable } => (blocks, Kind::Blocks { role, merges }, cacheable),
         };
         let mut text = Vec::with_capacity(256);
@@ -524,32 +541,51 @@ impl BodyCache {
     fn write(&mut self) -> Result<String> {
         let renderer = self.renderer;
         let state = self.state.as_mut().expect("updated");
-        // Anthropic: the breakpoints; message blocks are named by piece.
-        let (key, patches) = if renderer == Renderer::Anthropic {
+        // The breakpoints (Anthropic's, or OpenAI's when asked for); message blocks are named
+        // by piece.
+        let openai_marks = state.head.options.cache_breakpoints && matches!(renderer, Renderer::OpenAi | Renderer::OpenAiResponses);
+        let (key, patches) = if renderer == Renderer::Anthropic || openai_marks {
             let head = &state.head;
-            let prefix_at = match head.prefix_cacheable {
-                Some(k) => Some(anthropic::Mark::Message(k)),
-                None => anthropic::hoisted_mark(&head.system, head.system_prompt_blocks),
+            let marks = if renderer == Renderer::Anthropic {
+                let prefix_at = match head.prefix_cacheable {
+                    Some(k) => Some(anthropic::Mark::Message(k)),
+                    None => anthropic::hoisted_mark(&head.system, head.system_prompt_blocks),
+                };
+                anthropic::choose_marks(
+                    &head.tools,
+                    state.seq.last_cacheable.map(anthropic::Mark::Message),
+                    prefix_at,
+                    anthropic::head_mark(head.system_prompt_blocks, &head.tools),
+                )
+            } else {
+                // Chat completions: the system prompt's message leads the array (the frame's).
+                let lead = openai::lead(&head.env);
+                let head_at = (renderer == Renderer::OpenAi && lead.first().is_some_and(openai::markable)).then_some(Mark::System(0));
+                breakpoint::choose_marks(
+                    0,
+                    breakpoint::openai_limit(&head.options),
+                    state.seq.last_cacheable.map(Mark::Message),
+                    head.prefix_cacheable.map(Mark::Message),
+                    head_at,
+                )
             };
-            let marks = anthropic::choose_marks(
-                &head.tools,
-                state.seq.last_cacheable.map(anthropic::Mark::Message),
-                prefix_at,
-                anthropic::head_mark(head.system_prompt_blocks, &head.tools),
-            );
             let mut patches: Vec<(usize, usize, String)> = Vec::new();
             let mut key: FrameKey = Vec::new();
             for m in &marks {
                 match *m {
-                    anthropic::Mark::Message(k) => {
+                    Mark::Message(k) => {
                         let p = &state.seq.pieces[k];
                         let (s, e) = p.mark.expect("a cacheable piece");
                         let mut block: Value = serde_json::from_str(&state.seq.text(k)[s..e])?;
-                        anthropic::set_mark(&mut block, &self.cc);
+                        match renderer {
+                            Renderer::OpenAi => openai::set_breakpoint(&mut block),
+                            Renderer::OpenAiResponses => responses::set_breakpoint(&mut block),
+                            _ => anthropic::set_mark(&mut block, &self.cc),
+                        }
                         patches.push((p.start + s, p.start + e, serde_json::to_string(&block).map_err(internal)?));
                     }
-                    anthropic::Mark::System(j) => key.push(anthropic::Mark::System(j)),
-                    anthropic::Mark::Tool(t) => key.push(anthropic::Mark::Tool(t)),
+                    Mark::System(j) => key.push(Mark::System(j)),
+                    Mark::Tool(t) => key.push(Mark::Tool(t)),
                 }
             }
             patches.sort_by_key(|p| p.0);
@@ -558,7 +594,7 @@ impl BodyCache {
             (Vec::new(), Vec::new())
         };
         if state.head.frame.as_ref().is_none_or(|(k, _)| *k != key) {
-            let frame = frame_of(renderer, &self.options, &self.cc, &state.head, &key)?;
+            let frame = frame_of(renderer, &state.head.options, &self.cc, &state.head, &key)?;
             state.head.frame = Some((key, frame));
         }
         let frame = &state.head.frame.as_ref().expect("set").1;
@@ -594,10 +630,18 @@ impl BodyCache {
 fn frame_of(renderer: Renderer, options: &RenderOptions, cc: &Value, head: &Head, key: &FrameKey) -> Result<Frame> {
     let env = &head.env;
     let (body, lead): (JsonMap, Vec<Value>) = match renderer {
-        Renderer::OpenAi => (openai::frame(env, options)?, openai::lead(env)),
+        Renderer::OpenAi => {
+            let mut lead = openai::lead(env);
+            if key.contains(&Mark::System(0)) {
+                openai::set_breakpoint(&mut lead[0]);
+            }
+            (openai::frame(env, options)?, lead)
+        }
         Renderer::OpenAiResponses => (responses::frame(env, options)?, Vec::new()),
         Renderer::Anthropic => (anthropic::frame(env, head.system.clone(), head.tools.clone(), key, cc)?, Vec::new()),
         Renderer::Gemini => (gemini::frame(env, head.system.clone())?, Vec::new()),
+        // The head envelope holds the prefix messages only.
+        Renderer::GeminiInteractions => (interactions::frame(env, env.messages.len())?, Vec::new()),
     };
     let key = messages_key(renderer);
     let mut pre = String::with_capacity(4096);

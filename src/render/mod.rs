@@ -7,7 +7,8 @@
 //!   of the system prompt (or tools), of the session prefix and of the history.
 //! - [`render_responses`]: an OpenAI Responses API body (stateless: `store: false`).
 //! - [`render_gemini`]: a Gemini `generateContent` body.
-//! - [`Renderer`]: the four, chosen by name.
+//! - [`render_interactions`]: a Gemini Interactions API body (stateless: `store: false`).
+//! - [`Renderer`]: the five, chosen by name.
 //!
 //! The envelope is the JSON object the library builds:
 //! `{provider, model, reasoningEffort?, temperature?, maxTokens?, stop?, <unknown config
@@ -16,7 +17,8 @@
 //! e.g. `messages[4].content[1]: ...`) and never send `sessionId`, `purpose`, `turn`, `step` or
 //! `instance`: those are library bookkeeping, not provider input. Two of them steer caching:
 //! `sessionId` is the default OpenAI-compatible `prompt_cache_key`, and `purpose:
-//! "compaction"` keeps the trailing instruction out of the Anthropic history breakpoint.
+//! "compaction"` keeps the trailing instruction out of the history breakpoint (Anthropic's
+//! `cache_control`, OpenAI's `prompt_cache_breakpoint`; the placement is `breakpoint.rs`).
 //!
 //! **The prefix property.** Each envelope message is rendered by a pure function of that
 //! message alone (the Anthropic renderer additionally merges consecutive tool-result-only user
@@ -28,7 +30,9 @@
 
 mod anthropic;
 mod body;
+mod breakpoint;
 mod gemini;
+mod interactions;
 mod openai;
 pub mod origin;
 pub mod response;
@@ -36,7 +40,9 @@ mod responses;
 
 pub use anthropic::{render_anthropic, DEFAULT_ANTHROPIC_MAX_TOKENS, MAX_BREAKPOINTS};
 pub use body::{BodyCache, BodySource};
+pub use breakpoint::OPENAI_MAX_WRITES;
 pub use gemini::{render_gemini, unique_synthetic_ids};
+pub use interactions::render_interactions;
 pub use openai::render_openai;
 pub use response::{is_context_overflow, is_refusal, parse_response, usage_from_provider, ParsedResponse, FINISH_REASONS};
 pub(crate) use response::{refusal_block, ONE_CANDIDATE, ONE_CHOICE};
@@ -66,6 +72,57 @@ pub struct RenderOptions {
     /// The TTL of the Anthropic cache breakpoints (JSON `cacheTtl`); absent: the provider's
     /// default (5 minutes), and no `ttl` field is sent.
     pub cache_ttl: Option<CacheTtl>,
+    /// OpenAI's `prompt_cache_options` (JSON `promptCacheOptions`: `{"mode"?, "ttl"?}`), sent
+    /// by both OpenAI renderers; absent by default. Its `ttl` supersedes
+    /// `prompt_cache_retention`: the two are never sent together.
+    pub cache_options: Option<PromptCacheOptions>,
+    /// Whether the OpenAI renderers place explicit `prompt_cache_breakpoint` marks (JSON
+    /// `promptCacheBreakpoints`, default `false`): where the system prompt, the session prefix
+    /// and the history end, as the Anthropic renderer places its `cache_control` marks.
+    pub cache_breakpoints: bool,
+}
+
+/// OpenAI's `prompt_cache_options` (gpt-5.6 and later).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PromptCacheOptions {
+    /// `mode`: absent sends none (the provider's default, implicit).
+    pub mode: Option<CacheMode>,
+    /// `ttl` (e.g. `"30m"`), sent verbatim; absent sends none (the provider's default).
+    pub ttl: Option<String>,
+}
+
+/// OpenAI's prompt-cache mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CacheMode {
+    /// `"implicit"`: OpenAI places one breakpoint of its own (and writes up to three explicit
+    /// ones).
+    Implicit,
+    /// `"explicit"`: no implicit breakpoint; only the explicit ones are written (up to four).
+    Explicit,
+}
+
+impl CacheMode {
+    /// The wire value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheMode::Implicit => "implicit",
+            CacheMode::Explicit => "explicit",
+        }
+    }
+}
+
+impl PromptCacheOptions {
+    /// The wire object.
+    fn to_value(&self) -> Value {
+        let mut m = JsonMap::new();
+        if let Some(mode) = self.mode {
+            m.insert("mode".into(), mode.as_str().into());
+        }
+        if let Some(ttl) = &self.ttl {
+            m.insert("ttl".into(), ttl.clone().into());
+        }
+        Value::Object(m)
+    }
 }
 
 /// Where the OpenAI-compatible `prompt_cache_key` comes from.
@@ -113,14 +170,97 @@ impl RenderOptions {
         if let Some(r) = &self.cache_retention {
             body.insert("prompt_cache_retention".into(), r.clone().into());
         }
+        if let Some(o) = &self.cache_options {
+            body.insert("prompt_cache_options".into(), o.to_value());
+        }
+    }
+
+    /// Checks a finished OpenAI body: `prompt_cache_options.ttl` supersedes
+    /// `prompt_cache_retention` and OpenAI rejects a request with both (from the options or
+    /// from config fields).
+    pub(crate) fn check_openai_ttl(body: &JsonMap) -> Result<()> {
+        let ttl = body.get("prompt_cache_options").and_then(|o| o.get("ttl"));
+        if ttl.is_some() && body.contains_key("prompt_cache_retention") {
+            return Err(Error::invalid(
+                "prompt_cache_retention",
+                "cannot be sent with prompt_cache_options.ttl, which supersedes it (OpenAI rejects both): drop one",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Refuses the OpenAI-only cache controls for a renderer whose provider has no such fields,
+    /// and the combinations OpenAI would refuse or that cache nothing.
+    pub(crate) fn check_for(&self, renderer: Renderer) -> Result<()> {
+        if !matches!(renderer, Renderer::OpenAi | Renderer::OpenAiResponses) {
+            let what = if self.cache_options.is_some() {
+                Some("promptCacheOptions")
+            } else if self.cache_breakpoints {
+                Some("promptCacheBreakpoints")
+            } else {
+                None
+            };
+            if let Some(what) = what {
+                return Err(Error::invalid(
+                    what,
+                    format!(
+                        "is an OpenAI cache control (the openai and openai-responses renderers); the {} renderer has no such field",
+                        renderer.name()
+                    ),
+                ));
+            }
+        }
+        self.check_combination("")
+    }
+
+    /// These options with the cache controls the envelope's call config gives (config fields
+    /// `promptCacheOptions` and `promptCacheBreakpoints`: logged with the config, so every
+    /// request is rebuilt with them), checked for `renderer`. A control given both ways is an
+    /// error (give it once).
+    pub(crate) fn effective(&self, env: &Envelope, renderer: Renderer) -> Result<RenderOptions> {
+        let mut out = self.clone();
+        if let Some(o) = &env.cache_options {
+            if self.cache_options.is_some() {
+                return Err(Error::invalid("promptCacheOptions", "is both a config field and a render option; give it once"));
+            }
+            out.cache_options = Some(o.clone());
+        }
+        if let Some(b) = env.cache_breakpoints {
+            if self.cache_breakpoints {
+                return Err(Error::invalid("promptCacheBreakpoints", "is both a config field and a render option; give it once"));
+            }
+            out.cache_breakpoints = b;
+        }
+        out.check_for(renderer)?;
+        Ok(out)
+    }
+
+    /// The option combinations that cannot be sent: an explicit cache mode without breakpoints
+    /// (nothing would be cached), both TTL fields. `at` prefixes the option's name.
+    fn check_combination(&self, at: &str) -> Result<()> {
+        if self.cache_options.as_ref().and_then(|o| o.mode) == Some(CacheMode::Explicit) && !self.cache_breakpoints {
+            return Err(Error::invalid(
+                format!("{at}promptCacheOptions.mode"),
+                "\"explicit\" turns off OpenAI's implicit breakpoint, so without promptCacheBreakpoints nothing is cached",
+            ));
+        }
+        if self.cache_options.as_ref().is_some_and(|o| o.ttl.is_some()) && self.cache_retention.is_some() {
+            return Err(Error::invalid(
+                format!("{at}promptCacheRetention"),
+                "cannot be sent with promptCacheOptions.ttl, which supersedes it (OpenAI rejects both): drop one",
+            ));
+        }
+        Ok(())
     }
 
     /// The default `prompt_cache_key` (the session id), set after the pass-through fields: a
-    /// `prompt_cache_key` config field wins.
-    pub(crate) fn route_default(&self, body: &mut JsonMap, session_id: Option<&String>) {
+    /// `prompt_cache_key` config field wins. Then the finished routing is checked
+    /// ([`RenderOptions::check_openai_ttl`]).
+    pub(crate) fn route_default(&self, body: &mut JsonMap, session_id: Option<&String>) -> Result<()> {
         if let (CacheKey::SessionId, Some(id)) = (&self.cache_key, session_id) {
             body.entry("prompt_cache_key").or_insert_with(|| id.clone().into());
         }
+        RenderOptions::check_openai_ttl(body)
     }
 
     /// Options for an envelope whose first `prefix_len` messages are the session prefix.
@@ -146,16 +286,33 @@ impl RenderOptions {
         self
     }
 
+    /// These options with OpenAI's `prompt_cache_options`.
+    pub fn with_cache_options(mut self, options: PromptCacheOptions) -> RenderOptions {
+        self.cache_options = Some(options);
+        self
+    }
+
+    /// These options with OpenAI's explicit breakpoints placed (or not).
+    pub fn with_cache_breakpoints(mut self, on: bool) -> RenderOptions {
+        self.cache_breakpoints = on;
+        self
+    }
+
     /// Parses the JSON form `{"prefixLen"?: n, "promptCacheKey"?: true | false | "key",
-    /// "promptCacheRetention"?: "...", "cacheTtl"?: "5m" | "1h"}` (every key optional; an unknown
-    /// key is an error, so a misspelt option is never silently ignored).
+    /// "promptCacheRetention"?: "...", "cacheTtl"?: "5m" | "1h", "promptCacheOptions"?:
+    /// {"mode"?: "implicit" | "explicit", "ttl"?: "..."}, "promptCacheBreakpoints"?: bool}`
+    /// (every key optional; an unknown key is an error, so a misspelt option is never silently
+    /// ignored). `promptCacheOptions.ttl` with `promptCacheRetention` is an error (OpenAI
+    /// rejects both), and so is mode `"explicit"` without breakpoints.
     pub fn from_value(v: &Value) -> Result<RenderOptions> {
-        const KEYS: &[&str] = &["prefixLen", "promptCacheKey", "promptCacheRetention", "cacheTtl"];
+        const KEYS: &[&str] =
+            &["prefixLen", "promptCacheKey", "promptCacheRetention", "cacheTtl", "promptCacheOptions", "promptCacheBreakpoints"];
         let f = Fields::of(v, "options")?;
         if let Some(k) = f.map.keys().find(|k| !KEYS.contains(&k.as_str())) {
             return Err(Error::invalid(
                 f.p(k),
-                "is not a render option (expected prefixLen, promptCacheKey, promptCacheRetention or cacheTtl)",
+                "is not a render option (expected prefixLen, promptCacheKey, promptCacheRetention, cacheTtl, \
+                 promptCacheOptions or promptCacheBreakpoints)",
             ));
         }
         let mut out = RenderOptions::with_prefix_len(f.opt_u64("prefixLen")?.unwrap_or(0) as usize);
@@ -180,8 +337,46 @@ impl RenderOptions {
             Some("1h") => Some(CacheTtl::OneHour),
             Some(other) => return Err(Error::invalid(f.p("cacheTtl"), format!("expected \"5m\" or \"1h\", got {other:?}"))),
         };
+        let (cache_options, breakpoints) = cache_controls(&f)?;
+        out.cache_options = cache_options;
+        out.cache_breakpoints = breakpoints.unwrap_or(false);
+        out.check_combination("options.")?;
         Ok(out)
     }
+}
+
+/// Reads OpenAI's cache controls, `promptCacheOptions` and `promptCacheBreakpoints`, from render
+/// options or from a request envelope's call config (the same names and checks).
+fn cache_controls(f: &Fields<'_>) -> Result<(Option<PromptCacheOptions>, Option<bool>)> {
+    let options = match f.opt_value("promptCacheOptions")? {
+        None => None,
+        Some(o) => {
+            let at = f.p("promptCacheOptions");
+            let g = Fields::of(o, &at)?;
+            if let Some(k) = g.map.keys().find(|k| !["mode", "ttl"].contains(&k.as_str())) {
+                return Err(Error::invalid(g.p(k), "is not a prompt cache option (expected mode or ttl)"));
+            }
+            let mode = match g.opt_str("mode")? {
+                None => None,
+                Some("implicit") => Some(CacheMode::Implicit),
+                Some("explicit") => Some(CacheMode::Explicit),
+                Some(other) => return Err(Error::invalid(g.p("mode"), format!("expected \"implicit\" or \"explicit\", got {other:?}"))),
+            };
+            let ttl = match g.opt_str("ttl")? {
+                Some("") => return Err(Error::invalid(g.p("ttl"), "must not be empty")),
+                t => t.map(str::to_string),
+            };
+            Some(PromptCacheOptions { mode, ttl })
+        }
+    };
+    let breakpoints = match f.opt_value("promptCacheBreakpoints")? {
+        None => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(other) => {
+            return Err(Error::invalid(f.p("promptCacheBreakpoints"), format!("expected true or false, got {}", kind_of(other))))
+        }
+    };
+    Ok((options, breakpoints))
 }
 
 /// A provider body format.
@@ -195,22 +390,27 @@ pub enum Renderer {
     OpenAiResponses,
     /// Gemini `generateContent`.
     Gemini,
+    /// The Gemini Interactions API, stateless (`store: false`).
+    GeminiInteractions,
 }
 
 impl Renderer {
     /// Every renderer, in the order their names are listed in messages.
-    pub const ALL: [Renderer; 4] = [Renderer::OpenAi, Renderer::OpenAiResponses, Renderer::Anthropic, Renderer::Gemini];
+    pub const ALL: [Renderer; 5] =
+        [Renderer::OpenAi, Renderer::OpenAiResponses, Renderer::Anthropic, Renderer::Gemini, Renderer::GeminiInteractions];
 
-    /// Parses a renderer name: `"openai"`, `"openai-responses"`, `"anthropic"` or `"gemini"`.
+    /// Parses a renderer name: `"openai"`, `"openai-responses"`, `"anthropic"`, `"gemini"` or
+    /// `"gemini-interactions"`.
     pub fn parse(name: &str) -> Result<Renderer> {
         match name {
             "openai" => Ok(Renderer::OpenAi),
             "anthropic" => Ok(Renderer::Anthropic),
             "openai-responses" => Ok(Renderer::OpenAiResponses),
             "gemini" => Ok(Renderer::Gemini),
+            "gemini-interactions" => Ok(Renderer::GeminiInteractions),
             other => Err(Error::invalid(
                 "renderer",
-                format!("expected \"openai\", \"openai-responses\", \"anthropic\" or \"gemini\", got {other:?}"),
+                format!("expected \"openai\", \"openai-responses\", \"anthropic\", \"gemini\" or \"gemini-interactions\", got {other:?}"),
             )),
         }
     }
@@ -222,6 +422,7 @@ impl Renderer {
             Renderer::Anthropic => "anthropic",
             Renderer::OpenAiResponses => responses::NAME,
             Renderer::Gemini => gemini::NAME,
+            Renderer::GeminiInteractions => interactions::NAME,
         }
     }
 
@@ -231,12 +432,14 @@ impl Renderer {
         match self {
             Renderer::OpenAi => {
                 let env = Envelope::parse(envelope)?;
+                let options = options.effective(&env, self)?;
                 env.check_prefix_len(options.prefix_len)?;
-                openai::render(&env, options)
+                openai::render(&env, &options)
             }
             Renderer::Anthropic => render_anthropic(envelope, options),
             Renderer::OpenAiResponses => render_responses(envelope, options),
             Renderer::Gemini => render_gemini(envelope, options),
+            Renderer::GeminiInteractions => render_interactions(envelope, options),
         }
     }
 }
@@ -245,7 +448,8 @@ impl Renderer {
 // The parsed envelope, shared by both renderers.
 
 /// Config keys the renderers map themselves.
-const CONFIG_KEYS: &[&str] = &["provider", "model", "reasoningEffort", "temperature", "maxTokens", "stop"];
+const CONFIG_KEYS: &[&str] =
+    &["provider", "model", "reasoningEffort", "temperature", "maxTokens", "stop", "promptCacheOptions", "promptCacheBreakpoints"];
 
 /// A validated request envelope.
 #[derive(Debug)]
@@ -268,6 +472,10 @@ pub(crate) struct Envelope {
     /// message is the instruction, which the Anthropic renderer keeps out of the history's
     /// cache breakpoint.
     pub compaction: bool,
+    /// OpenAI's cache controls given as config fields (`promptCacheOptions`,
+    /// `promptCacheBreakpoints`); [`RenderOptions::effective`] merges them.
+    pub cache_options: Option<PromptCacheOptions>,
+    pub cache_breakpoints: Option<bool>,
 }
 
 impl Envelope {
@@ -302,6 +510,7 @@ impl Envelope {
             Some(t) => ToolSchema::list_from_value(t, "tools")?,
         };
         let messages = Message::list_from_value(f.value("messages")?, "messages")?;
+        let (cache_options, cache_breakpoints) = cache_controls(&f)?;
         let mut known: Vec<&str> = CONFIG_KEYS.to_vec();
         known.extend_from_slice(ENVELOPE_KEYS);
         Ok(Envelope {
@@ -316,6 +525,8 @@ impl Envelope {
             extra: f.extra(&known),
             session_id: f.opt_str("sessionId")?.filter(|s| !s.is_empty()).map(str::to_string),
             compaction: f.opt_str("purpose")? == Some("compaction"),
+            cache_options,
+            cache_breakpoints,
         })
     }
 
@@ -412,7 +623,10 @@ mod tests {
         }
         let e = Renderer::parse("cohere").unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidInput);
-        assert_eq!(e.message(), "renderer: expected \"openai\", \"openai-responses\", \"anthropic\" or \"gemini\", got \"cohere\"");
+        assert_eq!(
+            e.message(),
+            "renderer: expected \"openai\", \"openai-responses\", \"anthropic\", \"gemini\" or \"gemini-interactions\", got \"cohere\""
+        );
     }
 
     #[test]
@@ -489,7 +703,8 @@ mod tests {
             (json!({"cacheTtl":"2h"}), "options.cacheTtl: expected \"5m\" or \"1h\", got \"2h\""),
             (
                 json!({"cacheTTL":"1h"}),
-                "options.cacheTTL: is not a render option (expected prefixLen, promptCacheKey, promptCacheRetention or cacheTtl)",
+                "options.cacheTTL: is not a render option (expected prefixLen, promptCacheKey, promptCacheRetention, cacheTtl, \
+                 promptCacheOptions or promptCacheBreakpoints)",
             ),
         ];
         for (v, want) in bad {

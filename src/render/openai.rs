@@ -11,7 +11,7 @@
 //!   `"refusal": true`, joined by "\n"), `reasoning_content` (reasoning blocks joined by
 //!   "\n", present whenever the message has a reasoning block) and `tool_calls`.
 
-use super::{block_path, image_source, origin, unsupported, Envelope, ImageSource, RenderOptions};
+use super::{block_path, breakpoint, image_source, origin, unsupported, Envelope, ImageSource, RenderOptions};
 use crate::error::{Error, Result};
 use crate::types::{Block, JsonMap, Message, Role};
 use serde_json::{json, Value};
@@ -33,9 +33,19 @@ pub fn render_openai(envelope: &Value) -> Result<Value> {
 
 pub(super) fn render(env: &Envelope, options: &RenderOptions) -> Result<Value> {
     let mut messages = lead(env);
+    let lead = messages.len();
+    let (mut prefix_end, mut history_end) = (lead, lead);
     for (i, m) in env.messages.iter().enumerate() {
         render_message(m, i, &mut messages)?;
+        if i < options.prefix_len {
+            prefix_end = messages.len();
+        }
+        // A summarisation request's trailing instruction is left out of the history's mark.
+        if !(env.compaction && i + 1 == env.messages.len()) {
+            history_end = messages.len();
+        }
     }
+    breakpoint::place_openai(&mut messages, lead, prefix_end, history_end, options, markable, set_breakpoint);
     let mut body = frame(env, options)?;
     body.insert(MESSAGES.into(), Value::Array(messages));
     Ok(Value::Object(body))
@@ -51,6 +61,35 @@ pub(super) fn lead(env: &Envelope) -> Vec<Value> {
         messages.push(json!({"role": "system", "content": system}));
     }
     messages
+}
+
+/// Whether a wire message can carry a `prompt_cache_breakpoint`: a system, user or tool message
+/// with text (its content becomes parts when marked); assistant output cannot.
+pub(super) fn markable(item: &Value) -> bool {
+    if !matches!(item.get("role").and_then(Value::as_str), Some("system" | "developer" | "user" | "tool")) {
+        return false;
+    }
+    match item.get("content") {
+        Some(Value::String(s)) => !s.is_empty(),
+        Some(Value::Array(parts)) => {
+            parts.last().and_then(|p| p.get("type")).and_then(Value::as_str).is_some_and(|t| t == "text" || t == "image_url")
+        }
+        _ => false,
+    }
+}
+
+/// Marks a [`markable`] wire message's last content part (a string content becomes one text
+/// part) with `prompt_cache_breakpoint`.
+pub(super) fn set_breakpoint(item: &mut Value) {
+    let bp = breakpoint::openai_breakpoint();
+    if let Some(content) = item.get_mut("content") {
+        if let Value::String(s) = content {
+            *content = json!([{"type": "text", "text": std::mem::take(s)}]);
+        }
+        if let Some(Value::Object(last)) = content.as_array_mut().and_then(|a| a.last_mut()) {
+            last.insert("prompt_cache_breakpoint".into(), bp);
+        }
+    }
 }
 
 /// Every body field but the wire messages, whose place `messages` holds (`null`).
@@ -94,7 +133,7 @@ pub(super) fn frame(env: &Envelope, options: &RenderOptions) -> Result<JsonMap> 
     // way to a `prompt_cache_key` config field.
     options.route_explicit(&mut body);
     env.pass_through(&mut body, NAME)?;
-    options.route_default(&mut body, env.session_id.as_ref());
+    options.route_default(&mut body, env.session_id.as_ref())?;
     Ok(body)
 }
 

@@ -139,6 +139,7 @@ pub fn parse_response(renderer: Renderer, body: &Value) -> Result<ParsedResponse
         Renderer::Anthropic => parse_anthropic(body),
         Renderer::OpenAiResponses => super::responses::parse(body),
         Renderer::Gemini => super::gemini::parse(body),
+        Renderer::GeminiInteractions => super::interactions::parse(body),
     }
 }
 

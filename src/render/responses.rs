@@ -17,7 +17,7 @@
 //! blocks, `reasoning` → a reasoning block holding the item, anything else → an opaque block.
 
 use super::origin::{self, is_foreign, is_native, native_str, with_origin};
-use super::{block_path, image_source, unsupported, Envelope, ImageSource, ParsedResponse, RenderOptions};
+use super::{block_path, breakpoint, image_source, unsupported, Envelope, ImageSource, ParsedResponse, RenderOptions};
 use crate::error::{Error, Result};
 use crate::types::{as_object, Block, JsonMap, Message, Provenance, Role};
 use serde_json::{json, Value};
@@ -43,6 +43,7 @@ const ENCRYPTED_REASONING: &str = "reasoning.encrypted_content";
 /// completions.
 pub fn render_responses(envelope: &Value, options: &RenderOptions) -> Result<Value> {
     let env = Envelope::parse(envelope)?;
+    let options = &options.effective(&env, super::Renderer::OpenAiResponses)?;
     env.check_prefix_len(options.prefix_len)?;
     render(&env, options)
 }
@@ -50,9 +51,19 @@ pub fn render_responses(envelope: &Value, options: &RenderOptions) -> Result<Val
 fn render(env: &Envelope, options: &RenderOptions) -> Result<Value> {
     check_stop(env)?;
     let mut input = Vec::with_capacity(env.messages.len());
+    let (mut prefix_end, mut history_end) = (0, 0);
     for (i, m) in env.messages.iter().enumerate() {
         render_message(m, i, &mut input)?;
+        if i < options.prefix_len {
+            prefix_end = input.len();
+        }
+        // A summarisation request's trailing instruction is left out of the history's mark.
+        if !(env.compaction && i + 1 == env.messages.len()) {
+            history_end = input.len();
+        }
     }
+    // `instructions` is a string and cannot carry a mark: no head mark (lead 0).
+    breakpoint::place_openai(&mut input, 0, prefix_end, history_end, options, markable, set_breakpoint);
     let mut body = frame(env, options)?;
     body.insert(INPUT.into(), Value::Array(input));
     Ok(Value::Object(body))
@@ -73,6 +84,41 @@ pub(super) fn piece(m: &Message, i: usize) -> Result<Vec<Value>> {
     let mut out = Vec::new();
     render_message(m, i, &mut out)?;
     Ok(out)
+}
+
+/// Whether an input item can carry a `prompt_cache_breakpoint`: a user or system `message`
+/// whose last part is `input_text` or `input_image`, or a `function_call_output` (a string
+/// output becomes one `input_text` part when marked); output items cannot.
+pub(super) fn markable(item: &Value) -> bool {
+    match item.get("type").and_then(Value::as_str) {
+        Some("message") if matches!(item.get("role").and_then(Value::as_str), Some("user" | "system" | "developer")) => {
+            item.get("content").and_then(Value::as_array).and_then(|a| a.last()).is_some_and(input_part)
+        }
+        Some("function_call_output") => match item.get("output") {
+            Some(Value::String(s)) => !s.is_empty(),
+            Some(Value::Array(a)) => a.last().is_some_and(input_part),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+fn input_part(p: &Value) -> bool {
+    matches!(p.get("type").and_then(Value::as_str), Some("input_text" | "input_image"))
+}
+
+/// Marks a [`markable`] input item's last part with `prompt_cache_breakpoint`.
+pub(super) fn set_breakpoint(item: &mut Value) {
+    let bp = super::breakpoint::openai_breakpoint();
+    let key = if item.get("type").and_then(Value::as_str) == Some("function_call_output") { "output" } else { "content" };
+    if let Some(parts) = item.get_mut(key) {
+        if let Value::String(s) = parts {
+            *parts = json!([{"type": "input_text", "text": std::mem::take(s)}]);
+        }
+        if let Some(Value::Object(last)) = parts.as_array_mut().and_then(|a| a.last_mut()) {
+            last.insert("prompt_cache_breakpoint".into(), bp);
+        }
+    }
 }
 
 /// Every body field but the input items, whose place `input` holds (`null`).
@@ -142,7 +188,7 @@ pub(super) fn frame(env: &Envelope, options: &RenderOptions) -> Result<JsonMap> 
         }
         body.insert(k, v);
     }
-    options.route_default(&mut body, env.session_id.as_ref());
+    options.route_default(&mut body, env.session_id.as_ref())?;
     Ok(body)
 }
 

@@ -24,6 +24,7 @@
 mod anthropic;
 mod chat;
 mod gemini;
+mod interactions;
 mod responses;
 mod sse;
 
@@ -134,6 +135,7 @@ impl StreamAccumulator {
             Renderer::OpenAiResponses => Box::new(responses::Responses::default()),
             Renderer::Anthropic => Box::new(anthropic::Anthropic::default()),
             Renderer::Gemini => Box::new(gemini::Gemini::default()),
+            Renderer::GeminiInteractions => Box::new(interactions::Interactions::default()),
         };
         StreamAccumulator { format, reader: Reader::Undecided, assembler, deltas: VecDeque::new(), events: 0, failed: None, ended: false }
     }
@@ -311,6 +313,11 @@ pub(crate) fn looks_like(ev: &RawEvent, data: &Value) -> Option<Renderer> {
         Some(t) if t.starts_with("response.") => return Some(Renderer::OpenAiResponses),
         _ => {}
     }
+    if let Some(t) = data.get("event_type").and_then(Value::as_str) {
+        if t.starts_with("interaction.") || t.starts_with("step.") || t.starts_with("content.") {
+            return Some(Renderer::GeminiInteractions);
+        }
+    }
     if data.get("object").and_then(Value::as_str) == Some("chat.completion.chunk") {
         return Some(Renderer::OpenAi);
     }
@@ -333,6 +340,7 @@ fn stream_name(format: Renderer) -> &'static str {
         Renderer::OpenAiResponses => "an OpenAI Responses API stream",
         Renderer::Anthropic => "an Anthropic Messages stream",
         Renderer::Gemini => "a Gemini streamGenerateContent stream",
+        Renderer::GeminiInteractions => "a Gemini Interactions API stream",
     }
 }
 

@@ -880,7 +880,7 @@ static void test_agent_bad_inputs(void) {
     EXPECT_ERR(lls_render(S("openai"), NULL, 0, 0, &body, NULL, &err), LLS_ERR_NULL_POINTER, "argument `envelope_json` is NULL");
     EXPECT_ERR(lls_render(S("openai"), S("{}"), 0, NULL, NULL, &err), LLS_ERR_NULL_POINTER, "argument `out` is NULL");
     EXPECT_ERR(lls_render(S("cohere"), S("{}"), 0, &body, NULL, &err), LLS_ERR_INVALID_INPUT,
-               "renderer: expected \"openai\", \"openai-responses\", \"anthropic\" or \"gemini\"");
+               "renderer: expected \"openai\", \"openai-responses\", \"anthropic\", \"gemini\" or \"gemini-interactions\"");
     EXPECT_ERR(lls_render(S("open\xff"), S("{}"), 0, &body, NULL, &err), LLS_ERR_INVALID_UTF8, "`renderer`");
     EXPECT_ERR(lls_render(S("openai"), S("{\"model\":"), 0, &body, NULL, &err), LLS_ERR_MALFORMED_JSON, "`envelope_json`");
     EXPECT_ERR(lls_render(S("openai"), S("{\"model\":\"m\",\"messages\":{}}"), 0, &body, NULL, &err), LLS_ERR_INVALID_INPUT, "messages");

@@ -170,6 +170,15 @@ def test_provider_helpers() -> None:
     assert "prompt_cache_key" in lls.render_with_options("openai", env, {"promptCacheKey": "k"})
     with pytest.raises(lls.InvalidInputError):
         lls.render_with_options("openai", env, {"nope": 1})
+    # The Gemini Interactions API and OpenAI's explicit cache controls (issue 29).
+    assert json.loads(lls.render("gemini-interactions", env))["input"] == [
+        {"type": "user_input", "content": [{"type": "text", "text": "hi"}]}
+    ]
+    marked = json.loads(lls.render_with_options("openai", env, {"promptCacheBreakpoints": True, "promptCacheOptions": {"mode": "explicit"}}))
+    assert marked["messages"][0]["content"][0]["prompt_cache_breakpoint"] == {"mode": "explicit"}
+    assert marked["prompt_cache_options"] == {"mode": "explicit"}
+    with pytest.raises(lls.InvalidInputError, match="is an OpenAI cache control"):
+        lls.render_with_options("anthropic", env, {"promptCacheBreakpoints": True})
     with pytest.raises(lls.InvalidInputError):
         lls.parse_response("openai", {"no": "choices"})
 

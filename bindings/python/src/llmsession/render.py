@@ -13,14 +13,15 @@ JsonText = Union[bytes, str, Mapping[str, Any]]
 
 def render(renderer: str, envelope: JsonText, prefix_len: int = 0) -> str:
     """Renders an envelope (bytes / JSON text / dict) for ``"openai"``, ``"openai-responses"``,
-    ``"anthropic"`` or ``"gemini"``."""
+    ``"anthropic"``, ``"gemini"`` or ``"gemini-interactions"``."""
     r = text(renderer, "render")
     e = dumps(envelope)
     return (call_out(N.lib.lls_render, r, len(r), e, len(e), prefix_len) or b"").decode("utf-8")
 
 
 def render_with_options(renderer: str, envelope: JsonText, options: Optional[Mapping[str, Any]] = None) -> str:
-    """As :func:`render`, with ``{"prefixLen"?, "promptCacheKey"?, "promptCacheRetention"?, "cacheTtl"?}``."""
+    """As :func:`render`, with ``{"prefixLen"?, "promptCacheKey"?, "promptCacheRetention"?, "cacheTtl"?,
+    "promptCacheOptions"?, "promptCacheBreakpoints"?}``."""
     r = text(renderer, "render_with_options")
     e = dumps(envelope)
     o, n = opt(options)

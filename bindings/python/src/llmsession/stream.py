@@ -16,7 +16,7 @@ Chunk = Union[bytes, bytearray, memoryview, str]
 
 class Stream(Handle):
     """Accumulates a streamed response in ``"openai"``, ``"openai-responses"``, ``"anthropic"``
-    or ``"gemini"`` format: :meth:`feed` the raw event-stream bytes in any chunking, take the
+    or ``"gemini"`` / ``"gemini-interactions"`` format: :meth:`feed` the raw event-stream bytes in any chunking, take the
     :meth:`deltas` for display, and :meth:`finish` for the response (what
     :func:`parse_response` gives for the non-streamed body)."""
 
