@@ -625,7 +625,7 @@ mod tests {
         ];
         for e in &bad {
             let want = project(e).unwrap_err();
-            let got = derive_message(e).err().expect("refused");
+            let Err(got) = derive_message(e) else { panic!("{e:?} is refused") };
             assert_eq!((got.kind(), got.message(), got.to_string()), (want.kind(), want.message(), want.to_string()), "{e:?}");
         }
     }
