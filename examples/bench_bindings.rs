@@ -9,14 +9,16 @@
 //! - `DIR/session.jsonl`: a finished session whose history holds about MESSAGES (default 1,000)
 //!   agent exchanges' messages (`benches/fixture`);
 //! - `DIR/inputs.jsonl`: one JSON document per line: the agent options, the fork options, the
-//!   user message that opens the measured turn, then `ROUND` exchanges as pairs of lines (the
+//!   user message that opens the measured turn, then a round of exchanges (MESSAGES / 20, at
+//!   least one: a round grows the history by a tenth, so every point is measured on MESSAGES to
+//!   1.1·MESSAGES messages) as pairs of lines (the
 //!   response `{"message"}`, the tool result `{"callId","content"}`), the next exchanges of the
 //!   fixture.
 //!
 //! `run` is the Rust harness; every harness does the same thing. It opens `session.jsonl`,
 //! and for each round forks it into memory (fork options from the inputs: a fixed id, so every
 //! harness builds byte-identical requests), creates an agent, opens a turn and builds its first
-//! request (untimed), then for each of the `ROUND` exchanges records the response and the tool
+//! request (untimed), then for each of the round's exchanges records the response and the tool
 //! result and builds the next request, timing both the whole step and the request alone. A
 //! round grows the history by a tenth at most, as in `benches/request.rs`. One untimed round
 //! warms up first. Each timed iteration appends `next_ns step_ns` to OUT; the last line of
@@ -45,8 +47,11 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
-/// Exchanges per round: two history messages each, so a round grows 1,000 messages by a tenth.
-const ROUND: usize = 50;
+/// Exchanges per round for a fixture of `messages` history messages: two history messages
+/// each, so a round grows the history by a tenth (50 at 1,000 messages, 5 at 100).
+fn round_len(messages: usize) -> usize {
+    (messages / 20).max(1)
+}
 
 /// The fork's id: fixed, so the requests of every harness are the same bytes.
 const FORK_ID: &str = "bench-bindings";
@@ -74,7 +79,8 @@ fn write(dir: &Path, messages: usize) {
         json!({ "id": FORK_ID }),
         Message::user_text(user_text()).to_value(),
     ];
-    for i in next..next + ROUND as u64 {
+    let round = round_len(messages);
+    for i in next..next + round as u64 {
         lines.push(json!({ "message": fixture::assistant(i).to_value() }));
         let r = fixture::result(i);
         let content: Vec<Value> = r.content.into_iter().map(|b| b.into_value()).collect();
@@ -84,7 +90,7 @@ fn write(dir: &Path, messages: usize) {
     for l in &lines {
         writeln!(out, "{l}").expect("write inputs.jsonl");
     }
-    println!("fixture: {} ({history} history messages), {} exchanges per round", path.display(), ROUND);
+    println!("fixture: {} ({history} history messages), {} exchanges per round", path.display(), round);
 }
 
 fn user_text() -> &'static str {

@@ -92,6 +92,7 @@ impl Inner {
         let mut sync = self.durability == Durability::EveryEvent;
         let time = now_ms();
         let mut lines = Vec::with_capacity(evs.len());
+        let mut buf = Vec::with_capacity(1024);
         for ev in evs {
             let event = ev.into_event(self.log.next_seq(), time);
             let effect = match self.log.check(&event) {
@@ -104,7 +105,7 @@ impl Inner {
             if self.durability == Durability::TurnEnd && matches!(event.ty.as_str(), types::TURN_END | types::COMPACTION_END) {
                 sync = true;
             }
-            let (line, link) = self.log.seal(event.to_json());
+            let (line, link) = self.log.seal_event(&event, &mut buf);
             Log::note_effect(&mut sp, &effect);
             lines.push(line.clone());
             self.log.commit_sealed(&event, effect, line, link);
@@ -343,9 +344,10 @@ impl Session {
     fn start(mut store: Box<dyn Store>, header: SessionHeader, events: Vec<Event>, durability: Durability) -> Result<Session> {
         let header_line: Arc<str> = header.to_value().to_string().into();
         let mut log = header.start_log(header_line.as_bytes());
+        let mut buf = Vec::with_capacity(1024);
         for ev in &events {
             let effect = log.check(ev)?;
-            let (line, link) = log.seal(ev.to_json());
+            let (line, link) = log.seal_event(ev, &mut buf);
             log.commit_sealed(ev, effect, line, link);
         }
         store.append(&Batch { session_id: &header.id, header: Some(&header_line), seq: 0, events: log.lines() })?;

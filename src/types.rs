@@ -207,9 +207,18 @@ impl Block {
         }
     }
 
+    /// Checks a block as [`from_value`](Self::from_value) checks its JSON form (the same
+    /// errors), without copying it.
+    pub fn validate(&self, path: &str) -> Result<()> {
+        Block::check_fields(&Fields { path, map: &self.0 })
+    }
+
     /// The checks of [`from_value`](Self::from_value).
-    fn check(v: &Value, path: &str) -> Result<()> {
-        let f = Fields::of(v, path)?;
+    pub(crate) fn check(v: &Value, path: &str) -> Result<()> {
+        Block::check_fields(&Fields::of(v, path)?)
+    }
+
+    fn check_fields(f: &Fields<'_>) -> Result<()> {
         let ty = f.str("type")?;
         match ty {
             "text" | "reasoning" => {
@@ -333,7 +342,7 @@ pub enum Role {
 }
 
 impl Role {
-    fn parse(s: &str, path: &str) -> Result<Role> {
+    pub(crate) fn parse(s: &str, path: &str) -> Result<Role> {
         match s {
             "system" => Ok(Role::System),
             "user" => Ok(Role::User),

@@ -404,7 +404,7 @@ impl Agent {
             }
         }
         for (i, b) in result.content.iter().enumerate() {
-            Block::from_value(&b.clone().into_value(), &format!("content[{i}]"))?;
+            b.validate(&format!("content[{i}]"))?;
         }
         // The results this one lets the agent log now (in model order), and, when they answer
         // the batch, the context that waited for it: one batch, and only once it is stored does

@@ -41,15 +41,22 @@ fn link(prev: &Link, body_without_brace: &[u8]) -> Link {
 /// Seals an event record: returns the record with its chain field and the new chain value.
 /// `record` is one JSON object (as `Event::to_json` writes it).
 pub fn seal(prev: &Link, record: &str) -> (String, Link) {
-    debug_assert!(record.ends_with('}'));
-    let body = &record[..record.len() - 1];
-    let next = link(prev, body.as_bytes());
-    let mut out = String::with_capacity(record.len() + FIELD_LEN);
-    out.push_str(body);
-    out.push_str(FIELD);
-    push_hex(&mut out, &next);
-    out.push_str("\"}");
-    (out, next)
+    let mut out = Vec::with_capacity(record.len() + FIELD_LEN);
+    out.extend_from_slice(record.as_bytes());
+    let next = seal_in_place(prev, &mut out);
+    (String::from_utf8(out).expect("a sealed record is text"), next)
+}
+
+/// [`seal`] in place: `record` (one JSON object) gets its chain field where it ends, with no
+/// second buffer. Returns the new chain value.
+pub fn seal_in_place(prev: &Link, record: &mut Vec<u8>) -> Link {
+    debug_assert!(record.ends_with(b"}"));
+    record.pop();
+    let next = link(prev, record);
+    record.extend_from_slice(FIELD.as_bytes());
+    push_hex_bytes(record, &next);
+    record.extend_from_slice(b"\"}");
+    next
 }
 
 /// Checks a stored event record against the chain value before it; returns the record's chain
@@ -106,6 +113,14 @@ pub fn hex(l: &Link) -> String {
     let mut s = String::with_capacity(64);
     push_hex(&mut s, l);
     s
+}
+
+fn push_hex_bytes(out: &mut Vec<u8>, l: &Link) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for b in l {
+        out.push(DIGITS[(b >> 4) as usize]);
+        out.push(DIGITS[(b & 15) as usize]);
+    }
 }
 
 fn push_hex(out: &mut String, l: &Link) {

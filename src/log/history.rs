@@ -208,14 +208,138 @@ pub fn derive(ev: &Event) -> Result<Option<Derived>> {
     Ok(derive_message(ev)?.map(|(d, _)| d))
 }
 
-/// [`derive`], also returning the projected message.
-pub(crate) fn derive_message(ev: &Event) -> Result<Option<(Derived, Message)>> {
-    let Some(msg) = project(ev)? else { return Ok(None) };
-    let calls: Box<[Box<str>]> = msg.tool_calls().map(|(id, _, _)| Box::<str>::from(id)).collect();
-    let result_for = msg.content.iter().find_map(|b| b.tool_result_id()).map(Box::<str>::from);
-    let json = serde_json::to_string(&msg).expect("a message always serialises").into();
+/// A tool call of a derived assistant message, borrowed from its event: the index of its block
+/// in `content`, its id, name and arguments.
+pub(crate) type CallRef<'a> = (usize, &'a str, &'a str, &'a str);
+
+/// [`derive`], also returning the message's tool calls.
+///
+/// It checks what [`project`] checks, in the same order and with the same errors, on the
+/// event's data where it lies, and writes the message's JSON (as `serde_json::to_string` of the
+/// projected [`Message`] writes it) from the data's values: no block is copied into a `Message`
+/// first.
+pub(crate) fn derive_message(ev: &Event) -> Result<Option<(Derived, Vec<CallRef<'_>>)>> {
+    let f = Fields::of(&ev.data, "data").map_err(|e| e.context(&ev.ty))?;
     let checkpoint = ev.ty == types::USER_MESSAGE && ev.data.get("source").and_then(|s| s.as_str()) == Some("compaction");
-    Ok(Some((Derived { seq: ev.seq, role: msg.role, json, calls, result_for, checkpoint }, msg)))
+    let (role, json, calls, result_for) = match ev.ty.as_str() {
+        types::USER_MESSAGE | types::ASSISTANT_MESSAGE => {
+            let m = MessageRef::check(f.value("message")?, "data.message")?;
+            let want = if ev.ty == types::USER_MESSAGE { Role::User } else { Role::Assistant };
+            if m.role != want {
+                // The same error as `project`'s.
+                return project(ev).map(|_| unreachable!("project refuses a message of the wrong role"));
+            }
+            let mut calls = Vec::new();
+            for (i, b) in m.content.iter().enumerate() {
+                let kind = b.get("type").and_then(|t| t.as_str()).unwrap_or("");
+                let why = match kind {
+                    "tool-result" => "a tool-result block belongs in a tool/result event",
+                    "tool-call" if m.role != Role::Assistant => "only an assistant message calls tools",
+                    "tool-call" => {
+                        let s = |k: &str| b.get(k).and_then(|v| v.as_str()).unwrap_or("");
+                        calls.push((i, s("id"), s("name"), s("arguments")));
+                        continue;
+                    }
+                    _ => continue,
+                };
+                return Err(Error::invalid(format!("data.message.content[{i}]"), why));
+            }
+            let json = serde_json::to_string(&m).expect("a message always serialises");
+            (m.role, json, calls, None)
+        }
+        types::TOOL_RESULT => {
+            let id = f.str("callId")?;
+            let content = f.value("content")?;
+            let arr = content
+                .as_array()
+                .ok_or_else(|| Error::invalid("data.content", format!("expected an array, got {}", crate::types::kind_of(content))))?;
+            for (i, b) in arr.iter().enumerate() {
+                Block::check(b, &format!("data.content[{i}]"))?;
+            }
+            let is_error = f.bool("isError")?;
+            let json = serde_json::to_string(&ToolResultRef { id, content: arr, is_error }).expect("a message always serialises");
+            (Role::User, json, Vec::new(), Some(Box::<str>::from(id)))
+        }
+        _ => return Ok(None),
+    };
+    let ids: Box<[Box<str>]> = calls.iter().map(|&(_, id, _, _)| Box::<str>::from(id)).collect();
+    let d = Derived { seq: ev.seq, role, json: json.into(), calls: ids, result_for, checkpoint };
+    Ok(Some((d, calls)))
+}
+
+/// A message checked where it lies (as [`Message::from_value`] checks it), serialised as the
+/// [`Message`] it describes: `role`, `content`, `provenance`, then its other fields.
+struct MessageRef<'a> {
+    role: Role,
+    content: &'a [serde_json::Value],
+    provenance: Option<crate::types::Provenance>,
+    map: &'a crate::types::JsonMap,
+}
+
+impl<'a> MessageRef<'a> {
+    fn check(v: &'a serde_json::Value, path: &'a str) -> Result<MessageRef<'a>> {
+        let f = Fields::of(v, path)?;
+        let role = Role::parse(f.str("role")?, &f.p("role"))?;
+        let content = f.value("content")?;
+        let at = f.p("content");
+        let content =
+            content.as_array().ok_or_else(|| Error::invalid(&at, format!("expected an array, got {}", crate::types::kind_of(content))))?;
+        for (i, b) in content.iter().enumerate() {
+            Block::check(b, &format!("{at}[{i}]"))?;
+        }
+        let provenance = match f.opt_value("provenance")? {
+            None => None,
+            Some(p) => Some(crate::types::Provenance::from_value(p, &f.p("provenance"))?),
+        };
+        Ok(MessageRef { role, content, provenance, map: v.as_object().expect("checked: an object") })
+    }
+}
+
+impl serde::Serialize for MessageRef<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("role", &self.role)?;
+        m.serialize_entry("content", self.content)?;
+        if let Some(p) = &self.provenance {
+            m.serialize_entry("provenance", p)?;
+        }
+        for (k, v) in self.map {
+            if !matches!(k.as_str(), "role" | "content" | "provenance") {
+                m.serialize_entry(k, v)?;
+            }
+        }
+        m.end()
+    }
+}
+
+/// The message a `tool/result` event projects to, serialised as the [`Message`] with its one
+/// `tool-result` block (whose fields a block writes in key order) that [`project`] builds.
+struct ToolResultRef<'a> {
+    id: &'a str,
+    content: &'a [serde_json::Value],
+    is_error: bool,
+}
+
+impl serde::Serialize for ToolResultRef<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        struct Block<'a>(&'a ToolResultRef<'a>);
+        impl serde::Serialize for Block<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+                let mut m = s.serialize_map(Some(4))?;
+                m.serialize_entry("content", self.0.content)?;
+                m.serialize_entry("isError", &self.0.is_error)?;
+                m.serialize_entry("toolCallId", self.0.id)?;
+                m.serialize_entry("type", "tool-result")?;
+                m.end()
+            }
+        }
+        let mut m = s.serialize_map(Some(2))?;
+        m.serialize_entry("role", &Role::User)?;
+        m.serialize_entry("content", &[Block(self)])?;
+        m.end()
+    }
 }
 
 /// A saved position of a [`History`] (see [`History::mark`]).
@@ -435,6 +559,75 @@ mod tests {
         let mut out = Vec::new();
         h.write_json(&mut out, true);
         String::from_utf8(out).unwrap()
+    }
+
+    /// The derivation writes, from the event's data, the bytes `serde_json` writes for the
+    /// projected message, and refuses what the projection refuses with the same error.
+    #[test]
+    fn derivation_writes_the_projected_message() {
+        use serde_json::json;
+        let ev = |ty: &str, data: serde_json::Value| Event {
+            ty: ty.into(),
+            seq: 7,
+            time: 0,
+            data,
+            surface_op: Some(crate::log::SurfaceOp::Append),
+            sources: None,
+        };
+        let events = [
+            ev(types::USER_MESSAGE, json!({"source":"user","message":{"role":"user","content":[{"type":"text","text":"hi \"there\"\n"}]}})),
+            ev(
+                types::USER_MESSAGE,
+                json!({"source":"host","message":{"role":"user","zeta":1,"alpha":[null],"content":[{"type":"image","url":"u","b":{"z":1,"a":2}}]}}),
+            ),
+            ev(
+                types::ASSISTANT_MESSAGE,
+                json!({"turn":1,"step":1,"message":{"role":"assistant","content":[{"type":"reasoning","text":"r"},{"type":"text","text":"t"},
+                    {"type":"tool-call","id":"c1","name":"read","arguments":"{}"},{"type":"tool-call","id":"c2","name":"ls","arguments":""}],
+                    "provenance":{"provider":"p","model":"m","x":true},"extra":"e"}}),
+            ),
+            ev(
+                types::TOOL_RESULT,
+                json!({"callId":"c1","content":[{"type":"text","text":"out"},{"type":"image","data":"d"}],"isError":false}),
+            ),
+            ev(types::TOOL_RESULT, json!({"callId":"c2","content":[],"isError":true})),
+        ];
+        for e in &events {
+            let msg = project(e).unwrap().unwrap();
+            let (d, calls) = derive_message(e).unwrap().unwrap();
+            assert_eq!(&*d.json, serde_json::to_string(&msg).unwrap());
+            assert_eq!(d.role, msg.role);
+            let want: Vec<(&str, &str, &str)> = msg.tool_calls().collect();
+            assert_eq!(calls.iter().map(|&(_, a, b, c)| (a, b, c)).collect::<Vec<_>>(), want);
+            assert_eq!(d.calls.iter().map(|c| &**c).collect::<Vec<_>>(), want.iter().map(|c| c.0).collect::<Vec<_>>());
+            assert_eq!(d.result_for.as_deref(), msg.content.iter().find_map(|b| b.tool_result_id()));
+        }
+        let bad = [
+            ev(types::USER_MESSAGE, json!({"source":"user","message":{"role":"assistant","content":[]}})),
+            ev(types::USER_MESSAGE, json!({"source":"user","message":{"role":"user","content":{}}})),
+            ev(
+                types::USER_MESSAGE,
+                json!({"source":"user","message":{"role":"user","content":[{"type":"tool-call","id":"a","name":"n","arguments":""}]}}),
+            ),
+            ev(
+                types::ASSISTANT_MESSAGE,
+                json!({"message":{"role":"assistant","content":[{"type":"tool-result","toolCallId":"a","content":[],"isError":false}]}}),
+            ),
+            ev(types::ASSISTANT_MESSAGE, json!({"message":{"role":"assistant","content":[{"type":"text"}]}})),
+            ev(types::ASSISTANT_MESSAGE, json!({"message":{"role":"assistant","content":[],"provenance":{"model":"m"}}})),
+            ev(types::ASSISTANT_MESSAGE, json!({"message":{"role":"bot","content":[]}})),
+            ev(types::ASSISTANT_MESSAGE, json!({"message":null})),
+            ev(types::ASSISTANT_MESSAGE, json!([])),
+            ev(types::TOOL_RESULT, json!({"callId":"c","content":[{"type":""}],"isError":false})),
+            ev(types::TOOL_RESULT, json!({"callId":"c","content":"x","isError":false})),
+            ev(types::TOOL_RESULT, json!({"callId":"c","content":[]})),
+            ev(types::TOOL_RESULT, json!({"content":[],"isError":false})),
+        ];
+        for e in &bad {
+            let want = project(e).unwrap_err();
+            let Err(got) = derive_message(e) else { panic!("{e:?} is refused") };
+            assert_eq!((got.kind(), got.message(), got.to_string()), (want.kind(), want.message(), want.to_string()), "{e:?}");
+        }
     }
 
     #[test]

@@ -53,20 +53,19 @@ impl Log {
         self.chain.as_ref()
     }
 
-    /// The stored form of an event's JSON line: with its chain field when the log is chained.
-    /// Returns the record and the chain value it ends with.
-    pub(crate) fn seal(&self, line: String) -> (Arc<str>, Option<chain::Link>) {
-        match &self.chain {
-            None => (line.into(), None),
-            Some(prev) => {
-                let (rec, next) = chain::seal(prev, &line);
-                (rec.into(), Some(next))
-            }
-        }
+    /// The stored form of an event, with its chain field when the log is chained,
+    /// written through `buf` (a scratch buffer the caller keeps across events, so a batch or a
+    /// replay serialises every event into the same allocation): the event is serialised once
+    /// and its chain field appended in place; the record is then copied once, into its `Arc`.
+    pub(crate) fn seal_event(&self, ev: &Event, buf: &mut Vec<u8>) -> (Arc<str>, Option<chain::Link>) {
+        buf.clear();
+        serde_json::to_writer(&mut *buf, ev).expect("an event always serialises");
+        let link = self.chain.as_ref().map(|prev| chain::seal_in_place(prev, buf));
+        (std::str::from_utf8(buf).expect("serde_json writes UTF-8").into(), link)
     }
 
     /// Applies a checked event with its stored record and the chain value the record ends with
-    /// (see [`seal`](Self::seal)).
+    /// (see [`seal_event`](Self::seal_event)).
     pub(crate) fn commit_sealed(&mut self, ev: &Event, effect: Effect, line: Arc<str>, link: Option<chain::Link>) {
         if link.is_some() {
             self.chain = link;

@@ -356,7 +356,7 @@ impl LogState {
                 if ev.surface_op != Some(SurfaceOp::Append) {
                     return Err(Error::invalid("surfaceOp", "an assistant message is appended"));
                 }
-                let (d, msg) = derive_message(ev)?.expect("assistant/message is visible");
+                let (d, msg_calls) = derive_message(ev)?.expect("assistant/message is visible");
                 let d = Arc::new(d);
                 let t = self.open_turn.as_ref().ok_or_else(|| rule(ev, "", "no turn is open"))?;
                 if !t.step_open || t.turn != turn || t.last_step != step {
@@ -366,7 +366,7 @@ impl LogState {
                     return Err(rule(ev, "", format!("step {step} already has its assistant message")));
                 }
                 let mut calls = Vec::new();
-                for (i, (id, name, args)) in msg.content.iter().enumerate().filter_map(|(i, b)| Some((i, b.as_tool_call()?))) {
+                for (i, id, name, args) in msg_calls {
                     if self.known_calls.contains(id) || calls.iter().any(|(c, _, _): &(String, String, String)| c == id) {
                         return Err(Error::invalid(
                             format!("data.message.content[{i}].id"),
