@@ -71,8 +71,12 @@ fn u(v: &Value, ptr: &str) -> Option<u64> {
 /// - DeepSeek: `prompt_cache_hit_tokens` + `prompt_cache_miss_tokens` = `prompt_tokens`.
 /// - OpenAI Responses: `input_tokens` includes `input_tokens_details.cached_tokens`;
 ///   `output_tokens_details.reasoning_tokens` is a part of `output_tokens`.
+/// - OpenAI and OpenAI Responses, models that bill cache writes: `cache_write_tokens` beside
+///   `cached_tokens` in the same details object is a part of the prompt (the field name is the
+///   issue's; docs/caching.md says what could not be checked against OpenAI's documentation).
 /// - Anthropic: `input_tokens` is already uncached; `cache_read_input_tokens` and
-///   `cache_creation_input_tokens` are separate buckets.
+///   `cache_creation_input_tokens` are separate buckets; `cache_creation` splits the writes by
+///   TTL (`ephemeral_5m_input_tokens`, `ephemeral_1h_input_tokens`).
 /// - Gemini: `promptTokenCount` includes `cachedContentTokenCount`; `toolUsePromptTokenCount`
 ///   is more input; `thoughtsTokenCount` is output beside `candidatesTokenCount` (so output =
 ///   candidates + thoughts, and reasoning = thoughts).
@@ -88,6 +92,9 @@ pub fn usage_from_provider(provider: &str, usage: &Value) -> Result<Usage> {
             out.output_tokens = need("/output_tokens")?;
             out.cache_read_tokens = u(usage, "/cache_read_input_tokens");
             out.cache_write_tokens = u(usage, "/cache_creation_input_tokens");
+            // The split of the writes by TTL (`cache_creation`), when the response has it.
+            out.cache_write_5m_tokens = u(usage, "/cache_creation/ephemeral_5m_input_tokens");
+            out.cache_write_1h_tokens = u(usage, "/cache_creation/ephemeral_1h_input_tokens");
         }
         "deepseek" if usage.get("prompt_cache_hit_tokens").is_some() => {
             let hit = need("/prompt_cache_hit_tokens")?;
@@ -100,8 +107,10 @@ pub fn usage_from_provider(provider: &str, usage: &Value) -> Result<Usage> {
         "openai-responses" => {
             let input = need("/input_tokens")?;
             let cached = u(usage, "/input_tokens_details/cached_tokens");
-            out.input_tokens = input.saturating_sub(cached.unwrap_or(0));
+            let written = u(usage, "/input_tokens_details/cache_write_tokens");
+            out.input_tokens = input.saturating_sub(cached.unwrap_or(0)).saturating_sub(written.unwrap_or(0));
             out.cache_read_tokens = cached;
+            out.cache_write_tokens = written;
             out.output_tokens = need("/output_tokens")?;
             out.reasoning_tokens = u(usage, "/output_tokens_details/reasoning_tokens");
         }
@@ -117,8 +126,10 @@ pub fn usage_from_provider(provider: &str, usage: &Value) -> Result<Usage> {
         "openai" | "deepseek" | "llama.cpp" | "vllm" => {
             let prompt = need("/prompt_tokens")?;
             let cached = u(usage, "/prompt_tokens_details/cached_tokens");
-            out.input_tokens = prompt.saturating_sub(cached.unwrap_or(0));
+            let written = u(usage, "/prompt_tokens_details/cache_write_tokens");
+            out.input_tokens = prompt.saturating_sub(cached.unwrap_or(0)).saturating_sub(written.unwrap_or(0));
             out.cache_read_tokens = cached;
+            out.cache_write_tokens = written;
             out.output_tokens = need("/completion_tokens")?;
             out.reasoning_tokens = u(usage, "/completion_tokens_details/reasoning_tokens");
         }
@@ -348,13 +359,72 @@ fn parse_anthropic(body: &Value) -> Result<ParsedResponse> {
         "model_context_window_exceeded" => "context-overflow".to_string(),
         other => other.to_string(),
     });
-    let usage = match opt_object(body, "usage", "response.usage")? {
+    let mut usage = match opt_object(body, "usage", "response.usage")? {
         Some(u) => Some(usage_from_provider("anthropic", u)?),
         None => None,
     };
+    if let Some(u) = usage.as_mut() {
+        u.cache_diagnostics = anthropic_diagnostics(body)?;
+        u.context_edits = anthropic_applied_edits(body)?;
+    }
     let mut message = Message::new(Role::Assistant, content);
     message.provenance = provenance(body, "anthropic");
     Ok(ParsedResponse { message, usage, finish_reason: finish })
+}
+
+/// Anthropic's cache diagnostics (`diagnostics`, present when the request sent
+/// `diagnostics.previous_message_id`): `null` is no divergence found (`none`); an object whose
+/// `cache_miss_reason` is null is a comparison still running (`pending`); else the reason's
+/// `type` and its `cache_missed_input_tokens` estimate.
+fn anthropic_diagnostics(body: &Value) -> Result<Option<crate::types::CacheDiagnostics>> {
+    use crate::types::CacheDiagnostics;
+    let d = match body.get("diagnostics") {
+        None => return Ok(None),
+        Some(Value::Null) => return Ok(Some(CacheDiagnostics { reason: "none".into(), missed_tokens: None })),
+        Some(d @ Value::Object(_)) => d,
+        Some(_) => return Err(Error::invalid("response.diagnostics", "expected an object or null")),
+    };
+    match d.get("cache_miss_reason") {
+        None | Some(Value::Null) => Ok(Some(CacheDiagnostics { reason: "pending".into(), missed_tokens: None })),
+        Some(r @ Value::Object(_)) => {
+            let reason = r
+                .get("type")
+                .and_then(Value::as_str)
+                .filter(|t| !t.is_empty())
+                .ok_or_else(|| Error::invalid("response.diagnostics.cache_miss_reason.type", "expected a non-empty string"))?;
+            Ok(Some(CacheDiagnostics { reason: reason.to_string(), missed_tokens: u(r, "/cache_missed_input_tokens") }))
+        }
+        Some(_) => Err(Error::invalid("response.diagnostics.cache_miss_reason", "expected an object or null")),
+    }
+}
+
+/// Anthropic's `context_management.applied_edits`: what the provider cleared from the request
+/// before the model saw it.
+fn anthropic_applied_edits(body: &Value) -> Result<Option<Vec<crate::types::ContextEdit>>> {
+    let Some(cm) = opt_object(body, "context_management", "response.context_management")? else { return Ok(None) };
+    let edits = match cm.get("applied_edits") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Array(a)) => a,
+        Some(_) => return Err(Error::invalid("response.context_management.applied_edits", "expected an array")),
+    };
+    let mut out = Vec::new();
+    for (i, e) in edits.iter().enumerate() {
+        let path = format!("response.context_management.applied_edits[{i}]");
+        let kind = e
+            .get("type")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| Error::invalid(format!("{path}.type"), "expected a non-empty string"))?;
+        let cleared = u(e, "/cleared_input_tokens")
+            .ok_or_else(|| Error::invalid(format!("{path}.cleared_input_tokens"), "expected a non-negative integer"))?;
+        out.push(crate::types::ContextEdit {
+            kind: kind.to_string(),
+            cleared_input_tokens: cleared,
+            cleared_tool_uses: u(e, "/cleared_tool_uses"),
+            cleared_thinking_turns: u(e, "/cleared_thinking_turns"),
+        });
+    }
+    Ok(Some(out))
 }
 
 /// Whether a provider error (HTTP status and body text) reports that the prompt does not fit
