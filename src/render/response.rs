@@ -471,6 +471,67 @@ mod tests {
     }
 
     #[test]
+    fn cache_writes_diagnostics_and_context_edits_are_parsed() {
+        let body = |extra: Value| {
+            let mut b = json!({"id":"msg_1","model":"claude-sonnet-4-5","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn",
+                "usage":{"input_tokens":5,"output_tokens":2,"cache_read_input_tokens":900,"cache_creation_input_tokens":30,
+                         "cache_creation":{"ephemeral_5m_input_tokens":10,"ephemeral_1h_input_tokens":20}}});
+            for (k, v) in extra.as_object().unwrap() {
+                b[k] = v.clone();
+            }
+            b
+        };
+        let u = parse_response(Renderer::Anthropic, &body(json!({}))).unwrap().usage.unwrap();
+        assert_eq!((u.cache_write_tokens, u.cache_write_5m_tokens, u.cache_write_1h_tokens), (Some(30), Some(10), Some(20)));
+        assert_eq!((u.cache_diagnostics, u.context_edits), (None, None));
+        let reason = |d: Value| {
+            parse_response(Renderer::Anthropic, &body(json!({"diagnostics": d}))).unwrap().usage.unwrap().cache_diagnostics.unwrap()
+        };
+        assert_eq!(reason(Value::Null).reason, "none");
+        assert_eq!(reason(json!({"cache_miss_reason": null})).reason, "pending");
+        let d = reason(json!({"cache_miss_reason": {"type": "tools_changed", "cache_missed_input_tokens": 77}}));
+        assert_eq!((d.reason.as_str(), d.missed_tokens), ("tools_changed", Some(77)));
+        let edits = json!({"context_management": {"applied_edits": [{"type":"clear_tool_uses_20250919","cleared_tool_uses":3,"cleared_input_tokens":500}]}});
+        let e = parse_response(Renderer::Anthropic, &body(edits)).unwrap().usage.unwrap().context_edits.unwrap();
+        assert_eq!((e[0].kind.as_str(), e[0].cleared_input_tokens, e[0].cleared_tool_uses), ("clear_tool_uses_20250919", 500, Some(3)));
+        // The logged form reads back.
+        let logged = serde_json::to_value(parse_response(Renderer::Anthropic, &body(edits_and_diag())).unwrap().usage.unwrap()).unwrap();
+        assert_eq!(logged["contextEdits"][0]["clearedToolUses"], 1);
+        assert_eq!(
+            Usage::from_value(&logged, "usage").unwrap(),
+            parse_response(Renderer::Anthropic, &body(edits_and_diag())).unwrap().usage.unwrap()
+        );
+        for (bad, msg) in [
+            (json!({"diagnostics": 3}), "response.diagnostics: expected an object or null"),
+            (json!({"diagnostics": {"cache_miss_reason": {}}}), "response.diagnostics.cache_miss_reason.type: expected a non-empty string"),
+            (
+                json!({"context_management": {"applied_edits": [{"type":"clear_tool_uses_20250919"}]}}),
+                "response.context_management.applied_edits[0].cleared_input_tokens: expected a non-negative integer",
+            ),
+        ] {
+            assert_eq!(parse_response(Renderer::Anthropic, &body(bad)).unwrap_err().message(), msg);
+        }
+        // OpenAI's write tokens are a part of the prompt, as its cached tokens are.
+        let o = usage_from_provider(
+            "openai",
+            &json!({"prompt_tokens":1000,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":600,"cache_write_tokens":300}}),
+        )
+        .unwrap();
+        assert_eq!((o.input_tokens, o.cache_read_tokens, o.cache_write_tokens, o.prompt_tokens()), (100, Some(600), Some(300), 1000));
+        let r = usage_from_provider(
+            "openai-responses",
+            &json!({"input_tokens":1000,"output_tokens":3,"input_tokens_details":{"cached_tokens":600,"cache_write_tokens":300}}),
+        )
+        .unwrap();
+        assert_eq!((r.input_tokens, r.cache_write_tokens, r.prompt_tokens()), (100, Some(300), 1000));
+    }
+
+    fn edits_and_diag() -> Value {
+        json!({"diagnostics": {"cache_miss_reason": {"type": "messages_changed"}},
+               "context_management": {"applied_edits": [{"type":"clear_tool_uses_20250919","cleared_tool_uses":1,"cleared_input_tokens":50}]}})
+    }
+
+    #[test]
     fn reasoning_and_reasoning_content_are_both_parsed() {
         let reply = |msg: Value| json!({"choices":[{"finish_reason":"stop","message":msg}]});
         for key in ["reasoning_content", "reasoning"] {
