@@ -33,7 +33,7 @@ pub const LLS_ABI_VERSION: u32 = 2;
 /// `lls_agent_record_body_info`, `lls_agent_record_stream_info` and `lls_recorded_info`).
 ///
 /// Thread safety: a constant.
-pub const LLS_ABI_MINOR: u32 = 4;
+pub const LLS_ABI_MINOR: u32 = 5;
 
 /// The library version as a static NUL-terminated string, e.g. `"0.2.0"`. Never free it.
 ///

@@ -52,3 +52,52 @@ fn the_cli_prints_the_divergence_and_the_spend() {
     let (ok, out) = run(&["explain", p, "--step", "9"]);
     assert!(!ok && out.contains("there is no request 9: the log has 4 requests (1..4) and no summarisation requests"), "{out}");
 }
+
+#[test]
+fn prices_and_cache_rules_come_from_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.jsonl");
+    let (s, _) = Session::open_jsonl(&path, Default::default()).unwrap();
+    let mut a = Agent::new(&s, options("gpt-5", "You are careful.")).unwrap();
+    turn(&mut a, "first", 1000);
+    turn(&mut a, "second", 1200);
+    a.dispose().unwrap();
+    drop(s);
+    let p = path.to_str().unwrap();
+    let write = |name: &str, text: &str| {
+        let f = dir.path().join(name);
+        std::fs::write(&f, text).unwrap();
+        f.to_str().unwrap().to_string()
+    };
+    let prices = write("prices.json", r#"{"openai/gpt-5": {"input": 1.25, "cachedInput": 0.125, "output": 10}}"#);
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_llmsession")).args(args).output().unwrap();
+        (out.status.code(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    };
+    let (code, out) = run(&["explain", p, "--prices", &prices, "--json"]);
+    assert_eq!(code, Some(0), "{out}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    let total = v["totals"]["cost"]["total"].as_f64().unwrap();
+    let no_cache = v["totals"]["cost"]["noCache"].as_f64().unwrap();
+    assert!(total > 0.0 && total < no_cache, "{v}");
+    // Request 3 lost half of request 2's prompt seconds later: unexplained, and priced.
+    assert!(v["totals"]["cost"]["byCause"]["unexplained"].as_f64().unwrap() > 0.0, "{v}");
+    assert_eq!(v["requests"][2]["causes"][1]["cause"], "unexplained");
+    let (code, out) = run(&["explain", p, "--prices", &prices, "--step", "3"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("by cause: growth 100 (") && out.contains("unexplained 500 ("), "{out}");
+    assert!(out.contains("cache rule: 0 s after the request compared with; TTL 300 s, minimum 1024 tokens"), "{out}");
+    // A host rule with a minimum above the prompt charges the loss to it.
+    let rules = write("rules.json", r#"{"openai": {"minTokens": 100000}}"#);
+    let (_, out) = run(&["explain", p, "--cache-rules", &rules, "--json"]);
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["requests"][2]["causes"][1]["cause"], "below-minimum", "{v}");
+    // Bad files are refused, naming the file and the field.
+    let bad = write("bad.json", r#"{"openai": {"input": 1, "output": 2}}"#);
+    let (code, out) = run(&["explain", p, "--prices", &bad]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("--prices ") && out.contains("prices.openai.cachedInput: is required"), "{out}");
+    let (code, out) = run(&["explain", p, "--cache-rules", &write("x.json", "[")]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("not JSON"), "{out}");
+}
