@@ -146,11 +146,16 @@ fn cmd_verify(path: &str, render: Option<&str>, as_json: bool) -> Result<(), Fai
     };
     match verified {
         Ok(r) => {
+            let edited = context_edits(&contents)?;
             if as_json {
                 let mut v = json!({"ok": true, "events": r.events, "requests": r.requests, "compactions": r.compactions});
                 if let Some(renderer) = renderer {
                     v["renderer"] = json!(renderer.name());
                     v["bodies"] = json!(r.bodies);
+                }
+                if !edited.is_empty() {
+                    let list: Vec<Value> = edited.iter().map(|(id, e)| json!({"request": id, "edits": e})).collect();
+                    v["contextEdits"] = Value::Array(list);
                 }
                 out!("{v}");
                 return Ok(());
@@ -158,6 +163,9 @@ fn cmd_verify(path: &str, render: Option<&str>, as_json: bool) -> Result<(), Fai
             out!("ok: {} events, {} requests and {} compaction requests rebuilt byte for byte", r.events, r.requests, r.compactions);
             if let Some(renderer) = renderer {
                 out!("ok: {} {} bodies built from the rendered messages equal the rendering of their envelopes", r.bodies, renderer.name());
+            }
+            for (id, edits) in &edited {
+                out!("note: request {id} was sent as rebuilt, but the model saw it with {}", describe_edits(edits));
             }
             Ok(())
         }
@@ -170,6 +178,30 @@ fn cmd_verify(path: &str, render: Option<&str>, as_json: bool) -> Result<(), Fai
             Err(if damaged { f.context(redact(path)) } else { f }.context("verify failed"))
         }
     }
+}
+
+/// The requests whose provider edited them before the model saw them (Anthropic context
+/// editing, recorded with the response's usage), by explain's request id.
+fn context_edits(contents: &StoreContents) -> Result<Vec<(String, Vec<llmsession::ContextEdit>)>, Failure> {
+    let ex = explain_log(&read_checked(contents).map_err(Failure::of)?, &Estimator).map_err(Failure::of)?;
+    Ok(ex
+        .requests
+        .iter()
+        .filter_map(|r| r.usage.as_ref().and_then(|u| u.context_edits.clone()).filter(|e| !e.is_empty()).map(|e| (r.id.clone(), e)))
+        .collect())
+}
+
+/// `2 tool use(s) cleared (900 input tokens, clear_tool_uses_20250919)`, joined.
+fn describe_edits(edits: &[llmsession::ContextEdit]) -> String {
+    let one = |e: &llmsession::ContextEdit| {
+        let what = match (e.cleared_tool_uses, e.cleared_thinking_turns) {
+            (Some(n), _) => format!("the {n} oldest tool use(s) cleared"),
+            (None, Some(n)) => format!("the {n} oldest thinking turn(s) cleared"),
+            _ => "context cleared".into(),
+        };
+        format!("{what} ({} input tokens, {})", e.cleared_input_tokens, e.kind)
+    };
+    edits.iter().map(one).collect::<Vec<_>>().join(" and ")
 }
 
 fn cmd_stats(path: &str, as_json: bool) -> Result<(), Failure> {
@@ -459,6 +491,11 @@ fn cmd_show(path: &str, step: usize, render: Option<&str>, as_json: bool) -> Res
         out!("{out}");
     } else {
         out!("{}", serde_json::to_string_pretty(&out).unwrap());
+        // What the model saw differs when the provider edited the request (stderr: stdout is
+        // the body).
+        if let Some((_, edits)) = context_edits(&read_contents(path)?)?.into_iter().find(|(id, _)| *id == step.to_string()) {
+            eprintln!("note: the provider edited this request before the model saw it: {}", describe_edits(&edits));
+        }
     }
     Ok(())
 }
