@@ -26,10 +26,16 @@
 //! With provider usage, each request gets the **expected cacheable tokens** beside the
 //! provider's cached tokens: the previous request's reported prompt tokens when this one extends
 //! it whole, otherwise the shared tokens scaled by the reported-to-counted ratio of the earlier
-//! request nearest in size to the shared part. The prompt spend (the uncached prompt tokens: reported, or estimated without usage) is
-//! summed by cause: growth, header change, resume, compaction, retry after overflow (and inject or
-//! edit, which the library's own API never produces). `llmsession stats` and `llmsession explain`
-//! are two views of this one computation; `docs/caching.md` shows how to read it.
+//! request nearest in size to the shared part. The prompt spend (the uncached prompt tokens:
+//! reported, or estimated without usage) is split by cause so that the causes sum to it: growth
+//! (new content), the divergence's cause (header change, resume, compaction, retry after
+//! overflow, and inject or edit, which the library's own API never produces), and what the
+//! provider lost otherwise: a context edit it applied, expiry (the gap since the earlier request
+//! is longer than the TTL, [`crate::cache_rules`]), a prefix below its minimum cacheable size, or
+//! unexplained (see `charge`). With a host price table ([`crate::prices`]) each request and
+//! cause is priced; the provider's own cache diagnosis, when the usage has one, is put beside
+//! the library's. `llmsession stats` and `llmsession explain` are two views of this one
+//! computation; `docs/caching.md` shows how to read it.
 //!
 //! A stored log is read as every reader reads one ([`read_checked_records`]: the checks an open
 //! makes): a damaged record, a seq gap, an event the log rules refuse or a record whose chained
