@@ -334,3 +334,41 @@ fn the_cost_report_prices_every_request_and_cause() {
     assert!(ex.requests.iter().all(|r| r.cost.is_none()));
     assert_eq!(ex.totals.cost.as_ref().unwrap().unpriced, 2);
 }
+
+#[test]
+fn the_cache_diagnostics_render_option_names_the_previous_response_and_verifies() {
+    use llmsession::render::RenderOptions;
+    let s = Session::in_memory();
+    let mut a = Agent::new(&s, options(&long_system("You are careful."), "Read a file")).unwrap();
+    let opts = RenderOptions::from_value(&json!({"cacheDiagnostics": true})).unwrap();
+    a.set_renderer(Renderer::Anthropic, opts.clone()).unwrap();
+    let c = CancelToken::new();
+    let mut sent = Vec::new();
+    for (i, user) in ["first", "second", "third"].iter().enumerate() {
+        a.start_turn(Message::user_text(*user)).unwrap();
+        let body: Value = serde_json::from_str(&a.next_body(&c).unwrap().json).unwrap();
+        sent.push(body["diagnostics"].clone());
+        let reply = json!({"id": format!("msg_{i}"), "type": "message", "role": "assistant", "model": MODEL,
+            "content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn",
+            "usage": {"input_tokens": 10, "output_tokens": 2}});
+        a.record_body(&reply.to_string()).unwrap();
+        a.end_turn(TurnEndReason::Completed).unwrap();
+    }
+    // The first request opts in with null; each later one names the previous response.
+    assert_eq!(
+        sent,
+        vec![json!({"previous_message_id": null}), json!({"previous_message_id": "msg_0"}), json!({"previous_message_id": "msg_1"})]
+    );
+    // The id is logged with the message, so every body is rebuilt from the log.
+    let v = s.verify_bodies(Renderer::Anthropic, &opts).unwrap();
+    assert_eq!(v.bodies, 3);
+    // Without the option, no field; with a diagnostics config field as well, a clear error.
+    let env = json!({"provider": "anthropic", "model": MODEL, "messages": [{"role": "user", "content": [{"type": "text", "text": "q"}]}],
+                     "diagnostics": {"previous_message_id": null}});
+    let e = Renderer::Anthropic.render(&env, &opts).unwrap_err();
+    assert_eq!(e.message(), "diagnostics: is set by the cacheDiagnostics render option; leave the config field out (or the option)");
+    let plain = Renderer::Anthropic.render(&env, &RenderOptions::default()).unwrap();
+    assert_eq!(plain["diagnostics"], json!({"previous_message_id": null}), "a pass-through field stays the host's");
+    let e = RenderOptions::from_value(&json!({"cacheDiagnostics": "yes"})).unwrap_err();
+    assert_eq!(e.message(), "options.cacheDiagnostics: expected a boolean, got a string");
+}

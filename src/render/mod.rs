@@ -66,6 +66,12 @@ pub struct RenderOptions {
     /// The TTL of the Anthropic cache breakpoints (JSON `cacheTtl`); absent: the provider's
     /// default (5 minutes), and no `ttl` field is sent.
     pub cache_ttl: Option<CacheTtl>,
+    /// Anthropic cache diagnostics (JSON `cacheDiagnostics: true`): the body gets
+    /// `"diagnostics": {"previous_message_id": ID}`, the `responseId` the last assistant message
+    /// of the envelope has in its provenance (as `parse_response` keeps it), `null` without one.
+    /// The id is the logged truth, so the body is rebuilt from the log like every other field.
+    /// The host sends the beta header the provider asks for.
+    pub cache_diagnostics: bool,
 }
 
 /// Where the OpenAI-compatible `prompt_cache_key` comes from.
@@ -147,17 +153,19 @@ impl RenderOptions {
     }
 
     /// Parses the JSON form `{"prefixLen"?: n, "promptCacheKey"?: true | false | "key",
-    /// "promptCacheRetention"?: "...", "cacheTtl"?: "5m" | "1h"}` (every key optional; an unknown
-    /// key is an error, so a misspelt option is never silently ignored).
+    /// "promptCacheRetention"?: "...", "cacheTtl"?: "5m" | "1h", "cacheDiagnostics"?: bool}`
+    /// (every key optional; an unknown key is an error, so a misspelt option is never silently
+    /// ignored).
     pub fn from_value(v: &Value) -> Result<RenderOptions> {
-        const KEYS: &[&str] = &["prefixLen", "promptCacheKey", "promptCacheRetention", "cacheTtl"];
+        const KEYS: &[&str] = &["prefixLen", "promptCacheKey", "promptCacheRetention", "cacheTtl", "cacheDiagnostics"];
         let f = Fields::of(v, "options")?;
         if let Some(k) = f.map.keys().find(|k| !KEYS.contains(&k.as_str())) {
             return Err(Error::invalid(
                 f.p(k),
-                "is not a render option (expected prefixLen, promptCacheKey, promptCacheRetention or cacheTtl)",
+                "is not a render option (expected prefixLen, promptCacheKey, promptCacheRetention, cacheTtl or cacheDiagnostics)",
             ));
         }
+        let cache_diagnostics = f.opt_bool("cacheDiagnostics")?.unwrap_or(false);
         let mut out = RenderOptions::with_prefix_len(f.opt_u64("prefixLen")?.unwrap_or(0) as usize);
         match f.opt_value("promptCacheKey")? {
             None | Some(Value::Bool(true)) => {}
@@ -180,6 +188,7 @@ impl RenderOptions {
             Some("1h") => Some(CacheTtl::OneHour),
             Some(other) => return Err(Error::invalid(f.p("cacheTtl"), format!("expected \"5m\" or \"1h\", got {other:?}"))),
         };
+        out.cache_diagnostics = cache_diagnostics;
         Ok(out)
     }
 }
@@ -489,7 +498,7 @@ mod tests {
             (json!({"cacheTtl":"2h"}), "options.cacheTtl: expected \"5m\" or \"1h\", got \"2h\""),
             (
                 json!({"cacheTTL":"1h"}),
-                "options.cacheTTL: is not a render option (expected prefixLen, promptCacheKey, promptCacheRetention or cacheTtl)",
+                "options.cacheTTL: is not a render option (expected prefixLen, promptCacheKey, promptCacheRetention, cacheTtl or cacheDiagnostics)",
             ),
         ];
         for (v, want) in bad {

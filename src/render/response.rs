@@ -369,8 +369,16 @@ fn parse_anthropic(body: &Value) -> Result<ParsedResponse> {
     }
     let mut message = Message::new(Role::Assistant, content);
     message.provenance = provenance(body, "anthropic");
+    // The response id, for the next request's `diagnostics.previous_message_id`
+    // (`RenderOptions::cache_diagnostics`).
+    if let (Some(p), Some(id)) = (message.provenance.as_mut(), opt_str(body, "id", "response.id")?) {
+        p.extra.insert(RESPONSE_ID.into(), id.into());
+    }
     Ok(ParsedResponse { message, usage, finish_reason: finish })
 }
+
+/// The provenance field that keeps the provider's response id (Anthropic `id`, `msg_...`).
+pub const RESPONSE_ID: &str = "responseId";
 
 /// Anthropic's cache diagnostics (`diagnostics`, present when the request sent
 /// `diagnostics.previous_message_id`): `null` is no divergence found (`none`); an object whose
