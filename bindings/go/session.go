@@ -323,6 +323,9 @@ type RenderOptions struct {
 	PromptCacheRetention string `json:"promptCacheRetention,omitempty"`
 	// CacheTTL is the ttl of the Anthropic cache breakpoints: "5m" or "1h" ("": the default).
 	CacheTTL string `json:"cacheTtl,omitempty"`
+	// CacheDiagnostics sends Anthropic's diagnostics.previous_message_id (the id of the
+	// previous response, which the log keeps; null on the first turn). Since ABI 2 minor 5.
+	CacheDiagnostics bool `json:"cacheDiagnostics,omitempty"`
 }
 
 // RenderWithOptions renders a request envelope into a provider's JSON body, as Render does,

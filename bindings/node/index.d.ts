@@ -323,6 +323,8 @@ export interface AgentRenderOptions {
   promptCacheKey?: boolean | string;
   promptCacheRetention?: string;
   cacheTtl?: '5m' | '1h';
+  /** Anthropic cache diagnostics: `diagnostics.previous_message_id` from the log. */
+  cacheDiagnostics?: boolean;
 }
 
 /** The result of `Agent.nextBody`: the provider body, ready to POST. */
@@ -496,6 +498,8 @@ export interface RenderOptions {
   promptCacheRetention?: string;
   /** The `ttl` of the Anthropic cache breakpoints. */
   cacheTtl?: '5m' | '1h';
+  /** Anthropic cache diagnostics: `diagnostics.previous_message_id` from the envelope. */
+  cacheDiagnostics?: boolean;
 }
 /** Renders an envelope with render options. */
 export declare function renderWithOptions(renderer: 'openai' | 'anthropic' | string, envelope: Envelope | string | Buffer, options?: RenderOptions | null): string;

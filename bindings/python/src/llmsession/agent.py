@@ -174,7 +174,7 @@ class Agent(Handle):
 
     def set_renderer(self, renderer: str, options: Optional[Mapping[str, Any]] = None) -> None:
         """Renderer of :meth:`next_body`: ``"openai"``, ``"openai-responses"``, ``"anthropic"``
-        or ``"gemini"``; options ``{"promptCacheKey"?, "promptCacheRetention"?, "cacheTtl"?}``."""
+        or ``"gemini"``; options ``{"promptCacheKey"?, "promptCacheRetention"?, "cacheTtl"?, "cacheDiagnostics"?}``."""
         r = text(renderer, "set_renderer")
         o, n = opt(options)
         call(N.lib.lls_agent_set_renderer, self.ptr, r, len(r), o, n)
