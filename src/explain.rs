@@ -1060,7 +1060,8 @@ fn calibrated(shared: u64, calibration: &[(u64, u64)]) -> u64 {
 /// had (`prompt - old`, `old = min(prompt, earlier prompt)`), and what the provider did not read
 /// of that earlier content (`old - cached`), charged to the first that applies:
 /// **context-edit** (the provider edited this request), **expiry** (the gap since the earlier
-/// request is longer than the TTL in force), the **divergence's cause** (the request differs
+/// request is longer than the TTL in force and the provider read less than 99 % of the expected
+/// tokens), the **divergence's cause** (the request differs
 /// from the earlier one: a provider caches at block granularity, so what it loses at a
 /// divergence is charged to it whole), **below-minimum** (the expected prefix is shorter than
 /// the provider caches), else **unexplained**. A summarisation request's tokens are all
@@ -1089,7 +1090,10 @@ fn charge(out: &mut [RequestReport], sides: &[Side], settings: &ExplainSettings)
         let expected = expected.min(old);
         let diverged = r.divergence.is_some() || !r.rebuilt;
         let edited = r.usage.as_ref().and_then(|u| u.context_edits.as_ref()).is_some_and(|e| !e.is_empty());
-        let expired = matches!((r.gap_ms, rule.ttl_ms), (Some(g), Some(t)) if g > t);
+        // Expired: the gap is longer than the TTL and the provider did not read what it should
+        // have (a cache that gave at least 99 % of the expected tokens held, whatever the clock
+        // says: a slow summarisation between two requests is not an expiry if the prefix was read).
+        let expired = matches!((r.gap_ms, rule.ttl_ms), (Some(g), Some(t)) if g > t) && (cached as u128) * 100 < (expected as u128) * 99;
         // What the provider did not read of the earlier content.
         let missed = old - cached.min(old);
         let missed_cause = if edited {

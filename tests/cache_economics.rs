@@ -372,3 +372,26 @@ fn the_cache_diagnostics_render_option_names_the_previous_response_and_verifies(
     let e = RenderOptions::from_value(&json!({"cacheDiagnostics": "yes"})).unwrap_err();
     assert_eq!(e.message(), "options.cacheDiagnostics: expected a boolean, got a string");
 }
+
+#[test]
+fn a_long_gap_whose_prefix_was_read_is_not_expiry() {
+    // Ten minutes later, a tool added at the end: the provider read the shared part (system and
+    // the first tools), so its cache held; what it did not read is the tool change's.
+    let s = Session::in_memory();
+    let mut a = Agent::new(&s, options(&long_system("You are careful."), "Read a file")).unwrap();
+    exchange(&mut a, &s, "first", none, false, json!({}));
+    let mut o = options(&long_system("You are careful."), "Read a file");
+    o.tools
+        .extend(ToolSchema::list_from_value(&json!([{"name":"grep","description":"Search","parameters":{"type":"object"}}]), "t").unwrap());
+    a.set_options(o).unwrap();
+    exchange(&mut a, &s, "second", |r| r.expected_cached_tokens, false, json!({}));
+    let recs = strings(&s);
+    let ex = explain_records(&later(&recs, index_of(&recs, "turn/start", 1), 10 * 60_000), &Estimator).unwrap();
+    sums_to_reported(&ex);
+    let (r1, r2) = (&ex.requests[0], &ex.requests[1]);
+    assert!(r2.gap_ms.unwrap() > r2.cache_rule.ttl_ms.unwrap() && r2.cached_tokens > 1024, "{r2:?}");
+    assert_eq!(
+        charges(r2),
+        vec![(Cause::Growth, r2.prompt_tokens - r1.prompt_tokens), (Cause::HeaderChange, r1.prompt_tokens - r2.cached_tokens)]
+    );
+}
