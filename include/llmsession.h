@@ -1519,15 +1519,25 @@ void lls_error_free(lls_error *err);
  * "index"?, "offset"?, "atByte", "event": "header-change" | "resume" | "compaction" | "inject" |
  * "edit", "eventSeq"?, "summary"}`. With provider usage: `usage`, `promptTokens`,
  * `cachedTokens` beside `expectedCachedTokens`; and `uncachedTokens` (`spendSource`
- * `"provider"` or `"estimate"`) charged to `cause`. `totals.spend` sums the uncached tokens by
- * cause (`growth`, `header-change`, `resume`, `compaction`, `retry-after-overflow`, `inject`,
- * `edit`). `docs/caching.md` explains the figures.
+ * `"provider"` or `"estimate"`) charged to `cause`, and split by cause in `causes`
+ * (`[{"cause", "tokens", "cost"?}]`, summing to `uncachedTokens`); `time`, `gapMs`,
+ * `cacheRule` (`{"ttlMs", "minTokens"}`), `cacheWriteTokens`, `rewriteFactor`, `cost` (with
+ * prices) and `diagnostics` (`{"provider", "ours", "agrees"}`, when the usage has the
+ * provider's cache diagnosis). `totals.spend` sums the uncached tokens by cause (`growth`,
+ * `header-change`, `resume`, `compaction`, `retry-after-overflow`, `inject`, `edit`,
+ * `context-edit`, `expiry`, `below-minimum`, `unexplained`); `totals` also has
+ * `cacheWriteTokens`, `rewriteFactor`, `cost` (with prices), `diagnosticsCompared` and
+ * `diagnosticsDisagreements`. `docs/caching.md` explains the figures.
  *
- * `(options_json, options_len)` (may be NULL): `{"tokenizer"?: "path/to/tokenizer.json"}` to
- * count tokens exactly; the default is the built-in estimate.
+ * `(options_json, options_len)` (may be NULL): `{"tokenizer"?: "path/to/tokenizer.json",
+ * "prices"?: {...}, "cacheRules"?: {...}}`: a tokenizer to count tokens exactly (the default
+ * is the built-in estimate), a price table (per `provider` or `provider/model`, per million
+ * tokens: `input`, `cachedInput`, `cacheWrite`, `output`) and overrides of the providers'
+ * cache TTLs and minimum sizes (`ttlSeconds`, `minTokens`); since ABI 2 minor 5.
  *
  * Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`,
- * `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (an unknown option),
+ * `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (an unknown option,
+ * a bad price table or cache rule, naming the field),
  * `LLS_ERR_TOKENIZER` (the tokenizer cannot be loaded).
  *
  * # Safety

@@ -26,10 +26,16 @@
 //! With provider usage, each request gets the **expected cacheable tokens** beside the
 //! provider's cached tokens: the previous request's reported prompt tokens when this one extends
 //! it whole, otherwise the shared tokens scaled by the reported-to-counted ratio of the earlier
-//! request nearest in size to the shared part. The prompt spend (the uncached prompt tokens: reported, or estimated without usage) is
-//! summed by cause: growth, header change, resume, compaction, retry after overflow (and inject or
-//! edit, which the library's own API never produces). `llmsession stats` and `llmsession explain`
-//! are two views of this one computation; `docs/caching.md` shows how to read it.
+//! request nearest in size to the shared part. The prompt spend (the uncached prompt tokens:
+//! reported, or estimated without usage) is split by cause so that the causes sum to it: growth
+//! (new content), the divergence's cause (header change, resume, compaction, retry after
+//! overflow, and inject or edit, which the library's own API never produces), and what the
+//! provider lost otherwise: a context edit it applied, expiry (the gap since the earlier request
+//! is longer than the TTL, [`crate::cache_rules`]), a prefix below its minimum cacheable size, or
+//! unexplained (see `charge`). With a host price table ([`crate::prices`]) each request and
+//! cause is priced; the provider's own cache diagnosis, when the usage has one, is put beside
+//! the library's. `llmsession stats` and `llmsession explain` are two views of this one
+//! computation; `docs/caching.md` shows how to read it.
 //!
 //! A stored log is read as every reader reads one ([`read_checked_records`]: the checks an open
 //! makes): a damaged record, a seq gap, an event the log rules refuse or a record whose chained
@@ -37,16 +43,18 @@
 //! `edit` explains is a log that still passes those checks but no longer rebuilds what was sent:
 //! one rewritten with its chain recomputed, or a version 1 log (which has no chain).
 
+use crate::cache_rules::{CacheRule, CacheRules, CacheSettings};
 use crate::error::{Error, ErrorKind, Result};
 use crate::header::EpochHeader;
 use crate::log::event::types;
 use crate::log::load::{read_checked_records, CheckedLog};
 use crate::log::rules::as_corrupt;
 use crate::log::Derived;
+use crate::prices::{Cost, PriceTable};
 use crate::request::{summary_config, PrefixBytes, RecordedKind, RequestWalk};
 use crate::tokens::{Countable, Estimator, TokenCounter, TokenizerCounter};
 use crate::types::Fields;
-use crate::types::{CallConfig, Message, Usage};
+use crate::types::{CallConfig, JsonMap, Message, Usage};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -357,11 +365,13 @@ pub enum Kind {
     Compaction,
 }
 
-/// What caused a miss (the log event behind a divergence).
+/// What caused uncached prompt tokens (the log event behind a divergence, or what the provider
+/// lost).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Cause {
-    /// The request extends the one before (or is the first): only new content is uncached.
+    /// New content: the tokens the earlier request did not have (the physical minimum; all of
+    /// a first request).
     Growth,
     /// The request header (config, system prompt, tools) changed within an agent instance.
     HeaderChange,
@@ -375,12 +385,33 @@ pub enum Cause {
     Inject,
     /// The log does not rebuild what was sent, or the history changed without a compaction.
     Edit,
+    /// The provider edited the request before the model saw it (Anthropic context editing:
+    /// `applied_edits` in its response), so the prefix it had cached no longer matched.
+    ContextEdit,
+    /// The gap since the request that wrote the prefix is longer than the provider's TTL for
+    /// the cache settings in force ([`crate::cache_rules`]).
+    Expiry,
+    /// The shared prefix is shorter than the provider's minimum cacheable size.
+    BelowMinimum,
+    /// The provider lost a prefix it should have had: none of the above explains it.
+    Unexplained,
 }
 
 impl Cause {
     /// Every cause, in report order.
-    pub const ALL: [Cause; 7] =
-        [Cause::Growth, Cause::HeaderChange, Cause::Resume, Cause::Compaction, Cause::RetryAfterOverflow, Cause::Inject, Cause::Edit];
+    pub const ALL: [Cause; 11] = [
+        Cause::Growth,
+        Cause::HeaderChange,
+        Cause::Resume,
+        Cause::Compaction,
+        Cause::RetryAfterOverflow,
+        Cause::Inject,
+        Cause::Edit,
+        Cause::ContextEdit,
+        Cause::Expiry,
+        Cause::BelowMinimum,
+        Cause::Unexplained,
+    ];
 
     /// The wire name (`growth`, `header-change`, ...).
     pub fn as_str(self) -> &'static str {
@@ -392,8 +423,42 @@ impl Cause {
             Cause::RetryAfterOverflow => "retry-after-overflow",
             Cause::Inject => "inject",
             Cause::Edit => "edit",
+            Cause::ContextEdit => "context-edit",
+            Cause::Expiry => "expiry",
+            Cause::BelowMinimum => "below-minimum",
+            Cause::Unexplained => "unexplained",
         }
     }
+}
+
+/// The uncached prompt tokens of a request charged to one cause.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Charge {
+    /// The cause.
+    pub cause: Cause,
+    /// Its tokens.
+    pub tokens: u64,
+    /// What they cost (the request's uncached cost in proportion), with a price table.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<f64>,
+}
+
+/// The provider's own cache diagnosis of a request beside the library's finding.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiagnosticsCheck {
+    /// The provider's reason (`system_changed`, `none`, `pending`, ...).
+    pub provider: String,
+    /// The library's finding in the provider's words: `model_changed`, `tools_changed`,
+    /// `system_changed`, `messages_changed` (the first difference in the order Anthropic reads
+    /// a request: tools, system, messages), `none` (it extends the earlier request), or
+    /// `config_changed` (another call config field, which the provider has no reason for).
+    pub ours: String,
+    /// Whether they agree; `None` where they cannot be compared (the provider's comparison
+    /// was pending, unavailable or found no previous message, or the finding is
+    /// `config_changed`).
+    pub agrees: Option<bool>,
 }
 
 /// Where a request diverges from the one it is compared with, and why.
@@ -475,8 +540,44 @@ pub struct RequestReport {
     pub uncached_tokens: u64,
     /// Whether `uncached_tokens` comes from the provider (`"provider"`) or the counter.
     pub spend_source: &'static str,
-    /// What the uncached prompt tokens are charged to.
+    /// What the uncached prompt tokens are charged to: the divergence's cause, else the first
+    /// cause other than growth that `causes` charges tokens to, else growth.
     pub cause: Cause,
+    /// The uncached prompt tokens by cause (only causes with tokens, in report order); they
+    /// sum to `uncached_tokens`.
+    pub causes: Vec<Charge>,
+    /// When the request was built (its `step/start` or `compaction/start` time, Unix ms).
+    pub time: u64,
+    /// Milliseconds since the request it is compared with was built.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gap_ms: Option<u64>,
+    /// The cache rule in force: the provider's TTL and minimum cacheable size.
+    pub cache_rule: CacheRule,
+    /// Provider-reported tokens written to the cache (0 without usage).
+    pub cache_write_tokens: u64,
+    /// Cache-write tokens ÷ prompt tokens (with usage).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rewrite_factor: Option<f64>,
+    /// What the request cost, with a price table that prices its model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<Cost>,
+    /// The provider's cache diagnosis beside the library's, when the usage has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diagnostics: Option<DiagnosticsCheck>,
+}
+
+/// The costs of a report (with a price table).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CostTotals {
+    /// What the priced requests cost.
+    pub total: f64,
+    /// What they would have cost with no cache.
+    pub no_cache: f64,
+    /// Their uncached cost by cause (every cause present).
+    pub by_cause: Vec<(String, f64)>,
+    /// Requests with usage whose model the table has no price for.
+    pub unpriced: u64,
 }
 
 /// The totals of a report.
@@ -497,6 +598,18 @@ pub struct Totals {
     pub expected_cached_tokens: u64,
     /// Uncached prompt tokens by cause (every cause present, 0 when none).
     pub spend: Vec<(String, u64)>,
+    /// Provider-reported cache-write tokens, summed.
+    pub cache_write_tokens: u64,
+    /// The session's re-write factor: cache-write tokens ÷ its context (the largest reported
+    /// prompt): how many times the context was written to the cache.
+    pub rewrite_factor: f64,
+    /// Costs, with a price table.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<CostTotals>,
+    /// Requests with a provider cache diagnosis that could be compared with the library's.
+    pub diagnostics_compared: u64,
+    /// Of those, the ones where the two disagree.
+    pub diagnostics_disagreements: u64,
 }
 
 /// The explanation of a whole log.
@@ -519,6 +632,10 @@ impl Explanation {
         let mut v = serde_json::to_value(self).expect("a report serialises");
         let spend: serde_json::Map<String, Value> = self.totals.spend.iter().map(|(k, n)| (k.clone(), json!(n))).collect();
         v["totals"]["spend"] = Value::Object(spend);
+        if let Some(c) = &self.totals.cost {
+            let by: serde_json::Map<String, Value> = c.by_cause.iter().map(|(k, n)| (k.clone(), json!(n))).collect();
+            v["totals"]["cost"]["byCause"] = Value::Object(by);
+        }
         v
     }
 
@@ -538,6 +655,47 @@ struct Seen {
     instance: u64,
     parts: Parts,
     prompt: Option<u64>,
+}
+
+/// What the final pass needs of a request beside its report.
+struct Side {
+    /// The report index of the request it is compared with.
+    cand: Option<usize>,
+    /// Provider, model and pass-through config fields of its call config.
+    provider: String,
+    model: String,
+    config: JsonMap,
+    /// The library's finding in the provider's diagnostic words (see [`DiagnosticsCheck`]).
+    ours: &'static str,
+}
+
+/// The library's finding in Anthropic's diagnostic words: the first difference in the order
+/// Anthropic reads a request (tools, system, messages).
+fn our_reason(prev: &Parts, cur: &Parts, share: &Share, rebuilt: bool) -> &'static str {
+    let field = |p: &Parts, k: &str| p.config.iter().find(|(f, _)| f == k).map(|(_, v)| v.clone());
+    let config_differs = matches!(share.diverge, Some(Component::Config { .. }));
+    if config_differs && field(prev, "model") != field(cur, "model") {
+        "model_changed"
+    } else if config_differs {
+        "config_changed"
+    } else if prev.tools != cur.tools {
+        "tools_changed"
+    } else if prev.system.as_ref().map(|s| &s.1) != cur.system.as_ref().map(|s| &s.1) {
+        "system_changed"
+    } else if share.diverge.is_some() || !rebuilt {
+        "messages_changed"
+    } else {
+        "none"
+    }
+}
+
+/// What `explain` is given besides the log: the cache rules' overrides and a price table.
+#[derive(Clone, Debug, Default)]
+pub struct ExplainSettings {
+    /// Overrides of the providers' TTLs and minimum cacheable sizes.
+    pub cache_rules: CacheRules,
+    /// Prices, for the cost report.
+    pub prices: Option<PriceTable>,
 }
 
 /// Counts tokens per component, caching history messages by seq and prefix messages by text.
@@ -621,7 +779,13 @@ fn shared_tokens(weights: &[u64], share: &Share) -> u64 {
 /// does not rebuild (a rewrite that recomputed the chain, or an edited version 1 log, which has
 /// none) is reported (`rebuilt: false`, cause `edit`), not an error.
 pub fn explain_log(log: &CheckedLog, counter: &dyn TokenCounter) -> Result<Explanation> {
+    explain_log_with(log, counter, &ExplainSettings::default())
+}
+
+/// [`explain_log`] with cache-rule overrides and a price table.
+pub fn explain_log_with(log: &CheckedLog, counter: &dyn TokenCounter, settings: &ExplainSettings) -> Result<Explanation> {
     let session = log.header();
+    let mut sides: Vec<Side> = Vec::new();
     let (mut walk, events) = RequestWalk::of(log);
     let mut counts = Counter { counter, by_seq: HashMap::new(), by_text: HashMap::new(), head: None };
     let mut out: Vec<RequestReport> = Vec::new();
@@ -650,7 +814,8 @@ pub fn explain_log(log: &CheckedLog, counter: &dyn TokenCounter) -> Result<Expla
                         parts.messages.extend(entries.iter().cloned().map(Msg::Entry));
                         n_conv += 1;
                         (turn, step) = (t, s);
-                        Some((Kind::Conversation, n_conv.to_string(), r.header, parts, rebuilt, t, s))
+                        let cfg = r.header.config.clone();
+                        Some((Kind::Conversation, n_conv.to_string(), r.header, parts, rebuilt, t, s, cfg))
                     }
                     RecordedKind::Compaction { start, end, instruction, provider, model, max_tokens } => {
                         let cfg = summary_config(&r.header.config, &provider, &model, max_tokens);
@@ -660,12 +825,12 @@ pub fn explain_log(log: &CheckedLog, counter: &dyn TokenCounter) -> Result<Expla
                         parts.messages.push(Msg::Text(Arc::from(instr)));
                         parts.trailing = true;
                         n_comp += 1;
-                        Some((Kind::Compaction, format!("c{n_comp}"), r.header, parts, rebuilt, turn, step))
+                        Some((Kind::Compaction, format!("c{n_comp}"), r.header, parts, rebuilt, turn, step, cfg))
                     }
                 }
             }
         };
-        if let Some((kind, id, header, parts, rebuilt, t, s)) = built {
+        if let Some((kind, id, header, parts, rebuilt, t, s, cfg)) = built {
             let instance = walk.log().state().headers.instance().unwrap_or(0);
             let weights = counts.weights(&header, &parts)?;
             let tokens: u64 = weights.iter().sum();
@@ -706,9 +871,22 @@ pub fn explain_log(log: &CheckedLog, counter: &dyn TokenCounter) -> Result<Expla
                 uncached_tokens: tokens,
                 spend_source: "estimate",
                 cause: Cause::Growth,
+                causes: Vec::new(),
+                time: ev.time,
+                gap_ms: None,
+                cache_rule: CacheRule { ttl_ms: None, min_tokens: 0 },
+                cache_write_tokens: 0,
+                rewrite_factor: None,
+                cost: None,
+                diagnostics: None,
             };
+            let mut this =
+                Side { cand: None, provider: cfg.provider.clone(), model: cfg.model.clone(), config: cfg.extra.clone(), ours: "none" };
             let mut candidate: Option<(Option<u64>, bool)> = None; // (its reported prompt, extends)
             if let Some((cand, share)) = best {
+                this.cand = Some(cand.index);
+                this.ours = our_reason(&cand.parts, &parts, &share, rebuilt);
+                report.gap_ms = Some(ev.time.saturating_sub(out[cand.index].time));
                 report.compared_with = Some(out[cand.index].id.clone());
                 report.shared_bytes = share.bytes;
                 report.shared_tokens = shared_tokens(&weights, &share);
@@ -771,6 +949,7 @@ pub fn explain_log(log: &CheckedLog, counter: &dyn TokenCounter) -> Result<Expla
             }
             awaiting_usage = Some(index);
             out.push(report);
+            sides.push(this);
         }
         // Usage, header events, overflow retries, landed compactions.
         match ev.ty.as_str() {
@@ -812,8 +991,12 @@ pub fn explain_log(log: &CheckedLog, counter: &dyn TokenCounter) -> Result<Expla
         // Folded without keeping the lines (as `verify` does): only the state is needed.
         walk.apply(ev, ev.seq).map_err(|e| as_corrupt(e, ev.seq as usize + 2))?;
     }
+    charge(&mut out, &sides, settings);
     let mut totals = Totals::default();
     let mut spend: HashMap<Cause, u64> = HashMap::new();
+    let mut cost_by: HashMap<Cause, f64> = HashMap::new();
+    let mut cost = settings.prices.as_ref().map(|_| CostTotals::default());
+    let mut context = 0u64;
     for r in &out {
         match r.kind {
             Kind::Conversation => totals.conversation_requests += 1,
@@ -825,9 +1008,35 @@ pub fn explain_log(log: &CheckedLog, counter: &dyn TokenCounter) -> Result<Expla
         if r.usage.is_some() {
             totals.expected_cached_tokens += r.expected_cached_tokens;
         }
-        *spend.entry(r.cause).or_default() += r.uncached_tokens;
+        for c in &r.causes {
+            *spend.entry(c.cause).or_default() += c.tokens;
+            *cost_by.entry(c.cause).or_default() += c.cost.unwrap_or(0.0);
+        }
+        totals.cache_write_tokens += r.cache_write_tokens;
+        context = context.max(r.prompt_tokens);
+        if let Some(t) = cost.as_mut() {
+            match &r.cost {
+                Some(c) => {
+                    t.total += c.total;
+                    t.no_cache += c.no_cache;
+                }
+                None if r.usage.is_some() => t.unpriced += 1,
+                None => {}
+            }
+        }
+        if let Some(d) = &r.diagnostics {
+            if let Some(agrees) = d.agrees {
+                totals.diagnostics_compared += 1;
+                totals.diagnostics_disagreements += u64::from(!agrees);
+            }
+        }
     }
     totals.spend = Cause::ALL.iter().map(|c| (c.as_str().to_string(), spend.get(c).copied().unwrap_or(0))).collect();
+    totals.rewrite_factor = if context > 0 { totals.cache_write_tokens as f64 / context as f64 } else { 0.0 };
+    if let Some(t) = cost.as_mut() {
+        t.by_cause = Cause::ALL.iter().map(|c| (c.as_str().to_string(), cost_by.get(c).copied().unwrap_or(0.0))).collect();
+    }
+    totals.cost = cost;
     Ok(Explanation { session: session.id.clone(), counter: counter.name(), requests: out, totals })
 }
 
@@ -840,6 +1049,111 @@ fn calibrated(shared: u64, calibration: &[(u64, u64)]) -> u64 {
     match calibration.iter().min_by_key(|(t, _)| t.abs_diff(shared)) {
         Some(&(tokens, prompt)) => (shared as u128 * prompt as u128 / tokens as u128) as u64,
         None => shared,
+    }
+}
+
+/// The final pass: the cache rule, the uncached tokens by cause, the cost and the provider's
+/// diagnosis of every request (the usage of each is known now).
+///
+/// The uncached tokens `U` (reported: prompt - cached; estimated: counted - shared) are split
+/// in two, never more than `U` in all: **growth**, the prompt beyond what the earlier request
+/// had (`prompt - old`, `old = min(prompt, earlier prompt)`), and what the provider did not read
+/// of that earlier content (`old - cached`), charged to the first that applies:
+/// **context-edit** (the provider edited this request), **expiry** (the gap since the earlier
+/// request is longer than the TTL in force and the provider read less than 99 % of the expected
+/// tokens), the **divergence's cause** (the request differs
+/// from the earlier one: a provider caches at block granularity, so what it loses at a
+/// divergence is charged to it whole), **below-minimum** (the expected prefix is shorter than
+/// the provider caches), else **unexplained**. A summarisation request's tokens are all
+/// compaction, an overflow retry's all retry-after-overflow.
+fn charge(out: &mut [RequestReport], sides: &[Side], settings: &ExplainSettings) {
+    for i in 0..out.len() {
+        let side = &sides[i];
+        let cand = side.cand.map(|c| &out[c]);
+        let wrote_one_hour = cand.and_then(|c| c.usage.as_ref()).and_then(|u| u.cache_write_1h_tokens).unwrap_or(0) > 0;
+        let rule = settings.cache_rules.rule(&CacheSettings {
+            provider: &side.provider,
+            model: &side.model,
+            config: Some(&side.config),
+            wrote_one_hour,
+        });
+        let r = &out[i];
+        let provider = r.usage.is_some();
+        let u = r.uncached_tokens;
+        let (prompt, cached, expected) = if provider {
+            (r.prompt_tokens, r.cached_tokens, r.expected_cached_tokens)
+        } else {
+            (r.tokens, r.shared_tokens, r.shared_tokens)
+        };
+        let earlier = cand.map_or(0, |c| if c.usage.is_some() { c.prompt_tokens } else { c.tokens });
+        let old = prompt.min(earlier);
+        let expected = expected.min(old);
+        let diverged = r.divergence.is_some() || !r.rebuilt;
+        let edited = r.usage.as_ref().and_then(|u| u.context_edits.as_ref()).is_some_and(|e| !e.is_empty());
+        // Expired: the gap is longer than the TTL and the provider did not read what it should
+        // have (a cache that gave at least 99 % of the expected tokens held, whatever the clock
+        // says: a slow summarisation between two requests is not an expiry if the prefix was read).
+        let expired = matches!((r.gap_ms, rule.ttl_ms), (Some(g), Some(t)) if g > t) && (cached as u128) * 100 < (expected as u128) * 99;
+        // What the provider did not read of the earlier content.
+        let missed = old - cached.min(old);
+        let missed_cause = if edited {
+            Cause::ContextEdit
+        } else if expired {
+            Cause::Expiry
+        } else if diverged {
+            r.cause
+        } else if expected < rule.min_tokens {
+            Cause::BelowMinimum
+        } else {
+            Cause::Unexplained
+        };
+        let mut parts: Vec<(Cause, u64)> = match (r.kind, r.cause) {
+            (Kind::Compaction, _) => vec![(Cause::Compaction, u)],
+            (_, Cause::RetryAfterOverflow) => vec![(Cause::RetryAfterOverflow, u)],
+            _ => vec![(Cause::Growth, prompt - old), (missed_cause, missed)],
+        };
+        // Never more than the uncached tokens, and all of them.
+        let mut left = u;
+        for p in parts.iter_mut() {
+            p.1 = p.1.min(left);
+            left -= p.1;
+        }
+        if left > 0 {
+            parts.push((Cause::Unexplained, left));
+        }
+        let mut causes: Vec<Charge> = Vec::new();
+        for c in Cause::ALL {
+            let tokens: u64 = parts.iter().filter(|p| p.0 == c).map(|p| p.1).sum();
+            if tokens > 0 {
+                causes.push(Charge { cause: c, tokens, cost: None });
+            }
+        }
+        let cost = match (&settings.prices, &r.usage) {
+            (Some(t), Some(usage)) => t.price(&side.provider, &side.model).map(|p| p.cost(usage)),
+            _ => None,
+        };
+        if let Some(c) = &cost {
+            for ch in causes.iter_mut() {
+                ch.cost = Some(if u > 0 { c.uncached * ch.tokens as f64 / u as f64 } else { 0.0 });
+            }
+        }
+        let diagnostics = r.usage.as_ref().and_then(|u| u.cache_diagnostics.as_ref()).map(|d| {
+            const COMPARABLE: &[&str] = &["model_changed", "system_changed", "tools_changed", "messages_changed", "none"];
+            let comparable = COMPARABLE.contains(&d.reason.as_str()) && side.ours != "config_changed";
+            DiagnosticsCheck { provider: d.reason.clone(), ours: side.ours.into(), agrees: comparable.then(|| d.reason == side.ours) }
+        });
+        let r = &mut out[i];
+        if !diverged && r.kind == Kind::Conversation && r.cause == Cause::Growth {
+            r.cause = causes.iter().map(|c| c.cause).find(|c| *c != Cause::Growth).unwrap_or(Cause::Growth);
+        }
+        r.cache_rule = rule;
+        r.causes = causes;
+        r.cost = cost;
+        r.diagnostics = diagnostics;
+        if let Some(usage) = &r.usage {
+            r.cache_write_tokens = usage.cache_write_tokens.unwrap_or(0);
+            r.rewrite_factor = (r.prompt_tokens > 0).then(|| r.cache_write_tokens as f64 / r.prompt_tokens as f64);
+        }
     }
 }
 
@@ -938,6 +1252,10 @@ fn why(event: Cause, seq: Option<u64>) -> String {
         Cause::Edit => format!("the log was changed{at} after the earlier request was sent"),
         Cause::Growth => "growth".into(),
         Cause::RetryAfterOverflow => format!("retry after a context overflow{at}"),
+        Cause::ContextEdit => format!("the provider edited the request's context{at}"),
+        Cause::Expiry => "the cached prefix expired".into(),
+        Cause::BelowMinimum => "the prefix is below the provider's minimum cacheable size".into(),
+        Cause::Unexplained => "unexplained".into(),
     }
 }
 
@@ -949,17 +1267,34 @@ pub fn explain_records(records: &[Vec<u8>], counter: &dyn TokenCounter) -> Resul
     explain_log(&read_checked_records(records)?, counter)
 }
 
+/// [`explain_records`] with cache-rule overrides and a price table.
+pub fn explain_records_with(records: &[Vec<u8>], counter: &dyn TokenCounter, settings: &ExplainSettings) -> Result<Explanation> {
+    explain_log_with(&read_checked_records(records)?, counter, settings)
+}
+
 /// The token counter `lls_session_explain` and `lls_explain_file` count with, from their options
 /// `{"tokenizer"?: path}` (default: the built-in estimate).
 pub fn explain_counter(options: Option<&Value>) -> Result<Box<dyn TokenCounter>> {
-    let Some(v) = options else { return Ok(Box::new(Estimator)) };
+    Ok(explain_options(options)?.0)
+}
+
+/// The token counter and the settings `lls_session_explain` and `lls_explain_file` explain
+/// with, from their options `{"tokenizer"?: path, "prices"?: {...}, "cacheRules"?: {...}}`
+/// ([`PriceTable::from_value`], [`CacheRules::from_value`]).
+pub fn explain_options(options: Option<&Value>) -> Result<(Box<dyn TokenCounter>, ExplainSettings)> {
+    let Some(v) = options else { return Ok((Box::new(Estimator), ExplainSettings::default())) };
     let f = Fields::of(v, "options")?;
-    if let Some(k) = f.map.keys().find(|k| k.as_str() != "tokenizer") {
-        return Err(Error::invalid(f.p(k), "is not an explain option (expected tokenizer)"));
+    if let Some(k) = f.map.keys().find(|k| !["tokenizer", "prices", "cacheRules"].contains(&k.as_str())) {
+        return Err(Error::invalid(f.p(k), "is not an explain option (expected tokenizer, prices or cacheRules)"));
     }
-    match f.opt_str("tokenizer")? {
-        None => Ok(Box::new(Estimator)),
-        Some("") => Err(Error::invalid("options.tokenizer", "the path is empty")),
-        Some(path) => Ok(Box::new(TokenizerCounter::from_file(path)?)),
-    }
+    let settings = ExplainSettings {
+        prices: f.opt_value("prices")?.map(PriceTable::from_value).transpose()?,
+        cache_rules: f.opt_value("cacheRules")?.map(CacheRules::from_value).transpose()?.unwrap_or_default(),
+    };
+    let counter: Box<dyn TokenCounter> = match f.opt_str("tokenizer")? {
+        None => Box::new(Estimator),
+        Some("") => return Err(Error::invalid("options.tokenizer", "the path is empty")),
+        Some(path) => Box::new(TokenizerCounter::from_file(path)?),
+    };
+    Ok((counter, settings))
 }

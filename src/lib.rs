@@ -29,6 +29,7 @@
 #![warn(missing_docs)]
 
 pub mod agent;
+pub mod cache_rules;
 pub mod cancel;
 pub mod compaction;
 pub mod error;
@@ -37,6 +38,7 @@ pub mod header;
 pub mod log;
 pub mod observe;
 pub mod prefix;
+pub mod prices;
 pub mod render;
 pub mod replay;
 pub mod request;
@@ -54,4 +56,4 @@ pub use log::{Event, NewEvent};
 pub use request::Request;
 pub use session::{Session, SessionOptions};
 pub use store::Durability;
-pub use types::{Block, CallConfig, JsonMap, Message, Provenance, Role, ToolSchema, Usage};
+pub use types::{Block, CacheDiagnostics, CallConfig, ContextEdit, JsonMap, Message, Provenance, Role, ToolSchema, Usage};

@@ -501,9 +501,94 @@ pub struct Usage {
     /// Reasoning tokens (a part of the output).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning_tokens: Option<u64>,
+    /// Of `cache_write_tokens`: those written with a 5-minute TTL (Anthropic
+    /// `cache_creation.ephemeral_5m_input_tokens`).
+    #[serde(rename = "cacheWrite5mTokens", skip_serializing_if = "Option::is_none")]
+    pub cache_write_5m_tokens: Option<u64>,
+    /// Of `cache_write_tokens`: those written with a 1-hour TTL (Anthropic
+    /// `cache_creation.ephemeral_1h_input_tokens`).
+    #[serde(rename = "cacheWrite1hTokens", skip_serializing_if = "Option::is_none")]
+    pub cache_write_1h_tokens: Option<u64>,
+    /// The provider's own cache diagnostics for this request (Anthropic `diagnostics`), when
+    /// the request asked for them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_diagnostics: Option<CacheDiagnostics>,
+    /// The context edits the provider applied to this request before the model saw it
+    /// (Anthropic `context_management.applied_edits`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_edits: Option<Vec<ContextEdit>>,
     /// Unknown fields, carried through.
     #[serde(flatten)]
     pub extra: JsonMap,
+}
+
+/// A provider's diagnosis of a prompt-cache miss against the previous request (Anthropic's cache
+/// diagnostics: the request names the previous response's id, the response says where the two
+/// requests diverged).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CacheDiagnostics {
+    /// The provider's reason, as it words it (`model_changed`, `system_changed`,
+    /// `tools_changed`, `messages_changed`, `previous_message_not_found`, `unavailable`), or
+    /// `none` (the provider found no divergence) or `pending` (its comparison had not finished).
+    pub reason: String,
+    /// The provider's estimate of the input tokens after the divergence.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub missed_tokens: Option<u64>,
+}
+
+impl CacheDiagnostics {
+    /// Validates cache diagnostics at `path`.
+    pub fn from_value(v: &Value, path: &str) -> Result<CacheDiagnostics> {
+        let f = Fields::of(v, path)?;
+        if let Some(k) = f.map.keys().find(|k| !["reason", "missedTokens"].contains(&k.as_str())) {
+            return Err(Error::invalid(f.p(k), "is not a field of cache diagnostics (expected reason, missedTokens)"));
+        }
+        let reason = f.str("reason")?;
+        if reason.is_empty() {
+            return Err(Error::invalid(f.p("reason"), "is empty"));
+        }
+        Ok(CacheDiagnostics { reason: reason.to_string(), missed_tokens: f.opt_u64("missedTokens")? })
+    }
+}
+
+/// One context edit a provider applied to a request server-side (Anthropic context editing:
+/// `clear_tool_uses_20250919`, `clear_thinking_20251015`): the model saw the request with these
+/// parts cleared.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContextEdit {
+    /// The provider's edit type (`clear_tool_uses_20250919`, ...).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Input tokens the edit cleared.
+    pub cleared_input_tokens: u64,
+    /// Tool uses cleared (oldest first).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cleared_tool_uses: Option<u64>,
+    /// Thinking turns cleared (oldest first).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cleared_thinking_turns: Option<u64>,
+}
+
+impl ContextEdit {
+    /// Validates a context edit at `path`.
+    pub fn from_value(v: &Value, path: &str) -> Result<ContextEdit> {
+        let f = Fields::of(v, path)?;
+        const KEYS: &[&str] = &["type", "clearedInputTokens", "clearedToolUses", "clearedThinkingTurns"];
+        if let Some(k) = f.map.keys().find(|k| !KEYS.contains(&k.as_str())) {
+            return Err(Error::invalid(
+                f.p(k),
+                "is not a field of a context edit (expected type, clearedInputTokens, clearedToolUses, clearedThinkingTurns)",
+            ));
+        }
+        Ok(ContextEdit {
+            kind: f.str("type")?.to_string(),
+            cleared_input_tokens: f.u64("clearedInputTokens")?,
+            cleared_tool_uses: f.opt_u64("clearedToolUses")?,
+            cleared_thinking_turns: f.opt_u64("clearedThinkingTurns")?,
+        })
+    }
 }
 
 impl Usage {
@@ -516,7 +601,32 @@ impl Usage {
             cache_read_tokens: f.opt_u64("cacheReadTokens")?,
             cache_write_tokens: f.opt_u64("cacheWriteTokens")?,
             reasoning_tokens: f.opt_u64("reasoningTokens")?,
-            extra: f.extra(&["inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "reasoningTokens"]),
+            cache_write_5m_tokens: f.opt_u64("cacheWrite5mTokens")?,
+            cache_write_1h_tokens: f.opt_u64("cacheWrite1hTokens")?,
+            cache_diagnostics: f
+                .opt_value("cacheDiagnostics")?
+                .map(|d| CacheDiagnostics::from_value(d, &f.p("cacheDiagnostics")))
+                .transpose()?,
+            context_edits: match f.opt_array("contextEdits")? {
+                None => None,
+                Some(a) => Some(
+                    a.iter()
+                        .enumerate()
+                        .map(|(i, e)| ContextEdit::from_value(e, &format!("{}[{i}]", f.p("contextEdits"))))
+                        .collect::<Result<Vec<_>>>()?,
+                ),
+            },
+            extra: f.extra(&[
+                "inputTokens",
+                "outputTokens",
+                "cacheReadTokens",
+                "cacheWriteTokens",
+                "reasoningTokens",
+                "cacheWrite5mTokens",
+                "cacheWrite1hTokens",
+                "cacheDiagnostics",
+                "contextEdits",
+            ]),
         })
     }
 

@@ -23,6 +23,7 @@ const FIXTURES: &[(Renderer, &str, &str)] = &[
     (Renderer::OpenAiResponses, "openai-responses-tools.sse", "openai-responses-tools.json"),
     (Renderer::Anthropic, "anthropic-tools.sse", "anthropic-tools.json"),
     (Renderer::Anthropic, "anthropic-citations.sse", "anthropic-citations.json"),
+    (Renderer::Anthropic, "anthropic-cache.sse", "anthropic-cache.json"),
     (Renderer::Gemini, "gemini-tools.sse", "gemini-tools.json"),
     (Renderer::Gemini, "gemini-array.stream.json", "gemini-array.json"),
     (Renderer::GeminiInteractions, "gemini-interactions-tools.sse", "gemini-interactions-tools.json"),
@@ -519,6 +520,19 @@ fn anthropic_citations_stay_on_their_text_block_and_go_back_to_anthropic_only() 
         let text = other.render(&env, &opts).unwrap().to_string();
         assert!(!text.contains("char_location") && text.contains("l'herbe est verte"), "{}: {text}", other.name());
     }
+}
+
+#[test]
+fn anthropic_cache_writes_diagnostics_and_context_edits_come_through_a_stream() {
+    // message_start carries the diagnostics and the input usage with its TTL split;
+    // message_delta the context edits the server applied.
+    let (p, _) = run(Renderer::Anthropic, &data("anthropic-cache.sse"), &[]);
+    let u = p.usage.unwrap();
+    assert_eq!((u.cache_write_tokens, u.cache_write_1h_tokens, u.output_tokens), (Some(4300), Some(4300), 6));
+    let d = u.cache_diagnostics.unwrap();
+    assert_eq!((d.reason.as_str(), d.missed_tokens), ("tools_changed", Some(4100)));
+    let e = u.context_edits.unwrap();
+    assert_eq!((e[0].cleared_tool_uses, e[0].cleared_input_tokens), (Some(3), 2600));
 }
 
 #[test]

@@ -141,6 +141,26 @@ func TestExplainNamesTheChangedSystemLine(t *testing.T) {
 	if _, err := s.Explain(&ExplainOptions{Tokenizer: "/nonexistent/tokenizer.json"}); !errors.Is(err, ErrTokenizer) {
 		t.Fatalf("bad tokenizer: %v", err)
 	}
+	// A price table prices every request with usage; a bad one names the field.
+	priced, err := s.Explain(&ExplainOptions{Prices: json.RawMessage(`{"openai": {"input": 1, "cachedInput": 0.1, "output": 2}}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cost struct {
+		Totals struct {
+			Cost struct {
+				Total   float64 `json:"total"`
+				NoCache float64 `json:"noCache"`
+			} `json:"cost"`
+		} `json:"totals"`
+	}
+	if err := json.Unmarshal(priced, &cost); err != nil || cost.Totals.Cost.Total <= 0 || cost.Totals.Cost.NoCache < cost.Totals.Cost.Total {
+		t.Fatalf("cost: %s (%v)", priced, err)
+	}
+	_, err = s.Explain(&ExplainOptions{Prices: json.RawMessage(`{"openai": {"input": 1}}`)})
+	if !errors.Is(err, ErrInvalidInput) || !strings.Contains(err.Error(), "prices.openai.cachedInput: is required") {
+		t.Fatalf("bad prices: %v", err)
+	}
 }
 
 func TestReplayAnswersTheRecordedLoop(t *testing.T) {

@@ -12,6 +12,13 @@ type ExplainOptions struct {
 	// Tokenizer is a HuggingFace tokenizer.json to count tokens exactly (default: the
 	// built-in estimate).
 	Tokenizer string `json:"tokenizer,omitempty"`
+	// Prices is a price table (JSON, per "provider" or "provider/model", per million tokens:
+	// input, cachedInput, cacheWrite, output): the report then has the cost per request and
+	// cause and the cost with no cache (docs/caching.md). Since ABI 2 minor 5.
+	Prices json.RawMessage `json:"prices,omitempty"`
+	// CacheRules overrides the providers' cache TTLs and minimum cacheable sizes (JSON, per
+	// "provider" or "provider/model": ttlSeconds, minTokens). Since ABI 2 minor 5.
+	CacheRules json.RawMessage `json:"cacheRules,omitempty"`
 }
 
 // Explain explains every request of the session's log: the cacheable prefix it shares with

@@ -329,6 +329,9 @@ type RenderOptions struct {
 	// PromptCacheBreakpoints places OpenAI's prompt_cache_breakpoint marks at the end of the
 	// system prompt, the session prefix and the history.
 	PromptCacheBreakpoints bool `json:"promptCacheBreakpoints,omitempty"`
+	// CacheDiagnostics sends Anthropic's diagnostics.previous_message_id (the id of the
+	// previous response, which the log keeps; null on the first turn). Since ABI 2 minor 5.
+	CacheDiagnostics bool `json:"cacheDiagnostics,omitempty"`
 }
 
 // PromptCacheOptions is OpenAI's prompt_cache_options: Mode "implicit" or "explicit", TTL

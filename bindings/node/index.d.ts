@@ -325,6 +325,8 @@ export interface AgentRenderOptions {
   cacheTtl?: '5m' | '1h';
   promptCacheOptions?: PromptCacheOptions;
   promptCacheBreakpoints?: boolean;
+  /** Anthropic cache diagnostics: `diagnostics.previous_message_id` from the log. */
+  cacheDiagnostics?: boolean;
 }
 
 /** OpenAI's `prompt_cache_options` (gpt-5.6 and later; both OpenAI formats). */
@@ -508,6 +510,8 @@ export interface RenderOptions {
   promptCacheOptions?: PromptCacheOptions;
   /** OpenAI: `prompt_cache_breakpoint` marks at the end of the system prompt, the session prefix and the history. */
   promptCacheBreakpoints?: boolean;
+  /** Anthropic cache diagnostics: `diagnostics.previous_message_id` from the envelope. */
+  cacheDiagnostics?: boolean;
 }
 /** Renders an envelope with render options. */
 export declare function renderWithOptions(renderer: 'openai' | 'anthropic' | string, envelope: Envelope | string | Buffer, options?: RenderOptions | null): string;
@@ -552,7 +556,32 @@ export interface ExplainedRequest {
   expectedCachedTokens: number;
   uncachedTokens: number;
   spendSource: 'provider' | 'estimate';
-  cause: 'growth' | 'header-change' | 'resume' | 'compaction' | 'retry-after-overflow' | 'inject' | 'edit';
+  cause: Cause;
+  /** The uncached tokens by cause; they sum to `uncachedTokens`. */
+  causes: { cause: Cause; tokens: number; cost?: number }[];
+  /** When the request was built (Unix ms), and the gap since the one it is compared with. */
+  time: number;
+  gapMs?: number;
+  /** The provider's cache TTL (null: none) and minimum cacheable size in force. */
+  cacheRule: { ttlMs: number | null; minTokens: number };
+  cacheWriteTokens: number;
+  rewriteFactor?: number;
+  /** With a price table. */
+  cost?: Cost;
+  /** The provider's cache diagnosis beside the library's (null `agrees`: not comparable). */
+  diagnostics?: { provider: string; ours: string; agrees: boolean | null };
+}
+/** What an uncached prompt token is charged to (`docs/caching.md`, "Cache economics"). */
+export type Cause =
+  | 'growth' | 'header-change' | 'resume' | 'compaction' | 'retry-after-overflow' | 'inject' | 'edit'
+  | 'context-edit' | 'expiry' | 'below-minimum' | 'unexplained';
+/** What a request cost, in the price table's unit. */
+export interface Cost {
+  total: number;
+  uncached: number;
+  cached: number;
+  output: number;
+  noCache: number;
 }
 /** The explanation of a log (`Session#explain`, `explainFile`). */
 export interface Explanation {
@@ -567,12 +596,28 @@ export interface Explanation {
     cachedTokens: number;
     expectedCachedTokens: number;
     spend: Record<string, number>;
+    cacheWriteTokens: number;
+    rewriteFactor: number;
+    cost?: { total: number; noCache: number; byCause: Record<string, number>; unpriced: number };
+    diagnosticsCompared: number;
+    diagnosticsDisagreements: number;
   };
+}
+/** A price per million tokens, by provider or provider/model (`docs/caching.md`). */
+export interface Price {
+  input: number;
+  cachedInput: number;
+  cacheWrite?: number | Record<string, number>;
+  output: number;
 }
 /** Options of `explain`. */
 export interface ExplainOptions {
   /** A HuggingFace tokenizer.json to count tokens exactly (default: the built-in estimate). */
   tokenizer?: string;
+  /** A price table: the report then has costs. */
+  prices?: Record<string, Price>;
+  /** Overrides of the providers' cache TTLs and minimum cacheable sizes. */
+  cacheRules?: Record<string, { ttlSeconds?: number | null; minTokens?: number }>;
 }
 /** Explains a stored JSONL log without opening it. */
 export declare function explainFile(path: string, options?: ExplainOptions | null): Explanation;

@@ -958,7 +958,8 @@ class Session {
   /**
    * Explains every request of the log: the cacheable prefix it shares with the request before,
    * where and why they part, expected beside reported cached tokens, and the prompt spend by
-   * cause (`docs/caching.md`). `options`: `{tokenizer?: path}`.
+   * cause, priced with a host price table (`docs/caching.md`). `options`: `{tokenizer?: path,
+   * prices?: {...}, cacheRules?: {...}}`.
    */
   explain(options) {
     const o = options === undefined || options === null ? null : jsonBuf(options);

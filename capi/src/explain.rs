@@ -6,8 +6,8 @@ use crate::runtime::error::FfiError;
 use crate::runtime::error_object::lls_error;
 use crate::runtime::status::lls_status;
 use crate::session::{file_records, lls_session, path_arg, session_arg};
-use llmsession::explain::explain_counter;
-use llmsession::explain::explain_records;
+use llmsession::explain::explain_options;
+use llmsession::explain::explain_records_with;
 use llmsession::session::Session;
 use std::ffi::c_char;
 
@@ -28,15 +28,25 @@ pub(crate) fn session_records(session: &Session) -> Vec<Vec<u8>> {
 /// "index"?, "offset"?, "atByte", "event": "header-change" | "resume" | "compaction" | "inject" |
 /// "edit", "eventSeq"?, "summary"}`. With provider usage: `usage`, `promptTokens`,
 /// `cachedTokens` beside `expectedCachedTokens`; and `uncachedTokens` (`spendSource`
-/// `"provider"` or `"estimate"`) charged to `cause`. `totals.spend` sums the uncached tokens by
-/// cause (`growth`, `header-change`, `resume`, `compaction`, `retry-after-overflow`, `inject`,
-/// `edit`). `docs/caching.md` explains the figures.
+/// `"provider"` or `"estimate"`) charged to `cause`, and split by cause in `causes`
+/// (`[{"cause", "tokens", "cost"?}]`, summing to `uncachedTokens`); `time`, `gapMs`,
+/// `cacheRule` (`{"ttlMs", "minTokens"}`), `cacheWriteTokens`, `rewriteFactor`, `cost` (with
+/// prices) and `diagnostics` (`{"provider", "ours", "agrees"}`, when the usage has the
+/// provider's cache diagnosis). `totals.spend` sums the uncached tokens by cause (`growth`,
+/// `header-change`, `resume`, `compaction`, `retry-after-overflow`, `inject`, `edit`,
+/// `context-edit`, `expiry`, `below-minimum`, `unexplained`); `totals` also has
+/// `cacheWriteTokens`, `rewriteFactor`, `cost` (with prices), `diagnosticsCompared` and
+/// `diagnosticsDisagreements`. `docs/caching.md` explains the figures.
 ///
-/// `(options_json, options_len)` (may be NULL): `{"tokenizer"?: "path/to/tokenizer.json"}` to
-/// count tokens exactly; the default is the built-in estimate.
+/// `(options_json, options_len)` (may be NULL): `{"tokenizer"?: "path/to/tokenizer.json",
+/// "prices"?: {...}, "cacheRules"?: {...}}`: a tokenizer to count tokens exactly (the default
+/// is the built-in estimate), a price table (per `provider` or `provider/model`, per million
+/// tokens: `input`, `cachedInput`, `cacheWrite`, `output`) and overrides of the providers'
+/// cache TTLs and minimum sizes (`ttlSeconds`, `minTokens`); since ABI 2 minor 5.
 ///
 /// Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`,
-/// `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (an unknown option),
+/// `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (an unknown option,
+/// a bad price table or cache rule, naming the field),
 /// `LLS_ERR_TOKENIZER` (the tokenizer cannot be loaded).
 ///
 /// # Safety
@@ -59,9 +69,9 @@ pub unsafe extern "C" fn lls_session_explain(
             let out = OutString::new(out, out_len, "out")?;
             let s = session_arg(session, "session")?;
             let options = buffers::input_json_opt(options_json, options_len, "options_json")?;
-            let counter = explain_counter(options.as_ref())?;
+            let (counter, settings) = explain_options(options.as_ref())?;
             let records = session_records(&s.session);
-            let report = explain_records(&records, &*counter)?;
+            let report = explain_records_with(&records, &*counter, &settings)?;
             out.write(&report.to_value().to_string())
         })
     }
@@ -101,9 +111,9 @@ pub unsafe extern "C" fn lls_explain_file(
             let out = OutString::new(out, out_len, "out")?;
             let path = path_arg(path, path_len, "path")?;
             let options = buffers::input_json_opt(options_json, options_len, "options_json")?;
-            let counter = explain_counter(options.as_ref())?;
+            let (counter, settings) = explain_options(options.as_ref())?;
             let records = file_records(&path)?;
-            let report = explain_records(&records, &*counter).map_err(|e| FfiError::from(e.context(&path)))?;
+            let report = explain_records_with(&records, &*counter, &settings).map_err(|e| FfiError::from(e.context(&path)))?;
             out.write(&report.to_value().to_string())
         })
     }

@@ -87,6 +87,15 @@ pub enum Command {
         /// Only this request: N (a conversation request, 1-based) or cN (a summarisation request)
         #[arg(long, value_name = "ID", value_parser = request_id)]
         step: Option<String>,
+        /// A price table (JSON, per provider or provider/model, per million tokens: input,
+        /// cachedInput, cacheWrite, output): adds the cost per request and cause and the cost
+        /// with no cache
+        #[arg(long, value_name = "FILE")]
+        prices: Option<String>,
+        /// Overrides of the providers' cache TTLs and minimum cacheable sizes (JSON, per
+        /// provider or provider/model: ttlSeconds, minTokens)
+        #[arg(long = "cache-rules", value_name = "FILE")]
+        cache_rules: Option<String>,
     },
     /// The reconstructed request N: its envelope, or a provider's body
     ///

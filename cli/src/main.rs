@@ -4,7 +4,7 @@
 //! ```text
 //! llmsession verify LOG [--render openai|openai-responses|anthropic|gemini|gemini-interactions] [--json]
 //! llmsession stats LOG [--json]
-//! llmsession explain LOG [--step ID] [--json]
+//! llmsession explain LOG [--step ID] [--prices FILE] [--cache-rules FILE] [--json]
 //! llmsession show LOG --step N [--render openai|openai-responses|anthropic|gemini|gemini-interactions] [--json]
 //! llmsession headers LOG [--json]
 //! llmsession sessions URL [--json]
@@ -16,10 +16,12 @@
 //! is parsed by clap: options go anywhere after the command, `--step=2` and `--step 2` are the
 //! same, and anything it does not know is a usage error (exit 2).
 
-use llmsession::explain::{explain_log, Explanation, Kind, RequestReport};
+use llmsession::cache_rules::CacheRules;
+use llmsession::explain::{explain_log, explain_log_with, ExplainSettings, Explanation, Kind, RequestReport};
 use llmsession::header::delta::diff;
 use llmsession::log::load::{read_checked, CheckedLog};
 use llmsession::log::Log;
+use llmsession::prices::PriceTable;
 use llmsession::render::{RenderOptions, Renderer};
 use llmsession::request::{verify_bodies, verify_contents, RecordedKind, RequestWalk};
 use llmsession::store::url::{list_sessions, open_store, redact, UrlOptions};
@@ -168,11 +170,16 @@ fn cmd_verify(path: &str, render: Option<&str>, as_json: bool) -> Result<(), Fai
     };
     match verified {
         Ok(r) => {
+            let edited = context_edits(&contents)?;
             if as_json {
                 let mut v = json!({"ok": true, "events": r.events, "requests": r.requests, "compactions": r.compactions});
                 if let Some(renderer) = renderer {
                     v["renderer"] = json!(renderer.name());
                     v["bodies"] = json!(r.bodies);
+                }
+                if !edited.is_empty() {
+                    let list: Vec<Value> = edited.iter().map(|(id, e)| json!({"request": id, "edits": e})).collect();
+                    v["contextEdits"] = Value::Array(list);
                 }
                 out!("{v}");
                 return Ok(());
@@ -180,6 +187,9 @@ fn cmd_verify(path: &str, render: Option<&str>, as_json: bool) -> Result<(), Fai
             out!("ok: {} events, {} requests and {} compaction requests rebuilt byte for byte", r.events, r.requests, r.compactions);
             if let Some(renderer) = renderer {
                 out!("ok: {} {} bodies built from the rendered messages equal the rendering of their envelopes", r.bodies, renderer.name());
+            }
+            for (id, edits) in &edited {
+                out!("note: request {id} was sent as rebuilt, but the model saw it with {}", describe_edits(edits));
             }
             Ok(())
         }
@@ -192,6 +202,30 @@ fn cmd_verify(path: &str, render: Option<&str>, as_json: bool) -> Result<(), Fai
             Err(if damaged { f.context(redact(path)) } else { f }.context("verify failed"))
         }
     }
+}
+
+/// The requests whose provider edited them before the model saw them (Anthropic context
+/// editing, recorded with the response's usage), by explain's request id.
+fn context_edits(contents: &StoreContents) -> Result<Vec<(String, Vec<llmsession::ContextEdit>)>, Failure> {
+    let ex = explain_log(&read_checked(contents).map_err(Failure::of)?, &Estimator).map_err(Failure::of)?;
+    Ok(ex
+        .requests
+        .iter()
+        .filter_map(|r| r.usage.as_ref().and_then(|u| u.context_edits.clone()).filter(|e| !e.is_empty()).map(|e| (r.id.clone(), e)))
+        .collect())
+}
+
+/// `2 tool use(s) cleared (900 input tokens, clear_tool_uses_20250919)`, joined.
+fn describe_edits(edits: &[llmsession::ContextEdit]) -> String {
+    let one = |e: &llmsession::ContextEdit| {
+        let what = match (e.cleared_tool_uses, e.cleared_thinking_turns) {
+            (Some(n), _) => format!("the {n} oldest tool use(s) cleared"),
+            (None, Some(n)) => format!("the {n} oldest thinking turn(s) cleared"),
+            _ => "context cleared".into(),
+        };
+        format!("{what} ({} input tokens, {})", e.cleared_input_tokens, e.kind)
+    };
+    edits.iter().map(one).collect::<Vec<_>>().join(" and ")
 }
 
 fn cmd_stats(path: &str, as_json: bool) -> Result<(), Failure> {
@@ -249,8 +283,21 @@ fn cmd_stats(path: &str, as_json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
-fn cmd_explain(path: &str, step: Option<&str>, as_json: bool) -> Result<(), Failure> {
-    let ex = explanation(path)?;
+/// A JSON option file (`--prices`, `--cache-rules`), parsed by `parse`.
+fn option_file<T>(path: &str, flag: &str, parse: fn(&Value) -> llmsession::Result<T>) -> Result<T, Failure> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Failure::new(Exit::Other, ErrorKind::InvalidInput, format!("{flag} {path}: cannot read it: {e}")))?;
+    let v: Value = serde_json::from_str(&text)
+        .map_err(|e| Failure::new(Exit::Other, ErrorKind::InvalidInput, format!("{flag} {path}: not JSON: {e}")))?;
+    parse(&v).map_err(|e| Failure::of(e).context(format!("{flag} {path}")))
+}
+
+fn cmd_explain(path: &str, step: Option<&str>, prices: Option<&str>, rules: Option<&str>, as_json: bool) -> Result<(), Failure> {
+    let settings = ExplainSettings {
+        prices: prices.map(|p| option_file(p, "--prices", PriceTable::from_value)).transpose()?,
+        cache_rules: rules.map(|p| option_file(p, "--cache-rules", CacheRules::from_value)).transpose()?.unwrap_or_default(),
+    };
+    let ex = explain_log_with(&read_log(path)?, &Estimator, &settings).map_err(|e| Failure::of(e).context(redact(path)))?;
     if let Some(id) = step {
         let r = ex.request(id).ok_or_else(|| {
             let (conv, comp) = (ex.totals.conversation_requests, ex.totals.compaction_requests);
@@ -324,6 +371,30 @@ fn cmd_explain(path: &str, step: Option<&str>, as_json: bool) -> Result<(), Fail
         .map(|(k, n)| format!("{k} {n}"))
         .collect();
     out!("prompt spend (uncached tokens) by cause: {}", spend.join(", "));
+    if t.cache_write_tokens > 0 {
+        out!(
+            "cache writes: {} tokens, re-write factor {:.2} (tokens written / the largest prompt)",
+            t.cache_write_tokens,
+            t.rewrite_factor
+        );
+    }
+    if let Some(c) = &t.cost {
+        let by: Vec<String> = c.by_cause.iter().filter(|(_, v)| *v > 0.0).map(|(k, v)| format!("{k} {v:.4}")).collect();
+        out!("cost: {:.4} (with no cache: {:.4}); uncached cost by cause: {}", c.total, c.no_cache, by.join(", "));
+        if c.unpriced > 0 {
+            out!("note: {} request(s) have no price in the table", c.unpriced);
+        }
+    }
+    if t.diagnostics_disagreements > 0 {
+        let ids: Vec<&str> =
+            ex.requests.iter().filter(|r| r.diagnostics.as_ref().is_some_and(|d| d.agrees == Some(false))).map(|r| r.id.as_str()).collect();
+        out!(
+            "warning: the provider's cache diagnosis disagrees with the log's on {} of {} request(s): {}",
+            t.diagnostics_disagreements,
+            t.diagnostics_compared,
+            ids.join(", ")
+        );
+    }
     if t.not_rebuilt > 0 {
         out!("note: {} request(s) are not rebuilt by the log (edited after they were sent): run `llmsession verify`", t.not_rebuilt);
     }
@@ -384,6 +455,49 @@ fn explain_one(ex: &Explanation, r: &RequestReport) {
         None => out!("  provider: no usage recorded; expected cacheable {} (counted)", r.expected_cached_tokens),
     }
     out!("  prompt spend: {} uncached tokens ({}), charged to {}", r.uncached_tokens, r.spend_source, r.cause.as_str());
+    let by: Vec<String> = r
+        .causes
+        .iter()
+        .map(|c| match c.cost {
+            Some(cost) => format!("{} {} ({cost:.4})", c.cause.as_str(), c.tokens),
+            None => format!("{} {}", c.cause.as_str(), c.tokens),
+        })
+        .collect();
+    out!("  by cause: {}", if by.is_empty() { "none".into() } else { by.join(", ") });
+    let ttl = r.cache_rule.ttl_ms.map(|t| format!("{} s", t / 1000)).unwrap_or_else(|| "none".into());
+    let gap = r.gap_ms.map(|g| format!("{} s after the request compared with; ", g / 1000)).unwrap_or_default();
+    out!("  cache rule: {gap}TTL {ttl}, minimum {} tokens", r.cache_rule.min_tokens);
+    if r.cache_write_tokens > 0 {
+        out!("  cache writes: {} tokens, re-write factor {:.2}", r.cache_write_tokens, r.rewrite_factor.unwrap_or(0.0));
+    }
+    if let Some(edits) = r.usage.as_ref().and_then(|u| u.context_edits.as_ref()) {
+        for e in edits {
+            let what = match (e.cleared_tool_uses, e.cleared_thinking_turns) {
+                (Some(n), _) => format!("{n} tool use(s)"),
+                (None, Some(n)) => format!("{n} thinking turn(s)"),
+                _ => "context".into(),
+            };
+            out!("  the provider cleared {what}, {} input tokens, before the model saw it ({})", e.cleared_input_tokens, e.kind);
+        }
+    }
+    if let Some(d) = &r.diagnostics {
+        let verdict = match d.agrees {
+            Some(true) => "agrees",
+            Some(false) => "DISAGREES",
+            None => "not comparable",
+        };
+        out!("  provider diagnosis: {} (the log says {}): {verdict}", d.provider, d.ours);
+    }
+    if let Some(c) = &r.cost {
+        out!(
+            "  cost: {:.4} (uncached {:.4}, cache reads {:.4}, output {:.4}); with no cache {:.4}",
+            c.total,
+            c.uncached,
+            c.cached,
+            c.output,
+            c.no_cache
+        );
+    }
 }
 
 fn cmd_show(path: &str, step: usize, render: Option<&str>, as_json: bool) -> Result<(), Failure> {
@@ -401,6 +515,11 @@ fn cmd_show(path: &str, step: usize, render: Option<&str>, as_json: bool) -> Res
         out!("{out}");
     } else {
         out!("{}", serde_json::to_string_pretty(&out).unwrap());
+        // What the model saw differs when the provider edited the request (stderr: stdout is
+        // the body).
+        if let Some((_, edits)) = context_edits(&read_contents(path)?)?.into_iter().find(|(id, _)| *id == step.to_string()) {
+            eprintln!("note: the provider edited this request before the model saw it: {}", describe_edits(&edits));
+        }
     }
     Ok(())
 }
@@ -498,7 +617,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
     match &cli.command {
         Command::Verify { log, render } => cmd_verify(log, render.as_deref(), json),
         Command::Stats { log } => cmd_stats(log, json),
-        Command::Explain { log, step } => cmd_explain(log, step.as_deref(), json),
+        Command::Explain { log, step, prices, cache_rules } => {
+            cmd_explain(log, step.as_deref(), prices.as_deref(), cache_rules.as_deref(), json)
+        }
         Command::Show { log, step, render } => cmd_show(log, *step, render.as_deref(), json),
         Command::Headers { log } => cmd_headers(log, json),
         Command::Sessions { url } => cmd_sessions(url, json),

@@ -18,6 +18,9 @@ const (
 	// built-in counter, calibrated on an earlier request's reported prompt), so the server's
 	// cached tokens may differ from them by this share of the expected figure.
 	explainPartialTolerance = 0.03
+	// cacheableMinRatio: every request after the first of its instance reads at least this
+	// share of the tokens explain expected the server could reuse (cached / cacheable).
+	cacheableMinRatio = 0.99
 )
 
 // checkReport applies the end-to-end rules to a report. It returns one line per rule checked
@@ -150,7 +153,9 @@ func checkReport(r report) (checked, violations []string) {
 //     plus the part of the earlier reply it generated itself and finds again in the request:
 //     expected - 1 <= cached <= expected + the earlier request's completion tokens;
 //   - a request that shares only a part (it diverges): |cached - expected| <= 3 % of expected
-//     (explainPartialTolerance: the shared part is counted by the built-in estimate).
+//     (explainPartialTolerance: the shared part is counted by the built-in estimate);
+//   - every request: cached >= 99 % of expected (cacheableMinRatio: cached / cacheable), so a
+//     request whose cacheable prefix the server lost fails even where the rules above allow it.
 //
 // The first request of an instance has no rule (the server may be cold, as in rule 1).
 func checkExplain(r report, ok, fail func(format string, a ...any)) {
@@ -206,6 +211,25 @@ func checkExplain(r report, ok, fail func(format string, a ...any)) {
 	}
 	if explained == 0 {
 		fail("no request has explain figures")
+	}
+	instances = map[uint64]bool{}
+	for i, x := range r.Requests {
+		first := x.Kind == kindConversation && !instances[x.Instance]
+		if x.Kind == kindConversation {
+			instances[x.Instance] = true
+		}
+		if x.Explain == nil || first || x.Explain.ComparedWith == "" || x.Explain.ExpectedCachedTokens <= 0 {
+			continue
+		}
+		e := x.Explain
+		ratio := float64(x.CachedTokens) / float64(e.ExpectedCachedTokens)
+		if ratio < cacheableMinRatio {
+			fail("request %d (%s) read %d of %d cacheable tokens from cache (%.1f%%), below %.0f%% (%d of %d prompt tokens)",
+				i+1, e.ID, x.CachedTokens, e.ExpectedCachedTokens, ratio*100, cacheableMinRatio*100, x.CachedTokens, x.PromptTokens)
+		} else {
+			ok("request %d (%s): cached / cacheable %.1f%% >= %.0f%% (cached / prompt %.1f%%)",
+				i+1, e.ID, ratio*100, cacheableMinRatio*100, ratioOf(x)*100)
+		}
 	}
 }
 

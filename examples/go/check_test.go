@@ -58,8 +58,8 @@ func TestCheckReportPasses(t *testing.T) {
 	if len(v) != 0 {
 		t.Fatalf("violations on a good report: %q", v)
 	}
-	if len(checked) != 10 {
-		t.Fatalf("checked %d rules, want 10: %q", len(checked), checked)
+	if len(checked) != 13 {
+		t.Fatalf("checked %d rules, want 13: %q", len(checked), checked)
 	}
 }
 
@@ -151,6 +151,20 @@ func TestCheckReportExplainAgainstTheServer(t *testing.T) {
 	r = goodReport()
 	r.Requests[4].Explain.ComparedWith = "c9"
 	wantViolation(t, r, "compared with c9, which the report does not have")
+}
+
+func TestCheckReportBelowCacheable(t *testing.T) {
+	// 2.5 % below the cacheable estimate after the compaction: within the partial-share
+	// tolerance, but below 99 % of what the server could have reused.
+	r := goodReport()
+	r.Requests[4].CachedTokens = 2252
+	wantViolation(t, r, "request 5 (3) read 2252 of 2310 cacheable tokens from cache (97.5%), below 99%")
+	// The first request of an instance has no such rule.
+	r = goodReport()
+	r.Requests[0].Explain.ExpectedCachedTokens = 100
+	if v := violationsOf(t, r); len(v) != 0 {
+		t.Fatalf("violations: %q", v)
+	}
 }
 
 func TestCheckReportNoCompaction(t *testing.T) {

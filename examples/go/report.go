@@ -70,6 +70,16 @@ type explained struct {
 	Cause                string `json:"cause"`
 	// Divergence names where it parts from the earlier request ("" when it extends it).
 	Divergence string `json:"divergence,omitempty"`
+	// UncachedTokens are the prompt tokens the server did not read from its cache, and Causes
+	// what explain charges them to (they sum to UncachedTokens).
+	UncachedTokens int      `json:"uncachedTokens"`
+	Causes         []charge `json:"causes,omitempty"`
+}
+
+// charge is the part of a request's uncached tokens explain charges to one cause.
+type charge struct {
+	Cause  string `json:"cause"`
+	Tokens int    `json:"tokens"`
 }
 
 // loggedUsage is a recorded usage as prompt (uncached + cache read + cache write), cached
@@ -89,6 +99,8 @@ type report struct {
 	Verified    bool   `json:"verified"`
 	Landed      int    `json:"compactionsLanded"`
 	Requests    []row  `json:"requests"`
+	// Spend is explain's uncached prompt tokens of the whole log by cause.
+	Spend map[string]int `json:"spend,omitempty"`
 }
 
 // recorder collects the rows of a run.
@@ -130,10 +142,14 @@ func (r *recorder) attachExplain(ex json.RawMessage) error {
 				Summary   string `json:"summary"`
 			} `json:"divergence"`
 		} `json:"requests"`
+		Totals struct {
+			Spend map[string]int `json:"spend"`
+		} `json:"totals"`
 	}
 	if err := json.Unmarshal(ex, &e); err != nil {
 		return err
 	}
+	r.Spend = e.Totals.Spend
 	k := 0
 	for i := range r.Requests {
 		x := &r.Requests[i]
@@ -181,8 +197,9 @@ func pct(cached, prompt int) string {
 
 // printTable prints every request, then each summarisation request beside its peer-style twin.
 func (r *recorder) printTable(w io.Writer) {
-	fmt.Fprintf(w, "\nrequests (prompt and cached tokens as the server reported them; expected: llmsession explain's cacheable tokens)\n")
-	fmt.Fprintf(w, "%3s  %-20s %7s %7s %7s %8s  %-13s %s\n", "#", "request", "prompt", "cached", "hit", "expected", "shared msgs", "note")
+	fmt.Fprintf(w, "\nrequests (prompt and cached tokens as the server reported them; expected: llmsession explain's cacheable tokens;\n")
+	fmt.Fprintf(w, "hit: cached / prompt; of exp.: cached / expected)\n")
+	fmt.Fprintf(w, "%3s  %-20s %7s %7s %7s %8s %8s  %-13s %s\n", "#", "request", "prompt", "cached", "hit", "expected", "of exp.", "shared msgs", "note")
 	prev := map[uint64]int{}
 	for i, x := range r.Requests {
 		name, shared, note := "", fmt.Sprintf("%d of %d", x.SharedMessages, x.MessageCount), ""
@@ -219,11 +236,36 @@ func (r *recorder) printTable(w io.Writer) {
 			shared = "-"
 			note = "own system prompt + flattened transcript"
 		}
-		expected := "-"
+		expected, ofExpected := "-", "-"
 		if x.Explain != nil {
 			expected = fmt.Sprint(x.Explain.ExpectedCachedTokens)
+			ofExpected = pct(x.CachedTokens, x.Explain.ExpectedCachedTokens)
 		}
-		fmt.Fprintf(w, "%3d  %-20s %7d %7d %7s %8s  %-13s %s\n", i+1, name, x.PromptTokens, x.CachedTokens, pct(x.CachedTokens, x.PromptTokens), expected, shared, note)
+		fmt.Fprintf(w, "%3d  %-20s %7d %7d %7s %8s %8s  %-13s %s\n", i+1, name, x.PromptTokens, x.CachedTokens, pct(x.CachedTokens, x.PromptTokens), expected, ofExpected, shared, note)
+	}
+	// What explain charges every uncached prompt token to (docs/caching.md, "Cache economics").
+	fmt.Fprintf(w, "\nuncached prompt tokens by cause (llmsession explain; they sum to prompt - cached)\n")
+	for i, x := range r.Requests {
+		if x.Explain == nil {
+			continue
+		}
+		var parts []string
+		for _, c := range x.Explain.Causes {
+			parts = append(parts, fmt.Sprintf("%s %d", c.Cause, c.Tokens))
+		}
+		if len(parts) == 0 {
+			parts = []string{"none"}
+		}
+		fmt.Fprintf(w, "%3d  %-6s %7d  %s\n", i+1, x.Explain.ID, x.Explain.UncachedTokens, strings.Join(parts, ", "))
+	}
+	if len(r.Spend) > 0 {
+		var parts []string
+		for _, k := range []string{"growth", "header-change", "resume", "compaction", "retry-after-overflow", "inject", "edit", "context-edit", "expiry", "below-minimum", "unexplained"} {
+			if n := r.Spend[k]; n > 0 {
+				parts = append(parts, fmt.Sprintf("%s %d", k, n))
+			}
+		}
+		fmt.Fprintf(w, "session: %s\n", strings.Join(parts, ", "))
 	}
 	n := 0
 	for i, x := range r.Requests {

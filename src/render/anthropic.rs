@@ -77,8 +77,31 @@ pub fn render_anthropic(envelope: &Value, options: &RenderOptions) -> Result<Val
     }
     let messages: Vec<Value> = out.into_iter().map(|r| json!({"role": r.role, "content": r.content})).collect();
     let mut body = frame(&env, system, tools, &marks, &cc)?;
+    if options.cache_diagnostics {
+        set_diagnostics(&mut body, previous_response_id(env.messages.iter().rev()))?;
+    }
     body.insert(MESSAGES.into(), Value::Array(messages));
     Ok(Value::Object(body))
+}
+
+/// The response id of the last assistant message among `latest_first` (newest first): its
+/// provenance's `responseId`, `None` when the last assistant message has none or there is none.
+pub(super) fn previous_response_id<'a>(mut latest_first: impl Iterator<Item = &'a Message>) -> Option<String> {
+    let last = latest_first.find(|m| m.role == Role::Assistant)?;
+    last.provenance.as_ref()?.extra.get(super::response::RESPONSE_ID)?.as_str().map(str::to_string)
+}
+
+/// Cache diagnostics (`RenderOptions::cache_diagnostics`): `"diagnostics":
+/// {"previous_message_id": id | null}`. A `diagnostics` config field as well is an error.
+pub(super) fn set_diagnostics(body: &mut JsonMap, previous: Option<String>) -> Result<()> {
+    if body.contains_key("diagnostics") {
+        return Err(Error::invalid(
+            "diagnostics",
+            "is set by the cacheDiagnostics render option; leave the config field out (or the option)",
+        ));
+    }
+    body.insert("diagnostics".into(), json!({ "previous_message_id": previous }));
+    Ok(())
 }
 
 /// The body field holding the wire messages.

@@ -244,7 +244,8 @@ struct Head {
     /// Pieces that are the prefix; Anthropic: the last of them with a cacheable block.
     prefix_pieces: usize,
     prefix_cacheable: Option<usize>,
-    frame: Option<(FrameKey, Frame)>,
+    /// The frame, with the breakpoints and the cache diagnostics' previous id it was built for.
+    frame: Option<(FrameKey, Option<Option<String>>, Frame)>,
     /// The render options with the header's cache controls (`RenderOptions::effective`).
     options: RenderOptions,
 }
@@ -302,7 +303,15 @@ impl BodyCache {
     /// A message or header the renderer refuses gives the error rendering the envelope gives.
     pub fn body(&mut self, src: &BodySource<'_>, turn: u64, step: u64) -> Result<String> {
         let prefix_len = src.prefix.messages.len();
-        let built = self.update(src).and_then(|()| self.write());
+        // Anthropic cache diagnostics: the previous response's id is the last assistant
+        // message's (history, then prefix), as the renderer finds it in the envelope.
+        let diagnostics = (self.renderer == Renderer::Anthropic && self.options.cache_diagnostics).then(|| {
+            match src.history.entries().iter().rev().find(|d| d.role == Role::Assistant) {
+                Some(d) => anthropic::previous_response_id(std::iter::once(&d.message())),
+                None => src.prefix.source.as_ref().and_then(|p| anthropic::previous_response_id(p.iter().rev())),
+            }
+        });
+        let built = self.update(src).and_then(|()| self.write(diagnostics));
         let envelope = || String::from_utf8(src.envelope(src.history.entries(), Some((turn, step)))).expect("an envelope is text");
         match built {
             Ok(body) => {
@@ -538,7 +547,7 @@ impl BodyCache {
     }
 
     /// Writes the body of the current state.
-    fn write(&mut self) -> Result<String> {
+    fn write(&mut self, diagnostics: Option<Option<String>>) -> Result<String> {
         let renderer = self.renderer;
         let state = self.state.as_mut().expect("updated");
         // The breakpoints (Anthropic's, or OpenAI's when asked for); message blocks are named
@@ -593,11 +602,11 @@ impl BodyCache {
         } else {
             (Vec::new(), Vec::new())
         };
-        if state.head.frame.as_ref().is_none_or(|(k, _)| *k != key) {
-            let frame = frame_of(renderer, &state.head.options, &self.cc, &state.head, &key)?;
-            state.head.frame = Some((key, frame));
+        if state.head.frame.as_ref().is_none_or(|(k, d, _)| *k != key || *d != diagnostics) {
+            let frame = frame_of(renderer, &state.head.options, &self.cc, &state.head, &key, diagnostics.as_ref())?;
+            state.head.frame = Some((key, diagnostics, frame));
         }
-        let frame = &state.head.frame.as_ref().expect("set").1;
+        let frame = &state.head.frame.as_ref().expect("set").2;
         let seq = &state.seq;
         let close = seq.open.map(|(role, _)| role.len() + 12).unwrap_or(0);
         let patched: usize = patches.iter().map(|(s, e, t)| t.len() - (e - s)).sum();
@@ -627,7 +636,14 @@ impl BodyCache {
 
 /// The frame of `head` (Anthropic: with the system and tool breakpoints `key`): the body the
 /// renderer's own code writes around its message array, split there.
-fn frame_of(renderer: Renderer, options: &RenderOptions, cc: &Value, head: &Head, key: &FrameKey) -> Result<Frame> {
+fn frame_of(
+    renderer: Renderer,
+    options: &RenderOptions,
+    cc: &Value,
+    head: &Head,
+    key: &FrameKey,
+    diagnostics: Option<&Option<String>>,
+) -> Result<Frame> {
     let env = &head.env;
     let (body, lead): (JsonMap, Vec<Value>) = match renderer {
         Renderer::OpenAi => {
@@ -638,7 +654,13 @@ fn frame_of(renderer: Renderer, options: &RenderOptions, cc: &Value, head: &Head
             (openai::frame(env, options)?, lead)
         }
         Renderer::OpenAiResponses => (responses::frame(env, options)?, Vec::new()),
-        Renderer::Anthropic => (anthropic::frame(env, head.system.clone(), head.tools.clone(), key, cc)?, Vec::new()),
+        Renderer::Anthropic => {
+            let mut body = anthropic::frame(env, head.system.clone(), head.tools.clone(), key, cc)?;
+            if let Some(previous) = diagnostics {
+                anthropic::set_diagnostics(&mut body, previous.clone())?;
+            }
+            (body, Vec::new())
+        }
         Renderer::Gemini => (gemini::frame(env, head.system.clone())?, Vec::new()),
         // The head envelope holds the prefix messages only.
         Renderer::GeminiInteractions => (interactions::frame(env, env.messages.len())?, Vec::new()),

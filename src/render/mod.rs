@@ -80,6 +80,12 @@ pub struct RenderOptions {
     /// `promptCacheBreakpoints`, default `false`): where the system prompt, the session prefix
     /// and the history end, as the Anthropic renderer places its `cache_control` marks.
     pub cache_breakpoints: bool,
+    /// Anthropic cache diagnostics (JSON `cacheDiagnostics: true`): the body gets
+    /// `"diagnostics": {"previous_message_id": ID}`, the `responseId` the last assistant message
+    /// of the envelope has in its provenance (as `parse_response` keeps it), `null` without one.
+    /// The id is the logged truth, so the body is rebuilt from the log like every other field.
+    /// The host sends the beta header the provider asks for.
+    pub cache_diagnostics: bool,
 }
 
 /// OpenAI's `prompt_cache_options` (gpt-5.6 and later).
@@ -300,21 +306,30 @@ impl RenderOptions {
 
     /// Parses the JSON form `{"prefixLen"?: n, "promptCacheKey"?: true | false | "key",
     /// "promptCacheRetention"?: "...", "cacheTtl"?: "5m" | "1h", "promptCacheOptions"?:
-    /// {"mode"?: "implicit" | "explicit", "ttl"?: "..."}, "promptCacheBreakpoints"?: bool}`
+    /// {"mode"?: "implicit" | "explicit", "ttl"?: "..."}, "promptCacheBreakpoints"?: bool,
+    /// "cacheDiagnostics"?: bool}`
     /// (every key optional; an unknown key is an error, so a misspelt option is never silently
     /// ignored). `promptCacheOptions.ttl` with `promptCacheRetention` is an error (OpenAI
     /// rejects both), and so is mode `"explicit"` without breakpoints.
     pub fn from_value(v: &Value) -> Result<RenderOptions> {
-        const KEYS: &[&str] =
-            &["prefixLen", "promptCacheKey", "promptCacheRetention", "cacheTtl", "promptCacheOptions", "promptCacheBreakpoints"];
+        const KEYS: &[&str] = &[
+            "prefixLen",
+            "promptCacheKey",
+            "promptCacheRetention",
+            "cacheTtl",
+            "promptCacheOptions",
+            "promptCacheBreakpoints",
+            "cacheDiagnostics",
+        ];
         let f = Fields::of(v, "options")?;
         if let Some(k) = f.map.keys().find(|k| !KEYS.contains(&k.as_str())) {
             return Err(Error::invalid(
                 f.p(k),
                 "is not a render option (expected prefixLen, promptCacheKey, promptCacheRetention, cacheTtl, \
-                 promptCacheOptions or promptCacheBreakpoints)",
+                 promptCacheOptions, promptCacheBreakpoints or cacheDiagnostics)",
             ));
         }
+        let cache_diagnostics = f.opt_bool("cacheDiagnostics")?.unwrap_or(false);
         let mut out = RenderOptions::with_prefix_len(f.opt_u64("prefixLen")?.unwrap_or(0) as usize);
         match f.opt_value("promptCacheKey")? {
             None | Some(Value::Bool(true)) => {}
@@ -341,6 +356,7 @@ impl RenderOptions {
         out.cache_options = cache_options;
         out.cache_breakpoints = breakpoints.unwrap_or(false);
         out.check_combination("options.")?;
+        out.cache_diagnostics = cache_diagnostics;
         Ok(out)
     }
 }
@@ -704,7 +720,7 @@ mod tests {
             (
                 json!({"cacheTTL":"1h"}),
                 "options.cacheTTL: is not a render option (expected prefixLen, promptCacheKey, promptCacheRetention, cacheTtl, \
-                 promptCacheOptions or promptCacheBreakpoints)",
+                 promptCacheOptions, promptCacheBreakpoints or cacheDiagnostics)",
             ),
         ];
         for (v, want) in bad {

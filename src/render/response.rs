@@ -71,8 +71,12 @@ fn u(v: &Value, ptr: &str) -> Option<u64> {
 /// - DeepSeek: `prompt_cache_hit_tokens` + `prompt_cache_miss_tokens` = `prompt_tokens`.
 /// - OpenAI Responses: `input_tokens` includes `input_tokens_details.cached_tokens`;
 ///   `output_tokens_details.reasoning_tokens` is a part of `output_tokens`.
+/// - OpenAI and OpenAI Responses, models that bill cache writes: `cache_write_tokens` beside
+///   `cached_tokens` in the same details object is a part of the prompt (the field name is the
+///   issue's; docs/caching.md says what could not be checked against OpenAI's documentation).
 /// - Anthropic: `input_tokens` is already uncached; `cache_read_input_tokens` and
-///   `cache_creation_input_tokens` are separate buckets.
+///   `cache_creation_input_tokens` are separate buckets; `cache_creation` splits the writes by
+///   TTL (`ephemeral_5m_input_tokens`, `ephemeral_1h_input_tokens`).
 /// - Gemini: `promptTokenCount` includes `cachedContentTokenCount`; `toolUsePromptTokenCount`
 ///   is more input; `thoughtsTokenCount` is output beside `candidatesTokenCount` (so output =
 ///   candidates + thoughts, and reasoning = thoughts).
@@ -88,6 +92,9 @@ pub fn usage_from_provider(provider: &str, usage: &Value) -> Result<Usage> {
             out.output_tokens = need("/output_tokens")?;
             out.cache_read_tokens = u(usage, "/cache_read_input_tokens");
             out.cache_write_tokens = u(usage, "/cache_creation_input_tokens");
+            // The split of the writes by TTL (`cache_creation`), when the response has it.
+            out.cache_write_5m_tokens = u(usage, "/cache_creation/ephemeral_5m_input_tokens");
+            out.cache_write_1h_tokens = u(usage, "/cache_creation/ephemeral_1h_input_tokens");
         }
         "deepseek" if usage.get("prompt_cache_hit_tokens").is_some() => {
             let hit = need("/prompt_cache_hit_tokens")?;
@@ -100,8 +107,10 @@ pub fn usage_from_provider(provider: &str, usage: &Value) -> Result<Usage> {
         "openai-responses" => {
             let input = need("/input_tokens")?;
             let cached = u(usage, "/input_tokens_details/cached_tokens");
-            out.input_tokens = input.saturating_sub(cached.unwrap_or(0));
+            let written = u(usage, "/input_tokens_details/cache_write_tokens");
+            out.input_tokens = input.saturating_sub(cached.unwrap_or(0)).saturating_sub(written.unwrap_or(0));
             out.cache_read_tokens = cached;
+            out.cache_write_tokens = written;
             out.output_tokens = need("/output_tokens")?;
             out.reasoning_tokens = u(usage, "/output_tokens_details/reasoning_tokens");
         }
@@ -117,8 +126,10 @@ pub fn usage_from_provider(provider: &str, usage: &Value) -> Result<Usage> {
         "openai" | "deepseek" | "llama.cpp" | "vllm" => {
             let prompt = need("/prompt_tokens")?;
             let cached = u(usage, "/prompt_tokens_details/cached_tokens");
-            out.input_tokens = prompt.saturating_sub(cached.unwrap_or(0));
+            let written = u(usage, "/prompt_tokens_details/cache_write_tokens");
+            out.input_tokens = prompt.saturating_sub(cached.unwrap_or(0)).saturating_sub(written.unwrap_or(0));
             out.cache_read_tokens = cached;
+            out.cache_write_tokens = written;
             out.output_tokens = need("/completion_tokens")?;
             out.reasoning_tokens = u(usage, "/completion_tokens_details/reasoning_tokens");
         }
@@ -349,13 +360,80 @@ fn parse_anthropic(body: &Value) -> Result<ParsedResponse> {
         "model_context_window_exceeded" => "context-overflow".to_string(),
         other => other.to_string(),
     });
-    let usage = match opt_object(body, "usage", "response.usage")? {
+    let mut usage = match opt_object(body, "usage", "response.usage")? {
         Some(u) => Some(usage_from_provider("anthropic", u)?),
         None => None,
     };
+    if let Some(u) = usage.as_mut() {
+        u.cache_diagnostics = anthropic_diagnostics(body)?;
+        u.context_edits = anthropic_applied_edits(body)?;
+    }
     let mut message = Message::new(Role::Assistant, content);
     message.provenance = provenance(body, "anthropic");
+    // The response id, for the next request's `diagnostics.previous_message_id`
+    // (`RenderOptions::cache_diagnostics`).
+    if let (Some(p), Some(id)) = (message.provenance.as_mut(), opt_str(body, "id", "response.id")?) {
+        p.extra.insert(RESPONSE_ID.into(), id.into());
+    }
     Ok(ParsedResponse { message, usage, finish_reason: finish })
+}
+
+/// The provenance field that keeps the provider's response id (Anthropic `id`, `msg_...`).
+pub const RESPONSE_ID: &str = "responseId";
+
+/// Anthropic's cache diagnostics (`diagnostics`, present when the request sent
+/// `diagnostics.previous_message_id`): `null` is no divergence found (`none`); an object whose
+/// `cache_miss_reason` is null is a comparison still running (`pending`); else the reason's
+/// `type` and its `cache_missed_input_tokens` estimate.
+fn anthropic_diagnostics(body: &Value) -> Result<Option<crate::types::CacheDiagnostics>> {
+    use crate::types::CacheDiagnostics;
+    let d = match body.get("diagnostics") {
+        None => return Ok(None),
+        Some(Value::Null) => return Ok(Some(CacheDiagnostics { reason: "none".into(), missed_tokens: None })),
+        Some(d @ Value::Object(_)) => d,
+        Some(_) => return Err(Error::invalid("response.diagnostics", "expected an object or null")),
+    };
+    match d.get("cache_miss_reason") {
+        None | Some(Value::Null) => Ok(Some(CacheDiagnostics { reason: "pending".into(), missed_tokens: None })),
+        Some(r @ Value::Object(_)) => {
+            let reason = r
+                .get("type")
+                .and_then(Value::as_str)
+                .filter(|t| !t.is_empty())
+                .ok_or_else(|| Error::invalid("response.diagnostics.cache_miss_reason.type", "expected a non-empty string"))?;
+            Ok(Some(CacheDiagnostics { reason: reason.to_string(), missed_tokens: u(r, "/cache_missed_input_tokens") }))
+        }
+        Some(_) => Err(Error::invalid("response.diagnostics.cache_miss_reason", "expected an object or null")),
+    }
+}
+
+/// Anthropic's `context_management.applied_edits`: what the provider cleared from the request
+/// before the model saw it.
+fn anthropic_applied_edits(body: &Value) -> Result<Option<Vec<crate::types::ContextEdit>>> {
+    let Some(cm) = opt_object(body, "context_management", "response.context_management")? else { return Ok(None) };
+    let edits = match cm.get("applied_edits") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Array(a)) => a,
+        Some(_) => return Err(Error::invalid("response.context_management.applied_edits", "expected an array")),
+    };
+    let mut out = Vec::new();
+    for (i, e) in edits.iter().enumerate() {
+        let path = format!("response.context_management.applied_edits[{i}]");
+        let kind = e
+            .get("type")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| Error::invalid(format!("{path}.type"), "expected a non-empty string"))?;
+        let cleared = u(e, "/cleared_input_tokens")
+            .ok_or_else(|| Error::invalid(format!("{path}.cleared_input_tokens"), "expected a non-negative integer"))?;
+        out.push(crate::types::ContextEdit {
+            kind: kind.to_string(),
+            cleared_input_tokens: cleared,
+            cleared_tool_uses: u(e, "/cleared_tool_uses"),
+            cleared_thinking_turns: u(e, "/cleared_thinking_turns"),
+        });
+    }
+    Ok(Some(out))
 }
 
 /// Whether a provider error (HTTP status and body text) reports that the prompt does not fit
@@ -399,6 +477,67 @@ mod tests {
         assert_eq!((u.input_tokens, u.cache_read_tokens, u.output_tokens, u.prompt_tokens()), (4, Some(96), 7, 100));
         assert_eq!(r.finish_reason.as_deref(), Some("tool-calls"));
         assert_eq!(r.message.provenance.unwrap().model, "gpt-x");
+    }
+
+    #[test]
+    fn cache_writes_diagnostics_and_context_edits_are_parsed() {
+        let body = |extra: Value| {
+            let mut b = json!({"id":"msg_1","model":"claude-sonnet-4-5","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn",
+                "usage":{"input_tokens":5,"output_tokens":2,"cache_read_input_tokens":900,"cache_creation_input_tokens":30,
+                         "cache_creation":{"ephemeral_5m_input_tokens":10,"ephemeral_1h_input_tokens":20}}});
+            for (k, v) in extra.as_object().unwrap() {
+                b[k] = v.clone();
+            }
+            b
+        };
+        let u = parse_response(Renderer::Anthropic, &body(json!({}))).unwrap().usage.unwrap();
+        assert_eq!((u.cache_write_tokens, u.cache_write_5m_tokens, u.cache_write_1h_tokens), (Some(30), Some(10), Some(20)));
+        assert_eq!((u.cache_diagnostics, u.context_edits), (None, None));
+        let reason = |d: Value| {
+            parse_response(Renderer::Anthropic, &body(json!({"diagnostics": d}))).unwrap().usage.unwrap().cache_diagnostics.unwrap()
+        };
+        assert_eq!(reason(Value::Null).reason, "none");
+        assert_eq!(reason(json!({"cache_miss_reason": null})).reason, "pending");
+        let d = reason(json!({"cache_miss_reason": {"type": "tools_changed", "cache_missed_input_tokens": 77}}));
+        assert_eq!((d.reason.as_str(), d.missed_tokens), ("tools_changed", Some(77)));
+        let edits = json!({"context_management": {"applied_edits": [{"type":"clear_tool_uses_20250919","cleared_tool_uses":3,"cleared_input_tokens":500}]}});
+        let e = parse_response(Renderer::Anthropic, &body(edits)).unwrap().usage.unwrap().context_edits.unwrap();
+        assert_eq!((e[0].kind.as_str(), e[0].cleared_input_tokens, e[0].cleared_tool_uses), ("clear_tool_uses_20250919", 500, Some(3)));
+        // The logged form reads back.
+        let logged = serde_json::to_value(parse_response(Renderer::Anthropic, &body(edits_and_diag())).unwrap().usage.unwrap()).unwrap();
+        assert_eq!(logged["contextEdits"][0]["clearedToolUses"], 1);
+        assert_eq!(
+            Usage::from_value(&logged, "usage").unwrap(),
+            parse_response(Renderer::Anthropic, &body(edits_and_diag())).unwrap().usage.unwrap()
+        );
+        for (bad, msg) in [
+            (json!({"diagnostics": 3}), "response.diagnostics: expected an object or null"),
+            (json!({"diagnostics": {"cache_miss_reason": {}}}), "response.diagnostics.cache_miss_reason.type: expected a non-empty string"),
+            (
+                json!({"context_management": {"applied_edits": [{"type":"clear_tool_uses_20250919"}]}}),
+                "response.context_management.applied_edits[0].cleared_input_tokens: expected a non-negative integer",
+            ),
+        ] {
+            assert_eq!(parse_response(Renderer::Anthropic, &body(bad)).unwrap_err().message(), msg);
+        }
+        // OpenAI's write tokens are a part of the prompt, as its cached tokens are.
+        let o = usage_from_provider(
+            "openai",
+            &json!({"prompt_tokens":1000,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":600,"cache_write_tokens":300}}),
+        )
+        .unwrap();
+        assert_eq!((o.input_tokens, o.cache_read_tokens, o.cache_write_tokens, o.prompt_tokens()), (100, Some(600), Some(300), 1000));
+        let r = usage_from_provider(
+            "openai-responses",
+            &json!({"input_tokens":1000,"output_tokens":3,"input_tokens_details":{"cached_tokens":600,"cache_write_tokens":300}}),
+        )
+        .unwrap();
+        assert_eq!((r.input_tokens, r.cache_write_tokens, r.prompt_tokens()), (100, Some(300), 1000));
+    }
+
+    fn edits_and_diag() -> Value {
+        json!({"diagnostics": {"cache_miss_reason": {"type": "messages_changed"}},
+               "context_management": {"applied_edits": [{"type":"clear_tool_uses_20250919","cleared_tool_uses":1,"cleared_input_tokens":50}]}})
     }
 
     #[test]

@@ -145,6 +145,10 @@ impl Assembler for Anthropic {
                         message.insert(k.clone(), v.clone());
                     }
                 }
+                // Context editing reports what it cleared beside the delta.
+                if let Some(cm) = data.get("context_management").filter(|v| !v.is_null()) {
+                    message.insert("context_management".into(), cm.clone());
+                }
                 if let Some(Value::Object(u)) = data.get("usage") {
                     let usage = message.entry("usage").or_insert_with(|| Value::Object(JsonMap::new()));
                     if let Value::Object(usage) = usage {

@@ -90,8 +90,16 @@ static void test_explain_and_replay(void) {
     char *out = NULL;
     EXPECT_OK(lls_session_explain(s, NULL, 0, &out, NULL, &err));
     CHECK_CONTAINS(out, "\"extends\":true");
-    CHECK_CONTAINS(out, "\"growth\":20,");
+    /* Request 2 sends nothing new: the 10 tokens the server did not read are below the
+       provider's 1024-token minimum. */
+    CHECK_CONTAINS(out, "\"growth\":10,");
+    CHECK_CONTAINS(out, "\"below-minimum\":10,");
     lls_string_free(out);
+    EXPECT_OK(lls_session_explain(s, S("{\"prices\":{\"openai\":{\"input\":1,\"cachedInput\":0.5,\"output\":2}}}"), &out, NULL, &err));
+    CHECK_CONTAINS(out, "\"noCache\":");
+    lls_string_free(out);
+    EXPECT_ERR(lls_session_explain(s, S("{\"prices\":{\"openai\":{\"input\":1}}}"), &out, NULL, &err), LLS_ERR_INVALID_INPUT,
+               "prices.openai.cachedInput: is required");
     EXPECT_ERR(lls_session_explain(s, S("{\"counter\":1}"), &out, NULL, &err), LLS_ERR_INVALID_INPUT, "options.counter: is not an explain option");
     EXPECT_ERR(lls_session_explain(NULL, NULL, 0, &out, NULL, &err), LLS_ERR_NULL_POINTER, "`session`");
     lls_session_free(s);

@@ -175,7 +175,7 @@ class Agent(Handle):
     def set_renderer(self, renderer: str, options: Optional[Mapping[str, Any]] = None) -> None:
         """Renderer of :meth:`next_body`: ``"openai"``, ``"openai-responses"``, ``"anthropic"``
         or ``"gemini"`` / ``"gemini-interactions"``; options ``{"promptCacheKey"?, "promptCacheRetention"?, "cacheTtl"?,
-        "promptCacheOptions"?, "promptCacheBreakpoints"?}``."""
+        "promptCacheOptions"?, "promptCacheBreakpoints"?, "cacheDiagnostics"?}``."""
         r = text(renderer, "set_renderer")
         o, n = opt(options)
         call(N.lib.lls_agent_set_renderer, self.ptr, r, len(r), o, n)

@@ -21,7 +21,7 @@ def render(renderer: str, envelope: JsonText, prefix_len: int = 0) -> str:
 
 def render_with_options(renderer: str, envelope: JsonText, options: Optional[Mapping[str, Any]] = None) -> str:
     """As :func:`render`, with ``{"prefixLen"?, "promptCacheKey"?, "promptCacheRetention"?, "cacheTtl"?,
-    "promptCacheOptions"?, "promptCacheBreakpoints"?}``."""
+    "promptCacheOptions"?, "promptCacheBreakpoints"?, "cacheDiagnostics"?}``."""
     r = text(renderer, "render_with_options")
     e = dumps(envelope)
     o, n = opt(options)

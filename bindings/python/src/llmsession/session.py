@@ -111,8 +111,9 @@ class Session(Handle):
         return cast(VerifyReport, call_json(N.lib.lls_session_verify, self.ptr))
 
     def explain(self, options: Options = None) -> Dict[str, Any]:
-        """Why each request hit or missed the provider's cache (docs/caching.md);
-        options ``{"tokenizer"?: path}``."""
+        """Why each request hit or missed the provider's cache, every uncached token by cause,
+        and with a price table its cost (docs/caching.md); options ``{"tokenizer"?: path,
+        "prices"?: {...}, "cacheRules"?: {...}}``."""
         b, n = opt(options)
         return cast(Dict[str, Any], call_json(N.lib.lls_session_explain, self.ptr, b, n))
 
