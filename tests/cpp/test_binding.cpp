@@ -642,8 +642,11 @@ TEST_F(Binding, ExplainAndReplay) {
         json ex = json::parse(s.explain());
         ASSERT_EQ(ex["requests"].size(), 2u);
         EXPECT_TRUE(ex["requests"][1]["extends"].get<bool>());
-        EXPECT_EQ(ex["requests"][1]["cause"], "growth");
-        EXPECT_EQ(ex["totals"]["spend"]["growth"], 20);
+        // The second request sends nothing new: the 10 tokens the server did not read are below
+        // the provider's 1024-token minimum cacheable size.
+        EXPECT_EQ(ex["requests"][1]["cause"], "below-minimum");
+        EXPECT_EQ(ex["totals"]["spend"]["growth"], 10);
+        EXPECT_EQ(ex["totals"]["spend"]["below-minimum"], 10);
         expect_error([&] { s.explain(R"({"tokenizer":"/nonexistent/tokenizer.json"})"); }, LLS_ERR_TOKENIZER);
     }
     EXPECT_EQ(json::parse(llmsession::explain_file(path))["totals"]["conversationRequests"], 2);
