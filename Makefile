@@ -58,9 +58,10 @@ bench-smoke: tokenizer
 # (docs/performance.md, "Binding overhead" and "The provider body against a naive host"):
 # benches/bindings.sh, Rust, C, C++, Go and Node on a 1k-message session, then Go, Node and
 # Python each against its naive host at 100, 1k and 10k messages, then resume and memory (Go,
-# Node; memory also Rust) on logs of 10k and 100k events, in alternating passes (ITERATIONS
-# PASSES MESSAGES as arguments; NAIVE="SIZE:STEPS ..." for the naive hosts, RESUME="EVENTS:ITERATIONS ..."
-# for resume and memory).
+# Node, Python; memory also Rust) on logs of 10k and 100k events ("Resume and memory against a
+# naive host"), in alternating passes (ITERATIONS PASSES MESSAGES as arguments;
+# BENCH_NAIVE="SIZE:STEPS ..." for the naive hosts, BENCH_RESUME="EVENTS:ITERATIONS ..." for
+# resume and memory, BENCH_PARTS="overhead naive resume" in the environment for the parts).
 BENCH_BINDINGS_ARGS ?= 300 3 1000
 BENCH_NAIVE ?= 100:300 1000:100 10000:20
 BENCH_RESUME ?= 10000:5 100000:3

@@ -23,12 +23,14 @@
 #    pair step by step (body build; full step: reply, tool result, next body).
 # 3. Resume and memory, at each events:iterations of RESUME (default "10000:5 100000:3"): on a
 #    finished log of that many events (`bench_bindings write-log`, the log `bench_memory` loads),
-#    Go (bindings/go/resume_bench_test.go: BenchmarkResume) and Node
-#    (bindings/node/bench/resume.js time) time, back to back in alternating order, the naive
-#    host's resume (read the file, decode every line: `json.Unmarshal` into a map, `JSON.parse`)
+#    Go (bindings/go/resume_bench_test.go: BenchmarkResume), Node
+#    (bindings/node/bench/resume.js time) and Python (benches/python/resume.py time, ctypes)
+#    time, back to back in alternating order, the naive host's resume (read the file, decode
+#    every line: `json.Unmarshal` into a map, `JSON.parse`, `json.loads`)
 #    and llmsession's (open a copy of the file, chain check included, and build the next body);
 #    then, once per size and after the passes, each in a process of its own, the memory probes
-#    (Go TestResumeMemory, `node --expose-gc bench/resume.js memory`, Rust bench_memory): the
+#    (Go TestResumeMemory, `node --expose-gc bench/resume.js memory`, `resume.py memory`, Rust
+#    bench_memory): the
 #    growth of the resident size on opening the session, and with one body built, over the
 #    log's size.
 #
@@ -187,6 +189,7 @@ run_resume() { # name events iterations
 	case $1 in
 	go) run "$key" gotest "$key" BenchmarkResume "$dir" "$3" ;;
 	node) run "$key" node bindings/node/bench/resume.js time "$dir" "$3" "$out/$key.pass" ;;
+	python) run "$key" "$PYTHON" benches/python/resume.py time "$lib/libllmsession.so" "$dir" "$3" "$out/$key.pass" ;;
 	esac
 }
 
@@ -196,7 +199,7 @@ for spec in $naive_spec; do
 	for h in go node python; do jobs+=("naive $h ${spec%%:*} ${spec##*:}"); done
 done
 for spec in $resume_spec; do
-	for h in go node; do jobs+=("resume $h ${spec%%:*} ${spec##*:}"); done
+	for h in go node python; do jobs+=("resume $h ${spec%%:*} ${spec##*:}"); done
 done
 rm -f "$out"/*.samples "$out"/*.pass "$out"/*.pass.* "$out"/*.result "$out"/*.body "$out"/*.memory
 for pass in $(seq 1 "$passes"); do
@@ -224,6 +227,7 @@ memory() { # KEY COMMAND...: keeps the probe's "memory ..." line in KEY.memory
 for n in $resume_sizes; do
 	memory "memory-go-$n" env LLMSESSION_BENCH_DIR="$root/$out/resume-$n" "$out/bindings_go.test" -test.run '^TestResumeMemory$' -test.count 1
 	memory "memory-node-$n" node --expose-gc bindings/node/bench/resume.js memory "$out/resume-$n"
+	memory "memory-python-$n" "$PYTHON" benches/python/resume.py memory "$lib/libllmsession.so" "$out/resume-$n"
 	memory "memory-rust-$n" "$rust_memory" "$n" "$out/memory-$n.jsonl"
 	rm -f "$out/memory-$n.jsonl"
 done
@@ -314,14 +318,14 @@ if resume_sizes:
     print()
     print("| events | log | host | llmsession resume | naive parse | ratio | min–max |")
     print("|---|---|---|---|---|---|---|")
-    names = {"go": "Go `json.Unmarshal` per line", "node": "Node `JSON.parse` per line"}
+    names = {"go": "Go `json.Unmarshal` per line", "node": "Node `JSON.parse` per line", "python": "Python `json.loads` per line"}
     for n in resume_sizes:
-        keys = [f"resume-{h}-{n}" for h in ("go", "node")]
+        keys = [f"resume-{h}-{n}" for h in ("go", "node", "python")]
         same_results = {k: open(f"{out}/{k}.result").read().split() for k in keys}
         if len({tuple(r) for r in same_results.values()}) != 1:
             sys.exit(f"bindings.sh: resume, {n} events: the harnesses built different bodies: {same_results!r}")
         size = int(open(f"{out}/memory-go-{n}.memory").read().split()[1].split("=")[1])
-        for h, k in zip(("go", "node"), keys):
+        for h, k in zip(("go", "node", "python"), keys):
             s = rows(f"{out}/{k}.samples")
             pr = [med([x[1] / x[0] for x in rows(f"{out}/{k}.pass.{p}")]) for p in range(1, passes + 1)]
             print(f"| {int(n):,} | {size / 1e6:.1f} MB | {names[h]} | {fmt(med([x[0] for x in s]))} | {fmt(med([x[1] for x in s]))} | "
@@ -333,9 +337,9 @@ if resume_sizes:
     print("| events | log | language | open | factor | with one body | factor |")
     print("|---|---|---|---|---|---|---|")
     for n in resume_sizes:
-        for h in ("rust", "go", "node"):
+        for h in ("rust", "go", "node", "python"):
             f = dict(x.split("=") for x in open(f"{out}/memory-{h}-{n}.memory").read().split()[1:])
             size, o, b = int(f["file"]), int(f["open_kib"]), int(f["body_kib"])
-            print(f"| {int(n):,} | {size / 1e6:.1f} MB | {h.capitalize() if h != 'node' else 'Node'} | {o / 1024:.1f} MiB | "
+            print(f"| {int(n):,} | {size / 1e6:.1f} MB | {h.capitalize()} | {o / 1024:.1f} MiB | "
                   f"**{o * 1024 / size:.2f}×** | {b / 1024:.1f} MiB | **{b * 1024 / size:.2f}×** |")
 EOF
