@@ -57,20 +57,25 @@ bench-smoke: tokenizer
 # The provider body through every binding and against a naive host per language
 # (docs/performance.md, "Binding overhead" and "The provider body against a naive host"):
 # benches/bindings.sh, Rust, C, C++, Go and Node on a 1k-message session, then Go, Node and
-# Python each against its naive host at 100, 1k and 10k messages, in alternating passes
-# (ITERATIONS PASSES MESSAGES as arguments; NAIVE="SIZE:STEPS ..." for the naive hosts).
+# Python each against its naive host at 100, 1k and 10k messages, then resume and memory (Go,
+# Node, Python; memory also Rust) on logs of 10k and 100k events ("Resume and memory against a
+# naive host"), in alternating passes (ITERATIONS PASSES MESSAGES as arguments;
+# BENCH_NAIVE="SIZE:STEPS ..." for the naive hosts, BENCH_RESUME="EVENTS:ITERATIONS ..." for
+# resume and memory, BENCH_PARTS="overhead naive resume" in the environment for the parts).
 BENCH_BINDINGS_ARGS ?= 300 3 1000
 BENCH_NAIVE ?= 100:300 1000:100 10000:20
+BENCH_RESUME ?= 10000:5 100000:3
 bench-bindings: build-lib go-pc node-deps
-	NAIVE="$(BENCH_NAIVE)" CARGO="$(CARGO)" GO="$(GO)" CC="$(CC)" bash benches/bindings.sh $(BENCH_BINDINGS_ARGS)
+	NAIVE="$(BENCH_NAIVE)" RESUME="$(BENCH_RESUME)" CARGO="$(CARGO)" GO="$(GO)" CC="$(CC)" bash benches/bindings.sh $(BENCH_BINDINGS_ARGS)
 
 # Every harness once, on a 200-message fixture (requests of about 100 KB, so the body is handed
 # over without a copy, as at full size), 3 steps each (the debug build of the Rust harness,
 # which test-rust built): part of `make test`, last, after test-node, test-cpp and test-go have
 # staged the library and installed the Node dependencies. It checks that every binding and
-# every naive host builds the same bytes; its timings mean nothing.
+# every naive host builds the same bytes, and resume and the memory probes once on a 1,000-event
+# log; its timings and factors mean nothing.
 bench-bindings-smoke: build-lib go-pc node-deps
-	NAIVE="200:3" BENCH_PROFILE=debug CARGO="$(CARGO)" GO="$(GO)" CC="$(CC)" bash benches/bindings.sh 3 1 200
+	NAIVE="200:3" RESUME="1000:1" BENCH_PROFILE=debug CARGO="$(CARGO)" GO="$(GO)" CC="$(CC)" bash benches/bindings.sh 3 1 200
 
 # Run one scenario file and print a readable diff on failure: make scenario FILE=path
 scenario:

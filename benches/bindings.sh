@@ -5,7 +5,7 @@
 #
 #   benches/bindings.sh [ITERATIONS] [PASSES] [MESSAGES]
 #
-# Two parts, run in alternating passes (PASSES rounds, default 3: the machine is shared, so the
+# Three parts, run in alternating passes (PASSES rounds, default 3: the machine is shared, so the
 # harnesses take turns rather than run one after the other; each pass runs them in another
 # order):
 #
@@ -21,6 +21,18 @@
 #    (benches/python/naive_host.py, ctypes) each run llmsession and a host that keeps the body
 #    as its language's values and serialises it every step, on identical bytes, and time the
 #    pair step by step (body build; full step: reply, tool result, next body).
+# 3. Resume and memory, at each events:iterations of RESUME (default "10000:5 100000:3"): on a
+#    finished log of that many events (`bench_bindings write-log`, the log `bench_memory` loads),
+#    Go (bindings/go/resume_bench_test.go: BenchmarkResume), Node
+#    (bindings/node/bench/resume.js time) and Python (benches/python/resume.py time, ctypes)
+#    time, back to back in alternating order, the naive host's resume (read the file, decode
+#    every line: `json.Unmarshal` into a map, `JSON.parse`, `json.loads`)
+#    and llmsession's (open a copy of the file, chain check included, and build the next body);
+#    then, once per size and after the passes, each in a process of its own, the memory probes
+#    (Go TestResumeMemory, `node --expose-gc bench/resume.js memory`, `resume.py memory`, Rust
+#    bench_memory): the
+#    growth of the resident size on opening the session, and with one body built, over the
+#    log's size.
 #
 # Every harness writes the last body of its first timed round to OUT.body: the run fails when
 # two harnesses of a part (and size) built different bytes, and each naive-host harness fails by
@@ -28,8 +40,8 @@
 # `make test` (3 steps, one pass, 200 messages: `make bench-bindings-smoke`) checks that every
 # harness builds the same bytes. BENCH_PROFILE=debug uses the debug build of the Rust harness
 # (the smoke run). BENCH_BINDINGS_MODE=request runs part 1 on the envelope path
-# (lls_agent_next_request) instead, and skips part 2. BENCH_PARTS="overhead naive" (the default)
-# names the parts to run. Expects the libraries staged in build/lib
+# (lls_agent_next_request) instead, and skips parts 2 and 3. BENCH_PARTS="overhead naive resume"
+# (the default) names the parts to run. Expects the libraries staged in build/lib
 # (make build-lib), build/pkgconfig (make go-pc) and bindings/node/node_modules (npm ci):
 # `make bench-bindings` and `make bench-bindings-smoke` see to that.
 set -euo pipefail
@@ -39,8 +51,9 @@ iterations=${1:-300}
 passes=${2:-3}
 messages=${3:-1000}
 naive_spec=${NAIVE:-100:300 1000:100 10000:20}
+resume_spec=${RESUME:-10000:5 100000:3}
 mode=${BENCH_BINDINGS_MODE:-body}
-parts=${BENCH_PARTS:-overhead naive}
+parts=${BENCH_PARTS:-overhead naive resume}
 profile=${BENCH_PROFILE:-release}
 CARGO=${CARGO:-cargo}
 GO=${GO:-go}
@@ -52,15 +65,18 @@ mkdir -p "$out"
 [ "$mode" = body ] || [ "$mode" = request ] || { echo "bindings.sh: BENCH_BINDINGS_MODE is body or request" >&2; exit 2; }
 [ "$mode" = body ] || naive_spec=""
 [[ " $parts " == *" naive "* ]] || naive_spec=""
+[ "$mode" = body ] || resume_spec=""
+[[ " $parts " == *" resume "* ]] || resume_spec=""
 
 echo "== building the harnesses"
 if [ "$profile" = release ]; then
-	$CARGO build --release --example bench_bindings
+	$CARGO build --release --example bench_bindings --example bench_memory
 else
-	$CARGO build --example bench_bindings
+	$CARGO build --example bench_bindings --example bench_memory
 fi
 rust=target/$profile/examples/bench_bindings
 [ -n "${CARGO_TARGET_DIR:-}" ] && rust=$CARGO_TARGET_DIR/$profile/examples/bench_bindings
+rust_memory=${rust%/*}/bench_memory
 lib=$root/build/lib
 $CC -std=c11 -O2 -Wall -Wextra -Werror -Iinclude benches/c/bindings.c -L"$lib" -lllmsession \
 	-Wl,-rpath,"$lib" -o "$out/bindings_c"
@@ -105,6 +121,21 @@ for spec in $naive_spec; do
 	n=${spec%%:*}
 	naive_sizes="$naive_sizes $n"
 	echo "naive host, $n messages, ${spec##*:} steps: $(fixture "$n")"
+done
+
+# resume_fixture EVENTS: the resume fixture of EVENTS events (bench_bindings write-log).
+resume_fixture() {
+	local dir=$out/resume-$1
+	if [ ! -f "$dir/inputs.jsonl" ] || [ "$dir/inputs.jsonl" -ot "$rust" ]; then
+		"$rust" write-log "$dir" "$1" >/dev/null
+	fi
+	echo "$dir"
+}
+resume_sizes=""
+for spec in $resume_spec; do
+	n=${spec%%:*}
+	resume_sizes="$resume_sizes $n"
+	echo "resume, $n events, ${spec##*:} iterations: $(resume_fixture "$n") ($(stat -c %s "$out/resume-$n/session.jsonl") bytes)"
 done
 
 # run KEY COMMAND...: runs one harness, appends its samples to KEY.samples, records its
@@ -153,24 +184,58 @@ run_naive() { # name size iterations
 	esac
 }
 
+run_resume() { # name events iterations
+	local key=resume-$1-$2 dir=$out/resume-$2
+	case $1 in
+	go) run "$key" gotest "$key" BenchmarkResume "$dir" "$3" ;;
+	node) run "$key" node bindings/node/bench/resume.js time "$dir" "$3" "$out/$key.pass" ;;
+	python) run "$key" "$PYTHON" benches/python/resume.py time "$lib/libllmsession.so" "$dir" "$3" "$out/$key.pass" ;;
+	esac
+}
+
 jobs=()
 for h in $overhead; do jobs+=("overhead $h"); done
 for spec in $naive_spec; do
 	for h in go node python; do jobs+=("naive $h ${spec%%:*} ${spec##*:}"); done
 done
-rm -f "$out"/*.samples "$out"/*.pass "$out"/*.pass.* "$out"/*.result "$out"/*.body
+for spec in $resume_spec; do
+	for h in go node python; do jobs+=("resume $h ${spec%%:*} ${spec##*:}"); done
+done
+rm -f "$out"/*.samples "$out"/*.pass "$out"/*.pass.* "$out"/*.result "$out"/*.body "$out"/*.memory
 for pass in $(seq 1 "$passes"); do
 	# Each pass starts at another harness, so no harness always runs first or last.
 	n=${#jobs[@]}
 	for i in $(seq 0 $((n - 1))); do
 		j=(${jobs[$(((i + (pass - 1) * 5) % n))]})
-		if [ "${j[0]}" = overhead ]; then run_overhead "${j[1]}"; else run_naive "${j[1]}" "${j[2]}" "${j[3]}"; fi
+		case ${j[0]} in
+		overhead) run_overhead "${j[1]}" ;;
+		naive) run_naive "${j[1]}" "${j[2]}" "${j[3]}" ;;
+		resume) run_resume "${j[1]}" "${j[2]}" "${j[3]}" ;;
+		esac
 	done
 done
 
-"$PYTHON" - "$out" "$passes" "$profile" "$mode" "$overhead" "$naive_sizes" <<'EOF'
+# The memory probes: once per size and language, each in a process of its own.
+memory() { # KEY COMMAND...: keeps the probe's "memory ..." line in KEY.memory
+	local key=$1 res
+	shift
+	res=$("$@" | grep -o 'memory file=[0-9]* open_kib=-*[0-9]* body_kib=-*[0-9]*' | tail -n 1) || true
+	[ -n "$res" ] || { echo "bindings.sh: $key printed no memory line (it failed, see above)" >&2; exit 1; }
+	echo "$res" >"$out/$key.memory"
+	echo "$key: $res"
+}
+for n in $resume_sizes; do
+	memory "memory-go-$n" env LLMSESSION_BENCH_DIR="$root/$out/resume-$n" "$out/bindings_go.test" -test.run '^TestResumeMemory$' -test.count 1
+	memory "memory-node-$n" node --expose-gc bindings/node/bench/resume.js memory "$out/resume-$n"
+	memory "memory-python-$n" "$PYTHON" benches/python/resume.py memory "$lib/libllmsession.so" "$out/resume-$n"
+	memory "memory-rust-$n" "$rust_memory" "$n" "$out/memory-$n.jsonl"
+	rm -f "$out/memory-$n.jsonl"
+done
+
+"$PYTHON" - "$out" "$passes" "$profile" "$mode" "$overhead" "$naive_sizes" "$resume_sizes" <<'EOF'
 import filecmp, statistics, sys
 out, passes, profile, mode, overhead, sizes = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5].split(), sys.argv[6].split()
+resume_sizes = sys.argv[7].split()
 med = statistics.median
 def fmt(ns):
     if ns >= 10_000_000:
@@ -243,4 +308,38 @@ if sizes:
         body_sizes.append(f"{int(n):,} messages: {int(r[0].split('=')[1]):,} bytes")
     print()
     print("Bodies compared (the last of the first timed round): " + "; ".join(body_sizes))
+
+# Part 3: resume and memory.
+if resume_sizes:
+    print()
+    print("Resume against the naive host's bare parse of the same file (llmsession: open, chain check included, and the next body;")
+    print("naive: read the file and decode every line; ratio: the median over iterations of naive / llmsession; min–max: of the")
+    print("per-pass medians; target ≥ 1×)")
+    print()
+    print("| events | log | host | llmsession resume | naive parse | ratio | min–max |")
+    print("|---|---|---|---|---|---|---|")
+    names = {"go": "Go `json.Unmarshal` per line", "node": "Node `JSON.parse` per line", "python": "Python `json.loads` per line"}
+    for n in resume_sizes:
+        keys = [f"resume-{h}-{n}" for h in ("go", "node", "python")]
+        same_results = {k: open(f"{out}/{k}.result").read().split() for k in keys}
+        if len({tuple(r) for r in same_results.values()}) != 1:
+            sys.exit(f"bindings.sh: resume, {n} events: the harnesses built different bodies: {same_results!r}")
+        size = int(open(f"{out}/memory-go-{n}.memory").read().split()[1].split("=")[1])
+        for h, k in zip(("go", "node", "python"), keys):
+            s = rows(f"{out}/{k}.samples")
+            pr = [med([x[1] / x[0] for x in rows(f"{out}/{k}.pass.{p}")]) for p in range(1, passes + 1)]
+            print(f"| {int(n):,} | {size / 1e6:.1f} MB | {names[h]} | {fmt(med([x[0] for x in s]))} | {fmt(med([x[1] for x in s]))} | "
+                  f"**{med([x[1] / x[0] for x in s]):.2f}×** | {min(pr):.2f}–{max(pr):.2f}× |")
+    print()
+    print("Memory: growth of the resident size (VmRSS; Node rss) over the log's size, in a process of its own (targets: open ≤ 2×,")
+    print("with one body built ≤ 3×)")
+    print()
+    print("| events | log | language | open | factor | with one body | factor |")
+    print("|---|---|---|---|---|---|---|")
+    for n in resume_sizes:
+        for h in ("rust", "go", "node", "python"):
+            f = dict(x.split("=") for x in open(f"{out}/memory-{h}-{n}.memory").read().split()[1:])
+            size, o, b = int(f["file"]), int(f["open_kib"]), int(f["body_kib"])
+            print(f"| {int(n):,} | {size / 1e6:.1f} MB | {h.capitalize()} | {o / 1024:.1f} MiB | "
+                  f"**{o * 1024 / size:.2f}×** | {b / 1024:.1f} MiB | **{b * 1024 / size:.2f}×** |")
 EOF

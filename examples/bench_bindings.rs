@@ -3,7 +3,14 @@
 //! ```text
 //! cargo run --release --example bench_bindings -- write DIR [MESSAGES]
 //! cargo run --release --example bench_bindings -- run DIR ITERATIONS OUT [request|body]
+//! cargo run --release --example bench_bindings -- write-log DIR EVENTS
 //! ```
+//!
+//! `write-log` writes the resume fixture of `benches/bindings.sh` (docs/performance.md, "Resume
+//! and memory against a naive host"): `DIR/session.jsonl`, a finished log of about EVENTS events
+//! (`benches/fixture`'s `write_jsonl`, the log `bench_memory` loads), and `DIR/inputs.jsonl`
+//! with the agent options, the fork options and the user message that opens the next turn (the
+//! first three lines of `write`'s).
 //!
 //! `write` writes the shared fixture every harness (Rust, C, Go, Node, C++) reads:
 //! - `DIR/session.jsonl`: a finished session whose history holds about MESSAGES (default 1,000)
@@ -68,17 +75,7 @@ fn write(dir: &Path, messages: usize) {
     session.sync().expect("sync");
     let history = session.history().len();
 
-    let opts = fixture::options();
-    let mut lines: Vec<Value> = vec![
-        json!({
-            "config": opts.config.to_value(),
-            "system": opts.system,
-            "tools": opts.tools,
-            "checkRequests": opts.check_requests,
-        }),
-        json!({ "id": FORK_ID }),
-        Message::user_text(user_text()).to_value(),
-    ];
+    let mut lines = head_lines();
     let round = round_len(messages);
     for i in next..next + round as u64 {
         lines.push(json!({ "message": fixture::assistant(i).to_value() }));
@@ -91,6 +88,34 @@ fn write(dir: &Path, messages: usize) {
         writeln!(out, "{l}").expect("write inputs.jsonl");
     }
     println!("fixture: {} ({history} history messages), {} exchanges per round", path.display(), round);
+}
+
+/// The first three lines of `inputs.jsonl`: the agent options, the fork options, the user
+/// message that opens the measured turn.
+fn head_lines() -> Vec<Value> {
+    let opts = fixture::options();
+    vec![
+        json!({
+            "config": opts.config.to_value(),
+            "system": opts.system,
+            "tools": opts.tools,
+            "checkRequests": opts.check_requests,
+        }),
+        json!({ "id": FORK_ID }),
+        Message::user_text(user_text()).to_value(),
+    ]
+}
+
+/// The resume fixture (see the module documentation).
+fn write_log(dir: &Path, events: usize) {
+    std::fs::create_dir_all(dir).expect("create the fixture directory");
+    let path = dir.join("session.jsonl");
+    fixture::write_jsonl(&path, events);
+    let mut out = std::fs::File::create(dir.join("inputs.jsonl")).expect("inputs.jsonl");
+    for l in head_lines() {
+        writeln!(out, "{l}").expect("write inputs.jsonl");
+    }
+    println!("resume fixture: {} ({} bytes)", path.display(), std::fs::metadata(&path).expect("log").len());
 }
 
 fn user_text() -> &'static str {
@@ -230,6 +255,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
         Some("write") => write(Path::new(&args[2]), args.get(3).map_or(1_000, |n| n.parse().expect("MESSAGES"))),
+        Some("write-log") if args.len() >= 4 => write_log(Path::new(&args[2]), args[3].parse().expect("EVENTS")),
         Some("run") if args.len() >= 5 => {
             let mode = match args.get(5).map(String::as_str) {
                 None | Some("request") => Mode::Request,
@@ -242,7 +268,7 @@ fn main() {
             run(Path::new(&args[2]), args[3].parse().expect("ITERATIONS"), Path::new(&args[4]), mode)
         }
         _ => {
-            eprintln!("usage: bench_bindings write DIR [MESSAGES] | run DIR ITERATIONS OUT [request|body]");
+            eprintln!("usage: bench_bindings write DIR [MESSAGES] | run DIR ITERATIONS OUT [request|body] | write-log DIR EVENTS");
             std::process::exit(2);
         }
     }

@@ -8,12 +8,17 @@
 //! a child process, so this process's memory holds nothing of the writing, then loads it with
 //! `Session::open_jsonl` and reads `VmRSS` from `/proc/self/status` before and after. Prints the
 //! file size, both resident sizes and the ratio of the growth to the file size, then the same
-//! after `malloc_trim(0)` (what is live, without the allocator's retained free pages).
+//! after `malloc_trim(0)` (what is live, without the allocator's retained free pages). Then it
+//! builds the next provider body (an agent with the fixture's options and the `openai` renderer,
+//! a new turn), holds it and reads `VmRSS` once more; the last line, `memory file=BYTES
+//! open_kib=GROWTH body_kib=GROWTH`, is what `benches/bindings.sh` reads (the growths over the
+//! reading before the load; on glibc the body's is read after the trim).
 
 #[path = "../benches/fixture/mod.rs"]
 mod fixture;
 
-use llmsession::{Session, SessionOptions};
+use llmsession::render::{RenderOptions, Renderer};
+use llmsession::{Agent, CancelToken, Message, Session, SessionOptions};
 use std::path::PathBuf;
 
 fn rss_kib() -> u64 {
@@ -58,5 +63,18 @@ fn main() {
         let trimmed = rss_kib();
         println!("VmRSS after malloc_trim: {trimmed} KiB: growth {:.2}x the file (live data)", (trimmed - before) as f64 / file_kib);
     }
+    let mut agent = Agent::new(&session, fixture::options()).expect("agent");
+    agent.set_renderer(Renderer::OpenAi, RenderOptions::default()).expect("set_renderer");
+    agent.start_turn(Message::user_text("Summarise how a request is built.")).expect("start_turn");
+    let body = agent.next_body(&CancelToken::new()).expect("next_body");
+    let built = rss_kib();
+    println!(
+        "VmRSS with one body built ({} bytes): {built} KiB: growth {:.2}x the file",
+        body.json.len(),
+        (built - before) as f64 / file_kib
+    );
+    println!("memory file={size} open_kib={} body_kib={}", after - before, built - before);
+    drop(body);
+    agent.dispose().expect("dispose");
     drop(session);
 }
