@@ -122,15 +122,7 @@ pub(super) fn frame(env: &Envelope, system: Vec<Value>) -> Result<JsonMap> {
             d.insert("name".into(), t.name.clone().into());
             d.insert("description".into(), t.description.clone().into());
             d.insert("parametersJsonSchema".into(), t.parameters.clone());
-            for (k, v) in &t.extra {
-                if d.contains_key(k) {
-                    return Err(Error::invalid(
-                        format!("tools[{t_i}].{k}"),
-                        format!("unknown tool field collides with the {k:?} field the {NAME} renderer sets"),
-                    ));
-                }
-                d.insert(k.clone(), v.clone());
-            }
+            super::add_tool_extra(&mut d, &t.extra, t_i, NAME)?;
             decls.push(Value::Object(d));
         }
         body.insert("tools".into(), json!([{"functionDeclarations": decls}]));

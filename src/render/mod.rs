@@ -577,6 +577,22 @@ impl Envelope {
 // Shared block helpers.
 
 /// The path of block `j` of message `i`.
+/// Adds a tool's unknown fields (`ToolSchema::extra`, carried verbatim) to the tool object a
+/// renderer built; one that names a field the renderer set is an error naming it
+/// (`tools[i].KEY`), never a silent overwrite.
+pub(crate) fn add_tool_extra(tool: &mut JsonMap, extra: &JsonMap, t_i: usize, renderer: &str) -> Result<()> {
+    for (k, v) in extra {
+        if tool.contains_key(k) {
+            return Err(Error::invalid(
+                format!("tools[{t_i}].{k}"),
+                format!("unknown tool field collides with the {k:?} field the {renderer} renderer sets"),
+            ));
+        }
+        tool.insert(k.clone(), v.clone());
+    }
+    Ok(())
+}
+
 pub(crate) fn block_path(i: usize, j: usize) -> String {
     format!("messages[{i}].content[{j}]")
 }

@@ -138,15 +138,7 @@ pub(super) fn frame(env: &Envelope, options: &RenderOptions) -> Result<JsonMap> 
             tool.insert("name".into(), t.name.clone().into());
             tool.insert("description".into(), t.description.clone().into());
             tool.insert("parameters".into(), t.parameters.clone());
-            for (k, v) in &t.extra {
-                if tool.contains_key(k) {
-                    return Err(Error::invalid(
-                        format!("tools[{t_i}].{k}"),
-                        format!("unknown tool field collides with the {k:?} field the {NAME} renderer sets"),
-                    ));
-                }
-                tool.insert(k.clone(), v.clone());
-            }
+            super::add_tool_extra(&mut tool, &t.extra, t_i, NAME)?;
             tools.push(Value::Object(tool));
         }
         body.insert("tools".into(), Value::Array(tools));
