@@ -240,28 +240,7 @@ fn function_call(b: &Block, path: &str) -> Result<Value> {
 /// A `function_result` step: `result` is the text (blocks joined by "\n"), or content when the
 /// result holds an image; `is_error` only when true.
 fn function_result(b: &Block, path: &str) -> Result<Value> {
-    let content = b.tool_result_content();
-    let result = if content.iter().all(|c| c.kind() == "text") {
-        let texts: Vec<&str> = content.iter().map(|c| c.get_str("text").unwrap_or_default()).collect();
-        Value::String(texts.join("\n"))
-    } else {
-        let mut parts = Vec::with_capacity(content.len());
-        for (k, c) in content.iter().enumerate() {
-            let inner = format!("{path}.content[{k}]");
-            parts.push(match c.kind() {
-                "text" => json!({"type": "text", "text": c.get_str("text").unwrap_or_default()}),
-                "image" => image(c, &inner)?,
-                other => {
-                    return Err(Error::invalid(
-                        inner,
-                        format!("block type {other:?} inside a tool result is not supported by the {NAME} renderer"),
-                    )
-                    .with("blockType", other))
-                }
-            });
-        }
-        Value::Array(parts)
-    };
+    let result = super::tool_result_output(b, path, NAME, "text", image)?;
     let mut step = JsonMap::new();
     step.insert("type".into(), "function_result".into());
     step.insert("call_id".into(), b.tool_result_id().expect("validated tool-result").into());

@@ -593,6 +593,40 @@ pub(crate) fn add_tool_extra(tool: &mut JsonMap, extra: &JsonMap, t_i: usize, re
     Ok(())
 }
 
+/// A tool result's content as a renderer sends it where the provider takes either a string or
+/// parts: the text blocks joined by "\n" when every block is text, else one part per block
+/// (`text_type` names the renderer's text part, `image` writes its image part). Any other block
+/// is an error naming it (`PATH.content[k]`).
+pub(crate) fn tool_result_output(
+    b: &Block,
+    path: &str,
+    renderer: &str,
+    text_type: &str,
+    image: fn(&Block, &str) -> Result<Value>,
+) -> Result<Value> {
+    let content = b.tool_result_content();
+    if content.iter().all(|c| c.kind() == "text") {
+        let texts: Vec<&str> = content.iter().map(|c| c.get_str("text").unwrap_or_default()).collect();
+        return Ok(Value::String(texts.join("\n")));
+    }
+    let mut parts = Vec::with_capacity(content.len());
+    for (k, c) in content.iter().enumerate() {
+        let inner = format!("{path}.content[{k}]");
+        parts.push(match c.kind() {
+            "text" => serde_json::json!({"type": text_type, "text": c.get_str("text").unwrap_or_default()}),
+            "image" => image(c, &inner)?,
+            other => {
+                return Err(Error::invalid(
+                    inner,
+                    format!("block type {other:?} inside a tool result is not supported by the {renderer} renderer"),
+                )
+                .with("blockType", other))
+            }
+        });
+    }
+    Ok(Value::Array(parts))
+}
+
 pub(crate) fn block_path(i: usize, j: usize) -> String {
     format!("messages[{i}].content[{j}]")
 }

@@ -324,28 +324,7 @@ fn input_image(b: &Block, path: &str) -> Result<Value> {
 /// A `function_call_output` item: `output` is the text (blocks joined by "\n"), or parts when
 /// the result holds an image. `isError` has no field (the result text should say so).
 fn function_call_output(b: &Block, path: &str) -> Result<Value> {
-    let content = b.tool_result_content();
-    let output = if content.iter().all(|c| c.kind() == "text") {
-        let texts: Vec<&str> = content.iter().map(|c| c.get_str("text").unwrap_or_default()).collect();
-        Value::String(texts.join("\n"))
-    } else {
-        let mut parts = Vec::with_capacity(content.len());
-        for (k, c) in content.iter().enumerate() {
-            let inner = format!("{path}.content[{k}]");
-            parts.push(match c.kind() {
-                "text" => json!({"type": "input_text", "text": c.get_str("text").unwrap_or_default()}),
-                "image" => input_image(c, &inner)?,
-                other => {
-                    return Err(Error::invalid(
-                        inner,
-                        format!("block type {other:?} inside a tool result is not supported by the {NAME} renderer"),
-                    )
-                    .with("blockType", other))
-                }
-            });
-        }
-        Value::Array(parts)
-    };
+    let output = super::tool_result_output(b, path, NAME, "input_text", input_image)?;
     Ok(json!({
         "type": "function_call_output",
         "call_id": b.tool_result_id().expect("validated tool-result"),
