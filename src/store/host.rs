@@ -201,7 +201,7 @@ mod tests {
     #[test]
     fn a_session_round_trips_through_the_protocol() {
         let records = Arc::new(Mutex::new(Vec::new()));
-        let (mut s, _) = Session::open(Box::new(HostStore::new(memory_host(records.clone()))), SessionOptions::default()).unwrap();
+        let (s, _) = Session::open(Box::new(HostStore::new(memory_host(records.clone()))), SessionOptions::default()).unwrap();
         s.append(NewEvent::new("host/note", json!({"note": "started"}))).unwrap();
         let n = records.lock().len();
         assert_eq!(n, 2, "the header and one event");
