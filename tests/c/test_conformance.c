@@ -52,15 +52,6 @@ static void truncate_to(session_rec *s, size_t n) {
     }
 }
 
-/* The length of the JSON string literal at `p` (quotes included), escapes skipped. */
-static size_t literal_len(const char *p) {
-    size_t i = 1;
-    while (p[i] != '"') {
-        i += p[i] == '\\' ? 2 : 1;
-    }
-    return i + 1;
-}
-
 static void reply_text(lls_reply *reply, const char *text) {
     lls_reply_set_json(reply, text, strlen(text), NULL);
 }

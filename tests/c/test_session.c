@@ -457,15 +457,6 @@ static void store_push(host_store *st, const char *lit, size_t len) {
     st->records[st->n++] = copy;
 }
 
-/* The length of the JSON string literal at `p` (quotes included), escapes skipped. */
-static size_t literal_len(const char *p) {
-    size_t i = 1;
-    while (p[i] != '"') {
-        i += p[i] == '\\' ? 2 : 1;
-    }
-    return i + 1;
-}
-
 /* {"op":"append",...,"header"?:"...","records":["...",...],"seq":n,...}: stores the header
    literal, then each record literal, as the records of the batch. */
 static void store_push_batch(host_store *st, const char *in) {
