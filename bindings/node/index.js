@@ -216,6 +216,16 @@ const C = {};
 function def(name, ret, params) {
   C[name] = lib.func(`${ret} ${name}(${params})`);
 }
+// The hot-path entry points again, with the bytes declared `const char *`, for a JS string:
+// koffi writes its UTF-8 into the call's own memory, where `Buffer.from` would make a Buffer
+// first (through Node's JS buffer code: 1 to 3 µs a call for a 0.5 KB reply in the naive-host
+// benchmark, issue 28). The length passed with it is `Buffer.byteLength`, which counts the bytes
+// V8 writes (a lone surrogate as the 3 bytes of U+FFFD, as `Buffer.from` writes it). Only for
+// strings that fit koffi's call memory (2 MiB) at once, at up to 3 bytes a UTF-16 unit; a
+// longer one goes through a Buffer as before (`shortString`).
+const S = {};
+const SHORT_STRING = 0x40000;
+const shortString = (v) => typeof v === 'string' && v.length < SHORT_STRING;
 def('lls_abi_version', 'uint32_t', 'void');
 def('lls_version', 'const char *', 'void');
 def('lls_live_handle_count', 'size_t', 'void');
@@ -279,6 +289,9 @@ def('lls_agent_next_request', 'int32_t', `lls_agent *a, const lls_cancel *c, ${O
 def('lls_agent_request_info', 'int32_t', `const lls_agent *a, ${OUTS}`);
 def('lls_agent_record_response', 'int32_t', `lls_agent *a, const uint8_t *r, size_t len, _Out_ uint64_t *seq, ${ERR}`);
 def('lls_agent_record_tool_result', 'int32_t', `lls_agent *a, const uint8_t *r, size_t len, _Out_ size_t *written, ${ERR}`);
+// The same entry point for a JS string (see `S`).
+S.lls_agent_record_tool_result = lib.func(
+  `int32_t lls_agent_record_tool_result(lls_agent *a, const char *r, size_t len, _Out_ size_t *written, ${ERR})`);
 def('lls_agent_inject', 'int32_t', `lls_agent *a, const uint8_t *m, size_t len, _Out_ uint64_t *seq, ${ERR}`);
 def('lls_agent_provider_error', 'int32_t',
   `lls_agent *a, const uint8_t *e, size_t len, const lls_cancel *c, _Out_ int32_t *retry, ${ERR}`);
@@ -328,6 +341,8 @@ def('lls_set_observer', 'int32_t',
   `lls_observer_fn *observer, intptr_t userdata, lls_userdata_free_fn *userdata_free, int32_t min_level, ${ERR}`);
 // Minor 4: what a recorded response was, with its finish reason (lls_recorded_info).
 def('lls_agent_record_body_info', 'int32_t', `lls_agent *a, const uint8_t *b, size_t len, uint8_t *rec, ${ERR}`);
+S.lls_agent_record_body_info = lib.func(
+  `int32_t lls_agent_record_body_info(lls_agent *a, const char *b, size_t len, uint8_t *rec, ${ERR})`);
 def('lls_agent_record_stream_info', 'int32_t', `lls_agent *a, lls_stream *s, bool partial, uint8_t *rec, ${ERR}`);
 
 /**
@@ -420,6 +435,10 @@ function giveBack(cell) {
   }
 }
 
+// Registered without an unregister token: release() gives the memory back itself and leaves
+// the cell empty, so the collector's later call finds nothing to do. Registering with a token
+// (for unregister()) cost about 3 µs a body in the hot path (V8 keeps the tokens in a hash
+// table, hashing each new cell), unregister() another 0.5 µs.
 const lentRegistry = new FinalizationRegistry(giveBack);
 
 /**
@@ -432,16 +451,13 @@ function lend(ptr, len, min = LEND_MIN) {
   const ab = koffi.view(ptr, n);
   const cell = { ptr };
   lentLive++;
-  lentRegistry.register(ab, cell, cell);
+  lentRegistry.register(ab, cell);
   return { buffer: Buffer.from(ab, 0, n), cell };
 }
 
 /** Gives a lent output back now (the Buffer must not be read afterwards). */
 function releaseLent(cell) {
-  if (cell.ptr) {
-    lentRegistry.unregister(cell);
-    giveBack(cell);
-  }
+  giveBack(cell);
 }
 
 function releasedError(what) {
@@ -477,35 +493,73 @@ const RecordedInfoType = koffi.struct('lls_recorded_info', {
 const RECORDED_SIZE = koffi.sizeof(RecordedInfoType);
 const RECORDED_AT = Object.fromEntries(['seq', 'tool_calls', 'finish_reason'].map((f) => [f, koffi.offsetof(RecordedInfoType, f)]));
 
-function u64(b, at) {
-  return b.readUInt32LE(at) + b.readUInt32LE(at + 4) * 0x100000000;
+// The two fixed records are filled on every hot-path call (recordBody, nextBody), so each agent
+// keeps one of each (`Scratch`) instead of a Buffer.alloc per call (an ArrayBuffer with its own
+// backing store each time: about 0.3 µs, and work for the collector), and reads them through a
+// Uint32Array: a typed-array load per field rather than a Buffer method call (readUInt32LE,
+// with its checks), which counts most before V8 optimised the reader, for the first few
+// hundred calls of a process. Every offset in both structs is a multiple of 4; a uint64 is read as two
+// native-order words, low word first (the little-endian platforms the library is built for).
+function wordOffsets(at) {
+  return Object.fromEntries(Object.entries(at).map(([f, o]) => {
+    if (o % 4 !== 0) throw new Error(`llmsession: field ${f} at byte ${o} is not 4-byte aligned`);
+    return [f, o / 4];
+  }));
+}
+const INFO_U32 = wordOffsets(INFO_AT);
+const RECORDED_U32 = wordOffsets(RECORDED_AT);
+
+/** An agent's reusable lls_request_info and lls_recorded_info (see above). */
+class Scratch {
+  constructor() {
+    this.info = Buffer.alloc(INFO_SIZE);
+    this.info32 = new Uint32Array(this.info.buffer, this.info.byteOffset, INFO_SIZE >> 2);
+    this.rec = Buffer.alloc(RECORDED_SIZE);
+    this.rec32 = new Uint32Array(this.rec.buffer, this.rec.byteOffset, RECORDED_SIZE >> 2);
+  }
 }
 
-/** `{seq, toolCalls, finishReason?}` of a filled lls_recorded_info. */
-function readRecorded(b) {
+// Buffer's own latin1Slice and utf8Slice, what toString(encoding, start, end) calls after
+// checking its arguments and looking the encoding up (three JS frames, about 1 µs a call while
+// interpreted); toString where a runtime has no such methods.
+const SLICES = typeof Buffer.prototype.latin1Slice === 'function' && typeof Buffer.prototype.utf8Slice === 'function';
+
+/** The little-endian uint64 at word `i` of `u32`, as a Number (exact below 2^53). */
+function u64(u32, i) {
+  return u32[i] + u32[i + 1] * 0x100000000;
+}
+
+/** `{seq, toolCalls, finishReason?}` of a filled lls_recorded_info (`rec`, `u32` its words). */
+function readRecorded(rec, u32) {
+  const r = { seq: u64(u32, RECORDED_U32.seq), toolCalls: u32[RECORDED_U32.tool_calls] };
   const f = RECORDED_AT.finish_reason;
-  const end = b.indexOf(0, f);
-  const finishReason = b.toString('utf8', f, end < 0 || end > f + 63 ? f + 63 : end);
-  const r = { seq: seqNumber(u64(b, RECORDED_AT.seq)), toolCalls: b.readUInt32LE(RECORDED_AT.tool_calls) };
-  if (finishReason) r.finishReason = finishReason;
+  // The library writes the whole record, the reason NUL-terminated within its 64 bytes (a
+  // short loop: Buffer's indexOf and toString go through several JS frames each).
+  if (rec[f] !== 0) {
+    let end = f + 1;
+    while (end < f + 63 && rec[end] !== 0) end++;
+    r.finishReason = SLICES ? rec.utf8Slice(f, end) : rec.toString('utf8', f, end);
+  }
   return r;
 }
 
 /** The request description of a filled lls_request_info, in `requestInfo()`'s shape. */
-function readRequestInfo(b) {
+function readRequestInfo(b, u32) {
   const d = INFO_AT.digest;
-  const end = b.indexOf(0, d);
-  const purpose = b.readUInt32LE(INFO_AT.purpose);
+  // The digest is "sha256:" and 64 hex digits: its NUL is at 71 (looked for otherwise).
+  let end = b[d + 71] === 0 && b[d + 70] !== 0 ? d + 71 : b.indexOf(0, d);
+  if (end < 0 || end > d + 71) end = d + 71;
+  const purpose = u32[INFO_U32.purpose];
   return {
-    turn: u64(b, INFO_AT.turn),
-    step: u64(b, INFO_AT.step),
-    digest: b.toString('latin1', d, end < 0 || end > d + 71 ? d + 71 : end),
-    bytes: u64(b, INFO_AT.envelope_len),
-    prefixLen: b.readUInt32LE(INFO_AT.prefix_len),
-    messageCount: b.readUInt32LE(INFO_AT.message_count),
-    sharedMessages: b.readUInt32LE(INFO_AT.shared_messages),
-    instance: u64(b, INFO_AT.instance),
-    stepSeq: u64(b, INFO_AT.step_seq),
+    turn: u64(u32, INFO_U32.turn),
+    step: u64(u32, INFO_U32.step),
+    digest: SLICES ? b.latin1Slice(d, end) : b.toString('latin1', d, end),
+    bytes: u64(u32, INFO_U32.envelope_len),
+    prefixLen: u32[INFO_U32.prefix_len],
+    messageCount: u32[INFO_U32.message_count],
+    sharedMessages: u32[INFO_U32.shared_messages],
+    instance: u64(u32, INFO_U32.instance),
+    stepSeq: u64(u32, INFO_U32.step_seq),
     purpose: PURPOSES[purpose] || `unknown-${purpose}`,
   };
 }
@@ -869,11 +923,12 @@ function outOfOrder(message) {
   return bindingError(Status.OUT_OF_ORDER, message);
 }
 
+function closedError(what) {
+  return bindingError(Status.INVALID_HANDLE, `this ${what} was closed`);
+}
+
 function livePtr(core, what) {
-  if (!core.ptr) {
-    const message = `this ${what} was closed`;
-    throw bindingError(Status.INVALID_HANDLE, message);
-  }
+  if (!core.ptr) throw closedError(what);
   return core.ptr;
 }
 
@@ -1012,6 +1067,8 @@ class Session {
   }
 }
 
+const SETTLED = Promise.resolve();
+
 /** An agent instance over a session. */
 class Agent {
   constructor(session, options) {
@@ -1021,7 +1078,19 @@ class Agent {
     const err = [null];
     check(C.lls_agent_new(session._ptr, b, b.length, out, err), err);
     this.session = session;
-    this._core = { ptr: out[0], op: null, busy: false, callbacks: 0, free: (p) => C.lls_agent_free(p) };
+    this._core = {
+      ptr: out[0],
+      op: null,
+      busy: false,
+      callbacks: 0,
+      scratch: new Scratch(),
+      unbusy: null,
+      free: (p) => C.lls_agent_free(p),
+    };
+    const core = this._core;
+    core.unbusy = () => {
+      core.busy = false;
+    };
     finalizer.register(this, this._core, this);
   }
 
@@ -1174,19 +1243,48 @@ class Agent {
    * (read from the library's fixed record, no JSON) and `json`. Needs `setRenderer` first
    * (status OUT_OF_ORDER otherwise).
    */
-  nextBody(options = {}) {
+  nextBody(options) {
+    const core = this._core;
+    // The common case, no callbacks, no signal, no worker: the call runs right here (as
+    // `_async` would run it, synchronously on the main thread), without an operation record,
+    // async frames or their microtask hops; the result is still a Promise, rejected on failure.
+    // The agent stays busy until the Promise settled, as with `_async` (docs/node.md, "One
+    // asynchronous call per agent at a time"): `unbusy` is queued before any reaction to the
+    // returned Promise can be, as a reaction to a settled Promise (queueMicrotask would cost
+    // an AsyncResource a call, about 2 µs).
+    if (!core.callbacks && (!options || (!options.signal && !options.worker))) {
+      if (!core.ptr || core.busy) {
+        return Promise.reject(core.ptr ? outOfOrder('nextBody: an asynchronous call on this agent is running (await it first)')
+          : closedError('agent'));
+      }
+      core.busy = true;
+      SETTLED.then(core.unbusy);
+      try {
+        const out = [null];
+        const len = [0];
+        const err = [null];
+        const sc = core.scratch;
+        const st = C.lls_agent_next_body(core.ptr, null, out, len, sc.info, err);
+        if (st !== Status.OK) throw takeError(st, err[0]);
+        // Every body is lent, small ones too: the library's copy of a small body is then the
+        // only one (at 100 messages, 46 KB, the body came out 7 % faster than copied again into
+        // a JS Buffer: docs/performance.md, "The append path (issue 28)").
+        return Promise.resolve(new Body(lend(out[0], len[0], 1), readRequestInfo(sc.info, sc.info32)));
+      } catch (e) {
+        return Promise.reject(e);
+      }
+    }
     const fn = C.lls_agent_next_body;
     return this._async('nextBody', options, async (ptr, op) => {
       const out = [null];
       const len = [0];
-      const info = Buffer.alloc(INFO_SIZE);
       const err = [null];
-      const st = await op.run(fn, [ptr, op.cancel, out, len, info, err]);
-      // Every body is lent, small ones too: the library's copy of a small body is then the only
-      // one (at 100 messages, 46 KB, the body came out 7 % faster than copied again into a JS
-      // Buffer: docs/performance.md, "The append path (issue 28)").
+      // The agent's record (only one call on it runs at a time): the worker fills it, and it
+      // is read here once the call returned.
+      const sc = core.scratch;
+      const st = await op.run(fn, [ptr, op.cancel, out, len, sc.info, err]);
       const lent = finishOp(op, st, err, () => lend(out[0], len[0], 1));
-      return new Body(lent, readRequestInfo(info));
+      return new Body(lent, readRequestInfo(sc.info, sc.info32));
     });
   }
 
@@ -1207,10 +1305,18 @@ class Agent {
    * does not keep the finish reason.
    */
   recordBody(body) {
-    const b = bytesArg(body, 'recordBody');
-    const rec = Buffer.alloc(RECORDED_SIZE);
-    this._call('recordBody', C.lls_agent_record_body_info, b, b.length, rec);
-    return readRecorded(rec);
+    const str = shortString(body);
+    const b = str ? body : bytesArg(body, 'recordBody');
+    const p = this._sync('recordBody');
+    // The agent's record: the library refuses a call on the agent from its own callbacks (and
+    // writes nothing on an error), so no other call can fill it before it is read.
+    const sc = this._core.scratch;
+    const err = [null];
+    const st = str
+      ? S.lls_agent_record_body_info(p, b, Buffer.byteLength(b), sc.rec, err)
+      : C.lls_agent_record_body_info(p, b, b.length, sc.rec, err);
+    if (st !== Status.OK) throw takeError(st, err[0]);
+    return readRecorded(sc.rec, sc.rec32);
   }
 
   /**
@@ -1223,10 +1329,10 @@ class Agent {
     const fn = C.lls_agent_record_stream_info;
     const p = this._sync('recordStream');
     const sp = livePtr(stream._core, 'stream');
-    const rec = Buffer.alloc(RECORDED_SIZE);
+    const sc = this._core.scratch;
     const err = [null];
-    check(fn(p, sp, !!options.partial, rec, err), err);
-    return readRecorded(rec);
+    check(fn(p, sp, !!options.partial, sc.rec, err), err);
+    return readRecorded(sc.rec, sc.rec32);
   }
 
   /** Records the provider's response `{message, usage?}`; returns the assistant message's seq. */
@@ -1239,9 +1345,18 @@ class Agent {
 
   /** Records a tool result `{callId, text} | {callId, content}`; returns how many were written. */
   recordToolResult(result) {
-    const b = jsonBuf(result);
+    let b = result;
+    if (typeof b !== 'string' && !Buffer.isBuffer(b)) b = JSON.stringify(result);
+    const str = shortString(b);
+    // A long string through a Buffer; nothing to send (undefined, a function) gets jsonBuf's TypeError.
+    if (!str) b = jsonBuf(b === undefined ? result : b);
+    const p = this._sync('recordToolResult');
     const written = [0];
-    this._call('recordToolResult', C.lls_agent_record_tool_result, b, b.length, written);
+    const err = [null];
+    const st = str
+      ? S.lls_agent_record_tool_result(p, b, Buffer.byteLength(b), written, err)
+      : C.lls_agent_record_tool_result(p, b, b.length, written, err);
+    if (st !== Status.OK) throw takeError(st, err[0]);
     return Number(written[0]);
   }
 

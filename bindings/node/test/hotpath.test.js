@@ -360,3 +360,68 @@ test('nextBody with a pre-aborted signal is cancelled and ends the turn aborted'
   assert.equal(w.session.events().at(-1).data.reason, 'aborted');
   w.close();
 });
+
+test('a main-thread nextBody refuses other calls until its Promise settled', async () => {
+  const w = toolAgent();
+  w.agent.setRenderer('openai');
+  w.agent.startTurn('Read a.txt');
+  const p = w.agent.nextBody();
+  assert.throws(() => w.agent.recordBody(PROVIDERS[0].reply(1)), { status: lls.Status.OUT_OF_ORDER, message: /await it first/ });
+  await assert.rejects(w.agent.nextBody(), { status: lls.Status.OUT_OF_ORDER, message: /await it first/ });
+  (await p).release();
+  w.agent.recordBody(PROVIDERS[0].reply(1));
+  w.close();
+});
+
+test('recordBody and recordToolResult send the same bytes for a string, a Buffer and an object', async () => {
+  // A string goes to the library as koffi's UTF-8 of it (a short one) or through a Buffer (a
+  // long one): both must be what Buffer.from writes, a lone surrogate as U+FFFD included.
+  const reply = (n, text) => `{"id":"c${n}","object":"chat.completion","model":"m-test","choices":[{"index":0,` +
+    `"finish_reason":"tool_calls","message":{"role":"assistant","content":${JSON.stringify(text).replace('\\ud800', '\ud800')},` +
+    `"tool_calls":[{"id":"call_${n}","type":"function","function":{"name":"read_file","arguments":"{}"}}]}}]}`;
+  const texts = ['plain', 'café ✓ 🎉 \u0000 nul', 'lone \ud800 surrogate'];
+  const long = 'y'.repeat(0x40000 + 10);
+  const histories = [];
+  for (const as of ['string', 'buffer']) {
+    const w = toolAgent();
+    w.agent.setRenderer('openai');
+    w.agent.startTurn('Read a.txt');
+    (await w.agent.nextBody()).release();
+    for (const [i, t] of texts.entries()) {
+      const r = reply(i + 1, t);
+      w.agent.recordBody(as === 'string' ? r : Buffer.from(r));
+      const result = { callId: `call_${i + 1}`, text: `${t} ${i === 2 ? long : ''}` };
+      const text = JSON.stringify(result).replace('\\ud800', '\ud800');
+      const sent = as === 'string' ? (i === 0 ? result : text) : Buffer.from(text);
+      assert.equal(w.agent.recordToolResult(sent), 1);
+      (await w.agent.nextBody()).release();
+    }
+    histories.push(JSON.stringify(w.session.history()));
+    w.close();
+  }
+  assert.equal(histories[0], histories[1]);
+  assert.match(histories[0], /café ✓ 🎉/);
+  assert.match(histories[0], /lone \ufffd surrogate/);
+  const w = toolAgent();
+  assert.throws(() => w.agent.recordToolResult(undefined), TypeError);
+  assert.throws(() => w.agent.recordToolResult(() => {}), TypeError);
+  w.close();
+});
+
+test("a recorded response's finish reason is its own, not the one before it", async () => {
+  const w = toolAgent();
+  w.agent.setRenderer('openai');
+  w.agent.startTurn('Read a.txt');
+  (await w.agent.nextBody()).release();
+  const first = w.agent.recordBody(PROVIDERS[0].reply(1));
+  assert.equal(first.finishReason, 'tool-calls');
+  w.agent.recordToolResult({ callId: 'call_1', text: 'ok' });
+  (await w.agent.nextBody()).release();
+  const none = JSON.parse(PROVIDERS[0].reply(2));
+  delete none.choices[0].finish_reason;
+  const second = w.agent.recordBody(JSON.stringify(none));
+  assert.equal(second.toolCalls, 1);
+  assert.equal(second.seq > first.seq, true);
+  assert.equal('finishReason' in second, false, 'no finish reason: none reported');
+  w.close();
+});
