@@ -12,7 +12,8 @@
 # 1. Binding overhead on MESSAGES history messages (default 1000), ITERATIONS steps per harness
 #    and pass (default 300): the same hot-path step through Rust (examples/bench_bindings.rs), C
 #    (benches/c/bindings.c), C++ (benches/cpp/bindings.cpp), Go (bindings/go/bench_test.go:
-#    BenchmarkNextBodyView, BenchmarkNextBody) and Node (bindings/node/bench/next_request.js),
+#    BenchmarkNextBodyView; BenchmarkAppendNextBody, the body copied into a buffer the host
+#    keeps across steps) and Node (bindings/node/bench/next_request.js),
 #    each compared with the Rust call. A step records the provider's raw reply
 #    (lls_agent_record_body) and the tool result, and builds the next provider body
 #    (lls_agent_next_body); `next` times the body alone, `step` all three.
@@ -171,7 +172,7 @@ run_overhead() { # name
 	cpp) run cpp "$out/bindings_cpp" "$fix" "$iterations" "$out/cpp.pass" "$mode" ;;
 	go) if [ "$mode" = body ]; then run go gotest go BenchmarkNextBodyView "$fix" "$iterations"; else
 		run go gotest go BenchmarkNextRequestView "$fix" "$iterations"; fi ;;
-	gocopy) run gocopy gotest gocopy BenchmarkNextBody "$fix" "$iterations" ;;
+	gocopy) run gocopy gotest gocopy BenchmarkAppendNextBody "$fix" "$iterations" ;;
 	node) run node node bindings/node/bench/next_request.js "$fix" "$iterations" "$out/node.pass" "$mode" ;;
 	esac
 }
@@ -265,7 +266,7 @@ labels = {
     "c": "C (direct `lls_` calls)",
     "cpp": "C++ `Agent::next_body`" if mode == "body" else "C++ `Agent::next_request`",
     "go": "Go `Agent.NextBodyView` (+ `Release`)" if mode == "body" else "Go `Agent.NextRequestView`",
-    "gocopy": "Go `Agent.NextBody` (copied)",
+    "gocopy": "Go `Agent.AppendNextBody` (copied, buffer reused)",
     "node": "Node `await agent.nextBody()` (+ `release()`)" if mode == "body" else "Node `await agent.nextRequest()`",
 }
 samples = {k: rows(f"{out}/{k}.samples") for k in overhead}

@@ -16,8 +16,9 @@ import (
 )
 
 // The one-way hot path (docs/go.md, "The provider body"): give the agent a renderer once, then
-// per step NextBodyView (or NextBody) for the provider body ready to POST, and RecordBody (or
-// RecordStream) for the provider's reply. The envelope stays the logged truth (LastEnvelope).
+// per step NextBodyView (or NextBody, or AppendNextBody into a buffer reused across steps) for
+// the provider body ready to POST, and RecordBody (or RecordStream) for the provider's reply.
+// The envelope stays the logged truth (LastEnvelope).
 
 // Purposes of a request (RequestInfo.Purpose).
 const (
@@ -136,6 +137,61 @@ func (v *BodyView) Released() bool {
 // way) and lends its provider body for the agent's renderer (SetRenderer; ErrOutOfOrder without
 // one). ctx cancels composition, listeners and summarisation, as for NextRequest.
 func (a *Agent) NextBodyView(ctx context.Context) (*BodyView, error) {
+	out, n, info, err := a.nextBody(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v := &BodyView{Info: info, ptr: out, live: true}
+	if out != nil && n > 0 {
+		v.b = unsafe.Slice((*byte)(unsafe.Pointer(out)), n)
+	}
+	return v, nil
+}
+
+// NextBody is NextBodyView with the body copied into Go memory (and the view released): Bytes
+// is a fresh slice the caller owns. A host that sends one body after the other can reuse one
+// buffer instead (AppendNextBody).
+func (a *Agent) NextBody(ctx context.Context) (*Body, error) {
+	b, info, err := a.AppendNextBody(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &Body{Bytes: b, Info: info}, nil
+}
+
+// AppendNextBody is NextBody in the append form (as strconv.AppendInt and append): it builds
+// the next request as NextBodyView does, appends its provider body to dst and returns the
+// extended slice with the request's info. A host that sends the bodies one after the other
+// keeps one buffer across steps and passes it back emptied once the previous body was sent:
+//
+//	var buf []byte
+//	for ... {
+//		body, info, err := a.AppendNextBody(ctx, buf[:0])
+//		if err != nil { ... }
+//		send(body, info) // body is Go memory: keep it as long as needed, until it is reused
+//		buf = body
+//	}
+//
+// When dst has the capacity for the body, nothing is allocated for it (the body is copied from
+// the library's buffer into dst's array, and that buffer is given back before the return);
+// otherwise append grows dst as usual. On an error dst is returned unchanged, as given.
+func (a *Agent) AppendNextBody(ctx context.Context, dst []byte) ([]byte, RequestInfo, error) {
+	out, n, info, err := a.nextBody(ctx)
+	if err != nil {
+		return dst, RequestInfo{}, err
+	}
+	if out != nil {
+		if n > 0 {
+			dst = append(dst, unsafe.Slice((*byte)(unsafe.Pointer(out)), n)...)
+		}
+		C.lls_string_free(out)
+	}
+	return dst, info, nil
+}
+
+// nextBody runs lls_agent_next_body: the library's buffer (the caller frees it with
+// lls_string_free; nil or empty on an error), its length and the request's info.
+func (a *Agent) nextBody(ctx context.Context) (*C.char, int, RequestInfo, error) {
 	var out *C.char
 	var n C.size_t
 	var info C.lls_request_info
@@ -146,23 +202,9 @@ func (a *Agent) NextBodyView(ctx context.Context) (*BodyView, error) {
 		if out != nil {
 			C.lls_string_free(out)
 		}
-		return nil, err
+		return nil, 0, RequestInfo{}, err
 	}
-	v := &BodyView{Info: requestInfoOf(&info), ptr: out, live: true}
-	if out != nil && n > 0 {
-		v.b = unsafe.Slice((*byte)(unsafe.Pointer(out)), int(n))
-	}
-	return v, nil
-}
-
-// NextBody is NextBodyView with the body copied into Go memory (and the view released).
-func (a *Agent) NextBody(ctx context.Context) (*Body, error) {
-	v, err := a.NextBodyView(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer v.Release()
-	return &Body{Bytes: append([]byte(nil), v.b...), Info: v.Info}, nil
+	return out, int(n), requestInfoOf(&info), nil
 }
 
 // requestInfoOf reads an lls_request_info.

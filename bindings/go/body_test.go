@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -458,5 +459,269 @@ func TestNextBodyViewCancelled(t *testing.T) {
 	must(t, json.Unmarshal(ev, &events))
 	if last := events[len(events)-1]; last.Type != "turn/end" || !bytes.Contains(last.Data, []byte(`"aborted"`)) {
 		t.Errorf("last event %s %s, want turn/end aborted", last.Type, last.Data)
+	}
+}
+
+// hotStep records the provider's reply n (calling read_file as call_<n>) and its tool result.
+func hotStep(t *testing.T, a *Agent, reply, result []byte) {
+	t.Helper()
+	_, _, err := a.RecordBody(reply)
+	must(t, err)
+	_, err = a.RecordToolResult(json.RawMessage(result))
+	must(t, err)
+}
+
+// hotSteps are the replies and tool results of steps 1..n for hotProviders[0], encoded ahead so
+// that a step allocates nothing in the test itself.
+func hotSteps(n int) (replies, results [][]byte) {
+	for i := 1; i <= n; i++ {
+		replies = append(replies, []byte(hotProviders[0].reply(i)))
+		results = append(results, []byte(fmt.Sprintf(`{"callId":"call_%d","content":[{"type":"text","text":"contents of a.txt"}]}`, i)))
+	}
+	return replies, results
+}
+
+func TestAppendNextBodyAppendsToDst(t *testing.T) {
+	ctx := context.Background()
+	p := hotProviders[0]
+	s, a := hotAgent(t, bigSystem)
+	defer s.Close()
+	defer a.Close()
+	must(t, a.SetRenderer(p.renderer, p.opts))
+	_, err := a.StartTurn("Read a.txt")
+	must(t, err)
+	head := []byte("POST /v1/chat/completions\n")
+	dst := append(make([]byte, 0, len(head)), head...)
+	out, info, err := a.AppendNextBody(ctx, dst)
+	must(t, err)
+	if !bytes.Equal(out[:len(head)], head) {
+		t.Fatalf("the bytes before the body changed: %q", out[:len(head)])
+	}
+	checkBody(t, a, p, out[len(head):], info)
+	if info.Turn != 1 || info.Step != 1 || info.Purpose != PurposeConversation {
+		t.Errorf("info %+v", info)
+	}
+
+	// The same bytes as NextBody: two agents on identical sessions, one step each way.
+	replies, results := hotSteps(1)
+	s2, a2 := hotAgent(t, bigSystem)
+	defer s2.Close()
+	defer a2.Close()
+	must(t, a2.SetRenderer(p.renderer, p.opts))
+	_, err = a2.StartTurn("Read a.txt")
+	must(t, err)
+	first, err := a2.NextBody(ctx)
+	must(t, err)
+	if !bytes.Equal(first.Bytes, out[len(head):]) || first.Info.Digest != info.Digest {
+		t.Fatal("AppendNextBody and NextBody built different first bodies")
+	}
+	hotStep(t, a, replies[0], results[0])
+	hotStep(t, a2, replies[0], results[0])
+	appended, info, err := a.AppendNextBody(ctx, nil)
+	must(t, err)
+	copied, err := a2.NextBody(ctx)
+	must(t, err)
+	if !bytes.Equal(appended, copied.Bytes) || info != copied.Info {
+		t.Errorf("AppendNextBody(nil) %d bytes %+v, NextBody %d bytes %+v", len(appended), info, len(copied.Bytes), copied.Info)
+	}
+	checkBody(t, a, p, appended, info)
+}
+
+func TestAppendNextBodyReusesDst(t *testing.T) {
+	ctx := context.Background()
+	s, a := hotAgent(t, bigSystem)
+	defer s.Close()
+	defer a.Close()
+	p := hotProviders[0]
+	must(t, a.SetRenderer(p.renderer, p.opts))
+	_, err := a.StartTurn("Read a.txt")
+	must(t, err)
+	first, err := a.NextBody(ctx)
+	must(t, err)
+	const steps = 24
+	replies, results := hotSteps(steps)
+	buf := make([]byte, 0, 2*len(first.Bytes)) // room for the body, which grows a little per step
+	k := 0
+	step := func(next func()) {
+		hotStep(t, a, replies[k], results[k])
+		k++
+		next()
+	}
+	var out []byte
+	var info RequestInfo
+	appendStep := func() {
+		out, info, err = a.AppendNextBody(ctx, buf[:0])
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	viewStep := func() {
+		v, err := a.NextBodyView(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v.Release()
+	}
+
+	step(appendStep)
+	if len(out) <= len(first.Bytes) || &out[0] != &buf[:1][0] || cap(out) != cap(buf) {
+		t.Fatalf("the body (%d bytes, capacity %d) is not in dst's array (capacity %d)", len(out), cap(out), cap(buf))
+	}
+	checkBody(t, a, p, out, info)
+
+	// With the capacity there, the append form allocates nothing for the body: no more than the
+	// view (which lends the library's buffer), and far fewer bytes than the body has.
+	viewAllocs := testing.AllocsPerRun(5, func() { step(viewStep) })
+	appendAllocs := testing.AllocsPerRun(5, func() { step(appendStep) })
+	if appendAllocs > viewAllocs {
+		t.Errorf("a step allocates %v times with AppendNextBody into a large enough dst, %v with NextBodyView", appendAllocs, viewAllocs)
+	}
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	const n = 5
+	for i := 0; i < n; i++ {
+		step(appendStep)
+	}
+	runtime.ReadMemStats(&m1)
+	if perStep := (m1.TotalAlloc - m0.TotalAlloc) / n; perStep > uint64(len(out)/8) {
+		t.Errorf("a step allocates %d bytes with AppendNextBody into a large enough dst (the body is %d bytes)", perStep, len(out))
+	}
+	if &out[0] != &buf[:1][0] {
+		t.Error("the body moved out of dst's array")
+	}
+	checkBody(t, a, p, out, info)
+
+	// Without the capacity, append grows dst as usual, keeping what it held (and a call that
+	// fails, here with the request still open, gives dst back as it was).
+	small := []byte("{}")
+	out, info, err = a.AppendNextBody(ctx, small[:1:1])
+	if !errors.Is(err, ErrOutOfOrder) || len(out) != 1 || cap(out) != 1 || &out[0] != &small[0] {
+		t.Fatalf("AppendNextBody with the request open: %v, %q (capacity %d), want ErrOutOfOrder and dst as given", err, out, cap(out))
+	}
+	step(func() { out, info, err = a.AppendNextBody(ctx, small[:1:1]) })
+	must(t, err)
+	if out[0] != '{' || &out[0] == &small[0] || small[1] != '}' {
+		t.Error("a dst without the capacity was not grown by a copy")
+	}
+	checkBody(t, a, p, out[1:], info)
+}
+
+func TestAppendNextBodyErrorsLeaveDst(t *testing.T) {
+	s, a := hotAgent(t, "You help.")
+	defer s.Close()
+	defer a.Close()
+	_, err := a.StartTurn("hello")
+	must(t, err)
+	dst := make([]byte, 3, 64)
+	copy(dst, "abc")
+	same := func(what string, out []byte) {
+		t.Helper()
+		if len(out) != 3 || cap(out) != 64 || &out[0] != &dst[0] || string(out) != "abc" || string(dst[:4:4][3:]) != "\x00" {
+			t.Errorf("%s: got %q (len %d, capacity %d), want dst untouched", what, out, len(out), cap(out))
+		}
+	}
+	out, info, err := a.AppendNextBody(context.Background(), dst)
+	if !errors.Is(err, ErrOutOfOrder) || info != (RequestInfo{}) {
+		t.Errorf("AppendNextBody without a renderer: %v %+v, want ErrOutOfOrder", err, info)
+	}
+	same("without a renderer", out)
+	must(t, a.SetRenderer("openai", nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	out, _, err = a.AppendNextBody(ctx, dst)
+	if !errors.Is(err, ErrCancelled) || !errors.Is(err, context.Canceled) {
+		t.Errorf("a cancelled context: %v, want ErrCancelled caused by context.Canceled", err)
+	}
+	same("cancelled", out)
+}
+
+// A context that can be done still cancels the body while it is being built (the operation's
+// token is tripped from a context.AfterFunc), with the context's cause; one that is never
+// done is not watched at all, and the callbacks still see its values.
+func TestNextBodyContexts(t *testing.T) {
+	leakCheck(t)
+	s, a := hotAgent(t, "You help.")
+	defer s.Close()
+	defer a.Close()
+	must(t, a.SetRenderer("openai", nil))
+	type key struct{}
+	type call struct {
+		value any
+		err   error
+	}
+	var seen []call
+	var ctxs []context.Context
+	must(t, a.AddPreStepListener(func(ctx context.Context, in PreStepInput) error {
+		seen = append(seen, call{ctx.Value(key{}), ctx.Err()})
+		ctxs = append(ctxs, ctx)
+		return nil
+	}))
+	_, err := a.StartTurn("hello")
+	must(t, err)
+
+	// Never done: values only. The callbacks' context has them, and is done once the call
+	// returned (as for a context that can be done), without a token or a watcher.
+	goroutines := runtime.NumGoroutine()
+	vctx := context.WithValue(context.Background(), key{}, "v")
+	_, _, err = a.AppendNextBody(vctx, nil)
+	must(t, err)
+	if len(seen) != 1 || seen[0] != (call{"v", nil}) {
+		t.Fatalf("the listener's context: %+v, want its value, not done", seen)
+	}
+	select {
+	case <-ctxs[0].Done():
+	default:
+		t.Error("the listener's context is not done after the call")
+	}
+	if err := ctxs[0].Err(); !errors.Is(err, context.Canceled) {
+		t.Errorf("the listener's context after the call: %v, want context.Canceled", err)
+	}
+	replies, results := hotSteps(3)
+	hotStep(t, a, replies[0], results[0])
+
+	// Cancellable but not cancelled: the call succeeds and nothing stays behind.
+	cctx, cancel := context.WithCancel(vctx)
+	_, _, err = a.AppendNextBody(cctx, nil)
+	must(t, err)
+	if len(seen) != 2 || seen[1] != (call{"v", nil}) || ctxs[1].Err() == nil {
+		t.Fatalf("the listener's context: %+v (after the call: %v), want its value, not done during the call", seen, ctxs[1].Err())
+	}
+	cancel() // after the call: trips nothing (the token is gone)
+	if n := runtime.NumGoroutine(); n > goroutines {
+		t.Errorf("%d goroutines after the calls, %d before", n, goroutines)
+	}
+
+	// Cancelled while the prefix listener runs (composing the first request of another agent):
+	// ErrCancelled with the context's cause.
+	s2, a2 := hotAgent(t, "You help.")
+	defer s2.Close()
+	defer a2.Close()
+	must(t, a2.SetRenderer("openai", nil))
+	started := make(chan struct{})
+	answered := make(chan struct{})
+	must(t, a2.AddPrefixListenerAsync(func(ctx context.Context, in PrefixInput, r *Reply) {
+		go func() {
+			defer close(answered)
+			close(started)
+			<-ctx.Done() // done once the operation's token has tripped
+			_ = r.Complete([]any{})
+		}()
+	}))
+	_, err = a2.StartTurn("hello")
+	must(t, err)
+	dctx, cancelD := context.WithCancelCause(vctx)
+	defer cancelD(nil)
+	cause := errors.New("the host gave up")
+	go func() {
+		<-started
+		cancelD(cause)
+	}()
+	out, _, err := a2.AppendNextBody(dctx, []byte("x"))
+	<-answered
+	if !errors.Is(err, ErrCancelled) || !errors.Is(err, cause) {
+		t.Fatalf("cancelled during composition: %v, want ErrCancelled caused by %v", err, cause)
+	}
+	if string(out) != "x" {
+		t.Errorf("dst after a cancelled call: %q", out)
 	}
 }

@@ -9,6 +9,8 @@ import "C"
 import (
 	"context"
 	"runtime"
+	"sync"
+	"time"
 	"unsafe"
 )
 
@@ -83,20 +85,32 @@ func WithCancel(ctx context.Context, c *Cancel) context.Context {
 }
 
 // opCancel gives the token for one operation and a cleanup to call after it: the token of a
-// Cancel attached with WithCancel, or a new one; a goroutine trips it when ctx is done. A ctx
-// that can never be done gets no token (nil: never cancelled).
+// Cancel attached with WithCancel, or a new one, tripped when ctx is done (by a function
+// registered with context.AfterFunc: no goroutine per operation for the standard library's
+// contexts). A ctx that can never be done gets no token (nil: never cancelled).
 //
 // It also returns the context the operation's callbacks receive: it carries ctx's values and
 // is done only once the token has been tripped, so a callback that answers when its context is
 // done cannot race the cancellation (the operation then reliably fails with ErrCancelled).
+//
+// The common case, a ctx that can never be done (context.Background, or only values) and no
+// Cancel attached, costs next to nothing: no token, no watcher, and for the callbacks an
+// opEndCtx, which makes its channel only if a callback asks for it.
 func opCancel(ctx context.Context) (*C.lls_cancel, context.Context, func(), error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	c, _ := ctx.Value(cancelKey{}).(*Cancel)
+	if c == nil && ctx.Done() == nil {
+		if _, ok := ctx.Deadline(); !ok {
+			oc := &opEndCtx{Context: ctx}
+			return nil, oc, oc.end, nil
+		}
+	}
 	cbctx, cbCancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	var tok *C.lls_cancel
 	var cleanup []func()
-	if c, ok := ctx.Value(cancelKey{}).(*Cancel); ok && c != nil {
+	if c != nil {
 		p, err := c.h.acquire()
 		if err != nil {
 			cbCancel(nil)
@@ -105,8 +119,8 @@ func opCancel(ctx context.Context) (*C.lls_cancel, context.Context, func(), erro
 		tok = (*C.lls_cancel)(p)
 		cleanup = append(cleanup, c.h.release)
 	} else if ctx.Done() == nil {
-		// ctx can never be done (context.Background, or only values): no token, which the
-		// library reads as "never cancelled" (saves creating and freeing one per call).
+		// ctx can never be done: no token, which the library reads as "never cancelled" (saves
+		// creating and freeing one per call).
 	} else {
 		var e *C.lls_error
 		if rc := C.lls_cancel_new(&tok, &e); rc != 0 {
@@ -120,19 +134,18 @@ func opCancel(ctx context.Context) (*C.lls_cancel, context.Context, func(), erro
 		C.lls_cancel_trip(tok, nil)
 		cbCancel(context.Cause(ctx))
 	} else if ctx.Done() != nil {
-		stop := make(chan struct{})
-		exited := make(chan struct{})
-		go func() {
-			defer close(exited)
-			select {
-			case <-ctx.Done():
-				C.lls_cancel_trip(tok, nil)
-				cbCancel(context.Cause(ctx))
-			case <-stop:
+		tripped := make(chan struct{})
+		stop := context.AfterFunc(ctx, func() {
+			defer close(tripped)
+			C.lls_cancel_trip(tok, nil)
+			cbCancel(context.Cause(ctx))
+		})
+		// Runs first: the trip must be done (or never start) before the token is released.
+		cleanup = append([]func(){func() {
+			if !stop() {
+				<-tripped
 			}
-		}()
-		// Runs first: the watcher must be gone before the token is released.
-		cleanup = append([]func(){func() { close(stop); <-exited }}, cleanup...)
+		}}, cleanup...)
 	}
 	return tok, cbctx, func() {
 		for _, f := range cleanup {
@@ -140,4 +153,54 @@ func opCancel(ctx context.Context) (*C.lls_cancel, context.Context, func(), erro
 		}
 		cbCancel(nil)
 	}, nil
+}
+
+// opEndCtx is the callbacks' context of an operation whose own context can never be done: it
+// carries that context's values and is done once the operation has returned (Err
+// context.Canceled), as the context opCancel makes otherwise — so a callback's worker that
+// waits for it (an asynchronous reply the operation stopped waiting for, on disposal) is still
+// released — but its channel is made only when a callback asks for it (Done).
+type opEndCtx struct {
+	context.Context // the operation's context, for Value
+
+	mu    sync.Mutex
+	done  chan struct{}
+	ended bool
+}
+
+func (c *opEndCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+func (c *opEndCtx) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		c.done = make(chan struct{})
+		if c.ended {
+			close(c.done)
+		}
+	}
+	return c.done
+}
+
+func (c *opEndCtx) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended {
+		return context.Canceled
+	}
+	return nil
+}
+
+func (c *opEndCtx) String() string { return "llmsession operation context" }
+
+// end marks the operation returned.
+func (c *opEndCtx) end() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.ended {
+		c.ended = true
+		if c.done != nil {
+			close(c.done)
+		}
+	}
 }
