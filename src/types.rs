@@ -457,6 +457,37 @@ impl Message {
         Ok(Message { role, content, provenance, extra: map })
     }
 
+    /// A message the history derivation wrote (checked when its event was logged, serialised
+    /// by this library): its fields are taken as they are, without checking every block again.
+    /// A value of another shape is still an error, never a panic.
+    pub(crate) fn from_derived_value(v: Value) -> Result<Message> {
+        let Value::Object(mut map) = v else {
+            return Err(Error::invalid("", format!("a derived message must be an object, got {}", kind_of(&v))));
+        };
+        let role = match map.remove("role") {
+            Some(Value::String(r)) => Role::parse(&r, "role")?,
+            other => return Err(Error::invalid("role", format!("expected a string, got {}", other.as_ref().map_or("nothing", kind_of)))),
+        };
+        let content = match map.remove("content") {
+            Some(Value::Array(blocks)) => blocks
+                .into_iter()
+                .enumerate()
+                .map(|(i, b)| match b {
+                    Value::Object(m) => Ok(Block(m)),
+                    other => Err(Error::invalid(format!("content[{i}]"), format!("expected an object, got {}", kind_of(&other)))),
+                })
+                .collect::<Result<Vec<Block>>>()?,
+            other => {
+                return Err(Error::invalid("content", format!("expected an array, got {}", other.as_ref().map_or("nothing", kind_of))))
+            }
+        };
+        let provenance = match map.remove("provenance") {
+            None => None,
+            Some(p) => Some(Provenance::from_value(&p, "provenance")?),
+        };
+        Ok(Message { role, content, provenance, extra: map })
+    }
+
     /// Validates an array of messages at `path`.
     pub fn list_from_value(v: &Value, path: &str) -> Result<Vec<Message>> {
         let arr = v.as_array().ok_or_else(|| Error::invalid(path, format!("expected an array of messages, got {}", kind_of(v))))?;
