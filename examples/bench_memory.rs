@@ -43,6 +43,21 @@ fn main() {
     assert!(status.success(), "the writer failed");
     let size = std::fs::metadata(&path).expect("log").len();
 
+    // The library's one-off costs are not the session's: its code paged in, lazily built
+    // tables, the allocator's first arenas. A small log of the same shape is opened, a body
+    // built from it and everything dropped before the first reading, so the growth measured is
+    // what holding this log costs.
+    let warm = dir.path().join("warm-up.jsonl");
+    fixture::write_jsonl(&warm, 200);
+    {
+        let (s, _) = Session::open_jsonl(&warm, SessionOptions::default()).expect("open the warm-up log");
+        let mut a = Agent::new(&s, fixture::options()).expect("agent");
+        a.set_renderer(Renderer::OpenAi, RenderOptions::default()).expect("set_renderer");
+        a.start_turn(Message::user_text("Summarise how a request is built.")).expect("start_turn");
+        drop(a.next_body(&CancelToken::new()).expect("next_body"));
+        a.dispose().expect("dispose");
+    }
+
     let before = rss_kib();
     let (session, _) = Session::open_jsonl(&path, SessionOptions::default()).expect("open");
     let after = rss_kib();

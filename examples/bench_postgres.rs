@@ -55,7 +55,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const TURN_EVENTS: u64 = 11;
@@ -180,7 +180,8 @@ fn main() {
         let pg = PgUrl::parse(&url).expect("URL");
         let mut store = PgStore::open(&pg, &id, PgOptions { durability: Durability::Never, ..PgOptions::default() }).expect("PostgreSQL");
         let header = String::from_utf8(contents.records[0].clone()).expect("UTF-8");
-        let events: Vec<Arc<str>> = contents.records[1..].iter().map(|r| String::from_utf8(r.clone()).expect("UTF-8").into()).collect();
+        let events: Vec<llmsession::log::Text> =
+            contents.records[1..].iter().map(|r| String::from_utf8(r.clone()).expect("UTF-8").into()).collect();
         for (i, chunk) in events.chunks(2000).enumerate() {
             let seq = (i * 2000) as u64;
             let h = if i == 0 { Some(header.as_str()) } else { None };

@@ -758,7 +758,7 @@ impl<'a> RequestWalk<'a> {
     /// have). A refused event is the rules' error; nothing is applied.
     pub fn apply(&mut self, ev: &Event, expected_seq: u64) -> Result<()> {
         let effect = self.log.state().check(ev, expected_seq)?;
-        self.log.commit(ev, effect, Arc::from(""));
+        self.log.commit(ev, effect, crate::log::Text::from(""));
         if let Some(t) = &self.log.state().open_turn {
             (self.turn, self.step) = (t.turn, t.last_step);
         }

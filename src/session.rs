@@ -10,8 +10,8 @@
 use crate::error::{Error, ErrorKind, Result};
 use crate::header::EpochHeader;
 use crate::log::event::{types, Event, NewEvent, SurfaceOp, UserSource};
-use crate::log::load::{load_record, load_records_releasing, repair_events, LoadReport, SessionHeader};
-use crate::log::{chain, Derived, Log};
+use crate::log::load::{load_record, load_records_releasing, load_text, repair_events, LoadReport, SessionHeader};
+use crate::log::{chain, Derived, Log, Text};
 use crate::observe::{self, Level, Observation};
 use crate::request::VerifyReport;
 use crate::store::url::UrlOptions;
@@ -377,8 +377,14 @@ impl Session {
     /// changes nothing: it reads the valid records and leaves the rest unread.
     pub fn open(mut store: Box<dyn Store>, opts: SessionOptions) -> Result<(Session, LoadReport)> {
         let read_only = store.read_only();
-        let mut contents = store.load()?;
-        if contents.records.is_empty() {
+        // A store that reads its log whole hands it over as one text, which the loaded lines
+        // then share; any other gives its records one by one.
+        let (text, mut contents) = match store.load_text()? {
+            Some(t) => (Some(t), StoreContents { records: Vec::new(), last_complete: true }),
+            None => (None, store.load()?),
+        };
+        let count = text.as_ref().map_or(contents.records.len(), |t| t.records.len());
+        if count == 0 {
             if read_only {
                 return Err(Error::new(
                     ErrorKind::CorruptLog,
@@ -387,8 +393,16 @@ impl Session {
             }
             return Ok((Session::create(store, opts)?, LoadReport::default()));
         }
-        let loaded = load_records_releasing(&mut contents).map_err(|e| e.context(store.describe()))?;
-        let header_line: Arc<str> = String::from_utf8_lossy(&contents.records[0]).into_owned().into();
+        let loaded = match &text {
+            Some(t) => load_text(t),
+            None => load_records_releasing(&mut contents),
+        }
+        .map_err(|e| e.context(store.describe()))?;
+        let header = match &text {
+            Some(t) => t.record(0),
+            None => &contents.records[0][..],
+        };
+        let header_line: Arc<str> = String::from_utf8_lossy(header).into_owned().into();
         let mut report = loaded.report;
         if loaded.header.version < crate::log::load::VERSION {
             observe::emit(Level::Info, || {
@@ -406,7 +420,7 @@ impl Session {
                 .with("version", loaded.header.version)
             });
         }
-        if loaded.keep_records < contents.records.len() && !read_only {
+        if loaded.keep_records < count && !read_only {
             let reason = report.cut_reason.clone().unwrap_or_default();
             report.cut_saved_to = store.cut(loaded.keep_records, &reason)?;
             observe::emit(Level::Warn, || {
@@ -602,10 +616,10 @@ impl Session {
     /// The stored records of the log: the session header record exactly as stored (its bytes
     /// start the chain), then every event's record. Writing them to an empty store, one per
     /// record, gives a store that opens to this session.
-    pub fn records(&self) -> Vec<Arc<str>> {
+    pub fn records(&self) -> Vec<Text> {
         let g = self.lock();
         let mut out = Vec::with_capacity(g.log.len() + 1);
-        out.push(g.header_line.clone());
+        out.push(Text::from(&*g.header_line));
         out.extend(g.log.lines().iter().cloned());
         out
     }

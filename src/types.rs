@@ -34,6 +34,31 @@ pub(crate) fn join(path: &str, key: &str) -> String {
     }
 }
 
+/// The value at a JSON pointer (`"/choices/0/message"`), as `Value::pointer` finds it, without
+/// allocating: the library's own pointers have no `~` escapes, so each token is looked up as it
+/// is (serde_json's `pointer` unescapes every token into a new `String`, which showed in the
+/// profile of recording a reply).
+pub(crate) fn pointer<'a>(v: &'a Value, ptr: &str) -> Option<&'a Value> {
+    debug_assert!(!ptr.contains('~'), "an escaped pointer: {ptr}");
+    if ptr.is_empty() {
+        return Some(v);
+    }
+    let mut at = v;
+    for token in ptr.strip_prefix('/')?.split('/') {
+        at = match at {
+            Value::Object(m) => m.get(token)?,
+            Value::Array(a) => {
+                if (token.len() > 1 && token.starts_with('0')) || token.starts_with('+') {
+                    return None;
+                }
+                a.get(token.parse::<usize>().ok()?)?
+            }
+            _ => return None,
+        };
+    }
+    Some(at)
+}
+
 pub(crate) fn kind_of(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
@@ -457,6 +482,37 @@ impl Message {
         Ok(Message { role, content, provenance, extra: map })
     }
 
+    /// A message the history derivation wrote (checked when its event was logged, serialised
+    /// by this library): its fields are taken as they are, without checking every block again.
+    /// A value of another shape is still an error, never a panic.
+    pub(crate) fn from_derived_value(v: Value) -> Result<Message> {
+        let Value::Object(mut map) = v else {
+            return Err(Error::invalid("", format!("a derived message must be an object, got {}", kind_of(&v))));
+        };
+        let role = match map.remove("role") {
+            Some(Value::String(r)) => Role::parse(&r, "role")?,
+            other => return Err(Error::invalid("role", format!("expected a string, got {}", other.as_ref().map_or("nothing", kind_of)))),
+        };
+        let content = match map.remove("content") {
+            Some(Value::Array(blocks)) => blocks
+                .into_iter()
+                .enumerate()
+                .map(|(i, b)| match b {
+                    Value::Object(m) => Ok(Block(m)),
+                    other => Err(Error::invalid(format!("content[{i}]"), format!("expected an object, got {}", kind_of(&other)))),
+                })
+                .collect::<Result<Vec<Block>>>()?,
+            other => {
+                return Err(Error::invalid("content", format!("expected an array, got {}", other.as_ref().map_or("nothing", kind_of))))
+            }
+        };
+        let provenance = match map.remove("provenance") {
+            None => None,
+            Some(p) => Some(Provenance::from_value(&p, "provenance")?),
+        };
+        Ok(Message { role, content, provenance, extra: map })
+    }
+
     /// Validates an array of messages at `path`.
     pub fn list_from_value(v: &Value, path: &str) -> Result<Vec<Message>> {
         let arr = v.as_array().ok_or_else(|| Error::invalid(path, format!("expected an array of messages, got {}", kind_of(v))))?;
@@ -477,6 +533,18 @@ impl Message {
     /// The message as a JSON value.
     pub fn to_value(&self) -> Value {
         serde_json::to_value(self).expect("a message always serialises")
+    }
+
+    /// The message as a JSON value ([`to_value`](Self::to_value)'s), moving its blocks and
+    /// fields into it instead of copying them.
+    pub fn into_value(self) -> Value {
+        let mut m = self.extra;
+        m.insert("role".into(), Value::String(self.role.as_str().to_string()));
+        m.insert("content".into(), Value::Array(self.content.into_iter().map(Block::into_value).collect()));
+        if let Some(p) = self.provenance {
+            m.insert("provenance".into(), serde_json::to_value(p).expect("a provenance always serialises"));
+        }
+        Value::Object(m)
     }
 }
 deserialize_via_from_value!(Message);
@@ -830,5 +898,44 @@ mod tests {
     fn config_rejects_reserved_keys() {
         let e = CallConfig::from_value(&json!({"provider":"p","model":"m","messages":[]}), "config").unwrap_err();
         assert_eq!(e.message(), "config.messages: is reserved for the request envelope");
+    }
+
+    #[test]
+    fn pointer_finds_what_serde_json_pointer_finds() {
+        let v = json!({"choices": [{"message": {"content": "hi", "tool_calls": [{"id": "c1"}]}}], "usage": {"a": 1}, "": {"x": 2}});
+        for p in [
+            "",
+            "/choices",
+            "/choices/0",
+            "/choices/0/message/content",
+            "/choices/0/message/tool_calls/0/id",
+            "/choices/1",
+            "/choices/00",
+            "/choices/+0",
+            "/choices/-1",
+            "/choices/x",
+            "/usage/a",
+            "/usage/a/b",
+            "/usage/missing",
+            "/",
+            "//x",
+            "usage",
+        ] {
+            assert_eq!(pointer(&v, p), v.pointer(p), "pointer {p:?}");
+        }
+    }
+
+    #[test]
+    fn into_value_is_to_value() {
+        let plain = Message::user_text("hi");
+        let full = Message::from_value(
+            &json!({"role": "assistant", "content": [{"type": "text", "text": "a"}, {"type": "tool-call", "id": "c", "name": "n", "arguments": "{}"}, {"type": "image", "data": [1, 2]}],
+                "provenance": {"provider": "p", "model": "m", "responseId": "r"}, "zeta": {"k": 1}, "alpha": null}),
+            "",
+        )
+        .unwrap();
+        for m in [plain, full] {
+            assert_eq!(m.clone().into_value(), m.to_value());
+        }
     }
 }

@@ -566,3 +566,55 @@ fn cut_records_are_kept_in_a_sidecar_file() {
     assert_eq!(std::fs::metadata(&side).unwrap().permissions().mode() & 0o777, 0o600);
     drop(dir);
 }
+
+#[test]
+fn a_file_read_whole_loads_what_its_records_load_one_by_one() {
+    // An open reads a JSONL file whole and keeps its lines as ranges of that one text; the
+    // loader given the same records one by one must build the same log: the same lines, byte
+    // for byte, the same history and the same chain head.
+    let (_dir, path) = new_file();
+    let tail = vec![
+        turn_start(4),
+        user("é ünïcode ✓ \u{1F600}"),
+        step_start(4, 1),
+        assistant(4, 1, "ça va ✓", &[]),
+        step_end(4, 1, "response"),
+        turn_end(4, "completed"),
+    ];
+    let before = saved(&path, 3, tail);
+    let file = lines(&path);
+    let (s, report) = open(&path);
+    assert_eq!(report, LoadReport::default());
+    assert_eq!(observe(&s), before);
+    let stored: Vec<String> = s.records().iter().map(|r| r.to_string()).collect();
+    assert_eq!(stored, file, "every loaded line is its stored record");
+
+    let contents = llmsession::store::StoreContents::from_jsonl(std::fs::read(&path).unwrap().as_slice());
+    let one_by_one = llmsession::log::load::load_records(&contents).unwrap();
+    let lines_of = |l: &llmsession::log::Log| l.lines().iter().map(|t| t.to_string()).collect::<Vec<_>>();
+    let history_of = |l: &llmsession::log::Log| l.history().entries().iter().map(|d| d.json.to_string()).collect::<Vec<_>>();
+    assert_eq!(lines_of(&one_by_one.log), file[1..].to_vec());
+    assert_eq!(s.with_log(history_of), history_of(&one_by_one.log));
+    assert_eq!(s.chain_head().unwrap().chain, llmsession::log::chain::hex(one_by_one.log.chain_head().unwrap()));
+}
+
+#[test]
+fn a_file_that_is_not_utf8_in_its_unfinished_turn_is_cut_as_before() {
+    // A file that is not valid UTF-8 cannot be kept as one text: its records are read one by
+    // one, and the damage is cut from the unfinished last turn as any other damage is.
+    let (_dir, path) = new_file();
+    let before = saved(&path, 1, vec![turn_start(2), user("q"), step_start(2, 1)]);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let n = lines(&path).len();
+    bytes.extend_from_slice(b"{\"type\":\"acme/note\",\"data\":\"\xff\xfe\"}\n");
+    std::fs::write(&path, &bytes).unwrap();
+    let (s, report) = open(&path);
+    assert_eq!(report.cut_records, 1);
+    assert_eq!(report.cut_at_line, Some(n + 1));
+    assert!(report.cut_damaged);
+    assert!(report.cut_reason.as_deref().unwrap().contains("invalid UTF-8"), "{report:?}");
+    assert_eq!(s.len(), before.len + report.repaired_events);
+    drop(s);
+    let (_s, report) = open(&path);
+    assert_eq!(report, LoadReport::default());
+}

@@ -362,14 +362,18 @@ impl Agent {
             let cfg = &st.headers.current().expect("a step has a header").config;
             message.provenance = Some(Provenance { provider: cfg.provider.clone(), model: cfg.model.clone(), extra: Default::default() });
         }
-        let mut data = json!({"turn": turn, "step": step, "message": message.to_value()});
+        let calls: Vec<NewEvent> = message
+            .tool_calls()
+            .map(|(id, name, args)| {
+                NewEvent::new(types::TOOL_CALL, json!({"turn": turn, "step": step, "callId": id, "name": name, "arguments": args}))
+            })
+            .collect();
+        let mut data = json!({"turn": turn, "step": step, "message": message.into_value()});
         if let Some(u) = &usage {
             data["usage"] = serde_json::to_value(u).expect("usage serialises");
         }
         let mut batch = vec![NewEvent::visible(types::ASSISTANT_MESSAGE, data)];
-        for (id, name, args) in message.tool_calls() {
-            batch.push(NewEvent::new(types::TOOL_CALL, json!({"turn": turn, "step": step, "callId": id, "name": name, "arguments": args})));
-        }
+        batch.extend(calls);
         batch.push(NewEvent::new(types::STEP_END, json!({"turn": turn, "step": step, "outcome": "response"})));
         let seq = g.append_batch(batch)?.start;
         drop(g);

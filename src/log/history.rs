@@ -13,83 +13,10 @@
 
 use crate::error::{Error, Result};
 use crate::log::event::{types, Event};
+pub use crate::log::text::Text;
 use crate::types::{blocks_from_value, Block, Fields, Message, Role};
 use std::collections::HashSet;
 use std::sync::Arc;
-
-/// The JSON text of a derived message: a range of a shared, immutable buffer (its own buffer,
-/// or the run of messages it was sealed into). Dereferences to `str`.
-#[derive(Clone)]
-pub struct Text {
-    buf: Arc<str>,
-    start: usize,
-    end: usize,
-}
-
-impl Text {
-    /// The text.
-    pub fn as_str(&self) -> &str {
-        &self.buf[self.start..self.end]
-    }
-
-    /// Whether `next` follows this text in the same buffer, after one separating byte (two
-    /// consecutive messages of a sealed run).
-    fn followed_by(&self, next: &Text) -> bool {
-        Arc::ptr_eq(&self.buf, &next.buf) && next.start == self.end + 1
-    }
-}
-
-impl std::ops::Deref for Text {
-    type Target = str;
-    fn deref(&self) -> &str {
-        self.as_str()
-    }
-}
-
-impl AsRef<str> for Text {
-    fn as_ref(&self) -> &str {
-        self.as_str()
-    }
-}
-
-impl std::fmt::Debug for Text {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Debug::fmt(self.as_str(), f)
-    }
-}
-
-impl std::fmt::Display for Text {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl PartialEq for Text {
-    fn eq(&self, other: &Text) -> bool {
-        self.as_str() == other.as_str()
-    }
-}
-
-impl Eq for Text {}
-
-impl PartialEq<str> for Text {
-    fn eq(&self, other: &str) -> bool {
-        self.as_str() == other
-    }
-}
-
-impl From<String> for Text {
-    fn from(s: String) -> Text {
-        let end = s.len();
-        Text { buf: s.into(), start: 0, end }
-    }
-}
-
-impl From<&str> for Text {
-    fn from(s: &str) -> Text {
-        Text { buf: s.into(), start: 0, end: s.len() }
-    }
-}
 
 /// The JSON texts of `entries` as runs: each run is the text of consecutive messages sealed
 /// into one buffer, already separated by commas, so it is copied at once.
@@ -103,7 +30,8 @@ pub fn runs(entries: &[Arc<Derived>]) -> impl Iterator<Item = &str> {
             end = next;
             i += 1;
         }
-        Some(&start.buf[start.start..end.end])
+        let (buf, from, _) = start.parts();
+        Some(&buf[from..end.parts().2])
     })
 }
 
@@ -425,11 +353,11 @@ impl History {
         let tail = &self.entries[self.sealed..];
         let mut buf = String::with_capacity(joined_len(tail));
         write_joined(&mut buf, tail, true);
-        let buf: Arc<str> = buf.into();
+        let buf = Arc::new(buf);
         let mut at = 0;
         for e in &mut self.entries[self.sealed..] {
             let len = e.json.len();
-            let json = Text { buf: buf.clone(), start: at, end: at + len };
+            let json = Text::shared(&buf, at, at + len);
             debug_assert_eq!(json.as_str(), e.json.as_str());
             at += len + 1;
             *e = Arc::new(Derived {

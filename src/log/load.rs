@@ -17,8 +17,8 @@
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::event::{types, Event, NewEvent, TurnEndReason};
 use crate::log::rules::as_corrupt;
-use crate::log::{chain, Log};
-use crate::store::StoreContents;
+use crate::log::{chain, Log, Text};
+use crate::store::{StoreContents, StoreText};
 use crate::types::{Fields, JsonMap};
 use serde_json::{json, Value};
 
@@ -221,24 +221,30 @@ pub struct Loaded {
 }
 
 /// Checks one stored event record (that it parses, then its chain link in a chained log, then
-/// the log rules) and appends it. The
-/// record's buffer is released once it is read; a chained record is kept verbatim as the
-/// event's line, an unchained one is re-serialised.
+/// the log rules) and appends it. The record's buffer is released once it is read; a chained
+/// record is kept verbatim as the event's line, an unchained one is re-serialised.
 pub(crate) fn load_record(log: &mut Log, rec: &mut Vec<u8>) -> Result<()> {
-    let ev = parse_record(rec)?;
+    load_one(log, rec, |rec| Text::from(String::from_utf8(std::mem::take(rec)).expect("parse_record checked UTF-8")))?;
+    // An unchained record's line was re-serialised: its buffer is not needed either.
+    *rec = Vec::new();
+    Ok(())
+}
+
+/// [`load_record`] for a record whose stored line `line` makes (a range of the file it was read
+/// from, or its own buffer moved into the line), once the record is accepted.
+fn load_one<R: AsRef<[u8]>>(log: &mut Log, rec: &mut R, line: impl FnOnce(&mut R) -> Text) -> Result<()> {
+    let ev = parse_record(rec.as_ref())?;
     let link = match log.chain_head() {
-        Some(prev) => Some(chain::check(prev, rec).map_err(|why| Error::new(ErrorKind::CorruptLog, why).with("chain", true))?),
+        Some(prev) => Some(chain::check(prev, rec.as_ref()).map_err(|why| Error::new(ErrorKind::CorruptLog, why).with("chain", true))?),
         None => None,
     };
     match link {
         None => {
-            log.append_sized(&ev, rec.len() + 1)?;
-            *rec = Vec::new();
+            log.append_sized(&ev, rec.as_ref().len() + 1)?;
         }
         Some(link) => {
             let effect = log.check(&ev)?;
-            let text = String::from_utf8(std::mem::take(rec)).expect("parse_record checked UTF-8");
-            log.commit_sealed(&ev, effect, text.into(), Some(link));
+            log.commit_sealed(&ev, effect, line(rec), Some(link));
         }
     }
     Ok(())
@@ -259,9 +265,66 @@ pub fn load_records(contents: &StoreContents) -> Result<Loaded> {
 /// does not hold the file's records until the end: the memory they free is reused by the log
 /// being built, instead of remaining as free space between its allocations.
 pub fn load_records_releasing(contents: &mut StoreContents) -> Result<Loaded> {
-    let records = &mut contents.records;
-    let first = records.first().ok_or_else(|| Error::new(ErrorKind::CorruptLog, "the store is empty: no session header"))?;
-    if records.len() == 1 && !contents.last_complete {
+    let last_complete = contents.last_complete;
+    load_from_source(&mut OwnedRecords(&mut contents.records), last_complete)
+}
+
+/// Reads a log held as one text (a JSONL file read whole, [`StoreText`]) into a log whose
+/// lines are ranges of that text: the same checks as [`load_records`], without a copy of any
+/// record.
+pub fn load_text(contents: &StoreText) -> Result<Loaded> {
+    load_from_source(&mut SharedRecords(contents), contents.last_complete)
+}
+
+/// The records a log is loaded from.
+trait RecordSource {
+    /// How many records there are (the header included).
+    fn len(&self) -> usize;
+    /// Record `i`'s bytes (empty once [`load`](Self::load) has taken it).
+    fn bytes(&self, i: usize) -> &[u8];
+    /// Checks record `i` and appends it to `log` (see [`load_record`]).
+    fn load(&mut self, log: &mut Log, i: usize) -> Result<()>;
+}
+
+/// Records in buffers of their own ([`StoreContents`]): each is moved into its line.
+struct OwnedRecords<'a>(&'a mut Vec<Vec<u8>>);
+
+impl RecordSource for OwnedRecords<'_> {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn bytes(&self, i: usize) -> &[u8] {
+        &self.0[i]
+    }
+    fn load(&mut self, log: &mut Log, i: usize) -> Result<()> {
+        load_record(log, &mut self.0[i])
+    }
+}
+
+/// Records as ranges of one text ([`StoreText`]): each line shares the text.
+struct SharedRecords<'a>(&'a StoreText);
+
+impl RecordSource for SharedRecords<'_> {
+    fn len(&self) -> usize {
+        self.0.records.len()
+    }
+    fn bytes(&self, i: usize) -> &[u8] {
+        self.0.record(i)
+    }
+    fn load(&mut self, log: &mut Log, i: usize) -> Result<()> {
+        let (start, end) = self.0.records[i];
+        let mut rec = self.0.record(i);
+        load_one(log, &mut rec, |_| Text::shared(&self.0.text, start, end))
+    }
+}
+
+fn load_from_source(records: &mut dyn RecordSource, last_complete: bool) -> Result<Loaded> {
+    let count = records.len();
+    if count == 0 {
+        return Err(Error::new(ErrorKind::CorruptLog, "the store is empty: no session header"));
+    }
+    let first = records.bytes(0);
+    if count == 1 && !last_complete {
         return Err(Error::new(ErrorKind::CorruptLog, "line 1: the session header is incomplete").with("line", 1u64));
     }
     let header_value: Value = std::str::from_utf8(first)
@@ -272,13 +335,14 @@ pub fn load_records_releasing(contents: &mut StoreContents) -> Result<Loaded> {
 
     // A last record without its newline was cut short by a crash, even when it happens to
     // parse: its append never returned, and keeping it would glue the next record onto it.
-    let whole = if contents.last_complete { records.len() } else { records.len() - 1 };
+    let whole = if last_complete { count } else { count - 1 };
     let mut log = header.start_log(first);
+    log.reserve(whole.saturating_sub(1));
     let mut report = LoadReport::default();
     let mut keep = whole;
     for i in 1..whole {
         let line = i + 1;
-        let outcome = load_record(&mut log, &mut records[i]);
+        let outcome = records.load(&mut log, i);
         if let Err(e) = outcome {
             // A complete record that parses but does not match its chained digest was edited
             // (or records around it were moved): a crash cuts records short, it never rewrites
@@ -286,9 +350,9 @@ pub fn load_records_releasing(contents: &mut StoreContents) -> Result<Loaded> {
             if e.detail().contains_key("chain") {
                 return Err(as_corrupt(e, line).context("the log was changed after it was written"));
             }
-            let is_last = i == records.len() - 1;
+            let is_last = i == count - 1;
             let later_complete_turn =
-                records[i + 1..whole].iter().any(|r| parse_record(r).map(|ev| ev.ty == types::TURN_END).unwrap_or(false));
+                (i + 1..whole).any(|k| parse_record(records.bytes(k)).map(|ev| ev.ty == types::TURN_END).unwrap_or(false));
             if !is_last && later_complete_turn {
                 return Err(as_corrupt(e, line).context("damage before the last complete turn"));
             }
@@ -298,8 +362,8 @@ pub fn load_records_releasing(contents: &mut StoreContents) -> Result<Loaded> {
             break;
         }
     }
-    if keep < records.len() {
-        report.cut_records = records.len() - keep;
+    if keep < count {
+        report.cut_records = count - keep;
         report.cut_at_line = Some(keep + 1);
         if report.cut_reason.is_none() {
             report.cut_reason = Some(format!("line {}: the last line is incomplete (no newline): a write stopped mid-record", keep + 1));

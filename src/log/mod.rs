@@ -11,18 +11,20 @@ pub mod event;
 pub mod history;
 pub mod load;
 pub mod rules;
+pub mod text;
 
 pub use event::{Event, NewEvent, SurfaceOp, TurnEndReason, UserSource};
 pub use history::{Derived, History};
 pub use rules::{Effect, LogState};
+pub use text::Text;
 
 use crate::error::Result;
-use std::sync::Arc;
 
 /// The events of one session and everything folded over them.
 #[derive(Clone, Debug, Default)]
 pub struct Log {
-    lines: Vec<Arc<str>>,
+    /// Every event's stored line (see [`Text`]).
+    lines: Vec<Text>,
     state: LogState,
     /// The chain value after the last event, for a chained (version 2) log.
     chain: Option<chain::Link>,
@@ -48,6 +50,12 @@ impl Log {
         Log { chain: Some(start), ..Log::default() }
     }
 
+    /// Makes room for `n` more events' lines (a load knows how many records it reads, so the
+    /// list of lines is allocated once, at its size, rather than grown by doubling).
+    pub(crate) fn reserve(&mut self, n: usize) {
+        self.lines.reserve_exact(n);
+    }
+
     /// The chain value after the last event, for a chained log.
     pub fn chain_head(&self) -> Option<&chain::Link> {
         self.chain.as_ref()
@@ -57,16 +65,16 @@ impl Log {
     /// written through `buf` (a scratch buffer the caller keeps across events, so a batch or a
     /// replay serialises every event into the same allocation): the event is serialised once
     /// and its chain field appended in place; the record is then copied once, into its `Arc`.
-    pub(crate) fn seal_event(&self, ev: &Event, buf: &mut Vec<u8>) -> (Arc<str>, Option<chain::Link>) {
+    pub(crate) fn seal_event(&self, ev: &Event, buf: &mut Vec<u8>) -> (Text, Option<chain::Link>) {
         buf.clear();
         serde_json::to_writer(&mut *buf, ev).expect("an event always serialises");
         let link = self.chain.as_ref().map(|prev| chain::seal_in_place(prev, buf));
-        (std::str::from_utf8(buf).expect("serde_json writes UTF-8").into(), link)
+        (Text::from(std::str::from_utf8(buf).expect("serde_json writes UTF-8")), link)
     }
 
     /// Applies a checked event with its stored record and the chain value the record ends with
     /// (see [`seal_event`](Self::seal_event)).
-    pub(crate) fn commit_sealed(&mut self, ev: &Event, effect: Effect, line: Arc<str>, link: Option<chain::Link>) {
+    pub(crate) fn commit_sealed(&mut self, ev: &Event, effect: Effect, line: Text, link: Option<chain::Link>) {
         if link.is_some() {
             self.chain = link;
         }
@@ -121,31 +129,31 @@ impl Log {
     }
 
     /// Applies an event that [`check`](Self::check) accepted, with its serialised line.
-    pub fn commit(&mut self, ev: &Event, effect: Effect, line: Arc<str>) {
+    pub fn commit(&mut self, ev: &Event, effect: Effect, line: Text) {
         self.state.apply(ev, effect);
         self.lines.push(line);
     }
 
     /// Validates and applies an event.
-    pub fn append(&mut self, ev: &Event) -> Result<Arc<str>> {
+    pub fn append(&mut self, ev: &Event) -> Result<Text> {
         self.append_sized(ev, 128)
     }
 
     /// [`append`](Self::append), serialising the line into a buffer of `capacity` bytes.
-    pub(crate) fn append_sized(&mut self, ev: &Event, capacity: usize) -> Result<Arc<str>> {
+    pub(crate) fn append_sized(&mut self, ev: &Event, capacity: usize) -> Result<Text> {
         let effect = self.check(ev)?;
-        let line: Arc<str> = ev.to_json_sized(capacity).into();
+        let line = Text::from(ev.to_json_sized(capacity));
         self.commit(ev, effect, line.clone());
         Ok(line)
     }
 
     /// The JSON line of event `seq`.
-    pub fn line(&self, seq: u64) -> Option<&Arc<str>> {
+    pub fn line(&self, seq: u64) -> Option<&Text> {
         self.lines.get(seq as usize)
     }
 
     /// Every event's JSON line.
-    pub fn lines(&self) -> &[Arc<str>] {
+    pub fn lines(&self) -> &[Text] {
         &self.lines
     }
 

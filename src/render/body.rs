@@ -697,8 +697,9 @@ fn frame_of(
     Ok(Frame { pre, lead: !lead.is_empty(), post })
 }
 
-/// A history entry's message, parsed back from its JSON.
+/// A history entry's message, parsed back from its JSON (which the derivation wrote from a
+/// checked event, so its blocks are not checked again).
 fn message_of(d: &Derived) -> Result<Message> {
     let v: Value = serde_json::from_str(&d.json)?;
-    Message::from_owned_value(v, "")
+    Message::from_derived_value(v)
 }

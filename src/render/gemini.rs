@@ -330,17 +330,17 @@ pub(crate) fn parse(body: &Value) -> Result<ParsedResponse> {
             Error::invalid("response.candidates", format!("has {n} candidates; {}", super::ONE_CANDIDATE)).with("candidates", n as u64)
         );
     }
-    let candidate = match body.pointer("/candidates/0") {
+    let candidate = match crate::types::pointer(body, "/candidates/0") {
         Some(c) => c,
         None => {
-            if let Some(reason) = body.pointer("/promptFeedback/blockReason").and_then(Value::as_str) {
+            if let Some(reason) = crate::types::pointer(body, "/promptFeedback/blockReason").and_then(Value::as_str) {
                 return Err(Error::invalid("response.promptFeedback.blockReason", format!("the prompt was blocked ({reason})"))
                     .with("blockReason", reason));
             }
             return Err(Error::invalid("response.candidates", "expected at least one candidate"));
         }
     };
-    let parts = match candidate.pointer("/content/parts") {
+    let parts = match crate::types::pointer(candidate, "/content/parts") {
         None => &[][..],
         Some(Value::Array(a)) => a.as_slice(),
         Some(v) => return Err(Error::invalid("response.candidates[0].content.parts", format!("expected an array, got {}", kind_of(v)))),
@@ -418,7 +418,7 @@ fn synthetic_id(body: &Value, n: usize) -> String {
     let base = match body.get("responseId").and_then(Value::as_str).filter(|s| !s.is_empty()) {
         Some(id) => id.to_string(),
         None => {
-            let content = body.pointer("/candidates/0/content").map(Value::to_string).unwrap_or_default();
+            let content = crate::types::pointer(body, "/candidates/0/content").map(Value::to_string).unwrap_or_default();
             let digest = Sha256::digest(content.as_bytes());
             digest[..8].iter().map(|b| format!("{b:02x}")).collect()
         }

@@ -60,7 +60,7 @@ pub(crate) const ONE_CANDIDATE: &str = "a response with more than one candidate 
      log keeps one answer per request; leave `candidateCount` out or send 1";
 
 fn u(v: &Value, ptr: &str) -> Option<u64> {
-    v.pointer(ptr).and_then(Value::as_u64)
+    crate::types::pointer(v, ptr).and_then(Value::as_u64)
 }
 
 /// Maps a provider usage object. `provider` is a renderer name ("openai", "openai-responses",
@@ -182,7 +182,8 @@ fn opt_object<'a>(v: &'a Value, key: &str, path: &str) -> Result<Option<&'a Valu
 
 fn parse_openai(body: &Value) -> Result<ParsedResponse> {
     as_object(body, "response")?;
-    let choice = body.pointer("/choices/0").ok_or_else(|| Error::invalid("response.choices", "expected at least one choice"))?;
+    let choice =
+        crate::types::pointer(body, "/choices/0").ok_or_else(|| Error::invalid("response.choices", "expected at least one choice"))?;
     if let Some(n) = body.get("choices").and_then(Value::as_array).map(Vec::len).filter(|n| *n > 1) {
         return Err(Error::invalid("response.choices", format!("has {n} choices; {ONE_CHOICE}")).with("choices", n as u64));
     }
@@ -250,11 +251,10 @@ fn parse_openai(body: &Value) -> Result<ParsedResponse> {
                 .and_then(Value::as_str)
                 .filter(|s| !s.is_empty())
                 .ok_or_else(|| Error::invalid(format!("{path}.id"), "expected a non-empty string"))?;
-            let name = c
-                .pointer("/function/name")
+            let name = crate::types::pointer(c, "/function/name")
                 .and_then(Value::as_str)
                 .ok_or_else(|| Error::invalid(format!("{path}.function.name"), "expected a string"))?;
-            let args = match c.pointer("/function/arguments") {
+            let args = match crate::types::pointer(c, "/function/arguments") {
                 Some(Value::String(s)) => s.clone(),
                 Some(other) => other.to_string(),
                 None => String::new(),

@@ -430,7 +430,7 @@ pub(crate) fn parse(body: &Value) -> Result<ParsedResponse> {
             }
             .to_string(),
         ),
-        Some("incomplete") => Some(match body.pointer("/incomplete_details/reason").and_then(Value::as_str) {
+        Some("incomplete") => Some(match crate::types::pointer(body, "/incomplete_details/reason").and_then(Value::as_str) {
             Some("max_output_tokens") => "max-tokens".to_string(),
             Some("content_filter") => "content-filter".to_string(),
             Some(other) => other.to_string(),

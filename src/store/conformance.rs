@@ -17,6 +17,7 @@
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::NewEvent;
+use crate::log::Text;
 use crate::session::{Session, SessionOptions};
 use crate::store::host::{HostStore, HostStoreCall};
 use crate::store::url::{open_store, parse, Location, UrlOptions};
@@ -224,8 +225,8 @@ struct Kit<'a> {
 /// A session's records made by the library itself (a header and `events` events, chained), so
 /// that what the cases store is what the library would store.
 struct Records {
-    header: Arc<str>,
-    events: Vec<Arc<str>>,
+    header: Text,
+    events: Vec<Text>,
 }
 
 impl Records {
@@ -282,7 +283,7 @@ impl Kit<'_> {
     }
 }
 
-fn append(store: &mut dyn Store, id: &str, seq: u64, events: &[Arc<str>]) -> Result<()> {
+fn append(store: &mut dyn Store, id: &str, seq: u64, events: &[Text]) -> Result<()> {
     store.append(&Batch { session_id: id, header: None, seq, events })
 }
 

@@ -17,11 +17,12 @@
 //!   `<log>.cut-<unix ms>` (0600) next to the log before the log is shortened.
 
 use super::file::{self, io_error, Open, MAX_LOG_BYTES};
-use super::{conflict_error, read_only_error, Batch, Store, StoreContents};
+use super::{conflict_error, jsonl_ranges, read_only_error, Batch, Store, StoreContents, StoreText};
 use crate::error::{Error, ErrorKind, Result};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// How a JSONL log is opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,9 +126,8 @@ impl JsonlStore {
         Ok(self.file.metadata().map_err(|e| io_error(&self.path, "cannot stat", &e))?.len())
     }
 
-    /// Reads from byte `at` to the end of the file and splits it into records, recording the
-    /// offsets of the complete ones (the first starting at `at`).
-    fn read_records(&mut self, at: u64) -> Result<StoreContents> {
+    /// Reads from byte `at` to the end of the file.
+    fn read_from(&mut self, at: u64) -> Result<Vec<u8>> {
         let size = self.file_len()?;
         if size > self.opts.max_bytes {
             return Err(Error::new(
@@ -143,15 +143,28 @@ impl JsonlStore {
             .take(self.opts.max_bytes - at.min(self.opts.max_bytes))
             .read_to_end(&mut buf)
             .map_err(|e| io_error(&self.path, "cannot read", &e))?;
-        let contents = StoreContents::from_jsonl(&buf);
-        let complete = contents.records.len() - usize::from(!contents.last_complete);
-        let mut pos = at;
-        for r in &contents.records[..complete] {
-            self.offsets.push(pos);
-            pos += r.len() as u64 + 1;
+        Ok(buf)
+    }
+
+    /// Records the offsets of the complete records of `ranges` (read from byte `at` on).
+    fn note_records(&mut self, at: u64, ranges: &[(usize, usize)], last_complete: bool) {
+        let complete = ranges.len() - usize::from(!last_complete);
+        for &(start, _) in &ranges[..complete] {
+            self.offsets.push(at + start as u64);
         }
-        self.len = pos;
-        Ok(contents)
+        self.len = match ranges[..complete].last() {
+            Some(&(_, end)) => at + end as u64 + 1,
+            None => at,
+        };
+    }
+
+    /// Reads from byte `at` to the end of the file and splits it into records, recording the
+    /// offsets of the complete ones (the first starting at `at`).
+    fn read_records(&mut self, at: u64) -> Result<StoreContents> {
+        let buf = self.read_from(at)?;
+        let (ranges, last_complete) = jsonl_ranges(&buf);
+        self.note_records(at, &ranges, last_complete);
+        Ok(StoreContents { records: ranges.iter().map(|&(start, end)| buf[start..end].to_vec()).collect(), last_complete })
     }
 
     fn writable(&self, what: &str) -> Result<()> {
@@ -166,6 +179,19 @@ impl Store for JsonlStore {
     fn load(&mut self) -> Result<StoreContents> {
         self.offsets.clear();
         self.read_records(0)
+    }
+
+    /// The file read whole, its records ranges of it; `None` for a file that is not valid UTF-8
+    /// (damage that loading reports by line, from [`load`](Store::load)'s records).
+    fn load_text(&mut self) -> Result<Option<StoreText>> {
+        self.offsets.clear();
+        let buf = self.read_from(0)?;
+        let (records, last_complete) = jsonl_ranges(&buf);
+        self.note_records(0, &records, last_complete);
+        match String::from_utf8(buf) {
+            Ok(text) => Ok(Some(StoreText { text: Arc::new(text), records, last_complete })),
+            Err(_) => Ok(None),
+        }
     }
 
     fn load_from(&mut self, from: usize) -> Result<StoreContents> {

@@ -34,6 +34,7 @@ pub mod url;
 pub use jsonl::{FileOptions, JsonlStore};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::log::Text;
 use std::sync::Arc;
 
 /// When appended events are made durable (fsync for a file, a synchronous commit for a
@@ -84,20 +85,59 @@ impl StoreContents {
     /// Splits the bytes of a JSONL log into records, one per line; a last line without its
     /// newline is a torn record (`last_complete` is false).
     pub fn from_jsonl(bytes: &[u8]) -> StoreContents {
-        let mut records = Vec::new();
-        let mut start = 0;
-        for (i, b) in bytes.iter().enumerate() {
-            if *b == b'\n' {
-                records.push(bytes[start..i].to_vec());
-                start = i + 1;
-            }
-        }
-        let last_complete = start == bytes.len();
-        if !last_complete {
-            records.push(bytes[start..].to_vec());
-        }
-        StoreContents { records, last_complete }
+        let (ranges, last_complete) = jsonl_ranges(bytes);
+        StoreContents { records: ranges.into_iter().map(|(start, end)| bytes[start..end].to_vec()).collect(), last_complete }
     }
+}
+
+/// A stored log read whole into one text (a JSONL file): its records are ranges of the text,
+/// so the lines of the session loaded from it share the one buffer instead of each being copied
+/// ([`Store::load_text`]).
+#[derive(Clone, Debug)]
+pub struct StoreText {
+    /// The stored bytes, valid UTF-8.
+    pub text: Arc<String>,
+    /// Each record's byte range in `text`, without its newline, in order.
+    pub records: Vec<(usize, usize)>,
+    /// Whether the last record was completely written (as [`StoreContents::last_complete`]).
+    pub last_complete: bool,
+}
+
+impl StoreText {
+    /// Splits a JSONL text into records as [`StoreContents::from_jsonl`] does.
+    pub fn from_jsonl(text: String) -> StoreText {
+        let (records, last_complete) = jsonl_ranges(text.as_bytes());
+        StoreText { text: Arc::new(text), records, last_complete }
+    }
+
+    /// Record `i`'s bytes.
+    pub fn record(&self, i: usize) -> &[u8] {
+        let (start, end) = self.records[i];
+        &self.text.as_bytes()[start..end]
+    }
+
+    /// The records as [`StoreContents`] (each copied).
+    pub fn to_contents(&self) -> StoreContents {
+        StoreContents { records: (0..self.records.len()).map(|i| self.record(i).to_vec()).collect(), last_complete: self.last_complete }
+    }
+}
+
+/// The byte range of every line of a JSONL log (without its newline), and whether the last one
+/// ended with its newline (a last line without one is a torn record, still listed).
+pub(crate) fn jsonl_ranges(bytes: &[u8]) -> (Vec<(usize, usize)>, bool) {
+    let mut ranges = Vec::new();
+    let mut start = 0;
+    for (i, b) in bytes.iter().enumerate() {
+        if *b == b'\n' {
+            ranges.push((start, i));
+            start = i + 1;
+        }
+    }
+    let last_complete = start == bytes.len();
+    if !last_complete {
+        ranges.push((start, bytes.len()));
+    }
+    (ranges, last_complete)
 }
 
 /// One atomic, conditional append: the records of `events` become the events with seqs
@@ -111,7 +151,7 @@ pub struct Batch<'a> {
     /// The seq the first event record must have: the number of events the store holds.
     pub seq: u64,
     /// The event records (JSON lines without their newline).
-    pub events: &'a [Arc<str>],
+    pub events: &'a [Text],
 }
 
 impl Batch<'_> {
@@ -130,6 +170,14 @@ impl Batch<'_> {
 pub trait Store: Send {
     /// Every stored record, in order (the session header first).
     fn load(&mut self) -> Result<StoreContents>;
+
+    /// Every stored record as [`load`](Self::load) gives them, held as one text whose ranges
+    /// are the records, for a store that reads its log whole (a JSONL file): a session opened
+    /// from it keeps that one buffer as its lines instead of a copy per record. `None` (the
+    /// default): the store has no such form, and [`load`](Self::load) is used.
+    fn load_text(&mut self) -> Result<Option<StoreText>> {
+        Ok(None)
+    }
 
     /// The records from record `from` on (`from` counts the header: the first event is record
     /// 1), for a refresh. A torn last record is reported through `last_complete`, not as an

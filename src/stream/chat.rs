@@ -154,7 +154,7 @@ impl Assembler for Chat {
 fn merge_call(choice: &mut Choice, call: &Value, shown: bool, out: &mut VecDeque<Delta>) -> Result<()> {
     let index = call.get("index").and_then(Value::as_u64).unwrap_or(choice.calls.len() as u64);
     let acc = choice.calls.entry(index).or_default();
-    let text = |v: &Value, ptr: &str| v.pointer(ptr).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string);
+    let text = |v: &Value, ptr: &str| crate::types::pointer(v, ptr).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string);
     let first = acc.id.is_none() && acc.name.is_none();
     // id, type and name come whole in a call's first chunk; servers that repeat them later
     // repeat the same value.
@@ -167,7 +167,7 @@ fn merge_call(choice: &mut Choice, call: &Value, shown: bool, out: &mut VecDeque
     if acc.name.is_none() {
         acc.name = text(call, "/function/name");
     }
-    let args = match call.pointer("/function/arguments") {
+    let args = match crate::types::pointer(call, "/function/arguments") {
         None | Some(Value::Null) => "",
         Some(Value::String(s)) => s.as_str(),
         Some(_) => return Err(malformed("`function.arguments` must be a string")),

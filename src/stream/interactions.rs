@@ -94,7 +94,7 @@ impl Interactions {
                 }
             }
             Some("thought_summary") => {
-                let t = delta.pointer("/content/text").and_then(Value::as_str).unwrap_or_default();
+                let t = crate::types::pointer(delta, "/content/text").and_then(Value::as_str).unwrap_or_default();
                 let summary = step.value.entry("summary").or_insert_with(|| Value::Array(Vec::new()));
                 let Value::Array(parts) = summary else {
                     return Err(malformed(format!("the `summary` of step {index} is not an array")));

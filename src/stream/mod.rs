@@ -370,7 +370,7 @@ pub(crate) fn provider_error(error: &Value) -> Error {
     let message = error
         .get("message")
         .and_then(Value::as_str)
-        .or_else(|| error.pointer("/error/message").and_then(Value::as_str))
+        .or_else(|| crate::types::pointer(error, "/error/message").and_then(Value::as_str))
         .unwrap_or(text.as_str());
     Error::new(ErrorKind::InvalidInput, format!("the provider reported an error in the stream: {message}"))
         .with("stream", "provider-error")

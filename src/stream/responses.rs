@@ -92,7 +92,7 @@ impl Assembler for Responses {
                 self.terminal = true;
             }
             "response.failed" => {
-                let error = data.pointer("/response/error").filter(|e| !e.is_null()).cloned().unwrap_or(data.clone());
+                let error = crate::types::pointer(&data, "/response/error").filter(|e| !e.is_null()).cloned().unwrap_or(data.clone());
                 return Err(provider_error(&error));
             }
             "error" => {

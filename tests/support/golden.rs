@@ -80,7 +80,7 @@ pub fn masked_record(text: &str) -> Value {
 }
 
 /// The final state: `{"session": header record, "events": [...], "history": [...]}`.
-pub fn final_state(records: &[std::sync::Arc<str>], history_json: &str) -> Value {
+pub fn final_state(records: &[llmsession::log::Text], history_json: &str) -> Value {
     let (header, events) = records.split_first().expect("a log has a header record");
     json!({
         "session": masked_record(header),
