@@ -150,7 +150,8 @@ func TestNextBodyIsTheRenderedEnvelopeForEveryRenderer(t *testing.T) {
 	}
 }
 
-// A system prompt large enough that the library lends the body (64 KiB and more).
+// A system prompt large enough that the library lends the body (4 KiB and more); 100 KB, so
+// that a body view is also a large buffer.
 var bigSystem = strings.Repeat("Be exact and brief. ", 5000)
 
 func TestBodyViewIsValidUntilRelease(t *testing.T) {

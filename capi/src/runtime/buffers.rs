@@ -113,7 +113,11 @@ pub fn alloc_c_string(bytes: &[u8]) -> Result<*mut c_char, FfiError> {
 }
 
 /// Outputs at least this long are handed out without a copy by [`OutString::write_owned`].
-const OWNED_MIN: usize = 64 * 1024;
+/// Registering a buffer (a lock and a hash-map insert, and the same at `lls_string_free`) costs
+/// less than a `malloc` and a copy from a few KiB on: at 64 KiB, as before, a 46 KB provider body
+/// was copied at every step, 2 to 5 µs of the step in every binding (docs/performance.md, issue
+/// 28). Small outputs (errors, reports) stay plain `malloc`ed copies.
+const OWNED_MIN: usize = 4 * 1024;
 
 /// Buffers handed out by [`OutString::write_owned`] and not freed yet: address -> capacity.
 static OWNED: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
