@@ -220,29 +220,9 @@ func TestResumeMemory(t *testing.T) {
 	if err := os.WriteFile(warmPath, warm, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	func() {
-		ws, err := OpenFile(warmPath, &SessionOptions{Durability: "never"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ws.Close()
-		wa, err := NewAgent(ws, json.RawMessage(lines[0]))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer wa.Close()
-		if err := wa.SetRenderer("openai", nil); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := wa.StartTurn(json.RawMessage(lines[2])); err != nil {
-			t.Fatal(err)
-		}
-		v, err := wa.NextBodyView(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		v.Release()
-	}()
+	if _, _, err := resumeLls(context.Background(), warmPath, lines[0], lines[2]); err != nil {
+		t.Fatal(err)
+	}
 	warm = nil
 	before := rss()
 	s, err := OpenFile(path, &SessionOptions{Durability: "never"})
