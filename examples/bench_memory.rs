@@ -21,7 +21,7 @@ use llmsession::render::{RenderOptions, Renderer};
 use llmsession::{Agent, CancelToken, Message, Session, SessionOptions};
 use std::path::PathBuf;
 
-fn rss_kib() -> u64 {
+fn rss_kib() -> i64 {
     let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
     status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).expect("VmRSS")
 }
