@@ -164,7 +164,7 @@ impl JsonlStore {
         let buf = self.read_from(at)?;
         let (ranges, last_complete) = jsonl_ranges(&buf);
         self.note_records(at, &ranges, last_complete);
-        Ok(StoreContents { records: ranges.iter().map(|&(start, end)| buf[start..end].to_vec()).collect(), last_complete })
+        Ok(StoreContents::of_ranges(&buf, &ranges, last_complete))
     }
 
     fn writable(&self, what: &str) -> Result<()> {

@@ -86,7 +86,12 @@ impl StoreContents {
     /// newline is a torn record (`last_complete` is false).
     pub fn from_jsonl(bytes: &[u8]) -> StoreContents {
         let (ranges, last_complete) = jsonl_ranges(bytes);
-        StoreContents { records: ranges.into_iter().map(|(start, end)| bytes[start..end].to_vec()).collect(), last_complete }
+        StoreContents::of_ranges(bytes, &ranges, last_complete)
+    }
+
+    /// The records `ranges` of `bytes` (as [`jsonl_ranges`] finds them), each copied.
+    pub(crate) fn of_ranges(bytes: &[u8], ranges: &[(usize, usize)], last_complete: bool) -> StoreContents {
+        StoreContents { records: ranges.iter().map(|&(start, end)| bytes[start..end].to_vec()).collect(), last_complete }
     }
 }
 
@@ -104,21 +109,10 @@ pub struct StoreText {
 }
 
 impl StoreText {
-    /// Splits a JSONL text into records as [`StoreContents::from_jsonl`] does.
-    pub fn from_jsonl(text: String) -> StoreText {
-        let (records, last_complete) = jsonl_ranges(text.as_bytes());
-        StoreText { text: Arc::new(text), records, last_complete }
-    }
-
     /// Record `i`'s bytes.
     pub fn record(&self, i: usize) -> &[u8] {
         let (start, end) = self.records[i];
         &self.text.as_bytes()[start..end]
-    }
-
-    /// The records as [`StoreContents`] (each copied).
-    pub fn to_contents(&self) -> StoreContents {
-        StoreContents { records: (0..self.records.len()).map(|i| self.record(i).to_vec()).collect(), last_complete: self.last_complete }
     }
 }
 
