@@ -46,6 +46,13 @@ pub(crate) struct Inner {
     conflict: Option<String>,
 }
 
+/// Whether a store error says that what the store did with the write is unknown (detail
+/// `outcomeUnknown: true`). A store that says so refuses every later call until the session is
+/// reopened (the PostgreSQL store does).
+fn outcome_unknown(e: &Error) -> bool {
+    e.detail().get("outcomeUnknown") == Some(&serde_json::Value::Bool(true))
+}
+
 /// Current Unix time in milliseconds.
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
@@ -134,6 +141,10 @@ impl Inner {
                     });
                 }
                 ErrorKind::ReadOnly | ErrorKind::Locked => {}
+                // The store says the write's outcome is unknown: it refuses every later call
+                // itself, with the same reason and detail (`outcomeUnknown`), until the session
+                // is reopened, which reads what it holds. Nothing to undo through this handle.
+                _ if outcome_unknown(&e) => {}
                 // A failed write may have left part of the batch behind, or (a host store whose
                 // reply was lost) all of it: ask the store to remove what this handle appended.
                 // When that fails too, the store may hold events this handle does not.
@@ -149,6 +160,11 @@ impl Inner {
         }
         if sync {
             if let Err(e) = self.store.sync() {
+                if outcome_unknown(&e) {
+                    // As for an append: the store refuses everything after it, and says why.
+                    self.log.rollback(sp);
+                    return Err(e);
+                }
                 // The batch was written but is not known durable: remove it again, so that memory
                 // and store stay in step, and report the failure. When that fails too, the store
                 // may hold events this handle does not: it refuses further writes.
@@ -187,13 +203,15 @@ impl Inner {
         }
         match &self.broken {
             None => Ok(()),
+            // What the store holds is unknown: the same detail as a store's unknown outcome.
             Some(why) => Err(Error::new(
                 ErrorKind::Storage,
                 format!(
                     "{}: a failed write could not be undone ({why}); the store may hold an event this handle does not, so it refuses further writes: reopen the session",
                     self.store.describe()
                 ),
-            )),
+            )
+            .with("outcomeUnknown", true)),
         }
     }
 

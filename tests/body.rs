@@ -21,12 +21,10 @@ fn tool(name: &str, host_mark: bool) -> ToolSchema {
     if host_mark {
         extra.insert("cache_control".into(), json!({"type":"ephemeral"}));
     }
-    ToolSchema {
-        name: name.into(),
-        description: format!("The {name} tool."),
-        parameters: json!({"type":"object","properties":{"arg":{"type":"string"}}}),
-        extra,
-    }
+    let mut t =
+        ToolSchema::function(name, Some(format!("The {name} tool.")), json!({"type":"object","properties":{"arg":{"type":"string"}}}));
+    t.extra = extra;
+    t
 }
 
 /// Agent options: `variant` picks the system prompt, the tools (with host marks on some) and

@@ -1018,6 +1018,103 @@ fn a_lost_lease_is_locked_and_the_handle_writes_nothing_more() {
     c.append(host("C first")).unwrap();
 }
 
+/// The renewer finds the lease taken over before any write does: the next write is LOCKED as a
+/// refused write is, naming the new fencing token and holder (`currentEpoch`, `holder`), and so
+/// is every later one.
+#[test]
+fn a_lease_the_renewer_found_lost_is_locked_naming_the_new_holder() {
+    let url = pg_url!("a_lease_the_renewer_found_lost_is_locked_naming_the_new_holder");
+    let _g = SERVER.read();
+    let id = unique_id("renewer-lost");
+    // A short lease: the renewer runs every third of a second.
+    let url = with_params(&url, "lease_time=1");
+    let (a, _) = Session::open_url(&url, writer(&id)).unwrap();
+    a.append(host("A first")).unwrap();
+    let seen = std::sync::Arc::new(parking_lot::Mutex::new(false));
+    {
+        let (seen, id) = (seen.clone(), id.clone());
+        llmsession::observe::set_observer(
+            Some(std::sync::Arc::new(move |o: &llmsession::observe::Observation| {
+                if o.kind == "store-lease-lost" && o.session_id.as_deref() == Some(id.as_str()) {
+                    *seen.lock() = true;
+                }
+            })),
+            llmsession::observe::Level::Warn,
+        );
+    }
+    let _clear = Guard(|| llmsession::observe::set_observer(None, llmsession::observe::Level::Warn));
+    sql(&url)
+        .execute("UPDATE llmsession_sessions SET lease_expires = now() - interval '1 second', lease_live = NULL WHERE id = $1", &[&id])
+        .unwrap();
+    let (b, _) = Session::open_url(&with_params(&url, "pool_size=3"), writer(&id)).unwrap();
+    b.append(host("B first")).unwrap();
+    let t = Instant::now();
+    while !*seen.lock() {
+        assert!(t.elapsed() < Duration::from_secs(20), "the renewer never reported the lost lease");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for text in ["A refused", "A refused again"] {
+        let e = a.append(host(text)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Locked, "{}", e.message());
+        assert!(e.message().contains("lost the session's writer lease"), "{}", e.message());
+        let (mine, now) = (e.detail()["epoch"].as_i64().unwrap(), e.detail()["currentEpoch"].as_i64().unwrap());
+        assert!(now > mine, "the new holder's fencing token {now} is above the old {mine}: {}", e.message());
+        let holder = e.detail()["holder"].as_str().unwrap_or_else(|| panic!("no holder: {}", e.message()));
+        assert!(holder.contains(&format!("llmsession pid {}", std::process::id())), "{holder}");
+        assert!(e.message().contains(&format!("held by {holder}")), "{}", e.message());
+    }
+    drop(a);
+    b.append(host("B second")).unwrap();
+}
+
+/// A write whose outcome is unknown (it waited on a row lock past `query_timeout`): every later
+/// call on the handle says the same thing the same way, `LLS_ERR_STORAGE` with
+/// `outcomeUnknown` and the bound that ran out; the reopen reads what the database holds.
+#[test]
+fn after_an_unknown_outcome_every_call_says_so_the_same_way() {
+    let url = pg_url!("after_an_unknown_outcome_every_call_says_so_the_same_way");
+    let _g = SERVER.read();
+    let id = unique_id("unknown");
+    let url = with_params(&url, "query_timeout=1");
+    let (s, _) = Session::open_url(&url, writer(&id)).unwrap();
+    s.append(host("before")).unwrap();
+    // Another connection holds the session's row: the append waits on it past its bound.
+    let mut other = sql(&url);
+    let mut tx = other.transaction().unwrap();
+    tx.execute("SELECT 1 FROM llmsession_sessions WHERE id = $1 FOR UPDATE", &[&id]).unwrap();
+    let first = s.append(host("blocked")).unwrap_err();
+    assert_eq!(first.kind(), ErrorKind::Storage, "{}", first.message());
+    assert_eq!(first.detail()["outcomeUnknown"], true, "{}", first.message());
+    assert_eq!(first.detail()["bound"], "query_timeout", "{}", first.message());
+    // The store asked the server to cancel the statement; give that a moment before the row
+    // is free again.
+    std::thread::sleep(Duration::from_millis(500));
+    tx.rollback().unwrap();
+    let mut said = Vec::new();
+    for text in ["later", "later again"] {
+        let e = s.append(host(text)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Storage, "{}", e.message());
+        assert_eq!(e.detail()["outcomeUnknown"], true, "{}", e.message());
+        assert_eq!(e.detail()["bound"], "query_timeout", "{}", e.message());
+        assert!(e.message().contains("cannot append: the outcome of an earlier write is unknown"), "{}", e.message());
+        assert!(e.message().contains(first.message()), "it repeats the first failure: {}", e.message());
+        assert!(!e.message().contains("could not be undone"), "{}", e.message());
+        said.push(e.message().to_string());
+    }
+    assert_eq!(said[0], said[1]);
+    let e = s.sync().unwrap_err();
+    assert_eq!(e.detail()["outcomeUnknown"], true, "{}", e.message());
+    assert_eq!(s.len(), 1, "memory holds what was acknowledged");
+    drop(s);
+    let (r, _) = open_writer_waiting(&url, writer(&id));
+    let (s, _) = r.unwrap();
+    // Whatever the database holds (the blocked append cancelled, or committed after all) is
+    // what the reopen reads, and the handle writes again.
+    assert!(matches!(s.len(), 1 | 2), "{} events", s.len());
+    s.append(host("after")).unwrap();
+    s.verify().unwrap();
+}
+
 /// A dead writer's session is taken over at once with fast_takeover, and after the lease time
 /// without it (through a pooler, for instance).
 #[test]

@@ -16,7 +16,8 @@
 //!   with the host's own tool marks. Thinking blocks cannot carry a breakpoint, so a trailing
 //!   thinking-only message passes the mark back to the one before.
 
-use super::{block_path, breakpoint, image_source, origin, unsupported, Envelope, ImageSource, RenderOptions};
+use super::media::{self, Kind, Source};
+use super::{block_path, breakpoint, origin, unsupported, Envelope, RenderOptions, ToolOut};
 use crate::error::{Error, Result};
 use crate::types::{Block, JsonMap, Message, Role};
 use serde_json::{json, Value};
@@ -135,18 +136,17 @@ pub(super) fn piece(m: &Message, i: usize, prefix_len: usize, system: &mut Vec<V
     render_message(m, i)
 }
 
-/// The tools, with the host's own fields.
+/// The tools: function tools with the host's own fields, provider tools verbatim.
 pub(super) fn tools(env: &Envelope) -> Result<Vec<Value>> {
-    let mut tools: Vec<Value> = Vec::with_capacity(env.tools.len());
-    for (t_i, t) in env.tools.iter().enumerate() {
-        let mut tool = JsonMap::new();
-        tool.insert("name".into(), t.name.clone().into());
-        tool.insert("description".into(), t.description.clone().into());
-        tool.insert("input_schema".into(), t.parameters.clone());
-        super::add_tool_extra(&mut tool, &t.extra, t_i, NAME)?;
-        tools.push(Value::Object(tool));
+    let tools = super::tools_for(env, NAME)?;
+    let mut out: Vec<Value> = Vec::with_capacity(tools.len());
+    for (t_i, t) in tools {
+        out.push(match t {
+            ToolOut::Function(t) => Value::Object(super::function_tool(t, t_i, "input_schema", NAME)?),
+            ToolOut::Provider(tool) => Value::Object(tool.clone()),
+        });
     }
-    Ok(tools)
+    Ok(out)
 }
 
 /// The prefix breakpoint when the prefix has no cacheable message block: the last hoisted
@@ -292,7 +292,7 @@ fn render_message(m: &Message, i: usize) -> Result<Option<Rendered>> {
                 "" => None, // Anthropic rejects empty text blocks.
                 text => Some(text_block(b, text, &path)?),
             },
-            (Role::User, "image") => Some(image_block(b, &path)?),
+            (Role::User, "image" | "file") => Some(media_block(b, &path)?),
             (Role::User, "tool-result") => Some(tool_result_block(b, &path)?),
             (Role::Assistant, "reasoning") => thinking_block(b, &path)?,
             (Role::Assistant, "redacted-thinking") => Some(json!({"type": "redacted_thinking", "data": required_str(b, &path, "data")?})),
@@ -337,14 +337,31 @@ fn required_str<'a>(b: &'a Block, path: &str, key: &str) -> Result<&'a str> {
     }
 }
 
-fn image_block(b: &Block, path: &str) -> Result<Value> {
-    let source = match image_source(b, path)? {
-        ImageSource::Base64 { media_type, data } => {
-            json!({"type": "base64", "media_type": media_type, "data": data})
-        }
-        ImageSource::Url(url) => json!({"type": "url", "url": url}),
+/// The block of an image or file block: `image` for an image, `document` for anything else
+/// but audio and video (which Anthropic does not take), with a `base64`, `url` or `file`
+/// source; a file's `filename` is the document's `title`.
+fn media_block(b: &Block, path: &str) -> Result<Value> {
+    let m = media::read(b, path)?;
+    let source = match m.source {
+        Source::Data(data) => json!({"type": "base64", "media_type": m.media_type, "data": data}),
+        Source::Url(url) => json!({"type": "url", "url": url}),
+        Source::FileId(id) => json!({"type": "file", "file_id": id}),
     };
-    Ok(json!({"type": "image", "source": source}))
+    match m.kind {
+        Kind::Image => Ok(json!({"type": "image", "source": source})),
+        Kind::Document => {
+            let mut d = JsonMap::new();
+            d.insert("type".into(), "document".into());
+            d.insert("source".into(), source);
+            if let Some(title) = m.filename {
+                d.insert("title".into(), title.into());
+            }
+            Ok(Value::Object(d))
+        }
+        Kind::Audio | Kind::Video => {
+            Err(media::cannot_carry(path, &m, NAME, "Anthropic takes images and documents (PDF, plain text), no audio or video"))
+        }
+    }
 }
 
 /// A reasoning block becomes `thinking` when it carries the provider's `signature`; without
@@ -394,7 +411,7 @@ fn tool_result_block(b: &Block, path: &str) -> Result<Value> {
                     content.push(json!({"type": "text", "text": text}));
                 }
             }
-            "image" => content.push(image_block(inner, &inner_path)?),
+            "image" | "file" => content.push(media_block(inner, &inner_path)?),
             other => {
                 return Err(Error::invalid(
                     inner_path,
@@ -480,9 +497,16 @@ mod tests {
     fn tool_extra_fields_pass_through() {
         let e = json!({"model":"m","messages":[],"tools":[
             {"name":"a","description":"d","parameters":{},"cache_control":{"type":"ephemeral"}},
-            {"name":"b","description":"d","parameters":{},"type":"custom"}]});
+            {"type":"provider","format":"anthropic","tool":{"type":"custom","name":"b","input_schema":{}}}]});
         let body = render(&e, 0).unwrap();
-        assert_eq!(body["tools"][1]["type"], json!("custom"));
+        assert_eq!(body["tools"][0]["cache_control"], json!({"type":"ephemeral"}));
+        // Verbatim (the head breakpoint marks the last tool, there being no system prompt).
+        assert_eq!(body["tools"][1], json!({"type":"custom","name":"b","input_schema":{},"cache_control":{"type":"ephemeral"}}));
+        // A tool type of the provider's own goes in a provider tool; as a function tool's field it
+        // is refused, with the shape to use.
+        let e = json!({"model":"m","messages":[],"tools":[{"name":"b","description":"d","parameters":{},"type":"custom"}]});
+        let err = render(&e, 0).unwrap_err();
+        assert!(err.message().contains("{\"type\":\"provider\",\"format\":\"anthropic\",\"tool\":"), "{}", err.message());
         let e = json!({"model":"m","messages":[],"tools":[{"name":"a","description":"d","parameters":{},"input_schema":{}}]});
         let err = render(&e, 0).unwrap_err();
         assert!(err.message().starts_with("tools[0].input_schema: unknown tool field collides"), "{}", err.message());

@@ -16,8 +16,9 @@
 //! block marked `"refusal": true`, and finish reason `"refusal"`), `function_call` → tool-call
 //! blocks, `reasoning` → a reasoning block holding the item, anything else → an opaque block.
 
+use super::media::{self, Kind, Source};
 use super::origin::{self, is_foreign, is_native, native_str, with_origin};
-use super::{block_path, breakpoint, image_source, unsupported, Envelope, ImageSource, ParsedResponse, RenderOptions};
+use super::{block_path, breakpoint, unsupported, Envelope, ParsedResponse, RenderOptions, ToolOut};
 use crate::error::{Error, Result};
 use crate::types::{as_object, Block, JsonMap, Message, Provenance, Role};
 use serde_json::{json, Value};
@@ -130,18 +131,21 @@ pub(super) fn frame(env: &Envelope, options: &RenderOptions) -> Result<JsonMap> 
         body.insert("instructions".into(), system.clone().into());
     }
     body.insert(INPUT.into(), Value::Null);
-    if !env.tools.is_empty() {
-        let mut tools = Vec::with_capacity(env.tools.len());
-        for (t_i, t) in env.tools.iter().enumerate() {
-            let mut tool = JsonMap::new();
-            tool.insert("type".into(), "function".into());
-            tool.insert("name".into(), t.name.clone().into());
-            tool.insert("description".into(), t.description.clone().into());
-            tool.insert("parameters".into(), t.parameters.clone());
-            super::add_tool_extra(&mut tool, &t.extra, t_i, NAME)?;
-            tools.push(Value::Object(tool));
+    let tools = super::tools_for(env, NAME)?;
+    if !tools.is_empty() {
+        let mut out = Vec::with_capacity(tools.len());
+        for (t_i, t) in tools {
+            out.push(match t {
+                ToolOut::Function(t) => {
+                    let mut tool = JsonMap::new();
+                    tool.insert("type".into(), "function".into());
+                    tool.extend(super::function_tool(t, t_i, "parameters", NAME)?);
+                    Value::Object(tool)
+                }
+                ToolOut::Provider(tool) => Value::Object(tool.clone()),
+            });
         }
-        body.insert("tools".into(), Value::Array(tools));
+        body.insert("tools".into(), Value::Array(out));
     }
     if let Some(n) = env.max_tokens {
         body.insert("max_output_tokens".into(), n.into());
@@ -216,9 +220,14 @@ fn render_message(m: &Message, i: usize, out: &mut Vec<Value>) -> Result<()> {
                             run.push(json!({"type": "input_text", "text": text}));
                         }
                     }
-                    "image" => run.push(input_image(b, &path)?),
+                    "image" | "file" => run.push(input_media(b, &path)?),
                     _ => return Err(unsupported(&path, b, Role::User, NAME)),
                 }
+            }
+            // A user message is never left out: one whose text is all empty is sent as an
+            // empty text (the turn is the user's, whatever it says).
+            if run.is_empty() && m.content.iter().all(|b| b.kind() == "text") {
+                run.push(json!({"type": "input_text", "text": ""}));
             }
             flush_user(&mut run, out);
         }
@@ -308,23 +317,48 @@ fn flush_assistant(text: &mut Option<(Option<String>, Vec<Value>)>, out: &mut Ve
     }
 }
 
-fn image_url(b: &Block, path: &str) -> Result<String> {
-    Ok(match image_source(b, path)? {
-        ImageSource::Url(u) => u.to_string(),
-        ImageSource::Base64 { media_type, data } => format!("data:{media_type};base64,{data}"),
-    })
-}
-
-/// An `input_image` part (`detail` from the block when it has one, else `auto`).
-fn input_image(b: &Block, path: &str) -> Result<Value> {
-    let detail = native_str(b, "detail", path)?.unwrap_or("auto");
-    Ok(json!({"type": "input_image", "image_url": image_url(b, path)?, "detail": detail}))
+/// The input part of an image or file block: `input_image` for an image (by URL, inline or by
+/// file id; `detail` from the block when it has one, else `auto`), `input_file` for a document
+/// (inline, by URL or by file id, with its `filename`). Audio and video are refused.
+fn input_media(b: &Block, path: &str) -> Result<Value> {
+    let m = media::read(b, path)?;
+    let mut part = JsonMap::new();
+    match m.kind {
+        Kind::Image => {
+            part.insert("type".into(), "input_image".into());
+            match m.source {
+                Source::FileId(id) => part.insert("file_id".into(), id.into()),
+                _ => part.insert("image_url".into(), m.url().into()),
+            };
+            part.insert("detail".into(), native_str(b, "detail", path)?.unwrap_or("auto").into());
+        }
+        Kind::Document => {
+            part.insert("type".into(), "input_file".into());
+            match m.source {
+                Source::FileId(id) => part.insert("file_id".into(), id.into()),
+                Source::Url(u) => part.insert("file_url".into(), u.into()),
+                Source::Data(_) => part.insert("file_data".into(), m.url().into()),
+            };
+            if let Some(name) = m.filename {
+                part.insert("filename".into(), name.into());
+            }
+        }
+        Kind::Audio | Kind::Video => {
+            return Err(media::cannot_carry(
+                path,
+                &m,
+                NAME,
+                "the Responses API takes images and files (input_image, input_file), no audio or video",
+            ))
+        }
+    }
+    Ok(Value::Object(part))
 }
 
 /// A `function_call_output` item: `output` is the text (blocks joined by "\n"), or parts when
-/// the result holds an image. `isError` has no field (the result text should say so).
+/// the result holds an image or a file. `isError` has no field (the result text should say so).
 fn function_call_output(b: &Block, path: &str) -> Result<Value> {
-    let output = super::tool_result_output(b, path, NAME, "input_text", input_image)?;
+    let output = super::tool_result_output(b, path, NAME, "input_text", input_media)?;
     Ok(json!({
         "type": "function_call_output",
         "call_id": b.tool_result_id().expect("validated tool-result"),
@@ -342,9 +376,7 @@ pub(crate) fn parse(body: &Value) -> Result<ParsedResponse> {
     as_object(body, "response")?;
     let status = body.get("status").and_then(Value::as_str);
     if status == Some("failed") {
-        let error = body.get("error").cloned().unwrap_or(Value::Null);
-        let what = error.get("message").and_then(Value::as_str).unwrap_or("no message");
-        return Err(Error::invalid("response.status", format!("the response failed: {what}")).with("providerError", error));
+        return Err(super::response::failed_status(body.get("error"), "response.status", "the response failed"));
     }
     let items = match body.get("output") {
         Some(Value::Array(a)) => a.as_slice(),
@@ -543,7 +575,7 @@ mod tests {
         assert_eq!(err.message(), "include: expected an array, got a string");
         let err =
             r(&json!({"model":"m","messages":[],"tools":[{"name":"a","description":"d","parameters":{},"type":"custom"}]})).unwrap_err();
-        assert!(err.message().starts_with("tools[0].type: unknown tool field collides"), "{}", err.message());
+        assert!(err.message().starts_with("tools[0].type: expected \"function\" or \"provider\", got \"custom\""), "{}", err.message());
     }
 
     #[test]
@@ -568,6 +600,8 @@ mod tests {
                 json!({"type":"function_call_output","call_id":"c1","output":"a\nb"}),
                 json!({"type":"function_call_output","call_id":"c2","output":[
                     {"type":"input_image","image_url":"https://x/y.png","detail":"low"}]}),
+                // A user message whose text is all empty stays (as an empty text).
+                json!({"type":"message","role":"user","content":[{"type":"input_text","text":""}]}),
             ]
         );
     }
@@ -704,7 +738,7 @@ mod tests {
             &json!({"status":"failed","error":{"code":"server_error","message":"boom"},"output":[]}),
         )
         .unwrap_err();
-        assert_eq!(e.message(), "response.status: the response failed: boom");
+        assert_eq!(e.message(), "response.status: the response failed: server_error: boom");
         assert_eq!(e.detail()["providerError"]["code"], "server_error");
         let e = parse_response(Renderer::OpenAiResponses, &json!({"output":[{"type":"function_call","name":"x"}]})).unwrap_err();
         assert_eq!(e.message(), "response.output[0].call_id: expected a non-empty string");

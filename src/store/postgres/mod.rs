@@ -249,16 +249,26 @@ impl PgStore {
         }
         let lease = self.lease.clone().expect("a writer has its lease");
         if self.dead.is_none() && lease.lost.load(Ordering::Relaxed) {
-            self.dead = Some((ErrorKind::Locked, self.lost_lease_text(lease.epoch, None), Vec::new()));
+            // The renewer found the lease taken over before a write did: say who holds it now,
+            // as a refused write does.
+            let now = block_on(async { Ok(self.lease_now().await) })?;
+            self.mark_lost(lease.epoch, now);
         }
-        if let Some((kind, why, detail)) = &self.dead {
-            let mut e = Error::new(*kind, format!("{}: cannot {what}: {why}", self.describe)).with("store", self.describe.clone());
-            for (k, v) in detail {
-                e = e.with(k, v.clone());
-            }
+        if let Some(e) = self.dead_refusal(what) {
             return Err(e.with("epoch", lease.epoch));
         }
         Ok(lease.epoch)
+    }
+
+    /// The refusal of a handle marked dead (an unknown outcome, a lost lease): every call says
+    /// the same reason with the same detail (`outcomeUnknown`, or `currentEpoch` and `holder`).
+    fn dead_refusal(&self, what: &str) -> Option<Error> {
+        let (kind, why, detail) = self.dead.as_ref()?;
+        let mut e = Error::new(*kind, format!("{}: cannot {what}: {why}", self.describe)).with("store", self.describe.clone());
+        for (k, v) in detail {
+            e = e.with(k, v.clone());
+        }
+        Some(e)
     }
 
     fn lost_lease_text(&self, epoch: i64, now: Option<(i64, Option<String>)>) -> String {
@@ -273,6 +283,41 @@ impl PgStore {
         )
     }
 
+    /// The session's lease as the database holds it now: its epoch and holder (`None` when the
+    /// database does not answer).
+    async fn lease_now(&self) -> Option<(i64, Option<String>)> {
+        let rows = self
+            .pool
+            .query(Bound::Query, "SELECT lease_epoch, lease_holder FROM llmsession_sessions WHERE id = $1", &[(&self.id, Type::TEXT)])
+            .await
+            .ok()?;
+        rows.first().map(|r| (r.get::<_, i64>(0), r.get::<_, Option<String>>(1)))
+    }
+
+    /// Marks the handle dead for a lost lease (`epoch` its own, `now` the lease as the database
+    /// holds it, where known) and returns the refusal every write gets from now on:
+    /// [`ErrorKind::Locked`] with `epoch`, and `currentEpoch` and `holder` where known.
+    fn mark_lost(&mut self, epoch: i64, now: Option<(i64, Option<String>)>) -> Error {
+        let text = self.lost_lease_text(epoch, now.clone());
+        let mut detail = Vec::new();
+        if let Some((e, holder)) = now {
+            detail.push(("currentEpoch".to_string(), Value::from(e)));
+            if let Some(h) = holder {
+                detail.push(("holder".to_string(), Value::from(h)));
+            }
+        }
+        let mut err =
+            Error::new(ErrorKind::Locked, format!("{}: {text}", self.describe)).with("store", self.describe.clone()).with("epoch", epoch);
+        for (k, v) in &detail {
+            err = err.with(k, v.clone());
+        }
+        self.dead = Some((ErrorKind::Locked, text, detail));
+        if let Some(l) = &self.lease {
+            l.lost.store(true, Ordering::Relaxed);
+        }
+        err
+    }
+
     /// Turns a failed write into the library's error, marking the handle dead when the outcome
     /// is unknown.
     fn write_error(&mut self, what: &str, e: CallError) -> Error {
@@ -281,13 +326,18 @@ impl PgStore {
         if !unknown {
             return err;
         }
+        // Every later call repeats what this one said, the same way: the reason, and the
+        // detail with `outcomeUnknown`.
+        let mut detail: Vec<(String, Value)> = err.detail().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        detail.retain(|(k, _)| k != "outcomeUnknown");
+        detail.push(("outcomeUnknown".to_string(), Value::Bool(true)));
         self.dead = Some((
             ErrorKind::Storage,
             format!(
                 "the outcome of an earlier write is unknown ({}); reopen the session (the reopen reads what the database holds)",
                 err.message()
             ),
-            vec![("outcomeUnknown".to_string(), Value::Bool(true))],
+            detail,
         ));
         let mut out = Error::new(
             ErrorKind::Storage,
@@ -318,25 +368,7 @@ impl PgStore {
         let row = rows.as_ref().and_then(|r| r.first());
         let now = row.map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, i64>(1), r.get::<_, Option<String>>(2)));
         match now {
-            Some((_, e, holder)) if e != epoch || holder.is_none() => {
-                let text = self.lost_lease_text(epoch, Some((e, holder.clone())));
-                let mut detail = vec![("currentEpoch".to_string(), Value::from(e))];
-                if let Some(h) = &holder {
-                    detail.push(("holder".to_string(), Value::from(h.clone())));
-                }
-                self.dead = Some((ErrorKind::Locked, text.clone(), detail));
-                if let Some(l) = &self.lease {
-                    l.lost.store(true, Ordering::Relaxed);
-                }
-                let mut err = Error::new(ErrorKind::Locked, format!("{}: {text}", self.describe))
-                    .with("store", self.describe.clone())
-                    .with("epoch", epoch)
-                    .with("currentEpoch", e);
-                if let Some(h) = holder {
-                    err = err.with("holder", h);
-                }
-                err
-            }
+            Some((_, e, holder)) if e != epoch || holder.is_none() => self.mark_lost(epoch, Some((e, holder))),
             _ if creating => {
                 Error::new(ErrorKind::Conflict, format!("{}: the session was created by another writer first; reopen it", self.describe))
                     .with("store", self.describe.clone())
@@ -364,10 +396,8 @@ impl PgStore {
     /// Reads the session's records from event `from_seq` on, in one snapshot with the head, and
     /// checks them against it.
     fn read(&mut self, from_seq: Option<u64>) -> Result<StoreContents> {
-        if let Some((kind, why, _)) = &self.dead {
-            return Err(
-                Error::new(*kind, format!("{}: cannot read the session: {why}", self.describe)).with("store", self.describe.clone())
-            );
+        if let Some(e) = self.dead_refusal("read the session") {
+            return Err(e);
         }
         let d = self.describe.clone();
         let start = from_seq.unwrap_or(0);
