@@ -595,3 +595,26 @@ fn native_compaction_needs_a_route_that_has_it() {
     let _ = Block::text("");
     let _ = Role::User;
 }
+
+/// The answer of a background compaction is recorded between steps: while a conversation
+/// request is open it is refused (nothing changes), and recorded after the response.
+#[test]
+fn a_native_answer_waits_for_the_open_request() {
+    let s = Session::in_memory();
+    let mut a = agent(&s, Renderer::Anthropic, "claude-opus-4-8", false);
+    turn(&mut a, "Start logsift.", &anthropic_answer("Started."));
+    a.native_compaction_request().unwrap();
+    a.start_turn(Message::user_text("Meanwhile.")).unwrap();
+    a.next_body(&CancelToken::new()).unwrap();
+    let before = s.records().len();
+    let e = a.finish_native_compaction(&fixture("anthropic-on-demand.json")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::OutOfOrder, "{e}");
+    assert_eq!(s.records().len(), before);
+    a.record_body(&anthropic_answer("Ok.")).unwrap();
+    a.finish_native_compaction(&fixture("anthropic-on-demand.json")).unwrap();
+    a.end_turn(TurnEndReason::Completed).unwrap();
+    let h = history(&s);
+    assert_eq!(h.len(), 3, "the block, then the turn taken meanwhile");
+    assert_eq!(h[1]["content"][0]["text"], "Meanwhile.");
+    verified(&s, Renderer::Anthropic);
+}

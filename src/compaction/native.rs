@@ -726,13 +726,19 @@ impl Agent {
     /// attempt, logged with why (`compaction/end{failed}`); the history stays whole.
     ///
     /// Errors (each changes nothing; the request stays in flight): `OutOfOrder` (none is in
-    /// flight), `MalformedJson`, `InvalidInput` (a body of another shape, naming the field),
+    /// flight; a conversation request is open: record the answer after its response),
+    /// `MalformedJson`, `InvalidInput` (a body of another shape, naming the field),
     /// `Storage`/`Conflict`.
     pub fn finish_native_compaction(&mut self, body: &str) -> Result<NativeOutcome> {
         self.ensure_live()?;
         let v: Value = serde_json::from_str(body)?;
         let mut g = self.session.lock();
         let (start, span, seqs, format) = self.open_native(&g.log)?;
+        if g.log.state().open_turn.as_ref().is_some_and(|t| t.step_open) {
+            return Err(Error::out_of_order(
+                "a request is open: record the native compaction's answer after the response (the swap goes into the next request)",
+            ));
+        }
         let answer = classify(&format, &v)?;
         let out = |outcome, error, stop_reason| NativeOutcome {
             outcome,
