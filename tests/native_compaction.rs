@@ -618,3 +618,21 @@ fn a_native_answer_waits_for_the_open_request() {
     assert_eq!(h[1]["content"][0]["text"], "Meanwhile.");
     verified(&s, Renderer::Anthropic);
 }
+
+/// A threshold compaction in an answer while an on-demand request is in flight supersedes it:
+/// the request is failed, logged, and the threshold block replaces the history.
+#[test]
+fn a_threshold_compaction_supersedes_a_request_in_flight() {
+    let s = Session::in_memory();
+    let mut a = agent(&s, Renderer::Anthropic, "claude-opus-4-8", false);
+    turn(&mut a, "Start logsift.", &anthropic_answer("Started."));
+    a.native_compaction_request().unwrap();
+    turn(&mut a, "Add --since.", &fixture("anthropic-threshold.json"));
+    let ends: Vec<Value> = events(&s).into_iter().filter(|e| e["type"] == "compaction/end").collect();
+    assert_eq!(ends[0]["data"]["outcome"], "failed");
+    assert!(ends[0]["data"]["error"].as_str().unwrap().contains("superseded"), "{ends:?}");
+    assert_eq!(ends[1]["data"]["outcome"], "landed");
+    assert_eq!(a.finish_native_compaction(&fixture("anthropic-on-demand.json")).unwrap_err().kind(), ErrorKind::OutOfOrder);
+    assert_eq!(history(&s).len(), 2);
+    verified(&s, Renderer::Anthropic);
+}

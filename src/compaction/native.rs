@@ -420,9 +420,10 @@ fn checkpoint_event(format: &str, items: &[Value], end: usize, seqs: &[u64]) -> 
 
 /// The threshold compaction an answer carries, as the events that record it after the step's
 /// `step/end` (`message` loses the block and what came before it when it lands): `None` when the
-/// answer holds no native compaction block, or when it cannot be recorded as one (a compaction
-/// is open, or the request carried no history: the answer is then kept whole, and the block
-/// goes back with it).
+/// answer holds no native compaction block, or when it cannot be recorded as one (the request
+/// carried no history: the answer is then kept whole, and the block goes back with it). A
+/// native compaction request in flight is superseded (its block would summarise less than this
+/// one) and failed first.
 pub(crate) fn threshold_events(
     st: &LogState,
     message: &mut Message,
@@ -434,8 +435,17 @@ pub(crate) fn threshold_events(
 ) -> Result<Option<Vec<NewEvent>>> {
     let Some(split) = split_threshold(message) else { return Ok(None) };
     let entries = st.history.entries();
-    if st.compaction.is_some() || entries.is_empty() {
+    let in_flight = st.compaction.as_ref().is_some_and(|c| c.in_background() && !c.landed);
+    if (st.compaction.is_some() && !in_flight) || entries.is_empty() {
         return Ok(None);
+    }
+    let mut out = Vec::new();
+    if in_flight {
+        out.push(NewEvent::new(
+            types::COMPACTION_END,
+            json!({"outcome": "failed", "error": "superseded by the provider's threshold compaction in a conversation answer",
+                   "next": "the threshold compaction replaced the history instead"}),
+        ));
     }
     let end = entries.len() - 1;
     let seqs: Vec<u64> = entries.iter().map(|d| d.seq).collect();
@@ -447,7 +457,8 @@ pub(crate) fn threshold_events(
         // Kept in the answer, verbatim (it round-trips as a no-op); the history stays whole.
         start["note"] = "the block stays in the answer".into();
         let end_ev = json!({"outcome": "failed", "error": why, "next": "kept the whole history and the block in the answer"});
-        return Ok(Some(vec![NewEvent::new(types::COMPACTION_START, start), NewEvent::new(types::COMPACTION_END, end_ev)]));
+        out.extend([NewEvent::new(types::COMPACTION_START, start), NewEvent::new(types::COMPACTION_END, end_ev)]);
+        return Ok(Some(out));
     }
     let mut native = json!({
         "format": split.format, "mode": "threshold", "provider": provider, "model": model,
@@ -464,12 +475,13 @@ pub(crate) fn threshold_events(
     }
     let cp = checkpoint_event(&split.format, std::slice::from_ref(&split.item), end, &seqs)?;
     message.content = split.after;
-    Ok(Some(vec![
+    out.extend([
         NewEvent::new(types::COMPACTION_START, start),
         NewEvent::new(types::COMPACTION_NATIVE, native),
         cp,
         NewEvent::new(types::COMPACTION_END, json!({"outcome": "landed"})),
-    ]))
+    ]);
+    Ok(Some(out))
 }
 
 /// Classifies an on-demand answer of `format` (the body as JSON).
