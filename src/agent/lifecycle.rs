@@ -179,13 +179,7 @@ impl Agent {
             }),
             _ => None,
         };
-        let reason = if !self.anchored {
-            Some(if folded.is_none() { SnapshotReason::Initial } else { SnapshotReason::Resume })
-        } else if folded != Some(&header) {
-            Some(SnapshotReason::Change)
-        } else {
-            None
-        };
+        let reason = self.snapshot_owed(folded, &header);
         let mut batch = stale_compaction_end(&g.log).into_iter().collect::<Vec<_>>();
         if let Some(reason) = reason {
             let snap = HeaderSnapshot { header: header.clone(), reason, instance: self.instance };
@@ -302,6 +296,23 @@ impl Agent {
                 Built::Body(Body { json, info })
             }
         })
+    }
+
+    /// Why `header` must be recorded before this instance's next request, given the folded
+    /// header of the log: `initial` / `resume` for the instance's anchoring snapshot, `change`
+    /// when it differs from the folded one, `None` when nothing is owed.
+    pub(crate) fn snapshot_owed(
+        &self,
+        folded: Option<&crate::header::EpochHeader>,
+        header: &crate::header::EpochHeader,
+    ) -> Option<SnapshotReason> {
+        if !self.anchored {
+            Some(if folded.is_none() { SnapshotReason::Initial } else { SnapshotReason::Resume })
+        } else if folded != Some(header) {
+            Some(SnapshotReason::Change)
+        } else {
+            None
+        }
     }
 
     /// Check mode: rebuild the request of `step_seq` from the serialised log alone and compare.

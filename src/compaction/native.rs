@@ -401,7 +401,7 @@ enum Answer {
 use super::{CompactionPolicy, Mechanism, Outcome, Trigger};
 use crate::agent::Agent;
 use crate::cancel::CancelToken;
-use crate::header::{HeaderSnapshot, SnapshotReason};
+use crate::header::HeaderSnapshot;
 use crate::log::event::{NewEvent, UserSource};
 use crate::log::rules::LogState;
 use crate::log::Log;
@@ -880,24 +880,13 @@ impl Agent {
         match readable {
             Some(text) => self.land_readable(cp_seq, &text, note, &from_provider, &from_model),
             None => {
-                let policy = self.current_policy().unwrap_or_else(|| {
-                    let mut p = CompactionPolicy::new(u64::MAX / 4);
-                    p.retained = super::Retained::Tokens(0);
-                    p
-                });
+                let policy = self.current_policy().unwrap_or_else(CompactionPolicy::unbounded);
                 let (sources, entries, header, snapshot) = {
                     let g = self.session.lock();
                     let sources = g.log.event(cp_seq).and_then(|e| e.sources).unwrap_or_default();
                     let entries = expand(&sources, &|s| g.log.event(s))?;
                     let header = self.wanted_header_in(&g.log);
-                    let folded = g.log.state().headers.current();
-                    let reason = if !self.anchored {
-                        Some(if folded.is_none() { SnapshotReason::Initial } else { SnapshotReason::Resume })
-                    } else if folded != Some(&header) {
-                        Some(SnapshotReason::Change)
-                    } else {
-                        None
-                    };
+                    let reason = self.snapshot_owed(g.log.state().headers.current(), &header);
                     let snapshot = reason.map(|reason| HeaderSnapshot { header: header.clone(), reason, instance: self.instance });
                     (sources, entries, header, snapshot)
                 };

@@ -100,6 +100,12 @@ impl CompactionPolicy {
         }
     }
 
+    /// What a compaction the host asks for runs under when no policy is set: no window to
+    /// speak of, no retained tail (the defaults otherwise).
+    pub(crate) fn unbounded() -> CompactionPolicy {
+        CompactionPolicy { retained: Retained::Tokens(0), ..CompactionPolicy::new(u64::MAX / 4) }
+    }
+
     /// The threshold in tokens.
     pub fn threshold_tokens(&self) -> u64 {
         (self.context_window as f64 * self.threshold).floor() as u64

@@ -355,11 +355,7 @@ impl Agent {
             }
         }
         self.check_no_native_in_flight("compact")?;
-        let policy = self.current_policy().unwrap_or_else(|| {
-            let mut p = CompactionPolicy::new(u64::MAX / 4);
-            p.retained = super::Retained::Tokens(0);
-            p
-        });
+        let policy = self.current_policy().unwrap_or_else(CompactionPolicy::unbounded);
         let (m, entries) = self.measure_surface()?;
         let region = match span {
             None => select_region(&entries, self.meter.per_entry(), policy.retained_tokens())
