@@ -183,7 +183,8 @@ macro_rules! deserialize_via_from_value {
 // Content blocks
 
 /// One content block. Known types (`text`, `reasoning`, `tool-call`, `tool-result`) are
-/// validated; any other type (`image`, ...) is carried as an opaque object.
+/// validated; any other type is carried as an opaque object (`image` and `file` blocks are
+/// checked by the renderer that sends them: `docs/contract.md` §1.2).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Block(JsonMap);
 

@@ -15,6 +15,7 @@ export type Block =
   | ToolCallBlock
   | ToolResultBlock
   | ImageBlock
+  | FileBlock
   | RedactedThinkingBlock
   | OpaqueBlock;
 
@@ -61,6 +62,37 @@ export interface ImageBlock {
   mediaType?: string;
   data?: string;
   [key: string]: Json | undefined;
+}
+
+/**
+ * A file (a document, audio, video, an image): its `mediaType` and one of base64 `data`, a `url`
+ * or the `fileId` (or URI) the provider's Files API gave it, with its `filename`. Each format
+ * renders it or refuses it naming the block and the format (docs/render.md).
+ */
+export interface FileBlock {
+  type: 'file';
+  mediaType: string;
+  data?: string;
+  url?: string;
+  fileId?: string;
+  filename?: string;
+  [key: string]: Json | undefined;
+}
+
+/**
+ * A tool: a function tool `{name, description?, parameters}` (OpenAI's
+ * `{type: 'function', function: {...}}` is read too), or a provider's own tool sent verbatim to
+ * its format only (docs/render.md, "Tools").
+ */
+export type Tool =
+  | { name: string; description?: string | null; parameters: { [key: string]: Json }; [key: string]: Json | undefined }
+  | ProviderTool;
+
+/** A provider (server-side) tool: `format` is the renderer name, `tool` the provider's object. */
+export interface ProviderTool {
+  type: 'provider';
+  format: 'anthropic' | 'openai-responses' | 'openai' | 'gemini' | 'gemini-interactions';
+  tool: { [key: string]: Json };
 }
 
 /** Anthropic's redacted thinking, carried back verbatim. */

@@ -40,7 +40,7 @@ export function toolCalls(response: lls.ParsedResponse): { id: string; name: str
         break;
       }
       default: {
-        const other: 'image' | 'redacted-thinking' | 'opaque' = block.type;
+        const other: 'image' | 'file' | 'redacted-thinking' | 'opaque' = block.type;
         void other;
       }
     }

@@ -3,7 +3,8 @@
 //! Mapping (see `docs/render.md` for the reasons):
 //! - system prompt, then the text of every system-role **prefix** message → `system` text
 //!   blocks (a system-role message after the prefix is an error);
-//! - user message → a `user` message: `text`, `image` and `tool_result` blocks;
+//! - user message → a `user` message: `text`, `image`, `document` (file blocks) and
+//!   `tool_result` blocks;
 //! - assistant message → an `assistant` message: `text` (with the `citations` an Anthropic
 //!   response gave it), `thinking` (reasoning blocks that carry
 //!   a `signature`; unsigned reasoning is dropped), `redacted_thinking` and `tool_use` blocks;

@@ -4,7 +4,7 @@
 //! Mapping (`docs/providers/gemini.md` has the reasons):
 //! - system prompt, then the text of every system-role **prefix** message → `systemInstruction`
 //!   parts (a system-role message after the prefix is an error, as for Anthropic);
-//! - user message → a `user` content: `text`, `inlineData` / `fileData` (images) and
+//! - user message → a `user` content: `text`, `inlineData` / `fileData` (images and files) and
 //!   `functionResponse` parts (the function's name is the earlier call's);
 //! - assistant message → a `model` content: `text`, `thought` text (reasoning parsed from
 //!   Gemini), `functionCall` parts, and opaque Gemini parts verbatim, each with the

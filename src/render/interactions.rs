@@ -8,7 +8,8 @@
 //! - system prompt, then the text of every system-role **prefix** message → `system_instruction`
 //!   (joined by a blank line; a system-role message after the prefix is an error);
 //! - user message → its blocks cut into runs: each `tool-result` becomes a `function_result`
-//!   step, each run of text and images a `user_input` step (`text` and `image` content);
+//!   step, each run of text, images and files a `user_input` step (`text`, `image`, `audio`,
+//!   `video` and `document` content);
 //! - assistant message → steps in block order: runs of text → a `model_output` step,
 //!   `tool-call` → a `function_call` step (`arguments` an object; the `signature` the parser
 //!   recorded goes back), reasoning parsed from this API → its `thought` step verbatim (with its

@@ -5,7 +5,8 @@
 //! - system-role message → `{"role":"system","content":<text blocks joined by "\n">}`;
 //! - user message → its blocks cut into runs: each `tool-result` block becomes a
 //!   `{"role":"tool","tool_call_id","content"}` message, every run of other blocks becomes a
-//!   `{"role":"user","content"}` message (a string, or content parts when it holds an image);
+//!   `{"role":"user","content"}` message (a string, or content parts when it holds an image or
+//!   a file);
 //! - assistant message → one message with `content` (text blocks joined by "\n"; `null` when
 //!   there is no text but there are tool calls or a refusal), `refusal` (text blocks marked
 //!   `"refusal": true`, joined by "\n"), `reasoning_content` (reasoning blocks joined by

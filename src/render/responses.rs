@@ -6,7 +6,7 @@
 //! - system prompt → `instructions`;
 //! - system-role message → a `message` item with role `system` (`input_text` parts);
 //! - user message → its blocks cut into runs: each `tool-result` becomes a
-//!   `function_call_output` item, each run of text and images a user `message` item;
+//!   `function_call_output` item, each run of text, images and files a user `message` item;
 //! - assistant message → items in block order: runs of text → an assistant `message` item
 //!   (`output_text` parts; `refusal` parts for text blocks marked `"refusal": true`), `tool-call` → `function_call`, reasoning parsed from this API (with
 //!   its `encrypted_content`) → the `reasoning` item verbatim, opaque items of this API (e.g.

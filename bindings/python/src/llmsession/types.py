@@ -50,8 +50,29 @@ class ToolResultBlock(TypedDict):
     isError: bool
 
 
-Block = Union[TextBlock, ReasoningBlock, ToolCallBlock, ToolResultBlock, Dict[str, Json]]
-"""A content block; a type other than the four known ones is carried as an opaque object."""
+class ImageBlock(TypedDict):
+    """An image: ``url``, or ``data`` (base64) with its ``mediaType``."""
+
+    type: Literal["image"]
+    url: NotRequired[str]
+    mediaType: NotRequired[str]
+    data: NotRequired[str]
+
+
+class FileBlock(TypedDict):
+    """A file (a document, audio, video, ...): its ``mediaType`` and one of ``data`` (base64),
+    ``url`` and ``fileId`` (the provider's Files API id or URI), with its ``filename``."""
+
+    type: Literal["file"]
+    mediaType: str
+    data: NotRequired[str]
+    url: NotRequired[str]
+    fileId: NotRequired[str]
+    filename: NotRequired[str]
+
+
+Block = Union[TextBlock, ReasoningBlock, ToolCallBlock, ToolResultBlock, ImageBlock, FileBlock, Dict[str, Json]]
+"""A content block; a type other than the known ones is carried as an opaque object."""
 
 
 class Message(TypedDict):
@@ -67,12 +88,26 @@ class Usage(TypedDict, total=False):
     reasoningTokens: int
 
 
-class Tool(TypedDict, total=False):
-    """A tool schema as the request carries it (``name``, ``description``, ``parameters``)."""
+class FunctionTool(TypedDict, total=False):
+    """A function tool as the request carries it (``name``, ``description`` (optional),
+    ``parameters``). OpenAI's ``{"type": "function", "function": {...}}`` is read too."""
 
     name: str
-    description: str
+    description: Optional[str]
     parameters: Dict[str, Json]
+
+
+class ProviderTool(TypedDict):
+    """A provider's own (server-side) tool, sent verbatim to its format only: ``format`` is the
+    renderer name, ``tool`` the object in the provider's shape."""
+
+    type: Literal["provider"]
+    format: str
+    tool: Dict[str, Json]
+
+
+Tool = Union[FunctionTool, ProviderTool]
+"""A tool: a function tool or a provider tool (docs/render.md, "Tools")."""
 
 
 class CallConfig(TypedDict, total=False):
