@@ -661,7 +661,8 @@ fn is_zero(n: &u64) -> bool {
 }
 
 /// What `verify` checked. Its JSON (`Serialize`) is what `lls_verify_*` return: `{"events",
-/// "requests", "compactions"}` (`bodies` only after a verify that rendered them).
+/// "requests", "compactions"}` (`bodies` only after a verify that rendered them,
+/// `nativeCompactions` only when there were native compaction requests).
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct VerifyReport {
     /// Number of events checked.
@@ -672,7 +673,7 @@ pub struct VerifyReport {
     pub compactions: u64,
     /// Native compaction requests (`purpose: "native-compaction"`) rebuilt and matched
     /// (`nativeCompactions`, present when there were any).
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(rename = "nativeCompactions", skip_serializing_if = "is_zero")]
     pub native_compactions: u64,
     /// Provider bodies rendered from the cached messages and matched with the rendering of
     /// their rebuilt envelope ([`verify_bodies`]; 0 for a plain verify).
