@@ -90,9 +90,6 @@ type RequestInfo struct {
 	StepSeq        uint64 `json:"stepSeq"`
 	// Purpose is PurposeConversation or PurposeCompaction (set by NextBody and NextBodyView).
 	Purpose string `json:"purpose,omitempty"`
-	// Betas are the Anthropic beta flags the request needs (native compaction's; header
-	// anthropic-beta). Set by RequestInfo and NextRequest (the JSON form), not by NextBody.
-	Betas []string `json:"betas,omitempty"`
 }
 
 // Request is a built request: the envelope (the exact logged bytes) and its description.

@@ -81,6 +81,21 @@ func (a *Agent) FailNativeCompaction(why string) (*NativeOutcome, error) {
 	})
 }
 
+// RequestBetas are the Anthropic beta flags the last request needs (native compaction's: send
+// them as the anthropic-beta header): "betas" of lls_agent_request_info, empty when none.
+func (a *Agent) RequestBetas() ([]string, error) {
+	b, err := a.str(func(p *C.lls_agent, o **C.char, n *C.size_t, e **C.lls_error) C.lls_status {
+		return C.lls_agent_request_info(p, o, n, e)
+	})
+	if err != nil {
+		return nil, err
+	}
+	var info struct {
+		Betas []string `json:"betas"`
+	}
+	return info.Betas, json.Unmarshal(b, &info)
+}
+
 func (a *Agent) nativeOutcome(f func(p *C.lls_agent, o **C.char, n *C.size_t, e **C.lls_error) C.lls_status) (*NativeOutcome, error) {
 	b, err := a.str(f)
 	if err != nil {

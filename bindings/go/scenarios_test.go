@@ -150,7 +150,14 @@ func (w *world) runOp(op map[string]any) error {
 		}
 		r, err := w.a().NextRequest(ctx)
 		if err == nil {
-			w.out["request"] = r.Info
+			info, _ := json.Marshal(r.Info)
+			ri := asMap(decode(info))
+			betas, err := w.a().RequestBetas()
+			check(err)
+			if len(betas) > 0 {
+				ri["betas"] = betas
+			}
+			w.out["request"] = ri
 			w.mu.Lock()
 			w.sent = append(w.sent, sentRequest{len(w.summaries), append([]byte(nil), r.Envelope...)})
 			w.mu.Unlock()
