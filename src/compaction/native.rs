@@ -385,17 +385,26 @@ pub(crate) struct Expansion {
 
 /// What the answer to an on-demand request was.
 enum Answer {
-    Block {
-        items: Vec<Value>,
-        usage: Option<Usage>,
-        provider_usage: Option<Value>,
-        stop_reason: Option<String>,
-        response_id: Option<String>,
-    },
-    Rejected {
-        why: String,
-        stop_reason: Option<String>,
-    },
+    Block(Box<Landing>),
+    Rejected { why: String, stop_reason: Option<String> },
+}
+
+/// An answer with the block: what `compaction/native` keeps of it.
+struct Landing {
+    items: Vec<Value>,
+    usage: Option<Usage>,
+    provider_usage: Option<Value>,
+    stop_reason: Option<String>,
+    response_id: Option<String>,
+}
+
+/// The native compaction request in flight: its `compaction/start` data, its span and seqs, its
+/// format.
+struct InFlight {
+    start: Value,
+    span: (usize, usize),
+    seqs: Vec<u64>,
+    format: String,
 }
 
 use super::{CompactionPolicy, Mechanism, Outcome, Trigger};
@@ -519,7 +528,7 @@ fn classify(format: &str, body: &Value) -> Result<Answer> {
         let provider_usage = body.get("usage").cloned();
         let usage = provider_usage.as_ref().and_then(iteration_usage).or(parsed.usage);
         let response_id = body.get("id").and_then(Value::as_str).map(str::to_string);
-        return Ok(Answer::Block { items: vec![item], usage, provider_usage, stop_reason: raw_stop, response_id });
+        return Ok(Answer::Block(Box::new(Landing { items: vec![item], usage, provider_usage, stop_reason: raw_stop, response_id })));
     }
     let (items, usage, response_id) = crate::render::parse_compacted(body)?;
     let n = items.iter().filter(|i| i.get("type").and_then(Value::as_str) == Some(COMPACTION)).count();
@@ -533,7 +542,7 @@ fn classify(format: &str, body: &Value) -> Result<Answer> {
     if let Some(why) = failed_item(format, item) {
         return Ok(Answer::Rejected { why: why.into(), stop_reason: None });
     }
-    Ok(Answer::Block { items, usage, provider_usage: body.get("usage").cloned(), stop_reason: None, response_id })
+    Ok(Answer::Block(Box::new(Landing { items, usage, provider_usage: body.get("usage").cloned(), stop_reason: None, response_id })))
 }
 
 impl Agent {
@@ -717,7 +726,7 @@ impl Agent {
     }
 
     /// The open native compaction request: its `compaction/start` data and span.
-    fn open_native(&self, log: &Log) -> Result<(Value, (usize, usize), Vec<u64>, String)> {
+    fn open_native(&self, log: &Log) -> Result<InFlight> {
         let c = log
             .state()
             .compaction
@@ -726,7 +735,7 @@ impl Agent {
             .ok_or_else(|| Error::out_of_order("no native compaction request is in flight (native_compaction_request starts one)"))?;
         let start = log.event(c.start_seq).map(|e| e.data).unwrap_or(Value::Null);
         let format = c.native.as_ref().expect("native").format.clone();
-        Ok((start, c.span, c.seqs.clone(), format))
+        Ok(InFlight { start, span: c.span, seqs: c.seqs.clone(), format })
     }
 
     /// Records the provider's answer to the native compaction request in flight (the raw body of
@@ -745,7 +754,7 @@ impl Agent {
         self.ensure_live()?;
         let v: Value = serde_json::from_str(body)?;
         let mut g = self.session.lock();
-        let (start, span, seqs, format) = self.open_native(&g.log)?;
+        let InFlight { start, span, seqs, format } = self.open_native(&g.log)?;
         if g.log.state().open_turn.as_ref().is_some_and(|t| t.step_open) {
             return Err(Error::out_of_order(
                 "a request is open: record the native compaction's answer after the response (the swap goes into the next request)",
@@ -769,7 +778,8 @@ impl Agent {
                 g.append(NewEvent::new(types::COMPACTION_END, data))?;
                 Ok(out(Outcome::Failed, Some(why), stop_reason))
             }
-            Answer::Block { items, usage, provider_usage, stop_reason, response_id } => {
+            Answer::Block(landing) => {
+                let Landing { items, usage, provider_usage, stop_reason, response_id } = *landing;
                 let mut native = json!({
                     "format": format, "mode": "on-demand", "provider": start["provider"], "model": start["model"],
                     "items": items, "span": {"start": span.0, "end": span.1}, "seqs": seqs,
@@ -809,7 +819,7 @@ impl Agent {
     pub fn fail_native_compaction(&mut self, error: &str) -> Result<NativeOutcome> {
         self.ensure_live()?;
         let mut g = self.session.lock();
-        let (_, span, seqs, format) = self.open_native(&g.log)?;
+        let InFlight { span, seqs, format, .. } = self.open_native(&g.log)?;
         let why = if error.trim().is_empty() { "the native compaction request failed".to_string() } else { error.to_string() };
         g.append(NewEvent::new(
             types::COMPACTION_END,

@@ -541,7 +541,7 @@ impl LogState {
                 };
                 if let Some(x) = f.opt_array("expanded")? {
                     for (i, s) in x.iter().enumerate() {
-                        if !s.as_u64().is_some_and(|s| s < ev.seq) {
+                        if s.as_u64().is_none_or(|s| s >= ev.seq) {
                             return Err(Error::invalid(format!("data.expanded[{i}]"), "expected the seq of an earlier event"));
                         }
                     }
