@@ -636,3 +636,16 @@ fn a_threshold_compaction_supersedes_a_request_in_flight() {
     assert_eq!(history(&s).len(), 2);
     verified(&s, Renderer::Anthropic);
 }
+
+#[test]
+fn the_policy_names_its_mechanism() {
+    let p = CompactionPolicy::from_value(&json!({"contextWindow": 200000, "mechanism": "auto"}), "policy").unwrap();
+    assert_eq!(p.mechanism, Mechanism::Auto);
+    assert_eq!(CompactionPolicy::from_value(&json!({"contextWindow": 200000}), "policy").unwrap().mechanism, Mechanism::Portable);
+    let e = CompactionPolicy::from_value(&json!({"contextWindow": 200000, "mechanism": "server"}), "policy").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidPolicy);
+    assert_eq!(e.detail()["field"], "mechanism");
+    assert!(e.message().contains("\"portable\", \"native\" or \"auto\""), "{e}");
+    let e = CompactionPolicy::from_value(&json!({"contextWindow": 200000, "mechanism": 1}), "policy").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+}
