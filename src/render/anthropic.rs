@@ -18,7 +18,7 @@
 //!   thinking-only message passes the mark back to the one before.
 
 use super::media::{self, Kind, Source};
-use super::{block_path, breakpoint, origin, unsupported, Envelope, RenderOptions, ToolOut};
+use super::{block_path, breakpoint, origin, unsupported, Envelope, RenderOptions};
 use crate::error::{Error, Result};
 use crate::types::{Block, JsonMap, Message, Role};
 use serde_json::{json, Value};
@@ -168,15 +168,7 @@ pub(super) fn piece(m: &Message, i: usize, prefix_len: usize, system: &mut Vec<V
 
 /// The tools: function tools with the host's own fields, provider tools verbatim.
 pub(super) fn tools(env: &Envelope) -> Result<Vec<Value>> {
-    let tools = super::tools_for(env, NAME)?;
-    let mut out: Vec<Value> = Vec::with_capacity(tools.len());
-    for (t_i, t) in tools {
-        out.push(match t {
-            ToolOut::Function(t) => Value::Object(super::function_tool(t, t_i, "input_schema", NAME)?),
-            ToolOut::Provider(tool) => Value::Object(tool.clone()),
-        });
-    }
-    Ok(out)
+    super::tools_array(env, NAME, |t, t_i| Ok(Value::Object(super::function_tool(t, t_i, "input_schema", NAME)?)))
 }
 
 /// The prefix breakpoint when the prefix has no cacheable message block: the last hoisted

@@ -23,7 +23,7 @@
 
 use super::media::{self, Kind, Source};
 use super::origin::{self, is_foreign, is_native, native_str, with_origin};
-use super::{block_path, unsupported, Envelope, ParsedResponse, RenderOptions, ToolOut};
+use super::{block_path, unsupported, Envelope, ParsedResponse, RenderOptions};
 use crate::error::{Error, Result};
 use crate::types::{as_object, kind_of, Block, JsonMap, Message, Provenance, Role, Usage};
 use serde_json::{json, Value};
@@ -79,21 +79,9 @@ pub(super) fn frame(env: &Envelope, prefix_len: usize) -> Result<JsonMap> {
         body.insert("system_instruction".into(), system.join("\n\n").into());
     }
     body.insert(INPUT.into(), Value::Null);
-    let tools = super::tools_for(env, NAME)?;
+    let tools = super::tools_array(env, NAME, |t, t_i| super::flat_function_tool(t, t_i, NAME))?;
     if !tools.is_empty() {
-        let mut out = Vec::with_capacity(tools.len());
-        for (t_i, t) in tools {
-            out.push(match t {
-                ToolOut::Function(t) => {
-                    let mut tool = JsonMap::new();
-                    tool.insert("type".into(), "function".into());
-                    tool.extend(super::function_tool(t, t_i, "parameters", NAME)?);
-                    Value::Object(tool)
-                }
-                ToolOut::Provider(tool) => Value::Object(tool.clone()),
-            });
-        }
-        body.insert("tools".into(), Value::Array(out));
+        body.insert("tools".into(), Value::Array(tools));
     }
     let mut config = JsonMap::new();
     if let Some(t) = &env.temperature {

@@ -680,6 +680,27 @@ pub(crate) fn tools_for<'a>(env: &'a Envelope, renderer: &str) -> Result<Vec<(us
     Ok(out)
 }
 
+/// The envelope's tools as a `tools` array ([`tools_for`]): each function tool as `function`
+/// writes it (from the tool and its index), each provider tool of this format verbatim.
+pub(crate) fn tools_array(env: &Envelope, renderer: &str, function: impl Fn(&ToolSchema, usize) -> Result<Value>) -> Result<Vec<Value>> {
+    tools_for(env, renderer)?
+        .into_iter()
+        .map(|(t_i, t)| match t {
+            ToolOut::Function(t) => function(t, t_i),
+            ToolOut::Provider(tool) => Ok(Value::Object(tool.clone())),
+        })
+        .collect()
+}
+
+/// A function tool as the Responses and Interactions APIs take it:
+/// `{"type":"function","name","description"?,"parameters",...}`.
+pub(crate) fn flat_function_tool(t: &ToolSchema, t_i: usize, renderer: &str) -> Result<Value> {
+    let mut tool = JsonMap::new();
+    tool.insert("type".into(), "function".into());
+    tool.extend(function_tool(t, t_i, "parameters", renderer)?);
+    Ok(Value::Object(tool))
+}
+
 /// A function tool's fields in a renderer's spelling: `name`, `description` (when it has one)
 /// and the parameters under `parameters_key`, then its unknown fields (one that names a field
 /// set here is an error naming it: `tools[i].KEY`).

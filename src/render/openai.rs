@@ -13,7 +13,7 @@
 //!   "\n", present whenever the message has a reasoning block) and `tool_calls`.
 
 use super::media::{self, Kind, Media, Source};
-use super::{block_path, breakpoint, origin, unsupported, Envelope, RenderOptions, ToolOut};
+use super::{block_path, breakpoint, origin, unsupported, Envelope, RenderOptions};
 use crate::error::{Error, Result};
 use crate::types::{Block, JsonMap, Message, Role};
 use serde_json::{json, Value};
@@ -100,17 +100,12 @@ pub(super) fn frame(env: &Envelope, options: &RenderOptions) -> Result<JsonMap> 
     let mut body = JsonMap::new();
     body.insert("model".into(), env.model.clone().into());
     body.insert(MESSAGES.into(), Value::Null);
-    let tools = super::tools_for(env, NAME)?;
+    // Unknown tool fields (e.g. `strict`) belong to the function object.
+    let tools = super::tools_array(env, NAME, |t, t_i| {
+        Ok(json!({"type": "function", "function": super::function_tool(t, t_i, "parameters", NAME)?}))
+    })?;
     if !tools.is_empty() {
-        let mut out = Vec::with_capacity(tools.len());
-        for (t_i, t) in tools {
-            out.push(match t {
-                // Unknown tool fields (e.g. `strict`) belong to the function object.
-                ToolOut::Function(t) => json!({"type": "function", "function": super::function_tool(t, t_i, "parameters", NAME)?}),
-                ToolOut::Provider(tool) => Value::Object(tool.clone()),
-            });
-        }
-        body.insert("tools".into(), Value::Array(out));
+        body.insert("tools".into(), Value::Array(tools));
     }
     if let Some(n) = env.max_tokens {
         body.insert("max_tokens".into(), n.into());

@@ -18,7 +18,7 @@
 
 use super::media::{self, Kind, Source};
 use super::origin::{self, is_foreign, is_native, native_str, with_origin};
-use super::{block_path, breakpoint, unsupported, Envelope, ParsedResponse, RenderOptions, ToolOut};
+use super::{block_path, breakpoint, unsupported, Envelope, ParsedResponse, RenderOptions};
 use crate::error::{Error, Result};
 use crate::types::{as_object, Block, JsonMap, Message, Provenance, Role};
 use serde_json::{json, Value};
@@ -169,21 +169,9 @@ pub(super) fn frame(env: &Envelope, options: &RenderOptions) -> Result<JsonMap> 
         body.insert("instructions".into(), system.clone().into());
     }
     body.insert(INPUT.into(), Value::Null);
-    let tools = super::tools_for(env, NAME)?;
+    let tools = super::tools_array(env, NAME, |t, t_i| super::flat_function_tool(t, t_i, NAME))?;
     if !tools.is_empty() {
-        let mut out = Vec::with_capacity(tools.len());
-        for (t_i, t) in tools {
-            out.push(match t {
-                ToolOut::Function(t) => {
-                    let mut tool = JsonMap::new();
-                    tool.insert("type".into(), "function".into());
-                    tool.extend(super::function_tool(t, t_i, "parameters", NAME)?);
-                    Value::Object(tool)
-                }
-                ToolOut::Provider(tool) => Value::Object(tool.clone()),
-            });
-        }
-        body.insert("tools".into(), Value::Array(out));
+        body.insert("tools".into(), Value::Array(tools));
     }
     if let Some(n) = env.max_tokens {
         body.insert("max_output_tokens".into(), n.into());
