@@ -592,8 +592,6 @@ fn native_compaction_needs_a_route_that_has_it() {
     for r in [Renderer::OpenAi, Renderer::Gemini, Renderer::GeminiInteractions] {
         assert_eq!(r.render(&env, &RenderOptions::default()).unwrap_err().kind(), ErrorKind::InvalidInput);
     }
-    let _ = Block::text("");
-    let _ = Role::User;
 }
 
 /// The answer of a background compaction is recorded between steps: while a conversation
@@ -648,4 +646,24 @@ fn the_policy_names_its_mechanism() {
     assert!(e.message().contains("\"portable\", \"native\" or \"auto\""), "{e}");
     let e = CompactionPolicy::from_value(&json!({"contextWindow": 200000, "mechanism": 1}), "policy").unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+}
+
+/// A session prefix of system-role messages only (hoisted into `system`): the block is first in
+/// `messages` anyway, and the agent's body cache renders the same bodies as the envelopes.
+#[test]
+fn a_system_prefix_stays_in_system_with_a_native_block() {
+    let s = Session::in_memory();
+    let mut a = agent(&s, Renderer::Anthropic, "claude-opus-4-8", false);
+    a.add_prefix_listener(Arc::new(|_: &ListenerContext<'_>, rest: &[Message]| {
+        let mut out = vec![Message::new(Role::System, vec![Block::text("Only edit files under src/.")])];
+        out.extend_from_slice(rest);
+        Ok(out)
+    }))
+    .unwrap();
+    turn(&mut a, "Start logsift.", &anthropic_answer("Started."));
+    turn(&mut a, "Add --since.", &fixture("anthropic-threshold.json"));
+    let (body, _) = turn(&mut a, "JSON output.", &anthropic_answer("Done."));
+    assert_eq!(body["messages"][0]["content"][0]["type"], "compaction");
+    assert_eq!(body["system"][1]["text"], "Only edit files under src/.");
+    verified(&s, Renderer::Anthropic);
 }

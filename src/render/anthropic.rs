@@ -97,12 +97,14 @@ pub fn render_anthropic(envelope: &Value, options: &RenderOptions) -> Result<Val
 
 /// The order the envelope's messages are rendered in: as they come, except that a native
 /// compaction checkpoint of this format heading the history (the first message after the
-/// session prefix) goes first: Anthropic reads a compaction block only at the front of
-/// `messages` (on-demand blocks: a 400 otherwise; threshold blocks: what precedes them is
-/// dropped), so the session prefix's messages follow it rather than precede it.
+/// session prefix) goes first when the prefix has messages that render as messages (not
+/// system-role ones, which go into `system`): Anthropic reads a compaction block only at the
+/// front of `messages` (on-demand blocks: a 400 otherwise; threshold blocks: what precedes them
+/// is dropped), so the session prefix's messages follow it rather than precede it.
 pub(super) fn message_order(messages: &[Message], prefix_len: usize) -> Vec<usize> {
     let n = messages.len();
-    if prefix_len > 0 && prefix_len < n && is_native_checkpoint(&messages[prefix_len]) {
+    let prefix_renders = messages[..prefix_len.min(n)].iter().any(|m| m.role != Role::System);
+    if prefix_renders && prefix_len < n && is_native_checkpoint(&messages[prefix_len]) {
         std::iter::once(prefix_len).chain(0..prefix_len).chain(prefix_len + 1..n).collect()
     } else {
         (0..n).collect()
