@@ -576,7 +576,13 @@ impl Envelope {
     /// Adds the unknown config fields to `body`. A field the renderer already set is an error:
     /// a pass-through field may add to the body, never silently replace a mapped one.
     pub fn pass_through(&self, body: &mut JsonMap, renderer: &str) -> Result<()> {
-        for (k, v) in &self.extra {
+        self.pass_through_where(body, renderer, |_| true)
+    }
+
+    /// [`pass_through`](Self::pass_through) of the unknown config fields `keep` accepts (the
+    /// others are left out: a body whose endpoint takes only some).
+    pub fn pass_through_where(&self, body: &mut JsonMap, renderer: &str, keep: impl Fn(&str) -> bool) -> Result<()> {
+        for (k, v) in self.extra.iter().filter(|(k, _)| keep(k)) {
             if body.contains_key(k) {
                 return Err(Error::invalid(
                     k.as_str(),

@@ -95,18 +95,7 @@ fn render_compact(env: &Envelope, options: &RenderOptions) -> Result<Value> {
     }
     body.insert(INPUT.into(), Value::Array(input));
     options.route_explicit(&mut body);
-    for (k, v) in &env.extra {
-        if !crate::compaction::native::COMPACT_ENDPOINT_FIELDS.contains(&k.as_str()) {
-            continue;
-        }
-        if body.contains_key(k) {
-            return Err(Error::invalid(
-                k.as_str(),
-                format!("unknown config field collides with the body field {k:?} that the {NAME} renderer sets itself"),
-            ));
-        }
-        body.insert(k.clone(), v.clone());
-    }
+    env.pass_through_where(&mut body, NAME, |k| crate::compaction::native::COMPACT_ENDPOINT_FIELDS.contains(&k))?;
     options.route_default(&mut body, env.session_id.as_ref())?;
     Ok(Value::Object(body))
 }
