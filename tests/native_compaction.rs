@@ -63,6 +63,16 @@ fn responses_answer(text: &str) -> String {
     .to_string()
 }
 
+/// One turn as `turn` plays it, remembering the request's envelope in `sent` (for replay).
+fn step(a: &mut Agent, user: &str, answer: &str, sent: &mut Vec<String>) -> Value {
+    a.start_turn(Message::user_text(user)).unwrap();
+    let b = a.next_body(&CancelToken::new()).unwrap();
+    sent.push(a.last_envelope().unwrap());
+    a.record_body(answer).unwrap();
+    a.end_turn(TurnEndReason::Completed).unwrap();
+    serde_json::from_str(&b.json).unwrap()
+}
+
 /// One turn: the user's text, one request, the answer, the end.
 fn turn(a: &mut Agent, user: &str, answer: &str) -> (Value, Vec<String>) {
     a.start_turn(Message::user_text(user)).unwrap();
@@ -288,14 +298,6 @@ fn background_compaction_swaps_exactly_the_counted_messages() {
     let mut a = agent(&s, Renderer::Anthropic, "claude-opus-4-8", true);
     a.set_policy(Some(native_policy(Mechanism::Native))).unwrap();
     let mut sent: Vec<String> = Vec::new();
-    let step = |a: &mut Agent, user: &str, answer: &str, sent: &mut Vec<String>| {
-        a.start_turn(Message::user_text(user)).unwrap();
-        let b = a.next_body(&CancelToken::new()).unwrap();
-        sent.push(a.last_envelope().unwrap());
-        a.record_body(answer).unwrap();
-        a.end_turn(TurnEndReason::Completed).unwrap();
-        serde_json::from_str::<Value>(&b.json).unwrap()
-    };
     step(&mut a, "Start logsift.", &anthropic_answer("Started."), &mut sent);
     step(&mut a, "Add --since.", &anthropic_answer("Added."), &mut sent);
     let counted = history(&s);
@@ -453,14 +455,6 @@ fn route_changes_fall_back_to_portable_checkpoints() {
     let calls = summariser(&mut a);
     a.set_policy(Some(native_policy(Mechanism::Auto))).unwrap();
     let mut sent: Vec<String> = Vec::new();
-    let step = |a: &mut Agent, user: &str, answer: &str, sent: &mut Vec<String>| -> Value {
-        a.start_turn(Message::user_text(user)).unwrap();
-        let b = a.next_body(&CancelToken::new()).unwrap();
-        sent.push(a.last_envelope().unwrap());
-        a.record_body(answer).unwrap();
-        a.end_turn(TurnEndReason::Completed).unwrap();
-        serde_json::from_str(&b.json).unwrap()
-    };
     step(&mut a, "Start logsift.", &anthropic_answer("Started."), &mut sent);
     step(&mut a, "Add --since.", &fixture("anthropic-threshold.json"), &mut sent);
     // To OpenAI Responses: the Anthropic block has readable content, which becomes the
