@@ -80,11 +80,13 @@
  * `lls_agent_record_body_info`, `lls_agent_record_stream_info` and `lls_recorded_info`; 5: the
  * store conformance kit, `lls_store_conformance`, `lls_store_conformance_url` and
  * `LLS_ERR_NONCONFORMING`, the `"gemini-interactions"` format and the `promptCacheOptions` /
- * `promptCacheBreakpoints` render options).
+ * `promptCacheBreakpoints` render options; 6: native compaction,
+ * `lls_agent_native_compaction_begin`, `lls_agent_native_compaction_record`,
+ * `lls_agent_native_compaction_fail`).
  *
  * Thread safety: a constant.
  */
-#define LLS_ABI_MINOR 5
+#define LLS_ABI_MINOR 6
 
 /**
  * `*out_seq` of `lls_agent_inject` when the message was deferred (not written yet).
@@ -759,6 +761,84 @@ lls_status lls_agent_dispose(lls_agent *agent, lls_error **err);
  * invalid; never from the session's store callback (ignored there).
  */
 void lls_agent_free(lls_agent *agent);
+
+/**
+ * Builds a native compaction request for the agent's route (its renderer, else the config's
+ * provider naming a format: `anthropic`, `openai-responses`) over the whole history, and
+ * writes its `compaction/start`. `*out` (free it with `lls_string_free`) is `{"format",
+ * "endpoint", "betas", "envelope", "body", "digest", "span": [start, end], "seqs",
+ * "messageCount", "sharedMessages"}`: POST `body` (a JSON text) to `endpoint`
+ * (`/v1/messages` with the `anthropic-beta` flags in `betas`, or `/v1/responses/compact`);
+ * `envelope` is the logged request (a JSON text; its SHA-256 is `digest`). The host may send it
+ * in the background: conversation requests go on meanwhile, and when the answer is recorded
+ * (`lls_agent_native_compaction_record`) its block replaces exactly the `seqs` this request
+ * carried. Since ABI 2 minor 6.
+ *
+ * Errors (each changes nothing): `LLS_ERR_NULL_POINTER` (`agent`, `out`),
+ * `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_INVALID_INPUT` (detail `field` = `route`: the route has no
+ * native compaction; `config.previous_response_id`), `LLS_ERR_OUT_OF_ORDER` (a request or tool
+ * call open, a compaction open, no request routed yet), `LLS_ERR_NOTHING_TO_COMPACT` (an empty
+ * history), `LLS_ERR_DISPOSED`, `LLS_ERR_STORAGE`, `LLS_ERR_POISONED`.
+ *
+ * # Safety
+ * `out`, `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: exclusive per agent (serialised internally); not from the agent's callbacks.
+ */
+lls_status lls_agent_native_compaction_begin(lls_agent *agent,
+                                             char **out,
+                                             size_t *out_len,
+                                             lls_error **err);
+
+/**
+ * Records the provider's raw answer `(body, body_len)` to the native compaction request in
+ * flight. An answer with the compaction block (Anthropic: `stop_reason: "compaction"` and one
+ * `compaction` block with content; OpenAI: a compacted window with one `compaction` item)
+ * lands: the block is logged verbatim (`compaction/native`) and a checkpoint carrying it
+ * replaces exactly the messages the request held. Any other answer (another stop reason, an
+ * error answer, no block) is a failed attempt, logged with why; the history stays whole.
+ * `*out` (free it with `lls_string_free`) is `{"outcome": "landed" | "failed", "format",
+ * "span": [start, end], "seqs", "error"?, "stopReason"?}`. Since ABI 2 minor 6.
+ *
+ * Errors (each changes nothing; the request stays in flight): `LLS_ERR_NULL_POINTER`
+ * (`agent`, `body`, `out`), `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_INVALID_UTF8`,
+ * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (a body of another shape; detail `field`),
+ * `LLS_ERR_OUT_OF_ORDER` (none in flight), `LLS_ERR_DISPOSED`, `LLS_ERR_STORAGE`,
+ * `LLS_ERR_POISONED`.
+ *
+ * # Safety
+ * `body` NULL or `body_len` readable bytes; `out`, `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: exclusive per agent (serialised internally); not from the agent's callbacks.
+ */
+lls_status lls_agent_native_compaction_record(lls_agent *agent,
+                                              const char *body,
+                                              size_t body_len,
+                                              char **out,
+                                              size_t *out_len,
+                                              lls_error **err);
+
+/**
+ * Reports that the native compaction request in flight failed (a transport error, a timeout,
+ * an error status): `(error, error_len)` says why (may be empty). Logged as
+ * `compaction/end{failed}`; the history stays whole. `*out` as for
+ * `lls_agent_native_compaction_record`. Since ABI 2 minor 6.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`agent`, `out`; `error` with a non-zero length),
+ * `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_INVALID_UTF8`, `LLS_ERR_OUT_OF_ORDER` (none in flight),
+ * `LLS_ERR_DISPOSED`, `LLS_ERR_STORAGE`, `LLS_ERR_POISONED`.
+ *
+ * # Safety
+ * `error` NULL or `error_len` readable bytes; `out`, `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: exclusive per agent (serialised internally); not from the agent's callbacks.
+ */
+lls_status lls_agent_native_compaction_fail(lls_agent *agent,
+                                            const char *error,
+                                            size_t error_len,
+                                            char **out,
+                                            size_t *out_len,
+                                            lls_error **err);
 
 /**
  * Creates an agent instance over `session` and stores it in `*out`. If the session already

@@ -1084,6 +1084,35 @@ public:
         });
     }
 
+    /// Native compaction (docs/cpp.md, "Native compaction"; ABI 2 minor 6): builds a request of
+    /// the route's own compaction (Anthropic's on-demand compaction, OpenAI's
+    /// `/responses/compact`) over the whole history and logs its start. JSON `{"format",
+    /// "endpoint", "betas", "envelope", "body", "digest", "span", "seqs", "messageCount",
+    /// "sharedMessages"}`: POST `body` to `endpoint` with the `anthropic-beta` flags in `betas`.
+    std::string begin_native_compaction() {
+        return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
+            return lls_agent_native_compaction_begin(get(), out, len, err);
+        });
+    }
+
+    /// Records the provider's raw answer to the native compaction request in flight: JSON
+    /// `{"outcome": "landed" | "failed", "format", "span", "seqs", "error"?, "stopReason"?}`.
+    std::string record_native_compaction(std::string_view body) {
+        return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
+            return lls_agent_native_compaction_record(get(), body.data(), body.size(), out, len,
+                                                      err);
+        });
+    }
+
+    /// Reports that the native compaction request in flight failed (`why`); JSON as for
+    /// `record_native_compaction`.
+    std::string fail_native_compaction(std::string_view why = {}) {
+        return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
+            return lls_agent_native_compaction_fail(get(), detail::opt_ptr(why), why.size(), out,
+                                                    len, err);
+        });
+    }
+
     /// Measures the prompt the next request would carry, as JSON.
     std::string measure() {
         return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {

@@ -27,6 +27,10 @@ pub enum Purpose {
     Conversation,
     /// A compaction summarisation request.
     Compaction,
+    /// A provider's own compaction request (Anthropic's on-demand compaction, OpenAI's
+    /// `POST /responses/compact`): the conversation as it stands, no instruction, answered with
+    /// the provider's compaction block or item (docs/compaction.md, "Native compaction").
+    NativeCompaction,
 }
 
 impl Purpose {
@@ -35,6 +39,7 @@ impl Purpose {
         match self {
             Purpose::Conversation => "conversation",
             Purpose::Compaction => "compaction",
+            Purpose::NativeCompaction => "native-compaction",
         }
     }
 }
@@ -260,6 +265,9 @@ pub struct Request {
     pub shared_messages: usize,
     /// The seq of its `step/start`.
     pub step_seq: u64,
+    /// The Anthropic beta flags the request needs (`anthropic-beta`): native compaction's
+    /// (`compaction::native`); empty otherwise. The library builds no HTTP headers.
+    pub betas: Vec<String>,
 }
 
 impl Request {
@@ -276,6 +284,7 @@ impl Request {
             shared_messages: self.shared_messages,
             envelope_len: self.json.len(),
             digest: self.digest.clone(),
+            betas: self.betas.clone(),
         }
     }
 }
@@ -308,6 +317,12 @@ pub struct RequestInfo {
     pub envelope_len: usize,
     /// The envelope's digest, as recorded in `step/start`.
     pub digest: String,
+    /// The Anthropic beta flags the request needs (`"betas"`, present when not empty):
+    /// `compact-2026-01-12` when it carries the threshold compaction edit or a threshold block,
+    /// `compact-2026-09-04` when it carries an on-demand (signed) block. The library builds no
+    /// HTTP headers: the host sends them as `anthropic-beta`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub betas: Vec<String>,
 }
 
 /// A request built as the provider's body ([`crate::Agent::next_body`]): the bytes to POST,
@@ -575,12 +590,79 @@ pub fn compaction_envelope(
     .write()
 }
 
+/// The call config of a native compaction request to a route of `format`: the routed config
+/// (the same provider and model: the block must come from the route that will read it), with
+/// `max_tokens` the output budget, less what the provider refuses on such a request:
+///
+/// - Anthropic (on-demand compaction, `compact-2026-09-04`): no `stop` (`stop_sequences`), no
+///   `context_management` (it cannot be combined with `compaction`), no `tool_choice` of type
+///   `any` or `tool`, no structured-output `output_config.format`; every other field kept, so
+///   the summariser reads the conversation with its own thinking settings and tools.
+/// - OpenAI Responses (`POST /responses/compact`): provider and model, and of the pass-through
+///   fields only those the endpoint takes (`prompt_cache_key`, `prompt_cache_retention`,
+///   `service_tier`) with the `promptCacheOptions` control; no output limit or sampling field
+///   (the endpoint has none).
+pub fn native_compaction_config(routed: &CallConfig, format: Renderer, max_tokens: u64) -> CallConfig {
+    let mut cfg = routed.clone();
+    match format {
+        Renderer::OpenAiResponses => {
+            cfg.reasoning_effort = None;
+            cfg.temperature = None;
+            cfg.max_tokens = None;
+            cfg.stop = None;
+            cfg.extra.retain(|k, _| crate::compaction::native::COMPACT_ENDPOINT_FIELDS.contains(&k.as_str()));
+        }
+        _ => {
+            cfg.stop = None;
+            cfg.max_tokens = Some(max_tokens);
+            cfg.extra.remove("context_management");
+            if cfg.extra.get("tool_choice").and_then(|t| t.get("type")).and_then(Value::as_str).is_some_and(|t| t == "any" || t == "tool") {
+                cfg.extra.remove("tool_choice");
+            }
+            if let Some(Value::Object(o)) = cfg.extra.get_mut("output_config") {
+                o.remove("format");
+                if o.is_empty() {
+                    cfg.extra.remove("output_config");
+                }
+            }
+        }
+    }
+    cfg
+}
+
+/// Builds a native compaction request envelope (`purpose: "native-compaction"`): `config` (see
+/// [`native_compaction_config`]), the routed header's system and (for Anthropic, which reads
+/// them) tools, the session prefix and the region's derived messages, with no instruction: the
+/// provider summarises with its own prompt.
+pub fn native_compaction_envelope(
+    header: &EpochHeader,
+    config: &CallConfig,
+    format: Renderer,
+    prefix: &PrefixBytes,
+    region: &[Arc<Derived>],
+    session_id: &str,
+) -> Vec<u8> {
+    EnvelopeParts {
+        config,
+        system: header.system.as_deref(),
+        tools: if format == Renderer::Anthropic { header.tools.as_deref() } else { None },
+        prefix: &prefix.messages,
+        history: region,
+        trailing: &[],
+        session_id,
+        turn_step: None,
+        purpose: Purpose::NativeCompaction,
+    }
+    .write()
+}
+
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
 /// What `verify` checked. Its JSON (`Serialize`) is what `lls_verify_*` return: `{"events",
-/// "requests", "compactions"}` (`bodies` only after a verify that rendered them).
+/// "requests", "compactions"}` (`bodies` only after a verify that rendered them,
+/// `nativeCompactions` only when there were native compaction requests).
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct VerifyReport {
     /// Number of events checked.
@@ -589,6 +671,10 @@ pub struct VerifyReport {
     pub requests: u64,
     /// Compaction requests rebuilt and matched.
     pub compactions: u64,
+    /// Native compaction requests (`purpose: "native-compaction"`) rebuilt and matched
+    /// (`nativeCompactions`, present when there were any).
+    #[serde(rename = "nativeCompactions", skip_serializing_if = "is_zero")]
+    pub native_compactions: u64,
     /// Provider bodies rendered from the cached messages and matched with the rendering of
     /// their rebuilt envelope ([`verify_bodies`]; 0 for a plain verify).
     #[serde(skip_serializing_if = "is_zero")]
@@ -623,6 +709,18 @@ pub enum RecordedKind {
         /// Its output limit.
         max_tokens: u64,
     },
+    /// A native compaction request (`compaction/start` with `mechanism: "native"` and a
+    /// `requestDigest`: Anthropic's on-demand compaction, OpenAI's `/responses/compact`).
+    NativeCompaction {
+        /// The first history entry it carries.
+        start: usize,
+        /// The last history entry it carries.
+        end: usize,
+        /// The body format it was rendered for.
+        format: String,
+        /// Its output limit (`compaction::native`: Anthropic's `max_tokens`).
+        max_tokens: u64,
+    },
 }
 
 /// A request a log records, rebuilt from the events before it ([`RequestWalk::rebuild`]).
@@ -636,6 +734,10 @@ pub struct RecordedRequest {
     pub envelope: Vec<u8>,
     /// The digest the log recorded for it.
     pub recorded_digest: String,
+    /// The history messages a compaction request (either mechanism) carries, after the session
+    /// prefix: the span's entries, or (a route change) the messages a native checkpoint
+    /// replaced. Empty for a conversation request, which carries the whole history.
+    pub region: Vec<Arc<Derived>>,
 }
 
 impl RecordedRequest {
@@ -644,7 +746,7 @@ impl RecordedRequest {
     pub fn matches(&self) -> bool {
         let size_ok = match self.kind {
             RecordedKind::Conversation { bytes, .. } => self.envelope.len() as u64 == bytes,
-            RecordedKind::Compaction { .. } => true,
+            RecordedKind::Compaction { .. } | RecordedKind::NativeCompaction { .. } => true,
         };
         size_ok && digest(&self.envelope) == self.recorded_digest
     }
@@ -658,6 +760,8 @@ impl RecordedRequest {
 /// through the loading path an open uses before any request is rebuilt from it.
 pub struct RequestWalk<'a> {
     session: &'a SessionHeader,
+    /// Every event of the log, when known (to find what a native checkpoint replaced).
+    events: &'a [Event],
     log: Log,
     prefix: PrefixBytes,
     turn: u64,
@@ -667,13 +771,24 @@ pub struct RequestWalk<'a> {
 impl<'a> RequestWalk<'a> {
     /// A walk over a log whose session header is `session`, before its first event.
     pub fn new(session: &'a SessionHeader) -> RequestWalk<'a> {
-        RequestWalk { session, log: Log::new(), prefix: PrefixBytes::default(), turn: 0, step: 0 }
+        RequestWalk { session, events: &[], log: Log::new(), prefix: PrefixBytes::default(), turn: 0, step: 0 }
+    }
+
+    /// A walk over `events` (the whole log, from seq 0), which it can look up by seq: a
+    /// route change's summarisation request carries the messages a native checkpoint replaced.
+    pub fn over(session: &'a SessionHeader, events: &'a [Event]) -> RequestWalk<'a> {
+        RequestWalk { events, ..RequestWalk::new(session) }
     }
 
     /// A walk over a log read by [`read_checked`](crate::log::load::read_checked), with its
     /// events.
     pub fn of(log: &'a CheckedLog) -> (RequestWalk<'a>, &'a [Event]) {
-        (RequestWalk::new(log.header()), log.events())
+        (RequestWalk::over(log.header(), log.events()), log.events())
+    }
+
+    /// Event `seq` of the walked log, when the walk was given the events.
+    pub fn event(&self, seq: u64) -> Option<&'a Event> {
+        self.events.get(seq as usize).filter(|e| e.seq == seq)
     }
 
     /// The log of the events applied so far.
@@ -718,7 +833,8 @@ impl<'a> RequestWalk<'a> {
             (self.turn, self.step) = (turn, step);
             let header = self.header_for(ev, "a request")?;
             let envelope = conversation_envelope(&self.log, &header, &self.prefix, self.session.session_id_at(ev.seq), turn, step);
-            return Ok(Some(RecordedRequest { kind: RecordedKind::Conversation { turn, step, bytes }, header, envelope, recorded_digest }));
+            let kind = RecordedKind::Conversation { turn, step, bytes };
+            return Ok(Some(RecordedRequest { kind, header, envelope, recorded_digest, region: Vec::new() }));
         }
         if ev.ty != types::COMPACTION_START || ev.data.get("requestDigest").is_none() {
             return Ok(None);
@@ -728,9 +844,6 @@ impl<'a> RequestWalk<'a> {
         let span = f.value("span")?;
         let start = span.get("start").and_then(Value::as_u64).unwrap_or(0) as usize;
         let end = span.get("end").and_then(Value::as_u64).unwrap_or(0) as usize;
-        let (instruction, provider, model) =
-            (f.str("instruction")?.to_string(), f.str("provider")?.to_string(), f.str("model")?.to_string());
-        let max_tokens = f.u64("maxTokens")?;
         let header = self.header_for(ev, "a compaction")?;
         let entries = self.log.history().entries();
         if start > end || end >= entries.len() {
@@ -740,10 +853,32 @@ impl<'a> RequestWalk<'a> {
             )
             .with("seq", ev.seq));
         }
+        if f.opt_str("mechanism")? == Some("native") {
+            let format = Renderer::parse(f.str("format")?)?;
+            let max_tokens = f.opt_u64("maxTokens")?.unwrap_or(8192);
+            let config = native_compaction_config(&header.config, format, max_tokens);
+            let region = entries[start..=end].to_vec();
+            let envelope = native_compaction_envelope(&header, &config, format, &self.prefix, &region, self.session.session_id_at(ev.seq));
+            let kind = RecordedKind::NativeCompaction { start, end, format: format.name().to_string(), max_tokens };
+            return Ok(Some(RecordedRequest { kind, header, envelope, recorded_digest, region }));
+        }
+        let (instruction, provider, model) =
+            (f.str("instruction")?.to_string(), f.str("provider")?.to_string(), f.str("model")?.to_string());
+        let max_tokens = f.u64("maxTokens")?;
+        // A route change's request carries what the native checkpoint replaced (`expanded`).
+        let region = match f.opt_array("expanded")? {
+            None => entries[start..=end].to_vec(),
+            Some(seqs) => {
+                let seqs: Vec<u64> = seqs.iter().filter_map(Value::as_u64).collect();
+                crate::compaction::native::expand(&seqs, &|s| self.event(s).cloned()).map_err(|e| {
+                    Error::new(ErrorKind::Reconstruction, format!("compaction at seq {}: {}", ev.seq, e.message())).with("seq", ev.seq)
+                })?
+            }
+        };
         let envelope = compaction_envelope(
             &header,
             &self.prefix,
-            &entries[start..=end],
+            &region,
             &instruction,
             &provider,
             &model,
@@ -751,7 +886,7 @@ impl<'a> RequestWalk<'a> {
             self.session.session_id_at(ev.seq),
         );
         let kind = RecordedKind::Compaction { start, end, instruction, provider, model, max_tokens };
-        Ok(Some(RecordedRequest { kind, header, envelope, recorded_digest }))
+        Ok(Some(RecordedRequest { kind, header, envelope, recorded_digest, region }))
     }
 
     /// Applies `ev`, checked by the log rules as on load (`expected_seq` is the seq it must
@@ -780,9 +915,10 @@ pub fn verify_events(session: &SessionHeader, events: &[Event]) -> Result<Verify
 /// [`verify_events`], and with `bodies` also the provider body of every conversation request
 /// (see [`verify_bodies`]).
 fn verify_events_with(session: &SessionHeader, events: &[Event], mut bodies: Option<&mut BodyCache>) -> Result<VerifyReport> {
-    let mut walk = RequestWalk::new(session);
+    let mut walk = RequestWalk::over(session, events);
     let mut report = VerifyReport::default();
     for ev in events {
+        check_native_content(&walk, ev)?;
         let (turn, step) = walk.position();
         let rebuilt = walk.rebuild(ev).map_err(|e| {
             let (t, s) = walk.position();
@@ -814,6 +950,20 @@ fn verify_events_with(session: &SessionHeader, events: &[Event], mut bodies: Opt
                         report.bodies += 1;
                     }
                 }
+                RecordedKind::NativeCompaction { .. } => {
+                    if !r.matches() {
+                        return Err(divergence(
+                            format!(
+                                "native compaction at seq {} (after turn {turn} step {step}): the request rebuilt from the log differs from the one sent (digest {got}; recorded {})",
+                                ev.seq, r.recorded_digest
+                            ),
+                            ev,
+                            turn,
+                            step,
+                        ));
+                    }
+                    report.native_compactions += 1;
+                }
                 RecordedKind::Compaction { .. } => {
                     if !r.matches() {
                         return Err(divergence(
@@ -837,6 +987,29 @@ fn verify_events_with(session: &SessionHeader, events: &[Event], mut bodies: Opt
         report.events += 1;
     }
     Ok(report)
+}
+
+/// A route change's checkpoint made of a native block's readable text (`compaction/summary`
+/// with `source: "native-content"`) holds exactly that text: the block's `content`.
+fn check_native_content(walk: &RequestWalk<'_>, ev: &Event) -> Result<()> {
+    if ev.ty != types::COMPACTION_SUMMARY || ev.data.get("source").and_then(Value::as_str) != Some("native-content") {
+        return Ok(());
+    }
+    let (turn, step) = walk.position();
+    let fail = |why: String| Err(divergence(format!("compaction summary at seq {}: {why}", ev.seq), ev, turn, step));
+    let Some(cp) = walk.log().state().compaction.as_ref().and_then(|c| c.seqs.first()).and_then(|s| walk.event(*s)) else {
+        return fail("the native checkpoint it replaces is not in the log".into());
+    };
+    let text = cp
+        .data
+        .get("message")
+        .and_then(|m| Message::from_value(m, "").ok())
+        .and_then(|m| crate::compaction::native::native_checkpoint(&m).and_then(|c| c.readable().map(str::to_string)));
+    match text {
+        Some(t) if ev.data.get("raw").and_then(Value::as_str) == Some(t.as_str()) => Ok(()),
+        Some(_) => fail(format!("its text is not the content of the native block at seq {}", cp.seq)),
+        None => fail(format!("seq {} is not a native checkpoint with readable content", cp.seq)),
+    }
 }
 
 /// The body the cache renders for the request of `ev` equals the rendering of its rebuilt

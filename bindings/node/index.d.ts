@@ -257,6 +257,39 @@ export interface RequestInfo {
   stepSeq: number;
   /** Set by `nextBody` (read from the library's fixed record). */
   purpose?: 'conversation' | 'compaction';
+  /**
+   * The Anthropic beta flags the request needs (native compaction's, header `anthropic-beta`);
+   * from `requestInfo()` and `nextRequest`, absent when none.
+   */
+  betas?: string[];
+}
+
+/** A native compaction request (`Agent.beginNativeCompaction`): POST `body` to `endpoint`. */
+export interface NativeRequest {
+  format: 'anthropic' | 'openai-responses';
+  endpoint: string;
+  /** The `anthropic-beta` flags to send (empty for OpenAI). */
+  betas: string[];
+  /** The logged request envelope (JSON text; its SHA-256 is `digest`). */
+  envelope: string;
+  /** The provider body to POST (JSON text). */
+  body: string;
+  digest: string;
+  /** The surface span the block will replace, and its seqs. */
+  span: [number, number];
+  seqs: number[];
+  messageCount: number;
+  sharedMessages: number;
+}
+
+/** How a native compaction ended. */
+export interface NativeOutcome {
+  outcome: 'landed' | 'failed';
+  format: string;
+  span: [number, number];
+  seqs: number[];
+  error?: string;
+  stopReason?: string;
 }
 
 /** The result of `Agent.nextRequest`. */
@@ -516,6 +549,12 @@ export declare class Agent {
   providerError(error: string | { message: string; overflow?: boolean }, options?: OperationOptions): Promise<{ retry: boolean }>;
   endTurn(reason?: 'completed' | 'max-tokens' | 'aborted' | 'error' | 'rejected' | 'disposed' | 'interrupted'): void;
   compact(options?: OperationOptions & { span?: [number, number] }): Promise<CompactionOutcome>;
+  /** A native compaction request for the route over the whole history (ABI 2 minor 6). */
+  beginNativeCompaction(): NativeRequest;
+  /** Records the provider's answer to the native compaction request in flight. */
+  recordNativeCompaction(body: string | Buffer | Uint8Array | Json): NativeOutcome;
+  /** Reports that the native compaction request in flight failed. */
+  failNativeCompaction(why?: string): NativeOutcome;
   measure(options?: OperationOptions): Promise<{ total: number; counter: string; [key: string]: Json }>;
   stats(): { readOnly: boolean; chainHead?: string; [key: string]: number | boolean | string | undefined };
   prefix(): Message[] | null;

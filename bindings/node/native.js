@@ -267,6 +267,12 @@ def('lls_agent_record_body_info', 'int32_t', `lls_agent *a, const uint8_t *b, si
 S.lls_agent_record_body_info = lib.func(
   `int32_t lls_agent_record_body_info(lls_agent *a, const char *b, size_t len, uint8_t *rec, ${ERR})`);
 def('lls_agent_record_stream_info', 'int32_t', `lls_agent *a, lls_stream *s, bool partial, uint8_t *rec, ${ERR}`);
+// Minor 6: native compaction (native_compaction.js), bound when the library has it.
+if (loadedMinor >= 6) {
+  def('lls_agent_native_compaction_begin', 'int32_t', `lls_agent *a, ${OUTS}`);
+  def('lls_agent_native_compaction_record', 'int32_t', `lls_agent *a, const uint8_t *b, size_t len, ${OUTS}`);
+  def('lls_agent_native_compaction_fail', 'int32_t', `lls_agent *a, const uint8_t *e, size_t len, ${OUTS}`);
+}
 // Stores named by URL (store.js).
 def('lls_session_open_url', 'int32_t',
   `const uint8_t *url, size_t ulen, const uint8_t *opts, size_t len, _Out_ lls_session **out, ${ERR}`);

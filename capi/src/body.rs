@@ -115,7 +115,8 @@ impl lls_request_info {
             step_seq: r.step_seq,
             purpose: match r.purpose {
                 Purpose::Conversation => LLS_PURPOSE_CONVERSATION,
-                Purpose::Compaction => LLS_PURPOSE_COMPACTION,
+                // (A native compaction request is never a conversation step's: it is a compaction.)
+                Purpose::Compaction | Purpose::NativeCompaction => LLS_PURPOSE_COMPACTION,
             },
             prefix_len: count(r.prefix_len),
             message_count: count(r.message_count),

@@ -152,16 +152,20 @@ impl Command {
     }
 }
 
-/// An `explain --step` ID: `N` (a conversation request) or `cN` (a summarisation request), N a
-/// number as `show --step` takes it; written back without leading zeros (`02` is `2`). Anything
-/// else is a usage error (exit 2), as a malformed `show --step` is.
+/// An `explain --step` ID: `N` (a conversation request), `cN` (a summarisation request) or `nN`
+/// (a native compaction request), N a number as `show --step` takes it; written back without
+/// leading zeros (`02` is `2`). Anything else is a usage error (exit 2), as a malformed `show
+/// --step` is.
 fn request_id(s: &str) -> Result<String, String> {
-    let (prefix, digits) = match s.strip_prefix('c') {
-        Some(rest) => ("c", rest),
-        None => ("", s),
+    let (prefix, digits) = match (s.strip_prefix('c'), s.strip_prefix('n')) {
+        (Some(rest), _) => ("c", rest),
+        (_, Some(rest)) => ("n", rest),
+        _ => ("", s),
     };
     match digits.parse::<usize>() {
         Ok(n) => Ok(format!("{prefix}{n}")),
-        Err(_) => Err("expected N (a conversation request, 1-based) or cN (a summarisation request)".into()),
+        Err(_) => {
+            Err("expected N (a conversation request, 1-based), cN (a summarisation request) or nN (a native compaction request)".into())
+        }
     }
 }

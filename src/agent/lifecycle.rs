@@ -96,6 +96,15 @@ impl Agent {
         if let Err(e) = self.prepare(&op, turn, step) {
             return Err(self.fail_turn(e));
         }
+        // A native compaction block the route cannot read is replaced first (docs/compaction.md,
+        // "Route changes"). When that cannot be done the request is not built; the turn stays
+        // open (a cancel or a dispose ends it, as in the gate).
+        if let Err(e) = self.native_fallback(&op) {
+            return Err(match e.kind() {
+                ErrorKind::Cancelled | ErrorKind::Disposed => self.fail_turn(e),
+                _ => e,
+            });
+        }
         if let Err(e) = self.gate(&op, turn) {
             match e.kind() {
                 ErrorKind::Cancelled | ErrorKind::Disposed => return Err(self.fail_turn(e)),
@@ -170,19 +179,18 @@ impl Agent {
             }),
             _ => None,
         };
-        let reason = if !self.anchored {
-            Some(if folded.is_none() { SnapshotReason::Initial } else { SnapshotReason::Resume })
-        } else if folded != Some(&header) {
-            Some(SnapshotReason::Change)
-        } else {
-            None
-        };
+        let reason = self.snapshot_owed(folded, &header);
         let mut batch = stale_compaction_end(&g.log).into_iter().collect::<Vec<_>>();
         if let Some(reason) = reason {
             let snap = HeaderSnapshot { header: header.clone(), reason, instance: self.instance };
             batch.push(NewEvent::new(types::REQUEST_HEADER, snap.to_value()));
         }
         let prefix_len = header.message_prefix.as_ref().map(|p| p.len()).unwrap_or(0);
+        let betas = crate::compaction::native::anthropic_betas(
+            self.route_format(),
+            &header.config.extra,
+            g.log.history().entries().first().and_then(|d| crate::compaction::native::entry_checkpoint(d)).map(|(m, _)| m).as_ref(),
+        );
         // The envelope (its digest hashed from its pieces where only the body is wanted), then
         // the provider body, before anything is written: a body that cannot be rendered (a
         // block the provider has no form for) changes nothing.
@@ -260,6 +268,7 @@ impl Agent {
             shared_messages: shared,
             envelope_len,
             digest: body_digest,
+            betas,
         };
         self.last_request = Some(LastRequest::new(header, session_id, history, info.clone()));
         drop(g);
@@ -278,6 +287,7 @@ impl Agent {
                 message_count,
                 shared_messages: shared,
                 step_seq: seq,
+                betas: info.betas,
             }),
             Some(json) => {
                 if let Some(e) = envelope.as_ref().filter(|_| self.options.check_requests) {
@@ -286,6 +296,23 @@ impl Agent {
                 Built::Body(Body { json, info })
             }
         })
+    }
+
+    /// Why `header` must be recorded before this instance's next request, given the folded
+    /// header of the log: `initial` / `resume` for the instance's anchoring snapshot, `change`
+    /// when it differs from the folded one, `None` when nothing is owed.
+    pub(crate) fn snapshot_owed(
+        &self,
+        folded: Option<&crate::header::EpochHeader>,
+        header: &crate::header::EpochHeader,
+    ) -> Option<SnapshotReason> {
+        if !self.anchored {
+            Some(if folded.is_none() { SnapshotReason::Initial } else { SnapshotReason::Resume })
+        } else if folded != Some(header) {
+            Some(SnapshotReason::Change)
+        } else {
+            None
+        }
     }
 
     /// Check mode: rebuild the request of `step_seq` from the serialised log alone and compare.
@@ -358,10 +385,16 @@ impl Agent {
         let (turn, step) = (t.turn, t.last_step);
         // Made-up tool-call ids (Gemini without ids) repeat when the model repeats a call.
         crate::render::unique_synthetic_ids(&mut message, |id| st.known_calls.contains(id), turn, step);
+        let cfg = &st.headers.current().expect("a step has a header").config;
         if message.provenance.is_none() {
-            let cfg = &st.headers.current().expect("a step has a header").config;
             message.provenance = Some(Provenance { provider: cfg.provider.clone(), model: cfg.model.clone(), extra: Default::default() });
         }
+        // A native compaction block in the answer (threshold mode): recorded as the compaction,
+        // after the step; the answer keeps what follows the block (docs/compaction.md).
+        let model = message.provenance.as_ref().map_or(cfg.model.as_str(), |p| p.model.as_str()).to_string();
+        let provider = cfg.provider.clone();
+        let native = crate::compaction::native::threshold_events(st, &mut message, usage.as_ref(), &provider, &model, turn, step)?;
+        let landed = native.as_ref().is_some_and(|n| n.iter().any(|e| e.ty == types::COMPACTION_NATIVE));
         let calls: Vec<NewEvent> = message
             .tool_calls()
             .map(|(id, name, args)| {
@@ -375,8 +408,12 @@ impl Agent {
         let mut batch = vec![NewEvent::visible(types::ASSISTANT_MESSAGE, data)];
         batch.extend(calls);
         batch.push(NewEvent::new(types::STEP_END, json!({"turn": turn, "step": step, "outcome": "response"})));
+        batch.extend(native.into_iter().flatten());
         let seq = g.append_batch(batch)?.start;
         drop(g);
+        if landed {
+            self.stats.compactions += 1;
+        }
         if let Some(u) = &usage {
             self.stats.cached_tokens += u.cache_read_tokens.unwrap_or(0);
             self.stats.prompt_tokens += u.prompt_tokens();
@@ -640,7 +677,8 @@ fn result_events(
 /// A `compaction/end{failed}` for a compaction this instance left open because the store
 /// refused its outcome (a request or a new compaction cannot start while one is open).
 pub(crate) fn stale_compaction_end(log: &Log) -> Option<NewEvent> {
-    let c = log.state().compaction.as_ref()?;
+    // A native compaction request in flight is not stale: its answer comes when it comes.
+    let c = log.state().compaction.as_ref().filter(|c| c.landed || !c.in_background())?;
     let outcome = if c.landed { "landed" } else { "failed" };
     let mut data = json!({"outcome": outcome});
     if !c.landed {

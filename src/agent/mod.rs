@@ -290,10 +290,20 @@ impl Agent {
         Ok(())
     }
 
-    /// The header this instance's next request carries (prefix as composed, if composed).
+    /// The header this instance's next request carries (prefix as composed, if composed). Takes
+    /// the session lock: a caller that holds it uses [`wanted_header_in`](Self::wanted_header_in).
     pub(crate) fn wanted_header(&self) -> EpochHeader {
+        self.session.with_log(|l| self.wanted_header_in(l))
+    }
+
+    /// [`wanted_header`](Self::wanted_header) over `log`: the options' config, with the
+    /// provider's threshold setting when the policy's mechanism resolves to native compaction on
+    /// this route (`compaction::native`).
+    pub(crate) fn wanted_header_in(&self, log: &crate::log::Log) -> EpochHeader {
+        let mut config = self.options.config.clone();
+        self.add_threshold_field(&mut config, log);
         EpochHeader::canonical(
-            self.options.config.clone(),
+            config,
             self.options.system.clone(),
             Some(self.options.tools.clone()),
             self.frozen.as_ref().map(|f| f.messages.clone()),

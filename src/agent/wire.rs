@@ -317,6 +317,7 @@ mod tests {
             shared_messages: 2,
             envelope_len: 100,
             digest: "d".into(),
+            betas: Vec::new(),
         };
         assert_eq!(
             serde_json::to_value(&info).unwrap(),

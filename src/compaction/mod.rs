@@ -7,11 +7,13 @@
 //! instruction as the last user message, so the provider reads that prefix from its cache. The
 //! summary lands as a checkpoint `user/message` that replaces the region on the surface.
 
+pub mod native;
 mod policy;
 mod region;
 mod run;
 
-pub use policy::{CompactionPolicy, PolicyTable, Retained};
+pub use native::{NativeOutcome, NativeRequest};
+pub use policy::{CompactionPolicy, Mechanism, PolicyTable, Retained};
 pub use region::{select_region, Region};
 pub(crate) use run::last_step_seq;
 pub use run::{CompactionOutcome, Outcome, SummaryRequestInfo, Trigger};

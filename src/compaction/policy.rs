@@ -14,6 +14,52 @@ pub enum Retained {
     Tokens(u64),
 }
 
+/// Which compaction a policy asks for (docs/compaction.md, "Native compaction").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Mechanism {
+    /// The library's own: a cache-reusing summarisation request handed to the host's
+    /// summariser, whose text lands as a checkpoint (the default).
+    #[default]
+    Portable,
+    /// The provider's own server-side compaction, where the route has one (Anthropic Messages,
+    /// the OpenAI Responses API): the conversation requests carry the provider's threshold
+    /// setting, and the gate leaves the compacting to the provider. On another route nothing is
+    /// compacted automatically (the gate says why).
+    Native,
+    /// Native where the route has it, portable elsewhere.
+    Auto,
+}
+
+impl Mechanism {
+    /// The wire name: `"portable"`, `"native"` or `"auto"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mechanism::Portable => "portable",
+            Mechanism::Native => "native",
+            Mechanism::Auto => "auto",
+        }
+    }
+
+    /// Parses a wire name at `path`.
+    pub fn parse(s: &str, path: &str) -> Result<Mechanism> {
+        match s {
+            "portable" => Ok(Mechanism::Portable),
+            "native" => Ok(Mechanism::Native),
+            "auto" => Ok(Mechanism::Auto),
+            other => {
+                Err(Error::new(ErrorKind::InvalidPolicy, format!("{path}: expected \"portable\", \"native\" or \"auto\", got {other:?}"))
+                    .with("field", "mechanism"))
+            }
+        }
+    }
+}
+
+impl serde::Serialize for Mechanism {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 /// When and how to compact.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CompactionPolicy {
@@ -33,6 +79,9 @@ pub struct CompactionPolicy {
     pub summary_provider: Option<String>,
     /// Summarise with this model instead of the conversation's (forgoes cache reuse).
     pub summary_model: Option<String>,
+    /// Which compaction: the library's portable one (default), the provider's native one, or
+    /// native where the route has it.
+    pub mechanism: Mechanism,
 }
 
 impl CompactionPolicy {
@@ -47,7 +96,14 @@ impl CompactionPolicy {
             overflow_retries: 1,
             summary_provider: None,
             summary_model: None,
+            mechanism: Mechanism::Portable,
         }
+    }
+
+    /// What a compaction the host asks for runs under when no policy is set: no window to
+    /// speak of, no retained tail (the defaults otherwise).
+    pub(crate) fn unbounded() -> CompactionPolicy {
+        CompactionPolicy { retained: Retained::Tokens(0), ..CompactionPolicy::new(u64::MAX / 4) }
     }
 
     /// The threshold in tokens.
@@ -113,8 +169,8 @@ impl CompactionPolicy {
     }
 
     /// Parses `{"contextWindow", "threshold"?, "retainedRatio"? | "retainedTokens"?,
-    /// "summaryMaxTokens"?, "retries"?, "overflowRetries"?, "summaryProvider"?, "summaryModel"?}`
-    /// and validates it.
+    /// "summaryMaxTokens"?, "retries"?, "overflowRetries"?, "summaryProvider"?, "summaryModel"?,
+    /// "mechanism"?}` and validates it.
     pub fn from_value(v: &Value, path: &str) -> Result<CompactionPolicy> {
         let f = Fields::of(v, path)?;
         let known = [
@@ -127,6 +183,7 @@ impl CompactionPolicy {
             "overflowRetries",
             "summaryProvider",
             "summaryModel",
+            "mechanism",
         ];
         if let Some(k) = f.map.keys().find(|k| !known.contains(&k.as_str())) {
             return Err(Error::invalid(f.p(k), "is not a policy field"));
@@ -152,6 +209,9 @@ impl CompactionPolicy {
         }
         p.summary_provider = f.opt_str("summaryProvider")?.map(str::to_string);
         p.summary_model = f.opt_str("summaryModel")?.map(str::to_string);
+        if let Some(m) = f.opt_str("mechanism")? {
+            p.mechanism = Mechanism::parse(m, &f.p("mechanism"))?;
+        }
         p.validate()?;
         Ok(p)
     }

@@ -43,6 +43,10 @@
 //! `edit` explains is a log that still passes those checks but no longer rebuilds what was sent:
 //! one rewritten with its chain recomputed, or a version 1 log (which has no chain).
 
+mod compactions;
+
+pub use compactions::{CompactionReport, MechanismTotals};
+
 use crate::cache_rules::{CacheRule, CacheRules, CacheSettings};
 use crate::error::{Error, ErrorKind, Result};
 use crate::header::EpochHeader;
@@ -624,6 +628,10 @@ pub struct Explanation {
     pub requests: Vec<RequestReport>,
     /// Totals.
     pub totals: Totals,
+    /// Every compaction, in log order: what it cost and what it saved (`compactions.rs`).
+    pub compactions: Vec<CompactionReport>,
+    /// The compactions per mechanism (portable, native), summed.
+    pub compaction_totals: Vec<MechanismTotals>,
 }
 
 impl Explanation {
@@ -788,6 +796,7 @@ pub fn explain_log_with(log: &CheckedLog, counter: &dyn TokenCounter, settings: 
     let mut sides: Vec<Side> = Vec::new();
     let (mut walk, events) = RequestWalk::of(log);
     let mut counts = Counter { counter, by_seq: HashMap::new(), by_text: HashMap::new(), head: None };
+    let mut compactions = compactions::Compactions::default();
     let mut out: Vec<RequestReport> = Vec::new();
     let mut last_conv: Option<Seen> = None;
     let mut last_comp: Option<Seen> = None;
@@ -795,7 +804,7 @@ pub fn explain_log_with(log: &CheckedLog, counter: &dyn TokenCounter, settings: 
     let mut headers: Vec<(u64, String, u64)> = Vec::new(); // (seq, reason, instance)
     let mut landed = 0u64;
     let mut overflow_retry = false;
-    let (mut n_conv, mut n_comp) = (0usize, 0usize);
+    let (mut n_conv, mut n_comp, mut n_native) = (0usize, 0usize, 0usize);
     let (mut turn, mut step) = (0u64, 0u64);
     // The report index of the request the next usage belongs to.
     let mut awaiting_usage: Option<usize> = None;
@@ -817,10 +826,21 @@ pub fn explain_log_with(log: &CheckedLog, counter: &dyn TokenCounter, settings: 
                         let cfg = r.header.config.clone();
                         Some((Kind::Conversation, n_conv.to_string(), r.header, parts, rebuilt, t, s, cfg))
                     }
-                    RecordedKind::Compaction { start, end, instruction, provider, model, max_tokens } => {
+                    RecordedKind::NativeCompaction { format, max_tokens, .. } => {
+                        let format = crate::render::Renderer::parse(&format)?;
+                        let cfg = crate::request::native_compaction_config(&r.header.config, format, max_tokens);
+                        let mut parts = Parts::head(&r.header, &cfg, prefix);
+                        if format != crate::render::Renderer::Anthropic {
+                            parts.tools.clear();
+                        }
+                        parts.messages.extend(r.region.iter().cloned().map(Msg::Entry));
+                        n_native += 1;
+                        Some((Kind::Compaction, format!("n{n_native}"), r.header, parts, rebuilt, turn, step, cfg))
+                    }
+                    RecordedKind::Compaction { instruction, provider, model, max_tokens, .. } => {
                         let cfg = summary_config(&r.header.config, &provider, &model, max_tokens);
                         let mut parts = Parts::head(&r.header, &cfg, prefix);
-                        parts.messages.extend(entries[start..=end].iter().cloned().map(Msg::Entry));
+                        parts.messages.extend(r.region.iter().cloned().map(Msg::Entry));
                         let instr = serde_json::to_string(&Message::user_text(&instruction)).expect("serialises");
                         parts.messages.push(Msg::Text(Arc::from(instr)));
                         parts.trailing = true;
@@ -988,8 +1008,14 @@ pub fn explain_log_with(log: &CheckedLog, counter: &dyn TokenCounter, settings: 
             }
             _ => {}
         }
+        let request = out.last().filter(|r| r.seq == ev.seq).map(|r| r.id.clone());
+        if request.is_some() && out.last().is_some_and(|r| r.kind == Kind::Conversation) {
+            compactions.conversation_request();
+        }
+        compactions.before(ev, walk.log().history().entries(), &mut counts, request.as_deref())?;
         // Folded without keeping the lines (as `verify` does): only the state is needed.
         walk.apply(ev, ev.seq).map_err(|e| as_corrupt(e, ev.seq as usize + 2))?;
+        compactions.after(ev, walk.log().history().entries(), &mut counts)?;
     }
     charge(&mut out, &sides, settings);
     let mut totals = Totals::default();
@@ -1037,7 +1063,8 @@ pub fn explain_log_with(log: &CheckedLog, counter: &dyn TokenCounter, settings: 
         t.by_cause = Cause::ALL.iter().map(|c| (c.as_str().to_string(), cost_by.get(c).copied().unwrap_or(0.0))).collect();
     }
     totals.cost = cost;
-    Ok(Explanation { session: session.id.clone(), counter: counter.name(), requests: out, totals })
+    let (compactions, compaction_totals) = compactions.finish(settings.prices.as_ref());
+    Ok(Explanation { session: session.id.clone(), counter: counter.name(), requests: out, totals, compactions, compaction_totals })
 }
 
 /// The counted `shared` tokens in the provider's tokens: scaled by the reported-to-counted ratio

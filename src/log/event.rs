@@ -37,6 +37,8 @@ pub mod types {
     pub const COMPACTION_SUMMARY: &str = "compaction/summary";
     /// A compaction ends (landed, failed or discarded).
     pub const COMPACTION_END: &str = "compaction/end";
+    /// A provider's native compaction: its block or item, verbatim (docs/compaction.md).
+    pub const COMPACTION_NATIVE: &str = "compaction/native";
 
     /// Every catalogue type.
     pub const ALL: &[&str] = &[
@@ -53,6 +55,7 @@ pub mod types {
         COMPACTION_START,
         COMPACTION_SUMMARY,
         COMPACTION_END,
+        COMPACTION_NATIVE,
     ];
 
     /// Namespaces reserved for the catalogue: a host's own type may not start with these.

@@ -52,7 +52,8 @@ pub fn render_anthropic(envelope: &Value, options: &RenderOptions) -> Result<Val
     let mut prefix_mark: Option<(usize, usize)> = None;
     // Rendered messages before a summarisation request's trailing instruction.
     let mut history_end = None;
-    for (i, m) in env.messages.iter().enumerate() {
+    for i in message_order(&env.messages, prefix_len) {
+        let m = &env.messages[i];
         if env.compaction && i + 1 == env.messages.len() {
             history_end = Some(out.len());
         }
@@ -79,11 +80,41 @@ pub fn render_anthropic(envelope: &Value, options: &RenderOptions) -> Result<Val
     }
     let messages: Vec<Value> = out.into_iter().map(|r| json!({"role": r.role, "content": r.content})).collect();
     let mut body = frame(&env, system, tools, &marks, &cc)?;
+    if env.native_compaction {
+        // On-demand compaction (beta `compact-2026-09-04`): the provider summarises every
+        // message and answers with one `compaction` block.
+        if body.contains_key("compaction") {
+            return Err(Error::invalid("compaction", "is set by a native compaction request itself; leave the config field out"));
+        }
+        body.insert("compaction".into(), json!({"type": "summarize"}));
+    }
     if options.cache_diagnostics {
         set_diagnostics(&mut body, previous_response_id(env.messages.iter().rev()))?;
     }
     body.insert(MESSAGES.into(), Value::Array(messages));
     Ok(Value::Object(body))
+}
+
+/// The order the envelope's messages are rendered in: as they come, except that a native
+/// compaction checkpoint of this format heading the history (the first message after the
+/// session prefix) goes first when the prefix has messages that render as messages (not
+/// system-role ones, which go into `system`): Anthropic reads a compaction block only at the
+/// front of `messages` (on-demand blocks: a 400 otherwise; threshold blocks: what precedes them
+/// is dropped), so the session prefix's messages follow it rather than precede it.
+pub(super) fn message_order(messages: &[Message], prefix_len: usize) -> Vec<usize> {
+    let n = messages.len();
+    let prefix_renders = messages[..prefix_len.min(n)].iter().any(|m| m.role != Role::System);
+    if prefix_renders && prefix_len < n && is_native_checkpoint(&messages[prefix_len]) {
+        std::iter::once(prefix_len).chain(0..prefix_len).chain(prefix_len + 1..n).collect()
+    } else {
+        (0..n).collect()
+    }
+}
+
+/// Whether a message is a native compaction checkpoint of this format (rendered as an
+/// assistant message of its own, as the provider returned the block).
+pub(super) fn is_native_checkpoint(m: &Message) -> bool {
+    crate::compaction::native::native_checkpoint(m).is_some_and(|c| c.format == NAME)
 }
 
 /// The response id of the last assistant message among `latest_first` (newest first): its
@@ -298,7 +329,7 @@ fn render_message(m: &Message, i: usize) -> Result<Option<Rendered>> {
     if content.is_empty() {
         return Ok(None);
     }
-    let role = if m.role == Role::Assistant { "assistant" } else { "user" };
+    let role = if m.role == Role::Assistant || is_native_checkpoint(m) { "assistant" } else { "user" };
     let tool_results_only = role == "user" && content.iter().all(|b| b["type"] == "tool_result");
     Ok(Some(Rendered { role, content, tool_results_only }))
 }

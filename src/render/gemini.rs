@@ -41,6 +41,7 @@ pub(crate) const NAME: &str = "gemini";
 /// system-role messages may be hoisted into `systemInstruction`.
 pub fn render_gemini(envelope: &Value, options: &RenderOptions) -> Result<Value> {
     let env = Envelope::parse(envelope)?;
+    env.refuse_native(NAME)?;
     let options = &options.effective(&env, super::Renderer::Gemini)?;
     let prefix_len = options.prefix_len;
     env.check_prefix_len(prefix_len)?;

@@ -43,6 +43,7 @@ pub(super) const INPUT: &str = "input";
 /// (`response_format`, `service_tier`, ...); one that names a body field set here is an error.
 pub fn render_interactions(envelope: &Value, options: &RenderOptions) -> Result<Value> {
     let env = Envelope::parse(envelope)?;
+    env.refuse_native(NAME)?;
     let options = &options.effective(&env, super::Renderer::GeminiInteractions)?;
     env.check_prefix_len(options.prefix_len)?;
     let mut input = Vec::with_capacity(env.messages.len());

@@ -47,6 +47,7 @@ pub use interactions::render_interactions;
 pub use openai::render_openai;
 pub use response::{is_context_overflow, is_refusal, parse_response, usage_from_provider, ParsedResponse, FINISH_REASONS};
 pub(crate) use response::{refusal_block, ONE_CANDIDATE, ONE_CHOICE};
+pub(crate) use responses::parse_compacted;
 pub use responses::render_responses;
 
 use crate::error::{Error, Result};
@@ -489,6 +490,11 @@ pub(crate) struct Envelope {
     /// message is the instruction, which the Anthropic renderer keeps out of the history's
     /// cache breakpoint.
     pub compaction: bool,
+    /// Whether the envelope is a provider's own compaction request (`purpose:
+    /// "native-compaction"`): the Anthropic renderer adds `"compaction": {"type":
+    /// "summarize"}`, the Responses renderer renders the `POST /responses/compact` body, the
+    /// others refuse it.
+    pub native_compaction: bool,
     /// OpenAI's cache controls given as config fields (`promptCacheOptions`,
     /// `promptCacheBreakpoints`); [`RenderOptions::effective`] merges them.
     pub cache_options: Option<PromptCacheOptions>,
@@ -542,9 +548,21 @@ impl Envelope {
             extra: f.extra(&known),
             session_id: f.opt_str("sessionId")?.filter(|s| !s.is_empty()).map(str::to_string),
             compaction: f.opt_str("purpose")? == Some("compaction"),
+            native_compaction: f.opt_str("purpose")? == Some("native-compaction"),
             cache_options,
             cache_breakpoints,
         })
+    }
+
+    /// Refuses a native compaction request for a renderer whose provider has none.
+    pub fn refuse_native(&self, renderer: &str) -> Result<()> {
+        if self.native_compaction {
+            return Err(Error::invalid(
+                "purpose",
+                format!("a native compaction request goes to a provider with one (anthropic, openai-responses); the {renderer} renderer has none"),
+            ));
+        }
+        Ok(())
     }
 
     /// Checks that the prefix fits in the messages.
@@ -558,7 +576,13 @@ impl Envelope {
     /// Adds the unknown config fields to `body`. A field the renderer already set is an error:
     /// a pass-through field may add to the body, never silently replace a mapped one.
     pub fn pass_through(&self, body: &mut JsonMap, renderer: &str) -> Result<()> {
-        for (k, v) in &self.extra {
+        self.pass_through_where(body, renderer, |_| true)
+    }
+
+    /// [`pass_through`](Self::pass_through) of the unknown config fields `keep` accepts (the
+    /// others are left out: a body whose endpoint takes only some).
+    pub fn pass_through_where(&self, body: &mut JsonMap, renderer: &str, keep: impl Fn(&str) -> bool) -> Result<()> {
+        for (k, v) in self.extra.iter().filter(|(k, _)| keep(k)) {
             if body.contains_key(k) {
                 return Err(Error::invalid(
                     k.as_str(),

@@ -34,6 +34,7 @@ pub fn render_openai(envelope: &Value) -> Result<Value> {
 }
 
 pub(super) fn render(env: &Envelope, options: &RenderOptions) -> Result<Value> {
+    env.refuse_native("openai")?;
     let mut messages = lead(env);
     let lead = messages.len();
     let (mut prefix_end, mut history_end) = (lead, lead);

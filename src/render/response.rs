@@ -46,10 +46,13 @@ pub struct ParsedResponse {
 ///   refused request, so it is not reported with `report_provider_error(.., overflow = true)`.
 /// - `"content-filter"`: the provider's filter stopped the answer.
 /// - `"incomplete"`: the partial message of a cut stream (`StreamAccumulator::finish`).
+/// - `"compaction"` (Anthropic `compaction`): the provider compacted the conversation and paused
+///   (`pause_after_compaction`): the library recorded the compaction; the turn is not over:
+///   build the next request in the same turn (docs/compaction.md, "Native compaction").
 ///
 /// `docs/render.md` ("Finish reasons") has which provider reason gives which.
 pub const FINISH_REASONS: &[&str] =
-    &["stop", "tool-calls", "max-tokens", "pause-turn", "refusal", "context-overflow", "content-filter", "incomplete"];
+    &["stop", "tool-calls", "max-tokens", "pause-turn", "refusal", "context-overflow", "content-filter", "incomplete", "compaction"];
 
 /// Why a chat completion with more than one choice is refused.
 pub(crate) const ONE_CHOICE: &str = "a response with more than one choice (`n` > 1) cannot be recorded: the log keeps one \
@@ -95,6 +98,11 @@ pub fn usage_from_provider(provider: &str, usage: &Value) -> Result<Usage> {
             // The split of the writes by TTL (`cache_creation`), when the response has it.
             out.cache_write_5m_tokens = u(usage, "/cache_creation/ephemeral_5m_input_tokens");
             out.cache_write_1h_tokens = u(usage, "/cache_creation/ephemeral_1h_input_tokens");
+            // Native compaction reports its own sampling step beside the answer's (the top-level
+            // counts leave it out): kept verbatim, for the compaction's record.
+            if let Some(its) = usage.get("iterations").filter(|v| v.is_array()) {
+                out.extra.insert("iterations".into(), its.clone());
+            }
         }
         "deepseek" if usage.get("prompt_cache_hit_tokens").is_some() => {
             let hit = need("/prompt_cache_hit_tokens")?;
@@ -159,6 +167,15 @@ pub fn parse_response(renderer: Renderer, body: &Value) -> Result<ParsedResponse
         Renderer::Gemini => super::gemini::parse(body),
         Renderer::GeminiInteractions => super::interactions::parse(body),
     }
+}
+
+/// The provider's error in words, when `body` is an error answer (as [`parse_response`] refuses
+/// it): for a native compaction answer, which is then a failed attempt.
+pub(crate) fn error_answer(body: &Value) -> Option<String> {
+    if body.get("status").is_some_and(|s| s == "failed") {
+        return Some(body.get("error").map_or_else(|| "the response failed".to_string(), describe_provider_error));
+    }
+    error_in_body(body).map(describe_provider_error)
 }
 
 /// The provider's error in a response body, when the body is an error answer: its `error`, an
@@ -425,6 +442,9 @@ fn parse_anthropic(body: &Value) -> Result<ParsedResponse> {
         "pause_turn" => "pause-turn".to_string(),
         "refusal" => "refusal".to_string(),
         "model_context_window_exceeded" => "context-overflow".to_string(),
+        // A native compaction paused the answer (`pause_after_compaction`), or an on-demand
+        // compaction request was answered with its block.
+        "compaction" => "compaction".to_string(),
         other => other.to_string(),
     });
     let mut usage = match opt_object(body, "usage", "response.usage")? {

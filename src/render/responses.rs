@@ -50,6 +50,9 @@ pub fn render_responses(envelope: &Value, options: &RenderOptions) -> Result<Val
 }
 
 fn render(env: &Envelope, options: &RenderOptions) -> Result<Value> {
+    if env.native_compaction {
+        return render_compact(env, options);
+    }
     check_stop(env)?;
     let mut input = Vec::with_capacity(env.messages.len());
     let (mut prefix_end, mut history_end) = (0, 0);
@@ -72,6 +75,30 @@ fn render(env: &Envelope, options: &RenderOptions) -> Result<Value> {
 
 /// The body field holding the input items.
 pub(super) const INPUT: &str = "input";
+
+/// The body of `POST /responses/compact` (a native compaction request): `model`, `input` (the
+/// envelope's messages, as a conversation request renders them), `instructions` (the system
+/// prompt), the cache routing of the options and config (`prompt_cache_key`, by default the
+/// session id; `prompt_cache_retention`; `prompt_cache_options`), and of the other
+/// pass-through fields only those the endpoint takes (`compaction::native::COMPACT_ENDPOINT_FIELDS`).
+/// The endpoint takes no tools, output limit or sampling settings, and keeps nothing (it is
+/// stateless): there is no `store`.
+fn render_compact(env: &Envelope, options: &RenderOptions) -> Result<Value> {
+    let mut input = Vec::with_capacity(env.messages.len());
+    for (i, m) in env.messages.iter().enumerate() {
+        render_message(m, i, &mut input)?;
+    }
+    let mut body = JsonMap::new();
+    body.insert("model".into(), env.model.clone().into());
+    if let Some(system) = &env.system {
+        body.insert("instructions".into(), system.clone().into());
+    }
+    body.insert(INPUT.into(), Value::Array(input));
+    options.route_explicit(&mut body);
+    env.pass_through_where(&mut body, NAME, |k| crate::compaction::native::COMPACT_ENDPOINT_FIELDS.contains(&k))?;
+    options.route_default(&mut body, env.session_id.as_ref())?;
+    Ok(Value::Object(body))
+}
 
 fn check_stop(env: &Envelope) -> Result<()> {
     if env.stop.is_some() {
@@ -209,6 +236,12 @@ fn render_message(m: &Message, i: usize, out: &mut Vec<Value>) -> Result<()> {
                         }
                     }
                     "image" | "file" => run.push(input_media(b, &path)?),
+                    // An item of this API kept whole (a native compaction checkpoint's items:
+                    // the compaction item, the retained messages of a compacted window).
+                    origin::OPAQUE if is_native(b, NAME) => {
+                        flush_user(&mut run, out);
+                        out.push(origin::opaque_item(b, &path)?.clone());
+                    }
                     _ => return Err(unsupported(&path, b, Role::User, NAME)),
                 }
             }
@@ -469,6 +502,36 @@ pub(crate) fn parse(body: &Value) -> Result<ParsedResponse> {
         extra: JsonMap::new(),
     });
     Ok(ParsedResponse { message, usage, finish_reason: finish })
+}
+
+/// Parses the answer of `POST /responses/compact` (`{"id", "object": "response.compaction",
+/// "output": [items], "usage"}`): the compacted window's items verbatim (the retained user
+/// messages, then the compaction item), its usage, and its id. A body of another shape is an
+/// error naming the field.
+pub(crate) fn parse_compacted(body: &Value) -> Result<(Vec<Value>, Option<crate::types::Usage>, Option<String>)> {
+    as_object(body, "response")?;
+    match body.get("object").and_then(Value::as_str) {
+        None | Some("response.compaction") => {}
+        Some(other) => {
+            return Err(Error::invalid(
+                "response.object",
+                format!("is {other:?}: a POST /responses/compact answer is a \"response.compaction\" object"),
+            ))
+        }
+    }
+    let items = match body.get("output") {
+        Some(Value::Array(a)) => a.clone(),
+        None => return Err(Error::invalid("response.output", "is required (the compacted window's items)")),
+        Some(v) => return Err(Error::invalid("response.output", format!("expected an array, got {}", crate::types::kind_of(v)))),
+    };
+    for (i, item) in items.iter().enumerate() {
+        as_object(item, &format!("response.output[{i}]"))?;
+    }
+    let usage = match body.get("usage") {
+        Some(u) if u.is_object() => Some(super::usage_from_provider(NAME, u)?),
+        _ => None,
+    };
+    Ok((items, usage, body.get("id").and_then(Value::as_str).map(str::to_string)))
 }
 
 /// A text block; with the output message's id (native state) when it has one.

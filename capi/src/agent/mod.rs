@@ -31,11 +31,13 @@ use std::thread::ThreadId;
 
 mod context;
 mod lifecycle;
+mod native_compaction;
 mod setup;
 mod turn;
 
 pub use context::*;
 pub use lifecycle::*;
+pub use native_compaction::*;
 pub use setup::*;
 pub use turn::*;
 

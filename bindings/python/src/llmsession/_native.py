@@ -232,6 +232,11 @@ _def("lls_agent_record_body", c_int32, [P, BUF, c_size_t, POINTER(c_uint64), POI
 _def("lls_agent_record_stream", c_int32, [P, P, c_bool, POINTER(c_uint64), POINTER(c_uint32), ERR])
 _def("lls_agent_record_body_info", c_int32, [P, BUF, c_size_t, POINTER(RecordedInfoStruct), ERR])
 _def("lls_agent_record_stream_info", c_int32, [P, P, c_bool, POINTER(RecordedInfoStruct), ERR])
+# Minor 6: native compaction (native_compaction.py), bound when the library has it.
+if loaded_minor >= 6:
+    _def("lls_agent_native_compaction_begin", c_int32, [P] + OUT)
+    _def("lls_agent_native_compaction_record", c_int32, [P, BUF, c_size_t] + OUT)
+    _def("lls_agent_native_compaction_fail", c_int32, [P, BUF, c_size_t] + OUT)
 
 version: str = lib.lls_version().decode()
 

@@ -26,6 +26,7 @@ from ._runtime import (
 )
 from .cancel import Cancel
 from .errors import LlmSessionError, SummariserError
+from .native_compaction import NativeCompaction
 from .session import Session
 from .stream import Stream
 from .types import (
@@ -135,7 +136,7 @@ def _info(s: N.RequestInfoStruct) -> RequestInfo:
     }
 
 
-class Agent(Handle):
+class Agent(NativeCompaction, Handle):
     """An agent instance over a session: ``Agent(session, {"config": {...}, "system"?,
     "tools"?, ...})``. ``with`` disposes and frees it. Calls on one agent are serialised by the
     library; callbacks run on the thread that made the call."""

@@ -169,6 +169,35 @@ class RequestInfo(TypedDict):
     instance: int
     stepSeq: int
     purpose: NotRequired[Literal["conversation", "compaction"]]
+    #: The Anthropic beta flags the request needs (native compaction's, header
+    #: ``anthropic-beta``); from ``request_info`` and ``next_request``, absent when none.
+    betas: NotRequired[List[str]]
+
+
+class NativeRequest(TypedDict):
+    """A native compaction request (``Agent.begin_native_compaction``)."""
+
+    format: str
+    endpoint: str
+    betas: List[str]
+    envelope: str
+    body: str
+    digest: str
+    span: List[int]
+    seqs: List[int]
+    messageCount: int
+    sharedMessages: int
+
+
+class NativeOutcome(TypedDict):
+    """How a native compaction ended."""
+
+    outcome: Literal["landed", "failed"]
+    format: str
+    span: List[int]
+    seqs: List[int]
+    error: NotRequired[str]
+    stopReason: NotRequired[str]
 
 
 class SessionEvent(TypedDict):
