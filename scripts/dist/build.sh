@@ -39,8 +39,10 @@ chmod 755 "$DIST_STAGE/lib/$REALNAME" "$DIST_STAGE/bin/llmsession"
 
 # What every artefact promises: nothing newer than glibc DIST_GLIBC (the Debian packages say
 # what they need in their Depends, which dpkg-shlibdeps derives from the same files).
-bash "$ROOT/scripts/dist/glibc-check.sh" "$DIST_GLIBC" "$DIST_STAGE/lib/$REALNAME" "$DIST_STAGE/bin/llmsession" ||
-    { echo "dist: the release build needs a glibc newer than $DIST_GLIBC (above): build it with make (RELEASE_GLIBC=$DIST_GLIBC)"; exit 1; }
+if ! bash "$ROOT/scripts/dist/glibc-check.sh" "$DIST_GLIBC" "$DIST_STAGE/lib/$REALNAME" "$DIST_STAGE/bin/llmsession"; then
+    echo "dist: the release build needs a glibc newer than $DIST_GLIBC (above): build it with make (RELEASE_GLIBC=$DIST_GLIBC)"
+    exit 1
+fi
 
 for eco in ${DIST_ONLY:-c deb python node go}; do
     [ "$eco" != userland ] || continue # a test only (test-userland.sh): nothing to build

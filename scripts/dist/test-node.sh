@@ -4,8 +4,9 @@
 # cache of its own, no cargo, no checkout on PATH; koffi comes from the npm registry):
 #   1. the tarballs: their contents and sizes; the library is stripped and has the soname, the
 #      command is stripped, and neither needs a glibc newer than DIST_GLIBC (glibc-check.sh;
-#      npm has no field for a glibc version: docs/install.md says it); the released package.json (version, koffi pin, optional dependency
-#      at exactly VERSION, not private); packing the stage again gives the same bytes;
+#      npm has no field for a glibc version: docs/install.md says it); the released
+#      package.json (version, koffi pin, optional dependency at exactly VERSION, not private);
+#      packing the stage again gives the same bytes;
 #   2. `npm install` of both tarballs in a new project (`npm init -y`): the README's example
 #      (examples/readme/hello.js, with require('llmsession')) run twice, the second run resuming
 #      the log the first wrote; the library loaded from the platform package; the log verified
