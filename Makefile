@@ -18,7 +18,7 @@ CC ?= cc
 all: build
 
 build:
-	$(CARGO) build --release
+	$(RELEASE_CARGO) build --release
 
 test: test-rust bench-smoke check-header check-symbols check-docs test-c install-check test-node test-cpp test-go test-python test-pg readme-check newcomer test-dist bench-bindings-smoke fuzz-smoke e2e e2e-resume
 
@@ -45,8 +45,8 @@ test-rust: tokenizer
 
 # Benchmarks (docs/performance.md): criterion, full runs; long (about 15 minutes).
 bench: tokenizer
-	$(CARGO) bench --bench request --bench log --bench tokens
-	$(CARGO) run --release --example bench_memory
+	$(RELEASE_CARGO) bench --bench request --bench log --bench tokens
+	$(RELEASE_CARGO) run --release --example bench_memory
 	$(MAKE) --no-print-directory bench-bindings
 
 # Each benchmark once, in criterion's test mode, on small sizes (the test profile: shares the
@@ -104,6 +104,17 @@ RELEASE_DIR := $(TARGET_DIR)/release
 # The built libraries under their installed names (the soname link lets tests run from here).
 STAGE := build/lib
 
+# The release build (target/release: the library, the command, every artefact of `make dist`)
+# is linked with zig against glibc RELEASE_GLIBC, so that it runs on glibc 2.17 and later
+# (docs/install.md, "Which glibc each artefact needs"): scripts/tools/zig-cargo.sh points cargo's
+# linker and cc-rs's CC at `zig cc -target x86_64-linux-gnu.2.17`; zig and cargo-zigbuild,
+# pinned, are installed on first use into ~/.cache/llmsession (scripts/tools/zig-install.sh).
+# Every release build of the Makefile goes through it, so target/release is built one way (cargo
+# rebuilds ring and what depends on it when CC changes). RELEASE_GLIBC= (empty) builds with the
+# system's cc for this machine's glibc instead; `make dist` refuses that build.
+RELEASE_GLIBC ?= 2.17
+RELEASE_CARGO = $(if $(RELEASE_GLIBC),CARGO="$(CARGO)" LLMSESSION_GLIBC="$(RELEASE_GLIBC)" bash scripts/tools/zig-cargo.sh,$(CARGO))
+
 # System libraries the static library needs (rustc --print native-static-libs on Linux).
 NATIVE_STATIC_LIBS := -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
 
@@ -132,7 +143,7 @@ CLI := $(RELEASE_DIR)/llmsession
 # The C-API crate (capi/) builds libllmsession_capi.{so,a}; they are staged (and installed)
 # under the library's own names, with the soname capi/build.rs gave the shared library.
 build-lib:
-	$(CARGO) build --release -p llmsession-capi --lib
+	$(RELEASE_CARGO) build --release -p llmsession-capi --lib
 	@mkdir -p $(STAGE)
 	# Copy then rename: never rewrite a library a running program has mapped.
 	cp -f $(RELEASE_DIR)/libllmsession_capi.so $(STAGE)/$(REALNAME).tmp && mv -f $(STAGE)/$(REALNAME).tmp $(STAGE)/$(REALNAME)
@@ -174,7 +185,7 @@ INSTALL_ENV = VERSION="$(VERSION)" VERSION_MAJOR="$(VERSION_MAJOR)" VERSION_MINO
 
 # The `llmsession` command (cli/), release build.
 build-cli:
-	$(CARGO) build --release -p llmsession-cli --bin llmsession
+	$(RELEASE_CARGO) build --release -p llmsession-cli --bin llmsession
 
 # The libraries, headers, a pkg-config file (prefix-relative paths, so `pkg-config
 # --define-prefix` can relocate it), a CMake package file (cmake/*.cmake.in), the `llmsession`
@@ -287,7 +298,7 @@ DEMO_ENV := LLMSESSION_EXAMPLE="$(CURDIR)/build/go/llmsession-example" \
 	LLMSESSION_CLI="$(abspath $(RELEASE_DIR))/llmsession"
 
 demo-build: build-lib go-pc
-	$(CARGO) build --release -p llmsession-cli --bin llmsession
+	$(RELEASE_CARGO) build --release -p llmsession-cli --bin llmsession
 	cd examples/go && $(GO_ENV) $(GO) build -o "$(CURDIR)/build/go/llmsession-example" .
 
 demo: demo-build
@@ -414,7 +425,7 @@ BENCH_PG_PINNED_BIN := $(if $(BENCH_PG_PINNED),$(BENCH_PG_PINNED_TARGET)/release
 # PostgreSQL against JSONL, side by side in one run, then at fleet scale, on a throwaway server
 # with PgBouncer (not in make test; about 10 minutes, the first pinned build adds about 10).
 bench-pg:
-	$(CARGO) build --release --example bench_postgres
+	$(RELEASE_CARGO) build --release --example bench_postgres
 	@if [ -n "$(BENCH_PG_PINNED)" ]; then \
 		git worktree prune; \
 		[ -d $(BENCH_PG_PINNED_DIR) ] || git worktree add --detach $(BENCH_PG_PINNED_DIR) $(BENCH_PG_PINNED); \
@@ -478,12 +489,16 @@ fuzz-smoke: fuzz-smoke-build fuzz-corpus
 
 # ---------------------------------------------------------------------------------------------
 # Release artefacts (docs/install.md, "Release artefacts"): `make dist` builds every one into
-# dist/ from the release build, versioned from Cargo.toml (scripts/dist/build.sh): the C/C++
-# archive, the Debian packages, the Python wheel and sdist, the npm tarballs and a Go module
-# version laid out for a file-based GOPROXY. `make test-dist` installs each where no toolchain
-# of ours exists and runs the README's example in its language from it (scripts/dist/test.sh).
+# dist/ from the release build (linked for glibc RELEASE_GLIBC, 2.17), versioned from Cargo.toml
+# (scripts/dist/build.sh): the C/C++ archive, the Debian packages, the Python wheel and sdist,
+# the npm tarballs and a Go module version laid out for a file-based GOPROXY. `make test-dist`
+# checks that no artefact needs a newer glibc than it promises (objdump, auditwheel, a link
+# against glibc 2.17's symbols), installs each where no toolchain of ours exists and runs the
+# README's example in its language from it, and runs the wheel's and the C archive's examples
+# in an older Debian userland in a chroot (scripts/dist/test.sh).
 dist: build-lib build-cli
-	@CLI="$(abspath $(CLI))" STAGE_IN="$(abspath $(STAGE))" bash scripts/dist/build.sh
+	@[ -n "$(RELEASE_GLIBC)" ] || { echo "dist: RELEASE_GLIBC is empty: the artefacts are built for glibc 2.17 (make dist, without RELEASE_GLIBC=)"; exit 1; }
+	@DIST_GLIBC="$(RELEASE_GLIBC)" CLI="$(abspath $(CLI))" STAGE_IN="$(abspath $(STAGE))" bash scripts/dist/build.sh
 
 test-dist: dist
-	@bash scripts/dist/test.sh
+	@DIST_GLIBC="$(RELEASE_GLIBC)" bash scripts/dist/test.sh
