@@ -301,3 +301,22 @@ def test_anthropic_streaming_response_bytes_feed_the_stream(server: Server) -> N
                 rec = a.record_stream(s)
         assert server.last() == dict(json.loads(body.body), stream=True)
         assert calls_of(rec.tool_calls) == PROVIDERS["anthropic"][3]
+
+
+def test_openai_responses_streaming_response_bytes_feed_the_stream(server: Server) -> None:
+    server.answer((DATA / "openai-responses-tools.sse").read_bytes(), "text/event-stream")
+    client = openai.OpenAI(api_key="local", base_url=server.url + "/v1", max_retries=0)
+    with lls.Session.memory() as sess, agent_for(sess, "openai-responses") as a:
+        a.start_turn("read café.txt")
+        body = a.next_body()
+        kw = lls.sdk_kwargs(client.responses.create, body)
+        with client.responses.with_streaming_response.create(**kw, stream=True) as resp:
+            with lls.Stream("openai-responses") as s:
+                for chunk in resp.iter_bytes():
+                    s.feed(chunk)
+                rec = a.record_stream(s)
+        assert server.requests[-1][0] == "/v1/responses"
+        assert server.last() == dict(json.loads(body.body), stream=True)
+        with lls.Stream("openai-responses") as s:
+            want = lls.tool_calls(s.consume([(DATA / "openai-responses-tools.sse").read_bytes()]))
+        assert rec.tool_calls == want and want
