@@ -19,7 +19,8 @@ scripts/llama/server.sh, http://127.0.0.1:8766/v1). A turn of a --script file wi
 gets a host-scripted read_file call when the model makes none in its first reply (the small local
 model never calls tools by itself; docs/demo.md, "Host-scripted tool calls"). Requests are
 streamed except the one that gets a scripted call (--no-stream: none is). --check exits 1 unless
-verify rebuilt every request and the server read from its cache at least what explain expected.
+verify rebuilt every request and, on every request of the run but the session's first, the server
+read from its cache at least 99 % of what explain expected (the Go host's rule 9, docs/demo.md).
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ def report(session: lls.Session, instance: int, check: bool) -> bool:
     print("explain (cached: the server's figure; expected: what the log says it could read):")
     ok = v["requests"] == len(ex["requests"])
     for r in reqs:
-        short = r["id"] != "1" and r["cachedTokens"] < r["expectedCachedTokens"]
+        short = r["id"] != "1" and r["cachedTokens"] * 100 < r["expectedCachedTokens"] * 99
         mark = "  <- below expected" if short else ""
         print(f"  request {r['id']:>2} instance {r['instance']} turn {r['turn']} step {r['step']}: prompt {r['promptTokens']}, "
               f"cached {r['cachedTokens']}, expected {r['expectedCachedTokens']}, cause {r['cause']}{mark}")

@@ -8,7 +8,8 @@
 # BASE_URL is the server's root (http://127.0.0.1:PORT). Each example runs twice on one log:
 # script turns 1-2, then 3-4 as a resumed instance, streaming every request but the one that gets
 # the host-scripted tool call, with --check (verify rebuilt every request; the server read from
-# cache at least what explain expected). Then the CLI verifies each log and shows its explain.
+# cache at least 99 % of what explain expected). Then the CLI verifies each log and shows its
+# explain. The Node example is type-checked first (tsc -p examples/node/agent).
 # The SDKs are installed by the project's own pinned files: examples/python/requirements.txt
 # into OUTDIR/python-venv, examples/node/agent/package-lock.json with `npm ci`.
 set -euo pipefail
@@ -51,6 +52,18 @@ python_agent() {
         "$venv/bin/python" examples/python/agent.py
 }
 
+node_agent() {
+    # The binding's own dependencies (koffi; typescript for the type check), as `make node-deps`.
+    [[ bindings/node/node_modules/.package-lock.json -nt bindings/node/package-lock.json ]] ||
+        (cd bindings/node && npm ci --no-audit --no-fund --loglevel=error)
+    [[ examples/node/agent/node_modules/.package-lock.json -nt examples/node/agent/package-lock.json ]] ||
+        (cd examples/node/agent && npm ci --no-audit --no-fund --loglevel=error)
+    bindings/node/node_modules/.bin/tsc --noEmit -p examples/node/agent
+    runs node "$OUT/node-agent.jsonl" env LLMSESSION_LIB="$ROOT/build/lib/libllmsession.so" \
+        node examples/node/agent/agent.js
+}
+
 python_agent
+node_agent
 echo
 echo "sdk agents: passed"
