@@ -335,8 +335,9 @@ test-node: build-lib
 check-node: build-lib node-deps
 	$(node_suite)
 
+# npm ci again whenever package-lock.json is newer than what the last npm ci installed.
 node-deps:
-	@[ -d $(NODE_DIR)/node_modules/koffi ] || (cd $(NODE_DIR) && npm ci --no-audit --no-fund)
+	@[ $(NODE_DIR)/node_modules/.package-lock.json -nt $(NODE_DIR)/package-lock.json ] || (cd $(NODE_DIR) && npm ci --no-audit --no-fund)
 
 # ---------------------------------------------------------------------------------------------
 # Python binding (bindings/python: ctypes, standard library only; docs/python.md). The tests run

@@ -416,18 +416,49 @@ export declare class Body {
   readonly released: boolean;
 }
 
+/** One tool call of an assistant message (`tools.js`). */
+export declare class ToolCall {
+  private constructor();
+  /** The call's id: the `callId` of its result (`agent.recordToolResult`). */
+  readonly id: string;
+  /** The tool's name. */
+  readonly name: string;
+  /** The arguments as the model wrote them (JSON text; a model may write invalid JSON). */
+  readonly argumentsJson: string;
+  /**
+   * The arguments parsed (on first access; an empty text is `{}`). Throws a SyntaxError naming
+   * the call when `argumentsJson` is not JSON.
+   */
+  readonly arguments: any;
+}
+
+/**
+ * The tool calls in a message, a response `{message, ...}`, an event, or an array of these
+ * (an object, JSON text, or its bytes), in the order the model made them.
+ */
+export declare function toolCalls(value: unknown): ToolCall[];
+
 /** What `recordBody` and `recordStream` recorded. */
-export interface RecordedResponse {
+export declare class Recorded {
+  private constructor();
   /** Seq of the assistant/message event. */
-  seq: number;
+  readonly seq: number;
   /** How many tool calls the response made. */
-  toolCalls: number;
+  readonly toolCallCount: number;
+  /**
+   * The response's tool calls, as the log holds them: read from the session on first access
+   * (nothing is read when there are none), so read them before the session is closed.
+   */
+  readonly toolCalls: ToolCall[];
   /**
    * The response's finish reason, normalised (`'pause-turn'`: the turn is not over, build the
    * next request of the same turn); absent when the response gives none. Not logged.
    */
-  finishReason?: FinishReason;
+  readonly finishReason?: FinishReason;
 }
+
+/** What `recordBody` and `recordStream` recorded (the `Recorded` class). */
+export type RecordedResponse = Recorded;
 
 /** Status codes (lls_status). */
 export declare const Status: Readonly<{
@@ -539,10 +570,13 @@ export declare class Agent {
   nextBody(options?: OperationOptions): Promise<Body>;
   /** The envelope of the last request built (the logged bytes). */
   lastEnvelope(): Buffer;
-  /** Records the provider's raw response body for the open step. */
-  recordBody(body: Buffer | Uint8Array | string): RecordedResponse;
+  /**
+   * Records the provider's response body for the open step: its raw bytes, or the parsed JSON
+   * (a plain object, such as what the `openai` and `@anthropic-ai/sdk` packages return).
+   */
+  recordBody(body: Buffer | Uint8Array | string | object): Recorded;
   /** Records a streamed response from its accumulator, at the stream's end. */
-  recordStream(stream: Stream, options?: { partial?: boolean }): RecordedResponse;
+  recordStream(stream: Stream, options?: { partial?: boolean }): Recorded;
   recordResponse(response: { message: Message; usage?: Usage; finishReason?: string }): number;
   recordToolResult(result: { callId: string; text?: string; content?: Block[]; isError?: boolean }): number;
   inject(message: string | Message): number | null;

@@ -8,6 +8,7 @@
 //   native.js      loading the library, the ABI check, the table of C entry points (`C`, `S`)
 //   errors.js      Status, LlmSessionError, CallbackError, statusName, takeError, check
 //   bytes.js       arguments in, owned outputs out (takeBytes, callOut, callJson), seq numbers
+//   tools.js       tool calls as data: ToolCall, toolCalls, Recorded (what recordBody gives)
 //   body.js        lent Buffers, the hot path's fixed records, Body and the nextRequest result
 //   operation.js   one library call that may call back: cancel token, AbortSignal, errors
 //   handle.js      the FinalizationRegistry safety net, livePtr
@@ -28,6 +29,7 @@
 
 const native = require('./native');
 const { Status, LlmSessionError, CallbackError, statusName } = require('./errors');
+const { ToolCall, Recorded, toolCalls } = require('./tools');
 const { Body, lentBufferCount } = require('./body');
 const { invokeCallback, registeredCallbackCount } = require('./callbacks');
 const { Session, verifyFile, explainFile } = require('./session');
@@ -60,6 +62,9 @@ module.exports = {
   listSessions,
   invokeCallback,
   Body,
+  ToolCall,
+  Recorded,
+  toolCalls,
   liveHandleCount: native.liveHandleCount,
   lentBufferCount,
   liveStringCount: native.liveStringCount,

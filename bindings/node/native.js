@@ -126,6 +126,7 @@ const P_reply = opaque('lls_reply');
 const P_replay = opaque('lls_replay');
 const P_str = opaque('lls_owned_str');
 const P_stream = opaque('lls_stream');
+const P_tool_calls = opaque('lls_tool_calls');
 // `void *userdata` is passed as an integer id (same register class on every supported ABI).
 const CallbackFn = koffi.proto(
   'int32_t lls_callback_fn(intptr_t userdata, const char *in_json, size_t in_len, lls_reply *reply)');
@@ -273,6 +274,14 @@ if (loadedMinor >= 6) {
   def('lls_agent_native_compaction_record', 'int32_t', `lls_agent *a, const uint8_t *b, size_t len, ${OUTS}`);
   def('lls_agent_native_compaction_fail', 'int32_t', `lls_agent *a, const uint8_t *e, size_t len, ${OUTS}`);
 }
+// The tool calls of a message (tools.js; since minor 3). The strings are lent by the handle, each
+// with its length: read as `void *` and copied out before lls_tool_calls_free.
+def('lls_tool_calls_parse', 'int32_t', `const uint8_t *json, size_t len, _Out_ lls_tool_calls **out, ${ERR}`);
+def('lls_tool_calls_count', 'int32_t', `const lls_tool_calls *calls, _Out_ size_t *out_count, ${ERR}`);
+def('lls_tool_calls_get', 'int32_t',
+  'const lls_tool_calls *calls, size_t index, _Out_ void **out_id, _Out_ size_t *out_id_len, ' +
+    `_Out_ void **out_name, _Out_ size_t *out_name_len, _Out_ void **out_arguments, _Out_ size_t *out_arguments_len, ${ERR}`);
+def('lls_tool_calls_free', 'void', 'lls_tool_calls *calls');
 // Stores named by URL (store.js).
 def('lls_session_open_url', 'int32_t',
   `const uint8_t *url, size_t ulen, const uint8_t *opts, size_t len, _Out_ lls_session **out, ${ERR}`);

@@ -231,6 +231,7 @@ fn describe_edits(edits: &[llmsession::ContextEdit]) -> String {
 fn cmd_stats(path: &str, as_json: bool) -> Result<(), Failure> {
     let ex = explanation(path)?;
     let mut rows = Vec::new();
+    let mut with_usage = Vec::new();
     let (mut cached_total, mut prompt_total) = (0u64, 0u64);
     for r in ex.requests.iter().filter(|r| r.kind == Kind::Conversation) {
         let (cached, prompt) = (r.cached_tokens, r.prompt_tokens);
@@ -242,6 +243,7 @@ fn cmd_stats(path: &str, as_json: bool) -> Result<(), Failure> {
             "promptTokens": prompt, "cachedTokens": cached, "expectedCachedTokens": r.expected_cached_tokens,
             "hitRatio": if prompt > 0 { cached as f64 / prompt as f64 } else { 0.0 }, "cause": r.cause.as_str(),
         }));
+        with_usage.push(r.usage.is_some());
     }
     if as_json {
         out!("{}", json!({"session": ex.session, "requests": rows, "cachedTokens": cached_total, "promptTokens": prompt_total}));
@@ -261,11 +263,16 @@ fn cmd_stats(path: &str, as_json: bool) -> Result<(), Failure> {
         "cached",
         "hit"
     );
-    for r in &rows {
+    let mut without_usage = 0;
+    for (r, &usage) in rows.iter().zip(&with_usage) {
         // serde_json's Display ignores width and alignment: format the numbers as strings
         let n = |key: &str| r[key].to_string();
+        // Prompt, cached and hit are the provider's: "-" where the log has no usage.
+        without_usage += usize::from(!usage);
+        let p = |key: &str| if usage { n(key) } else { "-".into() };
+        let hit = if usage { format!("{:.0}%", r["hitRatio"].as_f64().unwrap_or(0.0) * 100.0) } else { "-".into() };
         out!(
-            "{:>4} {:>5} {:>4} {:>8} {:>7} {:>8} {:>5} {:>8} {:>8} {:>5.0}%",
+            "{:>4} {:>5} {:>4} {:>8} {:>7} {:>8} {:>5} {:>8} {:>8} {:>6}",
             n("request"),
             n("turn"),
             n("step"),
@@ -273,13 +280,16 @@ fn cmd_stats(path: &str, as_json: bool) -> Result<(), Failure> {
             n("sharedWithPrevious"),
             r["header"].as_str().unwrap_or("-"),
             n("compactionsBefore"),
-            n("promptTokens"),
-            n("cachedTokens"),
-            r["hitRatio"].as_f64().unwrap_or(0.0) * 100.0
+            p("promptTokens"),
+            p("cachedTokens"),
+            hit
         );
     }
     let ratio = if prompt_total > 0 { cached_total as f64 * 100.0 / prompt_total as f64 } else { 0.0 };
     out!("total: {prompt_total} prompt tokens reported, {cached_total} read from cache ({ratio:.0}%)");
+    if without_usage > 0 {
+        out!("note: {without_usage} request(s) have no usage in the log (-): the provider reported none; `llmsession explain` counts their tokens");
+    }
     Ok(())
 }
 
@@ -317,25 +327,25 @@ fn cmd_explain(path: &str, step: Option<&str>, prices: Option<&str>, rules: Opti
         return Ok(());
     }
     out!(
-        "session {}  ({} requests, {} summarisation requests; tokens: {})",
+        "session {}  ({} requests, {} summarisation requests)",
         ex.session,
         ex.totals.conversation_requests,
-        ex.totals.compaction_requests,
-        ex.counter
+        ex.totals.compaction_requests
     );
     out!(
         "{:>4} {:>9} {:>8} {:>7} {:>9} {:>8} {:>8} {:>8} {:>8}  {:<20} diverges at",
         "req",
         "turn/step",
         "bytes",
-        "tokens",
-        "shared",
+        "tokens*",
+        "shared*",
         "expected",
         "cached",
         "prompt",
         "uncached",
         "cause"
     );
+    let mut counted_rows = false;
     for r in &ex.requests {
         let at = match &r.divergence {
             Some(d) => d.component.describe(),
@@ -343,6 +353,9 @@ fn cmd_explain(path: &str, step: Option<&str>, prices: Option<&str>, rules: Opti
             None => "- (first request)".into(),
         };
         let usage = |n: u64| if r.usage.is_some() { n.to_string() } else { "-".into() };
+        // Without usage, expected and uncached are counted too: starred like the counted columns.
+        let derived = |n: u64| if r.usage.is_some() { n.to_string() } else { format!("{n}*") };
+        counted_rows |= r.usage.is_none();
         out!(
             "{:>4} {:>9} {:>8} {:>7} {:>9} {:>8} {:>8} {:>8} {:>8}  {:<20} {at}",
             r.id,
@@ -350,13 +363,18 @@ fn cmd_explain(path: &str, step: Option<&str>, prices: Option<&str>, rules: Opti
             r.bytes,
             r.tokens,
             r.shared_tokens,
-            r.expected_cached_tokens,
+            derived(r.expected_cached_tokens),
             usage(r.cached_tokens),
             usage(r.prompt_tokens),
-            r.uncached_tokens,
+            derived(r.uncached_tokens),
             r.cause.as_str()
         );
     }
+    out!(
+        "* counted by llmsession ({}), not reported by the provider{}; prompt, cached, uncached: the provider's usage; expected: what the provider could have read from its cache, in its tokens",
+        counted_by(ex.counter),
+        if counted_rows { " (so are expected and uncached of a request without usage: -)" } else { "" }
+    );
     let t = &ex.totals;
     out!(
         "total: {} prompt tokens reported, {} read from cache, {} expected cacheable",
@@ -401,6 +419,17 @@ fn cmd_explain(path: &str, step: Option<&str>, prices: Option<&str>, rules: Opti
     Ok(())
 }
 
+/// What counted the tokens that are not the provider's: `estimate` (the built-in estimate),
+/// `tokenizer`, `host`.
+fn counted_by(counter: &str) -> String {
+    match counter {
+        "estimate" => "the built-in estimate, no tokenizer".into(),
+        "tokenizer" => "the session's tokenizer".into(),
+        "host" => "the host's token counter".into(),
+        other => other.into(),
+    }
+}
+
 /// `no requests`, `1 request (1)`, `4 requests (1..4)`; with `prefix` `c`: `(c1..c4)`.
 fn count(n: u64, noun: &str, prefix: &str) -> String {
     match n {
@@ -417,12 +446,12 @@ fn explain_one(ex: &Explanation, r: &RequestReport) {
     };
     out!("{what}, seq {}, instance {}{}", r.seq, r.instance, r.header.as_ref().map(|h| format!(", header {h}")).unwrap_or_default());
     out!(
-        "  size: {} messages ({} of the session prefix), {} cacheable bytes, {} tokens ({})",
+        "  size: {} messages ({} of the session prefix), {} cacheable bytes, {} tokens (counted by llmsession, {})",
         r.messages,
         r.prefix_len,
         r.bytes,
         r.tokens,
-        ex.counter
+        counted_by(ex.counter)
     );
     if !r.rebuilt {
         out!("  the log does not rebuild this request (its digest differs from the recorded one)");
@@ -431,7 +460,7 @@ fn explain_one(ex: &Explanation, r: &RequestReport) {
         None => out!("  first request: nothing before it could be cached"),
         Some(c) => {
             out!(
-                "  compared with request {c}: {} bytes shared, {} tokens, {} leading messages",
+                "  compared with request {c}: {} bytes shared, {} tokens (counted), {} leading messages",
                 r.shared_bytes,
                 r.shared_tokens,
                 r.shared_messages
@@ -447,7 +476,7 @@ fn explain_one(ex: &Explanation, r: &RequestReport) {
     }
     match &r.usage {
         Some(_) => out!(
-            "  provider: prompt {} tokens, cached {}; expected cacheable {}",
+            "  provider: prompt {} tokens, cached {}; expected cacheable {} (in the provider's tokens)",
             r.prompt_tokens,
             r.cached_tokens,
             r.expected_cached_tokens

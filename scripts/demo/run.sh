@@ -125,5 +125,9 @@ say "e2e: cache rules on the report"
 say "e2e: the inspector CLI"
 scripts/demo/cli-checks.sh "$LOG" "$REPORT" "$OUT"
 
+# ---- e2e: the SDK agents (examples/python/agent.py, examples/node/agent) -----------------------
+say "e2e: the SDK agents, on the same server"
+scripts/demo/sdk-agents.sh "$URL" "$OUT/sdk-agents"
+
 echo
 echo "e2e: passed in $SECONDS s (log $LOG, report $REPORT)"

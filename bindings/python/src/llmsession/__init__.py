@@ -19,7 +19,9 @@ from .observe import LEVELS, Observation, live_observer_count, log_to, observing
 from .render import is_context_overflow, parse_response, render, render_with_options, usage_from_provider
 from .replay import Replay
 from .session import Session, explain_file, list_sessions, verify_file
+from .sdk import sdk_kwargs
 from .stream import Stream
+from .tools import ToolCall, tool_calls
 
 __version__ = "0.2.0"
 
@@ -65,6 +67,7 @@ __all__ = [
     "Session",
     "Status",
     "Stream",
+    "ToolCall",
     "abi_minor",
     "abi_version",
     "compaction_outcome",
@@ -80,7 +83,9 @@ __all__ = [
     "registered_callback_count",
     "render",
     "render_with_options",
+    "sdk_kwargs",
     "status_name",
+    "tool_calls",
     "usage_from_provider",
     "user_message",
     "verify_file",
