@@ -339,6 +339,24 @@ impl Session {
         Session::start(store, header, Vec::new(), opts.durability)
     }
 
+    /// Creates a session from `header` and `events` in the empty `store`, in one append: a child
+    /// agent's session (`agent::spawn`), whose events are its parent's first events and its own
+    /// opening ones. Every event is checked as a loaded one is.
+    pub(crate) fn create_seeded(
+        mut store: Box<dyn Store>,
+        header: SessionHeader,
+        events: Vec<Event>,
+        durability: Durability,
+    ) -> Result<Session> {
+        if store.read_only() {
+            return Err(read_only_error(&store.describe(), "create a session"));
+        }
+        if !store.load()?.records.is_empty() {
+            return Err(Error::invalid("store", format!("{} already holds a session", store.describe())));
+        }
+        Session::start(store, header, events, durability)
+    }
+
     /// Writes a new session (header and seed events, chained anew under the new header) to an
     /// empty store in one append.
     fn start(mut store: Box<dyn Store>, header: SessionHeader, events: Vec<Event>, durability: Durability) -> Result<Session> {

@@ -312,6 +312,23 @@ impl Store for JsonlStore {
     fn read_only(&self) -> bool {
         self.opts.read_only
     }
+
+    /// `DIR/STEM.TAG.jsonl` beside this log (`DIR/STEM.jsonl`), created with this file's mode.
+    fn child_store(&self, tag: &str, _id: &str, _durability: super::Durability) -> Result<Option<super::NewStore>> {
+        let path = child_path(&self.path, tag);
+        let created = (!path.exists()).then(|| path.display().to_string());
+        let file = FileOptions { read_only: false, ..self.opts };
+        Ok(Some((Box::new(JsonlStore::open_with(path, file)?), created)))
+    }
+}
+
+/// Where the child tagged `tag` of the log at `parent` lives: `DIR/STEM.TAG.jsonl` for
+/// `DIR/STEM.jsonl` (any other name: `NAME.TAG.jsonl`), so that a session's children sort
+/// beside it and their own children beside them.
+pub fn child_path(parent: &Path, tag: &str) -> PathBuf {
+    let name = parent.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let stem = name.strip_suffix(".jsonl").unwrap_or(&name);
+    parent.with_file_name(format!("{stem}.{tag}.jsonl"))
 }
 
 /// `<log>.cut-<unix ms>` (with `-2`, `-3`, ... if that exists).

@@ -123,6 +123,8 @@ impl Default for PgOptions {
 /// One session in a PostgreSQL database.
 pub struct PgStore {
     pool: Arc<Pool>,
+    /// The database's URL, where a child session is created by default ([`Store::child_store`]).
+    url: PgUrl,
     /// `postgres://user@host:port/db?session=ID`, for messages.
     describe: String,
     id: String,
@@ -182,6 +184,7 @@ impl PgStore {
             let sync_level = sync_level(&pool, &describe).await?;
             let mut store = PgStore {
                 pool: pool.clone(),
+                url: url.clone(),
                 describe,
                 id: id.to_string(),
                 read_only: opts.read_only,
@@ -761,6 +764,12 @@ impl Store for PgStore {
 
     fn read_only(&self) -> bool {
         self.read_only
+    }
+
+    /// Session `id` in the same database (a child's id is its parent's with the tag).
+    fn child_store(&self, _tag: &str, id: &str, durability: Durability) -> Result<Option<crate::store::NewStore>> {
+        let url = self.url.without_session();
+        Ok(Some((Box::new(PgStore::open(&url, id, PgOptions { read_only: false, create: true, durability })?), None)))
     }
 }
 
