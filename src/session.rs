@@ -44,6 +44,28 @@ pub(crate) struct Inner {
     /// Set when the store refused an append as a conflict (another writer appended): appends are
     /// refused until a refresh reads what the store holds.
     conflict: Option<String>,
+    /// The child sessions spawned from this handle, in spawn order ([`Session::children`]).
+    children: Vec<ChildRef>,
+}
+
+/// A child session spawned from a handle: the session while something holds it, and where it is
+/// kept (a JSONL file) to read it once nothing does.
+#[derive(Clone)]
+struct ChildRef {
+    id: String,
+    session: std::sync::Weak<Mutex<Inner>>,
+    path: Option<std::path::PathBuf>,
+}
+
+/// A child spawned from a session handle in this process ([`Session::children`]).
+#[derive(Clone, Debug)]
+pub struct SpawnedChild {
+    /// The child session's id.
+    pub id: String,
+    /// The child session, while a handle to it is alive.
+    pub session: Option<Session>,
+    /// The JSONL file it is kept in, when it is kept in one.
+    pub path: Option<std::path::PathBuf>,
 }
 
 /// Current Unix time in milliseconds.
@@ -67,7 +89,18 @@ pub fn random_id() -> String {
 
 impl Inner {
     fn new(header: SessionHeader, header_line: Arc<str>, log: Log, store: Box<dyn Store>, durability: Durability) -> Inner {
-        Inner { header, header_line, log, store, durability, live_agent: None, next_agent_token: 1, broken: None, conflict: None }
+        Inner {
+            header,
+            header_line,
+            log,
+            store,
+            durability,
+            live_agent: None,
+            next_agent_token: 1,
+            broken: None,
+            conflict: None,
+            children: Vec::new(),
+        }
     }
 
     /// Validates, stores and applies one event. Returns its seq.
@@ -794,6 +827,36 @@ impl Session {
         g.next_agent_token += 1;
         g.live_agent = Some(t);
         Ok(t)
+    }
+
+    /// Notes a child spawned from this handle.
+    pub(crate) fn note_child(&self, child: &Session) {
+        let (id, path) = {
+            let g = child.lock();
+            (g.header.id.clone(), g.store.file_path())
+        };
+        self.lock().children.push(ChildRef { id, session: Arc::downgrade(&child.inner), path });
+    }
+
+    /// The file the log is kept in, when its store keeps it in one (a JSONL file).
+    pub fn file_path(&self) -> Option<std::path::PathBuf> {
+        self.lock().store.file_path()
+    }
+
+    /// The children spawned from this handle in this process, in spawn order: each with its
+    /// session while a handle to it is alive, and its file when it is kept in one (their own
+    /// children are theirs to list). A store lists the children of a session whoever spawned
+    /// them (`store::url::list_sessions` with a parent).
+    pub fn children(&self) -> Vec<SpawnedChild> {
+        self.lock()
+            .children
+            .iter()
+            .map(|c| SpawnedChild { id: c.id.clone(), session: c.session.upgrade().map(Session::wrap_shared), path: c.path.clone() })
+            .collect()
+    }
+
+    fn wrap_shared(inner: Arc<Mutex<Inner>>) -> Session {
+        Session { inner }
     }
 
     /// Releases the claim of agent `token`.

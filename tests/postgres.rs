@@ -131,7 +131,7 @@ fn a_second_writer_is_locked_and_readers_follow() {
     assert_eq!(r.records(), w.records());
     assert_eq!(r.refresh().unwrap().new_events, 0);
     // The session is listed as in use while the writer holds it.
-    let listed = list_sessions(&url, None, None).unwrap();
+    let listed = list_sessions(&url, None, None, None).unwrap();
     let me = listed.iter().find(|s| s.id == id).expect("listed");
     assert!(me.in_use);
     assert_eq!(me.events, 3);
@@ -355,7 +355,7 @@ fn fork_within_the_store_and_list_its_sessions() {
     // A fork into a session that exists is refused.
     let store = llmsession::store::url::open_store(&url, &writer(&id)).map(|_| ());
     assert_eq!(store.unwrap_err().kind(), ErrorKind::Locked, "the parent is still open");
-    let listed = list_sessions(&url, None, None).unwrap();
+    let listed = list_sessions(&url, None, None, None).unwrap();
     let parent = listed.iter().find(|s| s.id == id).unwrap();
     let child = listed.iter().find(|s| s.id == child_id).unwrap();
     assert!(parent.in_use && !child.in_use);
@@ -371,10 +371,10 @@ fn fork_within_the_store_and_list_its_sessions() {
     let mut sorted = ids.clone();
     sorted.sort();
     assert_eq!(ids, sorted);
-    let page = list_sessions(&url, Some(&id), Some(1)).unwrap();
+    let page = list_sessions(&url, Some(&id), Some(1), None).unwrap();
     assert_eq!(page.len(), 1);
     assert_eq!(page[0].id, child_id);
-    assert!(list_sessions(&url, None, Some(0)).unwrap().is_empty());
+    assert!(list_sessions(&url, None, Some(0), None).unwrap().is_empty());
     // Reopened from the store, the fork verifies (its seeded requests name the parent).
     let (f, _) = Session::open_url(&url, reader(&child_id)).unwrap();
     f.verify().unwrap();
@@ -421,15 +421,15 @@ fn bad_urls_credentials_databases_and_schemas_are_clear_errors() {
     for opts in [writer("s"), reader("s")] {
         let e = Session::open_url(&newer, opts).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Storage);
-        assert!(e.message().contains("schema version 99, newer than this library's version 2"), "{}", e.message());
+        assert!(e.message().contains("schema version 99, newer than this library's version 3"), "{}", e.message());
     }
-    assert_eq!(list_sessions(&newer, None, None).unwrap_err().kind(), ErrorKind::Storage);
+    assert_eq!(list_sessions(&newer, None, None, None).unwrap_err().kind(), ErrorKind::Storage);
     // A read-only open does not create the tables.
     c.batch_execute(&format!("DROP DATABASE {db} WITH (FORCE)")).unwrap();
     c.batch_execute(&format!("CREATE DATABASE {db}")).unwrap();
     let e = Session::open_url(&newer, reader("s")).unwrap_err();
     assert!(e.message().contains("no llmsession tables"), "{}", e.message());
-    assert!(list_sessions(&newer, None, None).unwrap().is_empty());
+    assert!(list_sessions(&newer, None, None, None).unwrap().is_empty());
     let n: i64 = sql(&newer).query_one("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'llmsession%'", &[]).unwrap().get(0);
     assert_eq!(n, 0);
     c.batch_execute(&format!("DROP DATABASE {db} WITH (FORCE)")).unwrap();
@@ -1006,14 +1006,14 @@ fn a_lost_lease_is_locked_and_the_handle_writes_nothing_more() {
     drop(a);
     // B still holds the session, and the log has nothing of what A tried.
     b.append(host("B second")).unwrap();
-    assert!(list_sessions(&url, None, None).unwrap().iter().any(|s| s.id == id && s.in_use));
+    assert!(list_sessions(&url, None, None, None).unwrap().iter().any(|s| s.id == id && s.in_use));
     drop(b);
     let (r, _) = Session::open_url(&url, reader(&id)).unwrap();
     let texts: Vec<String> = host_texts(&r).into_iter().map(|(_, t)| t).collect();
     assert_eq!(texts, ["A first", "B first", "B second"]);
     r.verify().unwrap();
     // Closed cleanly, the lease is free at once.
-    assert!(!list_sessions(&url, None, None).unwrap().iter().any(|s| s.id == id && s.in_use));
+    assert!(!list_sessions(&url, None, None, None).unwrap().iter().any(|s| s.id == id && s.in_use));
     let (c, _) = Session::open_url(&other, writer(&id)).unwrap();
     c.append(host("C first")).unwrap();
 }

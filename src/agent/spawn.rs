@@ -321,6 +321,7 @@ impl Agent {
             return Err(e.context("recording the child in its parent's log"));
         }
         drop(g);
+        self.session.note_child(&child);
         let mut agent = Agent::new(&child, options_of(&child.request_header().expect("seeded with the parent's header")))?;
         agent.options.check_requests = self.options.check_requests;
         agent.summariser = self.summariser.clone();

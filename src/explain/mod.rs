@@ -43,6 +43,8 @@
 //! `edit` explains is a log that still passes those checks but no longer rebuilds what was sent:
 //! one rewritten with its chain recomputed, or a version 1 log (which has no chain).
 
+pub mod tree;
+
 use crate::cache_rules::{CacheRule, CacheRules, CacheSettings};
 use crate::error::{Error, ErrorKind, Result};
 use crate::header::EpochHeader;

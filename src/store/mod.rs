@@ -31,7 +31,7 @@ pub mod options;
 pub mod postgres;
 pub mod url;
 
-pub use jsonl::{FileOptions, JsonlStore};
+pub use jsonl::{child_path, children_beside, FileOptions, JsonlStore};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::Text;
@@ -215,6 +215,11 @@ pub trait Store: Send {
     /// Whether this store was opened read-only (appends are refused).
     fn read_only(&self) -> bool {
         false
+    }
+
+    /// The file the log is kept in, for a store that keeps it in one (a JSONL file).
+    fn file_path(&self) -> Option<std::path::PathBuf> {
+        None
     }
 
     /// A new, empty store for the child session `id` of the session this store holds, where a

@@ -70,14 +70,15 @@ pub fn url_options(v: Option<&Value>) -> Result<UrlOptions> {
     Ok(UrlOptions { id: opts.id, read_only: file.read_only, create, durability: opts.durability, file })
 }
 
-/// Parses the options of `lls_store_list_sessions`: `{"after"?: id, "limit"?: n}`.
-pub fn list_options(v: Option<&Value>) -> Result<(Option<String>, Option<u64>)> {
-    let Some(v) = v else { return Ok((None, None)) };
+/// Parses the options of `lls_store_list_sessions`: `{"after"?: id, "limit"?: n, "parent"?:
+/// id}` (`parent`: only that session's children and forks).
+pub fn list_options(v: Option<&Value>) -> Result<(Option<String>, Option<u64>, Option<String>)> {
+    let Some(v) = v else { return Ok((None, None, None)) };
     let f = Fields::of(v, "opts")?;
-    if let Some(k) = f.map.keys().find(|k| !["after", "limit"].contains(&k.as_str())) {
-        return Err(Error::invalid(f.p(k), "is not an option here (expected after, limit)"));
+    if let Some(k) = f.map.keys().find(|k| !["after", "limit", "parent"].contains(&k.as_str())) {
+        return Err(Error::invalid(f.p(k), "is not an option here (expected after, limit, parent)"));
     }
-    Ok((f.opt_str("after")?.map(str::to_string), f.opt_u64("limit")?))
+    Ok((f.opt_str("after")?.map(str::to_string), f.opt_u64("limit")?, f.opt_str("parent")?.map(str::to_string)))
 }
 
 /// A new, empty store for a session made from another (a fork, a child), from the options
