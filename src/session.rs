@@ -685,6 +685,12 @@ impl Session {
         self.len() == 0
     }
 
+    /// Runs `f` with the log, and returns the session id with its result (one lock).
+    pub(crate) fn with_log_and_id<R>(&self, f: impl FnOnce(&Log) -> R) -> (String, R) {
+        let g = self.lock();
+        (g.header.id.clone(), f(&g.log))
+    }
+
     /// Runs `f` with the log (under the session lock: keep it short, call nothing that may block).
     pub fn with_log<R>(&self, f: impl FnOnce(&Log) -> R) -> R {
         f(&self.lock().log)

@@ -59,8 +59,12 @@ impl HandleKind for SessionObject {
 }
 
 impl SessionObject {
+    pub(crate) fn new(session: Session, report: LoadReport, store_key: u64) -> SessionObject {
+        SessionObject { session, report, store_key, poison: PoisonFlag::new() }
+    }
+
     pub(crate) fn register(session: Session, report: LoadReport, store_key: u64) -> *mut lls_session {
-        handle::register(SessionObject { session, report, store_key, poison: PoisonFlag::new() }).0
+        handle::register(SessionObject::new(session, report, store_key)).0
     }
 }
 

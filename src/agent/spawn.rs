@@ -183,7 +183,23 @@ fn tag_of(call: &str) -> String {
     call.chars().take(64).map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
 }
 
+/// The tag a child is named with: its call id made file-name safe, or `at` and the seed length
+/// at a turn boundary.
+fn child_tag(call_id: Option<&str>, seed: u64) -> String {
+    match call_id {
+        Some(c) => tag_of(c),
+        None => format!("at{seed}"),
+    }
+}
+
 impl Agent {
+    /// The id a child spawned now for `call_id` gets by default: this session's id, a dot and the
+    /// tag (the call id made file-name safe, or `at` and the seed length at a boundary).
+    pub fn default_child_id(&self, call_id: Option<&str>) -> String {
+        let (id, n) = self.session.with_log_and_id(|l| l.len() as u64);
+        format!("{id}.{}", child_tag(call_id, n))
+    }
+
     /// Whether this agent drives a spawned child (its model, tools, system prompt and session
     /// prefix are its parent's).
     pub fn is_child(&self) -> bool {
@@ -255,10 +271,7 @@ impl Agent {
         }
         let parent = g.header.clone();
         let n = g.log.len() as u64;
-        let tag = match &opts.call_id {
-            Some(c) => tag_of(c),
-            None => format!("at{n}"),
-        };
+        let tag = child_tag(opts.call_id.as_deref(), n);
         let id = match &opts.session.id {
             Some(id) => {
                 crate::session::check_session_id(id)?;

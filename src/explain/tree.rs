@@ -20,6 +20,7 @@ use crate::error::Result;
 use crate::tokens::TokenCounter;
 use crate::tree::Tree;
 use serde::Serialize;
+use serde_json::Value;
 
 /// Token (and, with prices, money) sums over some requests.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -259,4 +260,18 @@ pub fn explain_tree(tree: &Tree, counter: &dyn TokenCounter, settings: &ExplainS
         extra_cost: totals.all.cost.map(|_| extra_cost.unwrap_or(0.0)),
     };
     Ok(TreeExplanation { root: tree.root().id().to_string(), counter: counter.name(), nodes, totals })
+}
+
+/// Takes the `tree` option out of the options of `lls_session_explain` and `lls_explain_file`
+/// (`{"tree": true, ...}`: explain the tree rooted at the session); returns it and the other
+/// options, for [`super::explain_options`].
+pub fn take_tree_option(options: Option<&Value>) -> Result<(bool, Option<Value>)> {
+    let Some(Value::Object(m)) = options else { return Ok((false, options.cloned())) };
+    let mut rest = m.clone();
+    let tree = match rest.remove("tree") {
+        None => false,
+        Some(Value::Bool(b)) => b,
+        Some(_) => return Err(crate::error::Error::invalid("options.tree", "expected true or false")),
+    };
+    Ok((tree, Some(Value::Object(rest))))
 }

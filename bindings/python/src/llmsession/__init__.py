@@ -20,6 +20,7 @@ from .render import is_context_overflow, parse_response, render, render_with_opt
 from .replay import Replay
 from .session import Session, explain_file, list_sessions, verify_file
 from .stream import Stream
+from .tree import DEFAULT_PLACEHOLDER, wake
 
 __version__ = "0.2.0"
 
@@ -50,6 +51,8 @@ __all__ = [
     "observing",
     "set_observer",
     "ABI_MINOR",
+    "DEFAULT_PLACEHOLDER",
+    "wake",
     "ABI_VERSION",
     "Agent",
     "AsyncAgent",
