@@ -592,3 +592,101 @@ fn verify_checks_the_child_links() {
     assert!(e.message().contains("is the answer of child \"someone-else\""), "{}", e.message());
     assert_eq!(e.detail()["seq"], (i - 1) as u64);
 }
+
+/// A parent dropped while its children run: its turn ends (`disposed`, error results for the
+/// open calls); the children go on and finish; a late finish is refused clearly; every log and
+/// every link of the tree verifies.
+#[test]
+fn a_parent_freed_while_children_run_leaves_every_log_valid() {
+    let c = CancelToken::new();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lead.jsonl");
+    let (parent, _) = Session::open_jsonl(&path, SessionOptions::default()).unwrap();
+    let (mut a, _, calls) = run_parent(&parent, Renderer::Anthropic, &RenderOptions::default(), 0, &[], (1, 2));
+    let mut k1 = a.spawn(SpawnOptions::new(Some(&calls[0]), Message::user_text("One.")), None).unwrap();
+    let mut k2 = a.spawn(SpawnOptions::new(Some(&calls[1]), Message::user_text("Two.")), None).unwrap();
+    k1.next_body(&c).unwrap();
+    drop(a);
+    k2.next_body(&c).unwrap();
+    for k in [&mut k1, &mut k2] {
+        k.record_response(Message::new(Role::Assistant, vec![Block::text("done")]), None).unwrap();
+        k.conclude(None).unwrap();
+    }
+    let mut again = parent_agent(&parent, Renderer::Anthropic, &RenderOptions::default(), 0);
+    let e = again.finish_child(k1.session()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::OutOfOrder);
+    assert!(e.message().contains("no longer waits for a result"), "{}", e.message());
+    let ended: Vec<String> = parent.with_log(|l| {
+        (0..l.len() as u64).map(|s| l.event(s).unwrap()).filter(|e| e.ty == "turn/end").map(|e| e.data["reason"].to_string()).collect()
+    });
+    assert_eq!(ended.last().map(String::as_str), Some("\"disposed\""));
+    drop(again);
+    drop(k1);
+    drop(k2);
+    let tree = llmsession::tree::Tree::load(path.to_str().unwrap()).unwrap();
+    assert_eq!(tree.nodes.len(), 3);
+    let report = tree.verify().unwrap();
+    assert!(report.nodes.iter().all(|n| n.report.requests >= 1));
+}
+
+const CRASH_ENV: &str = "LLMSESSION_TREE_CRASH";
+
+/// The writer of `a_sigkilled_child_is_resumed_from_its_log`: a lead and a child in a JSONL
+/// tree, the child's first request sent and no answer yet, then it waits to be killed.
+#[test]
+fn tree_crash_writer() {
+    let Ok(dir) = std::env::var(CRASH_ENV) else { return };
+    let dir = std::path::PathBuf::from(dir);
+    let (parent, _) = Session::open_jsonl(dir.join("lead.jsonl"), SessionOptions::default()).unwrap();
+    let (mut a, _, calls) = run_parent(&parent, Renderer::OpenAi, &RenderOptions::default(), 0, &[], (1, 2));
+    let mut k = a.spawn(SpawnOptions::new(Some(&calls[0]), Message::user_text("Dig.")), None).unwrap();
+    let first = k.next_body(&CancelToken::new()).unwrap();
+    std::fs::write(dir.join("first-body.json"), &first.json).unwrap();
+    println!("READY");
+    use std::io::Write;
+    std::io::stdout().flush().unwrap();
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+}
+
+/// A child SIGKILLed with its first request in flight: its log loads (the open step and turn
+/// closed by repair), verifies with its parent absent, and a woken agent goes on, its next
+/// request extending the one the killed process sent; the lead's log is repaired too, and the
+/// tree's links hold.
+#[test]
+fn a_sigkilled_child_is_resumed_from_its_log() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let mut proc = std::process::Command::new(exe)
+        .args(["--exact", "tree_crash_writer", "--nocapture", "--test-threads", "1"])
+        .env(CRASH_ENV, dir.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = proc.stdout.take().unwrap();
+    let ready = std::io::BufReader::new(out).lines().map_while(|l| l.ok()).any(|l| l.contains("READY"));
+    assert!(ready, "the writer got ready");
+    proc.kill().unwrap(); // SIGKILL
+    proc.wait().unwrap();
+    let child_path = dir.path().join("lead.call_1.jsonl");
+    let (child, report) = Session::open_jsonl(&child_path, SessionOptions::default()).unwrap();
+    assert!(report.repaired_events > 0, "the open step and turn are closed");
+    child.verify().unwrap();
+    let mut w = Agent::wake(&child).unwrap();
+    assert!(w.is_child());
+    w.set_renderer(Renderer::OpenAi, RenderOptions::default()).unwrap();
+    w.start_turn(Message::user_text("Go on.")).unwrap();
+    let next = w.next_body(&CancelToken::new()).unwrap().json;
+    let first = std::fs::read_to_string(dir.path().join("first-body.json")).unwrap();
+    assert_extends(Renderer::OpenAi, &first, &next);
+    child.verify_bodies(Renderer::OpenAi, &RenderOptions::default()).unwrap();
+    drop(w);
+    drop(child);
+    let (lead, report) = Session::open_jsonl(dir.path().join("lead.jsonl"), SessionOptions::default()).unwrap();
+    assert!(report.repaired_events > 0, "the lead's open turn is closed");
+    lead.verify().unwrap();
+    drop(lead);
+    llmsession::tree::Tree::load(dir.path().join("lead.jsonl").to_str().unwrap()).unwrap().verify().unwrap();
+}

@@ -19,6 +19,7 @@
 //   observe.js     setObserver, observer
 //   agent.js       Agent (needs session.js and stream.js)
 //   store.js       stores named by URL: Session.openUrl, listSessions (needs session.js)
+//   tree.js        agent trees: Agent#spawn, Agent#finishChild, Agent.wake (needs agent.js)
 //
 // A new concept is a file of its own beside these, requiring what it needs from the lower
 // files (its C entry points go into native.js's table), exported here and declared in
@@ -35,6 +36,7 @@ const { Replay } = require('./replay');
 const { setObserver, observer } = require('./observe');
 const { Agent } = require('./agent');
 const { listSessions } = require('./store');
+const { DEFAULT_PLACEHOLDER } = require('./tree');
 
 module.exports = {
   ABI_VERSION: native.ABI_VERSION,
@@ -55,6 +57,7 @@ module.exports = {
   isContextOverflow,
   verifyFile,
   listSessions,
+  DEFAULT_PLACEHOLDER,
   invokeCallback,
   Body,
   liveHandleCount: native.liveHandleCount,

@@ -87,3 +87,18 @@ def test_a_child_keeps_the_parents_model_and_wakes_byte_for_byte(tmp_path: Any) 
             assert r.envelope["messages"][: len(first.envelope["messages"])] == first.envelope["messages"]
             assert r.envelope["sessionId"] == s.id()
             again.verify()
+
+
+def test_the_example_runs(tmp_path: Any) -> None:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "examples" / "python" / "tree.py"
+    spec = importlib.util.spec_from_file_location("tree_example", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    outcomes = asyncio.run(mod.main(str(tmp_path)))
+    assert [o["callId"] for o in outcomes] == ["task_1", "task_2"]
+    assert (tmp_path / "lead.task_2.jsonl").exists()
+    lls.verify_file(tmp_path / "lead.task_1.jsonl")
