@@ -441,10 +441,10 @@ export declare class Session {
   header(): { config: CallConfig; system?: string; tools?: Json[]; messagePrefix?: Message[] } | null;
   stats(): { readOnly: boolean; chainHead?: string; [key: string]: number | boolean | string | undefined };
   verify(): { events: number; requests: number; compactions: number };
-  /** Why each request of the log hit or missed the provider's cache (`docs/caching.md`). */
-  explain(options?: ExplainOptions | null): Explanation;
   /** With `tree: true`: the tree rooted at this session (its children spawned in this process). */
   explain(options: ExplainOptions & { tree: true }): TreeExplanation;
+  /** Why each request of the log hit or missed the provider's cache (`docs/caching.md`). */
+  explain(options?: ExplainOptions | null): Explanation;
   append(event: NewEvent): number;
   sync(): void;
   /** Reads what another writer appended since; returns the number of new events. */
@@ -707,10 +707,10 @@ export interface ExplainOptions {
   /** Explain the tree rooted at the session instead (see `TreeExplanation`). */
   tree?: boolean;
 }
-/** Explains a stored JSONL log without opening it. */
-export declare function explainFile(path: string, options?: ExplainOptions | null): Explanation;
 /** With `tree: true`: the tree rooted at the log (`path` may be a store URL). */
 export declare function explainFile(path: string, options: ExplainOptions & { tree: true }): TreeExplanation;
+/** Explains a stored JSONL log without opening it. */
+export declare function explainFile(path: string, options?: ExplainOptions | null): Explanation;
 /** A recorded answer (`Replay#answer`). */
 export interface ReplayAnswer {
   purpose: 'conversation' | 'compaction';

@@ -54,7 +54,7 @@ async function main() {
   const outcomes = await Promise.all(
     children.map(async (c) => {
       const body = await c.agent.nextBody();
-      console.log(`${c.session.id()}: first request, ${body.info.messageCount} messages (the lead's, its calls, the placeholders, the task)`);
+      console.log(`${c.session.id}: first request, ${body.info.messageCount} messages (the lead's, its calls, the placeholders, the task)`);
       await later(c.ms);
       c.agent.recordResponse({ message: reply(c.answer) });
       return lead.finishChild(c.agent);

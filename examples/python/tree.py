@@ -58,7 +58,7 @@ async def main(directory: str) -> List[Dict[str, Any]]:
             async def run(i: int) -> Any:
                 child_session, child = children[i]
                 body = await child.next_body()
-                print(f"{child_session.id()}: first request, {body.info['messageCount']} messages")
+                print(f"{child_session.id}: first request, {body.info['messageCount']} messages")
                 await asyncio.sleep(tasks[i][3])
                 child.record_response(reply(tasks[i][2]))
                 return await lead.finish_child(child)

@@ -4,7 +4,7 @@
 #
 #   scripts/demo/tree.sh URL OUT
 #
-# examples/go/tree (LLMSESSION_TREE) runs a lead that reads three files and hands two tasks to
+# examples/go/tree (LLMSESSION_TREE) runs a lead that reads five files and hands two tasks to
 # two children running in parallel, goes on with their answers, then wakes the first child from
 # its log; each child's first request, and the woken child's, must read >= 95 % of its prompt
 # from the server's cache. Then `llmsession tree` verifies every node and link, and `llmsession

@@ -40,7 +40,7 @@ test('two children run concurrently and answer in call order', async () => {
   assert.equal(out[1].answer, 'answer 2');
   const results = s.events().filter((e) => e.type === 'tool/result').map((e) => e.data);
   assert.deepEqual(results.map((r) => r.callId), ['c1', 'c2']);
-  assert.equal(results[0].child, kids[0].session.id());
+  assert.equal(results[0].child, kids[0].session.id);
   const tree = s.explain({ tree: true });
   assert.equal(tree.totals.nodes, 3);
   assert.deepEqual(tree.nodes.map((n) => n.kind), ['root', 'spawn', 'spawn']);
@@ -78,9 +78,9 @@ test('a child keeps its model; spawn errors are clear; a woken child carries on'
   woken.startTurn('more?');
   const r = await woken.nextRequest();
   assert.deepEqual(r.envelope.messages.slice(0, first.envelope.messages.length), first.envelope.messages);
-  assert.equal(r.envelope.sessionId, s.id());
-  const listed = lls.listSessions(`file:${path.join(dir, 'lead.jsonl')}`, { parent: s.id() });
-  assert.deepEqual(listed.map((x) => [x.id, x.parent.spawned, x.parent.callId]), [[again.id(), true, 'c1']]);
+  assert.equal(r.envelope.sessionId, s.id);
+  const listed = lls.listSessions(`file:${path.join(dir, 'lead.jsonl')}`, { parent: s.id });
+  assert.deepEqual(listed.map((x) => [x.id, x.parent.spawned, x.parent.callId]), [[again.id, true, 'c1']]);
   woken.close();
   again.close();
   a.close();

@@ -37,8 +37,8 @@ def test_two_children_as_tasks_answer_in_call_order() -> None:
                 async def run(i: int, delay: float) -> Any:
                     _, k = kids[i]
                     body = await k.next_body()
-                    child = json.loads(body.bytes)
-                    mine = json.loads(parent.bytes)
+                    child = json.loads(body.body)
+                    mine = json.loads(parent.body)
                     assert child["system"] == mine["system"] and child["model"] == mine["model"]
                     assert lls.DEFAULT_PLACEHOLDER in body.json
                     await asyncio.sleep(delay)
@@ -51,7 +51,7 @@ def test_two_children_as_tasks_answer_in_call_order() -> None:
                 assert out[1]["answer"] == "answer 2" and not out[1]["isError"]
                 results = [e["data"] for e in s.events() if e["type"] == "tool/result"]
                 assert [r["callId"] for r in results] == ["c1", "c2"]
-                assert results[0]["child"] == kids[0][0].id()
+                assert results[0]["child"] == kids[0][0].id
                 await a.next_body()
                 tree = s.explain({"tree": True})
                 assert tree["totals"]["nodes"] == 3
@@ -85,7 +85,7 @@ def test_a_child_keeps_the_parents_model_and_wakes_byte_for_byte(tmp_path: Any) 
             w.start_turn("And more?")
             r = w.next_request()
             assert r.envelope["messages"][: len(first.envelope["messages"])] == first.envelope["messages"]
-            assert r.envelope["sessionId"] == s.id()
+            assert r.envelope["sessionId"] == s.id
             again.verify()
 
 

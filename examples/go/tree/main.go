@@ -1,5 +1,5 @@
 // Command tree runs an agent tree against an OpenAI-compatible server (llama-server in
-// `make e2e`): a lead agent reads three files of the demo's workspace, then hands two tasks to
+// `make e2e`): a lead agent reads five files of the demo's workspace, then hands two tasks to
 // two child agents that run in parallel, each in a goroutine of its own. Each child's first
 // request is the lead's last request extended by the lead's tool calls, one placeholder result
 // per call and the child's directive, so the server reads it from the cache the lead left. The
@@ -154,7 +154,7 @@ func run() error {
 	model := flag.String("model", "default", "model name sent with every request")
 	dir := flag.String("dir", "", "where the logs go (DIR/lead.jsonl and the children beside it); it must not hold them yet")
 	prefixDir := flag.String("prefix-dir", "", "directory whose *.md files become the lead's session prefix")
-	workspace := flag.String("workspace", "", "the folder the lead reads three files of")
+	workspace := flag.String("workspace", "", "the folder the lead reads five files of")
 	maxTokens := flag.Int("max-tokens", 24, "maximum tokens per answer")
 	reportPath := flag.String("report", "", "write the figures of every request (JSON) to this file")
 	minRead := flag.Float64("min-read", 0, "fail when a child's first request, or the woken child's, reads less than this share from the cache")
@@ -199,7 +199,7 @@ func run() error {
 	if err := a.SetRenderer("openai", nil); err != nil {
 		return err
 	}
-	fmt.Println("lead: reads units.go, forecast.go and table.go, then hands out two tasks")
+	fmt.Println("lead: reads five files of the workspace, then hands out two tasks")
 	if _, err := a.StartTurn("Issues #12 (Fahrenheit rounding) and #15 (no HTTP timeout) need fixing. Read the code, then hand each issue to a subagent."); err != nil {
 		return err
 	}
@@ -209,7 +209,7 @@ func run() error {
 	}
 	// Host-scripted tool rounds (a 135M model does not call tools reliably): the reply gets the
 	// calls a lead would make, as the demo's host does.
-	files := []string{"units/units.go", "forecast/forecast.go", "render/table.go"}
+	files := []string{"units/units.go", "units/units_test.go", "forecast/forecast.go", "forecast/forecast_test.go", "render/table.go"}
 	msg := p.Message
 	for i, f := range files {
 		args, _ := json.Marshal(map[string]string{"arg": f})
