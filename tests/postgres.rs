@@ -1283,3 +1283,90 @@ fn the_store_conformance_kit_passes() {
     let e = UrlFactory::new(&format!("{url}{sep}session=x")).err().unwrap();
     assert_eq!(e.kind(), ErrorKind::InvalidInput);
 }
+
+/// Agent trees in a database: two children spawned from a session in PostgreSQL are created in
+/// the same database (`PARENT.CALLID`, their rows' child link set), listed by parent, finished
+/// into the parent's log, read back as a tree from the URL and verified node by node; the
+/// children's writers and the parent's run at once (one lease each).
+#[test]
+fn children_live_in_the_parents_database_and_list_by_parent() {
+    use llmsession::agent::SpawnOptions;
+    use llmsession::{Block, Message, Role};
+    let url = pg_url!("children_live_in_the_parents_database_and_list_by_parent");
+    let _g = SERVER.read();
+    let id = unique_id("lead");
+    let (p, _) = Session::open_url(&url, writer(&id)).unwrap();
+    let mut a = agent(&p);
+    let c = llmsession::CancelToken::new();
+    a.start_turn(Message::user_text("two tasks")).unwrap();
+    a.next_request(&c).unwrap();
+    let calls = vec![Block::tool_call("t1", "task", "{}"), Block::tool_call("t2", "task", "{}")];
+    a.record_response(Message::new(Role::Assistant, calls), None).unwrap();
+    let mut kids: Vec<_> =
+        ["t1", "t2"].iter().map(|t| a.spawn(SpawnOptions::new(Some(t), Message::user_text(format!("do {t}"))), None).unwrap()).collect();
+    for (i, k) in kids.iter_mut().enumerate().rev() {
+        assert_eq!(k.session().id(), format!("{id}.t{}", i + 1));
+        k.next_request(&c).unwrap();
+        k.record_response(Message::new(Role::Assistant, vec![Block::text(format!("done {i}"))]), None).unwrap();
+        k.conclude(None).unwrap();
+        a.finish_child(k.session()).unwrap();
+    }
+    a.next_request(&c).unwrap();
+    let listed = list_sessions(&url, None, None, Some(&id)).unwrap();
+    let got: Vec<(String, bool, Option<String>)> =
+        listed.iter().map(|s| (s.id.clone(), s.parent.as_ref().unwrap().spawned, s.parent.as_ref().unwrap().call_id.clone())).collect();
+    assert_eq!(got, vec![(format!("{id}.t1"), true, Some("t1".into())), (format!("{id}.t2"), true, Some("t2".into()))]);
+    let mut db = sql(&url);
+    let row = db.query_one("SELECT parent_id, parent_call, spawned FROM llmsession_sessions WHERE id = $1", &[&format!("{id}.t1")]).unwrap();
+    assert_eq!((row.get::<_, String>(0), row.get::<_, String>(1), row.get::<_, bool>(2)), (id.clone(), "t1".to_string(), true));
+    drop(kids);
+    drop(a);
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let tree = llmsession::tree::Tree::load(&format!("{url}{sep}session={id}")).unwrap();
+    assert_eq!(tree.nodes.len(), 3);
+    tree.verify().unwrap();
+}
+
+/// A version-2 database (the tables of the previous release, without the child link) is
+/// migrated to version 3 by the first writing open: its sessions stay as they were (a fork stays
+/// a fork), and children can be listed by parent.
+#[test]
+fn a_version_2_database_is_migrated_to_version_3() {
+    let url = pg_url!("a_version_2_database_is_migrated_to_version_3");
+    let _g = SERVER.read();
+    let cfg: postgres::Config = url.parse().unwrap();
+    let password = String::from_utf8(cfg.get_password().unwrap().to_vec()).unwrap();
+    let (user, port) = (cfg.get_user().unwrap().to_string(), cfg.get_ports()[0]);
+    let mut c = sql(&url);
+    let db = format!("llmsession_v2_{}", std::process::id());
+    c.batch_execute(&format!("DROP DATABASE IF EXISTS {db}")).unwrap();
+    c.batch_execute(&format!("CREATE DATABASE {db}")).unwrap();
+    let old = format!("postgres://{user}:{password}@127.0.0.1:{port}/{db}");
+    // A database as the previous release left it: made by this library, then taken back to
+    // version 2 (the child link's columns and index dropped).
+    {
+        let (s, _) = Session::open_url(&old, writer("root")).unwrap();
+        turn(&mut agent(&s), "one", 1).unwrap();
+        let store = llmsession::store::url::open_store(&old, &writer("root-fork")).unwrap().0;
+        s.fork(None, store, llmsession::SessionOptions { id: Some("root-fork".into()), ..Default::default() }).unwrap();
+    }
+    let mut o = sql(&old);
+    o.batch_execute(
+        "DROP INDEX llmsession_sessions_parent;
+         ALTER TABLE llmsession_sessions DROP COLUMN parent_call, DROP COLUMN spawned;
+         UPDATE llmsession_meta SET value = '2' WHERE key = 'schema_version'",
+    )
+    .unwrap();
+    drop(Session::open_url(&old, writer("root")).unwrap());
+    let v: String = o.query_one("SELECT value FROM llmsession_meta WHERE key = 'schema_version'", &[]).unwrap().get(0);
+    assert_eq!(v, "3");
+    let kids = list_sessions(&old, None, None, Some("root")).unwrap();
+    assert_eq!(kids.len(), 1);
+    assert_eq!(kids[0].id, "root-fork");
+    assert!(!kids[0].parent.as_ref().unwrap().spawned, "a fork stays a fork");
+    let (f, _) = Session::open_url(&old, reader("root-fork")).unwrap();
+    f.verify().unwrap();
+    drop(f);
+    drop(o);
+    c.batch_execute(&format!("DROP DATABASE {db} WITH (FORCE)")).unwrap();
+}
