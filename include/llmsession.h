@@ -787,8 +787,8 @@ void lls_agent_free(lls_agent *agent);
  * Errors: `LLS_ERR_NULL_POINTER` (`session`, `opts_json`, `out`), `LLS_ERR_INVALID_HANDLE`,
  * `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (detail `field`),
  * `LLS_ERR_INVALID_POLICY`, `LLS_ERR_TOKENIZER`, `LLS_ERR_BUSY` (the session already has a live
- * agent instance), `LLS_ERR_OUT_OF_ORDER` (no `config` for a session that has sent no
- * request).
+ * agent instance); no `config` for a session that has sent no request is
+ * `LLS_ERR_INVALID_INPUT` (`config: is required`).
  *
  * # Safety
  * `opts_json` NULL or `opts_len` readable bytes; `out`, `err` NULL or valid for writes.

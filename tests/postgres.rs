@@ -1317,7 +1317,8 @@ fn children_live_in_the_parents_database_and_list_by_parent() {
         listed.iter().map(|s| (s.id.clone(), s.parent.as_ref().unwrap().spawned, s.parent.as_ref().unwrap().call_id.clone())).collect();
     assert_eq!(got, vec![(format!("{id}.t1"), true, Some("t1".into())), (format!("{id}.t2"), true, Some("t2".into()))]);
     let mut db = sql(&url);
-    let row = db.query_one("SELECT parent_id, parent_call, spawned FROM llmsession_sessions WHERE id = $1", &[&format!("{id}.t1")]).unwrap();
+    let row =
+        db.query_one("SELECT parent_id, parent_call, spawned FROM llmsession_sessions WHERE id = $1", &[&format!("{id}.t1")]).unwrap();
     assert_eq!((row.get::<_, String>(0), row.get::<_, String>(1), row.get::<_, bool>(2)), (id.clone(), "t1".to_string(), true));
     drop(kids);
     drop(a);

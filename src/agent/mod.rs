@@ -198,11 +198,12 @@ impl Agent {
 
     /// An agent instance over `session` that sends what the session's last request carried:
     /// the options of its latest request header (a child's: its parent's). For waking a session
-    /// (a child above all) in another process. `OutOfOrder` when the session has sent no request.
+    /// (a child above all) in another process. `InvalidInput` (field `config`) when the session
+    /// has sent no request: there are no logged options, so they must be given.
     pub fn wake(session: &Session) -> Result<Agent> {
-        let header = session
-            .request_header()
-            .ok_or_else(|| Error::out_of_order("the session has sent no request: there are no options to wake it with; give them"))?;
+        let header = session.request_header().ok_or_else(|| {
+            Error::invalid("config", "is required: the session has sent no request, so it has no logged options to wake it with")
+        })?;
         Agent::new(session, spawn::options_of(&header))
     }
 
