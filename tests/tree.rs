@@ -543,6 +543,8 @@ fn a_woken_child_continues_byte_for_byte() {
     k.record_tool_result(text_result("k1", "contents")).unwrap();
     let want = k.next_body(&c).unwrap().json;
     let path = dir.path().join(format!("p.{}.jsonl", calls[0]));
+    // One writer per node: the child's file is its writer's while it runs.
+    assert_eq!(Session::open_jsonl(&path, SessionOptions::default()).unwrap_err().kind(), ErrorKind::Locked);
     // The same request again from a woken agent: the step is closed as an error first.
     k.report_provider_error("connection reset", false, &c).unwrap();
     drop(k);

@@ -573,6 +573,7 @@ impl Agent {
         g.append_batch(batch)?;
         drop(g);
         self.buffered_results.clear();
+        self.child_results.clear();
         self.deferred_context.clear();
         // A spent overflow budget fails its own turn, never a later one.
         self.consecutive_overflows = 0;
