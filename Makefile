@@ -292,14 +292,18 @@ check-docs:
 # (scripts/llama/, set up into ~/.cache/llmsession when missing), with a composed session
 # prefix and a context window small enough for automatic compaction. `make e2e` runs the same
 # session on a server of its own (free port, stopped on exit), checks the cache rules and the
-# inspector CLI.
+# inspector CLI, then runs an agent tree on the same server (examples/go/tree,
+# scripts/demo/tree.sh: two children in parallel and a woken child, each reading >= 95 % of its
+# first prompt from the cache) and prints the tree's explain.
 
 DEMO_ENV := LLMSESSION_EXAMPLE="$(CURDIR)/build/go/llmsession-example" \
+	LLMSESSION_TREE="$(CURDIR)/build/go/llmsession-tree" \
 	LLMSESSION_CLI="$(abspath $(RELEASE_DIR))/llmsession"
 
 demo-build: build-lib go-pc
 	$(RELEASE_CARGO) build --release -p llmsession-cli --bin llmsession
 	cd examples/go && $(GO_ENV) $(GO) build -o "$(CURDIR)/build/go/llmsession-example" .
+	cd examples/go && $(GO_ENV) $(GO) build -o "$(CURDIR)/build/go/llmsession-tree" ./tree
 
 demo: demo-build
 	@$(DEMO_ENV) bash scripts/demo/run.sh demo

@@ -515,6 +515,7 @@ inline const lls_cancel *cancel_ptr(const Cancel *c) { return c ? c->get() : nul
 } // namespace detail
 
 class Agent;
+struct Child;
 
 /// A string the library allocated and handed over without a copy (a request envelope, half a
 /// megabyte at 1k messages): move-only, freed with `lls_string_free` when destroyed. Read it as
@@ -748,7 +749,9 @@ public:
 
     /// Explains every request of the log (`lls_session_explain`): the cacheable prefix shared
     /// with the request before, where and why they part, expected beside reported cached
-    /// tokens, and the prompt spend by cause, as JSON. `opts_json`: `{"tokenizer"?: path}`.
+    /// tokens, and the prompt spend by cause, as JSON. `opts_json`: `{"tokenizer"?: path,
+    /// "prices"?, "cacheRules"?, "tree"?: bool}` (`tree`: the tree rooted at this session, its
+    /// children spawned in this process, per node and rolled up).
     std::string explain(std::string_view opts_json = {}) const {
         return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
             return lls_session_explain(get(), detail::opt_ptr(opts_json), opts_json.size(), out,
@@ -818,7 +821,8 @@ private:
 };
 
 /// The sessions of the store a URL names, as a JSON array ordered by id
-/// (`lls_store_list_sessions`); `opts_json` `{"after"?, "limit"?}` pages them.
+/// (`lls_store_list_sessions`); `opts_json` `{"after"?, "limit"?, "parent"?}` pages them
+/// (`parent`: only that session's children and forks).
 inline std::string list_sessions(std::string_view url, std::string_view opts_json = {}) {
     check_abi();
     return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
@@ -1129,6 +1133,31 @@ public:
         detail::call([&](lls_error **err) { return lls_agent_dispose(get(), err); });
     }
 
+    /// Spawns a child agent from one of this agent's open tool calls, or at a turn boundary
+    /// (`lls_agent_spawn`; `opts_json` `{"callId"?, "directive", "placeholder"?, "id"?,
+    /// "durability"?, "path"?, "url"?, "cacheTtl"?, "maxTurns"?}`). Its first request extends
+    /// this agent's last one; it keeps this agent's model, tools and system. Drive it from a
+    /// thread (or `std::async`) of its own, then `finish_child` it. Defined after `Child`.
+    Child spawn(std::string_view opts_json);
+
+    /// Ends `child`'s open turn and records its answer as this agent's result of the call it
+    /// answers (`lls_agent_finish_child`; `opts_json` `{"error"?}`); returns `{"child",
+    /// "callId"?, "answer", "isError", "recorded"}`. Children may finish from their own
+    /// threads, in any order: results are logged in call order.
+    std::string finish_child(Agent &child, std::string_view opts_json = {}) {
+        return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
+            return lls_agent_finish_child(get(), child.get(), detail::opt_ptr(opts_json),
+                                          opts_json.size(), out, len, err);
+        });
+    }
+
+    /// An agent over `session` that sends what its last request carried (`lls_agent_new`
+    /// without `config`): a child woken in another process. `opts_json` `{"checkRequests"?,
+    /// "policy"?, "tokenizer"?}`.
+    static Agent wake(const Session &session, std::string_view opts_json = "{}") {
+        return Agent(session, opts_json);
+    }
+
     /// The C handle (still owned by this object).
     lls_agent *get() const { return detail::require(h_.get(), "llmsession::Agent"); }
     /// Gives up ownership of the C handle.
@@ -1152,6 +1181,22 @@ private:
 
     detail::Owned<lls_agent, lls_agent_free> h_;
 };
+
+/// A child agent and its session (`Agent::spawn`). Destroy the agent before the session (the
+/// members are in that order of destruction).
+struct Child {
+    Session session;
+    Agent agent;
+};
+
+inline Child Agent::spawn(std::string_view opts_json) {
+    lls_session *s = nullptr;
+    lls_agent *a = nullptr;
+    detail::call([&](lls_error **err) {
+        return lls_agent_spawn(get(), detail::ptr(opts_json), opts_json.size(), &s, &a, err);
+    });
+    return Child{Session(s), Agent(a)};
+}
 
 /// Verifies a stored JSONL log without opening it; returns what was checked, as JSON.
 inline std::string verify_file(std::string_view path) {

@@ -17,7 +17,9 @@
 //! - [`request`]: request envelopes, digests, reconstruction and `verify`.
 //! - [`explain`]: why each request hit or missed the provider's cache, and what it cost.
 //! - [`replay`]: answering a host's requests from a recorded log.
-//! - [`agent`]: agent instances and the host-driven turn/step lifecycle.
+//! - [`agent`]: agent instances and the host-driven turn/step lifecycle; child agents
+//!   (`agent::spawn`).
+//! - [`tree`]: a session with its children and forks, read from their stores, verified whole.
 //! - [`tokens`]: the token meter and its counters.
 //! - [`compaction`]: policies, region selection, summarisation requests, landing.
 //! - [`render`]: provider body renderers and response parsers (OpenAI-compatible chat
@@ -46,6 +48,7 @@ pub mod session;
 pub mod store;
 pub mod stream;
 pub mod tokens;
+pub mod tree;
 pub mod types;
 
 pub use agent::{Agent, AgentOptions};

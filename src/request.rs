@@ -917,8 +917,13 @@ pub fn verify_events(session: &SessionHeader, events: &[Event]) -> Result<Verify
 fn verify_events_with(session: &SessionHeader, events: &[Event], mut bodies: Option<&mut BodyCache>) -> Result<VerifyReport> {
     let mut walk = RequestWalk::over(session, events);
     let mut report = VerifyReport::default();
+    let mut children = ChildLinks::default();
     for ev in events {
         check_native_content(&walk, ev)?;
+        children.check(ev).map_err(|msg| {
+            let (t, s) = walk.position();
+            divergence(msg, ev, t, s)
+        })?;
         let (turn, step) = walk.position();
         let rebuilt = walk.rebuild(ev).map_err(|e| {
             let (t, s) = walk.position();
@@ -1009,6 +1014,33 @@ fn check_native_content(walk: &RequestWalk<'_>, ev: &Event) -> Result<()> {
         Some(t) if ev.data.get("raw").and_then(Value::as_str) == Some(t.as_str()) => Ok(()),
         Some(_) => fail(format!("its text is not the content of the native block at seq {}", cp.seq)),
         None => fail(format!("seq {} is not a native checkpoint with readable content", cp.seq)),
+    }
+}
+
+/// The children a log's `agent/spawn` events started, by the call each answers: a `tool/result`
+/// that names a child (`data.child`) must answer the call that child was spawned for.
+#[derive(Default)]
+struct ChildLinks {
+    spawned: std::collections::HashMap<String, Vec<String>>,
+}
+
+impl ChildLinks {
+    fn check(&mut self, ev: &Event) -> std::result::Result<(), String> {
+        let call = ev.data.get("callId").and_then(Value::as_str);
+        let child = ev.data.get("child").and_then(Value::as_str);
+        match (ev.ty.as_str(), call, child) {
+            (types::AGENT_SPAWN, Some(call), Some(child)) => self.spawned.entry(call.to_string()).or_default().push(child.to_string()),
+            (types::TOOL_RESULT, Some(call), Some(child)) => {
+                if !self.spawned.get(call).is_some_and(|c| c.iter().any(|c| c == child)) {
+                    return Err(format!(
+                        "tool/result (seq {}) is the answer of child {child:?} to call {call:?}, but no agent/spawn before it started that child for that call",
+                        ev.seq
+                    ));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
     }
 }
 

@@ -44,6 +44,28 @@ pub(crate) struct Inner {
     /// Set when the store refused an append as a conflict (another writer appended): appends are
     /// refused until a refresh reads what the store holds.
     conflict: Option<String>,
+    /// The child sessions spawned from this handle, in spawn order ([`Session::children`]).
+    children: Vec<ChildRef>,
+}
+
+/// A child session spawned from a handle: the session while something holds it, and where it is
+/// kept (a JSONL file) to read it once nothing does.
+#[derive(Clone)]
+struct ChildRef {
+    id: String,
+    session: std::sync::Weak<Mutex<Inner>>,
+    path: Option<std::path::PathBuf>,
+}
+
+/// A child spawned from a session handle in this process ([`Session::children`]).
+#[derive(Clone, Debug)]
+pub struct SpawnedChild {
+    /// The child session's id.
+    pub id: String,
+    /// The child session, while a handle to it is alive.
+    pub session: Option<Session>,
+    /// The JSONL file it is kept in, when it is kept in one.
+    pub path: Option<std::path::PathBuf>,
 }
 
 /// Whether a store error says that what the store did with the write is unknown (detail
@@ -74,7 +96,18 @@ pub fn random_id() -> String {
 
 impl Inner {
     fn new(header: SessionHeader, header_line: Arc<str>, log: Log, store: Box<dyn Store>, durability: Durability) -> Inner {
-        Inner { header, header_line, log, store, durability, live_agent: None, next_agent_token: 1, broken: None, conflict: None }
+        Inner {
+            header,
+            header_line,
+            log,
+            store,
+            durability,
+            live_agent: None,
+            next_agent_token: 1,
+            broken: None,
+            conflict: None,
+            children: Vec::new(),
+        }
     }
 
     /// Validates, stores and applies one event. Returns its seq.
@@ -355,6 +388,24 @@ impl Session {
         }
         let header = SessionHeader::new(new_id(opts.id)?, now_ms());
         Session::start(store, header, Vec::new(), opts.durability)
+    }
+
+    /// Creates a session from `header` and `events` in the empty `store`, in one append: a child
+    /// agent's session (`agent::spawn`), whose events are its parent's first events and its own
+    /// opening ones. Every event is checked as a loaded one is.
+    pub(crate) fn create_seeded(
+        mut store: Box<dyn Store>,
+        header: SessionHeader,
+        events: Vec<Event>,
+        durability: Durability,
+    ) -> Result<Session> {
+        if store.read_only() {
+            return Err(read_only_error(&store.describe(), "create a session"));
+        }
+        if !store.load()?.records.is_empty() {
+            return Err(Error::invalid("store", format!("{} already holds a session", store.describe())));
+        }
+        Session::start(store, header, events, durability)
     }
 
     /// Writes a new session (header and seed events, chained anew under the new header) to an
@@ -652,6 +703,12 @@ impl Session {
         self.len() == 0
     }
 
+    /// Runs `f` with the log, and returns the session id with its result (one lock).
+    pub(crate) fn with_log_and_id<R>(&self, f: impl FnOnce(&Log) -> R) -> (String, R) {
+        let g = self.lock();
+        (g.header.id.clone(), f(&g.log))
+    }
+
     /// Runs `f` with the log (under the session lock: keep it short, call nothing that may block).
     pub fn with_log<R>(&self, f: impl FnOnce(&Log) -> R) -> R {
         f(&self.lock().log)
@@ -794,6 +851,36 @@ impl Session {
         g.next_agent_token += 1;
         g.live_agent = Some(t);
         Ok(t)
+    }
+
+    /// Notes a child spawned from this handle.
+    pub(crate) fn note_child(&self, child: &Session) {
+        let (id, path) = {
+            let g = child.lock();
+            (g.header.id.clone(), g.store.file_path())
+        };
+        self.lock().children.push(ChildRef { id, session: Arc::downgrade(&child.inner), path });
+    }
+
+    /// The file the log is kept in, when its store keeps it in one (a JSONL file).
+    pub fn file_path(&self) -> Option<std::path::PathBuf> {
+        self.lock().store.file_path()
+    }
+
+    /// The children spawned from this handle in this process, in spawn order: each with its
+    /// session while a handle to it is alive, and its file when it is kept in one (their own
+    /// children are theirs to list). A store lists the children of a session whoever spawned
+    /// them (`store::url::list_sessions` with a parent).
+    pub fn children(&self) -> Vec<SpawnedChild> {
+        self.lock()
+            .children
+            .iter()
+            .map(|c| SpawnedChild { id: c.id.clone(), session: c.session.upgrade().map(Session::wrap_shared), path: c.path.clone() })
+            .collect()
+    }
+
+    fn wrap_shared(inner: Arc<Mutex<Inner>>) -> Session {
+        Session { inner }
     }
 
     /// Releases the claim of agent `token`.

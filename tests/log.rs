@@ -94,6 +94,8 @@ fn catalogue_session() -> Session {
             step_start_of(2, 1, 2),
             step_end(2, 1, "error"),
             turn_end(2, "error"),
+            // A child spawned at a turn boundary (agent trees).
+            NewEvent::new("agent/spawn", json!({"child": "a-child"})),
         ],
     );
     s

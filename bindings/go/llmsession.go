@@ -33,7 +33,8 @@ const ABIVersion = 2
 // response (lls_agent_record_body_info, behind RecordBody and Recorded.FinishReason), 5 the
 // store conformance kit (lls_store_conformance, behind CheckStore and CheckStoreURL), 6 native
 // compaction (lls_agent_native_compaction_*, behind BeginNativeCompaction,
-// RecordNativeCompaction and FailNativeCompaction).
+// RecordNativeCompaction and FailNativeCompaction) and agent trees (lls_agent_spawn and
+// lls_agent_finish_child, behind Spawn and FinishChild).
 const ABIMinor = 6
 
 // abiErr is non-nil when the loaded library speaks another ABI; every constructor returns it.

@@ -23,12 +23,19 @@ const SETTLED = Promise.resolve();
 
 /** An agent instance over a session. */
 class Agent {
-  constructor(session, options) {
+  /**
+   * A new agent instance over `session`. Options without `config` (`{}`) wake the session: the
+   * agent sends what its last request carried (a child's: its parent's; see tree.js). `adopt`
+   * (internal) is an agent pointer the library already made (`lls_agent_spawn`).
+   */
+  constructor(session, options, adopt) {
     if (!(session instanceof Session)) throw new TypeError('Agent needs a Session');
-    const b = jsonBuf(options);
-    const out = [null];
-    const err = [null];
-    check(C.lls_agent_new(session._ptr, b, b.length, out, err), err);
+    const out = [adopt || null];
+    if (!adopt) {
+      const b = jsonBuf(options);
+      const err = [null];
+      check(C.lls_agent_new(session._ptr, b, b.length, out, err), err);
+    }
     this.session = session;
     this._core = {
       ptr: out[0],

@@ -218,7 +218,8 @@ export interface UrlOptions extends SessionOptions {
 export interface StoredSession {
   id: string;
   createdAt: number;
-  parent?: { id: string; seedLength: number };
+  /** For a fork or a spawned child: its parent (`spawned`: a child; `callId`: the call it answers). */
+  parent?: { id: string; seedLength: number; spawned: boolean; callId?: string };
   events: number;
   chainHead?: string;
   updatedAt: number;
@@ -536,6 +537,8 @@ export declare class Session {
   header(): { config: CallConfig; system?: string; tools?: Json[]; messagePrefix?: Message[] } | null;
   stats(): { readOnly: boolean; chainHead?: string; [key: string]: number | boolean | string | undefined };
   verify(): { events: number; requests: number; compactions: number };
+  /** With `tree: true`: the tree rooted at this session (its children spawned in this process). */
+  explain(options: ExplainOptions & { tree: true }): TreeExplanation;
   /** Why each request of the log hit or missed the provider's cache (`docs/caching.md`). */
   explain(options?: ExplainOptions | null): Explanation;
   append(event: NewEvent): number;
@@ -595,6 +598,89 @@ export declare class Agent {
   dispose(): Promise<void>;
   close(): void;
   readonly closed: boolean;
+  /**
+   * Spawns a child agent from the open tool call `options.callId` (none: at a turn boundary):
+   * its first request extends this agent's last one (tree.js, `docs/caching.md`).
+   */
+  spawn(directive: string | Message, options?: SpawnOptions): { session: Session; agent: Agent };
+  /** Ends the child's turn and records its answer as this agent's result of its call. */
+  finishChild(child: Agent, options?: { error?: string } | null): Promise<ChildOutcome>;
+  /** An agent that sends what the session's last request carried (a woken child). */
+  static wake(session: Session, options?: { checkRequests?: boolean; policy?: Policy | PolicyTable; tokenizer?: string }): Agent;
+}
+
+/** Options of `Agent#spawn`. */
+export interface SpawnOptions {
+  /** The parent's open tool call the child answers; absent: at a turn boundary. */
+  callId?: string;
+  /** The result text of every open call in the child's history (default `DEFAULT_PLACEHOLDER`). */
+  placeholder?: string;
+  id?: string;
+  durability?: 'every-event' | 'turn-end' | 'never';
+  /** Keep the child in this JSONL file (default: beside a JSONL parent, named after it). */
+  path?: string;
+  /** Keep the child in the store this URL names. */
+  url?: string;
+  /** The TTL of the child's Anthropic cache breakpoints. */
+  cacheTtl?: '5m' | '1h';
+  /** At most this many requests. */
+  maxTurns?: number;
+}
+
+/** What finishing a child gave its parent. */
+export interface ChildOutcome {
+  child: string;
+  callId?: string;
+  answer: string;
+  isError: boolean;
+  /** Tool results this call wrote to the parent's log (0: an earlier call still waits). */
+  recorded: number;
+}
+
+/** The result text of every open call of the parent in a child's history, unless given. */
+export declare const DEFAULT_PLACEHOLDER: string;
+
+/** Sums over some requests of a tree (`explain` with `tree: true`). */
+export interface TreeSpend {
+  requests: number;
+  promptTokens: number;
+  cachedTokens: number;
+  uncachedTokens: number;
+  missTokens: number;
+  outputTokens: number;
+  cost?: number;
+  missCost?: number;
+}
+
+/** The explanation of a tree of sessions (`docs/caching.md`, "Explain across a tree"). */
+export interface TreeExplanation {
+  root: string;
+  counter: string;
+  nodes: Array<{
+    id: string;
+    parent?: string;
+    kind: 'root' | 'spawn' | 'fork';
+    callId?: string;
+    depth: number;
+    seedLength: number;
+    source: string;
+    own: TreeSpend;
+    spawnFloor?: TreeSpend;
+    work?: TreeSpend;
+    inheritedTokens: number;
+    subtree: TreeSpend;
+    answeredAt?: number;
+  }>;
+  totals: {
+    nodes: number;
+    all: TreeSpend;
+    root: TreeSpend;
+    subagents: TreeSpend;
+    spawnFloors: TreeSpend;
+    work: TreeSpend;
+    inheritedTokens: number;
+    coldChildren: { uncachedTokens: number; extraUncachedTokens: number; cost?: number; extraCost?: number };
+  };
 }
 
 /** A provider body format. */
@@ -723,7 +809,11 @@ export interface ExplainOptions {
   prices?: Record<string, Price>;
   /** Overrides of the providers' cache TTLs and minimum cacheable sizes. */
   cacheRules?: Record<string, { ttlSeconds?: number | null; minTokens?: number }>;
+  /** Explain the tree rooted at the session instead (see `TreeExplanation`). */
+  tree?: boolean;
 }
+/** With `tree: true`: the tree rooted at the log (`path` may be a store URL). */
+export declare function explainFile(path: string, options: ExplainOptions & { tree: true }): TreeExplanation;
 /** Explains a stored JSONL log without opening it. */
 export declare function explainFile(path: string, options?: ExplainOptions | null): Explanation;
 /** A recorded answer (`Replay#answer`). */
@@ -816,7 +906,7 @@ export declare function isContextOverflow(status: number, body: string | Buffer)
 export declare function verifyFile(path: string): { events: number; requests: number; compactions: number };
 
 /** The sessions of the store a URL names, ordered by id. */
-export declare function listSessions(url: string, options?: { after?: string; limit?: number }): StoredSession[];
+export declare function listSessions(url: string, options?: { after?: string; limit?: number; parent?: string }): StoredSession[];
 /** Calls `fn` through the library's callback machinery (a trampoline self-test). */
 export declare function invokeCallback(fn: (input: any, ctx: CallbackContext) => unknown, input: Json, options?: OperationOptions): Promise<Json>;
 /** Live library handles (for leak checks). */

@@ -22,6 +22,7 @@
 //   store.js       stores named by URL: Session.openUrl, listSessions (needs session.js)
 //   native_compaction.js  Agent's beginNativeCompaction, recordNativeCompaction,
 //                  failNativeCompaction (needs agent.js)
+//   tree.js        agent trees: Agent#spawn, Agent#finishChild, Agent.wake (needs agent.js)
 //
 // A new concept is a file of its own beside these, requiring what it needs from the lower
 // files (its C entry points go into native.js's table), exported here and declared in
@@ -40,6 +41,7 @@ const { setObserver, observer } = require('./observe');
 const { Agent } = require('./agent');
 const { listSessions } = require('./store');
 require('./native_compaction');
+const { DEFAULT_PLACEHOLDER } = require('./tree');
 
 module.exports = {
   ABI_VERSION: native.ABI_VERSION,
@@ -60,6 +62,7 @@ module.exports = {
   isContextOverflow,
   verifyFile,
   listSessions,
+  DEFAULT_PLACEHOLDER,
   invokeCallback,
   Body,
   ToolCall,

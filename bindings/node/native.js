@@ -42,7 +42,7 @@ const ABI_VERSION = 2;
  * (lls_set_observer, behind setObserver and observer), 4 the finish reason of a recorded
  * response (lls_agent_record_body_info, behind recordBody and recordStream).
  */
-const ABI_MINOR = 4;
+const ABI_MINOR = 6;
 
 // ---------------------------------------------------------------------------------------------
 // Loading
@@ -286,6 +286,10 @@ def('lls_tool_calls_free', 'void', 'lls_tool_calls *calls');
 def('lls_session_open_url', 'int32_t',
   `const uint8_t *url, size_t ulen, const uint8_t *opts, size_t len, _Out_ lls_session **out, ${ERR}`);
 def('lls_store_list_sessions', 'int32_t', `const uint8_t *url, size_t ulen, const uint8_t *opts, size_t len, ${OUTS}`);
+// Minor 6: agent trees (tree.js).
+def('lls_agent_spawn', 'int32_t',
+  `lls_agent *a, const uint8_t *opts, size_t len, _Out_ lls_session **child_session, _Out_ lls_agent **child_agent, ${ERR}`);
+def('lls_agent_finish_child', 'int32_t', `lls_agent *a, lls_agent *child, const uint8_t *opts, size_t len, ${OUTS}`);
 
 /** The loaded library's version string (lls_version). */
 const version = C.lls_version();

@@ -35,7 +35,9 @@ pub const LLS_ABI_VERSION: u32 = 2;
 /// `LLS_ERR_NONCONFORMING`, the `"gemini-interactions"` format and the `promptCacheOptions` /
 /// `promptCacheBreakpoints` render options; 6: native compaction,
 /// `lls_agent_native_compaction_begin`, `lls_agent_native_compaction_record`,
-/// `lls_agent_native_compaction_fail`).
+/// `lls_agent_native_compaction_fail`; agent trees, `lls_agent_spawn`,
+/// `lls_agent_finish_child`, the explain option `tree`, `lls_agent_new` without `config` (wake
+/// a session with its logged options), the `parent` option of `lls_store_list_sessions`).
 ///
 /// Thread safety: a constant.
 pub const LLS_ABI_MINOR: u32 = 6;

@@ -96,6 +96,22 @@ pub enum Command {
         /// provider or provider/model: ttlSeconds, minTokens)
         #[arg(long = "cache-rules", value_name = "FILE")]
         cache_rules: Option<String>,
+        /// Explain the whole tree rooted at LOG (its spawned children and forks, beside it in
+        /// files named after it, or in the same database): per node and rolled up, each child's
+        /// spawn floor apart from its work, and the tree with cold children
+        #[arg(long, conflicts_with = "step")]
+        tree: bool,
+    },
+    /// The tree of a session: its spawned children and forks, and theirs, each verified
+    ///
+    /// Reads the session and its descendants (for a JSONL file, the files beside it named
+    /// after it, STEM.TAG.jsonl; for a database URL, the sessions whose parent it is), verifies
+    /// every node (every request rebuilt from its own log) and every link (a child's seed is its
+    /// parent's events, its parent records it), and prints the tree. Exit 3 when a node or a link
+    /// is bad.
+    Tree {
+        #[arg(value_name = "LOG", help = LOG_HELP)]
+        log: String,
     },
     /// The reconstructed request N: its envelope, or a provider's body
     ///
@@ -146,7 +162,8 @@ impl Command {
             | Command::Stats { log }
             | Command::Explain { log, .. }
             | Command::Show { log, .. }
-            | Command::Headers { log } => log,
+            | Command::Headers { log }
+            | Command::Tree { log } => log,
             Command::Sessions { url } | Command::StoreCheck { url, .. } => url,
         }
     }

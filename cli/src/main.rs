@@ -4,10 +4,11 @@
 //! ```text
 //! llmsession verify LOG [--render openai|openai-responses|anthropic|gemini|gemini-interactions] [--json]
 //! llmsession stats LOG [--json]
-//! llmsession explain LOG [--step ID] [--prices FILE] [--cache-rules FILE] [--json]
+//! llmsession explain LOG [--step ID | --tree] [--prices FILE] [--cache-rules FILE] [--json]
 //! llmsession show LOG --step N [--render openai|openai-responses|anthropic|gemini|gemini-interactions] [--json]
 //! llmsession headers LOG [--json]
 //! llmsession sessions URL [--json]
+//! llmsession tree LOG [--json]
 //! ```
 //!
 //! LOG is a JSONL file path or a store URL: `file:PATH`, or
@@ -17,6 +18,7 @@
 //! same, and anything it does not know is a usage error (exit 2).
 
 use llmsession::cache_rules::CacheRules;
+use llmsession::explain::tree::explain_tree;
 use llmsession::explain::{explain_log, explain_log_with, ExplainSettings, Explanation, Kind, RequestReport};
 use llmsession::header::delta::diff;
 use llmsession::log::load::{read_checked, CheckedLog};
@@ -27,6 +29,7 @@ use llmsession::request::{verify_bodies, verify_contents, RecordedKind, RequestW
 use llmsession::store::url::{list_sessions, open_store, redact, UrlOptions};
 use llmsession::store::{JsonlStore, Store, StoreContents};
 use llmsession::tokens::Estimator;
+use llmsession::tree::Tree;
 use llmsession::{EpochHeader, ErrorKind};
 use serde_json::{json, Value};
 use std::process::ExitCode;
@@ -84,7 +87,7 @@ fn is_url(s: &str) -> bool {
 
 fn cmd_sessions(url: &str, as_json: bool) -> Result<(), Failure> {
     let url = if is_url(url) { url.to_string() } else { format!("file:{url}") };
-    let list = list_sessions(&url, None, None).map_err(store_failure)?;
+    let list = list_sessions(&url, None, None, None).map_err(store_failure)?;
     if as_json {
         out!("{}", serde_json::to_string(&list).unwrap());
         return Ok(());
@@ -641,14 +644,194 @@ fn cmd_headers(path: &str, as_json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Reads the tree rooted at LOG (see `llmsession tree`).
+fn read_tree(log: &str) -> Result<Tree, Failure> {
+    Tree::load(log).map_err(|e| {
+        let f = if matches!(e.kind(), ErrorKind::CorruptLog | ErrorKind::Reconstruction) { Failure::of(e) } else { store_failure(e) };
+        f.context(redact(log))
+    })
+}
+
+/// The tree line of node `i`: its branch drawing, id, kind, link and size.
+fn tree_line(tree: &Tree, i: usize, lead: &str, last: bool) -> String {
+    let n = &tree.nodes[i];
+    let branch = if n.parent.is_none() { String::new() } else { format!("{lead}{}", if last { "└─ " } else { "├─ " }) };
+    let link = match (n.kind(), n.header().spawn.as_ref().and_then(|s| s.call_id.as_deref())) {
+        ("root", _) => String::new(),
+        ("spawn", Some(call)) => format!("  spawned for {call} at seq {}", n.seed_length()),
+        ("spawn", None) => format!("  spawned at seq {} (turn boundary)", n.seed_length()),
+        _ => format!("  forked at seq {}", n.seed_length()),
+    };
+    let status = match n.parent {
+        Some(p) if n.kind() == "spawn" && n.header().spawn.as_ref().is_some_and(|s| s.call_id.is_some()) => {
+            match tree.result_seq(p, n.id()) {
+                Some(seq) => format!(", answered at parent seq {seq}"),
+                None => ", not answered yet".to_string(),
+            }
+        }
+        _ => String::new(),
+    };
+    let requests = n.log.events().iter().filter(|e| e.ty == "step/start" && e.seq >= n.seed_length()).count();
+    format!("{branch}{}{link}  ({} events, {requests} own requests{status})", n.id(), n.log.events().len())
+}
+
+fn cmd_tree(log: &str, as_json: bool) -> Result<(), Failure> {
+    let tree = read_tree(log)?;
+    let report = tree.verify().map_err(|e| Failure::of(e).context(redact(log)))?;
+    if as_json {
+        let nodes: Vec<serde_json::Value> = tree
+            .nodes
+            .iter()
+            .zip(&report.nodes)
+            .map(|(n, v)| {
+                let mut o = json!({"id": n.id(), "kind": n.kind(), "depth": n.depth, "source": n.source,
+                                   "seedLength": n.seed_length(), "events": n.log.events().len(), "verify": v.report});
+                if let Some(p) = n.parent {
+                    o["parent"] = json!(tree.nodes[p].id());
+                    if let Some(seq) = tree.result_seq(p, n.id()) {
+                        o["answeredAt"] = json!(seq);
+                    }
+                }
+                if let Some(c) = n.header().spawn.as_ref().and_then(|s| s.call_id.as_deref()) {
+                    o["callId"] = json!(c);
+                }
+                o
+            })
+            .collect();
+        out!("{}", json!({"root": tree.root().id(), "nodes": nodes}));
+        return Ok(());
+    }
+    // Depth first: each node's lead is its parent's plus a bar while the parent has more
+    // children after it.
+    let mut leads: Vec<String> = vec![String::new(); tree.nodes.len()];
+    for i in 0..tree.nodes.len() {
+        let kids = tree.children_of(i);
+        for (k, c) in kids.iter().enumerate() {
+            let last = k + 1 == kids.len();
+            let lead = if tree.nodes[i].parent.is_none() { String::new() } else { leads[i].clone() };
+            leads[*c] = format!("{lead}{}", if last { "   " } else { "│  " });
+        }
+    }
+    for i in 0..tree.nodes.len() {
+        let n = &tree.nodes[i];
+        let (lead, last) = match n.parent {
+            None => (String::new(), true),
+            Some(p) => {
+                let sibs = tree.children_of(p);
+                let lead = if tree.nodes[p].parent.is_none() { String::new() } else { leads[p].clone() };
+                (lead, sibs.last() == Some(&i))
+            }
+        };
+        out!("{}", tree_line(&tree, i, &lead, last));
+    }
+    let requests: u64 = report.nodes.iter().map(|n| n.report.requests).sum();
+    out!(
+        "ok: {} sessions verified, every link checked ({requests} requests rebuilt, inherited ones in every node that holds them)",
+        tree.nodes.len()
+    );
+    Ok(())
+}
+
+fn cmd_explain_tree(log: &str, prices: Option<&str>, rules: Option<&str>, as_json: bool) -> Result<(), Failure> {
+    let settings = ExplainSettings {
+        prices: prices.map(|p| option_file(p, "--prices", PriceTable::from_value)).transpose()?,
+        cache_rules: rules.map(|p| option_file(p, "--cache-rules", CacheRules::from_value)).transpose()?.unwrap_or_default(),
+    };
+    let tree = read_tree(log)?;
+    let ex = explain_tree(&tree, &Estimator, &settings).map_err(|e| Failure::of(e).context(redact(log)))?;
+    if as_json {
+        out!("{}", serde_json::to_value(&ex).expect("a report serialises"));
+        return Ok(());
+    }
+    print_tree_explanation(&ex);
+    Ok(())
+}
+
+/// The text form of a tree explanation (also what the e2e report prints).
+fn print_tree_explanation(ex: &llmsession::explain::tree::TreeExplanation) {
+    let pct = |s: &llmsession::explain::tree::Spend| format!("{:.1}%", 100.0 * s.read_ratio());
+    out!("tree {}  ({} sessions; tokens: {})", ex.root, ex.totals.nodes, ex.counter);
+    out!(
+        "{:<44} {:>5} {:>9} {:>9} {:>9} {:>8} {:>7}  {:>9} {:>7}",
+        "node (own requests)",
+        "reqs",
+        "prompt",
+        "cached",
+        "uncached",
+        "miss",
+        "read",
+        "floor",
+        "floor%"
+    );
+    for n in &ex.nodes {
+        let name = format!("{}{} {}", "  ".repeat(n.depth), n.id, if n.kind == "root" { String::new() } else { format!("[{}]", n.kind) });
+        let (floor, floor_pct) = match &n.spawn_floor {
+            Some(f) => (f.prompt_tokens.to_string(), pct(f)),
+            None => ("-".into(), "-".into()),
+        };
+        out!(
+            "{:<44} {:>5} {:>9} {:>9} {:>9} {:>8} {:>7}  {:>9} {:>7}",
+            name,
+            n.own.requests,
+            n.own.prompt_tokens,
+            n.own.cached_tokens,
+            n.own.uncached_tokens,
+            n.own.miss_tokens,
+            pct(&n.own),
+            floor,
+            floor_pct
+        );
+    }
+    let t = &ex.totals;
+    out!(
+        "tree: {} requests, {} prompt tokens, {} read from cache ({}), {} uncached ({} of them cache misses)",
+        t.all.requests,
+        t.all.prompt_tokens,
+        t.all.cached_tokens,
+        pct(&t.all),
+        t.all.uncached_tokens,
+        t.all.miss_tokens
+    );
+    out!(
+        "subagents: {} requests, {} prompt tokens, {} uncached, {} of them cache misses; spawn floors {} tokens ({} read), work {} tokens; inherited prefixes {} tokens, counted once",
+        t.subagents.requests,
+        t.subagents.prompt_tokens,
+        t.subagents.uncached_tokens,
+        t.subagents.miss_tokens,
+        t.spawn_floors.prompt_tokens,
+        pct(&t.spawn_floors),
+        t.work.prompt_tokens,
+        t.inherited_tokens
+    );
+    if let (Some(c), Some(m)) = (t.subagents.cost, t.subagents.miss_cost) {
+        out!("subagent spend: {c:.4}, of which cache-miss cost {m:.4}");
+    }
+    let cold = &t.cold_children;
+    match (t.all.cost, cold.cost, cold.extra_cost) {
+        (Some(c), Some(cc), Some(x)) => {
+            out!(
+                "with cold children: {} uncached tokens (+{}), cost {cc:.4} (+{x:.4} over {c:.4})",
+                cold.uncached_tokens,
+                cold.extra_uncached_tokens
+            )
+        }
+        _ => out!("with cold children: {} uncached tokens (+{})", cold.uncached_tokens, cold.extra_uncached_tokens),
+    }
+}
+
 fn run(cli: Cli) -> Result<(), Failure> {
     let json = cli.json;
     match &cli.command {
         Command::Verify { log, render } => cmd_verify(log, render.as_deref(), json),
         Command::Stats { log } => cmd_stats(log, json),
-        Command::Explain { log, step, prices, cache_rules } => {
-            cmd_explain(log, step.as_deref(), prices.as_deref(), cache_rules.as_deref(), json)
+        Command::Explain { log, step, prices, cache_rules, tree } => {
+            if *tree {
+                cmd_explain_tree(log, prices.as_deref(), cache_rules.as_deref(), json)
+            } else {
+                cmd_explain(log, step.as_deref(), prices.as_deref(), cache_rules.as_deref(), json)
+            }
         }
+        Command::Tree { log } => cmd_tree(log, json),
         Command::Show { log, step, render } => cmd_show(log, *step, render.as_deref(), json),
         Command::Headers { log } => cmd_headers(log, json),
         Command::Sessions { url } => cmd_sessions(url, json),

@@ -7,6 +7,7 @@
 #
 # Environment (set by the Makefile):
 #   LLMSESSION_EXAMPLE   the built Go example host (build/go/llmsession-example)
+#   LLMSESSION_TREE      the built agent-tree host (build/go/llmsession-tree; e2e only)
 #   LLMSESSION_CLI       the built inspector (target/release/llmsession)
 # Optional:
 #   LLMSESSION_E2E_PORT  port of the e2e server (default: any free port)
@@ -128,6 +129,9 @@ scripts/demo/cli-checks.sh "$LOG" "$REPORT" "$OUT"
 # ---- e2e: the SDK agents (examples/python/agent.py, examples/node/agent) -----------------------
 say "e2e: the SDK agents, on the same server"
 scripts/demo/sdk-agents.sh "$URL" "$OUT/sdk-agents"
+
+# ---- e2e: an agent tree on the same server (scripts/demo/tree.sh) -----------------------------
+scripts/demo/tree.sh "$URL" "$OUT/tree"
 
 echo
 echo "e2e: passed in $SECONDS s (log $LOG, report $REPORT)"

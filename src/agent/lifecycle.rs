@@ -16,6 +16,7 @@ use crate::request::{
 };
 use crate::types::{Block, Message, Provenance, Role, Usage};
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// A tool result reported by the host.
@@ -89,6 +90,14 @@ impl Agent {
             }
             if let Some(p) = st.pending.first() {
                 return Err(Error::out_of_order(format!("tool call {:?} has no result yet", p.id)).with("callId", p.id.clone()));
+            }
+            if let Some((limit, max)) = self.pinned.as_ref().and_then(|p| p.request_limit) {
+                if st.requests >= limit {
+                    return Err(Error::out_of_order(format!(
+                        "this child has sent its {max} request(s) (maxTurns): finish it (its answer is its last message)"
+                    ))
+                    .with("maxTurns", max));
+                }
             }
             (t.turn, t.last_step + 1)
         };
@@ -165,7 +174,7 @@ impl Agent {
         // write leaves it empty, which only costs a full hash next time).
         let mut cache = std::mem::take(&mut self.digest_cache);
         let mut g = self.session.lock();
-        let session_id = g.header.id.clone();
+        let session_id = g.header.request_id().to_string();
         let folded = g.log.state().headers.current();
         // This instance's first request: the previous request of the session is the last one an
         // earlier instance routed, with the header folded now; it carried the leading history
@@ -321,7 +330,7 @@ impl Agent {
             let g = self.session.lock();
             let mut records: Vec<Vec<u8>> = vec![g.header.to_value().to_string().into_bytes()];
             records.extend(g.log.lines()[..step_seq as usize].iter().map(|l| l.as_bytes().to_vec()));
-            (records, g.header.id.clone())
+            (records, g.header.request_id().to_string())
         };
         let (_, events) = parse_records(&records)?;
         let log = Log::replay(&events)?;
@@ -452,7 +461,7 @@ impl Agent {
         // the agent remember what it wrote and what still waits.
         let mut g = self.session.lock();
         let st = g.log.state();
-        let (mut batch, answered) = result_events(&st.pending, &self.buffered_results, Some(&result));
+        let (mut batch, answered) = result_events(&st.pending, &self.buffered_results, Some(&result), &self.child_results);
         let closes_batch = answered.len() == st.pending.len();
         if closes_batch {
             for m in &self.deferred_context {
@@ -465,6 +474,7 @@ impl Agent {
         drop(g);
         self.buffered_results.push(result);
         self.buffered_results.retain(|r| !answered.contains(&r.call_id));
+        self.child_results.retain(|call, _| !answered.contains(call));
         if closes_batch {
             self.deferred_context.clear();
         }
@@ -581,7 +591,7 @@ impl Agent {
         }
         for id in pending {
             let ev = match self.buffered_results.iter().find(|r| r.call_id == id) {
-                Some(r) => tool_result_event(r),
+                Some(r) => tool_result_event(r, &self.child_results),
                 None => {
                     let text = format!("no result: the turn ended ({})", reason.as_str());
                     NewEvent::visible(types::TOOL_RESULT, json!({"callId": id, "content": [{"type":"text","text": text}], "isError": true}))
@@ -600,6 +610,7 @@ impl Agent {
         g.append_batch(batch)?;
         drop(g);
         self.buffered_results.clear();
+        self.child_results.clear();
         self.deferred_context.clear();
         // A spent overflow budget fails its own turn, never a later one.
         self.consecutive_overflows = 0;
@@ -650,10 +661,15 @@ pub(crate) fn is_store_refusal(kind: ErrorKind) -> bool {
     matches!(kind, ErrorKind::Storage | ErrorKind::Conflict | ErrorKind::ReadOnly)
 }
 
-/// The `tool/result` event of a reported result.
-fn tool_result_event(r: &ToolResultInput) -> NewEvent {
+/// The `tool/result` event of a reported result: with the id of the child agent whose answer it
+/// is, when it is one (`children`: call id → child id).
+fn tool_result_event(r: &ToolResultInput, children: &HashMap<String, String>) -> NewEvent {
     let content: Vec<Value> = r.content.iter().map(|b| b.clone().into_value()).collect();
-    NewEvent::visible(types::TOOL_RESULT, json!({"callId": r.call_id, "content": content, "isError": r.is_error}))
+    let mut data = json!({"callId": r.call_id, "content": content, "isError": r.is_error});
+    if let Some(child) = children.get(&r.call_id) {
+        data["child"] = child.clone().into();
+    }
+    NewEvent::visible(types::TOOL_RESULT, data)
 }
 
 /// The `tool/result` events the reported results (`buffered`, and `extra`) let the agent log
@@ -663,12 +679,13 @@ fn result_events(
     pending: &[crate::log::rules::PendingCall],
     buffered: &[ToolResultInput],
     extra: Option<&ToolResultInput>,
+    children: &HashMap<String, String>,
 ) -> (Vec<NewEvent>, Vec<String>) {
     let mut events = Vec::new();
     let mut ids = Vec::new();
     for p in pending {
         let Some(r) = buffered.iter().chain(extra).find(|r| r.call_id == p.id) else { break };
-        events.push(tool_result_event(r));
+        events.push(tool_result_event(r, children));
         ids.push(p.id.clone());
     }
     (events, ids)

@@ -679,7 +679,7 @@ impl Agent {
             PrefixBytes::of(header.message_prefix.as_ref())
         };
         let config = native_compaction_config(&header.config, format, budget);
-        let envelope = native_compaction_envelope(&header, &config, format, &prefix, entries, &g.header.id);
+        let envelope = native_compaction_envelope(&header, &config, format, &prefix, entries, g.header.request_id());
         let d = digest(&envelope);
         let envelope = String::from_utf8(envelope).expect("an envelope is text");
         let options = match &self.body {

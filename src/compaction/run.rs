@@ -443,7 +443,16 @@ impl Agent {
                 Error::new(ErrorKind::OutOfOrder, "the surface changed before the summarisation request was built; try again")
             })?;
         let messages = expansion.as_ref().map_or(span, |x| x.entries.as_slice());
-        let body = compaction_envelope(&header, &prefix, messages, INSTRUCTION, &provider, &model, policy.summary_max_tokens, &g.header.id);
+        let body = compaction_envelope(
+            &header,
+            &prefix,
+            messages,
+            INSTRUCTION,
+            &provider,
+            &model,
+            policy.summary_max_tokens,
+            g.header.request_id(),
+        );
         // Leading messages shared with the last routed request: its session prefix, then, for a
         // head region, the history entries it carried: the region's leading entries logged
         // before its step/start (an entry replaced or appended since has a later seq). A middle

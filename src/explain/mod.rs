@@ -46,6 +46,7 @@
 mod compactions;
 
 pub use compactions::{CompactionReport, MechanismTotals};
+pub mod tree;
 
 use crate::cache_rules::{CacheRule, CacheRules, CacheSettings};
 use crate::error::{Error, ErrorKind, Result};

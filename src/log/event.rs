@@ -39,6 +39,8 @@ pub mod types {
     pub const COMPACTION_END: &str = "compaction/end";
     /// A provider's native compaction: its block or item, verbatim (docs/compaction.md).
     pub const COMPACTION_NATIVE: &str = "compaction/native";
+    /// A child agent was spawned from this session (log-only; docs/log.md, "Agent trees").
+    pub const AGENT_SPAWN: &str = "agent/spawn";
 
     /// Every catalogue type.
     pub const ALL: &[&str] = &[
@@ -56,10 +58,12 @@ pub mod types {
         COMPACTION_SUMMARY,
         COMPACTION_END,
         COMPACTION_NATIVE,
+        AGENT_SPAWN,
     ];
 
     /// Namespaces reserved for the catalogue: a host's own type may not start with these.
-    pub const RESERVED_PREFIXES: &[&str] = &["turn/", "step/", "user/", "assistant/", "tool/", "request/", "compaction/", "session"];
+    pub const RESERVED_PREFIXES: &[&str] =
+        &["turn/", "step/", "user/", "assistant/", "tool/", "request/", "compaction/", "agent/", "session"];
 
     /// Whether events of this type are model-visible (enter the surface).
     pub fn is_model_visible(ty: &str) -> bool {

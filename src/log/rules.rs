@@ -439,6 +439,9 @@ impl LogState {
                 // The projection checks callId, content and isError, in that order.
                 let d = derive(ev)?.expect("tool/result is visible");
                 let id = f.str("callId")?;
+                if f.opt_str("child")?.is_some_and(str::is_empty) {
+                    return Err(Error::invalid("data.child", "must not be empty (the id of the child agent's session)"));
+                }
                 if ev.surface_op != Some(SurfaceOp::Append) {
                     return Err(Error::invalid("surfaceOp", "a tool result is appended"));
                 }
@@ -623,6 +626,26 @@ impl LogState {
                     ));
                 }
                 Ok(Effect::CompactionEnd)
+            }
+            types::AGENT_SPAWN => {
+                let child = f.str("child")?;
+                if child.is_empty() {
+                    return Err(Error::invalid("data.child", "must not be empty (the id of the child agent's session)"));
+                }
+                if let Some(t) = &self.open_turn {
+                    if t.step_open {
+                        return Err(rule(ev, "", format!("step {} is open: a child is spawned after its response", t.last_step)));
+                    }
+                }
+                if self.compaction.is_some() {
+                    return Err(rule(ev, "", "a compaction is open"));
+                }
+                if let Some(id) = f.opt_str("callId")? {
+                    if !self.pending.iter().any(|p| p.id == id) {
+                        return Err(rule(ev, "data.callId", format!("{id:?} is not a tool call waiting for its result")));
+                    }
+                }
+                Ok(Effect::None)
             }
             other => {
                 if let Some(p) = types::RESERVED_PREFIXES.iter().find(|p| other.starts_with(*p)) {

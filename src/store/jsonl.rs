@@ -312,6 +312,49 @@ impl Store for JsonlStore {
     fn read_only(&self) -> bool {
         self.opts.read_only
     }
+
+    fn file_path(&self) -> Option<PathBuf> {
+        Some(self.path.clone())
+    }
+
+    /// `DIR/STEM.TAG.jsonl` beside this log (`DIR/STEM.jsonl`), created with this file's mode.
+    fn child_store(&self, tag: &str, _id: &str, _durability: super::Durability) -> Result<Option<super::NewStore>> {
+        let path = child_path(&self.path, tag);
+        let created = (!path.exists()).then(|| path.display().to_string());
+        let file = FileOptions { read_only: false, ..self.opts };
+        Ok(Some((Box::new(JsonlStore::open_with(path, file)?), created)))
+    }
+}
+
+/// The JSONL files beside the log at `parent` that may hold its descendants: `DIR/STEM.*.jsonl`
+/// (see [`child_path`]), in name order. A missing directory has none.
+pub fn children_beside(parent: &Path) -> Result<Vec<PathBuf>> {
+    let name = parent.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let stem = name.strip_suffix(".jsonl").unwrap_or(&name);
+    let dir = parent.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_error(dir, "cannot list", &e)),
+    };
+    let prefix = format!("{stem}.");
+    let mut out: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.len() > prefix.len() + 6 && n.starts_with(&prefix) && n.ends_with(".jsonl"))
+        .map(|n| dir.join(n))
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// Where the child tagged `tag` of the log at `parent` lives: `DIR/STEM.TAG.jsonl` for
+/// `DIR/STEM.jsonl` (any other name: `NAME.TAG.jsonl`), so that a session's children sort
+/// beside it and their own children beside them.
+pub fn child_path(parent: &Path, tag: &str) -> PathBuf {
+    let name = parent.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let stem = name.strip_suffix(".jsonl").unwrap_or(&name);
+    parent.with_file_name(format!("{stem}.{tag}.jsonl"))
 }
 
 /// `<log>.cut-<unix ms>` (with `-2`, `-3`, ... if that exists).

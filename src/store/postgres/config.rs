@@ -298,6 +298,11 @@ impl PgUrl {
         self.session.as_deref()
     }
 
+    /// The same database without the `session` parameter (to open another session in it).
+    pub fn without_session(&self) -> PgUrl {
+        PgUrl { session: None, ..self.clone() }
+    }
+
     /// The URL as it may be shown: no password, no `session` parameter.
     pub fn shown(&self) -> &str {
         &self.shown

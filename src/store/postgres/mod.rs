@@ -76,7 +76,7 @@ SELECT set_config('synchronous_commit', $7, true), (SELECT count(*) FROM h), (SE
 const CREATE_SQL: &str = "
 WITH h AS (
     UPDATE llmsession_sessions
-       SET header = $2, created_ms = $3, parent_id = $4, parent_seed = $5,
+       SET header = $2, created_ms = $3, parent_id = $4, parent_seed = $5, parent_call = $10, spawned = $11,
            events = cardinality($6::text[]), chain_head = $7, updated_at = now()
      WHERE id = $1 AND header IS NULL AND lease_epoch = $8 AND lease_holder IS NOT NULL
  RETURNING id
@@ -123,6 +123,8 @@ impl Default for PgOptions {
 /// One session in a PostgreSQL database.
 pub struct PgStore {
     pool: Arc<Pool>,
+    /// The database's URL, where a child session is created by default ([`Store::child_store`]).
+    url: PgUrl,
     /// `postgres://user@host:port/db?session=ID`, for messages.
     describe: String,
     id: String,
@@ -182,6 +184,7 @@ impl PgStore {
             let sync_level = sync_level(&pool, &describe).await?;
             let mut store = PgStore {
                 pool: pool.clone(),
+                url: url.clone(),
                 describe,
                 id: id.to_string(),
                 read_only: opts.read_only,
@@ -553,6 +556,8 @@ impl Store for PgStore {
                         Some((p, n)) => (Some(p.clone()), Some(*n as i64)),
                         None => (None, None),
                     };
+                    let pcall = header.spawn.as_ref().and_then(|s| s.call_id.clone());
+                    let spawned = header.spawn.is_some();
                     pool.query(
                         Bound::Query,
                         CREATE_SQL,
@@ -566,6 +571,8 @@ impl Store for PgStore {
                             (&chain_head, Type::TEXT),
                             (&epoch, Type::INT8),
                             (&level, Type::TEXT),
+                            (&pcall, Type::TEXT),
+                            (&spawned, Type::BOOL),
                         ],
                     )
                     .await
@@ -682,7 +689,7 @@ impl Store for PgStore {
                                 .await?;
                             if start == 0 {
                                 c.query_typed(
-                                    "UPDATE llmsession_sessions SET header = NULL, created_ms = NULL, parent_id = NULL, parent_seed = NULL WHERE id = $1",
+                                    "UPDATE llmsession_sessions SET header = NULL, created_ms = NULL, parent_id = NULL, parent_seed = NULL, parent_call = NULL, spawned = false WHERE id = $1",
                                     &[(&id, Type::TEXT)],
                                 )
                                 .await?;
@@ -792,12 +799,19 @@ impl Store for PgStore {
     fn read_only(&self) -> bool {
         self.read_only
     }
+
+    /// Session `id` in the same database (a child's id is its parent's with the tag).
+    fn child_store(&self, _tag: &str, id: &str, durability: Durability) -> Result<Option<crate::store::NewStore>> {
+        let url = self.url.without_session();
+        Ok(Some((Box::new(PgStore::open(&url, id, PgOptions { read_only: false, create: true, durability })?), None)))
+    }
 }
 
 /// The sessions in the database at `url` (those with a header record), ordered by id: at most
-/// `limit`, starting after id `after`. Reads only: a database without llmsession tables has no
-/// sessions. `inUse` says whether a writer holds an unexpired lease.
-pub fn list_sessions(url: &PgUrl, after: Option<&str>, limit: Option<u64>) -> Result<Vec<SessionInfo>> {
+/// `limit`, starting after id `after`, only the children of `parent` when given. Reads only: a
+/// database without llmsession tables has no sessions. `inUse` says whether a writer holds an
+/// unexpired lease.
+pub fn list_sessions(url: &PgUrl, after: Option<&str>, limit: Option<u64>, parent: Option<&str>) -> Result<Vec<SessionInfo>> {
     let shown = url.shown().to_string();
     let pool = Pool::for_url(url)?;
     let limit = limit.map(|l| l.min(i64::MAX as u64) as i64);
@@ -810,12 +824,13 @@ pub fn list_sessions(url: &PgUrl, after: Option<&str>, limit: Option<u64>) -> Re
             Bound::Query,
             "SELECT s.id, s.created_ms, s.parent_id, s.parent_seed, s.events, s.chain_head,
                     (extract(epoch FROM s.updated_at) * 1000)::bigint,
-                    s.lease_holder IS NOT NULL AND COALESCE(s.lease_expires > now(), false)
+                    s.lease_holder IS NOT NULL AND COALESCE(s.lease_expires > now(), false),
+                    s.parent_call, s.spawned
                FROM llmsession_sessions s
-              WHERE s.header IS NOT NULL AND ($1::text IS NULL OR s.id > $1)
+              WHERE s.header IS NOT NULL AND ($1::text IS NULL OR s.id > $1) AND ($3::text IS NULL OR s.parent_id = $3)
               ORDER BY s.id
               LIMIT $2",
-            &[(&after, Type::TEXT), (&limit, Type::INT8)],
+            &[(&after, Type::TEXT), (&limit, Type::INT8), (&parent, Type::TEXT)],
         )
         .await
         .map_err(|e| e.into_error(&shown, "cannot list the sessions"))
@@ -828,7 +843,12 @@ pub fn list_sessions(url: &PgUrl, after: Option<&str>, limit: Option<u64>) -> Re
             SessionInfo {
                 id: r.get(0),
                 created_at: r.get::<_, Option<i64>>(1).unwrap_or(0) as u64,
-                parent: parent_id.map(|id| ParentInfo { id, seed_length: parent_seed.unwrap_or(0) as u64 }),
+                parent: parent_id.map(|id| ParentInfo {
+                    id,
+                    seed_length: parent_seed.unwrap_or(0) as u64,
+                    spawned: r.get(9),
+                    call_id: r.get(8),
+                }),
                 events: r.get::<_, i64>(4) as u64,
                 chain_head: r.get(5),
                 updated_at: r.get::<_, i64>(6) as u64,

@@ -22,6 +22,7 @@ from .session import Session, explain_file, list_sessions, verify_file
 from .sdk import sdk_kwargs
 from .stream import Stream
 from .tools import ToolCall, tool_calls
+from .tree import DEFAULT_PLACEHOLDER, wake
 
 __version__ = "0.2.0"
 
@@ -52,6 +53,8 @@ __all__ = [
     "observing",
     "set_observer",
     "ABI_MINOR",
+    "DEFAULT_PLACEHOLDER",
+    "wake",
     "ABI_VERSION",
     "Agent",
     "AsyncAgent",

@@ -37,7 +37,7 @@ ABI_VERSION = 2
 #: The oldest ABI minor (compatible additions) this binding loads: 2 brought ``lls_status_name``,
 #: 3 the observer hook (``lls_set_observer``), 4 the finish reason of a recorded response
 #: (``lls_agent_record_body_info``).
-ABI_MINOR = 4
+ABI_MINOR = 6
 
 SEQ_NONE = 0xFFFFFFFFFFFFFFFF
 CB_OK = 0
@@ -211,6 +211,8 @@ _def("lls_session_sync", c_int32, [P, ERR])
 _def("lls_session_refresh", c_int32, [P, POINTER(c_uint64), ERR])
 
 _def("lls_agent_new", c_int32, [P, BUF, c_size_t, PP, ERR])
+_def("lls_agent_spawn", c_int32, [P, BUF, c_size_t, PP, PP, ERR])
+_def("lls_agent_finish_child", c_int32, [P, P, BUF, c_size_t] + OUT)
 _def("lls_agent_set_options", c_int32, [P, BUF, c_size_t, ERR])
 _def("lls_agent_set_policy", c_int32, [P, BUF, c_size_t, ERR])
 _def("lls_agent_set_tokenizer", c_int32, [P, BUF, c_size_t, ERR])

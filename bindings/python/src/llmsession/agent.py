@@ -6,7 +6,7 @@ import json
 from ctypes import byref, c_int32, c_size_t, c_uint64, c_void_p
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union, cast
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
 from . import _native as N
 from ._handle import Handle
@@ -33,6 +33,7 @@ from .stream import Stream
 from .tools import ToolCall, tool_calls as _read_tool_calls
 from .types import (
     AgentOptions,
+    ChildOutcome,
     CompactionOutcome,
     Message,
     PolicyTable,
@@ -159,13 +160,34 @@ class Agent(NativeCompaction, Handle):
     _what = "agent"
 
     def __init__(self, session: Session, options: Union[AgentOptions, Mapping[str, Any], str]) -> None:
+        """``options`` without ``config`` (``{}``) wake the session: the agent sends what its
+        last request carried (see :func:`llmsession.tree.wake`)."""
         if not isinstance(session, Session):
             raise TypeError(f"Agent needs a Session, got {type(session).__name__}")
         b = dumps(options)
         out = c_void_p()
         call(N.lib.lls_agent_new, session.ptr, b, len(b), byref(out))
-        super().__init__(out.value or 0, N.lib.lls_agent_free)
+        self._adopt(out.value or 0, session)
+
+    def _adopt(self, ptr: int, session: Session) -> None:
+        Handle.__init__(self, ptr, N.lib.lls_agent_free)
         self.session = session
+
+    # -- agent trees (tree.py) ----------------------------------------------------------------
+
+    def spawn(self, directive: MessageLike, call_id: Optional[str] = None, **options: Any) -> "Tuple[Session, Agent]":
+        """Spawns a child agent from this agent's open tool call ``call_id`` (None: at a turn
+        boundary): see :func:`llmsession.tree.spawn`."""
+        from .tree import spawn
+
+        return spawn(self, directive, call_id, **options)
+
+    def finish_child(self, child: "Agent", error: Optional[str] = None) -> ChildOutcome:
+        """Records ``child``'s answer as this agent's tool result: see
+        :func:`llmsession.tree.finish_child`."""
+        from .tree import finish_child
+
+        return finish_child(self, child, error)
 
     # -- options ------------------------------------------------------------------------------
 

@@ -239,6 +239,16 @@ class CompactionOutcome(TypedDict):
     error: NotRequired[str]
 
 
+class ChildOutcome(TypedDict):
+    """What finishing a child gave its parent (``Agent.finish_child``)."""
+
+    child: str
+    answer: str
+    isError: bool
+    recorded: int
+    callId: NotRequired[str]
+
+
 class StoredSession(TypedDict):
     id: str
     createdAt: int
