@@ -1418,7 +1418,7 @@ void lls_cancel_free(lls_cancel *cancel);
  * On success `*out` (free it with `lls_string_free`) is `{"decision": "none" | "compact" |
  * "keep-warm" | "let-expire" | "tier", "tier"?, "reason", "at", "warmUntil"?,
  * "nextDecisionAt"?, "returnProbability"?, "options": [{"option", "tier"?, "expectedCost",
- * "expectedPings"?}], "breakEven": {...}, "model", "state": {"provider", "model",
+ * "expectedPings"?}], "breakEven": {...}, "returns", "state": {"provider", "model",
  * "lastRequestAt"?, "touchedAt"?, "tier", "ttlMs"?, "figures"?, "compacted"}, "recorded"?}`:
  * `keep-warm` → send `lls_agent_keepalive_body`; `compact` → `lls_agent_compact` with
  * `{"trigger": "idle"}`; `tier` → write the next request at that tier (the Anthropic render

@@ -19,6 +19,8 @@
 //   observe.js     setObserver, observer
 //   agent.js       Agent (needs session.js and stream.js)
 //   store.js       stores named by URL: Session.openUrl, listSessions (needs session.js)
+//   clock.js       the cache clock: Agent.prototype.cacheClock, keepaliveBody, compactIdle,
+//                  Decision (needs agent.js)
 //
 // A new concept is a file of its own beside these, requiring what it needs from the lower
 // files (its C entry points go into native.js's table), exported here and declared in
@@ -35,6 +37,7 @@ const { Replay } = require('./replay');
 const { setObserver, observer } = require('./observe');
 const { Agent } = require('./agent');
 const { listSessions } = require('./store');
+const { Decision } = require('./clock');
 
 module.exports = {
   ABI_VERSION: native.ABI_VERSION,
@@ -44,6 +47,7 @@ module.exports = {
   CallbackError,
   Session,
   Agent,
+  Decision,
   Stream,
   readStream,
   Replay,

@@ -202,7 +202,7 @@ fn none(at: u64, reason: impl Into<String>) -> Decision {
         return_probability: None,
         options: Vec::new(),
         break_even: Default::default(),
-        model: String::new(),
+        returns: String::new(),
     }
 }
 
