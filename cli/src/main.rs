@@ -185,6 +185,13 @@ fn cmd_verify(path: &str, render: Option<&str>, as_json: bool) -> Result<(), Fai
                 return Ok(());
             }
             out!("ok: {} events, {} requests and {} compaction requests rebuilt byte for byte", r.events, r.requests, r.compactions);
+            if r.keepalives + r.decisions > 0 {
+                out!(
+                    "ok: {} keep-warm requests rebuilt byte for byte, {} cache clock decisions decided again from the log",
+                    r.keepalives,
+                    r.decisions
+                );
+            }
             if let Some(renderer) = renderer {
                 out!("ok: {} {} bodies built from the rendered messages equal the rendering of their envelopes", r.bodies, renderer.name());
             }

@@ -57,8 +57,8 @@ func checkReport(r report) (checked, violations []string) {
 				} else if x.CachedTokens < x.PrefixTokens {
 					fail("%s after a compaction read %d tokens from cache, less than system + tools + prefix (%d)", name, x.CachedTokens, x.PrefixTokens)
 				} else {
-					ok("%s after a %s compaction: cached %d >= system + tools + prefix %d; shares %d messages >= prefix %d",
-						name, x.AfterCompaction, x.CachedTokens, x.PrefixTokens, x.SharedMessages, x.PrefixLen)
+					ok("%s after %s compaction: cached %d >= system + tools + prefix %d; shares %d messages >= prefix %d",
+						name, withArticle(x.AfterCompaction), x.CachedTokens, x.PrefixTokens, x.SharedMessages, x.PrefixLen)
 				}
 			default:
 				if x.CachedTokens < p.PromptTokens-1 {

@@ -546,7 +546,7 @@ func (h *host) runTurn(ctx context.Context, turn turnSpec) error {
 		}
 		note := ""
 		if after != "" {
-			note = ", after a " + after + " compaction"
+			note = ", after " + withArticle(after) + " compaction"
 		}
 		if streamed {
 			note += fmt.Sprintf(", streamed (%d deltas)", live.deltas)

@@ -199,6 +199,14 @@ func (r *recorder) write(path, logPath string, runErr error) error {
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
+// withArticle is "a landed", "a failed", "an idle".
+func withArticle(word string) string {
+	if strings.HasPrefix(word, "i") {
+		return "an " + word
+	}
+	return "a " + word
+}
+
 func pct(cached, prompt int) string {
 	if prompt == 0 {
 		return "-"
@@ -225,7 +233,7 @@ func (r *recorder) printTable(w io.Writer) {
 					note += fmt.Sprintf("; system+tools+prefix = %d tokens", x.PrefixTokens)
 				}
 			case x.AfterCompaction != "":
-				note = "after a " + x.AfterCompaction + " compaction: history rewritten"
+				note = "after " + withArticle(x.AfterCompaction) + " compaction: history rewritten"
 				if x.PrefixTokens > 0 {
 					note += fmt.Sprintf("; system+tools+prefix = %d tokens", x.PrefixTokens)
 				}

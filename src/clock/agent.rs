@@ -253,7 +253,8 @@ impl Agent {
             return Ok(report);
         };
         let (provider, model) = (header.config.provider.clone(), header.config.model.clone());
-        let (tier, tiers) = self.clock_tiers(&provider, &model, &header.config, track.last_usage.as_ref(), &options.cache_rules);
+        let last_usage = st.last_usage.as_ref().filter(|(seq, _)| track.last_step.is_some_and(|s| *seq > s.0)).map(|(_, u)| u);
+        let (tier, tiers) = self.clock_tiers(&provider, &model, &header.config, last_usage, &options.cache_rules);
         let ttl_ms = tiers.iter().find(|t| t.0 == tier).and_then(|t| t.1);
         let mut state = ClockState {
             provider: provider.clone(),

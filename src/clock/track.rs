@@ -16,7 +16,6 @@ use crate::log::event::{types, Event};
 use crate::log::{Derived, Log};
 use crate::request::{routed_history, PrefixBytes, RequestWalk};
 use crate::tokens::estimate_text;
-use crate::types::Usage;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::sync::Arc;
@@ -29,8 +28,6 @@ pub struct ClockTrack {
     pub step_times: Vec<u64>,
     /// The latest conversation request: its `step/start` seq and time.
     pub last_step: Option<(u64, u64)>,
-    /// The usage of its answer, once recorded.
-    pub last_usage: Option<Usage>,
     /// When a request last used the cache: the conversation request, a keep-warm request that
     /// was answered, or a summarisation request of a compaction that landed after it.
     pub touched: Option<u64>,
@@ -54,16 +51,10 @@ impl ClockTrack {
             types::STEP_START => {
                 self.step_times.push(ev.time);
                 self.last_step = Some((ev.seq, ev.time));
-                self.last_usage = None;
                 self.touched = Some(ev.time);
                 self.compacted = false;
                 self.decisions.clear();
                 self.open_keepalive = None;
-            }
-            types::ASSISTANT_MESSAGE => {
-                if let Some(u) = ev.data.get("usage").and_then(|u| Usage::from_value(u, "usage").ok()) {
-                    self.last_usage = Some(u);
-                }
             }
             types::CLOCK_KEEPALIVE => self.open_keepalive = Some((ev.seq, ev.time)),
             types::CLOCK_KEEPALIVE_END => {
@@ -95,11 +86,11 @@ impl ClockTrack {
         }
     }
 
-    /// Folds the events of `log` not observed yet. Only lines that may matter are parsed.
+    /// Folds the events of `log` not observed yet. Only lines that may matter are parsed (the
+    /// usage of the last answer is the log state's).
     pub fn catch_up(&mut self, log: &Log) {
-        const TYPES: [&str; 7] = [
+        const TYPES: [&str; 6] = [
             "\"type\":\"step/start\"",
-            "\"type\":\"assistant/message\"",
             "\"type\":\"clock/keepalive\"",
             "\"type\":\"clock/keepalive-end\"",
             "\"type\":\"compaction/start\"",
@@ -189,7 +180,9 @@ pub fn log_figures(log: &Log, track: &ClockTrack, params: Option<&CompactionPara
     let entries: &[Arc<Derived>] = log.history().entries();
     let routed_entries = routed_history(log, routed);
     let routed_est = head_est + routed_entries.map_or(0, |r| estimate_all(r.iter().map(|d| d.json.as_str())));
-    let usage = track.last_usage.as_ref();
+    // The usage of the answer to that request (the latest assistant message with usage, when it
+    // came after it).
+    let usage = log.state().last_usage.as_ref().filter(|(seq, _)| *seq > routed).map(|(_, u)| u);
     // Calibration: the provider's tokens per estimated token of the last request.
     let (warm, k) = match usage {
         Some(u) if u.prompt_tokens() > 0 && routed_est > 0 && routed_entries.is_some() => {
