@@ -15,6 +15,7 @@
 //! - [`header`]: request headers, snapshots, deltas and their fold.
 //! - [`prefix`]: session prefix composition.
 //! - [`request`]: request envelopes, digests, reconstruction and `verify`.
+//! - [`clock`]: the cache clock: what an idle gap costs, and what to do about it.
 //! - [`explain`]: why each request hit or missed the provider's cache, and what it cost.
 //! - [`replay`]: answering a host's requests from a recorded log.
 //! - [`agent`]: agent instances and the host-driven turn/step lifecycle; child agents
@@ -33,6 +34,7 @@
 pub mod agent;
 pub mod cache_rules;
 pub mod cancel;
+pub mod clock;
 pub mod compaction;
 pub mod error;
 pub mod explain;

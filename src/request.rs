@@ -31,6 +31,10 @@ pub enum Purpose {
     /// `POST /responses/compact`): the conversation as it stands, no instruction, answered with
     /// the provider's compaction block or item (docs/compaction.md, "Native compaction").
     NativeCompaction,
+    /// A keep-warm request of the cache clock: the last conversation request again, its output
+    /// limit at the provider's minimum, sent to refresh the cache's TTL (its answer never
+    /// enters the history).
+    Keepalive,
 }
 
 impl Purpose {
@@ -40,6 +44,7 @@ impl Purpose {
             Purpose::Conversation => "conversation",
             Purpose::Compaction => "compaction",
             Purpose::NativeCompaction => "native-compaction",
+            Purpose::Keepalive => "keepalive",
         }
     }
 }
@@ -656,6 +661,67 @@ pub fn native_compaction_envelope(
     .write()
 }
 
+/// The pass-through config fields that set an output limit (cache-neutral: see
+/// `explain::CACHE_NEUTRAL_FIELDS`).
+const OUTPUT_LIMIT_FIELDS: [&str; 3] = ["max_tokens", "max_completion_tokens", "max_output_tokens"];
+
+/// The call config of a keep-warm request: the routed config `routed`, every field kept (the
+/// provider caches on some of them), with its output limit `maxTokens` set to `max_tokens` and
+/// the pass-through output limits left out (`max_tokens`, `max_completion_tokens`,
+/// `max_output_tokens`, and `maxOutputTokens` inside a Gemini `generationConfig`), which would
+/// otherwise stand in for it or collide with it.
+pub fn keepalive_config(routed: &CallConfig, max_tokens: u64) -> CallConfig {
+    let mut cfg = routed.clone();
+    for k in OUTPUT_LIMIT_FIELDS {
+        cfg.extra.remove(k);
+    }
+    if let Some(Value::Object(g)) = cfg.extra.get_mut("generationConfig") {
+        g.remove("maxOutputTokens");
+    }
+    cfg.max_tokens = Some(max_tokens);
+    cfg
+}
+
+/// Builds the envelope of a keep-warm request: the conversation request whose history was
+/// `history` (the entries it carried) under `header`, with the keep-warm config
+/// ([`keepalive_config`]), no turn and step, and `purpose: "keepalive"`. Its cacheable part
+/// (config but the output limit, system, tools, messages) is byte for byte that request's, so
+/// the provider reads it whole from its cache and refreshes it.
+pub fn keepalive_envelope(
+    header: &EpochHeader,
+    prefix: &PrefixBytes,
+    history: &[Arc<Derived>],
+    max_tokens: u64,
+    session_id: &str,
+) -> Vec<u8> {
+    let cfg = keepalive_config(&header.config, max_tokens);
+    EnvelopeParts {
+        config: &cfg,
+        system: header.system.as_deref(),
+        tools: header.tools.as_deref(),
+        prefix: &prefix.messages,
+        history,
+        trailing: &[],
+        session_id,
+        turn_step: None,
+        purpose: Purpose::Keepalive,
+    }
+    .write()
+}
+
+/// The history entries the conversation request of `step/start` seq `routed` carried, if the
+/// surface still begins with them: every entry logged before it, in a history no compaction
+/// replaced since (`last_replace` is the seq of the latest replace). `None` when a compaction
+/// rewrote the history after that request (its prefix is gone from the surface).
+pub fn routed_history(log: &Log, routed: u64) -> Option<&[Arc<Derived>]> {
+    if log.state().last_replace_seq.is_some_and(|r| r > routed) {
+        return None;
+    }
+    let entries = log.history().entries();
+    let n = entries.iter().take_while(|d| d.seq < routed).count();
+    Some(&entries[..n])
+}
+
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }
@@ -675,6 +741,12 @@ pub struct VerifyReport {
     /// (`nativeCompactions`, present when there were any).
     #[serde(rename = "nativeCompactions", skip_serializing_if = "is_zero")]
     pub native_compactions: u64,
+    /// Keep-warm requests rebuilt and matched (absent when 0).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub keepalives: u64,
+    /// Cache-clock decisions recomputed from the log and matched (absent when 0).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub decisions: u64,
     /// Provider bodies rendered from the cached messages and matched with the rendering of
     /// their rebuilt envelope ([`verify_bodies`]; 0 for a plain verify).
     #[serde(skip_serializing_if = "is_zero")]
@@ -721,6 +793,15 @@ pub enum RecordedKind {
         /// Its output limit (`compaction::native`: Anthropic's `max_tokens`).
         max_tokens: u64,
     },
+    /// A keep-warm request.
+    Keepalive {
+        /// The seq of the `step/start` of the conversation request it replays.
+        replays: u64,
+        /// Its output limit.
+        max_tokens: u64,
+        /// Its size as recorded.
+        bytes: u64,
+    },
 }
 
 /// A request a log records, rebuilt from the events before it ([`RequestWalk::rebuild`]).
@@ -745,7 +826,7 @@ impl RecordedRequest {
     /// the recorded size).
     pub fn matches(&self) -> bool {
         let size_ok = match self.kind {
-            RecordedKind::Conversation { bytes, .. } => self.envelope.len() as u64 == bytes,
+            RecordedKind::Conversation { bytes, .. } | RecordedKind::Keepalive { bytes, .. } => self.envelope.len() as u64 == bytes,
             RecordedKind::Compaction { .. } | RecordedKind::NativeCompaction { .. } => true,
         };
         size_ok && digest(&self.envelope) == self.recorded_digest
@@ -766,12 +847,14 @@ pub struct RequestWalk<'a> {
     prefix: PrefixBytes,
     turn: u64,
     step: u64,
+    /// The seq of the latest `step/start` applied.
+    last_step: Option<u64>,
 }
 
 impl<'a> RequestWalk<'a> {
     /// A walk over a log whose session header is `session`, before its first event.
     pub fn new(session: &'a SessionHeader) -> RequestWalk<'a> {
-        RequestWalk { session, events: &[], log: Log::new(), prefix: PrefixBytes::default(), turn: 0, step: 0 }
+        RequestWalk { session, events: &[], log: Log::new(), prefix: PrefixBytes::default(), turn: 0, step: 0, last_step: None }
     }
 
     /// A walk over `events` (the whole log, from seq 0), which it can look up by seq: a
@@ -806,6 +889,11 @@ impl<'a> RequestWalk<'a> {
         (self.turn, self.step)
     }
 
+    /// The seq of the latest conversation request (`step/start`) applied so far.
+    pub fn last_step_seq(&self) -> Option<u64> {
+        self.last_step
+    }
+
     /// The session id the request of `ev` carries.
     pub fn session_id_at(&self, ev: &Event) -> &str {
         self.session.session_id_at(ev.seq)
@@ -835,6 +923,9 @@ impl<'a> RequestWalk<'a> {
             let envelope = conversation_envelope(&self.log, &header, &self.prefix, self.session.session_id_at(ev.seq), turn, step);
             let kind = RecordedKind::Conversation { turn, step, bytes };
             return Ok(Some(RecordedRequest { kind, header, envelope, recorded_digest, region: Vec::new() }));
+        }
+        if ev.ty == types::CLOCK_KEEPALIVE {
+            return self.rebuild_keepalive(ev).map(Some);
         }
         if ev.ty != types::COMPACTION_START || ev.data.get("requestDigest").is_none() {
             return Ok(None);
@@ -889,11 +980,43 @@ impl<'a> RequestWalk<'a> {
         Ok(Some(RecordedRequest { kind, header, envelope, recorded_digest, region }))
     }
 
+    /// A keep-warm request: the conversation request it replays (the latest one), rebuilt with
+    /// the keep-warm config ([`keepalive_envelope`]).
+    fn rebuild_keepalive(&mut self, ev: &Event) -> Result<RecordedRequest> {
+        let f = ev.fields()?;
+        let (replays, max_tokens, bytes) = (f.u64("replays")?, f.u64("maxTokens")?, f.u64("bytes")?);
+        let recorded_digest = f.str("requestDigest")?.to_string();
+        let fail = |why: String| {
+            Err(Error::new(ErrorKind::Reconstruction, format!("keep-warm request at seq {}: {why}", ev.seq)).with("seq", ev.seq))
+        };
+        if self.last_step != Some(replays) {
+            return fail(match self.last_step {
+                None => format!("it replays seq {replays}, but no conversation request was sent before it"),
+                Some(s) => format!("it replays seq {replays}, but the latest conversation request is seq {s}"),
+            });
+        }
+        let header = self.header_for(ev, "a keep-warm request")?;
+        let Some(history) = routed_history(&self.log, replays) else {
+            return fail(format!("a compaction replaced the history after the request it replays (seq {replays})"));
+        };
+        let envelope = keepalive_envelope(&header, &self.prefix, history, max_tokens, self.session.session_id_at(ev.seq));
+        Ok(RecordedRequest {
+            kind: RecordedKind::Keepalive { replays, max_tokens, bytes },
+            header,
+            envelope,
+            recorded_digest,
+            region: Vec::new(),
+        })
+    }
+
     /// Applies `ev`, checked by the log rules as on load (`expected_seq` is the seq it must
     /// have). A refused event is the rules' error; nothing is applied.
     pub fn apply(&mut self, ev: &Event, expected_seq: u64) -> Result<()> {
         let effect = self.log.state().check(ev, expected_seq)?;
         self.log.commit(ev, effect, crate::log::Text::from(""));
+        if ev.ty == types::STEP_START {
+            self.last_step = Some(ev.seq);
+        }
         if let Some(t) = &self.log.state().open_turn {
             (self.turn, self.step) = (t.turn, t.last_step);
         }
@@ -918,6 +1041,7 @@ fn verify_events_with(session: &SessionHeader, events: &[Event], mut bodies: Opt
     let mut walk = RequestWalk::over(session, events);
     let mut report = VerifyReport::default();
     let mut children = ChildLinks::default();
+    let mut clock = crate::clock::LogCheck::default();
     for ev in events {
         check_native_content(&walk, ev)?;
         children.check(ev).map_err(|msg| {
@@ -969,11 +1093,14 @@ fn verify_events_with(session: &SessionHeader, events: &[Event], mut bodies: Opt
                     }
                     report.native_compactions += 1;
                 }
-                RecordedKind::Compaction { .. } => {
+                RecordedKind::Compaction { .. } | RecordedKind::Keepalive { .. } => {
+                    let compaction = matches!(r.kind, RecordedKind::Compaction { .. });
                     if !r.matches() {
+                        let (what, request) =
+                            if compaction { ("compaction", "the summarisation request") } else { ("keep-warm request", "the request") };
                         return Err(divergence(
                             format!(
-                                "compaction at seq {} (after turn {turn} step {step}): the summarisation request rebuilt from the log differs from the one sent (digest {got}; recorded {})",
+                                "{what} at seq {} (after turn {turn} step {step}): {request} rebuilt from the log differs from the one sent (digest {got}; recorded {})",
                                 ev.seq, r.recorded_digest
                             ),
                             ev,
@@ -981,9 +1108,20 @@ fn verify_events_with(session: &SessionHeader, events: &[Event], mut bodies: Opt
                             step,
                         ));
                     }
-                    report.compactions += 1;
+                    if compaction {
+                        report.compactions += 1;
+                    } else {
+                        report.keepalives += 1;
+                    }
                 }
             }
+        }
+        clock.check(ev, &walk).map_err(|e| {
+            let (t, s) = walk.position();
+            divergence(e.message().to_string(), ev, t, s)
+        })?;
+        if ev.ty == types::CLOCK_DECISION {
+            report.decisions += 1;
         }
         let (turn, step) = walk.position();
         walk.apply(ev, ev.seq).map_err(|e| {
@@ -1111,4 +1249,25 @@ pub fn verify_bodies(contents: &StoreContents, renderer: Renderer, options: &Ren
     let log = read_checked(contents)?;
     let mut cache = BodyCache::new(renderer, RenderOptions { prefix_len: 0, ..options.clone() });
     verify_events_with(log.header(), log.events(), Some(&mut cache))
+}
+
+#[cfg(test)]
+mod keepalive_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_keepalive_config_keeps_every_cached_field_and_sets_only_the_output_limit() {
+        let mut cfg = CallConfig::new("openai", "gpt-5");
+        cfg.max_tokens = Some(4096);
+        cfg.extra.insert("max_completion_tokens".into(), json!(9000));
+        cfg.extra.insert("prompt_cache_key".into(), json!("k"));
+        cfg.extra.insert("generationConfig".into(), json!({"maxOutputTokens": 5, "topK": 3}));
+        let k = keepalive_config(&cfg, 1);
+        assert_eq!(k.max_tokens, Some(1));
+        assert!(!k.extra.contains_key("max_completion_tokens"));
+        assert_eq!(k.extra["prompt_cache_key"], "k");
+        assert_eq!(k.extra["generationConfig"], json!({"topK": 3}));
+        assert_eq!((k.provider.as_str(), k.model.as_str()), ("openai", "gpt-5"));
+    }
 }

@@ -34,7 +34,8 @@ const ABIVersion = 2
 // store conformance kit (lls_store_conformance, behind CheckStore and CheckStoreURL), 6 native
 // compaction (lls_agent_native_compaction_*, behind BeginNativeCompaction,
 // RecordNativeCompaction and FailNativeCompaction) and agent trees (lls_agent_spawn and
-// lls_agent_finish_child, behind Spawn and FinishChild).
+// lls_agent_finish_child, behind Spawn and FinishChild) and the cache clock (lls_agent_cache_clock and
+// lls_agent_keepalive_body, behind CacheClock, KeepaliveBody and CompactIdle).
 const ABIMinor = 6
 
 // abiErr is non-nil when the loaded library speaks another ABI; every constructor returns it.

@@ -75,7 +75,7 @@ const INFO_SIZE = koffi.sizeof(RequestInfoType);
 const INFO_AT = Object.fromEntries(
   ['instance', 'turn', 'step', 'step_seq', 'purpose', 'prefix_len', 'message_count', 'shared_messages', 'envelope_len', 'digest'].map(
     (f) => [f, koffi.offsetof(RequestInfoType, f)]));
-const PURPOSES = ['conversation', 'compaction'];
+const PURPOSES = ['conversation', 'compaction', 'keepalive'];
 
 // lls_recorded_info, read from a Buffer the call fills.
 const RecordedInfoType = koffi.struct('lls_recorded_info', {

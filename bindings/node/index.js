@@ -23,6 +23,8 @@
 //   native_compaction.js  Agent's beginNativeCompaction, recordNativeCompaction,
 //                  failNativeCompaction (needs agent.js)
 //   tree.js        agent trees: Agent#spawn, Agent#finishChild, Agent.wake (needs agent.js)
+//   clock.js       the cache clock: Agent.prototype.cacheClock, keepaliveBody, compactIdle,
+//                  Decision (needs agent.js)
 //
 // A new concept is a file of its own beside these, requiring what it needs from the lower
 // files (its C entry points go into native.js's table), exported here and declared in
@@ -42,6 +44,7 @@ const { Agent } = require('./agent');
 const { listSessions } = require('./store');
 require('./native_compaction');
 const { DEFAULT_PLACEHOLDER } = require('./tree');
+const { Decision } = require('./clock');
 
 module.exports = {
   ABI_VERSION: native.ABI_VERSION,
@@ -51,6 +54,7 @@ module.exports = {
   CallbackError,
   Session,
   Agent,
+  Decision,
   Stream,
   readStream,
   Replay,

@@ -40,7 +40,9 @@ const ABI_VERSION = 2;
  * The oldest ABI minor version (compatible additions to ABI_VERSION) this binding loads: 2
  * brought lls_status_name, which names the kind of every error, 3 the observer hook
  * (lls_set_observer, behind setObserver and observer), 4 the finish reason of a recorded
- * response (lls_agent_record_body_info, behind recordBody and recordStream).
+ * response (lls_agent_record_body_info, behind recordBody and recordStream), 6 the cache clock
+ * (lls_agent_cache_clock and lls_agent_keepalive_body, behind cacheClock, keepaliveBody and
+ * compactIdle: clock.js).
  */
 const ABI_MINOR = 6;
 
@@ -282,6 +284,10 @@ def('lls_tool_calls_get', 'int32_t',
   'const lls_tool_calls *calls, size_t index, _Out_ void **out_id, _Out_ size_t *out_id_len, ' +
     `_Out_ void **out_name, _Out_ size_t *out_name_len, _Out_ void **out_arguments, _Out_ size_t *out_arguments_len, ${ERR}`);
 def('lls_tool_calls_free', 'void', 'lls_tool_calls *calls');
+// Minor 6: the cache clock (clock.js).
+def('lls_agent_cache_clock', 'int32_t', `lls_agent *a, const uint8_t *o, size_t len, ${OUTS}`);
+def('lls_agent_keepalive_body', 'int32_t',
+  `lls_agent *a, _Out_ lls_owned_str **body, _Out_ size_t *body_len, uint8_t *info, ${ERR}`);
 // Stores named by URL (store.js).
 def('lls_session_open_url', 'int32_t',
   `const uint8_t *url, size_t ulen, const uint8_t *opts, size_t len, _Out_ lls_session **out, ${ERR}`);

@@ -37,7 +37,9 @@ pub const LLS_ABI_VERSION: u32 = 2;
 /// `lls_agent_native_compaction_begin`, `lls_agent_native_compaction_record`,
 /// `lls_agent_native_compaction_fail`; agent trees, `lls_agent_spawn`,
 /// `lls_agent_finish_child`, the explain option `tree`, `lls_agent_new` without `config` (wake
-/// a session with its logged options), the `parent` option of `lls_store_list_sessions`).
+/// a session with its logged options), the `parent` option of `lls_store_list_sessions`;
+/// the cache clock, `lls_agent_cache_clock`, `lls_agent_keepalive_body`, `LLS_PURPOSE_KEEPALIVE`
+/// and the `lls_agent_compact` option `trigger`).
 ///
 /// Thread safety: a constant.
 pub const LLS_ABI_MINOR: u32 = 6;

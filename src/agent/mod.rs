@@ -13,6 +13,7 @@ pub mod spawn;
 pub mod tool_calls;
 pub mod wire;
 
+pub(crate) use body::no_renderer;
 pub use body::Recorded;
 pub(crate) use lifecycle::{is_store_refusal, stale_compaction_end};
 pub use lifecycle::{ProviderErrorOutcome, ToolResultInput};
@@ -141,6 +142,10 @@ pub struct Agent {
     pub(crate) pinned: Option<spawn::Pinned>,
     /// The child session whose answer each reported tool result is (call id → child id).
     pub(crate) child_results: std::collections::HashMap<String, String>,
+    /// What the cache clock read of the log so far (`crate::clock`).
+    pub(crate) clock: crate::clock::ClockTrack,
+    /// The keep-warm request waiting for its answer.
+    pub(crate) keepalive: Option<crate::clock::OpenKeepalive>,
     released: bool,
 }
 
@@ -192,6 +197,8 @@ impl Agent {
             stats: AgentStats::default(),
             pinned,
             child_results: std::collections::HashMap::new(),
+            clock: crate::clock::ClockTrack::default(),
+            keepalive: None,
             released: false,
         })
     }

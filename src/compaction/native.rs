@@ -907,8 +907,15 @@ impl Agent {
                 }
                 let x = Expansion { seqs: sources, entries, header, snapshot, tokens, note };
                 let region = super::Region { start: 0, end: 0, seqs: vec![cp_seq] };
-                let out =
-                    self.run_compaction(Trigger::RouteChange, region, &crate::tokens::meter::Measure::default(), &policy, op, Some(x))?;
+                let out = self.run_compaction(
+                    Trigger::RouteChange,
+                    region,
+                    &crate::tokens::meter::Measure::default(),
+                    &policy,
+                    op,
+                    Some(x),
+                    None,
+                )?;
                 match out.outcome {
                     Outcome::Landed => Ok(()),
                     _ => Err(Error::new(

@@ -28,6 +28,8 @@ pub enum Trigger {
     /// The route changed and the history starts with a native compaction block the new route
     /// cannot read (docs/compaction.md, "Route changes").
     RouteChange,
+    /// The cache clock decided it during an idle pause (`crate::clock`).
+    Idle,
 }
 
 impl Trigger {
@@ -38,6 +40,7 @@ impl Trigger {
             Trigger::Overflow => "overflow",
             Trigger::Manual => "manual",
             Trigger::RouteChange => "route-change",
+            Trigger::Idle => "idle",
         }
     }
 }
@@ -154,7 +157,7 @@ impl Agent {
     /// context, another thread), so the surface is read after the counter returned, never
     /// before, and only the part that was measured (the meter's counts are for exactly those
     /// entries) is returned: entries appended since join the retained tail.
-    fn measure_surface(&mut self) -> Result<(Measure, Vec<Arc<Derived>>)> {
+    pub(crate) fn measure_surface(&mut self) -> Result<(Measure, Vec<Arc<Derived>>)> {
         for _ in 0..3 {
             let m = self.measure()?;
             let seqs = self.meter.seqs();
@@ -233,7 +236,7 @@ impl Agent {
             .session(self.session.id())
             .with("span", json!([region.start, region.end]))
         });
-        let out = match self.run_compaction(Trigger::Auto, region, &m, &policy, op, None) {
+        let out = match self.run_compaction(Trigger::Auto, region, &m, &policy, op, None, None) {
             Ok(out) => out,
             // Cancelled, disposed, or the store refused a write: the call fails (no request).
             Err(e) if matches!(e.kind(), ErrorKind::Cancelled | ErrorKind::Disposed) || crate::agent::is_store_refusal(e.kind()) => {
@@ -313,7 +316,7 @@ impl Agent {
         let region = select_region(&entries, self.meter.per_entry(), 0)
             .ok_or_else(|| Error::new(ErrorKind::NothingToCompact, "context overflow, but nothing is left to compact"))?;
         let (op, _g) = self.op_token(cancel);
-        let out = self.run_compaction(Trigger::Overflow, region, &m, policy, &op, None)?;
+        let out = self.run_compaction(Trigger::Overflow, region, &m, policy, &op, None, None)?;
         match out.outcome {
             Outcome::Landed => {
                 observe::emit(Level::Info, || {
@@ -370,7 +373,7 @@ impl Agent {
             }
         };
         let (op, _g) = self.op_token(cancel);
-        self.run_compaction(Trigger::Manual, region, &m, &policy, &op, None)
+        self.run_compaction(Trigger::Manual, region, &m, &policy, &op, None, None)
     }
 
     /// Writes `compaction/start`, asks the summariser, and lands or records the failure. The
@@ -381,6 +384,9 @@ impl Agent {
     /// With an `expansion` (a route change: the region is a native checkpoint the new route
     /// cannot read), the summarisation request carries the messages the checkpoint replaced
     /// instead of the region, with the new route's header (recorded with the start when owed).
+    ///
+    /// An idle compaction names the seq of the cache clock's `clock/decision` it follows (`decision`),
+    /// recorded in its `compaction/start` with the mechanism (`portable`).
     pub(crate) fn run_compaction(
         &mut self,
         trigger: Trigger,
@@ -389,8 +395,10 @@ impl Agent {
         policy: &CompactionPolicy,
         op: &CancelToken,
         expansion: Option<super::native::Expansion>,
+        decision: Option<u64>,
     ) -> Result<CompactionOutcome> {
         let _ = m;
+        self.keepalive = None;
         let counter = self.counter_or_default();
         let mut g = self.session.lock();
         let mut start_batch: Vec<NewEvent> = crate::agent::stale_compaction_end(&g.log).into_iter().collect();
@@ -502,6 +510,10 @@ impl Agent {
             for (k, v) in &x.note {
                 start[k.as_str()] = v.clone();
             }
+        }
+        if let Some(d) = decision {
+            start["decision"] = d.into();
+            start["mechanism"] = "portable".into();
         }
         start_batch.push(NewEvent::new(types::COMPACTION_START, start));
         g.append_batch(start_batch)?;

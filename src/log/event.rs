@@ -41,6 +41,12 @@ pub mod types {
     pub const COMPACTION_NATIVE: &str = "compaction/native";
     /// A child agent was spawned from this session (log-only; docs/log.md, "Agent trees").
     pub const AGENT_SPAWN: &str = "agent/spawn";
+    /// A decision of the cache clock, with the figures behind it (log-only).
+    pub const CLOCK_DECISION: &str = "clock/decision";
+    /// A keep-warm request was built (records its digest; log-only).
+    pub const CLOCK_KEEPALIVE: &str = "clock/keepalive";
+    /// A keep-warm request's answer (log-only: it never enters the history).
+    pub const CLOCK_KEEPALIVE_END: &str = "clock/keepalive-end";
 
     /// Every catalogue type.
     pub const ALL: &[&str] = &[
@@ -59,11 +65,14 @@ pub mod types {
         COMPACTION_END,
         COMPACTION_NATIVE,
         AGENT_SPAWN,
+        CLOCK_DECISION,
+        CLOCK_KEEPALIVE,
+        CLOCK_KEEPALIVE_END,
     ];
 
     /// Namespaces reserved for the catalogue: a host's own type may not start with these.
     pub const RESERVED_PREFIXES: &[&str] =
-        &["turn/", "step/", "user/", "assistant/", "tool/", "request/", "compaction/", "agent/", "session"];
+        &["turn/", "step/", "user/", "assistant/", "tool/", "request/", "compaction/", "agent/", "clock/", "session"];
 
     /// Whether events of this type are model-visible (enter the surface).
     pub fn is_model_visible(ty: &str) -> bool {

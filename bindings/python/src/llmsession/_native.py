@@ -36,7 +36,9 @@ from typing import Any, List, Optional
 ABI_VERSION = 2
 #: The oldest ABI minor (compatible additions) this binding loads: 2 brought ``lls_status_name``,
 #: 3 the observer hook (``lls_set_observer``), 4 the finish reason of a recorded response
-#: (``lls_agent_record_body_info``).
+#: (``lls_agent_record_body_info``), 6 native compaction (``lls_agent_native_compaction_*``),
+#: agent trees (``lls_agent_spawn``, ``lls_agent_finish_child``) and the cache clock
+#: (``lls_agent_cache_clock``, ``lls_agent_keepalive_body``).
 ABI_MINOR = 6
 
 SEQ_NONE = 0xFFFFFFFFFFFFFFFF
@@ -243,6 +245,9 @@ if loaded_minor >= 6:
     _def("lls_agent_native_compaction_begin", c_int32, [P] + OUT)
     _def("lls_agent_native_compaction_record", c_int32, [P, BUF, c_size_t] + OUT)
     _def("lls_agent_native_compaction_fail", c_int32, [P, BUF, c_size_t] + OUT)
+# Minor 6: the cache clock (clock.py).
+_def("lls_agent_cache_clock", c_int32, [P, BUF, c_size_t] + OUT)
+_def("lls_agent_keepalive_body", c_int32, [P, PP, SZ, POINTER(RequestInfoStruct), ERR])
 
 version: str = lib.lls_version().decode()
 
