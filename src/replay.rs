@@ -26,7 +26,9 @@
 //! `report_provider_error`), `{..., "outcome":"cancelled"}`; for a summarisation request
 //! `{"purpose":"compaction", "id", "outcome":"summary", "summary": {"text", "usage"?, "provider",
 //! "model"}}` (`summary` is the summariser's reply) or `{..., "outcome":"failed", "error"}` (fail
-//! the summariser with it).
+//! the summariser with it); for a keep-warm request of the cache clock `{"purpose":"keepalive",
+//! "id":"k1", "outcome":"response", "response": {"message", "usage"?}}` or `{..., "outcome":"error",
+//! "error"}` (record it as the keep-warm request's answer, as the host recorded it).
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::explain::{compare, Component, Parts};
@@ -77,7 +79,7 @@ impl Replay {
         let mut entries: Vec<Entry> = Vec::new();
         // The entry the next answer event belongs to.
         let mut open: Option<usize> = None;
-        let (mut n_conv, mut n_comp) = (0usize, 0usize);
+        let (mut n_conv, mut n_comp, mut n_keep) = (0usize, 0usize, 0usize);
         for ev in events {
             if let Some(r) = walk.rebuild(ev)? {
                 let (turn, step) = walk.position();
@@ -90,14 +92,37 @@ impl Replay {
                         n_comp += 1;
                         (format!("c{n_comp}"), format!("summarisation request c{n_comp} (after turn {turn} step {step})"))
                     }
+                    RecordedKind::Keepalive { .. } => {
+                        n_keep += 1;
+                        (format!("k{n_keep}"), format!("keep-warm request k{n_keep} (after turn {turn} step {step})"))
+                    }
                 };
                 open = Some(entries.len());
                 entries.push(entry(id, what, r.envelope, walk.prefix().messages.len(), &r.recorded_digest, ev)?);
             }
             let (turn, step) = walk.position();
             match ev.ty.as_str() {
+                types::CLOCK_KEEPALIVE_END => {
+                    if let Some(i) = open.filter(|&i| entries[i].id.starts_with('k')) {
+                        let d = &ev.data;
+                        let a = match d.get("outcome").and_then(Value::as_str) {
+                            Some("response") => {
+                                let mut response = json!({"message": d.get("message").cloned().unwrap_or(Value::Null)});
+                                if let Some(u) = d.get("usage") {
+                                    response["usage"] = u.clone();
+                                }
+                                json!({"purpose": "keepalive", "id": entries[i].id, "outcome": "response", "response": response})
+                            }
+                            Some("error") => json!({"purpose": "keepalive", "id": entries[i].id, "outcome": "error",
+                                "error": d.get("error").cloned().unwrap_or(Value::from(""))}),
+                            _ => json!({"purpose": "keepalive", "id": entries[i].id, "outcome": "cancelled"}),
+                        };
+                        entries[i].answer = Some(a);
+                        open = None;
+                    }
+                }
                 types::ASSISTANT_MESSAGE => {
-                    if let Some(i) = open.filter(|&i| !entries[i].id.starts_with('c')) {
+                    if let Some(i) = open.filter(|&i| is_conversation(&entries[i].id)) {
                         let mut response = json!({"message": ev.data["message"]});
                         if let Some(u) = ev.data.get("usage") {
                             response["usage"] = u.clone();
@@ -108,7 +133,7 @@ impl Replay {
                     }
                 }
                 types::STEP_END => {
-                    if let Some(i) = open.filter(|&i| !entries[i].id.starts_with('c')) {
+                    if let Some(i) = open.filter(|&i| is_conversation(&entries[i].id)) {
                         let outcome = ev.data.get("outcome").and_then(Value::as_str).unwrap_or("");
                         let a = match outcome {
                             "error" => json!({"purpose": "conversation", "id": entries[i].id, "turn": turn, "step": step,
@@ -125,7 +150,7 @@ impl Replay {
                 // so: its last answer carries `finishReason: "max-tokens"`, so that a host
                 // deciding on it ends the turn as the recorded one did.
                 types::TURN_END if ev.data.get("reason").and_then(Value::as_str) == Some("max-tokens") => {
-                    let last = entries.iter_mut().rev().find(|e| !e.id.starts_with('c'));
+                    let last = entries.iter_mut().rev().find(|e| is_conversation(&e.id));
                     if let Some(r) = last.and_then(|e| e.answer.as_mut()).and_then(|a| a.get_mut("response")) {
                         r["finishReason"] = "max-tokens".into();
                     }
@@ -215,6 +240,12 @@ impl Replay {
         self.next += 1;
         Ok(a)
     }
+}
+
+/// Whether an entry id is a conversation request's (`"1"`, `"2"`, ...; `"c1"` is a
+/// summarisation request's, `"k1"` a keep-warm request's).
+fn is_conversation(id: &str) -> bool {
+    id.starts_with(|c: char| c.is_ascii_digit())
 }
 
 fn entry(id: String, what: String, body: Vec<u8>, prefix_len: usize, recorded: &str, ev: &Event) -> Result<Entry> {

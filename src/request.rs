@@ -27,6 +27,10 @@ pub enum Purpose {
     Conversation,
     /// A compaction summarisation request.
     Compaction,
+    /// A keep-warm request of the cache clock: the last conversation request again, its output
+    /// limit at the provider's minimum, sent to refresh the cache's TTL (its answer never
+    /// enters the history).
+    Keepalive,
 }
 
 impl Purpose {
@@ -35,6 +39,7 @@ impl Purpose {
         match self {
             Purpose::Conversation => "conversation",
             Purpose::Compaction => "compaction",
+            Purpose::Keepalive => "keepalive",
         }
     }
 }
@@ -575,6 +580,67 @@ pub fn compaction_envelope(
     .write()
 }
 
+/// The pass-through config fields that set an output limit (cache-neutral: see
+/// `explain::CACHE_NEUTRAL_FIELDS`).
+const OUTPUT_LIMIT_FIELDS: [&str; 3] = ["max_tokens", "max_completion_tokens", "max_output_tokens"];
+
+/// The call config of a keep-warm request: the routed config `routed`, every field kept (the
+/// provider caches on some of them), with its output limit `maxTokens` set to `max_tokens` and
+/// the pass-through output limits left out (`max_tokens`, `max_completion_tokens`,
+/// `max_output_tokens`, and `maxOutputTokens` inside a Gemini `generationConfig`), which would
+/// otherwise stand in for it or collide with it.
+pub fn keepalive_config(routed: &CallConfig, max_tokens: u64) -> CallConfig {
+    let mut cfg = routed.clone();
+    for k in OUTPUT_LIMIT_FIELDS {
+        cfg.extra.remove(k);
+    }
+    if let Some(Value::Object(g)) = cfg.extra.get_mut("generationConfig") {
+        g.remove("maxOutputTokens");
+    }
+    cfg.max_tokens = Some(max_tokens);
+    cfg
+}
+
+/// Builds the envelope of a keep-warm request: the conversation request whose history was
+/// `history` (the entries it carried) under `header`, with the keep-warm config
+/// ([`keepalive_config`]), no turn and step, and `purpose: "keepalive"`. Its cacheable part
+/// (config but the output limit, system, tools, messages) is byte for byte that request's, so
+/// the provider reads it whole from its cache and refreshes it.
+pub fn keepalive_envelope(
+    header: &EpochHeader,
+    prefix: &PrefixBytes,
+    history: &[Arc<Derived>],
+    max_tokens: u64,
+    session_id: &str,
+) -> Vec<u8> {
+    let cfg = keepalive_config(&header.config, max_tokens);
+    EnvelopeParts {
+        config: &cfg,
+        system: header.system.as_deref(),
+        tools: header.tools.as_deref(),
+        prefix: &prefix.messages,
+        history,
+        trailing: &[],
+        session_id,
+        turn_step: None,
+        purpose: Purpose::Keepalive,
+    }
+    .write()
+}
+
+/// The history entries the conversation request of `step/start` seq `routed` carried, if the
+/// surface still begins with them: every entry logged before it, in a history no compaction
+/// replaced since (`last_replace` is the seq of the latest replace). `None` when a compaction
+/// rewrote the history after that request (its prefix is gone from the surface).
+pub fn routed_history(log: &Log, routed: u64) -> Option<&[Arc<Derived>]> {
+    if log.state().last_replace_seq.is_some_and(|r| r > routed) {
+        return None;
+    }
+    let entries = log.history().entries();
+    let n = entries.iter().take_while(|d| d.seq < routed).count();
+    Some(&entries[..n])
+}
+
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }
@@ -589,6 +655,12 @@ pub struct VerifyReport {
     pub requests: u64,
     /// Compaction requests rebuilt and matched.
     pub compactions: u64,
+    /// Keep-warm requests rebuilt and matched (absent when 0).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub keepalives: u64,
+    /// Cache-clock decisions recomputed from the log and matched (absent when 0).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub decisions: u64,
     /// Provider bodies rendered from the cached messages and matched with the rendering of
     /// their rebuilt envelope ([`verify_bodies`]; 0 for a plain verify).
     #[serde(skip_serializing_if = "is_zero")]
@@ -623,6 +695,15 @@ pub enum RecordedKind {
         /// Its output limit.
         max_tokens: u64,
     },
+    /// A keep-warm request.
+    Keepalive {
+        /// The seq of the `step/start` of the conversation request it replays.
+        replays: u64,
+        /// Its output limit.
+        max_tokens: u64,
+        /// Its size as recorded.
+        bytes: u64,
+    },
 }
 
 /// A request a log records, rebuilt from the events before it ([`RequestWalk::rebuild`]).
@@ -643,7 +724,7 @@ impl RecordedRequest {
     /// the recorded size).
     pub fn matches(&self) -> bool {
         let size_ok = match self.kind {
-            RecordedKind::Conversation { bytes, .. } => self.envelope.len() as u64 == bytes,
+            RecordedKind::Conversation { bytes, .. } | RecordedKind::Keepalive { bytes, .. } => self.envelope.len() as u64 == bytes,
             RecordedKind::Compaction { .. } => true,
         };
         size_ok && digest(&self.envelope) == self.recorded_digest
@@ -662,12 +743,14 @@ pub struct RequestWalk<'a> {
     prefix: PrefixBytes,
     turn: u64,
     step: u64,
+    /// The seq of the latest `step/start` applied.
+    last_step: Option<u64>,
 }
 
 impl<'a> RequestWalk<'a> {
     /// A walk over a log whose session header is `session`, before its first event.
     pub fn new(session: &'a SessionHeader) -> RequestWalk<'a> {
-        RequestWalk { session, log: Log::new(), prefix: PrefixBytes::default(), turn: 0, step: 0 }
+        RequestWalk { session, log: Log::new(), prefix: PrefixBytes::default(), turn: 0, step: 0, last_step: None }
     }
 
     /// A walk over a log read by [`read_checked`](crate::log::load::read_checked), with its
@@ -689,6 +772,11 @@ impl<'a> RequestWalk<'a> {
     /// The turn and step of the last conversation request (or open step) so far.
     pub fn position(&self) -> (u64, u64) {
         (self.turn, self.step)
+    }
+
+    /// The seq of the latest conversation request (`step/start`) applied so far.
+    pub fn last_step_seq(&self) -> Option<u64> {
+        self.last_step
     }
 
     /// The session id the request of `ev` carries.
@@ -719,6 +807,9 @@ impl<'a> RequestWalk<'a> {
             let header = self.header_for(ev, "a request")?;
             let envelope = conversation_envelope(&self.log, &header, &self.prefix, self.session.session_id_at(ev.seq), turn, step);
             return Ok(Some(RecordedRequest { kind: RecordedKind::Conversation { turn, step, bytes }, header, envelope, recorded_digest }));
+        }
+        if ev.ty == types::CLOCK_KEEPALIVE {
+            return self.rebuild_keepalive(ev).map(Some);
         }
         if ev.ty != types::COMPACTION_START || ev.data.get("requestDigest").is_none() {
             return Ok(None);
@@ -754,11 +845,37 @@ impl<'a> RequestWalk<'a> {
         Ok(Some(RecordedRequest { kind, header, envelope, recorded_digest }))
     }
 
+    /// A keep-warm request: the conversation request it replays (the latest one), rebuilt with
+    /// the keep-warm config ([`keepalive_envelope`]).
+    fn rebuild_keepalive(&mut self, ev: &Event) -> Result<RecordedRequest> {
+        let f = ev.fields()?;
+        let (replays, max_tokens, bytes) = (f.u64("replays")?, f.u64("maxTokens")?, f.u64("bytes")?);
+        let recorded_digest = f.str("requestDigest")?.to_string();
+        let fail = |why: String| {
+            Err(Error::new(ErrorKind::Reconstruction, format!("keep-warm request at seq {}: {why}", ev.seq)).with("seq", ev.seq))
+        };
+        if self.last_step != Some(replays) {
+            return fail(match self.last_step {
+                None => format!("it replays seq {replays}, but no conversation request was sent before it"),
+                Some(s) => format!("it replays seq {replays}, but the latest conversation request is seq {s}"),
+            });
+        }
+        let header = self.header_for(ev, "a keep-warm request")?;
+        let Some(history) = routed_history(&self.log, replays) else {
+            return fail(format!("a compaction replaced the history after the request it replays (seq {replays})"));
+        };
+        let envelope = keepalive_envelope(&header, &self.prefix, history, max_tokens, self.session.session_id_at(ev.seq));
+        Ok(RecordedRequest { kind: RecordedKind::Keepalive { replays, max_tokens, bytes }, header, envelope, recorded_digest })
+    }
+
     /// Applies `ev`, checked by the log rules as on load (`expected_seq` is the seq it must
     /// have). A refused event is the rules' error; nothing is applied.
     pub fn apply(&mut self, ev: &Event, expected_seq: u64) -> Result<()> {
         let effect = self.log.state().check(ev, expected_seq)?;
         self.log.commit(ev, effect, crate::log::Text::from(""));
+        if ev.ty == types::STEP_START {
+            self.last_step = Some(ev.seq);
+        }
         if let Some(t) = &self.log.state().open_turn {
             (self.turn, self.step) = (t.turn, t.last_step);
         }
@@ -782,6 +899,7 @@ pub fn verify_events(session: &SessionHeader, events: &[Event]) -> Result<Verify
 fn verify_events_with(session: &SessionHeader, events: &[Event], mut bodies: Option<&mut BodyCache>) -> Result<VerifyReport> {
     let mut walk = RequestWalk::new(session);
     let mut report = VerifyReport::default();
+    let mut clock = crate::clock::LogCheck::default();
     for ev in events {
         let (turn, step) = walk.position();
         let rebuilt = walk.rebuild(ev).map_err(|e| {
@@ -828,7 +946,30 @@ fn verify_events_with(session: &SessionHeader, events: &[Event], mut bodies: Opt
                     }
                     report.compactions += 1;
                 }
+                RecordedKind::Keepalive { .. } => {
+                    if !r.matches() {
+                        return Err(divergence(
+                            format!(
+                                "keep-warm request at seq {} (after turn {turn} step {step}): the request rebuilt from the log differs from the one sent (digest {got}, {} bytes; recorded {})",
+                                ev.seq,
+                                r.envelope.len(),
+                                r.recorded_digest
+                            ),
+                            ev,
+                            turn,
+                            step,
+                        ));
+                    }
+                    report.keepalives += 1;
+                }
             }
+        }
+        clock.check(ev, &walk).map_err(|e| {
+            let (t, s) = walk.position();
+            divergence(e.message().to_string(), ev, t, s)
+        })?;
+        if ev.ty == types::CLOCK_DECISION {
+            report.decisions += 1;
         }
         let (turn, step) = walk.position();
         walk.apply(ev, ev.seq).map_err(|e| {

@@ -78,6 +78,15 @@ fn catalogue_session() -> Session {
             step_end(1, 2, "response"),
             turn_end(1, "completed"),
             NewEvent::new("acme/audit", json!({"who": "ops", "tags": ["a", "b"], "n": null})),
+            NewEvent::new("clock/decision", json!({"decision": "keep-warm", "at": 1, "reason": "the host is back soon"})),
+            NewEvent::new(
+                "clock/keepalive",
+                json!({"replays": 11, "maxTokens": 1, "bytes": 10, "requestDigest": format!("sha256:{}", "0".repeat(64))}),
+            ),
+            NewEvent::new(
+                "clock/keepalive-end",
+                json!({"request": 17, "outcome": "response", "usage": {"inputTokens": 1, "outputTokens": 1}}),
+            ),
             compaction_start_seqs(0, 2, vec![3, 5, 8]),
             compaction_summary("we read a file"),
             checkpoint("summary: we read a file", 0, 2, vec![3, 5, 8]),

@@ -89,7 +89,8 @@ pub enum Command {
     Explain {
         #[arg(value_name = "LOG", help = LOG_HELP)]
         log: String,
-        /// Only this request: N (a conversation request, 1-based) or cN (a summarisation request)
+        /// Only this request: N (a conversation request, 1-based), cN (a summarisation request)
+        /// or kN (a keep-warm request)
         #[arg(long, value_name = "ID", value_parser = request_id)]
         step: Option<String>,
         /// A price table (JSON, per provider or provider/model, per million tokens: input,
@@ -189,16 +190,18 @@ impl Command {
     }
 }
 
-/// An `explain --step` ID: `N` (a conversation request) or `cN` (a summarisation request), N a
+/// An `explain --step` ID: `N` (a conversation request), `cN` (a summarisation request) or `kN`
+/// (a keep-warm request of the cache clock), N a
 /// number as `show --step` takes it; written back without leading zeros (`02` is `2`). Anything
 /// else is a usage error (exit 2), as a malformed `show --step` is.
 fn request_id(s: &str) -> Result<String, String> {
-    let (prefix, digits) = match s.strip_prefix('c') {
-        Some(rest) => ("c", rest),
-        None => ("", s),
+    let (prefix, digits) = match (s.strip_prefix('c'), s.strip_prefix('k')) {
+        (Some(rest), _) => ("c", rest),
+        (_, Some(rest)) => ("k", rest),
+        _ => ("", s),
     };
     match digits.parse::<usize>() {
         Ok(n) => Ok(format!("{prefix}{n}")),
-        Err(_) => Err("expected N (a conversation request, 1-based) or cN (a summarisation request)".into()),
+        Err(_) => Err("expected N (a conversation request, 1-based), cN (a summarisation request) or kN (a keep-warm request)".into()),
     }
 }

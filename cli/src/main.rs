@@ -581,6 +581,7 @@ fn cmd_explain(path: &str, step: Option<&str>, prices: Option<&str>, rules: Opti
             out!("note: {} request(s) have no price in the table", c.unpriced);
         }
     }
+    explain_gaps(&ex);
     if t.diagnostics_disagreements > 0 {
         let ids: Vec<&str> =
             ex.requests.iter().filter(|r| r.diagnostics.as_ref().is_some_and(|d| d.agrees == Some(false))).map(|r| r.id.as_str()).collect();
@@ -597,6 +598,49 @@ fn cmd_explain(path: &str, step: Option<&str>, prices: Option<&str>, rules: Opti
     Ok(())
 }
 
+/// The idle gaps (`explain::gaps`): one line each, what it cost, what each action of the cache
+/// clock would have cost, and what the clock decided.
+fn explain_gaps(ex: &Explanation) {
+    if ex.gaps.is_empty() {
+        return;
+    }
+    out!("idle gaps ({}):", ex.gaps.len());
+    for g in &ex.gaps {
+        let ttl = g.ttl_ms.map_or("no TTL".into(), |t| format!("TTL {} s", t / 1000));
+        let before = g.before.as_deref().map_or("(the session ends)".to_string(), |b| format!("before {b}"));
+        let mut line = format!(
+            "  after {} {before}: {} s idle, {ttl} ({}), warm {} tokens, context {}{}",
+            g.after,
+            g.gap_ms / 1000,
+            g.tier,
+            g.warm_tokens,
+            g.context_tokens,
+            if g.expired { ", expired" } else { "" }
+        );
+        if g.keepalives + g.compactions > 0 {
+            line.push_str(&format!("; sent {} keep-warm, {} summarisation request(s)", g.keepalives, g.compactions));
+        }
+        out!("{line}");
+        if let Some(c) = &g.cost {
+            let options: Vec<String> =
+                g.options.iter().map(|o| format!("{} {:.4}", o.tier.as_deref().unwrap_or(&o.option), o.cost)).collect();
+            out!(
+                "    cost {:.4} (actions {:.4}, request after it {:.4}); each action over this gap: {}; best {}",
+                c.total,
+                c.actions,
+                c.return_,
+                options.join(", "),
+                g.best.as_deref().unwrap_or("-")
+            );
+        }
+        if !g.decisions.is_empty() {
+            let d: Vec<String> =
+                g.decisions.iter().map(|d| format!("{} (seq {})", d.tier.as_deref().unwrap_or(&d.decision), d.seq)).collect();
+            out!("    the clock decided: {}", d.join(", "));
+        }
+    }
+}
+
 /// `no requests`, `1 request (1)`, `4 requests (1..4)`; with `prefix` `c`: `(c1..c4)`.
 fn count(n: u64, noun: &str, prefix: &str) -> String {
     match n {
@@ -610,6 +654,7 @@ fn explain_one(ex: &Explanation, r: &RequestReport) {
     let what = match r.kind {
         Kind::Conversation => format!("request {} (turn {} step {})", r.id, r.turn, r.step),
         Kind::Compaction => format!("summarisation request {} (after turn {} step {})", r.id, r.turn, r.step),
+        Kind::Keepalive => format!("keep-warm request {} (after turn {} step {})", r.id, r.turn, r.step),
     };
     out!("{what}, seq {}, instance {}{}", r.seq, r.instance, r.header.as_ref().map(|h| format!(", header {h}")).unwrap_or_default());
     out!(

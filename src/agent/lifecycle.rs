@@ -77,6 +77,9 @@ impl Agent {
     /// (see [`build_step`](Self::build_step)) and returns what `want` asks for.
     pub(crate) fn next_step(&mut self, cancel: &CancelToken, want: Want) -> Result<Built> {
         self.ensure_live()?;
+        // A keep-warm request still waiting for its answer is abandoned: the next request
+        // refreshes the cache anyway.
+        self.keepalive = None;
         let (turn, step) = {
             let g = self.session.lock();
             let st = g.log.state();
@@ -344,10 +347,17 @@ impl Agent {
     /// already used is made unique, `render::unique_synthetic_ids`), one `tool/call` per tool
     /// call, `step/end`.
     /// Returns the seq of the `assistant/message`.
+    ///
+    /// While a keep-warm request of the cache clock waits for its answer
+    /// ([`keepalive_body`](Self::keepalive_body)), this records that answer instead, as
+    /// `clock/keepalive-end` (the message and usage; never in the history), and returns its seq.
     pub fn record_response(&mut self, mut message: Message, usage: Option<Usage>) -> Result<u64> {
         self.ensure_live()?;
         if message.role != Role::Assistant {
             return Err(Error::invalid("message.role", format!("a response is an assistant message, got {}", message.role.as_str())));
+        }
+        if self.keepalive.is_some() {
+            return self.record_keepalive(Some(message), usage, None);
         }
         let mut g = self.session.lock();
         let st = g.log.state();
@@ -455,8 +465,15 @@ impl Agent {
     /// Records a provider error for the open step (`step/end{outcome: error}`). A context
     /// overflow (`overflow = true`) triggers compaction and asks the host to retry, within the
     /// policy's budget of consecutive overflows.
+    ///
+    /// While a keep-warm request waits for its answer, the error is that request's
+    /// (`clock/keepalive-end{outcome: "error"}`), and the outcome is `Recorded`.
     pub fn report_provider_error(&mut self, message: &str, overflow: bool, cancel: &CancelToken) -> Result<ProviderErrorOutcome> {
         self.ensure_live()?;
+        if self.keepalive.is_some() {
+            self.record_keepalive(None, None, Some(message))?;
+            return Ok(ProviderErrorOutcome::Recorded);
+        }
         let mut g = self.session.lock();
         let t = g.log.state().open_turn.as_ref().ok_or_else(|| Error::out_of_order("no turn is open"))?;
         let (turn, step) = (t.turn, t.last_step);

@@ -12,6 +12,7 @@ mod lifecycle;
 pub mod tool_calls;
 pub mod wire;
 
+pub(crate) use body::no_renderer;
 pub use body::Recorded;
 pub(crate) use lifecycle::{is_store_refusal, stale_compaction_end};
 pub use lifecycle::{ProviderErrorOutcome, ToolResultInput};
@@ -135,6 +136,10 @@ pub struct Agent {
     /// The last request built, to write its envelope again on demand.
     pub(crate) last_request: Option<body::LastRequest>,
     pub(crate) stats: AgentStats,
+    /// What the cache clock read of the log so far (`crate::clock`).
+    pub(crate) clock: crate::clock::ClockTrack,
+    /// The keep-warm request waiting for its answer.
+    pub(crate) keepalive: Option<crate::clock::OpenKeepalive>,
     released: bool,
 }
 
@@ -175,6 +180,8 @@ impl Agent {
             body: None,
             last_request: None,
             stats: AgentStats::default(),
+            clock: crate::clock::ClockTrack::default(),
+            keepalive: None,
             released: false,
         })
     }

@@ -71,10 +71,18 @@
 //! probability of a warm return, the expected cost of each option), and when to ask again.
 //! Deterministic: the same figures, timing and model give the same bytes.
 
+mod agent;
 mod cost;
 mod decide;
 mod returns;
+mod track;
 
+pub(crate) use agent::OpenKeepalive;
+pub use agent::{
+    keepalive_max_tokens, ClockCompaction, ClockOptions, ClockReport, ClockState, DEFAULT_MARGIN_MS, DEFAULT_MIN_CONTEXT_SHARE,
+    DEFAULT_SUMMARY_RATIO,
+};
 pub use cost::{CacheFigures, CompactionFigures, GapCosts, OptionCost, Rates, Tier, TierBilling};
 pub use decide::{decide, tier_costs, Action, BreakEven, Decision, Expected, Timing};
 pub use returns::{ReturnModel, ReturnModelSpec, DEFAULT_NEVER_RETURNS, DEFAULT_PRIOR_MINUTES, DEFAULT_PRIOR_WEIGHT};
+pub use track::{log_figures, ClockTrack, CompactionParams, LogCheck, LogFigures};

@@ -25,6 +25,8 @@ pub enum Trigger {
     Overflow,
     /// The host asked for it.
     Manual,
+    /// The cache clock decided it during an idle pause (`crate::clock`).
+    Idle,
 }
 
 impl Trigger {
@@ -34,6 +36,7 @@ impl Trigger {
             Trigger::Auto => "auto",
             Trigger::Overflow => "overflow",
             Trigger::Manual => "manual",
+            Trigger::Idle => "idle",
         }
     }
 }
@@ -150,7 +153,7 @@ impl Agent {
     /// context, another thread), so the surface is read after the counter returned, never
     /// before, and only the part that was measured (the meter's counts are for exactly those
     /// entries) is returned: entries appended since join the retained tail.
-    fn measure_surface(&mut self) -> Result<(Measure, Vec<Arc<Derived>>)> {
+    pub(crate) fn measure_surface(&mut self) -> Result<(Measure, Vec<Arc<Derived>>)> {
         for _ in 0..3 {
             let m = self.measure()?;
             let seqs = self.meter.seqs();
@@ -379,7 +382,23 @@ impl Agent {
         policy: &CompactionPolicy,
         op: &CancelToken,
     ) -> Result<CompactionOutcome> {
+        self.run_compaction_for(trigger, region, m, policy, op, None)
+    }
+
+    /// [`run_compaction`](Self::run_compaction); an idle compaction names the seq of the cache
+    /// clock's `clock/decision` it follows (`decision`), recorded in its `compaction/start` with
+    /// the mechanism (`portable`).
+    pub(crate) fn run_compaction_for(
+        &mut self,
+        trigger: Trigger,
+        region: Region,
+        m: &Measure,
+        policy: &CompactionPolicy,
+        op: &CancelToken,
+        decision: Option<u64>,
+    ) -> Result<CompactionOutcome> {
         let _ = m;
+        self.keepalive = None;
         let counter = self.counter_or_default();
         let mut g = self.session.lock();
         let mut start_batch: Vec<NewEvent> = crate::agent::stale_compaction_end(&g.log).into_iter().collect();
@@ -449,21 +468,23 @@ impl Agent {
             .and_then(|v| v.get("messages").and_then(|m| m.as_array().map(|a| a.len())))
             .unwrap_or(0);
         let info = SummaryRequestInfo { digest: req.digest.clone(), shared_messages: req.shared_messages, message_count };
-        start_batch.push(NewEvent::new(
-            types::COMPACTION_START,
-            json!({
-                "trigger": trigger.as_str(),
-                "span": {"start": region.start, "end": region.end},
-                "seqs": region.seqs,
-                "provider": req.provider,
-                "model": req.model,
-                "maxTokens": req.max_tokens,
-                "instruction": INSTRUCTION,
-                "requestDigest": req.digest,
-                "shadowedTokens": shadowed,
-                "sharedMessages": req.shared_messages,
-            }),
-        ));
+        let mut start_data = json!({
+            "trigger": trigger.as_str(),
+            "span": {"start": region.start, "end": region.end},
+            "seqs": region.seqs,
+            "provider": req.provider,
+            "model": req.model,
+            "maxTokens": req.max_tokens,
+            "instruction": INSTRUCTION,
+            "requestDigest": req.digest,
+            "shadowedTokens": shadowed,
+            "sharedMessages": req.shared_messages,
+        });
+        if let Some(d) = decision {
+            start_data["decision"] = d.into();
+            start_data["mechanism"] = "portable".into();
+        }
+        start_batch.push(NewEvent::new(types::COMPACTION_START, start_data));
         g.append_batch(start_batch)?;
         drop(g);
         if anchor {

@@ -37,6 +37,12 @@ pub mod types {
     pub const COMPACTION_SUMMARY: &str = "compaction/summary";
     /// A compaction ends (landed, failed or discarded).
     pub const COMPACTION_END: &str = "compaction/end";
+    /// A decision of the cache clock, with the figures behind it (log-only).
+    pub const CLOCK_DECISION: &str = "clock/decision";
+    /// A keep-warm request was built (records its digest; log-only).
+    pub const CLOCK_KEEPALIVE: &str = "clock/keepalive";
+    /// A keep-warm request's answer (log-only: it never enters the history).
+    pub const CLOCK_KEEPALIVE_END: &str = "clock/keepalive-end";
 
     /// Every catalogue type.
     pub const ALL: &[&str] = &[
@@ -53,10 +59,14 @@ pub mod types {
         COMPACTION_START,
         COMPACTION_SUMMARY,
         COMPACTION_END,
+        CLOCK_DECISION,
+        CLOCK_KEEPALIVE,
+        CLOCK_KEEPALIVE_END,
     ];
 
     /// Namespaces reserved for the catalogue: a host's own type may not start with these.
-    pub const RESERVED_PREFIXES: &[&str] = &["turn/", "step/", "user/", "assistant/", "tool/", "request/", "compaction/", "session"];
+    pub const RESERVED_PREFIXES: &[&str] =
+        &["turn/", "step/", "user/", "assistant/", "tool/", "request/", "compaction/", "clock/", "session"];
 
     /// Whether events of this type are model-visible (enter the surface).
     pub fn is_model_visible(ty: &str) -> bool {

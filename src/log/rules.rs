@@ -519,6 +519,60 @@ impl LogState {
                 }
                 Ok(Effect::CompactionEnd)
             }
+            types::CLOCK_DECISION => {
+                let decision = f.str("decision")?;
+                if crate::clock::Action::parse(decision).is_none() {
+                    return Err(Error::invalid(
+                        "data.decision",
+                        format!("expected none, compact, keep-warm, let-expire or tier, got {decision:?}"),
+                    ));
+                }
+                f.u64("at")?;
+                f.str("reason")?;
+                if decision == "tier" {
+                    f.str("tier")?;
+                }
+                if self.open_turn.as_ref().is_some_and(|t| t.step_open) {
+                    return Err(rule(ev, "", "a request is open: the cache clock decides between requests"));
+                }
+                Ok(Effect::None)
+            }
+            types::CLOCK_KEEPALIVE => {
+                f.u64("replays")?;
+                f.u64("maxTokens")?;
+                f.u64("bytes")?;
+                if !is_digest(f.str("requestDigest")?) {
+                    return Err(Error::invalid("data.requestDigest", "expected \"sha256:\" followed by 64 lowercase hex digits"));
+                }
+                if self.open_turn.as_ref().is_some_and(|t| t.step_open) {
+                    return Err(rule(ev, "", "a request is open: a keep-warm request is sent between requests"));
+                }
+                if self.compaction.is_some() {
+                    return Err(rule(ev, "", "a compaction is open"));
+                }
+                Ok(Effect::None)
+            }
+            types::CLOCK_KEEPALIVE_END => {
+                let request = f.u64("request")?;
+                if request >= ev.seq {
+                    return Err(Error::invalid("data.request", format!("names seq {request}, not an earlier clock/keepalive")));
+                }
+                let outcome = f.str("outcome")?;
+                if !["response", "error", "cancelled"].contains(&outcome) {
+                    return Err(Error::invalid("data.outcome", format!("expected response, error or cancelled, got {outcome:?}")));
+                }
+                if let Some(u) = f.opt_value("usage")? {
+                    Usage::from_value(u, "data.usage")?;
+                }
+                if let Some(m) = f.opt_value("message")? {
+                    crate::types::Message::from_value(m, "data.message")?;
+                }
+                f.opt_str("error")?;
+                if self.open_turn.as_ref().is_some_and(|t| t.step_open) {
+                    return Err(rule(ev, "", "a request is open: a keep-warm answer is recorded before the next request"));
+                }
+                Ok(Effect::None)
+            }
             other => {
                 if let Some(p) = types::RESERVED_PREFIXES.iter().find(|p| other.starts_with(*p)) {
                     return Err(Error::invalid(
