@@ -101,9 +101,8 @@ pub fn builtin(s: &CacheSettings<'_>) -> CacheRule {
     }
 }
 
-/// `"30m"`, `"1h"`, `"24h"`, `"90s"` in milliseconds (also the TTL of a cache tier named so:
-/// the price table's `cacheWrite` keys).
-pub(crate) fn duration_ms(s: &str) -> Option<u64> {
+/// `"30m"`, `"1h"`, `"24h"`, `"90s"` in milliseconds.
+fn duration_ms(s: &str) -> Option<u64> {
     let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit())?);
     let n: u64 = n.parse().ok()?;
     Some(match unit {

@@ -28,7 +28,7 @@ use llmsession::render::{RenderOptions, Renderer};
 use llmsession::request::{verify_bodies, verify_contents, RecordedKind, RequestWalk};
 use llmsession::store::url::{list_sessions, open_store, redact, UrlOptions};
 use llmsession::store::{JsonlStore, Store, StoreContents};
-use llmsession::timeline::gaps::{gap_report, GapReport};
+use llmsession::timeline::gaps::{gap_report, TimelineGap};
 use llmsession::timeline::simulate::{aggregate, simulate, Settings, SimulateOptions, TimelineReport};
 use llmsession::timeline::{self, Source, Timeline};
 use llmsession::tokens::Estimator;
@@ -399,23 +399,26 @@ fn cmd_simulate(
     };
     for (_, r) in &reports {
         let v = r.to_value();
-        let name: String = if r.session.chars().count() > 44 { r.session.chars().take(43).chain(std::iter::once('…')).collect() } else { r.session.clone() };
+        let name: String = if r.session.chars().count() > 44 {
+            r.session.chars().take(43).chain(std::iter::once('…')).collect()
+        } else {
+            r.session.clone()
+        };
         row(&name, r.requests as u64, r.pauses as u64, &v["policies"]);
     }
     if reports.len() > 1 {
         row("aggregate", total["requests"].as_u64().unwrap_or(0), total["pauses"].as_u64().unwrap_or(0), &total["policies"]);
     }
     let o = &settings.options;
+    out!("ratio: clock ÷ optimal, clock+compact ÷ optimal+compact; clock/thr: clock against what was recorded (threshold)");
     out!(
-        "ratio: clock ÷ optimal, clock+compact ÷ optimal+compact; clock/thr: clock against what was recorded (threshold)"
-    );
-    out!(
-        "assumptions: tier billing {}, margin {}, keep-warm output {} token(s), summary {:.0} % of the region (at most {} tokens), instruction {} tokens, return model {}",
+        "assumptions: tier billing {}, margin {}, keep-warm output {}, summary {:.0} % of the region (at most {} tokens), retained tail {:.0} %, instruction {} tokens, return model {} (docs/simulate.md)",
         serde_json::to_value(o.tier_billing).unwrap().as_str().unwrap_or(""),
         duration(o.margin_ms),
-        o.ping_output_tokens,
+        o.ping_output_tokens.map_or("the provider's smallest".into(), |n| format!("{n} token(s)")),
         o.summary_ratio * 100.0,
         o.summary_max_tokens,
+        o.retained_share * 100.0,
         o.instruction_tokens,
         o.return_model.model(&[]).source
     );
@@ -439,7 +442,7 @@ fn cmd_explain_from(path: &str, format: &str, prices: Option<&str>, rules: Optio
     };
     let mut out_json = Vec::new();
     for t in timelines(path, Some(format))? {
-        let gaps: Vec<GapReport> = gap_report(&t, &settings).map_err(|e| Failure::of(e).context(path.to_string()))?;
+        let gaps: Vec<TimelineGap> = gap_report(&t, &settings).map_err(|e| Failure::of(e).context(path.to_string()))?;
         if as_json {
             out_json.push(json!({"session": t.session, "source": t.source, "requests": t.requests.len(), "notes": t.notes, "gaps": gaps}));
             continue;
@@ -448,20 +451,21 @@ fn cmd_explain_from(path: &str, format: &str, prices: Option<&str>, rules: Optio
         for n in &t.notes {
             out!("  note: {n}");
         }
-        for g in &gaps {
+        for t in &gaps {
+            let g = &t.gap;
             let ttl = g.ttl_ms.map_or("none".into(), duration);
             let expired = if g.expired { "expired as recorded" } else { "read warm as recorded" };
+            let paid = g.cost.as_ref().map_or(0.0, |c| c.total);
             out!(
-                "request {} ({}): gap {}, TTL {ttl} ({} tier), warm prefix {} tokens, {expired}; paid {:.4}",
-                g.request,
-                g.at,
+                "request {} ({}): gap {}, TTL {ttl} ({} tier), warm prefix {} tokens, {expired}; its prompt cost {:.4}",
+                g.before.as_deref().unwrap_or("-"),
+                t.source_at,
                 duration(g.gap_ms),
                 g.tier,
                 g.warm_tokens,
-                g.paid
+                paid
             );
             let options: Vec<String> = g
-                .options
                 .options
                 .iter()
                 .map(|o| {
@@ -472,14 +476,17 @@ fn cmd_explain_from(path: &str, format: &str, prices: Option<&str>, rules: Optio
                     }
                 })
                 .collect();
-            out!("  each option over the gap: {}; best {}", options.join(", "), g.options.best().option);
-            let clock: Vec<String> = g
+            out!("  each option over the gap: {}; best {}", options.join(", "), g.best.as_deref().unwrap_or("-"));
+            let clock: Vec<String> = t
                 .clock
                 .iter()
                 .filter(|d| d.decision != "none")
-                .map(|d| format!("{} at {}", d.tier.as_ref().map_or(d.decision.clone(), |t| format!("tier {t}")), duration(d.after_ms)))
+                .map(|d| {
+                    let what = d.tier.as_ref().map_or(d.decision.clone(), |x| format!("tier {x}"));
+                    format!("{what} at {}", duration(d.at.saturating_sub(g.start_at)))
+                })
                 .collect();
-            out!("  the clock: {}", if clock.is_empty() { "nothing to do".into() } else { clock.join(", ") });
+            out!("  the clock would have: {}", if clock.is_empty() { "done nothing".into() } else { clock.join(", ") });
         }
     }
     if as_json {

@@ -1,110 +1,105 @@
-//! The idle gaps of a timeline, priced (`llmsession explain --from claude-code|codex FILE`):
-//! for every gap long enough for the cache clock to act (longer than the recorded TTL less the
-//! clock's margin), how long it was, what the request after it cost as recorded, what each
-//! option would have cost over it ([`GapCosts::of`]: let it expire, keep it warm, compact
-//! before expiry, the longer tier for the write before it), and what the online clock decided
-//! during it ([`decide`], asked right after the request before the gap and then at each
-//! `nextDecisionAt`, never told when the host returns).
+//! The idle gaps of a timeline, priced (`llmsession explain --from claude-code|codex FILE`), in
+//! the shape of `explain`'s own gap report ([`crate::explain::gaps::GapReport`]): for every gap
+//! long enough for the cache clock to act (longer than the recorded TTL less the clock's
+//! margin), how long it was, what the request after it cost as recorded (`cost.return`: its
+//! prompt), what each option would have cost over it ([`crate::clock::GapCosts::of`]: let it
+//! expire, keep it warm, compact before expiry, the other tier for the write before it), and,
+//! beside what a transcript cannot have (`decisions`: the clock's recorded decisions, none),
+//! what the online clock would have decided during it (`clock`: asked as `simulate` asks it,
+//! right after the request before the gap and then at each `nextDecisionAt`, never told when
+//! the host returns).
 //!
 //! The figures are those of the recorded cache: the warm prefix is the recorded request's
 //! prompt, the TTL the recorded tier's (see [`super::simulate`] for the accounting).
 
 use super::simulate::{prepare, Settings};
 use super::Timeline;
-use crate::clock::{decide, Action, GapCosts, Timing};
+use crate::clock::GapCosts;
 use crate::error::Result;
+use crate::explain::gaps::{GapCost, GapReport};
 use serde::Serialize;
 
-/// One of the clock's decisions during a gap.
+/// One decision the online clock would have taken during a gap.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct GapDecision {
-    /// When, in ms after the request before the gap.
-    pub after_ms: u64,
-    /// What it decided (`none`, `keep-warm`, `compact`, `let-expire`, `tier`).
+pub struct SimulatedDecision {
+    /// The time it is taken at (Unix ms).
+    pub at: u64,
+    /// `none`, `keep-warm`, `compact`, `let-expire` or `tier`.
     pub decision: String,
     /// With `tier`: the tier for the next write.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tier: Option<String>,
-    /// Its reason, in words.
+    /// The clock's reason, in words.
     pub reason: String,
 }
 
-/// One idle gap, priced.
+/// One idle gap of a timeline (see the module docs).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct GapReport {
-    /// The request after the gap (1-based, in the timeline).
-    pub request: usize,
-    /// Where the request after the gap comes from in the source.
-    pub at: String,
-    /// The gap, ms.
-    pub gap_ms: u64,
-    /// The TTL in force (the recorded tier's).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ttl_ms: Option<u64>,
-    /// The tier in force.
-    pub tier: String,
-    /// The warm prefix before the gap (the request's prompt tokens).
-    pub warm_tokens: u64,
-    /// Whether the request after the gap found its prefix expired, as recorded.
-    pub expired: bool,
-    /// What the request after the gap cost, as recorded.
-    pub paid: f64,
-    /// What each option would have cost over the gap (the actions during it and the context
-    /// of the request after it), the clairvoyant view.
-    pub options: GapCosts,
-    /// What the online clock decided during the gap, in order.
-    pub clock: Vec<GapDecision>,
+pub struct TimelineGap {
+    /// The gap, as `explain` reports one (`after` and `before` are the timeline's 1-based
+    /// request numbers).
+    #[serde(flatten)]
+    pub gap: GapReport,
+    /// Where the request after the gap is in the source (`line 137`).
+    pub source_at: String,
+    /// What the online clock would have decided during it.
+    pub clock: Vec<SimulatedDecision>,
 }
 
 /// The idle gaps of a timeline (see the module docs).
-pub fn gap_report(t: &Timeline, settings: &Settings) -> Result<Vec<GapReport>> {
+pub fn gap_report(t: &Timeline, settings: &Settings) -> Result<Vec<TimelineGap>> {
     let sim = prepare(t, settings)?;
     let states = sim.recorded_states();
     let mut out = Vec::new();
     let mut learned = Vec::new();
+    let mut chosen = None;
     for j in 0..sim.steps.len().saturating_sub(1) {
         let (start, back) = (sim.steps[j].req.time, sim.steps[j + 1].req.time);
         let gap = back - start;
-        let f = sim.figures(j, &states[j], true);
-        let model = settings.options.return_model.model(&learned);
+        let run = sim.clock_gap(j, &states[j], true, &learned, &mut chosen);
         learned.push(gap);
+        let f = &run.figures;
         let Some(ttl) = f.ttl_ms else { continue };
         if gap <= ttl - f.margin() {
             continue;
         }
-        let mut timing = Timing { gap_start: start, touched_at: start, now: start };
-        let mut clock = Vec::new();
-        loop {
-            let d = decide(&f, &timing, &model);
-            if d.decision == Action::KeepWarm {
-                timing.touched_at = timing.now;
-            }
-            let done = matches!(d.decision, Action::Compact | Action::LetExpire);
-            clock.push(GapDecision {
-                after_ms: timing.now - start,
-                decision: d.decision.as_str().into(),
-                tier: d.tier.clone(),
-                reason: d.reason,
-            });
-            match d.next_decision_at {
-                Some(n) if !done && n > timing.now && n < back => timing.now = n,
-                _ => break,
-            }
-        }
         let next = &sim.steps[j + 1];
-        out.push(GapReport {
-            request: j + 2,
-            at: next.req.at.clone(),
-            gap_ms: gap,
-            ttl_ms: f.ttl_ms,
-            tier: f.tier.clone(),
-            warm_tokens: f.warm_tokens,
-            expired: !next.rec_warm,
-            paid: next.price.cost(&next.req.usage).total,
-            options: GapCosts::of(&f, gap),
-            clock,
+        let paid = next.price.cost(&next.req.usage);
+        let costs = GapCosts::of(f, gap);
+        let best = costs.best();
+        let best = best.tier.clone().unwrap_or_else(|| best.option.clone());
+        out.push(TimelineGap {
+            gap: GapReport {
+                after: (j + 1).to_string(),
+                before: Some((j + 2).to_string()),
+                start_at: start,
+                end_at: back,
+                gap_ms: gap,
+                ttl_ms: f.ttl_ms,
+                tier: f.tier.clone(),
+                warm_tokens: f.warm_tokens,
+                context_tokens: f.context_tokens,
+                expired: !next.rec_warm,
+                keepalives: 0,
+                compactions: 0,
+                decisions: Vec::new(),
+                cost: Some(GapCost { actions: 0.0, return_: paid.total - paid.output, total: paid.total - paid.output }),
+                options: costs.options.clone(),
+                best: Some(best),
+            },
+            source_at: next.req.at.clone(),
+            clock: run
+                .decisions
+                .iter()
+                .map(|d| SimulatedDecision {
+                    at: d.at,
+                    decision: d.decision.as_str().into(),
+                    tier: d.tier.clone(),
+                    reason: d.reason.clone(),
+                })
+                .collect(),
         });
     }
     Ok(out)

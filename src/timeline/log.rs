@@ -7,6 +7,10 @@
 //! - A summarisation request (`compaction/start` with a request digest) is timed at its
 //!   `compaction/start`, routed to the compaction's provider and model, and gets the usage of
 //!   its `compaction/summary`.
+//! - A keep-warm request of the cache clock (`clock/keepalive`) is timed at its
+//!   `clock/keepalive`, routed as the conversation request it replays, and gets the usage of
+//!   its `clock/keepalive-end`: what the recorded policy paid to keep the cache warm (the
+//!   simulation's other policies replace it with their own).
 //! - A request whose response recorded no usage is left out (counted in the notes): the
 //!   simulation needs what the provider billed.
 //! - A landed compaction (`compaction/end` with outcome `landed`) marks the next conversation
@@ -48,14 +52,19 @@ pub fn read_log(log: &CheckedLog) -> Result<Timeline> {
                     (RequestKind::Conversation, r.header.config.provider.clone(), r.header.config.model.clone())
                 }
                 RecordedKind::Compaction { provider, model, .. } => (RequestKind::Compaction, provider.clone(), model.clone()),
+                RecordedKind::Keepalive { .. } => (RequestKind::Keepalive, r.header.config.provider.clone(), r.header.config.model.clone()),
             };
             let compacted_before = kind == RequestKind::Conversation && std::mem::take(&mut landed);
             let at = format!("seq {}", ev.seq);
             pending = Some((TimedRequest { time: ev.time, provider, model, kind, usage: Usage::default(), compacted_before, at }, false));
         }
         match ev.ty.as_str() {
-            types::ASSISTANT_MESSAGE | types::COMPACTION_SUMMARY => {
-                let want = if ev.ty == types::ASSISTANT_MESSAGE { RequestKind::Conversation } else { RequestKind::Compaction };
+            types::ASSISTANT_MESSAGE | types::COMPACTION_SUMMARY | types::CLOCK_KEEPALIVE_END => {
+                let want = match ev.ty.as_str() {
+                    types::ASSISTANT_MESSAGE => RequestKind::Conversation,
+                    types::COMPACTION_SUMMARY => RequestKind::Compaction,
+                    _ => RequestKind::Keepalive,
+                };
                 if let Some((r, has)) = pending.as_mut().filter(|(r, has)| r.kind == want && !has) {
                     if let Some(u) = ev.data.get("usage").and_then(|u| Usage::from_value(u, "usage").ok()) {
                         r.usage = u;

@@ -61,31 +61,39 @@
 //! against brute force on small timelines.
 
 use super::{RequestKind, TimedRequest, Timeline};
-use crate::cache_rules::{duration_ms, CacheRules, CacheSettings};
-use crate::clock::{decide, Action, CacheFigures, CompactionFigures, Rates, ReturnModelSpec, Tier, TierBilling, Timing};
+use crate::cache_rules::{CacheRules, CacheSettings};
+use crate::clock::{
+    decide, keepalive_max_tokens, Action, CacheFigures, CompactionFigures, Decision, Rates, ReturnModelSpec, Tier, TierBilling, Timing,
+    DEFAULT_MARGIN_MS, DEFAULT_SUMMARY_RATIO,
+};
 use crate::error::{Error, ErrorKind, Result};
 use crate::prices::{Price, PriceTable, WritePrice};
+use crate::types::CallConfig;
 use crate::types::{Fields, Usage};
 use serde::Serialize;
 use serde_json::{json, Value};
 
 /// The simulation's assumptions the host may change (`llmsession simulate --options FILE`):
 /// `{"tierBilling"?, "marginMs"?, "pingOutputTokens"?, "keepalive"?, "summaryRatio"?,
-/// "summaryMaxTokens"?, "instructionTokens"?, "returnModel"?}`.
+/// "summaryMaxTokens"?, "retainedShare"?, "instructionTokens"?, "returnModel"?}`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SimulateOptions {
     /// How a longer-tier write after a hit is billed ([`TierBilling`], default `written`).
     pub tier_billing: TierBilling,
-    /// How long before expiry the clock acts (default 30 s).
+    /// How long before expiry the clock acts (default the clock's, 30 s).
     pub margin_ms: u64,
-    /// The output limit of a keep-warm request (default 1).
-    pub ping_output_tokens: u64,
+    /// The output limit of a keep-warm request (default: the smallest the provider allows, as
+    /// the agent's keep-warm request sets it).
+    pub ping_output_tokens: Option<u64>,
     /// Whether keep-warm requests may be sent (default true).
     pub keepalive: bool,
-    /// The summary's size as a share of the region it replaces (default 0.1).
+    /// The summary's size as a share of the region it replaces (default the clock's, 0.1).
     pub summary_ratio: f64,
     /// The summary's largest size (default 8192, the compaction policy's `summaryMaxTokens`).
     pub summary_max_tokens: u64,
+    /// The tail a compaction keeps verbatim, as a share of the context (default 0.16, as
+    /// `explain` prices a counterfactual compaction).
+    pub retained_share: f64,
     /// The summarisation instruction's tokens (default: the library's instruction, estimated).
     pub instruction_tokens: u64,
     /// The clock's return-time model (default: the documented prior, learning the session's
@@ -97,11 +105,12 @@ impl Default for SimulateOptions {
     fn default() -> Self {
         SimulateOptions {
             tier_billing: TierBilling::Written,
-            margin_ms: 30_000,
-            ping_output_tokens: 1,
+            margin_ms: DEFAULT_MARGIN_MS,
+            ping_output_tokens: None,
             keepalive: true,
-            summary_ratio: 0.1,
+            summary_ratio: DEFAULT_SUMMARY_RATIO,
             summary_max_tokens: 8192,
+            retained_share: 0.16,
             instruction_tokens: crate::compaction::instruction_tokens(),
             return_model: ReturnModelSpec::default(),
         }
@@ -138,7 +147,7 @@ impl SimulateOptions {
             o.margin_ms = m;
         }
         if let Some(n) = f.opt_u64("pingOutputTokens")? {
-            o.ping_output_tokens = n;
+            o.ping_output_tokens = Some(n);
         }
         if let Some(k) = f.opt_bool("keepalive")? {
             o.keepalive = k;
@@ -151,6 +160,12 @@ impl SimulateOptions {
         }
         if let Some(n) = f.opt_u64("summaryMaxTokens")? {
             o.summary_max_tokens = n;
+        }
+        if let Some(r) = f.opt_f64("retainedShare")? {
+            if !(0.0..1.0).contains(&r) {
+                return Err(Error::invalid(f.p("retainedShare"), format!("must be in [0, 1), got {r}")));
+            }
+            o.retained_share = r;
         }
         if let Some(n) = f.opt_u64("instructionTokens")? {
             o.instruction_tokens = n;
@@ -170,6 +185,7 @@ impl SimulateOptions {
             "keepalive": self.keepalive,
             "summaryRatio": self.summary_ratio,
             "summaryMaxTokens": self.summary_max_tokens,
+            "retainedShare": self.retained_share,
             "instructionTokens": self.instruction_tokens,
             "returnModel": self.return_model,
         })
@@ -356,6 +372,8 @@ pub(super) struct Step<'a> {
     warm_read: u64,
     /// The tiers a policy may write it at.
     tiers: Vec<Tier>,
+    /// The output limit of a keep-warm request replaying it.
+    ping_output: u64,
 }
 
 /// A policy's state after a request.
@@ -368,6 +386,20 @@ pub(super) struct State {
     pub(super) w: u64,
     written: u64,
     stats: PolicyResult,
+}
+
+/// What the online clock did during one gap.
+pub(super) struct ClockRun {
+    /// Its decisions, in order.
+    pub(super) decisions: Vec<Decision>,
+    /// The keep-warm requests it sent.
+    pub(super) pings: u64,
+    /// When it compacted, if it did.
+    pub(super) compacted_at: Option<u64>,
+    /// When the cache was last used (the request, or the last keep-warm request).
+    pub(super) touched_at: u64,
+    /// The figures it decided with.
+    pub(super) figures: CacheFigures,
 }
 
 /// What a policy does in one gap.
@@ -383,14 +415,6 @@ pub(super) struct Sim<'a> {
     pub(super) steps: Vec<Step<'a>>,
     head: u64,
     o: &'a SimulateOptions,
-}
-
-fn tier_name_of(u: &Usage) -> &'static str {
-    match (u.cache_write_5m_tokens, u.cache_write_1h_tokens) {
-        (w5, Some(w1)) if w1 > 0 && w5.unwrap_or(0) == 0 => "1h",
-        (Some(_), _) | (_, Some(_)) => "5m",
-        _ => "default",
-    }
 }
 
 pub(super) fn prepare<'a>(t: &'a Timeline, settings: &'a Settings) -> Result<Sim<'a>> {
@@ -410,24 +434,35 @@ pub(super) fn prepare<'a>(t: &'a Timeline, settings: &'a Settings) -> Result<Sim
         let writes_reported = u.cache_write_tokens.is_some();
         let read = u.cache_read_tokens.unwrap_or(0);
         let a = read + if writes_reported { u.cache_write_tokens.unwrap_or(0) } else { u.input_tokens };
-        let rec_tier = tier_name_of(u);
+        // The tier as `explain` and the agent's clock name it: Anthropic's 5-minute or 1-hour
+        // tier (1-hour when the request wrote at it), one tier (`default`) elsewhere.
+        let anthropic = req.provider == "anthropic";
+        let one_hour = u.cache_write_1h_tokens.unwrap_or(0) > 0;
+        let rec_tier = match (anthropic, one_hour) {
+            (false, _) => "default",
+            (true, true) => "1h",
+            (true, false) => "5m",
+        };
         let rule = |one_hour: bool| {
             settings.cache_rules.rule(&CacheSettings { provider: &req.provider, model: &req.model, config: None, wrote_one_hour: one_hour })
         };
         let written = u.cache_write_tokens.unwrap_or(0);
+        // A request that wrote nothing leaves its prefix at the tier it read it from.
         let rec_ttl = match prev_ttl {
             Some(p) if writes_reported && written == 0 => p,
-            _ => rule(rec_tier == "1h").ttl_ms,
+            _ => rule(one_hour).ttl_ms,
         };
-        let rule_ttl = rule(false).ttl_ms;
-        let tiers: Vec<Tier> = match (&price.cache_write, rule_ttl) {
-            (Some(WritePrice::ByTtl(m)), Some(_)) if writes_reported => m
+        // The tiers a policy may choose: Anthropic's, those the price table prices.
+        let tiers: Vec<Tier> = match &price.cache_write {
+            Some(WritePrice::ByTtl(m)) if anthropic && writes_reported => [("5m", false), ("1h", true)]
                 .iter()
-                .filter(|(k, _)| k.as_str() == "5m" || k.as_str() == "1h")
-                .filter_map(|(k, p)| duration_ms(k).map(|ttl| Tier { name: k.clone(), ttl_ms: ttl, write: *p }))
+                .filter(|(name, _)| m.contains_key(*name))
+                .filter_map(|(name, h)| rule(*h).ttl_ms.map(|t| Tier { name: (*name).into(), ttl_ms: t, write: price.write_rate(name) }))
                 .collect(),
             _ => Vec::new(),
         };
+        let ping_output =
+            settings.options.ping_output_tokens.unwrap_or_else(|| keepalive_max_tokens(None, &CallConfig::new(&req.provider, &req.model)));
         let (rec_warm, held, warm_read) = match steps.last() {
             None => (true, false, read),
             Some(p) => {
@@ -443,7 +478,7 @@ pub(super) fn prepare<'a>(t: &'a Timeline, settings: &'a Settings) -> Result<Sim
             }
         };
         prev_ttl = Some(rec_ttl);
-        steps.push(Step { req, price, a, writes_reported, rec_tier, rec_ttl, rec_warm, held, warm_read, tiers });
+        steps.push(Step { req, price, a, writes_reported, rec_tier, rec_ttl, rec_warm, held, warm_read, tiers, ping_output });
     }
     let head = steps.first().map_or(0, |s| {
         if s.req.usage.cache_read_tokens.unwrap_or(0) > 0 {
@@ -510,14 +545,19 @@ impl<'a> Sim<'a> {
         let s = &self.steps[j];
         let (tier, ttl) = self.tier_of(j, st.tier);
         let compaction = (compact && ttl.is_some()).then(|| {
+            // The context: the warm prefix and the reply. The compaction keeps the head and a
+            // tail (at least the reply, which is not cached yet) and summarises the rest.
+            let context = st.w + s.req.usage.output_tokens;
             let head = self.head.min(st.w);
-            let summary = (((st.w - head) as f64 * self.o.summary_ratio).round() as u64).min(self.o.summary_max_tokens);
+            let tail = ((context as f64 * self.o.retained_share).round() as u64).max(context - st.w).min(context - head);
+            let region = context - head - tail;
+            let summary = ((region as f64 * self.o.summary_ratio).ceil() as u64).min(self.o.summary_max_tokens);
             CompactionFigures {
-                read_tokens: st.w,
+                read_tokens: head + region,
                 instruction_tokens: self.o.instruction_tokens,
                 summary_tokens: summary,
                 head_tokens: head,
-                compacted_tokens: head + summary,
+                compacted_tokens: head + summary + tail,
                 necessary: false,
             }
         });
@@ -531,7 +571,7 @@ impl<'a> Sim<'a> {
             tier_billing: self.o.tier_billing,
             rates: Rates::of(s.price, tier),
             keepalive: self.o.keepalive,
-            ping_output_tokens: self.o.ping_output_tokens,
+            ping_output_tokens: s.ping_output,
             margin_ms: self.o.margin_ms,
             compaction,
         }
@@ -651,6 +691,46 @@ impl<'a> Sim<'a> {
         states.into_iter().min_by(|a, b| a.stats.cost.total_cmp(&b.stats.cost)).map(|s| s.stats).unwrap_or_default()
     }
 
+    /// The online clock during the gap after request `j` in state `st` (see the module docs):
+    /// asked right after the request, then at each `nextDecisionAt` before the next request.
+    /// `learned`: the gaps so far; `chosen`: the tier it advised last (updated).
+    pub(super) fn clock_gap(&self, j: usize, st: &State, compact: bool, learned: &[u64], chosen: &mut Option<String>) -> ClockRun {
+        let (start, back) = (self.steps[j].req.time, self.steps[j + 1].req.time);
+        let mut f = self.figures(j, st, compact);
+        // Tiers are offered once the session has paused (see the module docs).
+        let paused = f.ttl_ms.is_some_and(|t| learned.iter().any(|g| *g > t - f.margin()));
+        if !paused {
+            f.tiers.clear();
+        }
+        let model = self.o.return_model.model(learned);
+        let mut timing = Timing { gap_start: start, touched_at: start, now: start };
+        let mut run = ClockRun { decisions: Vec::new(), pings: 0, compacted_at: None, touched_at: start, figures: f.clone() };
+        loop {
+            let d = decide(&f, &timing, &model);
+            let next = d.next_decision_at;
+            let action = d.decision;
+            match action {
+                Action::Tier => chosen.clone_from(&d.tier),
+                Action::KeepWarm => {
+                    run.pings += 1;
+                    timing.touched_at = timing.now;
+                }
+                Action::Compact => run.compacted_at = Some(timing.now),
+                Action::LetExpire | Action::None => {}
+            }
+            run.decisions.push(d);
+            if matches!(action, Action::Compact | Action::LetExpire) {
+                break;
+            }
+            match next {
+                Some(t) if t > timing.now && t < back => timing.now = t,
+                _ => break,
+            }
+        }
+        run.touched_at = timing.touched_at;
+        run
+    }
+
     /// The online clock (see the module docs).
     fn clock(&self, compact: bool) -> PolicyResult {
         if self.steps.is_empty() {
@@ -665,53 +745,26 @@ impl<'a> Sim<'a> {
         let mut learned: Vec<u64> = Vec::new();
         for j in 0..self.steps.len() - 1 {
             let (start, back) = (self.steps[j].req.time, self.steps[j + 1].req.time);
-            let mut f = self.figures(j, &st, compact);
-            // Tiers are offered once the session has paused (see the module docs).
-            let paused = f.ttl_ms.is_some_and(|t| learned.iter().any(|g| *g > t - f.margin()));
-            if !paused {
-                f.tiers.clear();
-            }
-            let model = self.o.return_model.model(&learned);
-            let mut timing = Timing { gap_start: start, touched_at: start, now: start };
-            let (mut pings, mut compacted_at) = (0u64, None);
-            loop {
-                let d = decide(&f, &timing, &model);
-                match d.decision {
-                    Action::Tier => chosen = d.tier.clone(),
-                    Action::KeepWarm => {
-                        pings += 1;
-                        timing.touched_at = timing.now;
-                    }
-                    Action::Compact => {
-                        compacted_at = Some(timing.now);
-                        break;
-                    }
-                    Action::LetExpire => break,
-                    Action::None => {}
-                }
-                match d.next_decision_at {
-                    Some(t) if t > timing.now && t < back => timing.now = t,
-                    _ => break,
-                }
-            }
+            let run = self.clock_gap(j, &st, compact, &learned, &mut chosen);
             learned.push(back - start);
+            let f = &run.figures;
             let mut stats = st.stats.clone();
-            stats.pings += pings;
-            stats.ping_cost += pings as f64 * f.ping_cost();
-            stats.cost += pings as f64 * f.ping_cost();
+            stats.pings += run.pings;
+            stats.ping_cost += run.pings as f64 * f.ping_cost();
+            stats.cost += run.pings as f64 * f.ping_cost();
             let tier = choice(j + 1, &chosen);
-            st = match (compacted_at, f.compaction_cost()) {
+            st = match (run.compacted_at, f.compaction_cost()) {
                 (Some(at), Some(summary)) => {
                     stats.compactions += 1;
                     stats.compaction_cost += summary;
                     stats.cost += summary;
                     let ret = if f.ttl_ms.is_none_or(|t| back - at <= t) { Return::CompactedWarm } else { Return::CompactedCold };
-                    let r = self.reduced(&st, &f);
-                    self.arrive(j, &f, stats, ret, r, tier)
+                    let r = self.reduced(&st, f);
+                    self.arrive(j, f, stats, ret, r, tier)
                 }
                 _ => {
-                    let ret = if self.warm_after(j, &st, f.ttl_ms, back - timing.touched_at) { Return::Warm } else { Return::Cold };
-                    self.arrive(j, &f, stats, ret, st.r, tier)
+                    let ret = if self.warm_after(j, &st, f.ttl_ms, back - run.touched_at) { Return::Warm } else { Return::Cold };
+                    self.arrive(j, f, stats, ret, st.r, tier)
                 }
             };
         }
