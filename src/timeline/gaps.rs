@@ -60,7 +60,8 @@ pub fn gap_report(t: &Timeline, settings: &Settings) -> Result<Vec<TimelineGap>>
         let gap = back - start;
         let run = sim.clock_gap(j, &states[j], true, &learned, &mut chosen);
         learned.push(gap);
-        let f = &run.figures;
+        // Every option the provider offers, whatever the clock was offered then.
+        let f = &sim.figures(j, &states[j], true);
         let Some(ttl) = f.ttl_ms else { continue };
         if gap <= ttl - f.margin() {
             continue;
