@@ -6,9 +6,16 @@
 //! sniffly-0.1.5/` (or `LLMSESSION_TRANSCRIPTS`); these tests fail when they are absent: run
 //! `scripts/fetch-transcripts.sh` first (`make transcripts`; `make test` and `make check` do).
 
+#[path = "support/explain_log.rs"]
+mod explain_log;
+
+use explain_log::{options, turn};
+use llmsession::log::TurnEndReason;
 use llmsession::prices::PriceTable;
 use llmsession::timeline::simulate::{simulate, Settings};
+use llmsession::timeline::RequestKind;
 use llmsession::timeline::{self, gaps::gap_report, Source, Timeline};
+use llmsession::{Agent, CancelToken, Message, Role, Session};
 use serde_json::json;
 use std::path::PathBuf;
 
@@ -119,4 +126,34 @@ fn the_session_with_pauses_shows_its_expiries_and_what_each_action_would_have_co
     assert_eq!(kw.pings, Some(1));
     assert!(kw.cost * 4.0 < expire.cost, "{:?}", g.options);
     assert!(!gaps[2].clock.is_empty());
+}
+
+#[test]
+fn our_log_is_read_through_the_request_walk_with_its_usage() {
+    let s = Session::in_memory();
+    let mut a = Agent::new(&s, options("gpt-5", "You are careful.")).unwrap();
+    turn(&mut a, "first", 1_000);
+    turn(&mut a, "second", 1_400);
+    // A third turn whose reply recorded no usage: left out, counted.
+    a.start_turn(Message::user_text("third")).unwrap();
+    a.next_request(&CancelToken::new()).unwrap();
+    a.record_response(Message::new(Role::Assistant, vec![llmsession::Block::text("ok")]), None).unwrap();
+    a.end_turn(TurnEndReason::Completed).unwrap();
+    let records: Vec<Vec<u8>> = s.export_jsonl().lines().map(|l| l.as_bytes().to_vec()).collect();
+    let t = timeline::read(Source::Llmsession, &records.join(&b'\n')).unwrap();
+    assert_eq!(t.len(), 1);
+    let t = &t[0];
+    assert_eq!((t.source, t.session.as_str()), (Source::Llmsession, s.id().as_str()));
+    assert_eq!(t.requests.len(), 4);
+    assert!(t.requests.iter().all(|r| r.kind == RequestKind::Conversation && r.provider == "openai" && r.model == "gpt-5"));
+    let prompts: Vec<u64> = t.requests.iter().map(|r| r.prompt_tokens()).collect();
+    assert_eq!(prompts, [1_000, 1_100, 1_400, 1_500]);
+    assert_eq!(t.requests[1].usage.cache_read_tokens, Some(1_000));
+    assert_eq!(t.notes, ["1 request(s) without recorded usage left out"]);
+    assert!(t.requests[0].at.starts_with("seq "), "{}", t.requests[0].at);
+    // A damaged log is refused, naming the line, as every reader refuses it.
+    let mut bad = records.clone();
+    bad[3] = b"{not json".to_vec();
+    let e = timeline::read(Source::Llmsession, &bad.join(&b'\n')).unwrap_err();
+    assert!(e.message().contains("line 4"), "{}", e.message());
 }
