@@ -2,7 +2,6 @@
 //! other harnesses' transcripts, in text and JSON, and their errors.
 
 #[path = "../../tests/support/damaged_log.rs"]
-#[allow(dead_code)]
 mod damaged_log;
 #[path = "../../tests/support/explain_log.rs"]
 mod explain_log;

@@ -55,13 +55,13 @@ pub fn gap_report(t: &Timeline, settings: &Settings) -> Result<Vec<TimelineGap>>
     let mut out = Vec::new();
     let mut learned = Vec::new();
     let mut chosen = None;
-    for j in 0..sim.steps.len().saturating_sub(1) {
+    for (j, st) in states.iter().enumerate().take(sim.steps.len().saturating_sub(1)) {
         let (start, back) = (sim.steps[j].req.time, sim.steps[j + 1].req.time);
         let gap = back - start;
-        let run = sim.clock_gap(j, &states[j], true, &learned, &mut chosen);
+        let run = sim.clock_gap(j, st, true, &learned, &mut chosen);
         learned.push(gap);
         // Every option the provider offers, whatever the clock was offered then.
-        let f = &sim.figures(j, &states[j], true);
+        let f = &sim.figures(j, st, true);
         let Some(ttl) = f.ttl_ms else { continue };
         if gap <= ttl - f.margin() {
             continue;
