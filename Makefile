@@ -219,7 +219,7 @@ node-newcomer:
 
 C_TEST_DIR := build/c
 # One program per file; each ends with "N passed, N failed".
-C_TESTS := test_ffi test_session test_agent test_callbacks test_response test_stream test_cache test_url test_body test_tools test_observe test_conformance
+C_TESTS := test_ffi test_session test_agent test_callbacks test_response test_stream test_cache test_url test_body test_tools test_observe test_conformance test_clock
 C_TEST_CFLAGS := -std=c11 -Wall -Wextra -Werror -g -O1 -pthread -Iinclude
 C_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 VALGRIND_FLAGS := --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect \

@@ -80,11 +80,13 @@
  * `lls_agent_record_body_info`, `lls_agent_record_stream_info` and `lls_recorded_info`; 5: the
  * store conformance kit, `lls_store_conformance`, `lls_store_conformance_url` and
  * `LLS_ERR_NONCONFORMING`, the `"gemini-interactions"` format and the `promptCacheOptions` /
- * `promptCacheBreakpoints` render options).
+ * `promptCacheBreakpoints` render options; 6: the cache clock, `lls_agent_cache_clock`,
+ * `lls_agent_keepalive_body`, `LLS_PURPOSE_KEEPALIVE` and the `lls_agent_compact` option
+ * `trigger`).
  *
  * Thread safety: a constant.
  */
-#define LLS_ABI_MINOR 5
+#define LLS_ABI_MINOR 6
 
 /**
  * `*out_seq` of `lls_agent_inject` when the message was deferred (not written yet).
@@ -106,6 +108,14 @@
  * Thread safety: a constant.
  */
 #define LLS_PURPOSE_COMPACTION 1
+
+/**
+ * `purpose` of an `lls_request_info`: a keep-warm request of the cache clock
+ * (`lls_agent_keepalive_body`). Since ABI minor 6.
+ *
+ * Thread safety: a constant.
+ */
+#define LLS_PURPOSE_KEEPALIVE 2
 
 /**
  * Observation level `debug`: detail of the library's decisions.
@@ -281,7 +291,7 @@ typedef struct {
      */
     uint64_t step_seq;
     /**
-     * `LLS_PURPOSE_CONVERSATION` (0) or `LLS_PURPOSE_COMPACTION` (1).
+     * `LLS_PURPOSE_CONVERSATION` (0), `LLS_PURPOSE_COMPACTION` (1) or `LLS_PURPOSE_KEEPALIVE` (2).
      */
     uint32_t purpose;
     /**
@@ -641,11 +651,15 @@ void lls_string_free(char *s);
 size_t lls_live_string_count(void);
 
 /**
- * Compacts now, between requests. `opts_json` (may be NULL) is `{"span"?: [start, end]}`: a
- * surface span (positions in `lls_session_history`, inclusive, not separating a tool call from
- * its result); without it the head region is chosen as the pressure gate would (keeping the
- * policy's retained tail, or the newest message without a policy). A middle span stays
- * correct but forgoes cache reuse. The summariser (`lls_agent_set_summariser`) is called on
+ * Compacts now, between requests. `opts_json` (may be NULL) is `{"span"?: [start, end],
+ * "trigger"?: "manual" | "idle"}`: a surface span (positions in `lls_session_history`,
+ * inclusive, not separating a tool call from its result); without it the head region is chosen
+ * as the pressure gate would (keeping the policy's retained tail, or the newest message without
+ * a policy). A middle span stays correct but forgoes cache reuse. `"trigger": "idle"` (since
+ * ABI minor 6, no span) is the compaction the cache clock decided (`lls_agent_cache_clock`
+ * answered `compact`): it needs a policy, and fails with `LLS_ERR_OUT_OF_ORDER` unless the
+ * clock's last decision since the cache was used is to compact; its `compaction/start` names
+ * that decision. The summariser (`lls_agent_set_summariser`) is called on
  * this thread; `cancel` (may be NULL) interrupts it.
  *
  * On success `*out` is `{"outcome": "landed" | "discarded", "span": [start, end], "seqs":
@@ -1389,6 +1403,77 @@ lls_status lls_cancel_is_tripped(const lls_cancel *cancel, bool *out, lls_error 
  * Thread safety: call once, from any thread; the handle must not be used afterwards.
  */
 void lls_cancel_free(lls_cancel *cancel);
+
+/**
+ * Asks the agent's cache clock what to do now, from the session's log alone, the host's
+ * prices and its return-time model. `(opts_json, opts_len)` (NULL: every default) is
+ * `{"now"?: ms since the epoch (default: the clock's time; tests give their own), "prices"?:
+ * {...} (as for `lls_session_explain`; without a price for the model nothing is decided),
+ * "cacheRules"?: {...} (TTL overrides, as for `lls_session_explain`), "returnModel"?:
+ * {"gapsMs"?, "weights"?, "neverReturns"?, "learn"?, "priorWeight"?}, "marginMs"?: ms before
+ * expiry at which the clock acts (default 30000), "tierBilling"?: "written" | "prefix",
+ * "compaction"?: {"enabled"?, "minContextTokens"?, "summaryRatio"?}, "record"?: bool (default
+ * true)}`.
+ *
+ * On success `*out` (free it with `lls_string_free`) is `{"decision": "none" | "compact" |
+ * "keep-warm" | "let-expire" | "tier", "tier"?, "reason", "at", "warmUntil"?,
+ * "nextDecisionAt"?, "returnProbability"?, "options": [{"option", "tier"?, "expectedCost",
+ * "expectedPings"?}], "breakEven": {...}, "returns", "state": {"provider", "model",
+ * "lastRequestAt"?, "touchedAt"?, "tier", "ttlMs"?, "figures"?, "compacted"}, "recorded"?}`:
+ * `keep-warm` → send `lls_agent_keepalive_body`; `compact` → `lls_agent_compact` with
+ * `{"trigger": "idle"}`; `tier` → write the next request at that tier (the Anthropic render
+ * option `cacheTtl`); ask again at `nextDecisionAt`. An action decision is recorded in the log
+ * as `clock/decision` once per use of the cache (`recorded`: its seq). No callback is called.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`agent`, `out`), `LLS_ERR_INVALID_HANDLE`,
+ * `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (a bad option; the
+ * message and the detail's `field` name it, e.g. `options.marginMs`, `prices.anthropic.input`),
+ * `LLS_ERR_DISPOSED`, `LLS_ERR_OUT_OF_ORDER` (from the agent's own callback),
+ * `LLS_ERR_STORAGE`, `LLS_ERR_CONFLICT`, `LLS_ERR_READ_ONLY` (recording the decision; nothing
+ * changed), `LLS_ERR_POISONED`. Since ABI minor 6.
+ *
+ * # Safety
+ * `opts_json` NULL or `opts_len` readable bytes; `out`, `out_len`, `err` NULL or valid for
+ * writes.
+ *
+ * Thread safety: exclusive per agent (serialised internally); not from the agent's callbacks.
+ */
+lls_status lls_agent_cache_clock(lls_agent *agent,
+                                 const char *opts_json,
+                                 size_t opts_len,
+                                 char **out,
+                                 size_t *out_len,
+                                 lls_error **err);
+
+/**
+ * Builds the keep-warm request of the cache clock as the provider body ready to POST, in
+ * `(*body, *body_len)` (free it with `lls_string_free`): the last conversation request again,
+ * every cacheable byte the same (cache marks included), its output limit at the smallest the
+ * provider allows (1; 16 for `openai-responses`; an Anthropic thinking budget + 1), with
+ * `purpose: "keepalive"` in its logged envelope. It is logged as `clock/keepalive` (its
+ * digest: `verify` rebuilds it). Send it, then record its answer as for a conversation
+ * request: `lls_agent_record_body`, `lls_agent_record_stream` or `lls_agent_provider_error`
+ * (it goes to `clock/keepalive-end`, never into the history; the record's `tool_calls` is 0).
+ * `*info` (may be NULL) receives what the request is (`purpose` `LLS_PURPOSE_KEEPALIVE`,
+ * `step_seq` the seq of its `clock/keepalive`).
+ *
+ * Errors (each changes nothing): `LLS_ERR_NULL_POINTER` (`agent`, `body`),
+ * `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_OUT_OF_ORDER` (no renderer set, no request sent yet, a
+ * request or a compaction open, or a compaction rewrote the history since the last request:
+ * nothing worth keeping warm), `LLS_ERR_INVALID_INPUT` (the renderer cannot render it),
+ * `LLS_ERR_DISPOSED`, `LLS_ERR_STORAGE`, `LLS_ERR_CONFLICT`, `LLS_ERR_READ_ONLY`,
+ * `LLS_ERR_POISONED`. Since ABI minor 6.
+ *
+ * # Safety
+ * `body`, `body_len`, `info`, `err` NULL or valid for writes.
+ *
+ * Thread safety: exclusive per agent (serialised internally); not from the agent's callbacks.
+ */
+lls_status lls_agent_keepalive_body(lls_agent *agent,
+                                    char **body,
+                                    size_t *body_len,
+                                    lls_request_info *info,
+                                    lls_error **err);
 
 /**
  * Runs the store conformance kit (`docs/storage.md`, "Conformance kit for your own store")

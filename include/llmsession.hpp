@@ -586,6 +586,8 @@ enum class Purpose : std::uint32_t {
     conversation = LLS_PURPOSE_CONVERSATION,
     /// A compaction's summarisation request.
     compaction = LLS_PURPOSE_COMPACTION,
+    /// A keep-warm request of the cache clock (`Agent::keepalive_body`).
+    keepalive = LLS_PURPOSE_KEEPALIVE,
 };
 
 /// What a built request is, from `lls_request_info` (plain data, no JSON to parse): the same
@@ -1083,6 +1085,37 @@ public:
                                      detail::cancel_ptr(cancel), out, len, err);
         });
     }
+
+    /// Asks the cache clock what to do now about the provider's cache (docs/caching.md, "The
+    /// cache clock"), from the session's log: `opts_json` `{"now"?, "prices"?, "cacheRules"?,
+    /// "returnModel"?, "marginMs"?, "tierBilling"?, "compaction"?, "record"?}` (empty: every
+    /// default). Returns `{"decision", "tier"?, "reason", "warmUntil"?, "nextDecisionAt"?,
+    /// "options", "state", "recorded"?, ...}`: `"keep-warm"` → `keepalive_body`, `"compact"` →
+    /// `compact_idle`, `"tier"` → the render option `cacheTtl`; ask again at `nextDecisionAt`.
+    /// A bad option throws Error with `LLS_ERR_INVALID_INPUT` naming the field.
+    std::string cache_clock(std::string_view opts_json = {}) {
+        return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
+            return lls_agent_cache_clock(get(), detail::opt_ptr(opts_json), opts_json.size(), out,
+                                         len, err);
+        });
+    }
+
+    /// The keep-warm request the cache clock decided, as the provider body: the last
+    /// conversation request again, every cacheable byte the same, its output limit at the
+    /// provider's minimum (`info.purpose` is `Purpose::keepalive`). Send it, then record the
+    /// answer with `record_body` (it never enters the history).
+    Body keepalive_body() {
+        char *out = nullptr;
+        std::size_t len = 0;
+        lls_request_info info{};
+        detail::call([&](lls_error **err) { return lls_agent_keepalive_body(get(), &out, &len, &info, err); });
+        OwnedString body(out, len);
+        return Body{std::move(body), RequestInfo::from(info)};
+    }
+
+    /// The compaction the cache clock decided (`"compact"`): `compact` with
+    /// `{"trigger":"idle"}`. Throws Error with `LLS_ERR_OUT_OF_ORDER` without that decision.
+    std::string compact_idle(const Cancel *cancel = nullptr) { return compact(R"({"trigger":"idle"})", cancel); }
 
     /// Measures the prompt the next request would carry, as JSON.
     std::string measure() {

@@ -379,3 +379,57 @@ fn explain_prices_every_idle_gap_against_each_action() {
     assert_eq!(json["gaps"][0]["options"][0]["option"], "let-expire");
     assert!(json["gaps"][0]["cost"]["return"].as_f64().unwrap() > 0.0);
 }
+
+#[test]
+fn the_log_rules_check_the_clock_records() {
+    let s = Session::in_memory();
+    let append = |v: Value| s.append_json(&v);
+    let bad = |v: Value, msg: &str| {
+        let e = s.append_json(&v).unwrap_err();
+        assert!(e.message().contains(msg), "{} lacks {msg}", e.message());
+        e
+    };
+    let e = bad(
+        json!({"type": "clock/decision", "data": {"decision": "maybe", "at": 1, "reason": "r"}}),
+        "data.decision: expected none, compact, keep-warm, let-expire or tier, got \"maybe\"",
+    );
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    bad(json!({"type": "clock/decision", "data": {"decision": "tier", "at": 1, "reason": "r"}}), "data.tier");
+    bad(
+        json!({"type": "clock/keepalive", "data": {"replays": 1, "maxTokens": 1, "bytes": 2, "requestDigest": "sha256:x"}}),
+        "data.requestDigest",
+    );
+    bad(
+        json!({"type": "clock/keepalive-end", "data": {"request": 5, "outcome": "response"}}),
+        "data.request: names seq 5, not an earlier clock/keepalive",
+    );
+    append(json!({"type": "clock/decision", "data": {"decision": "let-expire", "at": 1, "reason": "r"}})).unwrap();
+    bad(
+        json!({"type": "clock/keepalive-end", "data": {"request": 0, "outcome": "maybe"}}),
+        "data.outcome: expected response, error or cancelled",
+    );
+    bad(json!({"type": "clock/keepalive-end", "data": {"request": 0, "outcome": "response", "usage": {"inputTokens": -1}}}), "data.usage");
+    // While a request is open the clock has nothing to record.
+    let mut a = agent(&s, None);
+    a.start_turn(Message::user_text("hi")).unwrap();
+    a.next_body(&CancelToken::new()).unwrap();
+    let r = a.cache_clock(&options(json!({"prices": prices()}))).unwrap();
+    assert!(r.decision.reason.contains("a request is in flight"), "{}", r.decision.reason);
+    let e = a.keepalive_body().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::OutOfOrder);
+    assert!(e.message().contains("a request is open"), "{}", e.message());
+    // Verify checks a keep-warm answer against the request waiting for it: one that names
+    // another seq (its chain recomputed) is refused.
+    a.record_body(&reply("ok", 40, 0, 300)).unwrap();
+    a.end_turn(TurnEndReason::Completed).unwrap();
+    a.keepalive_body().unwrap();
+    a.record_body(&reply("ok", 0, 340, 0)).unwrap();
+    let recs = records(&s);
+    let i = index_of(&recs, "clock/keepalive-end", 0);
+    let k = index_of(&recs, "clock/keepalive", 0);
+    let mut forged = recs.clone();
+    forged[i] = forged[i].replace(&format!("\"request\":{}", k - 1), "\"request\":1");
+    let e = llmsession::request::verify_records(&bytes(&reseal(&forged))).unwrap_err();
+    assert!(e.message().contains("which is not a keep-warm request waiting for its answer"), "{}", e.message());
+    assert_eq!(llmsession::request::verify_records(&bytes(&recs)).unwrap().keepalives, 1);
+}

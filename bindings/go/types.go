@@ -557,11 +557,15 @@ func (e *Event) Usage() (*Usage, error) {
 // VerifyReport is what Verify and VerifyFile report: how many events were checked and how many
 // conversation and compaction requests were rebuilt from the log and matched. Raw is the JSON.
 type VerifyReport struct {
-	Events      uint64          `json:"events"`
-	Requests    uint64          `json:"requests"`
-	Compactions uint64          `json:"compactions"`
-	Bodies      uint64          `json:"bodies,omitempty"`
-	Raw         json.RawMessage `json:"-"`
+	Events      uint64 `json:"events"`
+	Requests    uint64 `json:"requests"`
+	Compactions uint64 `json:"compactions"`
+	Bodies      uint64 `json:"bodies,omitempty"`
+	// Keepalives and Decisions count the cache clock's keep-warm requests rebuilt and its
+	// decisions recomputed (ABI minor 6).
+	Keepalives uint64          `json:"keepalives,omitempty"`
+	Decisions  uint64          `json:"decisions,omitempty"`
+	Raw        json.RawMessage `json:"-"`
 }
 
 // LoadReport is what opening a session found and repaired: records cut from the end (a torn

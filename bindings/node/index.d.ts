@@ -223,8 +223,8 @@ export interface RequestInfo {
   sharedMessages: number;
   instance: number;
   stepSeq: number;
-  /** Set by `nextBody` (read from the library's fixed record). */
-  purpose?: 'conversation' | 'compaction';
+  /** Set by `nextBody` and `keepaliveBody` (read from the library's fixed record). */
+  purpose?: 'conversation' | 'compaction' | 'keepalive';
 }
 
 /** The result of `Agent.nextRequest`. */
@@ -485,11 +485,73 @@ export declare class Agent {
   endTurn(reason?: 'completed' | 'max-tokens' | 'aborted' | 'error' | 'rejected' | 'disposed' | 'interrupted'): void;
   compact(options?: OperationOptions & { span?: [number, number] }): Promise<CompactionOutcome>;
   measure(options?: OperationOptions): Promise<{ total: number; counter: string; [key: string]: Json }>;
+  /** Asks the cache clock what to do now (docs/caching.md, "The cache clock"). Synchronous. */
+  cacheClock(options?: ClockOptions): ClockDecision;
+  /** The keep-warm request the clock decided, as the provider body; record its answer with `recordBody`. */
+  keepaliveBody(): Body;
+  /** The compaction the clock decided (`trigger: "idle"`). */
+  compactIdle(options?: OperationOptions): Promise<CompactionOutcome>;
   stats(): { readOnly: boolean; chainHead?: string; [key: string]: number | boolean | string | undefined };
   prefix(): Message[] | null;
   dispose(): Promise<void>;
   close(): void;
   readonly closed: boolean;
+}
+
+/** The decisions of the cache clock. */
+export declare const Decision: {
+  readonly NONE: 'none';
+  readonly COMPACT: 'compact';
+  readonly KEEP_WARM: 'keep-warm';
+  readonly LET_EXPIRE: 'let-expire';
+  readonly TIER: 'tier';
+};
+
+/** The options of `Agent.cacheClock` (all optional). */
+export interface ClockOptions {
+  /** The time to decide for, ms since the epoch (default: now). */
+  now?: number;
+  /** The host's price table (as for explain): without a price for the model nothing is decided. */
+  prices?: { [key: string]: Json };
+  /** Overrides of the providers' TTLs (as for explain). */
+  cacheRules?: { [key: string]: Json };
+  /** The return-time model (default: the session's gaps and the documented prior). */
+  returnModel?: { gapsMs?: number[]; weights?: number[]; neverReturns?: number; learn?: boolean; priorWeight?: number };
+  /** How long before expiry the clock acts, ms (default 30000). */
+  marginMs?: number;
+  /** How a longer-tier write after a hit is billed. */
+  tierBilling?: 'written' | 'prefix';
+  compaction?: { enabled?: boolean; minContextTokens?: number; summaryRatio?: number };
+  /** Whether an action decision is recorded in the log (default true). */
+  record?: boolean;
+}
+
+/** The cache clock's answer. */
+export interface ClockDecision {
+  decision: 'none' | 'compact' | 'keep-warm' | 'let-expire' | 'tier';
+  tier?: string;
+  reason: string;
+  at: number;
+  warmUntil?: number;
+  /** When to ask again (ms since the epoch); absent: nothing to decide before the next request. */
+  nextDecisionAt?: number;
+  returnProbability?: number;
+  options: { option: string; tier?: string; expectedCost: number; expectedPings?: number }[];
+  breakEven: { [key: string]: number };
+  /** Where the return-time model came from. */
+  returns: string;
+  state: {
+    provider: string;
+    model: string;
+    lastRequestAt?: number;
+    touchedAt?: number;
+    tier: string;
+    ttlMs?: number;
+    figures?: { [key: string]: Json };
+    compacted: boolean;
+  };
+  /** The seq of the clock/decision event that records it. */
+  recorded?: number;
 }
 
 /** A provider body format. */

@@ -109,7 +109,7 @@ fn count(n: usize) -> u32 {
 }
 
 impl lls_request_info {
-    fn of(r: &RequestInfo) -> lls_request_info {
+    pub(crate) fn of(r: &RequestInfo) -> lls_request_info {
         let mut digest = [0 as c_char; 72];
         for (d, b) in digest.iter_mut().zip(r.digest.bytes().take(71)) {
             *d = b as c_char;

@@ -134,6 +134,7 @@ func checkReport(r report) (checked, violations []string) {
 		}
 	}
 	checkExplain(r, ok, fail)
+	checkIdle(r, ok, fail)
 	if conversations < 2 {
 		fail("the run has %d conversation requests; the rules need at least 2", conversations)
 	}

@@ -134,15 +134,26 @@ impl ProviderErrorInput {
 pub struct CompactInput {
     /// The surface positions to compact, inclusive; `None`: what the policy would select.
     pub span: Option<(usize, usize)>,
+    /// `trigger: "idle"`: the compaction the cache clock decided (`Agent::compact_idle`).
+    pub idle: bool,
 }
 
 impl CompactInput {
-    /// Parses `{"span"?: [start, end]}`; no options at all is `None`.
+    /// Parses `{"span"?: [start, end], "trigger"?: "manual" | "idle"}` (`idle` takes no span);
+    /// no options at all is `None`.
     pub fn from_value(v: Option<&Value>) -> Result<CompactInput> {
         let Some(v) = v else { return Ok(CompactInput::default()) };
         let f = Fields::of(v, "")?;
-        only(&f, &["span"], "a compaction option", "")?;
-        let Some(span) = f.opt_array("span")? else { return Ok(CompactInput::default()) };
+        only(&f, &["span", "trigger"], "a compaction option", "")?;
+        let idle = match f.opt_str("trigger")? {
+            None | Some("manual") => false,
+            Some("idle") if f.map.contains_key("span") => {
+                return Err(Error::invalid("trigger", "an idle compaction takes the head region the clock priced: leave span out"))
+            }
+            Some("idle") => true,
+            Some(other) => return Err(Error::invalid("trigger", format!("expected \"manual\" or \"idle\", got {other:?}"))),
+        };
+        let Some(span) = f.opt_array("span")? else { return Ok(CompactInput { span: None, idle }) };
         let pos = |i: usize| -> Result<usize> {
             span.get(i)
                 .and_then(Value::as_u64)
@@ -156,7 +167,7 @@ impl CompactInput {
         if start > end {
             return Err(Error::invalid("span", format!("start ({start}) is after end ({end})")));
         }
-        Ok(CompactInput { span: Some((start, end)) })
+        Ok(CompactInput { span: Some((start, end)), idle: false })
     }
 }
 

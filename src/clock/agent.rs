@@ -202,7 +202,7 @@ fn none(at: u64, reason: impl Into<String>) -> Decision {
         return_probability: None,
         options: Vec::new(),
         break_even: Default::default(),
-        model: String::new(),
+        returns: String::new(),
     }
 }
 
@@ -489,6 +489,32 @@ impl Agent {
             .ok_or_else(|| Error::new(ErrorKind::NothingToCompact, "nothing to compact"))?;
         let (op, _g) = self.op_token(cancel);
         self.keepalive = None;
-        self.run_compaction_for(Trigger::Idle, region, &m, &policy, &op, Some(decision))
+        self.run_compaction(Trigger::Idle, region, &m, &policy, &op, Some(decision))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_keepalive_output_limit_is_the_providers_smallest() {
+        let plain = CallConfig::new("anthropic", "claude-sonnet-4-5");
+        assert_eq!(keepalive_max_tokens(Some(Renderer::Anthropic), &plain), 1);
+        let mut thinking = plain.clone();
+        thinking.extra.insert("thinking".into(), json!({"type": "enabled", "budget_tokens": 2048}));
+        assert_eq!(keepalive_max_tokens(Some(Renderer::Anthropic), &thinking), 2049);
+        assert_eq!(keepalive_max_tokens(None, &thinking), 2049);
+        assert_eq!(keepalive_max_tokens(Some(Renderer::OpenAiResponses), &CallConfig::new("openai", "gpt-5")), 16);
+        assert_eq!(keepalive_max_tokens(Some(Renderer::OpenAi), &CallConfig::new("llama.cpp", "m")), 1);
+        assert_eq!(keepalive_max_tokens(Some(Renderer::Gemini), &CallConfig::new("gemini", "g")), 1);
+    }
+
+    #[test]
+    fn no_options_is_every_default() {
+        let o = ClockOptions::from_value(None).unwrap();
+        assert!(o.record && o.compaction.enabled && o.prices.is_none() && o.now.is_none());
+        assert_eq!(o.return_model, ReturnModelSpec::default());
     }
 }

@@ -113,8 +113,9 @@ pub struct Decision {
     pub options: Vec<Expected>,
     /// The break-evens.
     pub break_even: BreakEven,
-    /// Where the return-time model comes from.
-    pub model: String,
+    /// Where the return-time model comes from (`the default prior`, `4 gaps of this session +
+    /// the default prior`, `the host's distribution`).
+    pub returns: String,
 }
 
 /// The conditional distribution of the remaining absence, on a time axis that starts at the
@@ -293,7 +294,7 @@ pub fn decide(f: &CacheFigures, t: &Timing, model: &ReturnModel) -> Decision {
         return_probability: None,
         options: Vec::new(),
         break_even: BreakEven::default(),
-        model: model.source.clone(),
+        returns: model.source.clone(),
     };
     let Some(ttl) = f.ttl_ms else {
         d.reason =

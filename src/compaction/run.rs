@@ -228,7 +228,7 @@ impl Agent {
             .session(self.session.id())
             .with("span", json!([region.start, region.end]))
         });
-        let out = match self.run_compaction(Trigger::Auto, region, &m, &policy, op) {
+        let out = match self.run_compaction(Trigger::Auto, region, &m, &policy, op, None) {
             Ok(out) => out,
             // Cancelled, disposed, or the store refused a write: the call fails (no request).
             Err(e) if matches!(e.kind(), ErrorKind::Cancelled | ErrorKind::Disposed) || crate::agent::is_store_refusal(e.kind()) => {
@@ -307,7 +307,7 @@ impl Agent {
         let region = select_region(&entries, self.meter.per_entry(), 0)
             .ok_or_else(|| Error::new(ErrorKind::NothingToCompact, "context overflow, but nothing is left to compact"))?;
         let (op, _g) = self.op_token(cancel);
-        let out = self.run_compaction(Trigger::Overflow, region, &m, policy, &op)?;
+        let out = self.run_compaction(Trigger::Overflow, region, &m, policy, &op, None)?;
         match out.outcome {
             Outcome::Landed => {
                 observe::emit(Level::Info, || {
@@ -367,28 +367,16 @@ impl Agent {
             }
         };
         let (op, _g) = self.op_token(cancel);
-        self.run_compaction(Trigger::Manual, region, &m, &policy, &op)
+        self.run_compaction(Trigger::Manual, region, &m, &policy, &op, None)
     }
 
     /// Writes `compaction/start`, asks the summariser, and lands or records the failure. The
     /// start is one batch (with the instance's anchoring header when none is logged yet, and the
     /// end of a compaction whose outcome the store refused before); the landing (summary,
-    /// checkpoint, end) is another. Agent state changes only once a batch is stored.
-    fn run_compaction(
-        &mut self,
-        trigger: Trigger,
-        region: Region,
-        m: &Measure,
-        policy: &CompactionPolicy,
-        op: &CancelToken,
-    ) -> Result<CompactionOutcome> {
-        self.run_compaction_for(trigger, region, m, policy, op, None)
-    }
-
-    /// [`run_compaction`](Self::run_compaction); an idle compaction names the seq of the cache
-    /// clock's `clock/decision` it follows (`decision`), recorded in its `compaction/start` with
-    /// the mechanism (`portable`).
-    pub(crate) fn run_compaction_for(
+    /// checkpoint, end) is another. Agent state changes only once a batch is stored. An idle
+    /// compaction names the seq of the cache clock's `clock/decision` it follows (`decision`),
+    /// recorded in its `compaction/start` with the mechanism (`portable`).
+    pub(crate) fn run_compaction(
         &mut self,
         trigger: Trigger,
         region: Region,

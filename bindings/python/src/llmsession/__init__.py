@@ -13,6 +13,7 @@ from ._runtime import PendingReply, invoke_callback, registered_callback_count
 from .agent import Agent, Body, Recorded, Request, compaction_outcome, user_message
 from .aio import AsyncAgent
 from .cancel import Cancel
+from .clock import DECISIONS
 from .errors import *  # noqa: F401,F403  (LlmSessionError, its subclasses, CallbackError, Status)
 from .errors import ERROR_CLASSES, CallbackError, LlmSessionError, Status
 from .observe import LEVELS, Observation, live_observer_count, log_to, observing, set_observer
@@ -56,6 +57,7 @@ __all__ = [
     "Body",
     "CallbackError",
     "Cancel",
+    "DECISIONS",
     "ERROR_CLASSES",
     "LlmSessionError",
     "PendingReply",

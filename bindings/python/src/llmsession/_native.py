@@ -36,8 +36,9 @@ from typing import Any, List, Optional
 ABI_VERSION = 2
 #: The oldest ABI minor (compatible additions) this binding loads: 2 brought ``lls_status_name``,
 #: 3 the observer hook (``lls_set_observer``), 4 the finish reason of a recorded response
-#: (``lls_agent_record_body_info``).
-ABI_MINOR = 4
+#: (``lls_agent_record_body_info``), 6 the cache clock (``lls_agent_cache_clock``,
+#: ``lls_agent_keepalive_body``).
+ABI_MINOR = 6
 
 SEQ_NONE = 0xFFFFFFFFFFFFFFFF
 CB_OK = 0
@@ -232,6 +233,9 @@ _def("lls_agent_record_body", c_int32, [P, BUF, c_size_t, POINTER(c_uint64), POI
 _def("lls_agent_record_stream", c_int32, [P, P, c_bool, POINTER(c_uint64), POINTER(c_uint32), ERR])
 _def("lls_agent_record_body_info", c_int32, [P, BUF, c_size_t, POINTER(RecordedInfoStruct), ERR])
 _def("lls_agent_record_stream_info", c_int32, [P, P, c_bool, POINTER(RecordedInfoStruct), ERR])
+# Minor 6: the cache clock (clock.py).
+_def("lls_agent_cache_clock", c_int32, [P, BUF, c_size_t] + OUT)
+_def("lls_agent_keepalive_body", c_int32, [P, PP, SZ, POINTER(RequestInfoStruct), ERR])
 
 version: str = lib.lls_version().decode()
 

@@ -25,6 +25,7 @@ from ._runtime import (
     text,
 )
 from .cancel import Cancel
+from .clock import CacheClock
 from .errors import LlmSessionError, SummariserError
 from .session import Session
 from .stream import Stream
@@ -117,7 +118,7 @@ def _recorded(r: "N.RecordedInfoStruct") -> Recorded:
     return Recorded(r.seq, r.tool_calls, finish or None)
 
 
-_PURPOSES = ("conversation", "compaction")
+_PURPOSES = ("conversation", "compaction", "keepalive")
 
 
 def _info(s: N.RequestInfoStruct) -> RequestInfo:
@@ -131,14 +132,15 @@ def _info(s: N.RequestInfoStruct) -> RequestInfo:
         "sharedMessages": s.shared_messages,
         "instance": s.instance,
         "stepSeq": s.step_seq,
-        "purpose": cast(Any, _PURPOSES[s.purpose] if s.purpose < 2 else f"unknown-{s.purpose}"),
+        "purpose": cast(Any, _PURPOSES[s.purpose] if s.purpose < len(_PURPOSES) else f"unknown-{s.purpose}"),
     }
 
 
-class Agent(Handle):
+class Agent(CacheClock, Handle):
     """An agent instance over a session: ``Agent(session, {"config": {...}, "system"?,
     "tools"?, ...})``. ``with`` disposes and frees it. Calls on one agent are serialised by the
-    library; callbacks run on the thread that made the call."""
+    library; callbacks run on the thread that made the call. The cache clock's methods
+    (:meth:`cache_clock`, :meth:`keepalive_body`, :meth:`compact_idle`) are in clock.py."""
 
     _what = "agent"
 

@@ -1,6 +1,6 @@
 """The asyncio form: :class:`AsyncAgent`, whose operations are awaitable.
 
-Each operation that may run callbacks (``next_request``, ``next_body``, ``compact``,
+Each operation that may run callbacks (``next_request``, ``next_body``, ``compact``, ``compact_idle``,
 ``provider_error``, ``measure``, ``dispose``) runs the library call on an executor thread
 (``loop.run_in_executor``), so the event loop stays free. A callback that is an ``async def``
 (or returns any awaitable) is scheduled on the loop (``asyncio.run_coroutine_threadsafe``):
@@ -73,6 +73,10 @@ class AsyncAgent:
 
     async def compact(self, span: Optional[Sequence[int]] = None, cancel: Optional[Cancel] = None) -> CompactionOutcome:
         return await self._run(self.agent.compact, span, cancel=cancel)  # type: ignore[no-any-return]
+
+    async def compact_idle(self, cancel: Optional[Cancel] = None) -> CompactionOutcome:
+        """The compaction the cache clock decided (it calls the summariser)."""
+        return await self._run(self.agent.compact_idle, cancel=cancel)  # type: ignore[no-any-return]
 
     async def provider_error(self, error: Union[str, Mapping[str, Any]], cancel: Optional[Cancel] = None) -> bool:
         return await self._run(self.agent.provider_error, error, cancel=cancel)  # type: ignore[no-any-return]

@@ -133,7 +133,7 @@ class RequestInfo(TypedDict):
     sharedMessages: int
     instance: int
     stepSeq: int
-    purpose: NotRequired[Literal["conversation", "compaction"]]
+    purpose: NotRequired[Literal["conversation", "compaction", "keepalive"]]
 
 
 class SessionEvent(TypedDict):
@@ -173,6 +173,26 @@ class CompactionOutcome(TypedDict):
     seqs: List[int]
     request: Dict[str, Json]
     error: NotRequired[str]
+
+
+class ClockDecision(TypedDict):
+    """The cache clock's answer (``lls_agent_cache_clock``; docs/caching.md, "The cache clock")."""
+
+    decision: Literal["none", "compact", "keep-warm", "let-expire", "tier"]
+    tier: NotRequired[str]
+    reason: str
+    at: int
+    warmUntil: NotRequired[int]
+    #: When to ask again (ms since the epoch); absent: nothing to decide before the next request.
+    nextDecisionAt: NotRequired[int]
+    returnProbability: NotRequired[float]
+    options: List[Dict[str, Json]]
+    breakEven: Dict[str, Json]
+    #: Where the return-time model came from.
+    returns: str
+    state: Dict[str, Json]
+    #: The seq of the ``clock/decision`` event that records it.
+    recorded: NotRequired[int]
 
 
 class StoredSession(TypedDict):
