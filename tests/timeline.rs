@@ -10,12 +10,14 @@
 mod explain_log;
 
 use explain_log::{options, turn};
+use llmsession::clock::{Action, ClockOptions};
 use llmsession::log::TurnEndReason;
 use llmsession::prices::PriceTable;
+use llmsession::render::{RenderOptions, Renderer};
 use llmsession::timeline::simulate::{simulate, Settings};
 use llmsession::timeline::RequestKind;
 use llmsession::timeline::{self, gaps::gap_report, Source, Timeline};
-use llmsession::{Agent, CancelToken, Message, Role, Session};
+use llmsession::{Agent, AgentOptions, CallConfig, CancelToken, Message, Role, Session};
 use serde_json::json;
 use std::path::PathBuf;
 
@@ -48,11 +50,7 @@ fn read(prefix: &str) -> Timeline {
 /// Anthropic's published prices for Claude Sonnet 4 (per million tokens), the model of these
 /// sessions.
 fn settings() -> Settings {
-    let prices = PriceTable::from_value(&json!({
-        "anthropic": {"input": 3, "cachedInput": 0.3, "cacheWrite": {"5m": 3.75, "1h": 6}, "output": 15}
-    }))
-    .unwrap();
-    Settings { prices, ..Default::default() }
+    Settings { prices: PriceTable::from_value(&settings_json()).unwrap(), ..Default::default() }
 }
 
 #[test]
@@ -156,4 +154,56 @@ fn our_log_is_read_through_the_request_walk_with_its_usage() {
     bad[3] = b"{not json".to_vec();
     let e = timeline::read(Source::Llmsession, &bad.join(&b'\n')).unwrap_err();
     assert!(e.message().contains("line 4"), "{}", e.message());
+}
+
+/// An Anthropic response body with this usage (5-minute writes).
+fn anthropic_reply(read: u64, write: u64) -> String {
+    json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5", "stop_reason": "end_turn",
+           "content": [{"type": "text", "text": "ok"}],
+           "usage": {"input_tokens": 40, "output_tokens": 20, "cache_read_input_tokens": read,
+                     "cache_creation_input_tokens": write, "cache_creation": {"ephemeral_5m_input_tokens": write}}})
+    .to_string()
+}
+
+#[test]
+fn a_keep_warm_request_of_the_log_is_what_the_recording_paid_and_no_other_policy_replays() {
+    let s = Session::in_memory();
+    let mut a = Agent::new(&s, AgentOptions::new(CallConfig::new("anthropic", "claude-sonnet-4-5"))).unwrap();
+    a.set_renderer(Renderer::Anthropic, RenderOptions::default()).unwrap();
+    let turn = |a: &mut Agent, read: u64, write: u64| {
+        a.start_turn(Message::user_text("go on")).unwrap();
+        a.next_body(&CancelToken::new()).unwrap();
+        a.record_body(&anthropic_reply(read, write)).unwrap();
+        a.end_turn(TurnEndReason::Completed).unwrap();
+    };
+    turn(&mut a, 0, 20_000);
+    // The clock, asked 4.6 minutes later for a host that comes back after 20 minutes, keeps warm.
+    let sent = s.with_log(|l| (0..l.len() as u64).rev().map(|i| l.event(i).unwrap()).find(|e| e.ty == "step/start").unwrap().time);
+    let o = json!({"prices": settings_json(), "now": sent + 276_000, "returnModel": {"gapsMs": [1_200_000], "neverReturns": 0}});
+    let r = a.cache_clock(&ClockOptions::from_value(Some(&o)).unwrap()).unwrap();
+    assert_eq!(r.decision.decision, Action::KeepWarm, "{}", r.decision.reason);
+    a.keepalive_body().unwrap();
+    a.record_body(&anthropic_reply(20_040, 0)).unwrap();
+    turn(&mut a, 20_040, 100);
+    let records: Vec<Vec<u8>> = s.export_jsonl().lines().map(|l| l.as_bytes().to_vec()).collect();
+    let t = timeline::read(Source::Llmsession, &records.join(&b'\n')).unwrap().remove(0);
+    let kinds: Vec<RequestKind> = t.requests.iter().map(|r| r.kind).collect();
+    assert_eq!(kinds, [RequestKind::Conversation, RequestKind::Keepalive, RequestKind::Conversation]);
+    assert_eq!(t.requests[1].usage.cache_read_tokens, Some(20_040));
+    let set = settings();
+    let ping = set.prices.price("anthropic", "claude-sonnet-4-5").unwrap().cost(&t.requests[1].usage).total;
+    let r = simulate(&t, &set).unwrap();
+    // Two requests replayed; the recording paid its keep-warm request, the others send their own.
+    assert_eq!(r.requests, 2);
+    let p = &r.policies;
+    assert_eq!(p.threshold.pings, 1);
+    assert!((p.threshold.ping_cost - ping).abs() < 1e-12, "{p:?}");
+    let billed: f64 = t.requests.iter().map(|r| set.prices.price(&r.provider, &r.model).unwrap().cost(&r.usage).total).sum();
+    assert!((p.threshold.cost - billed).abs() < 1e-9, "{} != {billed}", p.threshold.cost);
+    assert_eq!(p.optimal.pings, 0, "a gap of seconds in the log's own times needs none: {p:?}");
+}
+
+/// The price table of [`settings`], as JSON.
+fn settings_json() -> serde_json::Value {
+    json!({"anthropic": {"input": 3, "cachedInput": 0.3, "cacheWrite": {"5m": 3.75, "1h": 6}, "output": 15}})
 }

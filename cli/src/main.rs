@@ -420,7 +420,7 @@ fn cmd_simulate(
         o.summary_max_tokens,
         o.retained_share * 100.0,
         o.instruction_tokens,
-        o.return_model.model(&[]).source
+        describe_model(&o.return_model)
     );
     for (file, r) in &reports {
         for n in &r.notes {
@@ -428,6 +428,16 @@ fn cmd_simulate(
         }
     }
     Ok(())
+}
+
+/// `the default prior (counting as 3 gaps) learning the session's gaps, never returns 10 %`.
+fn describe_model(m: &llmsession::clock::ReturnModelSpec) -> String {
+    let base = match &m.gaps_ms {
+        Some(g) => format!("the host's {} gap(s)", g.len()),
+        None => "the default prior".into(),
+    };
+    let learn = if m.learn { format!(" (counting as {} gaps) learning the session's gaps", m.prior_weight) } else { String::new() };
+    format!("{base}{learn}, never returns {:.0} %", m.never_returns * 100.0)
 }
 
 /// `explain --from`: the idle gaps of a transcript, priced.
