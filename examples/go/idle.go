@@ -29,11 +29,20 @@ import (
 // tokens, not llama-server's: it bills nothing).
 var idlePrices = json.RawMessage(`{"openai": {"input": 1, "cachedInput": 0.1, "cacheWrite": 1.25, "output": 4}}`)
 
-// idleSpec is the pause the host makes after its scripted turns (-idle-ttl, -idle-return).
+// idleSpec is the pause the host makes (-idle-ttl, -idle-after, -idle-return).
 type idleSpec struct {
 	ttl    time.Duration // the TTL given to llama-server through cacheRules
 	margin time.Duration // how long before expiry the clock acts
-	back   turnSpec      // the user's turn after the pause
+	after  int           // the pause comes after this scripted turn (0: after the last one)
+	back   turnSpec      // the user's turn after a pause that follows the last scripted turn
+}
+
+// pausesAfter reports whether the pause comes after scripted turn n (1-based) of count.
+func (s *idleSpec) pausesAfter(n, count int) bool {
+	if s.after <= 0 || s.after > count {
+		return n == count
+	}
+	return n == s.after
 }
 
 // idleDecision is one answer of the clock during the pause.
@@ -71,7 +80,8 @@ func (s *idleSpec) clockOptions() *llmsession.ClockOptions {
 }
 
 // idlePause is the pause: ask the clock, act on its decision, sleep until it says to ask
-// again, until it compacted or let the cache expire; then the user's turn.
+// again, until it compacted or let the cache expire. The user's next turn (the next scripted
+// one, or -idle-return after the last) follows.
 func (h *host) idlePause(ctx context.Context) error {
 	s := h.idle
 	a := h.a
@@ -118,10 +128,10 @@ func (h *host) idlePause(ctx context.Context) error {
 		case <-time.After(time.Until(next)):
 		}
 	}
-	// The user comes back.
+	// The user comes back: the next request is the first after the pause.
 	rep.FirstAfter = len(h.rep.Requests)
-	fmt.Printf("user (after the pause): %s\n", oneLine(s.back.User, 160))
-	return h.runTurn(ctx, s.back)
+	fmt.Println("idle pause: the user is back")
+	return nil
 }
 
 // keepWarm sends the keep-warm request and records its answer (it never enters the history).

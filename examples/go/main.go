@@ -741,7 +741,8 @@ func main() {
 	replayLog := flag.String("replay", "", "answer every request from this recorded session log instead of a server (offline)")
 	idleTTL := flag.Duration("idle-ttl", 0, "after the turns, pause with the cache clock, llama-server given this TTL (0: no pause; idle.go)")
 	idleMargin := flag.Duration("idle-margin", 5*time.Second, "how long before expiry the cache clock acts during the pause")
-	idleReturn := flag.String("idle-return", "I am back. What was the plan again?", "the user's turn after the pause")
+	idleAfter := flag.Int("idle-after", 0, "the pause comes after this scripted turn (0: after the last one, then -idle-return)")
+	idleReturn := flag.String("idle-return", "I am back. What was the plan again?", "the user's turn after a pause that follows the last scripted turn")
 	flag.Parse()
 	if *checkReport != "" {
 		os.Exit(runCheck(*checkReport))
@@ -778,7 +779,7 @@ func main() {
 	}
 	h.rep.StreamTurns = *streamFlag
 	if *idleTTL > 0 {
-		h.idle = &idleSpec{ttl: *idleTTL, margin: *idleMargin, back: turnSpec{User: *idleReturn}}
+		h.idle = &idleSpec{ttl: *idleTTL, margin: *idleMargin, after: *idleAfter, back: turnSpec{User: *idleReturn}}
 	}
 	if *replayLog != "" {
 		r, err := llmsession.OpenReplay(*replayLog)
@@ -884,15 +885,22 @@ func (h *host) run(cfg map[string]any, logPath, prefixDir, system string, window
 			}
 		}
 	}
-	for _, t := range turns {
+	pause := h.idle != nil && h.replay == nil
+	for i, t := range turns {
 		fmt.Printf("user: %s\n", oneLine(t.User, 160))
 		if err := h.runTurn(ctx, t); err != nil {
 			return err
 		}
-	}
-	if h.idle != nil && h.replay == nil {
-		if err := h.idlePause(ctx); err != nil {
-			return err
+		if pause && h.idle.pausesAfter(i+1, len(turns)) {
+			if err := h.idlePause(ctx); err != nil {
+				return err
+			}
+			if i+1 == len(turns) {
+				fmt.Printf("user: %s\n", oneLine(h.idle.back.User, 160))
+				if err := h.runTurn(ctx, h.idle.back); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	if compact {

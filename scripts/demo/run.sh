@@ -12,7 +12,7 @@
 #   LLMSESSION_E2E_PORT  port of the e2e server (default: any free port)
 #   LLMSESSION_DEMO_TIMEOUT  time limit of the host run (default 45m)
 #   LLMSESSION_DEMO_STREAM   which turns stream their requests (the host's -stream; default even)
-#   LLMSESSION_DEMO_IDLE_TTL the TTL the idle pause gives llama-server (the host's -idle-ttl; 0s: no pause)
+#   LLMSESSION_E2E_IDLE_TTL  the TTL the e2e's idle pause gives llama-server (the host's -idle-ttl; 0s: no pause)
 #   and the variables of scripts/llama/server.sh (LLMSESSION_CACHE, LLMSESSION_LLAMA_*)
 set -euo pipefail
 
@@ -103,9 +103,13 @@ host_args=(
     -report "$REPORT"
     -timeout "${LLMSESSION_DEMO_TIMEOUT:-45m}"
 )
-# The idle pause after the turns (docs/demo.md, "The idle pause"; examples/go/idle.go): the
-# cache clock, llama-server given a TTL through cacheRules for the test (it has none).
-host_args+=(-idle-ttl "${LLMSESSION_DEMO_IDLE_TTL:-20s}" -idle-margin 5s)
+# make e2e: the idle pause after turn 11, where the context is largest (docs/demo.md, "The idle
+# pause"; examples/go/idle.go): the cache clock compacts while warm, llama-server given a TTL
+# through cacheRules for the test (it has none). `make demo` leaves it out: its compaction is the
+# pressure gate's, at turn 12.
+if [[ "$MODE" == e2e ]]; then
+    host_args+=(-idle-ttl "${LLMSESSION_E2E_IDLE_TTL:-20s}" -idle-margin 5s -idle-after 11)
+fi
 start_s=$SECONDS
 "$EXAMPLE" "${host_args[@]}"
 echo "session run: $((SECONDS - start_s)) s"
