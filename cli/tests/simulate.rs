@@ -233,3 +233,55 @@ fn bad_input_is_named() {
     assert_eq!(code, Some(1));
     assert!(err.contains("options.marginMs"), "{err}");
 }
+
+/// A Codex rollout written from the format's shape: five responses, the fourth after a
+/// 15-minute pause that expired OpenAI's in-memory cache.
+fn rollout() -> String {
+    let mut lines = vec![
+        r#"{"timestamp":"2025-10-01T09:00:00.000Z","type":"session_meta","payload":{"id":"cx-1","model_provider":"openai","cli_version":"0.46.0"}}"#.to_string(),
+        r#"{"timestamp":"2025-10-01T09:00:01.000Z","type":"turn_context","payload":{"cwd":"/p","model":"gpt-5-codex"}}"#.to_string(),
+    ];
+    let (mut t, mut total, mut ctx) = (5u64, (0u64, 0u64, 0u64), 9_000u64);
+    for (i, (gap, cached)) in [(0u64, 0u64), (20, 9_000), (30, 10_000), (900, 0), (10, 12_500)].into_iter().enumerate() {
+        t += gap;
+        total = (total.0 + ctx, total.1 + cached, total.2 + 100);
+        lines.push(format!(
+            r#"{{"timestamp":"2025-10-01T09:{:02}:{:02}.000Z","type":"event_msg","payload":{{"type":"token_count","info":{{"total_token_usage":{{"input_tokens":{},"cached_input_tokens":{},"output_tokens":{}}},"last_token_usage":{{"input_tokens":{ctx},"cached_input_tokens":{cached},"output_tokens":100}}}}}}}}"#,
+            t / 60,
+            t % 60,
+            total.0,
+            total.1,
+            total.2
+        ));
+        ctx += if i == 2 { 2_500 } else { 1_000 };
+    }
+    lines.join("\n") + "\n"
+}
+
+#[test]
+fn simulate_and_explain_read_a_codex_rollout() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(dir.path(), "rollout.jsonl", &rollout());
+    let prices = write(dir.path(), "prices.json", r#"{"openai": {"input": 1.25, "cachedInput": 0.125, "output": 10}}"#);
+    let (code, out, err) = run(&["simulate", "--from", "codex", &file, "--prices", &prices, "--json"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    let t = &v["timelines"][0];
+    assert_eq!(
+        (t["session"].as_str(), t["source"].as_str(), t["requests"].as_u64(), t["pauses"].as_u64()),
+        (Some("cx-1"), Some("codex"), Some(5), Some(1))
+    );
+    let p = &t["policies"];
+    // OpenAI bills no writes: the expired prefix was paid as uncached input, and keeping it warm
+    // (three keep-warm requests reading 11,000 tokens) is the optimum.
+    assert_eq!(p["threshold"]["coldReturns"], 1);
+    assert_eq!((p["optimal"]["pings"].as_u64(), p["optimal"]["coldReturns"].as_u64()), (Some(3), Some(0)), "{p}");
+    assert!(p["optimal"]["cost"].as_f64().unwrap() < p["threshold"]["cost"].as_f64().unwrap(), "{p}");
+    let (code, out, _) = run(&["explain", "--from", "codex", &file, "--prices", &prices]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("request 4 (line 6): gap 15.0 min, TTL 5.0 min (default tier), warm prefix 11000 tokens, expired as recorded"),
+        "{out}"
+    );
+    assert!(out.contains("keep-warm 0.0057 (3 keep-warm)"), "{out}");
+}
