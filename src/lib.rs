@@ -17,6 +17,8 @@
 //! - [`request`]: request envelopes, digests, reconstruction and `verify`.
 //! - [`clock`]: the cache clock: what an idle gap costs, and what to do about it.
 //! - [`explain`]: why each request hit or missed the provider's cache, and what it cost.
+//! - [`timeline`]: a session's requests in time (our log, Claude Code and Codex transcripts),
+//!   and `simulate`: the cache clock's policies replayed over them.
 //! - [`replay`]: answering a host's requests from a recorded log.
 //! - [`agent`]: agent instances and the host-driven turn/step lifecycle; child agents
 //!   (`agent::spawn`).
@@ -49,6 +51,7 @@ pub mod request;
 pub mod session;
 pub mod store;
 pub mod stream;
+pub mod timeline;
 pub mod tokens;
 pub mod tree;
 pub mod types;

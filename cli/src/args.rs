@@ -7,12 +7,16 @@ use clap::{Parser, Subcommand};
 /// The provider renderers `--render` accepts (the names `Renderer::parse` takes).
 pub const RENDERERS: [&str; 5] = ["openai", "openai-responses", "anthropic", "gemini", "gemini-interactions"];
 
+/// The transcript formats `--from` reads.
+pub const FORMATS: [&str; 2] = ["claude-code", "codex"];
+
 /// What `llmsession --help` prints after the commands.
 const AFTER_HELP: &str = "\
 LOG is a JSONL file path, file:PATH, or a PostgreSQL URL
 (postgres://USER:PASSWORD@HOST:PORT/DB?session=ID, or postgresql://...). Every command but
 store-check reads without a lock or lease and writes nothing, so it works on a log a live agent
-is writing.
+is writing. With --from claude-code|codex (explain, simulate), LOG is another harness's
+transcript file, read read-only.
 Options may come before or after LOG; `--step=2` and `--step 2` are the same.
 
 Exit status:
@@ -22,7 +26,8 @@ Exit status:
      (show --step two, explain --step two, --render cohere)
   3  the log is bad: a record is damaged, breaks the log rules or does not match its chained
      digest, or the file is not a session log (every command checks the log as opening it
-     does); or (verify) a request rebuilt from the log differs from the one that was sent
+     does); or (verify) a request rebuilt from the log differs from the one that was sent; or
+     (--from) a line of the transcript is not what its format writes
   4  the store could not be read: a missing or unreadable file, a refused or failed database
      connection, a database that does not hold the session, a URL that names none
 
@@ -100,8 +105,12 @@ pub enum Command {
         /// Explain the whole tree rooted at LOG (its spawned children and forks, beside it in
         /// files named after it, or in the same database): per node and rolled up, each child's
         /// spawn floor apart from its work, and the tree with cold children
-        #[arg(long, conflicts_with = "step")]
+        #[arg(long, conflicts_with_all = ["step", "from"])]
         tree: bool,
+        /// LOG is another harness's transcript, read read-only: its idle gaps are priced
+        /// (what each option would have cost, what the cache clock decided); needs --prices
+        #[arg(long = "from", value_name = "FORMAT", value_parser = FORMATS, conflicts_with = "step")]
+        from: Option<String>,
     },
     /// The tree of a session: its spawned children and forks, and theirs, each verified
     ///
@@ -113,6 +122,33 @@ pub enum Command {
     Tree {
         #[arg(value_name = "LOG", help = LOG_HELP)]
         log: String,
+    },
+    /// Replay sessions under the cache clock's policies and price each
+    ///
+    /// Replays each LOG's requests, at their recorded times and sizes, under the policies
+    /// threshold (what was recorded), clock (the cache clock, online), optimal (clairvoyant
+    /// over the same actions) and clock+compact / optimal+compact (compaction before expiry
+    /// allowed), and prints each one's cost and its ratio to its optimum, per session and in
+    /// aggregate. docs/simulate.md states every pricing assumption.
+    Simulate {
+        /// The sessions: llmsession logs, or with --from other harnesses' transcripts
+        #[arg(value_name = "LOG", required = true, num_args = 1..)]
+        logs: Vec<String>,
+        /// The price table (JSON, per provider or provider/model, per million tokens: input,
+        /// cachedInput, cacheWrite, output); every request needs a price
+        #[arg(long, value_name = "FILE", required = true)]
+        prices: String,
+        /// Overrides of the providers' cache TTLs and minimum cacheable sizes (JSON, per
+        /// provider or provider/model: ttlSeconds, minTokens)
+        #[arg(long = "cache-rules", value_name = "FILE")]
+        cache_rules: Option<String>,
+        /// The LOGs are other harnesses' transcripts, read read-only
+        #[arg(long = "from", value_name = "FORMAT", value_parser = FORMATS)]
+        from: Option<String>,
+        /// The simulation's assumptions (JSON: tierBilling, marginMs, pingOutputTokens,
+        /// keepalive, summaryRatio, summaryMaxTokens, instructionTokens, returnModel)
+        #[arg(long, value_name = "FILE")]
+        options: Option<String>,
     },
     /// The reconstructed request N: its envelope, or a provider's body
     ///
@@ -166,6 +202,7 @@ impl Command {
             | Command::Headers { log }
             | Command::Tree { log } => log,
             Command::Sessions { url } | Command::StoreCheck { url, .. } => url,
+            Command::Simulate { logs, .. } => &logs[0],
         }
     }
 }

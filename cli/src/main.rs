@@ -5,6 +5,8 @@
 //! llmsession verify LOG [--render openai|openai-responses|anthropic|gemini|gemini-interactions] [--json]
 //! llmsession stats LOG [--json]
 //! llmsession explain LOG [--step ID | --tree] [--prices FILE] [--cache-rules FILE] [--json]
+//! llmsession explain --from claude-code|codex FILE --prices FILE [--cache-rules FILE] [--json]
+//! llmsession simulate LOG... --prices FILE [--cache-rules FILE] [--options FILE] [--from claude-code|codex] [--json]
 //! llmsession show LOG --step N [--render openai|openai-responses|anthropic|gemini|gemini-interactions] [--json]
 //! llmsession headers LOG [--json]
 //! llmsession sessions URL [--json]
@@ -28,6 +30,9 @@ use llmsession::render::{RenderOptions, Renderer};
 use llmsession::request::{verify_bodies, verify_contents, RecordedKind, RequestWalk};
 use llmsession::store::url::{list_sessions, open_store, redact, UrlOptions};
 use llmsession::store::{JsonlStore, Store, StoreContents};
+use llmsession::timeline::gaps::{gap_report, TimelineGap};
+use llmsession::timeline::simulate::{aggregate, simulate, Settings, SimulateOptions, TimelineReport};
+use llmsession::timeline::{self, Source, Timeline};
 use llmsession::tokens::Estimator;
 use llmsession::tree::Tree;
 use llmsession::{EpochHeader, ErrorKind};
@@ -303,13 +308,221 @@ fn cmd_stats(path: &str, as_json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
-/// A JSON option file (`--prices`, `--cache-rules`), parsed by `parse`.
-fn option_file<T>(path: &str, flag: &str, parse: fn(&Value) -> llmsession::Result<T>) -> Result<T, Failure> {
+/// A JSON option file (`--prices`, `--cache-rules`, `--options`), as JSON.
+fn json_file(path: &str, flag: &str) -> Result<Value, Failure> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| Failure::new(Exit::Other, ErrorKind::InvalidInput, format!("{flag} {path}: cannot read it: {e}")))?;
-    let v: Value = serde_json::from_str(&text)
-        .map_err(|e| Failure::new(Exit::Other, ErrorKind::InvalidInput, format!("{flag} {path}: not JSON: {e}")))?;
-    parse(&v).map_err(|e| Failure::of(e).context(format!("{flag} {path}")))
+    serde_json::from_str(&text).map_err(|e| Failure::new(Exit::Other, ErrorKind::InvalidInput, format!("{flag} {path}: not JSON: {e}")))
+}
+
+/// A JSON option file, parsed by `parse`.
+fn option_file<T>(path: &str, flag: &str, parse: fn(&Value) -> llmsession::Result<T>) -> Result<T, Failure> {
+    parse(&json_file(path, flag)?).map_err(|e| Failure::of(e).context(format!("{flag} {path}")))
+}
+
+/// The timelines of LOG: our own log, read as every reader reads one, or with `--from` another
+/// harness's transcript (read-only; a line its format does not write is a bad log, exit 3).
+fn timelines(path: &str, from: Option<&str>) -> Result<Vec<Timeline>, Failure> {
+    let Some(format) = from else {
+        return Ok(vec![timeline::log::read_log(&read_log(path)?).map_err(|e| Failure::of(e).context(redact(path)))?]);
+    };
+    let source = Source::parse(format).map_err(Failure::of)?;
+    let bytes = std::fs::read(path).map_err(|e| Failure::new(Exit::Store, ErrorKind::Storage, format!("{path}: cannot read it: {e}")))?;
+    timeline::read(source, &bytes).map_err(|e| Failure::with_exit(e, Exit::BadLog).context(format!("{path} ({format} transcript)")))
+}
+
+/// `12 s`, `4.5 min`, `2.0 h`.
+fn duration(ms: u64) -> String {
+    match ms / 1000 {
+        s @ 0..=119 => format!("{s} s"),
+        s @ 120..=7199 => format!("{:.1} min", s as f64 / 60.0),
+        s => format!("{:.1} h", s as f64 / 3600.0),
+    }
+}
+
+fn cmd_simulate(
+    logs: &[String],
+    prices: &str,
+    rules: Option<&str>,
+    from: Option<&str>,
+    options: Option<&str>,
+    as_json: bool,
+) -> Result<(), Failure> {
+    let prices_json = json_file(prices, "--prices")?;
+    let rules_json = rules.map(|r| json_file(r, "--cache-rules")).transpose()?;
+    let settings = Settings {
+        prices: PriceTable::from_value(&prices_json).map_err(|e| Failure::of(e).context(format!("--prices {prices}")))?,
+        cache_rules: rules_json
+            .as_ref()
+            .map(CacheRules::from_value)
+            .transpose()
+            .map_err(|e| Failure::of(e).context(format!("--cache-rules {}", rules.unwrap_or(""))))?
+            .unwrap_or_default(),
+        options: options.map(|o| option_file(o, "--options", SimulateOptions::from_value)).transpose()?.unwrap_or_default(),
+    };
+    let mut reports: Vec<(String, TimelineReport)> = Vec::new();
+    for path in logs {
+        for t in timelines(path, from)? {
+            let r = simulate(&t, &settings).map_err(|e| Failure::of(e).context(redact(path)))?;
+            reports.push((redact(path), r));
+        }
+    }
+    let all: Vec<TimelineReport> = reports.iter().map(|(_, r)| r.clone()).collect();
+    let total = aggregate(&all);
+    if as_json {
+        let mut assumptions = settings.options.to_value();
+        assumptions["prices"] = prices_json;
+        assumptions["cacheRules"] = rules_json.unwrap_or(Value::Null);
+        let list: Vec<Value> = reports
+            .iter()
+            .map(|(file, r)| {
+                let mut v = r.to_value();
+                v["file"] = json!(file);
+                v
+            })
+            .collect();
+        out!("{}", json!({"assumptions": assumptions, "timelines": list, "aggregate": total}));
+        return Ok(());
+    }
+    out!(
+        "{:<44} {:>5} {:>6} {:>10} {:>10} {:>10} {:>6} {:>10} {:>10} {:>6} {:>9}",
+        "session",
+        "reqs",
+        "pauses",
+        "threshold",
+        "clock",
+        "optimal",
+        "ratio",
+        "clock+c",
+        "optimal+c",
+        "ratio",
+        "clock/thr"
+    );
+    let row = |name: &str, requests: u64, pauses: u64, p: &Value| {
+        let cost = |k: &str| p[k]["cost"].as_f64().unwrap_or(0.0);
+        let ratio = |k: &str| p[k]["ratio"].as_f64().map_or("-".into(), |r| format!("{r:.3}"));
+        let vs = p["clock"]["vsThreshold"].as_f64().map_or("-".into(), |r| format!("{:+.1}%", (r - 1.0) * 100.0));
+        out!(
+            "{:<44} {:>5} {:>6} {:>10.4} {:>10.4} {:>10.4} {:>6} {:>10.4} {:>10.4} {:>6} {:>9}",
+            name,
+            requests,
+            pauses,
+            cost("threshold"),
+            cost("clock"),
+            cost("optimal"),
+            ratio("clock"),
+            cost("clock+compact"),
+            cost("optimal+compact"),
+            ratio("clock+compact"),
+            vs
+        );
+    };
+    for (_, r) in &reports {
+        let v = r.to_value();
+        let name: String = if r.session.chars().count() > 44 {
+            r.session.chars().take(43).chain(std::iter::once('…')).collect()
+        } else {
+            r.session.clone()
+        };
+        row(&name, r.requests as u64, r.pauses as u64, &v["policies"]);
+    }
+    if reports.len() > 1 {
+        row("aggregate", total["requests"].as_u64().unwrap_or(0), total["pauses"].as_u64().unwrap_or(0), &total["policies"]);
+    }
+    let o = &settings.options;
+    out!("ratio: clock ÷ optimal, clock+compact ÷ optimal+compact; clock/thr: clock against what was recorded (threshold)");
+    out!(
+        "assumptions: tier billing {}, margin {}, keep-warm output {}, summary {:.0} % of the region (at most {} tokens), retained tail {:.0} %, instruction {} tokens, return model {} (docs/simulate.md)",
+        serde_json::to_value(o.tier_billing).unwrap().as_str().unwrap_or(""),
+        duration(o.margin_ms),
+        o.ping_output_tokens.map_or("the provider's smallest".into(), |n| format!("{n} token(s)")),
+        o.summary_ratio * 100.0,
+        o.summary_max_tokens,
+        o.retained_share * 100.0,
+        o.instruction_tokens,
+        describe_model(&o.return_model)
+    );
+    for (file, r) in &reports {
+        for n in &r.notes {
+            out!("note: {file} ({}): {n}", r.session);
+        }
+    }
+    Ok(())
+}
+
+/// `the default prior (counting as 3 gaps) learning the session's gaps, never returns 10 %`.
+fn describe_model(m: &llmsession::clock::ReturnModelSpec) -> String {
+    let base = match &m.gaps_ms {
+        Some(g) => format!("the host's {} gap(s)", g.len()),
+        None => "the default prior".into(),
+    };
+    let learn = if m.learn { format!(" (counting as {} gaps) learning the session's gaps", m.prior_weight) } else { String::new() };
+    format!("{base}{learn}, never returns {:.0} %", m.never_returns * 100.0)
+}
+
+/// `explain --from`: the idle gaps of a transcript, priced.
+fn cmd_explain_from(path: &str, format: &str, prices: Option<&str>, rules: Option<&str>, as_json: bool) -> Result<(), Failure> {
+    let prices = prices.ok_or_else(|| {
+        Failure::new(Exit::Other, ErrorKind::InvalidInput, "explain --from needs --prices FILE: the idle gaps of a transcript are priced")
+    })?;
+    let settings = Settings {
+        prices: option_file(prices, "--prices", PriceTable::from_value)?,
+        cache_rules: rules.map(|p| option_file(p, "--cache-rules", CacheRules::from_value)).transpose()?.unwrap_or_default(),
+        options: SimulateOptions::default(),
+    };
+    let mut out_json = Vec::new();
+    for t in timelines(path, Some(format))? {
+        let gaps: Vec<TimelineGap> = gap_report(&t, &settings).map_err(|e| Failure::of(e).context(path.to_string()))?;
+        if as_json {
+            out_json.push(json!({"session": t.session, "source": t.source, "requests": t.requests.len(), "notes": t.notes, "gaps": gaps}));
+            continue;
+        }
+        out!("session {}  ({}, {} requests, {} idle gap(s))", t.session, t.source.as_str(), t.requests.len(), gaps.len());
+        for n in &t.notes {
+            out!("  note: {n}");
+        }
+        for t in &gaps {
+            let g = &t.gap;
+            let ttl = g.ttl_ms.map_or("none".into(), duration);
+            let expired = if g.expired { "expired as recorded" } else { "read warm as recorded" };
+            let paid = g.cost.as_ref().map_or(0.0, |c| c.total);
+            out!(
+                "request {} ({}): gap {}, TTL {ttl} ({} tier), warm prefix {} tokens, {expired}; its prompt cost {:.4}",
+                g.before.as_deref().unwrap_or("-"),
+                t.source_at,
+                duration(g.gap_ms),
+                g.tier,
+                g.warm_tokens,
+                paid
+            );
+            let options: Vec<String> = g
+                .options
+                .iter()
+                .map(|o| {
+                    let name = o.tier.as_ref().map_or(o.option.clone(), |t| format!("{} {t}", o.option));
+                    match o.pings {
+                        Some(n) if n > 0 => format!("{name} {:.4} ({n} keep-warm)", o.cost),
+                        _ => format!("{name} {:.4}", o.cost),
+                    }
+                })
+                .collect();
+            out!("  each option over the gap: {}; best {}", options.join(", "), g.best.as_deref().unwrap_or("-"));
+            let clock: Vec<String> = t
+                .clock
+                .iter()
+                .filter(|d| d.decision != "none")
+                .map(|d| {
+                    let what = d.tier.as_ref().map_or(d.decision.clone(), |x| format!("tier {x}"));
+                    format!("{what} at {}", duration(d.at.saturating_sub(g.start_at)))
+                })
+                .collect();
+            out!("  the clock would have: {}", if clock.is_empty() { "done nothing".into() } else { clock.join(", ") });
+        }
+    }
+    if as_json {
+        out!("{}", json!({"file": path, "timelines": out_json}));
+    }
+    Ok(())
 }
 
 fn cmd_explain(path: &str, step: Option<&str>, prices: Option<&str>, rules: Option<&str>, as_json: bool) -> Result<(), Failure> {
@@ -876,7 +1089,10 @@ fn run(cli: Cli) -> Result<(), Failure> {
     match &cli.command {
         Command::Verify { log, render } => cmd_verify(log, render.as_deref(), json),
         Command::Stats { log } => cmd_stats(log, json),
-        Command::Explain { log, step, prices, cache_rules, tree } => {
+        Command::Explain { log, step: _, prices, cache_rules, from: Some(from), .. } => {
+            cmd_explain_from(log, from, prices.as_deref(), cache_rules.as_deref(), json)
+        }
+        Command::Explain { log, step, prices, cache_rules, tree, from: None } => {
             if *tree {
                 cmd_explain_tree(log, prices.as_deref(), cache_rules.as_deref(), json)
             } else {
@@ -884,6 +1100,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
             }
         }
         Command::Tree { log } => cmd_tree(log, json),
+        Command::Simulate { logs, prices, cache_rules, from, options } => {
+            cmd_simulate(logs, prices, cache_rules.as_deref(), from.as_deref(), options.as_deref(), json)
+        }
         Command::Show { log, step, render } => cmd_show(log, *step, render.as_deref(), json),
         Command::Headers { log } => cmd_headers(log, json),
         Command::Sessions { url } => cmd_sessions(url, json),

@@ -23,6 +23,12 @@ use crate::error::{Error, Result};
 use crate::types::{Fields, Usage};
 use serde_json::Value;
 
+/// The estimated tokens of the instruction ([`INSTRUCTION`]) as a summarisation request
+/// carries it: its text and its message framing.
+pub fn instruction_tokens() -> u64 {
+    crate::tokens::estimate_text(INSTRUCTION) + 8
+}
+
 /// The instruction appended as the last user message of a summarisation request.
 pub const INSTRUCTION: &str = "\
 You are now acting as a compaction engine for the conversation above. Do not continue the \

@@ -1,7 +1,6 @@
 //! Compaction policies: per model, with the defaults of docs/contract.md §6.2, validated.
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::tokens::estimate_text;
 use crate::types::{Fields, JsonMap};
 use serde_json::Value;
 
@@ -144,7 +143,7 @@ impl CompactionPolicy {
                 format!("the retained tail ({} tokens) must be smaller than the threshold ({} tokens), or compaction cannot bring the prompt under it", self.retained_tokens(), self.threshold_tokens()),
             );
         }
-        let instruction = estimate_text(super::INSTRUCTION) + 8;
+        let instruction = super::instruction_tokens();
         let need = self.threshold_tokens() + self.summary_max_tokens + instruction;
         if need > self.context_window {
             return bad(
