@@ -92,9 +92,9 @@ fn catalogue_session() -> Session {
             checkpoint("summary: we read a file", 0, 2, vec![3, 5, 8]),
             compaction_end("landed"),
             // A native compaction (docs/compaction.md): the provider's block, verbatim.
-            native_start(vec![18]),
+            native_start(vec![21]),
             native_block(),
-            native_checkpoint(vec![18]),
+            native_checkpoint(vec![21]),
             compaction_end("landed"),
             header("change", 1, "another prompt"),
             header("resume", 2, "another prompt"),
