@@ -40,7 +40,7 @@ test('the clock keeps warm through the record path', async () => {
   assert.equal(body.info.purpose, 'keepalive');
   assert.equal(JSON.parse(body.json).max_tokens, 1);
   body.release();
-  assert.equal(agent.recordBody(REPLY).toolCalls, 0);
+  assert.equal(agent.recordBody(REPLY).toolCallCount, 0);
   const v = session.verify();
   assert.deepEqual([v.requests, v.keepalives, v.decisions], [1, 1, 1]);
   agent.close();

@@ -41,7 +41,7 @@ def test_the_clock_keeps_warm_through_the_record_path() -> None:
         body = a.keepalive_body()
         assert body.info["purpose"] == "keepalive"
         assert json.loads(body.body)["max_tokens"] == 1
-        assert a.record_body(REPLY).tool_calls == 0
+        assert a.record_body(REPLY).tool_call_count == 0
         v = s.verify()
         assert (v["requests"], v["keepalives"], v["decisions"]) == (1, 1, 1)
 
