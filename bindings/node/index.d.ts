@@ -86,6 +86,7 @@ export interface FileBlock {
  */
 export type Tool =
   | { name: string; description?: string | null; parameters: { [key: string]: Json }; [key: string]: Json | undefined }
+  | { type: 'function'; function: { name: string; description?: string | null; parameters: { [key: string]: Json } } }
   | ProviderTool;
 
 /** A provider (server-side) tool: `format` is the renderer name, `tool` the provider's object. */

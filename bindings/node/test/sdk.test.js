@@ -278,3 +278,36 @@ test("anthropic and the Responses API: asResponse()'s body feeds the stream", as
     await srv.close();
   }
 });
+
+// -- 5. tools in the SDK's own shape --------------------------------------------------------
+
+test("tools in OpenAI's function shape are logged in the canonical form and render alike", async () => {
+  const bodies = [];
+  for (const tools of [[{ type: 'function', function: READ_FILE }], [READ_FILE]]) {
+    const session = lls.Session.memory();
+    const agent = new lls.Agent(session, { config: PROVIDERS.openai[0], system: 'Be brief.', tools });
+    agent.setRenderer('openai');
+    agent.startTurn('hi');
+    const body = await agent.nextBody();
+    const sent = JSON.parse(body.json);
+    delete sent.prompt_cache_key; // the session's id: another session, another key
+    bodies.push(sent);
+    body.release();
+    assert.deepEqual(session.header().tools, [READ_FILE]);
+    agent.close();
+    session.close();
+  }
+  assert.deepEqual(bodies[0], bodies[1]);
+  assert.equal(bodies[0].tools[0].function.name, 'read_file');
+});
+
+test('a tool of another type is refused with the expected shape, and nothing is logged', () => {
+  const session = lls.Session.memory();
+  assert.throws(
+    () => new lls.Agent(session, { config: PROVIDERS.openai[0], tools: [{ type: 'custom', name: 'x' }] }),
+    (e) => e.code === 'LLS_ERR_INVALID_INPUT' && /expected "function" or "provider"/.test(e.message) &&
+      e.message.includes('{"type":"provider","format":"anthropic","tool":'),
+  );
+  assert.deepEqual(session.events(), []);
+  session.close();
+});

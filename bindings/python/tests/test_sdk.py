@@ -320,3 +320,35 @@ def test_openai_responses_streaming_response_bytes_feed_the_stream(server: Serve
         with lls.Stream("openai-responses") as s:
             want = lls.tool_calls(s.consume([(DATA / "openai-responses-tools.sse").read_bytes()]))
         assert rec.tool_calls == want and want
+
+
+# -- 5. tools in the SDK's own shape ----------------------------------------------------------
+
+
+def test_tools_in_openais_function_shape_are_logged_in_the_canonical_form() -> None:
+    sdk_tool = {"type": "function", "function": READ_FILE}
+    bodies = []
+    for tools in ([sdk_tool], [READ_FILE]):
+        with lls.Session.memory() as sess:
+            a = lls.Agent(sess, {"config": PROVIDERS["openai"][0], "system": "Be brief.", "tools": tools})
+            a.set_renderer("openai")
+            a.start_turn("hi")
+            body = a.next_body()
+            sent = json.loads(body.body)
+            sent.pop("prompt_cache_key")  # the session's id: another session, another key
+            bodies.append(sent)
+            header = sess.header()
+            assert header is not None and header["tools"] == [READ_FILE]
+            a.close()
+    # The same provider body either way: the shape is converted on input, not carried.
+    assert bodies[0] == bodies[1]
+    assert bodies[0]["tools"][0]["function"]["name"] == "read_file"
+
+
+def test_a_tool_of_another_type_is_refused_with_the_expected_shape() -> None:
+    with lls.Session.memory() as sess:
+        with pytest.raises(lls.InvalidInputError) as e:
+            lls.Agent(sess, {"config": PROVIDERS["openai"][0], "tools": [{"type": "custom", "name": "x"}]})
+        assert 'expected "function" or "provider"' in str(e.value)
+        assert '{"type":"provider","format":"anthropic","tool":' in str(e.value)
+        assert sess.events() == []

@@ -106,7 +106,15 @@ class ProviderTool(TypedDict):
     tool: Dict[str, Json]
 
 
-Tool = Union[FunctionTool, ProviderTool]
+class OpenAIFunctionTool(TypedDict):
+    """OpenAI's shape of a function tool, ``{"type": "function", "function": {...}}``: read and
+    logged in the canonical form (a :class:`FunctionTool`)."""
+
+    type: Literal["function"]
+    function: FunctionTool
+
+
+Tool = Union[FunctionTool, OpenAIFunctionTool, ProviderTool]
 """A tool: a function tool or a provider tool (docs/render.md, "Tools")."""
 
 
