@@ -43,8 +43,10 @@ pub mod render;
 pub mod replay;
 pub mod request;
 pub mod session;
+pub mod session_id;
 pub mod store;
 pub mod stream;
+pub mod time;
 pub mod tokens;
 pub mod types;
 

@@ -32,7 +32,8 @@ fn crash_child() {
     let (path, dur) = spec.split_once('|').expect("path|durability");
     let durability = durability_of(dur);
     let every = durability == Durability::EveryEvent;
-    let (session, _) = Session::open_jsonl(path, SessionOptions { durability, id: None }).expect("the writer opens the log");
+    let (session, _) =
+        Session::open_jsonl(path, SessionOptions { durability, id: None, ..SessionOptions::default() }).expect("the writer opens the log");
     let mut opts = AgentOptions::new(CallConfig::new("openai", "m"));
     opts.system = Some("crash test".into());
     let mut agent = Agent::new(&session, opts).expect("an agent");
@@ -148,7 +149,8 @@ fn check_file(path: &std::path::Path, dur: &str, rep: &Reported, stats: &mut [u6
     drop(store);
     // Open as a host would (this writes the repair), then verify the stored bytes.
     let (session, report) =
-        Session::open_jsonl(path, SessionOptions { durability: durability_of(dur), id: None }).map_err(|e| format!("open: {e}"))?;
+        Session::open_jsonl(path, SessionOptions { durability: durability_of(dur), id: None, ..SessionOptions::default() })
+            .map_err(|e| format!("open: {e}"))?;
     // Kills that left a torn record, kills inside a turn (repaired), kills at rest.
     if report.cut_records > 0 {
         stats[0] += 1;

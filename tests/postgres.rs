@@ -65,7 +65,7 @@ fn records_are_stored_verbatim_and_reload() {
             turn(&mut a, &format!("question {i}"), 1 + i % 3).unwrap();
         }
         drop(a);
-        s.records()
+        s.records().unwrap()
     };
     // The rows are the records, byte for byte, chain field included.
     let mut c = sql(&url);
@@ -87,7 +87,7 @@ fn records_are_stored_verbatim_and_reload() {
     // Reopened: the same records, the same chain head, and verify passes.
     let (s, report) = Session::open_url(&url, writer(&id)).unwrap();
     assert_eq!(report.cut_records + report.repaired_events, 0);
-    assert_eq!(s.records(), records);
+    assert_eq!(s.records().unwrap(), records);
     assert_eq!(s.stats().chain_head, head);
     assert_eq!(s.stats().turns, 3);
     s.verify().unwrap();
@@ -128,7 +128,7 @@ fn a_second_writer_is_locked_and_readers_follow() {
     w.append(host("third")).unwrap();
     let rep = r.refresh().unwrap();
     assert_eq!((rep.new_events, rep.events), (2, 3));
-    assert_eq!(r.records(), w.records());
+    assert_eq!(r.records().unwrap(), w.records().unwrap());
     assert_eq!(r.refresh().unwrap().new_events, 0);
     // The session is listed as in use while the writer holds it.
     let listed = list_sessions(&url, None, None).unwrap();
@@ -164,10 +164,10 @@ fn a_writer_that_bypassed_the_lease_makes_appends_conflict() {
     let mut c = sql(&url);
     // Another writer's next event, built on a copy of the log, written straight into the tables.
     let foreign = {
-        let copy = llmsession::store::MemoryStore::with_records(w.records().iter().map(|r| r.to_string()).collect());
+        let copy = llmsession::store::MemoryStore::with_records(w.records().unwrap().iter().map(|r| r.to_string()).collect());
         let (s, _) = Session::open(Box::new(copy), Default::default()).unwrap();
         s.append(host("from elsewhere")).unwrap();
-        s.records().last().unwrap().to_string()
+        s.records().unwrap().last().unwrap().to_string()
     };
     // (a) The head moved: the append is refused, nothing is written.
     let mut tx = c.transaction().unwrap();
@@ -190,10 +190,10 @@ fn a_writer_that_bypassed_the_lease_makes_appends_conflict() {
     assert_eq!(w.len(), 3);
     // (b) A record at the next seq without the head moving: the primary key refuses the batch.
     let stray = {
-        let copy = llmsession::store::MemoryStore::with_records(w.records().iter().map(|r| r.to_string()).collect());
+        let copy = llmsession::store::MemoryStore::with_records(w.records().unwrap().iter().map(|r| r.to_string()).collect());
         let (s, _) = Session::open(Box::new(copy), Default::default()).unwrap();
         s.append(host("stray")).unwrap();
-        s.records().last().unwrap().to_string()
+        s.records().unwrap().last().unwrap().to_string()
     };
     c.execute("INSERT INTO llmsession_records (session_id, seq, record) VALUES ($1, 3, $2)", &[&id, &stray]).unwrap();
     let e = w.append(host("three")).unwrap_err();
@@ -815,19 +815,19 @@ fn a_write_that_found_no_server_leaves_the_handle_usable() {
     });
     // The pooled connection was closed by the shutdown; let the client see it.
     std::thread::sleep(Duration::from_millis(300));
-    let before = s.records();
+    let before = s.records().unwrap();
     let e = s.append(host("no server")).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Storage, "{}", e.message());
     assert!(e.message().contains("cannot connect"), "{}", e.message());
     assert!(e.detail().get("outcomeUnknown").is_none(), "nothing was sent: {}", e.message());
-    assert_eq!(s.records(), before, "nothing changed in memory");
+    assert_eq!(s.records().unwrap(), before, "nothing changed in memory");
     server_ctl("start");
     drop(restart);
     s.append(host("after the restart")).unwrap();
     turn(&mut a, "after", 1).unwrap();
     s.verify().unwrap();
     let (r, _) = Session::open_url(&url, reader(&id)).unwrap();
-    assert_eq!(r.records(), s.records());
+    assert_eq!(r.records().unwrap(), s.records().unwrap());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -859,13 +859,13 @@ fn a_failed_sync_takes_the_batch_back() {
     drop(Session::open_url(&url, writer(&id)).unwrap());
     let (s, _) = Session::open_url(&limited, writer(&id)).unwrap();
     s.append(NewEvent::new("turn/start", json!({ "turn": 1 }))).unwrap();
-    let before = s.records();
+    let before = s.records().unwrap();
     // turn/end is a sync point under turn-end durability: the sync fails, the batch is undone.
     let e = s.append(NewEvent::new("turn/end", json!({"turn": 1, "reason": "completed"}))).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Storage, "{}", e.message());
     assert!(e.message().contains("permission denied"), "{}", e.message());
     assert_eq!(e.detail()["sqlstate"], "42501");
-    assert_eq!(s.records(), before, "the refused batch is not in memory");
+    assert_eq!(s.records().unwrap(), before, "the refused batch is not in memory");
     let (events, stored): (i64, i64) = c
         .query_one("SELECT s.events, (SELECT count(*) FROM llmsession_records r WHERE r.session_id = s.id) FROM llmsession_sessions s WHERE s.id = $1", &[&id])
         .map(|r| (r.get(0), r.get(1)))
@@ -1241,7 +1241,7 @@ fn through_a_transaction_mode_pooler() {
     let e = Session::open_url(&with_params(&url, "pool_size=2"), writer(&id)).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Locked, "{}", e.message());
     let (r, _) = Session::open_url(&url, reader(&id)).unwrap();
-    assert_eq!(r.records(), w.records());
+    assert_eq!(r.records().unwrap(), w.records().unwrap());
     r.verify().unwrap();
     // Many sessions at once over the pooler.
     let many: Vec<Session> = (0..30).map(|_| Session::open_url(&url, writer(&unique_id("bouncer-many"))).unwrap().0).collect();

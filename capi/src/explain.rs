@@ -12,8 +12,8 @@ use llmsession::session::Session;
 use std::ffi::c_char;
 
 /// The records of a live session as stored: its header record, then every event record.
-pub(crate) fn session_records(session: &Session) -> Vec<Vec<u8>> {
-    session.records().iter().map(|r| r.as_bytes().to_vec()).collect()
+pub(crate) fn session_records(session: &Session) -> llmsession::Result<Vec<Vec<u8>>> {
+    Ok(session.records()?.iter().map(|r| r.as_bytes().to_vec()).collect())
 }
 
 /// Explains every request of the session's log, as JSON in `*out` (free it with
@@ -70,7 +70,7 @@ pub unsafe extern "C" fn lls_session_explain(
             let s = session_arg(session, "session")?;
             let options = buffers::input_json_opt(options_json, options_len, "options_json")?;
             let (counter, settings) = explain_options(options.as_ref())?;
-            let records = session_records(&s.session);
+            let records = session_records(&s.session)?;
             let report = explain_records_with(&records, &*counter, &settings)?;
             out.write(&report.to_value().to_string())
         })

@@ -457,7 +457,7 @@ pub unsafe extern "C" fn lls_session_export(
     err: *mut *mut lls_error,
 ) -> lls_status {
     // SAFETY: forwarded.
-    unsafe { read_out(session, out, out_len, err, |s| Ok(s.session.export_jsonl())) }
+    unsafe { read_out(session, out, out_len, err, |s| Ok(s.session.export_jsonl()?)) }
 }
 
 /// The events with seq `from` up to, not including, `to` (`UINT64_MAX`: to the end), as a
@@ -487,7 +487,7 @@ pub unsafe extern "C" fn lls_session_events(
             if from > to {
                 return Err(FfiError::invalid_argument("from", format!("{from} is greater than `to` ({to})")));
             }
-            Ok(s.session.events_json(from, if to == u64::MAX { None } else { Some(to) }))
+            Ok(s.session.events_json(from, if to == u64::MAX { None } else { Some(to) })?)
         })
     }
 }

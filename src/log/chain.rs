@@ -131,6 +131,11 @@ fn push_hex(out: &mut String, l: &Link) {
     }
 }
 
+/// A chain value from its 64 lowercase hex digits (as [`stored_link`] gives them).
+pub fn parse_link(hex: &str) -> Option<Link> {
+    parse_hex(hex.as_bytes())
+}
+
 fn parse_hex(h: &[u8]) -> Option<Link> {
     if h.len() != 64 {
         return None;

@@ -37,6 +37,9 @@ pub mod types {
     pub const COMPACTION_SUMMARY: &str = "compaction/summary";
     /// A compaction ends (landed, failed or discarded).
     pub const COMPACTION_END: &str = "compaction/end";
+    /// A checkpoint: the derived state an open needs, written by the library
+    /// (`crate::log::checkpoint`).
+    pub const CHECKPOINT: &str = "session/checkpoint";
 
     /// Every catalogue type.
     pub const ALL: &[&str] = &[
@@ -53,6 +56,7 @@ pub mod types {
         COMPACTION_START,
         COMPACTION_SUMMARY,
         COMPACTION_END,
+        CHECKPOINT,
     ];
 
     /// Namespaces reserved for the catalogue: a host's own type may not start with these.

@@ -15,12 +15,15 @@
 //! damage from an unfinished last turn.
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::log::checkpoint;
 use crate::log::event::{types, Event, NewEvent, TurnEndReason};
+use crate::log::history::Derived;
 use crate::log::rules::as_corrupt;
 use crate::log::{chain, Log, Text};
-use crate::store::{StoreContents, StoreText};
+use crate::store::{StoreContents, StoreText, StoreWindow};
 use crate::types::{Fields, JsonMap};
 use serde_json::{json, Value};
+use std::sync::Arc;
 
 /// The format name in the session header.
 pub const FORMAT: &str = "llmsession";
@@ -318,6 +321,15 @@ impl RecordSource for SharedRecords<'_> {
     }
 }
 
+/// Parses a session header record (line 1 of a log).
+fn parse_header(first: &[u8]) -> Result<SessionHeader> {
+    let header_value: Value = std::str::from_utf8(first)
+        .map_err(|e| Error::new(ErrorKind::MalformedJson, format!("invalid UTF-8: {e}")))
+        .and_then(|t| serde_json::from_str(t).map_err(Error::from))
+        .map_err(|e| as_corrupt(e, 1))?;
+    SessionHeader::from_value(&header_value).map_err(|e| as_corrupt(e, 1))
+}
+
 fn load_from_source(records: &mut dyn RecordSource, last_complete: bool) -> Result<Loaded> {
     let count = records.len();
     if count == 0 {
@@ -327,21 +339,31 @@ fn load_from_source(records: &mut dyn RecordSource, last_complete: bool) -> Resu
     if count == 1 && !last_complete {
         return Err(Error::new(ErrorKind::CorruptLog, "line 1: the session header is incomplete").with("line", 1u64));
     }
-    let header_value: Value = std::str::from_utf8(first)
-        .map_err(|e| Error::new(ErrorKind::MalformedJson, format!("invalid UTF-8: {e}")))
-        .and_then(|t| serde_json::from_str(t).map_err(Error::from))
-        .map_err(|e| as_corrupt(e, 1))?;
-    let header = SessionHeader::from_value(&header_value).map_err(|e| as_corrupt(e, 1))?;
-
+    let header = parse_header(first)?;
+    let mut log = header.start_log(first);
     // A last record without its newline was cut short by a crash, even when it happens to
     // parse: its append never returned, and keeping it would glue the next record onto it.
+    log.reserve(count.saturating_sub(1));
+    load_tail(header, log, records, 1, 0, last_complete)
+}
+
+/// Checks and appends `records` from index `start` on to `log` (record `i` is line
+/// `i + 1 + line_offset`), with the damage rules of the module docs: the common part of a
+/// whole load and of a bounded open's tail.
+fn load_tail(
+    header: SessionHeader,
+    mut log: Log,
+    records: &mut dyn RecordSource,
+    start: usize,
+    line_offset: usize,
+    last_complete: bool,
+) -> Result<Loaded> {
+    let count = records.len();
     let whole = if last_complete { count } else { count - 1 };
-    let mut log = header.start_log(first);
-    log.reserve(whole.saturating_sub(1));
     let mut report = LoadReport::default();
     let mut keep = whole;
-    for i in 1..whole {
-        let line = i + 1;
+    for i in start..whole {
+        let line = i + 1 + line_offset;
         let outcome = records.load(&mut log, i);
         if let Err(e) = outcome {
             // A complete record that parses but does not match its chained digest was edited
@@ -364,12 +386,149 @@ fn load_from_source(records: &mut dyn RecordSource, last_complete: bool) -> Resu
     }
     if keep < count {
         report.cut_records = count - keep;
-        report.cut_at_line = Some(keep + 1);
+        report.cut_at_line = Some(keep + 1 + line_offset);
         if report.cut_reason.is_none() {
-            report.cut_reason = Some(format!("line {}: the last line is incomplete (no newline): a write stopped mid-record", keep + 1));
+            report.cut_reason =
+                Some(format!("line {}: the last line is incomplete (no newline): a write stopped mid-record", keep + 1 + line_offset));
         }
     }
-    Ok(Loaded { header, log, report, keep_records: keep })
+    Ok(Loaded { header, log, report, keep_records: keep + line_offset })
+}
+
+/// The type and seq an event record starts with (`{"type":"…","seq":N`), read without parsing
+/// the record: every record this library writes starts so. `None` for anything else.
+pub fn record_head(rec: &[u8]) -> Option<(&str, u64)> {
+    let rest = rec.strip_prefix(b"{\"type\":\"")?;
+    let mut i = 0;
+    while i < rest.len() {
+        match rest[i] {
+            b'\\' => i += 2,
+            b'"' => break,
+            _ => i += 1,
+        }
+    }
+    let ty = std::str::from_utf8(rest.get(..i)?).ok()?;
+    let rest = rest.get(i..)?.strip_prefix(b"\",\"seq\":")?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || digits > 19 {
+        return None;
+    }
+    let seq = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
+    Some((ty, seq))
+}
+
+/// The window start of a checkpoint record (the first seq a bounded open reads: see
+/// [`checkpoint`]), or `None` when the record is not a checkpoint that parses.
+pub fn checkpoint_window(rec: &[u8]) -> Option<u64> {
+    let (ty, _) = record_head(rec)?;
+    if ty != types::CHECKPOINT {
+        return None;
+    }
+    let ev = parse_record(rec).ok()?;
+    checkpoint::window_of(&ev.data).ok()
+}
+
+/// How an open checks a stored log.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OpenCheck {
+    /// From the last checkpoint (the default): the chain over the records it reads, the log
+    /// rules over the events after the checkpoint; the state is restored from the checkpoint
+    /// (`docs/log.md`, "What an open checks"). A log without a checkpoint is read whole.
+    #[default]
+    Bounded,
+    /// Everything, as `verify` reads the log (every record's chain, every event's rules, every
+    /// checkpoint recomputed), without rebuilding the requests.
+    Full,
+}
+
+impl OpenCheck {
+    /// Parses `"bounded"` or `"full"`.
+    pub fn parse(s: &str, path: &str) -> Result<OpenCheck> {
+        match s {
+            "bounded" => Ok(OpenCheck::Bounded),
+            "full" => Ok(OpenCheck::Full),
+            other => Err(Error::invalid(path, format!("expected \"bounded\" or \"full\", got {other:?}"))),
+        }
+    }
+}
+
+/// A bounded open: the state restored from the checkpoint a store's window was found from,
+/// the chain checked over every record of the window, the log rules over the events after the
+/// checkpoint (with the damage rules of a whole load). The log holds the lines from the
+/// checkpoint on. `docs/log.md` ("What an open checks") says what this leaves to `verify`.
+pub fn load_window(win: &mut StoreWindow) -> Result<Loaded> {
+    let header = parse_header(&win.header)?;
+    if !header.chained() {
+        return Err(Error::new(ErrorKind::CorruptLog, "line 1: a version 1 log has no checkpoints").with("line", 1u64));
+    }
+    let line_of = |seq: u64| seq as usize + 2;
+    let corrupt = |seq: u64, e: Error| as_corrupt(e, line_of(seq));
+    let n = win.records.len();
+    let whole = if win.last_complete { n } else { n.saturating_sub(1) };
+    // The checkpoint and where its window starts.
+    let c = win.checkpoint;
+    let ci = c.checked_sub(win.from).map(|i| i as usize).filter(|&i| i < whole).ok_or_else(|| {
+        Error::new(ErrorKind::Internal, format!("the store's window (from seq {}) does not hold checkpoint {c}", win.from))
+    })?;
+    let cp = parse_record(&win.records[ci]).map_err(|e| corrupt(c, e))?;
+    if cp.ty != types::CHECKPOINT || cp.seq != c {
+        return Err(corrupt(c, Error::invalid("type", "the record the store named as the last checkpoint is not one")));
+    }
+    let w = checkpoint::window_of(&cp.data).map_err(|e| corrupt(c, e))?;
+    let (mut prev, first) = if w == 0 {
+        if win.from != 0 {
+            return Err(Error::new(ErrorKind::Internal, "the store's window does not start at the first event"));
+        }
+        (chain::start(&win.header), 0usize)
+    } else {
+        if win.from + 1 != w {
+            return Err(Error::new(ErrorKind::Internal, format!("the store's window starts at seq {}, not {}", win.from, w - 1)));
+        }
+        let link = chain::stored_link(std::str::from_utf8(&win.records[0]).unwrap_or(""))
+            .and_then(|h| chain::parse_link(h))
+            .ok_or_else(|| corrupt(win.from, Error::invalid("chain", "the record before the checkpoint's window has no chain value")))?;
+        (link, 1usize)
+    };
+    let base_seq = checkpoint::base_of(&cp.data);
+    let mut base: Option<Value> = None;
+    let mut appended: Vec<Arc<Derived>> = Vec::new();
+    // The window up to the checkpoint: chained, the base checkpoint read, visible events derived.
+    for i in first..ci {
+        let seq = win.from + i as u64;
+        let rec = &win.records[i];
+        prev = chain::check(&prev, rec).map_err(|why| {
+            corrupt(seq, Error::new(ErrorKind::CorruptLog, why).with("chain", true)).context("the log was changed after it was written")
+        })?;
+        let (ty, at) =
+            record_head(rec).ok_or_else(|| corrupt(seq, Error::invalid("type", "the record does not start with its type and seq")))?;
+        if at != seq {
+            return Err(corrupt(seq, Error::invalid("seq", format!("expected {seq} (seqs are contiguous from 0), got {at}"))));
+        }
+        if Some(seq) == base_seq {
+            base = Some(parse_record(rec).map_err(|e| corrupt(seq, e))?.data);
+        } else if types::is_model_visible(ty) {
+            let ev = parse_record(rec).map_err(|e| corrupt(seq, e))?;
+            if ev.surface_op != Some(crate::log::SurfaceOp::Append) {
+                return Err(corrupt(seq, Error::invalid("surfaceOp", "a replace after the checkpoint's last replace")));
+            }
+            let d = crate::log::history::derive(&ev).map_err(|e| corrupt(seq, e))?.expect("a visible event");
+            appended.push(Arc::new(d));
+        }
+    }
+    prev = chain::check(&prev, &win.records[ci]).map_err(|why| {
+        corrupt(c, Error::new(ErrorKind::CorruptLog, why).with("chain", true)).context("the log was changed after it was written")
+    })?;
+    if base_seq.is_some() && base.is_none() {
+        return Err(corrupt(c, Error::invalid("data.base", "names no checkpoint in its window")));
+    }
+    let state = checkpoint::restore(&cp, base.as_ref(), appended).map_err(|e| corrupt(c, e))?;
+    let mut log = Log::restored(c, state, Some(prev));
+    // The checkpoint's own line starts the lines the log holds.
+    let cp_line = std::mem::take(&mut win.records[ci]);
+    log.push_restored_line(Text::from(String::from_utf8(cp_line).expect("checked as UTF-8 when parsed")));
+    // The tail: checked as a whole load checks it.
+    let mut tail = OwnedRecords(&mut win.records);
+    load_tail(header, log, &mut tail, ci + 1, win.from as usize + 1, win.last_complete)
 }
 
 /// A stored log as every reader of a log reads it ([`read_checked`]): its session header and its

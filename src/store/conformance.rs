@@ -180,7 +180,7 @@ pub fn run(factory: &mut dyn StoreFactory, only: Option<&[String]>) -> Result<Re
             return Err(Error::invalid("cases", format!("no conformance case is called {bad:?} (the cases: {})", known.join(", "))));
         }
     }
-    let run_id = crate::session::random_id();
+    let run_id = crate::session_id::random_id();
     let mut cases = Vec::new();
     for case in CASES {
         if only.is_some_and(|names| !names.iter().any(|n| n == case.name)) {
@@ -247,13 +247,16 @@ fn texts(c: &StoreContents) -> Vec<String> {
 
 impl Kit<'_> {
     fn records(&self, events: usize) -> Records {
-        let s = Session::create(Box::new(MemoryStore::new()), SessionOptions { id: Some(self.id.clone()), durability: Durability::Never })
-            .expect("a memory store takes a new session");
+        let s = Session::create(
+            Box::new(MemoryStore::new()),
+            SessionOptions { id: Some(self.id.clone()), durability: Durability::Never, ..SessionOptions::default() },
+        )
+        .expect("a memory store takes a new session");
         for i in 0..events {
             s.append(NewEvent::new("host/note", json!({"note": format!("conformance event {i}"), "n": i})))
                 .expect("a memory session takes a host note");
         }
-        let all = s.records();
+        let all = s.records().expect("a memory session holds its records");
         Records { header: all[0].clone(), events: all[1..].to_vec() }
     }
 
@@ -546,7 +549,7 @@ fn cut(kit: &mut Kit<'_>) -> Outcome {
     drop(_b);
     // What is left is a session the library opens (nothing more to cut) and appends to.
     let store = kit.factory.open(&kit.id).map_err(|e| format!("opening a session over the cut log failed: {}", err_text(&e)))?;
-    let (s, report) = Session::open(store, SessionOptions { id: None, durability: Durability::EveryEvent })
+    let (s, report) = Session::open(store, SessionOptions { id: None, durability: Durability::EveryEvent, ..SessionOptions::default() })
         .map_err(|e| format!("a session open over the cut log failed: {}", err_text(&e)))?;
     if report.cut_records != 0 || s.len() != 3 {
         return Err(format!(
@@ -589,7 +592,7 @@ fn sync_durability(kit: &mut Kit<'_>) -> Outcome {
 /// §2.4, §2.6.1, §2.7.2: a session written through the store reopens as it was.
 fn session_round_trip(kit: &mut Kit<'_>) -> Outcome {
     let store = kit.factory.open(&kit.id).map_err(|e| format!("opening a handle for a new session failed: {}", err_text(&e)))?;
-    let opts = || SessionOptions { id: Some(kit.id.clone()), durability: Durability::EveryEvent };
+    let opts = || SessionOptions { id: Some(kit.id.clone()), durability: Durability::EveryEvent, ..SessionOptions::default() };
     let (s, _) = Session::open(store, opts()).map_err(|e| format!("creating a session through the store failed: {}", err_text(&e)))?;
     for i in 0..5 {
         s.append(NewEvent::new("host/note", json!({"note": format!("round trip {i}"), "text": "ünïcode \"quoted\" \\ / \t"})))

@@ -17,7 +17,7 @@
 //!   `<log>.cut-<unix ms>` (0600) next to the log before the log is shortened.
 
 use super::file::{self, io_error, Open, MAX_LOG_BYTES};
-use super::{conflict_error, jsonl_ranges, read_only_error, Batch, Store, StoreContents, StoreText};
+use super::{conflict_error, jsonl_ranges, read_only_error, Batch, Store, StoreContents, StoreText, StoreWindow};
 use crate::error::{Error, ErrorKind, Result};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -47,8 +47,14 @@ pub struct JsonlStore {
     path: PathBuf,
     file: File,
     opts: FileOptions,
-    /// Byte offset where each complete record starts.
+    /// Byte offset where each complete record from record `first` on starts (a bounded open
+    /// knows only those of its window).
     offsets: Vec<u64>,
+    /// The record index of `offsets[0]`.
+    first: usize,
+    /// The whole file, read by a [`load_window`](Store::load_window) that found no checkpoint,
+    /// for the whole load that follows (so the file is read once).
+    stash: Option<StoreText>,
     /// The end of the last complete record: where the next append goes.
     len: u64,
     /// The file was empty when opened: its directory entry is made durable at the first sync.
@@ -109,7 +115,7 @@ impl JsonlStore {
             }
         }
         let len = file.metadata().map_err(|e| io_error(&path, "cannot stat", &e))?.len();
-        Ok(JsonlStore { path, file, opts, offsets: Vec::new(), len: 0, sync_dir: len == 0 && !opts.read_only })
+        Ok(JsonlStore { path, file, opts, offsets: Vec::new(), first: 0, stash: None, len: 0, sync_dir: len == 0 && !opts.read_only })
     }
 
     /// The file's path.
@@ -119,7 +125,44 @@ impl JsonlStore {
 
     /// The number of complete records this handle knows (the header included).
     pub fn records(&self) -> usize {
-        self.offsets.len()
+        self.first + self.offsets.len()
+    }
+
+    /// The byte offset where record `i` starts, if this handle knows it (the end of the file for
+    /// the record after the last).
+    fn offset(&self, i: usize) -> Option<u64> {
+        let k = i.checked_sub(self.first)?;
+        match self.offsets.get(k) {
+            Some(&at) => Some(at),
+            None if k == self.offsets.len() => Some(self.len),
+            None => None,
+        }
+    }
+
+    /// Reads `len` bytes at byte `at`.
+    fn read_at(&self, at: u64, len: usize) -> Result<Vec<u8>> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = vec![0u8; len];
+        self.file.read_exact_at(&mut buf, at).map_err(|e| io_error(&self.path, "cannot read", &e))?;
+        Ok(buf)
+    }
+
+    /// The session header record (the first line) and where the next line starts; `None` when
+    /// the file has no complete first line.
+    fn header_line(&self, size: u64) -> Result<Option<(Vec<u8>, u64)>> {
+        let mut at = 0u64;
+        let mut head = Vec::new();
+        while at < size {
+            let n = (size - at).min(64 << 10) as usize;
+            let chunk = self.read_at(at, n)?;
+            if let Some(nl) = chunk.iter().position(|&b| b == b'\n') {
+                head.extend_from_slice(&chunk[..nl]);
+                return Ok(Some((head, at + nl as u64 + 1)));
+            }
+            head.extend_from_slice(&chunk);
+            at += n as u64;
+        }
+        Ok(None)
     }
 
     fn file_len(&self) -> Result<u64> {
@@ -146,7 +189,8 @@ impl JsonlStore {
         Ok(buf)
     }
 
-    /// Records the offsets of the complete records of `ranges` (read from byte `at` on).
+    /// Records the offsets of the complete records of `ranges` (read from byte `at` on), which
+    /// follow the records this handle knows.
     fn note_records(&mut self, at: u64, ranges: &[(usize, usize)], last_complete: bool) {
         let complete = ranges.len() - usize::from(!last_complete);
         for &(start, _) in &ranges[..complete] {
@@ -178,6 +222,12 @@ impl JsonlStore {
 impl Store for JsonlStore {
     fn load(&mut self) -> Result<StoreContents> {
         self.offsets.clear();
+        self.first = 0;
+        if let Some(t) = self.stash.take() {
+            let c = StoreContents::of_ranges(t.text.as_bytes(), &t.records, t.last_complete);
+            self.note_records(0, &t.records, t.last_complete);
+            return Ok(c);
+        }
         self.read_records(0)
     }
 
@@ -185,6 +235,11 @@ impl Store for JsonlStore {
     /// (damage that loading reports by line, from [`load`](Store::load)'s records).
     fn load_text(&mut self) -> Result<Option<StoreText>> {
         self.offsets.clear();
+        self.first = 0;
+        if let Some(t) = self.stash.take() {
+            self.note_records(0, &t.records, t.last_complete);
+            return Ok(Some(t));
+        }
         let buf = self.read_from(0)?;
         let (records, last_complete) = jsonl_ranges(&buf);
         self.note_records(0, &records, last_complete);
@@ -195,7 +250,7 @@ impl Store for JsonlStore {
     }
 
     fn load_from(&mut self, from: usize) -> Result<StoreContents> {
-        if from > self.offsets.len() {
+        let Some(at) = self.offset(from) else {
             // Records this handle never saw: read everything and drop what the caller has.
             let mut c = self.load()?;
             c.records.drain(..from.min(c.records.len()));
@@ -203,16 +258,107 @@ impl Store for JsonlStore {
                 c.last_complete = true;
             }
             return Ok(c);
-        }
-        let at = self.offsets.get(from).copied().unwrap_or(self.len);
-        self.offsets.truncate(from);
+        };
+        self.offsets.truncate(from - self.first);
         self.read_records(at)
+    }
+
+    /// Reads the file backwards from its end, in growing chunks, until it finds the last
+    /// complete checkpoint line (before event `before`) and then the line before that
+    /// checkpoint's window; the window is handed over without the file having been read from its
+    /// start. A file with no such checkpoint has been read whole by then: it is kept for the
+    /// whole load that follows (`load` / `load_text`), so it is read once either way.
+    fn load_window(&mut self, before: Option<u64>) -> Result<Option<StoreWindow>> {
+        self.stash = None;
+        let size = self.file_len()?;
+        let Some((header, body)) = self.header_line(size)? else { return Ok(None) };
+        // `buf` holds the bytes [lo, size). Lines are found from the newest back: `end` is the
+        // end (exclusive, without its newline) of the newest line not found yet.
+        let mut buf: Vec<u8> = Vec::new();
+        let mut lo = size;
+        let mut chunk: u64 = 1 << 20;
+        let last_complete = size > body && self.read_at(size - 1, 1)?[0] == b'\n';
+        let mut end = if last_complete { size - 1 } else { size };
+        let mut found: Option<(u64, u64)> = None; // (checkpoint seq, window from)
+        let mut start_of_from: Option<u64> = None; // where the line of event `from` starts
+        'scan: loop {
+            while end >= lo && end > body {
+                let rel = (end - lo) as usize;
+                let start = match buf[..rel].iter().rposition(|&b| b == b'\n') {
+                    Some(nl) => lo + nl as u64 + 1,
+                    None if lo == body => body,
+                    None => break,
+                };
+                let line = &buf[(start - lo) as usize..rel];
+                let complete = end < size;
+                if let Some((ty, seq)) = crate::log::load::record_head(line) {
+                    if found.is_none() && complete && ty == crate::log::event::types::CHECKPOINT && before.is_none_or(|b| seq < b) {
+                        found = super::window_from(line).map(|from| (seq, from.min(seq)));
+                    }
+                    if found.is_some_and(|(_, from)| from == seq) {
+                        start_of_from = Some(start);
+                        break 'scan;
+                    }
+                }
+                if start == body {
+                    break 'scan;
+                }
+                end = start - 1;
+            }
+            if lo == body {
+                break;
+            }
+            // Read further back.
+            let new_lo = lo.saturating_sub(chunk).max(body);
+            if size - new_lo > self.opts.max_bytes {
+                return Err(Error::new(
+                    ErrorKind::Storage,
+                    format!("{}: the log is {size} bytes, more than the limit of {} bytes", self.path.display(), self.opts.max_bytes),
+                )
+                .with("path", self.path.display().to_string())
+                .with("limit", self.opts.max_bytes));
+            }
+            let mut more = self.read_at(new_lo, (lo - new_lo) as usize)?;
+            more.extend_from_slice(&buf);
+            buf = more;
+            lo = new_lo;
+            chunk = (chunk * 2).min(64 << 20);
+        }
+        let (Some((checkpoint, from)), Some(start)) = (found, start_of_from) else {
+            // No checkpoint: the whole file has been read; keep it for the whole load.
+            if lo == body && size - body <= self.opts.max_bytes {
+                let mut text = header.clone();
+                text.push(b'\n');
+                text.extend_from_slice(&buf);
+                let (records, last) = jsonl_ranges(&text);
+                if let Ok(text) = String::from_utf8(text) {
+                    self.stash = Some(StoreText { text: Arc::new(text), records, last_complete: last });
+                }
+            }
+            return Ok(None);
+        };
+        let window = &buf[(start - lo) as usize..];
+        let (ranges, last) = jsonl_ranges(window);
+        let at = start;
+        // The handle knows the offsets of the window's records (for refresh, undo and cut).
+        self.offsets.clear();
+        self.first = from as usize + 1;
+        self.note_records(at, &ranges, last);
+        let records = ranges.iter().map(|&(a, b)| window[a..b].to_vec()).collect();
+        Ok(Some(StoreWindow { header, checkpoint, from, records, last_complete: last }))
+    }
+
+    fn read_records(&mut self, from: usize, to: usize) -> Result<Vec<Vec<u8>>> {
+        // A plain read from the start, leaving what the handle knows as it is.
+        let buf = self.read_from(0)?;
+        let (ranges, _) = jsonl_ranges(&buf);
+        Ok(ranges[from.min(ranges.len())..to.min(ranges.len())].iter().map(|&(a, b)| buf[a..b].to_vec()).collect())
     }
 
     fn append(&mut self, batch: &Batch<'_>) -> Result<()> {
         self.writable("append")?;
-        let have = self.offsets.len().saturating_sub(1) as u64;
-        let fresh = self.offsets.is_empty();
+        let have = self.records().saturating_sub(1) as u64;
+        let fresh = self.records() == 0;
         let size = self.file_len()?;
         if batch.header.is_some() != fresh || (!fresh && batch.seq != have) || size != self.len {
             let mut e = conflict_error(&self.describe(), batch.seq, have);
@@ -264,21 +410,17 @@ impl Store for JsonlStore {
         self.writable("undo an append")?;
         // From the start of record `from`; for `from` = the number of records, everything after
         // the last one (what a failed write may have left).
-        let at = match self.offsets.get(from) {
-            Some(&at) => at,
-            None if from == self.offsets.len() => self.len,
-            None => return Ok(()),
-        };
+        let Some(at) = self.offset(from) else { return Ok(()) };
         self.file.set_len(at).map_err(|e| io_error(&self.path, "cannot truncate", &e))?;
         self.file.sync_data().map_err(|e| io_error(&self.path, "cannot sync", &e))?;
-        self.offsets.truncate(from);
+        self.offsets.truncate(from - self.first);
         self.len = at;
         Ok(())
     }
 
     fn cut(&mut self, keep: usize, _reason: &str) -> Result<Option<String>> {
         self.writable("cut a damaged tail")?;
-        let at = self.offsets.get(keep).copied().unwrap_or(self.len);
+        let at = self.offset(keep).unwrap_or(self.len);
         let size = self.file_len()?;
         if size <= at {
             return Ok(None);
@@ -300,7 +442,7 @@ impl Store for JsonlStore {
         }
         self.file.set_len(at).map_err(|e| io_error(&self.path, "cannot truncate", &e))?;
         self.file.sync_data().map_err(|e| io_error(&self.path, "cannot sync", &e))?;
-        self.offsets.truncate(keep);
+        self.offsets.truncate(keep.saturating_sub(self.first));
         self.len = at;
         Ok(Some(side.display().to_string()))
     }
@@ -316,7 +458,7 @@ impl Store for JsonlStore {
 
 /// `<log>.cut-<unix ms>` (with `-2`, `-3`, ... if that exists).
 fn sidecar_path(log: &Path) -> PathBuf {
-    let ms = crate::session::now_ms();
+    let ms = crate::time::now_ms();
     let base = format!("{}.cut-{ms}", log.display());
     let mut p = PathBuf::from(&base);
     let mut n = 2;

@@ -116,6 +116,42 @@ impl StoreText {
     }
 }
 
+/// What a bounded open reads ([`Store::load_window`]): the session header record and the
+/// records from just before a checkpoint's window to the end of the log (docs/log.md,
+/// "Checkpoints").
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StoreWindow {
+    /// The session header record.
+    pub header: Vec<u8>,
+    /// The seq of the checkpoint the window belongs to (its record is among `records`).
+    pub checkpoint: u64,
+    /// The seq of the event `records[0]` holds: the one before the checkpoint's window start
+    /// (its chain value starts the window's chain), or 0 when the window starts at the first
+    /// event.
+    pub from: u64,
+    /// The event records from `from` to the end of the log, in order.
+    pub records: Vec<Vec<u8>>,
+    /// Whether the last record was completely written (as [`StoreContents::last_complete`]).
+    pub last_complete: bool,
+}
+
+/// Where the window of the checkpoint record `rec` starts (see
+/// [`crate::log::checkpoint`]): the seq of the first record a bounded open reads after
+/// `from`, or `None` when `rec` is not a checkpoint. The first record a store hands over is
+/// the one before it (for its chain value), or event 0.
+pub fn window_from(rec: &[u8]) -> Option<u64> {
+    crate::log::load::checkpoint_window(rec).map(|w| w.saturating_sub(1))
+}
+
+/// Whether a record is a checkpoint, by the way it starts (every record this library writes
+/// starts with its type): `{"type":"session/checkpoint",`.
+pub fn is_checkpoint_record(rec: &[u8]) -> bool {
+    rec.starts_with(CHECKPOINT_PREFIX.as_bytes())
+}
+
+/// How a checkpoint record starts (what a store can index to find the last one).
+pub const CHECKPOINT_PREFIX: &str = "{\"type\":\"session/checkpoint\",";
+
 /// The byte range of every line of a JSONL log (without its newline), and whether the last one
 /// ended with its newline (a last line without one is a torn record, still listed).
 pub(crate) fn jsonl_ranges(bytes: &[u8]) -> (Vec<(usize, usize)>, bool) {
@@ -187,6 +223,25 @@ pub trait Store: Send {
         Ok(c)
     }
 
+    /// The records a bounded open reads: the session header and the records from the window of
+    /// the last checkpoint (the last one before event `before`, when given) to the end of the
+    /// log, found without reading the log from its start ([`StoreWindow`]). `None` (the
+    /// default): the store holds no checkpoint there, or cannot find one cheaply; the open then
+    /// reads the whole log ([`load`](Self::load)).
+    fn load_window(&mut self, before: Option<u64>) -> Result<Option<StoreWindow>> {
+        let _ = before;
+        Ok(None)
+    }
+
+    /// The records `from..to` (record indexes: the header is 0), for a reader of older events
+    /// than a bounded open holds. The default loads everything.
+    fn read_records(&mut self, from: usize, to: usize) -> Result<Vec<Vec<u8>>> {
+        let mut c = self.load()?;
+        c.records.truncate(to);
+        c.records.drain(..from.min(c.records.len()));
+        Ok(c.records)
+    }
+
     /// Appends a batch, all or nothing, if the store's next seq is `batch.seq` (and, with a
     /// header, the store holds no session yet); otherwise [`ErrorKind::Conflict`] and nothing is
     /// written.
@@ -236,6 +291,30 @@ pub fn conflict_error(store: &str, want: u64, have: u64) -> Error {
     .with("storeSeq", have)
 }
 
+/// The window of a store that holds its records as a list (header first): the last checkpoint
+/// before `before`, searched from the end.
+pub(crate) fn window_of_records<R: AsRef<[u8]>>(records: &[R], before: Option<u64>) -> Option<StoreWindow> {
+    let end = match before {
+        Some(b) => (b as usize + 1).min(records.len()),
+        None => records.len(),
+    };
+    let (at, from) = (1..end).rev().find_map(|i| {
+        let rec = records[i].as_ref();
+        if !is_checkpoint_record(rec) {
+            return None;
+        }
+        window_from(rec).map(|f| (i, f))
+    })?;
+    let from = from.min(at as u64 - 1);
+    Some(StoreWindow {
+        header: records[0].as_ref().to_vec(),
+        checkpoint: at as u64 - 1,
+        from,
+        records: records[from as usize + 1..].iter().map(|r| r.as_ref().to_vec()).collect(),
+        last_complete: true,
+    })
+}
+
 /// Records in memory.
 #[derive(Clone, Debug, Default)]
 pub struct MemoryStore {
@@ -268,6 +347,12 @@ impl MemoryStore {
 impl Store for MemoryStore {
     fn load(&mut self) -> Result<StoreContents> {
         Ok(StoreContents { records: self.records.iter().map(|r| r.as_bytes().to_vec()).collect(), last_complete: true })
+    }
+    fn load_window(&mut self, before: Option<u64>) -> Result<Option<StoreWindow>> {
+        Ok(window_of_records(&self.records, before))
+    }
+    fn read_records(&mut self, from: usize, to: usize) -> Result<Vec<Vec<u8>>> {
+        Ok(self.records[from.min(self.records.len())..to.min(self.records.len())].iter().map(|r| r.as_bytes().to_vec()).collect())
     }
     fn append(&mut self, batch: &Batch<'_>) -> Result<()> {
         let have = self.records.len().saturating_sub(1) as u64;

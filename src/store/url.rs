@@ -36,13 +36,25 @@ pub struct UrlOptions {
     pub create: bool,
     /// When appended events are made durable.
     pub durability: Durability,
+    /// How an open checks the stored log.
+    pub check: crate::log::load::OpenCheck,
+    /// When the session writes checkpoints.
+    pub checkpoints: crate::log::checkpoint::CheckpointPolicy,
     /// File-only: the mode of a created file and the largest log read (`read_only` above wins).
     pub file: FileOptions,
 }
 
 impl Default for UrlOptions {
     fn default() -> UrlOptions {
-        UrlOptions { id: None, read_only: false, create: true, durability: Durability::default(), file: FileOptions::default() }
+        UrlOptions {
+            id: None,
+            read_only: false,
+            create: true,
+            durability: Durability::default(),
+            check: Default::default(),
+            checkpoints: Default::default(),
+            file: FileOptions::default(),
+        }
     }
 }
 
@@ -210,7 +222,7 @@ pub fn open_store(url: &str, opts: &UrlOptions) -> Result<(Box<dyn Store>, Optio
                         "name the session to open: an id in the options or ?session=ID in the URL (a database holds many sessions)",
                     ))
                 }
-                (None, None) => crate::session::random_id(),
+                (None, None) => crate::session_id::random_id(),
             };
             let store = PgStore::open(&pg, &id, PgOptions { read_only: opts.read_only, create: opts.create, durability: opts.durability })?;
             Ok((Box::new(store), Some(id)))

@@ -44,7 +44,7 @@ pub use config::{PgUrl, Settings, SslMode, TlsSettings};
 pub use schema::SCHEMA_VERSION;
 
 use super::url::{ParentInfo, SessionInfo};
-use super::{conflict_error, read_only_error, Batch, Durability, Store, StoreContents};
+use super::{conflict_error, read_only_error, Batch, Durability, Store, StoreContents, StoreWindow};
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::chain;
 use crate::log::load::SessionHeader;
@@ -57,7 +57,7 @@ use std::sync::Arc;
 use tokio_postgres::types::Type;
 
 /// The longest session id accepted (the rule every store shares).
-pub const MAX_ID_BYTES: usize = crate::session::MAX_SESSION_ID_BYTES;
+pub const MAX_ID_BYTES: usize = crate::session_id::MAX_SESSION_ID_BYTES;
 
 const APPEND_SQL: &str = "
 WITH h AS (
@@ -152,9 +152,9 @@ impl std::fmt::Debug for PgStore {
 }
 
 /// Checks a session id for the database: the rule every store shares
-/// ([`crate::session::check_session_id`]: 1 to 1,024 bytes, no control characters).
+/// ([`crate::session_id::check_session_id`]: 1 to 1,024 bytes, no control characters).
 pub fn check_id(id: &str) -> Result<()> {
-    crate::session::check_session_id(id)
+    crate::session_id::check_session_id(id)
 }
 
 /// The chain value a stored record ends with, if it has one.
@@ -361,9 +361,32 @@ impl PgStore {
         }
     }
 
+    /// The seq and record of the session's last checkpoint before event `before` (one probe of
+    /// the checkpoint index).
+    fn last_checkpoint(&mut self, before: Option<u64>) -> Result<Option<(u64, String)>> {
+        let d = self.describe.clone();
+        let before = before.map(|b| b.min(i64::MAX as u64) as i64);
+        let sql = format!(
+            "SELECT seq, record FROM llmsession_records WHERE session_id = $1 AND ($2::bigint IS NULL OR seq < $2) AND {} ORDER BY seq DESC LIMIT 1",
+            schema::CHECKPOINT_PREDICATE
+        );
+        let rows = block_on(async {
+            self.pool
+                .query(Bound::Query, &sql, &[(&self.id, Type::TEXT), (&before, Type::INT8)])
+                .await
+                .map_err(|e| e.into_error(&d, "cannot find the last checkpoint"))
+        })?;
+        Ok(rows.first().map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, String>(1))))
+    }
+
     /// Reads the session's records from event `from_seq` on, in one snapshot with the head, and
     /// checks them against it.
     fn read(&mut self, from_seq: Option<u64>) -> Result<StoreContents> {
+        self.read_with_header(from_seq).map(|(c, _)| c)
+    }
+
+    /// [`read`](Self::read), also returning the session header record.
+    fn read_with_header(&mut self, from_seq: Option<u64>) -> Result<(StoreContents, Vec<u8>)> {
         if let Some((kind, why, _)) = &self.dead {
             return Err(
                 Error::new(*kind, format!("{}: cannot read the session: {why}", self.describe)).with("store", self.describe.clone())
@@ -378,7 +401,7 @@ impl PgStore {
                 .map_err(|e| e.into_error(&d, "cannot read the session"))
         })?;
         let Some(head) = rows.first().filter(|r| r.get::<_, i64>(0) == -1) else {
-            return Ok(StoreContents { records: Vec::new(), last_complete: true });
+            return Ok((StoreContents { records: Vec::new(), last_complete: true }, Vec::new()));
         };
         let header: &str = head.get(1);
         let events = head.get::<_, Option<i64>>(2).unwrap_or(0) as u64;
@@ -424,7 +447,7 @@ impl PgStore {
         }
         self.events = events;
         self.chain_head = chain_head;
-        Ok(StoreContents { records, last_complete: true })
+        Ok((StoreContents { records, last_complete: true }, header.as_bytes().to_vec()))
     }
 }
 
@@ -482,6 +505,26 @@ impl Store for PgStore {
             return self.read(None);
         }
         self.read(Some(from as u64 - 1))
+    }
+
+    fn load_window(&mut self, before: Option<u64>) -> Result<Option<StoreWindow>> {
+        let Some((checkpoint, record)) = self.last_checkpoint(before)? else { return Ok(None) };
+        let Some(from) = super::window_from(record.as_bytes()) else { return Ok(None) };
+        let from = from.min(checkpoint);
+        let (contents, header) = self.read_with_header(Some(from))?;
+        if contents.records.is_empty() || header.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(StoreWindow { header, checkpoint, from, records: contents.records, last_complete: true }))
+    }
+
+    fn read_records(&mut self, from: usize, to: usize) -> Result<Vec<Vec<u8>>> {
+        let (mut c, header) = self.read_with_header(Some(from.saturating_sub(1) as u64))?;
+        if from == 0 {
+            c.records.insert(0, header);
+        }
+        c.records.truncate(to - from.min(to));
+        Ok(c.records)
     }
 
     fn append(&mut self, batch: &Batch<'_>) -> Result<()> {

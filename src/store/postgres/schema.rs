@@ -13,8 +13,9 @@ use crate::error::{Error, ErrorKind, Result};
 use std::sync::atomic::Ordering;
 use tokio_postgres::types::Type;
 
-/// The schema version this library creates and reads: 2 (the lease as data).
-pub const SCHEMA_VERSION: u32 = 2;
+/// The schema version this library creates and reads: 3 (2: the lease as data; 3: an index of
+/// the checkpoint records, so a bounded open finds the last one at once).
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The transaction-level advisory lock (one 64-bit key, `llsschem` in ASCII) that serialises
 /// schema creation and migration in a database.
@@ -64,6 +65,16 @@ ALTER TABLE llmsession_sessions
     ADD COLUMN IF NOT EXISTS lease_expires timestamptz,
     ADD COLUMN IF NOT EXISTS lease_live bigint;
 ";
+
+/// Version 2 to 3: a partial index of the checkpoint records (`docs/log.md`, "Checkpoints"):
+/// the last checkpoint of a session is one index probe, however long its log.
+const V2_TO_V3: &str = "
+CREATE INDEX IF NOT EXISTS llmsession_records_checkpoints ON llmsession_records (session_id, seq)
+    WHERE record LIKE '{\"type\":\"session/checkpoint\",%';
+";
+
+/// The predicate of that index, as a query must state it for the planner to use the index.
+pub(super) const CHECKPOINT_PREDICATE: &str = "record LIKE '{\"type\":\"session/checkpoint\",%'";
 
 /// The schema version the database holds, or `None` when it has no llmsession tables.
 pub(super) async fn version(pool: &Pool, store: &str) -> Result<Option<u32>> {
@@ -121,10 +132,16 @@ pub(super) async fn ensure(pool: &Pool, store: &str) -> Result<()> {
                     .await?;
                 let rows = c.query_typed("SELECT value FROM llmsession_meta WHERE key = 'schema_version'", &[]).await?;
                 let v: u32 = rows.first().and_then(|r| r.get::<_, &str>(0).parse().ok()).unwrap_or(u32::MAX);
+                let mut v = v;
                 if v == 1 {
                     c.batch_execute(V1_TO_V2).await?;
                     c.query_typed("UPDATE llmsession_meta SET value = '2' WHERE key = 'schema_version'", &[]).await?;
-                    return Ok(SCHEMA_VERSION);
+                    v = 2;
+                }
+                if v == 2 {
+                    c.batch_execute(V2_TO_V3).await?;
+                    c.query_typed("UPDATE llmsession_meta SET value = '3' WHERE key = 'schema_version'", &[]).await?;
+                    v = 3;
                 }
                 Ok(v)
             }
