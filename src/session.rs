@@ -279,15 +279,6 @@ impl Inner {
         }
         Ok(log)
     }
-
-    /// The stored records as bytes: the header record, then every event's.
-    fn record_bytes(&mut self) -> Result<Vec<Vec<u8>>> {
-        let mut records = Vec::with_capacity(self.log.len() + 1);
-        records.push(self.header_line.as_bytes().to_vec());
-        let len = self.log.next_seq();
-        records.extend(self.event_records(0, len)?.iter().map(|l| l.as_bytes().to_vec()));
-        Ok(records)
-    }
 }
 
 /// Whether a batch ends with a checkpoint.
@@ -660,11 +651,13 @@ impl Session {
         g.log.chain_head().map(|l| chain::ChainHead { events: g.log.len() as u64, chain: chain::hex(l) })
     }
 
-    /// Checks the whole log as it is stored: every check loading makes (chain, rules), then the
-    /// reconstruction of every recorded request (see [`crate::request::verify_contents`]).
+    /// Checks the whole log as it is stored: every check loading makes (chain, rules, every
+    /// checkpoint), then the reconstruction of every recorded request (see
+    /// [`crate::request::verify_stream`]). The log is read from the store one record at a time,
+    /// without the session being locked while it runs: memory follows the live context, not
+    /// the log's length. Progress is reported as `verify-progress` observations.
     pub fn verify(&self) -> Result<VerifyReport> {
-        let records = self.lock().record_bytes()?;
-        crate::request::verify_contents(&StoreContents { records, last_complete: true })
+        self.verify_with(None, &mut |_| {})
     }
 
     /// [`verify`](Self::verify), and also every conversation request's provider body for
@@ -672,8 +665,23 @@ impl Session {
     /// renderer builds it and compared with the rendering of the rebuilt envelope
     /// ([`crate::request::verify_bodies`]).
     pub fn verify_bodies(&self, renderer: crate::render::Renderer, options: &crate::render::RenderOptions) -> Result<VerifyReport> {
-        let records = self.lock().record_bytes()?;
-        crate::request::verify_bodies(&StoreContents { records, last_complete: true }, renderer, options)
+        self.verify_with(Some((renderer, options)), &mut |_| {})
+    }
+
+    /// [`verify`](Self::verify) (with `bodies`: [`verify_bodies`](Self::verify_bodies)),
+    /// reporting progress to `progress` as well. It checks the records this handle holds: those
+    /// a writer appends meanwhile are not read.
+    pub fn verify_with(
+        &self,
+        bodies: Option<(crate::render::Renderer, &crate::render::RenderOptions)>,
+        progress: &mut dyn FnMut(&crate::request::VerifyProgress),
+    ) -> Result<VerifyReport> {
+        let (stream, records, store, id) = {
+            let mut g = self.lock();
+            (g.store.record_stream()?, g.log.len() as u64 + 1, g.store.describe(), g.header.id.clone())
+        };
+        let mut stream = crate::store::FirstRecords::new(stream, records);
+        crate::request::verify_observed(&mut stream, &store, Some(&id), bodies, progress, None)
     }
 
     /// The session lock. Observations raised while it is held are delivered once it is

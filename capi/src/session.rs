@@ -18,7 +18,7 @@ use crate::runtime::handle::{self, HandleKind, Object, PoisonFlag};
 use crate::runtime::status::lls_status;
 use llmsession::error::{Error, ErrorKind, Result};
 use llmsession::log::load::LoadReport;
-use llmsession::request::verify_contents;
+use llmsession::request::verify_store;
 use llmsession::session::Session;
 use llmsession::store::host::HostStore;
 use llmsession::store::options::{file_options, session_options};
@@ -612,13 +612,13 @@ pub unsafe extern "C" fn lls_verify_file(
         boundary(err, || {
             let out = OutString::new(out, out_len, "out")?;
             let path = path_arg(path, path_len, "path")?;
-            let contents = JsonlStore::open_read_only(&path)?.load()?;
-            if contents.records.is_empty() {
+            let mut store = JsonlStore::open_read_only(&path)?;
+            if store.is_empty()? {
                 return Err(Error::new(ErrorKind::CorruptLog, format!("{path}: the file is empty, not a session log"))
                     .with("path", path)
                     .into());
             }
-            let report = verify_contents(&contents).map_err(|e| e.context(&path))?;
+            let report = verify_store(&mut store, None, &mut |_| {}, None).map_err(|e| e.context(&path))?;
             out.write_json(&report)
         })
     }

@@ -253,6 +253,11 @@ fn load_one<R: AsRef<[u8]>>(log: &mut Log, rec: &mut R, line: impl FnOnce(&mut R
     Ok(())
 }
 
+/// Parses an event record (its envelope; the rules are checked apart).
+pub(crate) fn parse_event(rec: &[u8]) -> Result<Event> {
+    parse_record(rec)
+}
+
 fn parse_record(rec: &[u8]) -> Result<Event> {
     let text = std::str::from_utf8(rec).map_err(|e| Error::new(ErrorKind::MalformedJson, format!("invalid UTF-8: {e}")))?;
     Event::from_json(text)
@@ -322,7 +327,7 @@ impl RecordSource for SharedRecords<'_> {
 }
 
 /// Parses a session header record (line 1 of a log).
-fn parse_header(first: &[u8]) -> Result<SessionHeader> {
+pub(crate) fn parse_header(first: &[u8]) -> Result<SessionHeader> {
     let header_value: Value = std::str::from_utf8(first)
         .map_err(|e| Error::new(ErrorKind::MalformedJson, format!("invalid UTF-8: {e}")))
         .and_then(|t| serde_json::from_str(t).map_err(Error::from))
@@ -457,6 +462,52 @@ impl OpenCheck {
 /// checkpoint (with the damage rules of a whole load). The log holds the lines from the
 /// checkpoint on. `docs/log.md` ("What an open checks") says what this leaves to `verify`.
 pub fn load_window(win: &mut StoreWindow) -> Result<Loaded> {
+    let (header, log, ci) = restore_window(win)?;
+    // The tail: checked as a whole load checks it.
+    let mut tail = OwnedRecords(&mut win.records);
+    load_tail(header, log, &mut tail, ci + 1, win.from as usize + 1, win.last_complete)
+}
+
+/// The events after the checkpoint of a store's window, for a reader that walks them from the
+/// state the checkpoint restores (`show` and `explain` of a recent request): the session
+/// header, the log restored at the checkpoint (its lines not held), and the events after it,
+/// each checked against the chain (a torn last record is left out) but not yet against the log
+/// rules (the reader's walk applies them).
+pub struct WindowEvents {
+    /// The session header.
+    pub header: SessionHeader,
+    /// The log restored at the checkpoint (see [`load_window`]).
+    pub log: Log,
+    /// The events after the checkpoint, in order.
+    pub events: Vec<Event>,
+}
+
+/// Reads a store's window as [`WindowEvents`].
+pub fn window_events(win: &mut StoreWindow) -> Result<WindowEvents> {
+    let (header, log, ci) = restore_window(win)?;
+    let mut prev = *log.chain_head().expect("a restored log is chained");
+    let n = win.records.len();
+    let mut events = Vec::with_capacity(n - ci - 1);
+    for i in ci + 1..n {
+        if i == n - 1 && !win.last_complete {
+            break;
+        }
+        let seq = win.from + i as u64;
+        let rec = &win.records[i];
+        prev = chain::check(&prev, rec).map_err(|why| {
+            as_corrupt(Error::new(ErrorKind::CorruptLog, why).with("chain", true), seq as usize + 2)
+                .context("the log was changed after it was written")
+        })?;
+        events.push(parse_record(rec).map_err(|e| as_corrupt(e, seq as usize + 2))?);
+    }
+    let mut log = log;
+    log.forget_lines();
+    Ok(WindowEvents { header, log, events })
+}
+
+/// The part of a bounded open up to the checkpoint: the header, the chain over the window up to
+/// the checkpoint, the state restored from it, and the index of the checkpoint's record.
+fn restore_window(win: &mut StoreWindow) -> Result<(SessionHeader, Log, usize)> {
     let header = parse_header(&win.header)?;
     if !header.chained() {
         return Err(Error::new(ErrorKind::CorruptLog, "line 1: a version 1 log has no checkpoints").with("line", 1u64));
@@ -526,9 +577,7 @@ pub fn load_window(win: &mut StoreWindow) -> Result<Loaded> {
     // The checkpoint's own line starts the lines the log holds.
     let cp_line = std::mem::take(&mut win.records[ci]);
     log.push_restored_line(Text::from(String::from_utf8(cp_line).expect("checked as UTF-8 when parsed")));
-    // The tail: checked as a whole load checks it.
-    let mut tail = OwnedRecords(&mut win.records);
-    load_tail(header, log, &mut tail, ci + 1, win.from as usize + 1, win.last_complete)
+    Ok((header, log, ci))
 }
 
 /// A stored log as every reader of a log reads it ([`read_checked`]): its session header and its

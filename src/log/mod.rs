@@ -87,6 +87,14 @@ impl Log {
         self.lines.push(line);
     }
 
+    /// Drops the lines this log holds and keeps none from now on (a reader that walks events
+    /// from a restored state: [`discarding`](Self::discarding)).
+    pub(crate) fn forget_lines(&mut self) {
+        self.base = self.next_seq();
+        self.lines = Vec::new();
+        self.discard = true;
+    }
+
     /// Events appended since the last checkpoint and their lines' bytes.
     pub(crate) fn since_checkpoint(&self) -> (u64, u64) {
         self.since_checkpoint

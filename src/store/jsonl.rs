@@ -17,7 +17,7 @@
 //!   `<log>.cut-<unix ms>` (0600) next to the log before the log is shortened.
 
 use super::file::{self, io_error, Open, MAX_LOG_BYTES};
-use super::{conflict_error, jsonl_ranges, read_only_error, Batch, Store, StoreContents, StoreText, StoreWindow};
+use super::{conflict_error, jsonl_ranges, read_only_error, Batch, RecordStream, Store, StoreContents, StoreText, StoreWindow};
 use crate::error::{Error, ErrorKind, Result};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -116,6 +116,11 @@ impl JsonlStore {
         }
         let len = file.metadata().map_err(|e| io_error(&path, "cannot stat", &e))?.len();
         Ok(JsonlStore { path, file, opts, offsets: Vec::new(), first: 0, stash: None, len: 0, sync_dir: len == 0 && !opts.read_only })
+    }
+
+    /// Whether the file is empty (holds no session).
+    pub fn is_empty(&self) -> Result<bool> {
+        Ok(self.file_len()? == 0)
     }
 
     /// The file's path.
@@ -348,6 +353,12 @@ impl Store for JsonlStore {
         Ok(Some(StoreWindow { header, checkpoint, from, records, last_complete: last }))
     }
 
+    fn record_stream(&mut self) -> Result<Box<dyn RecordStream>> {
+        let file = self.file.try_clone().map_err(|e| io_error(&self.path, "cannot open", &e))?;
+        let size = self.file_len()?;
+        Ok(Box::new(JsonlRecords { path: self.path.clone(), file, size, at: 0, buf: Vec::new(), start: 0 }))
+    }
+
     fn read_records(&mut self, from: usize, to: usize) -> Result<Vec<Vec<u8>>> {
         // A plain read from the start, leaving what the handle knows as it is.
         let buf = self.read_from(0)?;
@@ -453,6 +464,58 @@ impl Store for JsonlStore {
 
     fn read_only(&self) -> bool {
         self.opts.read_only
+    }
+}
+
+/// A JSONL file's lines one at a time, read in chunks at offsets of their own (`pread`: the
+/// store's handle is not moved), up to the file's size when the stream began (what a writer
+/// appends after that is not read; a last line cut there counts as torn).
+struct JsonlRecords {
+    path: PathBuf,
+    file: File,
+    size: u64,
+    /// The file offset `buf[0]` was read from.
+    at: u64,
+    buf: Vec<u8>,
+    /// Where the next line starts in `buf`.
+    start: usize,
+}
+
+impl RecordStream for JsonlRecords {
+    fn next_record(&mut self) -> Result<Option<(Vec<u8>, bool)>> {
+        use std::os::unix::fs::FileExt;
+        loop {
+            if let Some(nl) = self.buf[self.start..].iter().position(|&b| b == b'\n') {
+                let line = self.buf[self.start..self.start + nl].to_vec();
+                self.start += nl + 1;
+                return Ok(Some((line, true)));
+            }
+            let end = self.at + self.buf.len() as u64;
+            if end >= self.size {
+                if self.start < self.buf.len() {
+                    let line = self.buf[self.start..].to_vec();
+                    self.start = self.buf.len();
+                    return Ok(Some((line, false)));
+                }
+                return Ok(None);
+            }
+            // Keep the part of a line read so far, and read the next chunk after it.
+            self.buf.drain(..self.start);
+            self.at += self.start as u64;
+            self.start = 0;
+            let have = self.buf.len();
+            let n = ((self.size - end).min(1 << 20) as usize).max(1);
+            self.buf.resize(have + n, 0);
+            let got = self.file.read_at(&mut self.buf[have..], end).map_err(|e| io_error(&self.path, "cannot read", &e))?;
+            self.buf.truncate(have + got);
+            if got == 0 {
+                // The file shrank under the reader: what was read is all there is.
+                self.size = end;
+            }
+        }
+    }
+    fn total_bytes(&self) -> Option<u64> {
+        Some(self.size)
     }
 }
 

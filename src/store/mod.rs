@@ -152,6 +152,98 @@ pub fn is_checkpoint_record(rec: &[u8]) -> bool {
 /// How a checkpoint record starts (what a store can index to find the last one).
 pub const CHECKPOINT_PREFIX: &str = "{\"type\":\"session/checkpoint\",";
 
+/// A stored log's records one at a time, for a reader whose memory must not follow the log's
+/// length (`verify`): each record is handed over and dropped before the next is read. It owns
+/// what it reads from (a file descriptor of its own, a database pool), so it is used without the
+/// store (or the session holding it) being locked.
+pub trait RecordStream: Send {
+    /// The next record (the session header first) and whether it was completely written (a
+    /// JSONL line that ends with its newline); `None` after the last.
+    fn next_record(&mut self) -> Result<Option<(Vec<u8>, bool)>>;
+    /// How many bytes the records hold in all, when the store knows (for progress).
+    fn total_bytes(&self) -> Option<u64> {
+        None
+    }
+    /// How many records there are in all, when the store knows (for progress).
+    fn total_records(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// Records held in memory, as a [`RecordStream`].
+pub struct RecordsInMemory {
+    records: std::vec::IntoIter<Vec<u8>>,
+    last_complete: bool,
+    total: u64,
+    bytes: u64,
+}
+
+impl RecordsInMemory {
+    /// The stream of `contents`' records.
+    pub fn new(contents: StoreContents) -> RecordsInMemory {
+        let total = contents.records.len() as u64;
+        let bytes = contents.records.iter().map(|r| r.len() as u64 + 1).sum();
+        RecordsInMemory { records: contents.records.into_iter(), last_complete: contents.last_complete, total, bytes }
+    }
+}
+
+impl RecordStream for RecordsInMemory {
+    fn next_record(&mut self) -> Result<Option<(Vec<u8>, bool)>> {
+        Ok(self.records.next().map(|r| {
+            let complete = self.records.len() > 0 || self.last_complete;
+            (r, complete)
+        }))
+    }
+    fn total_bytes(&self) -> Option<u64> {
+        Some(self.bytes)
+    }
+    fn total_records(&self) -> Option<u64> {
+        Some(self.total)
+    }
+}
+
+/// The first `n` records of a stream.
+pub struct FirstRecords<S> {
+    inner: S,
+    left: u64,
+    limit: u64,
+}
+
+impl<S: RecordStream> FirstRecords<S> {
+    /// At most `n` records of `inner`.
+    pub fn new(inner: S, n: u64) -> FirstRecords<S> {
+        FirstRecords { inner, left: n, limit: n }
+    }
+}
+
+impl<S: RecordStream> RecordStream for FirstRecords<S> {
+    fn next_record(&mut self) -> Result<Option<(Vec<u8>, bool)>> {
+        if self.left == 0 {
+            return Ok(None);
+        }
+        self.left -= 1;
+        self.inner.next_record()
+    }
+    fn total_bytes(&self) -> Option<u64> {
+        self.inner.total_bytes()
+    }
+    fn total_records(&self) -> Option<u64> {
+        Some(self.inner.total_records().map_or(self.limit, |t| t.min(self.limit)))
+    }
+}
+
+impl RecordStream for Box<dyn RecordStream> {
+    fn next_record(&mut self) -> Result<Option<(Vec<u8>, bool)>> {
+        (**self).next_record()
+    }
+    fn total_bytes(&self) -> Option<u64> {
+        (**self).total_bytes()
+    }
+    fn total_records(&self) -> Option<u64> {
+        (**self).total_records()
+    }
+}
+
 /// The byte range of every line of a JSONL log (without its newline), and whether the last one
 /// ended with its newline (a last line without one is a torn record, still listed).
 pub(crate) fn jsonl_ranges(bytes: &[u8]) -> (Vec<(usize, usize)>, bool) {
@@ -231,6 +323,12 @@ pub trait Store: Send {
     fn load_window(&mut self, before: Option<u64>) -> Result<Option<StoreWindow>> {
         let _ = before;
         Ok(None)
+    }
+
+    /// Every record, one at a time, for a streaming reader ([`RecordStream`]); the stream owns
+    /// what it reads from. The default loads everything first.
+    fn record_stream(&mut self) -> Result<Box<dyn RecordStream>> {
+        Ok(Box::new(RecordsInMemory::new(self.load()?)))
     }
 
     /// The records `from..to` (record indexes: the header is 0), for a reader of older events

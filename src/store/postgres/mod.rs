@@ -44,7 +44,7 @@ pub use config::{PgUrl, Settings, SslMode, TlsSettings};
 pub use schema::SCHEMA_VERSION;
 
 use super::url::{ParentInfo, SessionInfo};
-use super::{conflict_error, read_only_error, Batch, Durability, Store, StoreContents, StoreWindow};
+use super::{conflict_error, read_only_error, Batch, Durability, RecordStream, Store, StoreContents, StoreWindow};
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::chain;
 use crate::log::load::SessionHeader;
@@ -518,6 +518,33 @@ impl Store for PgStore {
         Ok(Some(StoreWindow { header, checkpoint, from, records: contents.records, last_complete: true }))
     }
 
+    fn record_stream(&mut self) -> Result<Box<dyn RecordStream>> {
+        let d = self.describe.clone();
+        let rows = block_on(async {
+            self.pool
+                .query(
+                    Bound::Query,
+                    "SELECT header, events FROM llmsession_sessions WHERE id = $1 AND header IS NOT NULL",
+                    &[(&self.id, Type::TEXT)],
+                )
+                .await
+                .map_err(|e| e.into_error(&d, "cannot read the session"))
+        })?;
+        let (header, events) = match rows.first() {
+            Some(r) => (Some(r.get::<_, String>(0).into_bytes()), r.get::<_, i64>(1) as u64),
+            None => (None, 0),
+        };
+        Ok(Box::new(PgRecords {
+            pool: self.pool.clone(),
+            id: self.id.clone(),
+            describe: d,
+            header,
+            events,
+            next: 0,
+            page: Vec::new().into_iter(),
+        }))
+    }
+
     fn read_records(&mut self, from: usize, to: usize) -> Result<Vec<Vec<u8>>> {
         let (mut c, header) = self.read_with_header(Some(from.saturating_sub(1) as u64))?;
         if from == 0 {
@@ -804,6 +831,81 @@ impl Store for PgStore {
 
     fn read_only(&self) -> bool {
         self.read_only
+    }
+}
+
+/// A session's records read in pages of [`PAGE`](PgRecords::PAGE) (the header, then events
+/// `0..events` as the head said when the stream began), each page checked for gaps.
+struct PgRecords {
+    pool: Arc<Pool>,
+    id: String,
+    describe: String,
+    header: Option<Vec<u8>>,
+    /// Events the head held when the stream began.
+    events: u64,
+    /// The seq of the next event to read.
+    next: u64,
+    page: std::vec::IntoIter<Vec<u8>>,
+}
+
+impl PgRecords {
+    const PAGE: i64 = 4096;
+}
+
+impl RecordStream for PgRecords {
+    fn next_record(&mut self) -> Result<Option<(Vec<u8>, bool)>> {
+        if let Some(h) = self.header.take() {
+            return Ok(Some((h, true)));
+        }
+        if let Some(r) = self.page.next() {
+            return Ok(Some((r, true)));
+        }
+        if self.next >= self.events {
+            return Ok(None);
+        }
+        let from = self.next as i64;
+        let to = (self.events as i64).min(from + Self::PAGE);
+        let d = self.describe.clone();
+        let rows = block_on(async {
+            self.pool
+                .query(
+                    Bound::Query,
+                    "SELECT seq, record FROM llmsession_records WHERE session_id = $1 AND seq >= $2 AND seq < $3 ORDER BY seq",
+                    &[(&self.id, Type::TEXT), (&from, Type::INT8), (&to, Type::INT8)],
+                )
+                .await
+                .map_err(|e| e.into_error(&d, "cannot read the session"))
+        })?;
+        let mut page = Vec::with_capacity(rows.len());
+        for (i, row) in rows.iter().enumerate() {
+            let seq: i64 = row.get(0);
+            if seq != from + i as i64 {
+                return Err(corrupt(
+                    &d,
+                    format!("event {} is missing from llmsession_records (the next stored one is {seq})", from + i as i64),
+                )
+                .with("seq", (from + i as i64) as u64));
+            }
+            page.push(row.get::<_, String>(1).into_bytes());
+        }
+        if (page.len() as i64) < to - from {
+            let stored = from as u64 + page.len() as u64;
+            return Err(corrupt(
+                &d,
+                format!(
+                    "the session's head says {} events but only {stored} are stored: records were removed from the end of the log",
+                    self.events
+                ),
+            )
+            .with("events", self.events)
+            .with("stored", stored));
+        }
+        self.next = to as u64;
+        self.page = page.into_iter();
+        Ok(self.page.next().map(|r| (r, true)))
+    }
+    fn total_records(&self) -> Option<u64> {
+        Some(self.events + 1)
     }
 }
 
