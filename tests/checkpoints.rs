@@ -390,3 +390,48 @@ fn a_torn_tail_and_an_open_turn_after_the_checkpoint_are_repaired_as_before() {
     assert!(rb.repaired_events > 0);
     assert_eq!(state(&b), state(&w));
 }
+
+#[test]
+fn a_directory_lists_its_sessions_from_their_first_and_last_lines() {
+    use llmsession::store::url::list_sessions;
+    let dir = tempfile::tempdir().unwrap();
+    let mut ids = Vec::new();
+    for i in 0..12u64 {
+        let id = format!("s{:02}", (i * 7) % 12);
+        let path = dir.path().join(format!("{id}.jsonl"));
+        let (s, _) = Session::open_jsonl(&path, SessionOptions { id: Some(id.clone()), ..opts(25) }).unwrap();
+        busy(&s, i, 5);
+        ids.push((id, s.len() as u64, s.chain_head().unwrap().chain));
+    }
+    // Not sessions: a cut sidecar, a text file, an empty log (no session yet), a directory.
+    std::fs::write(dir.path().join("s00.jsonl.cut-1"), "junk\n").unwrap();
+    std::fs::write(dir.path().join("notes.jsonl"), "not a log\n").unwrap();
+    std::fs::write(dir.path().join("empty.jsonl"), "").unwrap();
+    std::fs::create_dir(dir.path().join("sub.jsonl")).unwrap();
+    // A torn last line: the row counts the complete records.
+    let torn = dir.path().join("s03.jsonl");
+    let mut f = std::fs::OpenOptions::new().append(true).open(&torn).unwrap();
+    std::io::Write::write_all(&mut f, b"{\"type\":\"host/note\",\"se").unwrap();
+    drop(f);
+    let url = format!("file:{}", dir.path().display());
+    let all = list_sessions(&url, None, None).unwrap();
+    ids.sort();
+    assert_eq!(all.iter().map(|r| (r.id.clone(), r.events, r.chain_head.clone().unwrap())).collect::<Vec<_>>(), ids);
+    assert!(all.iter().all(|r| !r.in_use && r.created_at > 0 && r.updated_at > 0));
+    // Paging as for a database.
+    let page = list_sessions(&url, Some("s04"), Some(3)).unwrap();
+    assert_eq!(page.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), ["s05", "s06", "s07"]);
+    assert!(list_sessions(&url, None, Some(0)).unwrap().is_empty());
+    // A writer holding a log shows as in use.
+    let (held, _) = Session::open_jsonl(dir.path().join("s05.jsonl"), opts(25)).unwrap();
+    let rows = list_sessions(&url, None, None).unwrap();
+    assert_eq!(rows.iter().filter(|r| r.in_use).map(|r| r.id.as_str()).collect::<Vec<_>>(), ["s05"]);
+    drop(held);
+    // One file is one session (or none); a file that is not a log is an error.
+    let one = list_sessions(&format!("file:{}", dir.path().join("s07.jsonl").display()), None, None).unwrap();
+    assert_eq!(one.len(), 1);
+    assert_eq!(one[0].id, "s07");
+    assert!(list_sessions(&format!("file:{}", dir.path().join("empty.jsonl").display()), None, None).unwrap().is_empty());
+    let e = list_sessions(&format!("file:{}", dir.path().join("notes.jsonl").display()), None, None).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::CorruptLog);
+}

@@ -519,6 +519,82 @@ impl RecordStream for JsonlRecords {
     }
 }
 
+/// The row of a session listing for the JSONL log at `path`, read without reading the log
+/// whole: the session header (its first line) and the last complete line (the last event's seq
+/// and chain value); `locks` are the files a writer holds ([`file::flock_holders`]). `None`
+/// for an empty file; an error for a file that is not a session log.
+pub(crate) fn session_row(path: &Path, locks: &std::collections::HashSet<(u64, u64)>) -> Result<Option<super::url::SessionInfo>> {
+    use std::os::unix::fs::MetadataExt;
+    let store = JsonlStore::open_read_only(path)?;
+    let meta = store.file.metadata().map_err(|e| io_error(path, "cannot stat", &e))?;
+    let size = meta.len();
+    if size == 0 {
+        return Ok(None);
+    }
+    let Some((header, body)) = store.header_line(size)? else {
+        return Err(Error::new(ErrorKind::CorruptLog, "line 1: the session header is incomplete").with("line", 1u64));
+    };
+    let value: serde_json::Value = serde_json::from_slice(&header).map_err(|e| crate::log::rules::as_corrupt(Error::from(e), 1))?;
+    let h = crate::log::load::SessionHeader::from_value(&value).map_err(|e| crate::log::rules::as_corrupt(e, 1))?;
+    // The last complete line: read back from the end until one is whole.
+    let mut tail: Vec<u8> = Vec::new();
+    let mut lo = size;
+    let mut chunk = 64u64 << 10;
+    let last = loop {
+        let new_lo = lo.saturating_sub(chunk).max(body);
+        let mut more = store.read_at(new_lo, (lo - new_lo) as usize)?;
+        more.extend_from_slice(&tail);
+        tail = more;
+        lo = new_lo;
+        // The lines of `tail` that end with a newline; the last of them whose start is known.
+        let end = tail.iter().rposition(|&b| b == b'\n');
+        if let Some(end) = end {
+            let start = tail[..end].iter().rposition(|&b| b == b'\n').map(|i| i + 1);
+            match start {
+                Some(s) => break Some(tail[s..end].to_vec()),
+                None if lo == body => break Some(tail[..end].to_vec()),
+                None => {}
+            }
+        } else if lo == body {
+            break None;
+        }
+        chunk *= 2;
+    };
+    let (events, chain_head) = match last.as_deref().and_then(|l| crate::log::load::record_head(l).map(|(_, seq)| (seq, l))) {
+        Some((seq, line)) => (seq + 1, std::str::from_utf8(line).ok().and_then(crate::log::chain::stored_link).map(str::to_string)),
+        None => (0, None),
+    };
+    let updated_at =
+        meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_millis() as u64).unwrap_or(0);
+    Ok(Some(super::url::SessionInfo {
+        id: h.id,
+        created_at: h.created_at,
+        parent: h.parent.map(|(id, seed_length)| super::url::ParentInfo { id, seed_length }),
+        events,
+        chain_head,
+        updated_at,
+        in_use: locks.contains(&(meta.dev(), meta.ino())),
+    }))
+}
+
+/// The sessions of the JSONL logs in a directory (`*.jsonl`, not the sidecar files of cut
+/// records), one [`session_row`] each; a file that is not a session log is passed over.
+pub(crate) fn list_directory(dir: &Path) -> Result<Vec<super::url::SessionInfo>> {
+    let locks = file::flock_holders();
+    let mut rows = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| io_error(dir, "cannot list the directory", &e))? {
+        let entry = entry.map_err(|e| io_error(dir, "cannot list the directory", &e))?;
+        let path = entry.path();
+        if path.extension().and_then(|e| e.to_str()) != Some("jsonl") || !entry.file_type().map(|t| t.is_file()).unwrap_or(false) {
+            continue;
+        }
+        if let Ok(Some(row)) = session_row(&path, &locks) {
+            rows.push(row);
+        }
+    }
+    Ok(rows)
+}
+
 /// `<log>.cut-<unix ms>` (with `-2`, `-3`, ... if that exists).
 fn sidecar_path(log: &Path) -> PathBuf {
     let ms = crate::time::now_ms();

@@ -231,36 +231,32 @@ pub fn open_store(url: &str, opts: &UrlOptions) -> Result<(Box<dyn Store>, Optio
 }
 
 /// The sessions of the store `url` names, ordered by id: at most `limit` of them, after id
-/// `after`. A file holds one session (or none); a database many.
+/// `after`. A file holds one session (or none), a directory one per JSONL file in it (`*.jsonl`;
+/// a file that is not a session log is passed over), a database many. No log is read whole: a
+/// file's row comes from its first line (the session header) and its last complete line (the
+/// last event's seq and chain value), a database's from its sessions table.
 pub fn list_sessions(url: &str, after: Option<&str>, limit: Option<u64>) -> Result<Vec<SessionInfo>> {
     match parse(url)? {
         Location::File(path) => {
-            let mut store = JsonlStore::open_read_only(&path)?;
-            let contents = store.load()?;
-            if contents.records.is_empty() {
-                return Ok(Vec::new());
+            let dir = std::fs::metadata(&path).map(|m| m.is_dir()).unwrap_or(false);
+            let mut rows = if dir {
+                super::jsonl::list_directory(&path)?
+            } else {
+                let locks = super::file::flock_holders();
+                match super::jsonl::session_row(&path, &locks) {
+                    Ok(Some(row)) => vec![row],
+                    Ok(None) => Vec::new(),
+                    Err(e) => return Err(e.context(path.display())),
+                }
+            };
+            rows.sort_by(|a, b| a.id.cmp(&b.id));
+            if let Some(a) = after {
+                rows.retain(|r| r.id.as_str() > a);
             }
-            let loaded = crate::log::load::load_records(&contents).map_err(|e| e.context(path.display()))?;
-            let h = loaded.header;
-            if after.is_some_and(|a| h.id.as_str() <= a) || limit == Some(0) {
-                return Ok(Vec::new());
+            if let Some(l) = limit {
+                rows.truncate(l.min(usize::MAX as u64) as usize);
             }
-            let holder = std::fs::File::open(&path).ok().and_then(|f| super::file::lock_holder(&f));
-            let updated_at = std::fs::metadata(&path)
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .map(|d| d.as_millis() as u64)
-                .unwrap_or(0);
-            Ok(vec![SessionInfo {
-                id: h.id,
-                created_at: h.created_at,
-                parent: h.parent.map(|(id, seed_length)| ParentInfo { id, seed_length }),
-                events: loaded.log.len() as u64,
-                chain_head: loaded.log.chain_head().map(crate::log::chain::hex),
-                updated_at,
-                in_use: holder.is_some(),
-            }])
+            Ok(rows)
         }
         #[cfg(feature = "postgres")]
         Location::Postgres(pg) => super::postgres::list_sessions(&pg, after, limit),
