@@ -417,11 +417,22 @@ fn bad_urls_credentials_databases_and_schemas_are_clear_errors() {
     let newer = format!("postgres://{user}:{password}@127.0.0.1:{port}/{db}");
     // First use creates the tables; a newer library then takes the database over.
     drop(Session::open_url(&newer, writer("s")).unwrap());
+    // A database of schema version 2 (before the checkpoint index) is migrated by a writer.
+    sql(&newer)
+        .batch_execute("DROP INDEX llmsession_records_checkpoints; UPDATE llmsession_meta SET value = '2' WHERE key = 'schema_version'")
+        .unwrap();
+    drop(Session::open_url(&newer, writer("s")).unwrap());
+    let v: String = sql(&newer).query_one("SELECT value FROM llmsession_meta WHERE key = 'schema_version'", &[]).unwrap().get(0);
+    assert_eq!(v, "3");
+    let index: i64 =
+        sql(&newer).query_one("SELECT count(*) FROM pg_indexes WHERE indexname = 'llmsession_records_checkpoints'", &[]).unwrap().get(0);
+    assert_eq!(index, 1);
     sql(&newer).execute("UPDATE llmsession_meta SET value = '99' WHERE key = 'schema_version'", &[]).unwrap();
     for opts in [writer("s"), reader("s")] {
         let e = Session::open_url(&newer, opts).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Storage);
-        assert!(e.message().contains("schema version 99, newer than this library's version 2"), "{}", e.message());
+        let want = format!("schema version 99, newer than this library's version {}", llmsession::store::postgres::SCHEMA_VERSION);
+        assert!(e.message().contains(&want), "{}", e.message());
     }
     assert_eq!(list_sessions(&newer, None, None).unwrap_err().kind(), ErrorKind::Storage);
     // A read-only open does not create the tables.
@@ -1282,4 +1293,82 @@ fn the_store_conformance_kit_passes() {
     let sep = if url.contains('?') { '&' } else { '?' };
     let e = UrlFactory::new(&format!("{url}{sep}session=x")).err().unwrap();
     assert_eq!(e.kind(), ErrorKind::InvalidInput);
+}
+
+/// An agent that compacts often (a small window), with a summariser that always answers.
+fn compacting_agent(s: &Session) -> llmsession::Agent {
+    use llmsession::compaction::{CompactionPolicy, Retained, SummaryOutput, SummaryRequest};
+    let mut a = agent(s);
+    let mut policy = CompactionPolicy::new(9000);
+    policy.threshold = 0.05;
+    policy.summary_max_tokens = 1024;
+    policy.retained = Retained::Tokens(40);
+    a.set_policy(Some(policy)).unwrap();
+    a.set_summariser(Some(std::sync::Arc::new(|_r: &SummaryRequest, _c: &llmsession::CancelToken| -> llmsession::Result<SummaryOutput> {
+        Ok(SummaryOutput { text: "summary".into(), ..Default::default() })
+    })));
+    a
+}
+
+/// Checkpoints in the database (issue #38): a writing open reads from the last checkpoint (one
+/// probe of the checkpoint index) to the state a whole load gives; verify reads the log in
+/// pages; an edited checkpoint row is refused by the open.
+#[test]
+fn checkpoints_open_from_the_last_one_and_verify_streams() {
+    use llmsession::log::checkpoint::CheckpointPolicy;
+    use llmsession::log::load::OpenCheck;
+    let url = pg_url!("checkpoints_open_from_the_last_one_and_verify_streams");
+    let _g = SERVER.read();
+    let id = unique_id("checkpoints");
+    let opts = |check| UrlOptions {
+        check,
+        checkpoints: CheckpointPolicy { every_events: 20, every_bytes: 0, at_compaction: true },
+        ..writer(&id)
+    };
+    {
+        let (s, _) = Session::open_url(&url, opts(OpenCheck::Bounded)).unwrap();
+        let mut a = compacting_agent(&s);
+        for i in 0..40 {
+            turn(&mut a, &format!("question {i} {}", "words ".repeat(i % 7)), 1 + (i as u64) % 3).unwrap();
+        }
+    }
+    let mut c = sql(&url);
+    let index: i64 = c.query_one("SELECT count(*) FROM pg_indexes WHERE indexname = 'llmsession_records_checkpoints'", &[]).unwrap().get(0);
+    assert_eq!(index, 1, "the checkpoint index exists (schema 3)");
+    let state = |s: &Session| {
+        let mut st = s.stats();
+        st.read_only = false;
+        (s.history_json(), serde_json::to_string(&st).unwrap(), s.request_header())
+    };
+    let (b, _) = Session::open_url(&url, opts(OpenCheck::Bounded)).unwrap();
+    assert!(b.with_log(|l| l.base()) > 0, "opened from a checkpoint");
+    let bounded = state(&b);
+    b.verify().unwrap();
+    let records = b.records().unwrap();
+    drop(b);
+    let (w, _) = Session::open_url(&url, opts(OpenCheck::Full)).unwrap();
+    assert_eq!(w.with_log(|l| l.base()), 0);
+    assert_eq!(state(&w), bounded);
+    assert_eq!(w.records().unwrap(), records);
+    drop(w);
+    // A read-only verify of the stored session, in pages.
+    let (mut store, _) = llmsession::store::url::open_store(&url, &reader(&id)).unwrap();
+    let mut reports = 0;
+    let r = llmsession::request::verify_store(store.as_mut(), None, &mut |_| reports += 1, None).unwrap();
+    assert_eq!(r.events as usize, records.len() - 1);
+    assert!(reports >= 1);
+    drop(store);
+    // The last checkpoint's row edited (its chain not recomputed): the open refuses it.
+    let (seq, rec): (i64, String) = c
+        .query_one(
+            "SELECT seq, record FROM llmsession_records WHERE session_id = $1 AND record LIKE '{\"type\":\"session/checkpoint\",%' ORDER BY seq DESC LIMIT 1",
+            &[&id],
+        )
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    let edited = rec.replacen("\"requests\":", "\"requests\":1", 1);
+    c.execute("UPDATE llmsession_records SET record = $3 WHERE session_id = $1 AND seq = $2", &[&id, &seq, &edited]).unwrap();
+    let e = Session::open_url(&url, opts(OpenCheck::Bounded)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::CorruptLog, "{}", e.message());
+    assert!(e.message().contains(&format!("line {}", seq + 2)), "{}", e.message());
 }
