@@ -4,7 +4,7 @@
 // released package.json's optionalDependencies, so that npm installs the one that matches the
 // machine and skips the others (their package.json has "os", "cpu" and "libc").
 // Its package.json says where its files are: "llmsession": { "library": ..., "command": ... }.
-// Used by index.js (the library) and bin/llmsession.js (the command).
+// Used by native.js (loading the library) and bin/llmsession.js (the command).
 
 const fs = require('fs');
 const path = require('path');

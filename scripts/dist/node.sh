@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The npm packages, as `npm pack` tarballs in $DIST/npm/ (run by build.sh from the stage it made):
-#   llmsession-VERSION.tgz                 the binding (bindings/node: index.js, index.d.ts,
-#                                          platform.js, the `llmsession` launcher, README,
-#                                          licences), depending on koffi (pinned) and, as an
-#                                          optional dependency at exactly VERSION, on
+#   llmsession-VERSION.tgz                 the binding (bindings/node: the files its
+#                                          package.json lists: index.js and the files it
+#                                          assembles, index.d.ts, platform.js, the `llmsession`
+#                                          launcher, README, licences), depending on koffi
+#                                          (pinned) and, as an optional dependency at exactly
+#                                          VERSION, on
 #   llmsession-linux-x64-gnu-VERSION.tgz   @llmsession/linux-x64-gnu: the stripped library under
 #                                          its soname, the stripped `llmsession` command, the
 #                                          licences; os linux, cpu x64, libc glibc, so npm

@@ -30,7 +30,10 @@ for t in "$main_tgz" "$plat_tgz"; do
     tar -tvzf "$npm_dir/$t" | awk '{ printf "  %s %10s  %s\n", $1, $3, $6 }'
 done
 tar -tzf "$npm_dir/$main_tgz" | LC_ALL=C sort >"$tmp/main.txt"
-printf 'package/%s\n' LICENSE-APACHE LICENSE-MIT README.md bin/llmsession.js index.d.ts index.js package.json platform.js |
+# The binding's tarball holds exactly the files its package.json lists (index.js and the files
+# it assembles, one per concept: docs/node.md), and package.json.
+node -e 'for (const f of [...require(process.argv[1]).files, "package.json"]) console.log("package/" + f)' \
+    "$ROOT/bindings/node/package.json" |
     LC_ALL=C sort | diff - "$tmp/main.txt" >/dev/null || fail "$main_tgz holds: $(tr '\n' ' ' <"$tmp/main.txt")"
 tar -tzf "$npm_dir/$plat_tgz" | LC_ALL=C sort >"$tmp/plat.txt"
 printf 'package/%s\n' LICENSE-APACHE LICENSE-MIT README.md bin/llmsession "lib/$SONAME" package.json |
