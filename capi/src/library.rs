@@ -33,10 +33,11 @@ pub const LLS_ABI_VERSION: u32 = 2;
 /// `lls_agent_record_body_info`, `lls_agent_record_stream_info` and `lls_recorded_info`; 5: the
 /// store conformance kit, `lls_store_conformance`, `lls_store_conformance_url` and
 /// `LLS_ERR_NONCONFORMING`, the `"gemini-interactions"` format and the `promptCacheOptions` /
-/// `promptCacheBreakpoints` render options).
+/// `promptCacheBreakpoints` render options; 6: checkpoints, the `"checkpoints"` and `"check"`
+/// options of every open, `file:DIR` listings).
 ///
 /// Thread safety: a constant.
-pub const LLS_ABI_MINOR: u32 = 5;
+pub const LLS_ABI_MINOR: u32 = 6;
 
 /// The library version as a static NUL-terminated string, e.g. `"0.2.0"`. Never free it.
 ///

@@ -106,7 +106,16 @@ pub(crate) fn file_records(path: &str) -> Result<Vec<Vec<u8>>> {
 /// Creates a new session kept in memory and stores it in `*out`.
 ///
 /// `opts_json` (may be NULL for the defaults) is `{"id"?: string, "durability"?:
-/// "every-event" | "turn-end" | "never"}`; without an id a random one is chosen.
+/// "every-event" | "turn-end" | "never", "checkpoints"?, "check"?}`; without an id a random one
+/// is chosen.
+///
+/// Checkpoints, here and in every call that opens or creates a session (`docs/log.md`,
+/// "Checkpoints"; since ABI 2 minor 6): `"checkpoints"` is `{"everyEvents"?: n, "everyBytes"?:
+/// n, "atCompaction"?: bool}` (defaults 1000, 1048576, true; 0 turns a trigger off) or `false`
+/// (none): when the session writes a checkpoint, the derived state an open needs. `"check"` is
+/// `"bounded"` (the default: an open reads the log from its last checkpoint, checks the chain
+/// over what it reads and the log rules after the checkpoint, and restores the rest from it) or
+/// `"full"` (an open reads and checks the whole log).
 ///
 /// A session id, here and in every call that takes one (`lls_session_open_file`,
 /// `lls_session_open_url`, `lls_session_open_store`, `lls_session_fork`), is text of 1 to 1,024
@@ -156,8 +165,9 @@ pub unsafe extern "C" fn lls_session_new_memory(
 /// complete turn is `LLS_ERR_CORRUPT_LOG` with the `line` in the detail. The last path component
 /// must not be a symbolic link; devices and FIFOs are refused.
 ///
-/// `opts_json` (may be NULL) is `{"id"?, "durability"?, "readOnly"?: bool, "mode"?: "0600",
-/// "maxBytes"?: n}`: `id` applies only to a new session; `readOnly` opens without the lock,
+/// `opts_json` (may be NULL) is `{"id"?, "durability"?, "checkpoints"?, "check"?, "readOnly"?:
+/// bool, "mode"?: "0600", "maxBytes"?: n}` (`checkpoints` and `check` as for
+/// `lls_session_new_memory`): `id` applies only to a new session; `readOnly` opens without the lock,
 /// creates and changes nothing (appends and agents get `LLS_ERR_READ_ONLY`; follow a writer with
 /// `lls_session_refresh`); `mode` is the permission bits of a file this call creates (default
 /// `"0600"`: logs hold users' prompts), as an octal string or a number; `maxBytes` the largest
@@ -274,7 +284,7 @@ pub unsafe extern "C" fn lls_session_open_store(
 /// parent's id and the seed length.
 ///
 /// `opts_json` (may be NULL) is `{"seedLength"?: n, "path"?: string, "url"?: string, "id"?:
-/// string, "durability"?: ...}`: the seed ends at a turn boundary (default: every event up to
+/// string, "durability"?: ..., "checkpoints"?}`: the seed ends at a turn boundary (default: every event up to
 /// the last one), the new session is kept in the JSONL file at `path` (which must be missing or
 /// empty), in the store `url` names (as for `lls_session_open_url`: a `postgres://` URL forks
 /// into that database, under `id` or a random id, which must not be taken), or in memory.
@@ -567,7 +577,9 @@ pub unsafe extern "C" fn lls_session_stats(
 /// Rebuilds every request recorded in the session's log from the log alone and compares it with
 /// the recorded digest. On success `*out` is `{"events","requests","compactions"}` (what was
 /// checked). A divergence is `LLS_ERR_RECONSTRUCTION` naming the first request that differs
-/// (detail `seq`, `turn`, `step`, `line`).
+/// (detail `seq`, `turn`, `step`, `line`). The log is read from the session's store one record
+/// at a time, without the session being locked meanwhile; progress goes to the observer as
+/// `verify-progress` observations (level debug).
 ///
 /// Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`,
 /// `LLS_ERR_RECONSTRUCTION`.
@@ -589,7 +601,9 @@ pub unsafe extern "C" fn lls_session_verify(
 
 /// Verifies a stored JSONL log at `(path, path_len)` without opening it as a session (nothing is
 /// written): rebuilds every recorded request and compares digests. `*out` as for
-/// `lls_session_verify`.
+/// `lls_session_verify`. The file is read one record at a time (memory follows the largest
+/// request, not the file's size); progress is reported to the observer as `verify-progress`
+/// observations (level debug, `lls_set_observer`).
 ///
 /// Errors: `LLS_ERR_NULL_POINTER` (`path`, `out`), `LLS_ERR_INVALID_UTF8`,
 /// `LLS_ERR_INVALID_ARGUMENT` (empty path), `LLS_ERR_STORAGE` (cannot read; detail `path`),

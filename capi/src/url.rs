@@ -39,7 +39,8 @@ pub(crate) unsafe fn url_arg(ptr: *const c_char, len: usize) -> std::result::Res
 ///   `session=ID`. The tables are created on first use (see `docs/storage-postgres.md`).
 ///
 /// `opts_json` (may be NULL) is `{"id"?: string, "readOnly"?: bool, "create"?: bool,
-/// "durability"?: "every-event" | "turn-end" | "never", "mode"?, "maxBytes"?}`:
+/// "durability"?: "every-event" | "turn-end" | "never", "checkpoints"?, "check"?, "mode"?,
+/// "maxBytes"?}` (`checkpoints` and `check` as for `lls_session_new_memory`):
 /// `id` names the session (a database holds many: the URL's `session` may name it instead; a
 /// writing open without either creates a session with a random id, which `lls_session_id`
 /// tells; for a file it is the id of a session this call creates); `readOnly` opens without the
@@ -96,7 +97,9 @@ pub unsafe extern "C" fn lls_session_open_url(
 /// The sessions of the store the URL `(url, url_len)` names (as for `lls_session_open_url`), as
 /// a JSON array ordered by id: `[{"id","createdAt","parent"?:{"id","seedLength"},"events",
 /// "chainHead"?,"updatedAt","inUse"}]` (`inUse`: a writer holds the session now). A file holds
-/// one session or none; a database without llmsession tables holds none. Nothing is written.
+/// one session or none, a directory (`file:DIR`) one per `*.jsonl` log in it (a file that is
+/// not a session log is passed over); a database without llmsession tables holds none. No log
+/// is read whole (a file's row comes from its first and last lines). Nothing is written.
 /// Free `*out` with `lls_string_free`.
 ///
 /// `opts_json` (may be NULL) is `{"after"?: string, "limit"?: n}`: only sessions whose id sorts
