@@ -435,3 +435,42 @@ fn a_directory_lists_its_sessions_from_their_first_and_last_lines() {
     let e = list_sessions(&format!("file:{}", dir.path().join("notes.jsonl").display()), None, None).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::CorruptLog);
 }
+
+/// The JSONL store reads backwards in growing chunks: records (and checkpoints carrying a large
+/// surface) longer than a chunk, and a file whose only checkpoint is torn, open as a whole load
+/// does.
+#[test]
+fn long_records_and_a_torn_only_checkpoint_open_as_a_whole_load_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.jsonl");
+    {
+        let (s, _) = Session::open_jsonl(&path, opts(4)).unwrap();
+        append_all(&s, vec![header("initial", 1, "be brief"), turn_start(1)]);
+        for i in 0..6 {
+            // Host context of 700 KB each: the surface a full checkpoint carries grows past 1 MiB.
+            append_all(&s, vec![host(&format!("{i} {}", "x".repeat(700_000)))]);
+        }
+        append_all(&s, vec![turn_end(1, "completed")]);
+        assert!(s.with_log(|l| l.state().last_checkpoint.is_some()));
+    }
+    let copy = dir.path().join("copy.jsonl");
+    std::fs::copy(&path, &copy).unwrap();
+    let (b, _) = Session::open_jsonl(&path, opts(4)).unwrap();
+    let (w, _) = Session::open_jsonl(&copy, full()).unwrap();
+    assert!(b.with_log(|l| l.base()) > 0);
+    assert_eq!(state(&b), state(&w));
+    drop((b, w));
+    // Only one checkpoint, torn: the file is read whole.
+    let one = dir.path().join("one.jsonl");
+    {
+        let (s, _) = Session::open_jsonl(&one, opts(0)).unwrap();
+        append_all(&s, vec![header("initial", 1, "be brief"), turn_start(1), host("a"), host("b")]);
+        s.checkpoint().unwrap();
+    }
+    let text = std::fs::read(&one).unwrap();
+    std::fs::write(&one, &text[..text.len() - 20]).unwrap();
+    let (s, report) = Session::open_jsonl(&one, opts(0)).unwrap();
+    assert_eq!(s.with_log(|l| l.base()), 0, "no complete checkpoint: read whole");
+    assert_eq!(report.cut_records, 1);
+    assert_eq!(s.len(), 4 + report.repaired_events);
+}
