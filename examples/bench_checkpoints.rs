@@ -12,8 +12,9 @@
 //! - `write`: a log of about EVENTS events of the benchmark fixture (benches/fixture: a long turn
 //!   of exchanges, each a request with its real digest, the assistant's tool call and its
 //!   result), compacted every COMPACT_EVERY events (default 40,000: a summary replaces all but
-//!   the last exchange), with the default checkpoint policy. The writer reopens its session
-//!   every 100,000 events (from its last checkpoint), so its memory stays bounded too.
+//!   the last exchange), with the default checkpoint policy. The writer ends its turn and
+//!   reopens its session every 100,000 events (from its last checkpoint), so its memory stays
+//!   bounded too, and goes on in a new turn.
 //! - `open`: opens the log (from its last checkpoint, or checking everything) and builds the
 //!   next provider body (a new agent instance, the `openai` renderer, a new turn), after a
 //!   warm-up on a small log of the same shape; prints `open_ms`, `body_ms`, the body's bytes
@@ -46,6 +47,16 @@ fn status_kib(field: &str) -> i64 {
         .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or_else(|| panic!("{field} in /proc/self/status"))
+}
+
+/// CPU time of this process so far (user + system), in ms: steadier than the wall clock on a
+/// shared machine.
+fn cpu_ms() -> f64 {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let t = |v: libc::timeval| v.tv_sec as f64 * 1e3 + v.tv_usec as f64 / 1e3;
+    t(u.ru_utime) + t(u.ru_stime)
 }
 
 fn trim() {
@@ -82,16 +93,17 @@ fn write(path: &Path, events: u64, compact_every: u64) {
     let msg = |s: &Session, ty: &str, data: serde_json::Value| {
         s.append(NewEvent::visible(ty, data)).expect(ty);
     };
-    ev(&session, types::TURN_START, json!({"turn": 2}));
+    let mut turn = 2u64;
+    ev(&session, types::TURN_START, json!({"turn": turn}));
     msg(&session, types::USER_MESSAGE, json!({"message": Message::user_text("Now go through every file.").to_value(), "source": "user"}));
     let provenance = json!({"provider": "openai", "model": "deepseek-chat"});
     let mut cache = DigestCache::default();
-    let step_start = |s: &Session, step: u64, cache: &mut DigestCache| {
+    let step_start = |s: &Session, turn: u64, step: u64, cache: &mut DigestCache| {
         let (bytes, digest) = s.with_log(|l| {
             let h = l.state().headers.current().expect("a header").clone();
-            conversation_digest(l, &h, &PrefixBytes::of(h.message_prefix.as_ref()), "bench", 2, step, cache)
+            conversation_digest(l, &h, &PrefixBytes::of(h.message_prefix.as_ref()), "bench", turn, step, cache)
         });
-        ev(s, types::STEP_START, json!({"turn": 2, "step": step, "instance": instance, "digest": digest, "bytes": bytes}));
+        ev(s, types::STEP_START, json!({"turn": turn, "step": step, "instance": instance, "digest": digest, "bytes": bytes}));
     };
     let mut step = 0u64;
     let mut since_compaction = 0u64;
@@ -100,14 +112,14 @@ fn write(path: &Path, events: u64, compact_every: u64) {
     let mut i = 0u64;
     while (session.len() as u64) < events {
         step += 1;
-        step_start(&session, step, &mut cache);
+        step_start(&session, turn, step, &mut cache);
         let mut m = fixture::assistant(i).to_value();
         m["provenance"] = provenance.clone();
-        msg(&session, types::ASSISTANT_MESSAGE, json!({"turn": 2, "step": step, "message": m}));
+        msg(&session, types::ASSISTANT_MESSAGE, json!({"turn": turn, "step": step, "message": m}));
         let a = fixture::assistant(i);
         let (id, name, args) = a.tool_calls().next().expect("a call");
-        ev(&session, types::TOOL_CALL, json!({"turn": 2, "step": step, "callId": id, "name": name, "arguments": args}));
-        ev(&session, types::STEP_END, json!({"turn": 2, "step": step, "outcome": "response"}));
+        ev(&session, types::TOOL_CALL, json!({"turn": turn, "step": step, "callId": id, "name": name, "arguments": args}));
+        ev(&session, types::STEP_END, json!({"turn": turn, "step": step, "outcome": "response"}));
         let r = fixture::result(i);
         let content: Vec<serde_json::Value> = r.content.iter().map(|b| b.clone().into_value()).collect();
         msg(&session, types::TOOL_RESULT, json!({"callId": r.call_id, "content": content, "isError": false}));
@@ -135,19 +147,24 @@ fn write(path: &Path, events: u64, compact_every: u64) {
         }
         if since_reopen >= 100_000 {
             since_reopen = 0;
+            ev(&session, types::TURN_END, json!({"turn": turn, "reason": "completed"}));
             drop(session);
             session = Session::open_jsonl(path, opts("bench")).expect("reopen").0;
             cache = DigestCache::default();
+            turn += 1;
+            step = 0;
+            ev(&session, types::TURN_START, json!({"turn": turn}));
+            msg(&session, types::USER_MESSAGE, json!({"message": Message::user_text("Go on.").to_value(), "source": "user"}));
             eprintln!("write: {} events in {:.1} s", session.len(), started.elapsed().as_secs_f64());
         }
     }
     step += 1;
-    step_start(&session, step, &mut cache);
+    step_start(&session, turn, step, &mut cache);
     let mut done = Message::new(Role::Assistant, vec![Block::text("Every file is read.")]).to_value();
     done["provenance"] = provenance;
-    msg(&session, types::ASSISTANT_MESSAGE, json!({"turn": 2, "step": step, "message": done}));
-    ev(&session, types::STEP_END, json!({"turn": 2, "step": step, "outcome": "response"}));
-    ev(&session, types::TURN_END, json!({"turn": 2, "reason": "completed"}));
+    msg(&session, types::ASSISTANT_MESSAGE, json!({"turn": turn, "step": step, "message": done}));
+    ev(&session, types::STEP_END, json!({"turn": turn, "step": step, "outcome": "response"}));
+    ev(&session, types::TURN_END, json!({"turn": turn, "reason": "completed"}));
     session.sync().expect("sync");
     let size = std::fs::metadata(path).expect("log").len();
     println!("wrote {} events, {size} bytes, in {:.1} s", session.len(), started.elapsed().as_secs_f64());
@@ -182,31 +199,60 @@ fn open(log: &str, check: OpenCheck) {
     // a small log of the same shape, dropped before the first reading.
     let dir = tempfile::tempdir().expect("tempdir");
     let warm = dir.path().join("warm.jsonl");
-    write(&warm, 2000, 1000);
-    {
+    if std::env::var("BENCH_NO_WARM").is_err() {
+        write(&warm, 2000, 1000);
         let s = open_session(warm.to_str().expect("UTF-8"), check);
         finish(next_body(&s).1);
     }
     trim();
     let before = status_kib("VmRSS:");
+    let cpu = cpu_ms();
     let t = Instant::now();
     let session = open_session(log, check);
     let open_ms = t.elapsed().as_secs_f64() * 1e3;
+    let open_cpu = cpu_ms() - cpu;
+    if std::env::var("BENCH_STAGES").is_ok() {
+        trim();
+        eprintln!("stage: after the open, growth {} KiB", status_kib("VmRSS:") - before);
+    }
     let t = Instant::now();
+    let cpu = cpu_ms();
     let (body, agent) = next_body(&session);
     let body_ms = t.elapsed().as_secs_f64() * 1e3;
+    let body_cpu = cpu_ms() - cpu;
     let total_ms = open_ms + body_ms;
     trim();
     let after = status_kib("VmRSS:");
     let (events, history, held) = session.with_log(|l| (l.len(), l.history().bytes(), l.lines().len()));
     println!(
-        "result open={:?} events={events} held_lines={held} history_bytes={history} body_bytes={} open_ms={open_ms:.1} body_ms={body_ms:.1} total_ms={total_ms:.1} growth_kib={} growth_per_body={:.2}",
+        "result open={:?} events={events} held_lines={held} history_bytes={history} body_bytes={} open_ms={open_ms:.1} body_ms={body_ms:.1} total_ms={total_ms:.1} open_cpu_ms={open_cpu:.1} body_cpu_ms={body_cpu:.1} growth_kib={} growth_per_body={:.2}",
         check,
         body.len(),
         after - before,
         (after - before) as f64 * 1024.0 / body.len() as f64
     );
     finish(agent);
+}
+
+/// Where a bounded open's time goes: the store's window read, then the restore and the tail.
+fn profile(log: &str) {
+    let mut store = JsonlStore::open_read_only(log).expect("log");
+    let (c0, t0) = (cpu_ms(), Instant::now());
+    let mut win = store.load_window(None).expect("window").expect("a checkpoint");
+    let (c1, t1) = (cpu_ms(), Instant::now());
+    let n = win.len();
+    let bytes: usize = (0..n).map(|i| win.record(i).len() + 1).sum();
+    let loaded = llmsession::log::load::load_window(&mut win).expect("load");
+    let (c2, t2) = (cpu_ms(), Instant::now());
+    drop(win);
+    println!(
+        "profile window_records={n} window_bytes={bytes} store_ms={:.1} (cpu {:.1}) restore_ms={:.1} (cpu {:.1}) history={}",
+        (t1 - t0).as_secs_f64() * 1e3,
+        c1 - c0,
+        (t2 - t1).as_secs_f64() * 1e3,
+        c2 - c1,
+        loaded.log.history().len()
+    );
 }
 
 /// Verifies the log (see the module docs).
@@ -242,7 +288,8 @@ fn copy(path: &str, url: &str) {
     let (header, _) = stream.next_record().expect("read").expect("a header");
     let header = String::from_utf8(header).expect("UTF-8");
     let id = serde_json::from_str::<serde_json::Value>(&header).expect("header")["id"].as_str().expect("id").to_string();
-    let (mut dst, _) = open_store(url, &UrlOptions { id: Some(id.clone()), durability: Durability::Never, ..UrlOptions::default() }).expect("PostgreSQL");
+    let (mut dst, _) =
+        open_store(url, &UrlOptions { id: Some(id.clone()), durability: Durability::Never, ..UrlOptions::default() }).expect("PostgreSQL");
     let t = Instant::now();
     let (mut seq, mut chunk): (u64, Vec<llmsession::log::Text>) = (0, Vec::new());
     let mut first = true;
@@ -277,7 +324,11 @@ fn sessions(store: &str, count: usize) {
             let id = format!("listed-{i:05}");
             let s = match &dir {
                 Some(d) => Session::open_jsonl(d.join(format!("{id}.jsonl")), opts(&id)).expect("create").0,
-                None => Session::open_url(&url, UrlOptions { id: Some(id.clone()), durability: Durability::Never, ..UrlOptions::default() }).expect("create").0,
+                None => {
+                    Session::open_url(&url, UrlOptions { id: Some(id.clone()), durability: Durability::Never, ..UrlOptions::default() })
+                        .expect("create")
+                        .0
+                }
             };
             s.append(NewEvent::new("host/note", json!({"n": i}))).expect("append");
             s.append(NewEvent::new("host/note", json!({"n": i + 1}))).expect("append");
@@ -309,6 +360,7 @@ fn main() {
         "write" => write(Path::new(a(1)), a(2).parse().expect("EVENTS"), args.get(3).map_or(40_000, |c| c.parse().expect("COMPACT_EVERY"))),
         "open" => open(a(1), if a(2) == "full" { OpenCheck::Full } else { OpenCheck::Bounded }),
         "verify" => verify(a(1)),
+        "profile" => profile(a(1)),
         "copy" => copy(a(1), a(2)),
         "sessions" => sessions(a(1), a(2).parse().expect("COUNT")),
         other => panic!("unknown command {other}: see the module docs"),

@@ -462,7 +462,7 @@ impl Session {
         };
         let (loaded, header_line, count) = match window {
             Some(mut win) => {
-                let count = win.from as usize + 1 + win.records.len();
+                let count = win.from as usize + 1 + win.len();
                 let header_line: Arc<str> = String::from_utf8_lossy(&win.header).into_owned().into();
                 let loaded = load_window(&mut win).map_err(|e| e.context(store.describe()))?;
                 (loaded, header_line, count)

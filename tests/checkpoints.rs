@@ -163,7 +163,7 @@ impl Store for Watched {
     fn load_window(&mut self, before: Option<u64>) -> llmsession::Result<Option<StoreWindow>> {
         let w = self.inner.load_window(before)?;
         if let Some(w) = &w {
-            *self.window.lock().unwrap() = Some((w.from, w.records.len()));
+            *self.window.lock().unwrap() = Some((w.from, w.len()));
         }
         Ok(w)
     }
@@ -473,4 +473,30 @@ fn long_records_and_a_torn_only_checkpoint_open_as_a_whole_load_does() {
     assert_eq!(s.with_log(|l| l.base()), 0, "no complete checkpoint: read whole");
     assert_eq!(report.cut_records, 1);
     assert_eq!(s.len(), 4 + report.repaired_events);
+}
+
+/// A long window (its chain is checked beside the derivation): an edit anywhere in it is refused
+/// naming its line, as is a record of it that does not parse.
+#[test]
+fn an_edit_inside_a_long_window_is_refused_at_its_line() {
+    let s = Session::create(Box::new(MemoryStore::new()), opts(6000)).unwrap();
+    append_all(&s, vec![header("initial", 1, "be brief"), turn_start(1)]);
+    for i in 0..6200 {
+        append_all(&s, vec![host(&format!("context {i}"))]);
+    }
+    let records: Vec<String> = s.records().unwrap().iter().map(|r| r.to_string()).collect();
+    let cp = records.iter().rposition(|r| r.starts_with("{\"type\":\"session/checkpoint\"")).unwrap();
+    assert!(cp > 5000, "one checkpoint, after 6000 events");
+    open(&records).unwrap();
+    for at in [3, 2500, cp - 1] {
+        let mut edited = records.clone();
+        edited[at] = edited[at].replacen("context", "contekst", 1);
+        let e = open(&edited).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::CorruptLog);
+        assert!(e.message().contains(&format!("line {}", at + 1)) && e.message().contains("chained digest"), "{}", e.message());
+        let mut broken = records.clone();
+        broken[at] = "{\"type\":\"user/message\",\"seq\":1}".into();
+        let e = open(&broken).unwrap_err();
+        assert!(e.message().contains(&format!("line {}", at + 1)), "{}", e.message());
+    }
 }

@@ -309,6 +309,22 @@ impl RecordSource for OwnedRecords<'_> {
     }
 }
 
+/// The records of a store's window: each line is copied out of the window's buffer.
+struct CopiedRecords<'a>(&'a StoreWindow);
+
+impl RecordSource for CopiedRecords<'_> {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn bytes(&self, i: usize) -> &[u8] {
+        self.0.record(i)
+    }
+    fn load(&mut self, log: &mut Log, i: usize) -> Result<()> {
+        let mut rec = self.0.record(i);
+        load_one(log, &mut rec, |r| Text::from(std::str::from_utf8(r).expect("parse_record checked UTF-8")))
+    }
+}
+
 /// Records as ranges of one text ([`StoreText`]): each line shares the text.
 struct SharedRecords<'a>(&'a StoreText);
 
@@ -463,8 +479,9 @@ impl OpenCheck {
 /// checkpoint on. `docs/log.md` ("What an open checks") says what this leaves to `verify`.
 pub fn load_window(win: &mut StoreWindow) -> Result<Loaded> {
     let (header, log, ci) = restore_window(win)?;
-    // The tail: checked as a whole load checks it.
-    let mut tail = OwnedRecords(&mut win.records);
+    // The tail: checked as a whole load checks it, each line copied out of the window's buffer
+    // (which is dropped once the open is done).
+    let mut tail = CopiedRecords(win);
     load_tail(header, log, &mut tail, ci + 1, win.from as usize + 1, win.last_complete)
 }
 
@@ -486,14 +503,14 @@ pub struct WindowEvents {
 pub fn window_events(win: &mut StoreWindow) -> Result<WindowEvents> {
     let (header, log, ci) = restore_window(win)?;
     let mut prev = *log.chain_head().expect("a restored log is chained");
-    let n = win.records.len();
+    let n = win.len();
     let mut events = Vec::with_capacity(n - ci - 1);
     for i in ci + 1..n {
         if i == n - 1 && !win.last_complete {
             break;
         }
         let seq = win.from + i as u64;
-        let rec = &win.records[i];
+        let rec = win.record(i);
         prev = chain::check(&prev, rec).map_err(|why| {
             as_corrupt(Error::new(ErrorKind::CorruptLog, why).with("chain", true), seq as usize + 2)
                 .context("the log was changed after it was written")
@@ -514,19 +531,19 @@ fn restore_window(win: &mut StoreWindow) -> Result<(SessionHeader, Log, usize)> 
     }
     let line_of = |seq: u64| seq as usize + 2;
     let corrupt = |seq: u64, e: Error| as_corrupt(e, line_of(seq));
-    let n = win.records.len();
+    let n = win.len();
     let whole = if win.last_complete { n } else { n.saturating_sub(1) };
     // The checkpoint and where its window starts.
     let c = win.checkpoint;
     let ci = c.checked_sub(win.from).map(|i| i as usize).filter(|&i| i < whole).ok_or_else(|| {
         Error::new(ErrorKind::Internal, format!("the store's window (from seq {}) does not hold checkpoint {c}", win.from))
     })?;
-    let cp = parse_record(&win.records[ci]).map_err(|e| corrupt(c, e))?;
+    let cp = parse_record(win.record(ci)).map_err(|e| corrupt(c, e))?;
     if cp.ty != types::CHECKPOINT || cp.seq != c {
         return Err(corrupt(c, Error::invalid("type", "the record the store named as the last checkpoint is not one")));
     }
     let w = checkpoint::window_of(&cp.data).map_err(|e| corrupt(c, e))?;
-    let (mut prev, first) = if w == 0 {
+    let (prev, first) = if w == 0 {
         if win.from != 0 {
             return Err(Error::new(ErrorKind::Internal, "the store's window does not start at the first event"));
         }
@@ -535,48 +552,115 @@ fn restore_window(win: &mut StoreWindow) -> Result<(SessionHeader, Log, usize)> 
         if win.from + 1 != w {
             return Err(Error::new(ErrorKind::Internal, format!("the store's window starts at seq {}, not {}", win.from, w - 1)));
         }
-        let link = chain::stored_link(std::str::from_utf8(&win.records[0]).unwrap_or(""))
+        let link = chain::stored_link(std::str::from_utf8(win.record(0)).unwrap_or(""))
             .and_then(|h| chain::parse_link(h))
             .ok_or_else(|| corrupt(win.from, Error::invalid("chain", "the record before the checkpoint's window has no chain value")))?;
         (link, 1usize)
     };
     let base_seq = checkpoint::base_of(&cp.data);
+    // The chain over the window through the checkpoint, checked on a thread of its own while
+    // this one derives the window's visible events (on one core the two take their turns).
+    let chained = |prev: chain::Link| -> std::result::Result<chain::Link, (usize, String)> {
+        let mut prev = prev;
+        for i in first..=ci {
+            prev = chain::check(&prev, win.record(i)).map_err(|why| (i, why))?;
+        }
+        Ok(prev)
+    };
+    let (chain_result, derived) = std::thread::scope(|scope| {
+        let checker = (ci - first > 4096).then(|| scope.spawn(|| chained(prev)));
+        let derived = derive_window(win, first, ci, base_seq);
+        let chain_result = match checker {
+            Some(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+            None => chained(prev),
+        };
+        (chain_result, derived)
+    });
+    // The first problem in log order: a broken chain at or before a record that does not
+    // derive is reported as the chain's.
+    let chain_error = chain_result.as_ref().err().map(|(i, _)| *i);
+    let derive_error = derived.as_ref().err().map(|(i, _)| *i);
+    match (chain_result, derived) {
+        (Err((i, why)), _) if derive_error.is_none_or(|d| i <= d) => {
+            let seq = win.from + i as u64;
+            return Err(corrupt(seq, Error::new(ErrorKind::CorruptLog, why).with("chain", true))
+                .context("the log was changed after it was written"));
+        }
+        (_, Err((i, e))) if chain_error.is_none_or(|c| i < c) => return Err(corrupt(win.from + i as u64, e)),
+        (Ok(link), Ok((base, appended))) => finish_restore(win, header, cp, c, ci, base_seq, base, appended, link),
+        _ => unreachable!("every error is one of the two above"),
+    }
+}
+
+/// The visible events of a window up to its checkpoint (records `first..ci`) derived, and the
+/// data of its base checkpoint (`base_seq`); an error names the record index where it is.
+#[allow(clippy::type_complexity)]
+fn derive_window(
+    win: &StoreWindow,
+    first: usize,
+    ci: usize,
+    base_seq: Option<u64>,
+) -> std::result::Result<(Option<Value>, Vec<Arc<Derived>>), (usize, Error)> {
     let mut base: Option<Value> = None;
     let mut appended: Vec<Arc<Derived>> = Vec::new();
-    // The window up to the checkpoint: chained, the base checkpoint read, visible events derived.
     for i in first..ci {
         let seq = win.from + i as u64;
-        let rec = &win.records[i];
-        prev = chain::check(&prev, rec).map_err(|why| {
-            corrupt(seq, Error::new(ErrorKind::CorruptLog, why).with("chain", true)).context("the log was changed after it was written")
-        })?;
-        let (ty, at) =
-            record_head(rec).ok_or_else(|| corrupt(seq, Error::invalid("type", "the record does not start with its type and seq")))?;
+        let rec = win.record(i);
+        let (ty, at) = record_head(rec).ok_or_else(|| (i, Error::invalid("type", "the record does not start with its type and seq")))?;
         if at != seq {
-            return Err(corrupt(seq, Error::invalid("seq", format!("expected {seq} (seqs are contiguous from 0), got {at}"))));
+            return Err((i, Error::invalid("seq", format!("expected {seq} (seqs are contiguous from 0), got {at}"))));
         }
         if Some(seq) == base_seq {
-            base = Some(parse_record(rec).map_err(|e| corrupt(seq, e))?.data);
+            base = Some(parse_record(rec).map_err(|e| (i, e))?.data);
         } else if types::is_model_visible(ty) {
-            let ev = parse_record(rec).map_err(|e| corrupt(seq, e))?;
-            if ev.surface_op != Some(crate::log::SurfaceOp::Append) {
-                return Err(corrupt(seq, Error::invalid("surfaceOp", "a replace after the checkpoint's last replace")));
-            }
-            let d = crate::log::history::derive(&ev).map_err(|e| corrupt(seq, e))?.expect("a visible event");
+            // From the record's bytes when it has the shape this library writes; the long way
+            // (parse the event, derive its message) otherwise.
+            let d = match crate::log::project::project_record(rec, ty, seq) {
+                Some(d) => {
+                    #[cfg(debug_assertions)]
+                    {
+                        let ev = parse_record(rec).expect("a projected record parses");
+                        let long = crate::log::history::derive(&ev).expect("a projected record derives").expect("visible");
+                        debug_assert_eq!(d.json.as_str(), long.json.as_str(), "the projection from bytes is the derived message");
+                    }
+                    d
+                }
+                None => {
+                    let ev = parse_record(rec).map_err(|e| (i, e))?;
+                    if ev.surface_op != Some(crate::log::SurfaceOp::Append) {
+                        return Err((i, Error::invalid("surfaceOp", "a replace after the checkpoint's last replace")));
+                    }
+                    crate::log::history::derive(&ev).map_err(|e| (i, e))?.expect("a visible event")
+                }
+            };
             appended.push(Arc::new(d));
         }
     }
-    prev = chain::check(&prev, &win.records[ci]).map_err(|why| {
-        corrupt(c, Error::new(ErrorKind::CorruptLog, why).with("chain", true)).context("the log was changed after it was written")
-    })?;
+    Ok((base, appended))
+}
+
+/// The end of [`restore_window`]: the state restored from the checkpoint.
+#[allow(clippy::too_many_arguments)]
+fn finish_restore(
+    win: &StoreWindow,
+    header: SessionHeader,
+    cp: Event,
+    c: u64,
+    ci: usize,
+    base_seq: Option<u64>,
+    base: Option<Value>,
+    appended: Vec<Arc<Derived>>,
+    prev: chain::Link,
+) -> Result<(SessionHeader, Log, usize)> {
+    let corrupt = |seq: u64, e: Error| as_corrupt(e, seq as usize + 2);
     if base_seq.is_some() && base.is_none() {
         return Err(corrupt(c, Error::invalid("data.base", "names no checkpoint in its window")));
     }
     let state = checkpoint::restore(&cp, base.as_ref(), appended).map_err(|e| corrupt(c, e))?;
     let mut log = Log::restored(c, state, Some(prev));
     // The checkpoint's own line starts the lines the log holds.
-    let cp_line = std::mem::take(&mut win.records[ci]);
-    log.push_restored_line(Text::from(String::from_utf8(cp_line).expect("checked as UTF-8 when parsed")));
+    let cp_line = std::str::from_utf8(win.record(ci)).expect("checked as UTF-8 when parsed");
+    log.push_restored_line(Text::from(cp_line));
     Ok((header, log, ci))
 }
 

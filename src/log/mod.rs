@@ -11,6 +11,7 @@ pub mod checkpoint;
 pub mod event;
 pub mod history;
 pub mod load;
+mod project;
 pub mod rules;
 pub mod text;
 

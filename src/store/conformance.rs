@@ -664,7 +664,7 @@ fn checkpoint_window(kit: &mut Kit<'_>) -> Outcome {
             ));
         }
         let want: Vec<&[u8]> = records[from as usize + 1..].iter().map(|r| r.as_bytes()).collect();
-        let got: Vec<&[u8]> = w.records.iter().map(|r| &r[..]).collect();
+        let got: Vec<&[u8]> = (0..w.len()).map(|i| w.record(i)).collect();
         if got != want {
             return Err(format!(
                 "{what}: the window holds {} record(s), not the {} from seq {from} to the end verbatim",

@@ -185,7 +185,7 @@ impl<C: HostStoreCall> Store for HostStore<C> {
         if let Some(id) = serde_json::from_slice::<Value>(&header).ok().and_then(|v| v["id"].as_str().map(str::to_string)) {
             self.session_id = id;
         }
-        Ok(Some(StoreWindow { header, checkpoint, from, records: contents.records, last_complete: contents.last_complete }))
+        Ok(Some(StoreWindow::of_records(header, checkpoint, from, &contents.records, contents.last_complete)))
     }
 
     fn append(&mut self, batch: &Batch<'_>) -> Result<()> {

@@ -286,10 +286,15 @@ impl Store for JsonlStore {
         let mut end = if last_complete { size - 1 } else { size };
         let mut found: Option<(u64, u64)> = None; // (checkpoint seq, window from)
         let mut start_of_from: Option<u64> = None; // where the line of event `from` starts
+                                                   // The seq of the earliest line found so far and where it starts: once the checkpoint is
+                                                   // found, the rest of its window is read in one go, its size estimated from the lines
+                                                   // read so far.
+        let mut earliest: Option<(u64, u64)> = None;
+        let mut latest: Option<u64> = None;
         'scan: loop {
             while end >= lo && end > body {
                 let rel = (end - lo) as usize;
-                let start = match buf[..rel].iter().rposition(|&b| b == b'\n') {
+                let start = match memchr::memrchr(b'\n', &buf[..rel]) {
                     Some(nl) => lo + nl as u64 + 1,
                     None if lo == body => body,
                     None => break,
@@ -297,6 +302,8 @@ impl Store for JsonlStore {
                 let line = &buf[(start - lo) as usize..rel];
                 let complete = end < size;
                 if let Some((ty, seq)) = crate::log::load::record_head(line) {
+                    earliest = Some((seq, start));
+                    latest.get_or_insert(seq);
                     if found.is_none() && complete && ty == crate::log::event::types::CHECKPOINT && before.is_none_or(|b| seq < b) {
                         found = super::window_from(line).map(|from| (seq, from.min(seq)));
                     }
@@ -313,7 +320,14 @@ impl Store for JsonlStore {
             if lo == body {
                 break;
             }
-            // Read further back.
+            // Read further back: after the checkpoint, as far as its window's start is estimated to
+            // be (the mean length of the lines read so far), with a margin.
+            if let (Some((_, from)), Some((seq, at)), Some(last)) = (found, earliest, latest) {
+                if seq > from && size > at && last >= seq {
+                    let mean = (size - at) / (last - seq + 1);
+                    chunk = chunk.max((seq - from) * mean.max(1) * 5 / 4 + (1 << 16));
+                }
+            }
             let new_lo = lo.saturating_sub(chunk).max(body);
             if size - new_lo > self.opts.max_bytes {
                 return Err(Error::new(
@@ -327,7 +341,7 @@ impl Store for JsonlStore {
             more.extend_from_slice(&buf);
             buf = more;
             lo = new_lo;
-            chunk = (chunk * 2).min(64 << 20);
+            chunk = (chunk * 4).min(64 << 20);
         }
         let (Some((checkpoint, from)), Some(start)) = (found, start_of_from) else {
             // No checkpoint: the whole file has been read; keep it for the whole load.
@@ -342,15 +356,17 @@ impl Store for JsonlStore {
             }
             return Ok(None);
         };
-        let window = &buf[(start - lo) as usize..];
-        let (ranges, last) = jsonl_ranges(window);
-        let at = start;
+        let skip = (start - lo) as usize;
+        let (mut ranges, last) = jsonl_ranges(&buf[skip..]);
         // The handle knows the offsets of the window's records (for refresh, undo and cut).
         self.offsets.clear();
         self.first = from as usize + 1;
-        self.note_records(at, &ranges, last);
-        let records = ranges.iter().map(|&(a, b)| window[a..b].to_vec()).collect();
-        Ok(Some(StoreWindow { header, checkpoint, from, records, last_complete: last }))
+        self.note_records(start, &ranges, last);
+        // The buffer is handed over as it is: the ranges skip what was read before the window.
+        for r in &mut ranges {
+            *r = (r.0 + skip, r.1 + skip);
+        }
+        Ok(Some(StoreWindow { header, checkpoint, from, text: buf, records: ranges, last_complete: last }))
     }
 
     fn record_stream(&mut self) -> Result<Box<dyn RecordStream>> {

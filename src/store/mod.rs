@@ -125,14 +125,46 @@ pub struct StoreWindow {
     pub header: Vec<u8>,
     /// The seq of the checkpoint the window belongs to (its record is among `records`).
     pub checkpoint: u64,
-    /// The seq of the event `records[0]` holds: the one before the checkpoint's window start
+    /// The seq of the event record 0 holds: the one before the checkpoint's window start
     /// (its chain value starts the window's chain), or 0 when the window starts at the first
     /// event.
     pub from: u64,
-    /// The event records from `from` to the end of the log, in order.
-    pub records: Vec<Vec<u8>>,
+    /// The event records from `from` to the end of the log, one after the other in one buffer
+    /// (a JSONL store hands over what it read, with no copy per record)...
+    pub text: Vec<u8>,
+    /// ...at these byte ranges, in order.
+    pub records: Vec<(usize, usize)>,
     /// Whether the last record was completely written (as [`StoreContents::last_complete`]).
     pub last_complete: bool,
+}
+
+impl StoreWindow {
+    /// A window of records held one by one (joined into one buffer).
+    pub fn of_records<R: AsRef<[u8]>>(header: Vec<u8>, checkpoint: u64, from: u64, records: &[R], last_complete: bool) -> StoreWindow {
+        let mut text = Vec::with_capacity(records.iter().map(|r| r.as_ref().len()).sum());
+        let mut ranges = Vec::with_capacity(records.len());
+        for r in records {
+            ranges.push((text.len(), text.len() + r.as_ref().len()));
+            text.extend_from_slice(r.as_ref());
+        }
+        StoreWindow { header, checkpoint, from, text, records: ranges, last_complete }
+    }
+
+    /// Record `i`'s bytes (record 0 is event `from`).
+    pub fn record(&self, i: usize) -> &[u8] {
+        let (a, b) = self.records[i];
+        &self.text[a..b]
+    }
+
+    /// How many records the window holds.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Whether the window holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
 }
 
 /// Where the window of the checkpoint record `rec` starts (see
@@ -249,11 +281,9 @@ impl RecordStream for Box<dyn RecordStream> {
 pub(crate) fn jsonl_ranges(bytes: &[u8]) -> (Vec<(usize, usize)>, bool) {
     let mut ranges = Vec::new();
     let mut start = 0;
-    for (i, b) in bytes.iter().enumerate() {
-        if *b == b'\n' {
-            ranges.push((start, i));
-            start = i + 1;
-        }
+    for i in memchr::memchr_iter(b'\n', bytes) {
+        ranges.push((start, i));
+        start = i + 1;
     }
     let last_complete = start == bytes.len();
     if !last_complete {
@@ -404,13 +434,7 @@ pub(crate) fn window_of_records<R: AsRef<[u8]>>(records: &[R], before: Option<u6
         window_from(rec).map(|f| (i, f))
     })?;
     let from = from.min(at as u64 - 1);
-    Some(StoreWindow {
-        header: records[0].as_ref().to_vec(),
-        checkpoint: at as u64 - 1,
-        from,
-        records: records[from as usize + 1..].iter().map(|r| r.as_ref().to_vec()).collect(),
-        last_complete: true,
-    })
+    Some(StoreWindow::of_records(records[0].as_ref().to_vec(), at as u64 - 1, from, &records[from as usize + 1..], true))
 }
 
 /// Records in memory.

@@ -515,7 +515,7 @@ impl Store for PgStore {
         if contents.records.is_empty() || header.is_empty() {
             return Ok(None);
         }
-        Ok(Some(StoreWindow { header, checkpoint, from, records: contents.records, last_complete: true }))
+        Ok(Some(StoreWindow::of_records(header, checkpoint, from, &contents.records, true)))
     }
 
     fn record_stream(&mut self) -> Result<Box<dyn RecordStream>> {
