@@ -2,7 +2,7 @@
 //! checkpoint"). Each command runs in a process of its own, so its resident memory is its own:
 //!
 //! ```text
-//! cargo run --release --example bench_checkpoints -- write PATH EVENTS [COMPACT_EVERY]
+//! cargo run --release --example bench_checkpoints -- write PATH EVENTS [COMPACT_EVERY [ID]]
 //! cargo run --release --example bench_checkpoints -- open LOG bounded|full   (LOG: a path or a store URL)
 //! cargo run --release --example bench_checkpoints -- verify LOG
 //! cargo run --release --example bench_checkpoints -- copy PATH POSTGRES_URL
@@ -72,9 +72,9 @@ fn opts(id: &str) -> SessionOptions {
 }
 
 /// Writes the fixture log (see the module docs).
-fn write(path: &Path, events: u64, compact_every: u64) {
+fn write(path: &Path, events: u64, compact_every: u64, id: &str) {
     let _ = std::fs::remove_file(path);
-    let (mut session, _) = Session::open_jsonl(path, opts("bench")).expect("open");
+    let (mut session, _) = Session::open_jsonl(path, opts(id)).expect("open");
     let cancel = CancelToken::new();
     // Turn 1, by an agent: it records the request header.
     let instance = {
@@ -101,7 +101,7 @@ fn write(path: &Path, events: u64, compact_every: u64) {
     let step_start = |s: &Session, turn: u64, step: u64, cache: &mut DigestCache| {
         let (bytes, digest) = s.with_log(|l| {
             let h = l.state().headers.current().expect("a header").clone();
-            conversation_digest(l, &h, &PrefixBytes::of(h.message_prefix.as_ref()), "bench", turn, step, cache)
+            conversation_digest(l, &h, &PrefixBytes::of(h.message_prefix.as_ref()), id, turn, step, cache)
         });
         ev(s, types::STEP_START, json!({"turn": turn, "step": step, "instance": instance, "digest": digest, "bytes": bytes}));
     };
@@ -149,7 +149,7 @@ fn write(path: &Path, events: u64, compact_every: u64) {
             since_reopen = 0;
             ev(&session, types::TURN_END, json!({"turn": turn, "reason": "completed"}));
             drop(session);
-            session = Session::open_jsonl(path, opts("bench")).expect("reopen").0;
+            session = Session::open_jsonl(path, opts(id)).expect("reopen").0;
             cache = DigestCache::default();
             turn += 1;
             step = 0;
@@ -200,9 +200,14 @@ fn open(log: &str, check: OpenCheck) {
     let dir = tempfile::tempdir().expect("tempdir");
     let warm = dir.path().join("warm.jsonl");
     if std::env::var("BENCH_NO_WARM").is_err() {
-        write(&warm, 2000, 1000);
+        write(&warm, 2000, 1000, "bench");
         let s = open_session(warm.to_str().expect("UTF-8"), check);
         finish(next_body(&s).1);
+        // A database: its connection pool is made (a worker keeps one), the session read once.
+        if log.contains("://") {
+            let o = UrlOptions { check, read_only: true, ..UrlOptions::default() };
+            drop(Session::open_url(log, o).expect("a warm-up read"));
+        }
     }
     trim();
     let before = status_kib("VmRSS:");
@@ -273,7 +278,7 @@ fn verify(log: &str) {
     let secs = t.elapsed().as_secs_f64();
     let peak = status_kib("VmHWM:");
     println!(
-        "result verify events={} requests={} secs={secs:.1} peak_growth_kib={} largest_request={largest} beyond_largest_mib={:.1}",
+        "result verify events={} requests={} secs={secs:.2} peak_growth_kib={} largest_request={largest} beyond_largest_mib={:.1}",
         r.events,
         r.requests,
         peak - before,
@@ -357,7 +362,12 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let a = |i: usize| args.get(i).map(String::as_str).unwrap_or_else(|| panic!("argument {i} missing: see the module docs"));
     match a(0) {
-        "write" => write(Path::new(a(1)), a(2).parse().expect("EVENTS"), args.get(3).map_or(40_000, |c| c.parse().expect("COMPACT_EVERY"))),
+        "write" => write(
+            Path::new(a(1)),
+            a(2).parse().expect("EVENTS"),
+            args.get(3).map_or(40_000, |c| c.parse().expect("COMPACT_EVERY")),
+            args.get(4).map_or("bench", String::as_str),
+        ),
         "open" => open(a(1), if a(2) == "full" { OpenCheck::Full } else { OpenCheck::Bounded }),
         "verify" => verify(a(1)),
         "profile" => profile(a(1)),

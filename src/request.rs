@@ -1229,15 +1229,15 @@ fn check_restores(ev: &Event, base: &mut Option<Value>, state: &crate::log::LogS
     if checkpoint::is_full(&ev.data) {
         *base = Some(ev.data.clone());
     }
-    let carried = base.as_ref().and_then(|b| b.get("carried")).and_then(Value::as_array).map_or(0, |a| a.len());
-    let appended = state.history.entries()[carried.min(state.history.len())..].to_vec();
     let full = if checkpoint::is_full(&ev.data) { None } else { base.as_ref() };
-    let restored = checkpoint::restore(ev, full, appended).and_then(|r| match checkpoint::same_state(&r, state) {
-        None => Ok(()),
-        Some(field) => Err(Error::new(
-            ErrorKind::CorruptLog,
-            format!("the checkpoint (seq {}) does not restore the state the log folds to: its {field} differs", ev.seq),
-        )),
+    let restored = checkpoint::restore(ev, full, checkpoint::Surface::Folded(&state.history)).and_then(|r| {
+        match checkpoint::same_state(&r, state, false) {
+            None => Ok(()),
+            Some(field) => Err(Error::new(
+                ErrorKind::CorruptLog,
+                format!("the checkpoint (seq {}) does not restore the state the log folds to: its {field} differs", ev.seq),
+            )),
+        }
     });
     restored.map_err(|e| crate::log::rules::as_corrupt(e, line))
 }

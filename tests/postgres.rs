@@ -1371,4 +1371,20 @@ fn checkpoints_open_from_the_last_one_and_verify_streams() {
     let e = Session::open_url(&url, opts(OpenCheck::Bounded)).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::CorruptLog, "{}", e.message());
     assert!(e.message().contains(&format!("line {}", seq + 2)), "{}", e.message());
+    c.execute("UPDATE llmsession_records SET record = $3 WHERE session_id = $1 AND seq = $2", &[&id, &seq, &rec]).unwrap();
+    Session::open_url(&url, opts(OpenCheck::Bounded)).unwrap();
+    // A record missing inside the window, and the last one missing: damage, as for a whole load.
+    let (events,): (i64,) = c.query_one("SELECT events FROM llmsession_sessions WHERE id = $1", &[&id]).map(|r| (r.get(0),)).unwrap();
+    let gone = events - 2;
+    let kept: String =
+        c.query_one("SELECT record FROM llmsession_records WHERE session_id = $1 AND seq = $2", &[&id, &gone]).unwrap().get(0);
+    c.execute("DELETE FROM llmsession_records WHERE session_id = $1 AND seq = $2", &[&id, &gone]).unwrap();
+    let e = Session::open_url(&url, opts(OpenCheck::Bounded)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::CorruptLog, "{}", e.message());
+    assert!(e.message().contains("missing"), "{}", e.message());
+    c.execute("INSERT INTO llmsession_records (session_id, seq, record) VALUES ($1, $2, $3)", &[&id, &gone, &kept]).unwrap();
+    c.execute("DELETE FROM llmsession_records WHERE session_id = $1 AND seq = $2", &[&id, &(events - 1)]).unwrap();
+    let e = Session::open_url(&url, opts(OpenCheck::Bounded)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::CorruptLog, "{}", e.message());
+    assert!(e.message().contains("removed from the end"), "{}", e.message());
 }

@@ -656,7 +656,7 @@ fn finish_restore(
     if base_seq.is_some() && base.is_none() {
         return Err(corrupt(c, Error::invalid("data.base", "names no checkpoint in its window")));
     }
-    let state = checkpoint::restore(&cp, base.as_ref(), appended).map_err(|e| corrupt(c, e))?;
+    let state = checkpoint::restore(&cp, base.as_ref(), checkpoint::Surface::Derived(appended)).map_err(|e| corrupt(c, e))?;
     let mut log = Log::restored(c, state, Some(prev));
     // The checkpoint's own line starts the lines the log holds.
     let cp_line = std::str::from_utf8(win.record(ci)).expect("checked as UTF-8 when parsed");

@@ -501,7 +501,7 @@ impl RecordStream for JsonlRecords {
     fn next_record(&mut self) -> Result<Option<(Vec<u8>, bool)>> {
         use std::os::unix::fs::FileExt;
         loop {
-            if let Some(nl) = self.buf[self.start..].iter().position(|&b| b == b'\n') {
+            if let Some(nl) = memchr::memchr(b'\n', &self.buf[self.start..]) {
                 let line = self.buf[self.start..self.start + nl].to_vec();
                 self.start += nl + 1;
                 return Ok(Some((line, true)));

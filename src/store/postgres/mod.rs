@@ -102,6 +102,18 @@ UNION ALL
 SELECT seq, record, NULL, NULL FROM llmsession_records WHERE session_id = $1 AND seq >= $2
 ORDER BY 1";
 
+/// A checkpoint's window (`PgStore::read_window`): the head, and the records from a seq on
+/// joined by newlines, with their count and first and last seqs, in one statement. The records
+/// come in seq order from the primary key's index (an `ORDER BY` inside `string_agg` would sort
+/// megabytes through a temporary file); the reader checks the seqs and the chain, so records out
+/// of order would be an error, never a different log.
+const WINDOW_SQL: &str = "
+SELECT s.header, s.events, s.chain_head, r.text, r.n, r.lo, r.hi
+  FROM llmsession_sessions s,
+       LATERAL (SELECT string_agg(o.record, E'\\n') AS text, count(*) AS n, min(o.seq) AS lo, max(o.seq) AS hi
+                  FROM (SELECT seq, record FROM llmsession_records WHERE session_id = $1 AND seq >= $2 ORDER BY seq) o) r
+ WHERE s.id = $1 AND s.header IS NOT NULL";
+
 /// How a PostgreSQL session is opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PgOptions {
@@ -379,6 +391,72 @@ impl PgStore {
         Ok(rows.first().map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, String>(1))))
     }
 
+    /// The window of checkpoint `checkpoint`: the header and the records of events `from..`, in
+    /// one statement (one snapshot) with the head, the records joined by newlines into one text
+    /// (a record never holds a raw newline), so the client handles one value rather than a row
+    /// per record; checked against the head as [`read`](Self::read) checks.
+    fn read_window(&mut self, checkpoint: u64, from: u64) -> Result<Option<StoreWindow>> {
+        if let Some((kind, why, _)) = &self.dead {
+            return Err(
+                Error::new(*kind, format!("{}: cannot read the session: {why}", self.describe)).with("store", self.describe.clone())
+            );
+        }
+        let d = self.describe.clone();
+        let start = from as i64;
+        let rows = block_on(async {
+            self.pool
+                .query(Bound::Query, WINDOW_SQL, &[(&self.id, Type::TEXT), (&start, Type::INT8)])
+                .await
+                .map_err(|e| e.into_error(&d, "cannot read the session"))
+        })?;
+        let Some(row) = rows.first() else { return Ok(None) };
+        let header: String = row.get(0);
+        let events = row.get::<_, i64>(1) as u64;
+        let chain_head: Option<String> = row.get(2);
+        let Some(text) = row.get::<_, Option<String>>(3) else { return Ok(None) };
+        let (count, min, max) = (row.get::<_, i64>(4) as u64, row.get::<_, Option<i64>>(5), row.get::<_, Option<i64>>(6));
+        if min != Some(start) || max.map(|m| m as u64 + 1) != Some(start as u64 + count) {
+            return Err(corrupt(
+                &d,
+                format!("events are missing from llmsession_records between seq {from} and the head ({events} events)"),
+            )
+            .with("seq", from));
+        }
+        if start as u64 + count != events {
+            let stored = start as u64 + count;
+            let why = if stored < events {
+                format!(
+                    "the session's head says {events} events but only {stored} are stored: records were removed from the end of the log"
+                )
+            } else {
+                format!("{stored} events are stored but the session's head says {events}: records were added without moving the head (not by llmsession)")
+            };
+            return Err(corrupt(&d, why).with("events", events).with("stored", stored));
+        }
+        let text = text.into_bytes();
+        let mut ranges = Vec::with_capacity(count as usize);
+        let mut at = 0;
+        for nl in memchr::memchr_iter(b'\n', &text) {
+            ranges.push((at, nl));
+            at = nl + 1;
+        }
+        ranges.push((at, text.len()));
+        if ranges.len() as u64 != count {
+            return Err(corrupt(&d, format!("a record from seq {from} on holds a newline: it is not one this library wrote")));
+        }
+        let last = &text[ranges[ranges.len() - 1].0..];
+        if chain_head.is_some() && chain::stored_link(std::str::from_utf8(last).unwrap_or("")) != chain_head.as_deref() {
+            return Err(corrupt(
+                &d,
+                "the last stored event does not end with the chain value the session's head records: the end of the log was replaced"
+                    .into(),
+            ));
+        }
+        self.events = events;
+        self.chain_head = chain_head;
+        Ok(Some(StoreWindow { header: header.into_bytes(), checkpoint, from, text, records: ranges, last_complete: true }))
+    }
+
     /// Reads the session's records from event `from_seq` on, in one snapshot with the head, and
     /// checks them against it.
     fn read(&mut self, from_seq: Option<u64>) -> Result<StoreContents> {
@@ -511,11 +589,7 @@ impl Store for PgStore {
         let Some((checkpoint, record)) = self.last_checkpoint(before)? else { return Ok(None) };
         let Some(from) = super::window_from(record.as_bytes()) else { return Ok(None) };
         let from = from.min(checkpoint);
-        let (contents, header) = self.read_with_header(Some(from))?;
-        if contents.records.is_empty() || header.is_empty() {
-            return Ok(None);
-        }
-        Ok(Some(StoreWindow::of_records(header, checkpoint, from, &contents.records, true)))
+        self.read_window(checkpoint, from)
     }
 
     fn record_stream(&mut self) -> Result<Box<dyn RecordStream>> {
