@@ -157,8 +157,10 @@ impl JsonlStore {
     fn header_line(&self, size: u64) -> Result<Option<(Vec<u8>, u64)>> {
         let mut at = 0u64;
         let mut head = Vec::new();
+        let mut chunk = 4u64 << 10;
         while at < size {
-            let n = (size - at).min(64 << 10) as usize;
+            let n = (size - at).min(chunk) as usize;
+            chunk *= 4;
             let chunk = self.read_at(at, n)?;
             if let Some(nl) = chunk.iter().position(|&b| b == b'\n') {
                 head.extend_from_slice(&chunk[..nl]);
@@ -563,9 +565,9 @@ pub(crate) fn session_row(path: &Path, locks: &std::collections::HashSet<(u64, u
         tail = more;
         lo = new_lo;
         // The lines of `tail` that end with a newline; the last of them whose start is known.
-        let end = tail.iter().rposition(|&b| b == b'\n');
+        let end = memchr::memrchr(b'\n', &tail);
         if let Some(end) = end {
-            let start = tail[..end].iter().rposition(|&b| b == b'\n').map(|i| i + 1);
+            let start = memchr::memrchr(b'\n', &tail[..end]).map(|i| i + 1);
             match start {
                 Some(s) => break Some(tail[s..end].to_vec()),
                 None if lo == body => break Some(tail[..end].to_vec()),
@@ -593,17 +595,54 @@ pub(crate) fn session_row(path: &Path, locks: &std::collections::HashSet<(u64, u
     }))
 }
 
+/// The session id of the JSONL log at `path`, from its first line (`None`: not a session log).
+fn session_id_of(path: &Path) -> Option<String> {
+    let store = JsonlStore::open_read_only(path).ok()?;
+    let size = store.file_len().ok()?;
+    let (header, _) = store.header_line(size).ok()??;
+    let v: serde_json::Value = serde_json::from_slice(&header).ok()?;
+    crate::log::load::SessionHeader::from_value(&v).ok().map(|h| h.id)
+}
+
 /// The sessions of the JSONL logs in a directory (`*.jsonl`, not the sidecar files of cut
-/// records), one [`session_row`] each; a file that is not a session log is passed over.
-pub(crate) fn list_directory(dir: &Path) -> Result<Vec<super::url::SessionInfo>> {
+/// records), ordered by id, after id `after`, at most `limit`; a file that is not a session log
+/// is passed over. Every log's first line gives its id; for a page (`limit`), only the page's
+/// rows read a last line too ([`session_row`]).
+pub(crate) fn list_directory(dir: &Path, after: Option<&str>, limit: Option<u64>) -> Result<Vec<super::url::SessionInfo>> {
     let locks = file::flock_holders();
-    let mut rows = Vec::new();
+    let mut ids: Vec<(String, PathBuf)> = Vec::new();
+    let mut rows_all = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(|e| io_error(dir, "cannot list the directory", &e))? {
         let entry = entry.map_err(|e| io_error(dir, "cannot list the directory", &e))?;
         let path = entry.path();
         if path.extension().and_then(|e| e.to_str()) != Some("jsonl") || !entry.file_type().map(|t| t.is_file()).unwrap_or(false) {
             continue;
         }
+        if limit.is_none() {
+            // The whole list: each log read once, for its row.
+            if let Ok(Some(row)) = session_row(&path, &locks) {
+                if after.is_none_or(|a| row.id.as_str() > a) {
+                    rows_all.push(row);
+                }
+            }
+            continue;
+        }
+        if let Some(id) = session_id_of(&path) {
+            if after.is_none_or(|a| id.as_str() > a) {
+                ids.push((id, path));
+            }
+        }
+    }
+    if limit.is_none() {
+        rows_all.sort_by(|a, b| a.id.cmp(&b.id));
+        return Ok(rows_all);
+    }
+    ids.sort();
+    if let Some(l) = limit {
+        ids.truncate(l.min(usize::MAX as u64) as usize);
+    }
+    let mut rows = Vec::with_capacity(ids.len());
+    for (_, path) in ids {
         if let Ok(Some(row)) = session_row(&path, &locks) {
             rows.push(row);
         }

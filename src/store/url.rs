@@ -238,10 +238,10 @@ pub fn open_store(url: &str, opts: &UrlOptions) -> Result<(Box<dyn Store>, Optio
 pub fn list_sessions(url: &str, after: Option<&str>, limit: Option<u64>) -> Result<Vec<SessionInfo>> {
     match parse(url)? {
         Location::File(path) => {
-            let dir = std::fs::metadata(&path).map(|m| m.is_dir()).unwrap_or(false);
-            let mut rows = if dir {
-                super::jsonl::list_directory(&path)?
-            } else {
+            if std::fs::metadata(&path).map(|m| m.is_dir()).unwrap_or(false) {
+                return super::jsonl::list_directory(&path, after, limit);
+            }
+            let mut rows = {
                 let locks = super::file::flock_holders();
                 match super::jsonl::session_row(&path, &locks) {
                     Ok(Some(row)) => vec![row],
