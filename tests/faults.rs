@@ -360,8 +360,9 @@ fn outcome(s: &Session) -> (String, Vec<String>) {
     for e in &events {
         let ty = e["type"].as_str().unwrap().to_string();
         let line = match ty.as_str() {
-            // Seqs and digests of compaction events depend on what was logged before.
-            t if t.starts_with("compaction/") => ty.clone(),
+            // Seqs and digests of compaction events depend on what was logged before, and so do
+            // the seqs a checkpoint names.
+            t if t.starts_with("compaction/") || t == "session/checkpoint" => ty.clone(),
             "step/start" => format!("{ty} {} {}", e["data"]["turn"], e["data"]["step"]),
             _ => format!("{ty} {}", e["data"]),
         };
