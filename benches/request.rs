@@ -384,7 +384,11 @@ fn naive_body_of(f: &Fixture) -> naive::ChatBody {
         .tools
         .iter()
         .map(|t| naive::Tool {
-            function: naive::Function { description: t.description.clone(), name: t.name.clone(), parameters: t.parameters.clone() },
+            function: naive::Function {
+                description: t.description.clone().unwrap_or_default(),
+                name: t.name.clone(),
+                parameters: t.parameters.clone(),
+            },
             kind: "function".into(),
         })
         .collect();

@@ -322,7 +322,7 @@ fn copy(path: &str, url: &str) {
 fn sessions(store: &str, count: usize) {
     let url = if store.contains("://") || store.starts_with("file:") { store.to_string() } else { format!("file:{store}") };
     let dir = url.strip_prefix("file:").map(std::path::PathBuf::from);
-    let have = list_sessions(&url, None, None).map(|l| l.len()).unwrap_or(0);
+    let have = list_sessions(&url, None, None, None).map(|l| l.len()).unwrap_or(0);
     if have < count {
         let t = Instant::now();
         for i in have..count {
@@ -341,12 +341,12 @@ fn sessions(store: &str, count: usize) {
         eprintln!("made {} sessions in {:.1} s", count - have, t.elapsed().as_secs_f64());
     }
     let t = Instant::now();
-    let all = list_sessions(&url, None, None).expect("list");
+    let all = list_sessions(&url, None, None, None).expect("list");
     let whole_ms = t.elapsed().as_secs_f64() * 1e3;
     let t = Instant::now();
     let (mut after, mut pages, mut seen) = (None::<String>, 0, 0);
     loop {
-        let page = list_sessions(&url, after.as_deref(), Some(100)).expect("page");
+        let page = list_sessions(&url, after.as_deref(), Some(100), None).expect("page");
         if page.is_empty() {
             break;
         }

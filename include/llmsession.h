@@ -80,12 +80,18 @@
  * `lls_agent_record_body_info`, `lls_agent_record_stream_info` and `lls_recorded_info`; 5: the
  * store conformance kit, `lls_store_conformance`, `lls_store_conformance_url` and
  * `LLS_ERR_NONCONFORMING`, the `"gemini-interactions"` format and the `promptCacheOptions` /
- * `promptCacheBreakpoints` render options; 6: checkpoints, the `"checkpoints"` and `"check"`
- * options of every open, `file:DIR` listings).
+ * `promptCacheBreakpoints` render options; 6: native compaction,
+ * `lls_agent_native_compaction_begin`, `lls_agent_native_compaction_record`,
+ * `lls_agent_native_compaction_fail`; agent trees, `lls_agent_spawn`,
+ * `lls_agent_finish_child`, the explain option `tree`, `lls_agent_new` without `config` (wake
+ * a session with its logged options), the `parent` option of `lls_store_list_sessions`;
+ * the cache clock, `lls_agent_cache_clock`, `lls_agent_keepalive_body`, `LLS_PURPOSE_KEEPALIVE`
+ * and the `lls_agent_compact` option `trigger`; 7: checkpoints, the `"checkpoints"` and
+ * `"check"` options of every open, `file:DIR` listings).
  *
  * Thread safety: a constant.
  */
-#define LLS_ABI_MINOR 6
+#define LLS_ABI_MINOR 7
 
 /**
  * `*out_seq` of `lls_agent_inject` when the message was deferred (not written yet).
@@ -107,6 +113,14 @@
  * Thread safety: a constant.
  */
 #define LLS_PURPOSE_COMPACTION 1
+
+/**
+ * `purpose` of an `lls_request_info`: a keep-warm request of the cache clock
+ * (`lls_agent_keepalive_body`). Since ABI minor 6.
+ *
+ * Thread safety: a constant.
+ */
+#define LLS_PURPOSE_KEEPALIVE 2
 
 /**
  * Observation level `debug`: detail of the library's decisions.
@@ -282,7 +296,7 @@ typedef struct {
      */
     uint64_t step_seq;
     /**
-     * `LLS_PURPOSE_CONVERSATION` (0) or `LLS_PURPOSE_COMPACTION` (1).
+     * `LLS_PURPOSE_CONVERSATION` (0), `LLS_PURPOSE_COMPACTION` (1) or `LLS_PURPOSE_KEEPALIVE` (2).
      */
     uint32_t purpose;
     /**
@@ -642,11 +656,15 @@ void lls_string_free(char *s);
 size_t lls_live_string_count(void);
 
 /**
- * Compacts now, between requests. `opts_json` (may be NULL) is `{"span"?: [start, end]}`: a
- * surface span (positions in `lls_session_history`, inclusive, not separating a tool call from
- * its result); without it the head region is chosen as the pressure gate would (keeping the
- * policy's retained tail, or the newest message without a policy). A middle span stays
- * correct but forgoes cache reuse. The summariser (`lls_agent_set_summariser`) is called on
+ * Compacts now, between requests. `opts_json` (may be NULL) is `{"span"?: [start, end],
+ * "trigger"?: "manual" | "idle"}`: a surface span (positions in `lls_session_history`,
+ * inclusive, not separating a tool call from its result); without it the head region is chosen
+ * as the pressure gate would (keeping the policy's retained tail, or the newest message without
+ * a policy). A middle span stays correct but forgoes cache reuse. `"trigger": "idle"` (since
+ * ABI minor 6, no span) is the compaction the cache clock decided (`lls_agent_cache_clock`
+ * answered `compact`): it needs a policy, and fails with `LLS_ERR_OUT_OF_ORDER` unless the
+ * clock's last decision since the cache was used is to compact; its `compaction/start` names
+ * that decision. The summariser (`lls_agent_set_summariser`) is called on
  * this thread; `cancel` (may be NULL) interrupts it.
  *
  * On success `*out` is `{"outcome": "landed" | "discarded", "span": [start, end], "seqs":
@@ -762,9 +780,93 @@ lls_status lls_agent_dispose(lls_agent *agent, lls_error **err);
 void lls_agent_free(lls_agent *agent);
 
 /**
+ * Builds a native compaction request for the agent's route (its renderer, else the config's
+ * provider naming a format: `anthropic`, `openai-responses`) over the whole history, and
+ * writes its `compaction/start`. `*out` (free it with `lls_string_free`) is `{"format",
+ * "endpoint", "betas", "envelope", "body", "digest", "span": [start, end], "seqs",
+ * "messageCount", "sharedMessages"}`: POST `body` (a JSON text) to `endpoint`
+ * (`/v1/messages` with the `anthropic-beta` flags in `betas`, or `/v1/responses/compact`);
+ * `envelope` is the logged request (a JSON text; its SHA-256 is `digest`). The host may send it
+ * in the background: conversation requests go on meanwhile, and when the answer is recorded
+ * (`lls_agent_native_compaction_record`) its block replaces exactly the `seqs` this request
+ * carried. Since ABI 2 minor 6.
+ *
+ * Errors (each changes nothing): `LLS_ERR_NULL_POINTER` (`agent`, `out`),
+ * `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_INVALID_INPUT` (detail `field` = `route`: the route has no
+ * native compaction; `config.previous_response_id`), `LLS_ERR_OUT_OF_ORDER` (a request or tool
+ * call open, a compaction open, no request routed yet), `LLS_ERR_NOTHING_TO_COMPACT` (an empty
+ * history), `LLS_ERR_DISPOSED`, `LLS_ERR_STORAGE`, `LLS_ERR_POISONED`.
+ *
+ * # Safety
+ * `out`, `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: exclusive per agent (serialised internally); not from the agent's callbacks.
+ */
+lls_status lls_agent_native_compaction_begin(lls_agent *agent,
+                                             char **out,
+                                             size_t *out_len,
+                                             lls_error **err);
+
+/**
+ * Records the provider's raw answer `(body, body_len)` to the native compaction request in
+ * flight. An answer with the compaction block (Anthropic: `stop_reason: "compaction"` and one
+ * `compaction` block with content; OpenAI: a compacted window with one `compaction` item)
+ * lands: the block is logged verbatim (`compaction/native`) and a checkpoint carrying it
+ * replaces exactly the messages the request held. Any other answer (another stop reason, an
+ * error answer, no block) is a failed attempt, logged with why; the history stays whole.
+ * `*out` (free it with `lls_string_free`) is `{"outcome": "landed" | "failed", "format",
+ * "span": [start, end], "seqs", "error"?, "stopReason"?}`. Since ABI 2 minor 6.
+ *
+ * Errors (each changes nothing; the request stays in flight): `LLS_ERR_NULL_POINTER`
+ * (`agent`, `body`, `out`), `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_INVALID_UTF8`,
+ * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (a body of another shape; detail `field`),
+ * `LLS_ERR_OUT_OF_ORDER` (none in flight), `LLS_ERR_DISPOSED`, `LLS_ERR_STORAGE`,
+ * `LLS_ERR_POISONED`.
+ *
+ * # Safety
+ * `body` NULL or `body_len` readable bytes; `out`, `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: exclusive per agent (serialised internally); not from the agent's callbacks.
+ */
+lls_status lls_agent_native_compaction_record(lls_agent *agent,
+                                              const char *body,
+                                              size_t body_len,
+                                              char **out,
+                                              size_t *out_len,
+                                              lls_error **err);
+
+/**
+ * Reports that the native compaction request in flight failed (a transport error, a timeout,
+ * an error status): `(error, error_len)` says why (may be empty). Logged as
+ * `compaction/end{failed}`; the history stays whole. `*out` as for
+ * `lls_agent_native_compaction_record`. Since ABI 2 minor 6.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`agent`, `out`; `error` with a non-zero length),
+ * `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_INVALID_UTF8`, `LLS_ERR_OUT_OF_ORDER` (none in flight),
+ * `LLS_ERR_DISPOSED`, `LLS_ERR_STORAGE`, `LLS_ERR_POISONED`.
+ *
+ * # Safety
+ * `error` NULL or `error_len` readable bytes; `out`, `out_len`, `err` NULL or valid for writes.
+ *
+ * Thread safety: exclusive per agent (serialised internally); not from the agent's callbacks.
+ */
+lls_status lls_agent_native_compaction_fail(lls_agent *agent,
+                                            const char *error,
+                                            size_t error_len,
+                                            char **out,
+                                            size_t *out_len,
+                                            lls_error **err);
+
+/**
  * Creates an agent instance over `session` and stores it in `*out`. If the session already
  * holds request headers (a stored log, a fork), this is a resumed instance: it recomposes the
  * session prefix and its first request records a `resume` snapshot.
+ *
+ * Without `config` (and without `system` and `tools`) the agent wakes the session: it sends
+ * what the session's last request carried (its latest request header; since ABI 2 minor 6).
+ * That is how a child agent (`lls_agent_spawn`) is woken in another process: a child keeps its
+ * parent's provider, model, system prompt, tools and session prefix, and options that change
+ * one are refused (`LLS_ERR_INVALID_INPUT` naming the field).
  *
  * `opts_json` is `{"config": {"provider","model",...}, "system"?: string, "tools"?: [schemas],
  * "checkRequests"?: bool, "policy"?: policy | {"default"?, "models"?}, "tokenizer"?: path}`:
@@ -780,7 +882,8 @@ void lls_agent_free(lls_agent *agent);
  * Errors: `LLS_ERR_NULL_POINTER` (`session`, `opts_json`, `out`), `LLS_ERR_INVALID_HANDLE`,
  * `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (detail `field`),
  * `LLS_ERR_INVALID_POLICY`, `LLS_ERR_TOKENIZER`, `LLS_ERR_BUSY` (the session already has a live
- * agent instance).
+ * agent instance); no `config` for a session that has sent no request is
+ * `LLS_ERR_INVALID_INPUT` (`config: is required`).
  *
  * # Safety
  * `opts_json` NULL or `opts_len` readable bytes; `out`, `err` NULL or valid for writes.
@@ -971,6 +1074,91 @@ lls_status lls_agent_set_token_counter(lls_agent *agent,
                                        void *userdata,
                                        lls_userdata_free_fn userdata_free,
                                        lls_error **err);
+
+/**
+ * Spawns a child agent from `agent` (the parent) and stores the child's session in
+ * `*child_session` and its agent in `*child_agent` (free both: `lls_agent_free`, then
+ * `lls_session_free`). Since ABI 2 minor 6.
+ *
+ * The child is a session of its own, seeded with every event of the parent, whose header
+ * records the parent, the parent's seq (`parent.seedLength`: the parent's `agent/spawn` event
+ * naming the child) and the call it answers. Its first request (`lls_agent_next_body`) is the
+ * parent's last routed request (config with thinking and effort, cache key, system, tools,
+ * session prefix, history, byte for byte in every wire format) extended by the parent's
+ * assistant message, one placeholder result for each of the parent's open calls and the
+ * directive. The child agent has the parent's renderer, compaction policies, summariser and
+ * token counter, and may not change provider, model, system prompt, tools or session prefix.
+ *
+ * `opts_json` is `{"callId"?: string, "directive": message | string, "placeholder"?: string,
+ * "id"?: string, "durability"?: ..., "path"?: string, "url"?: string, "cacheTtl"?: "5m" | "1h",
+ * "maxTurns"?: n}`: `callId` is an open tool call of the parent's last assistant message (leave
+ * it out at a turn boundary, when no call waits); `directive` is the child's task, the last
+ * user message of its first request; `placeholder` is the result text of every open call in
+ * the child's history (default: a constant, `docs/caching.md`); the child lives in the JSONL
+ * file `path`, in the store `url` names (a database: under `id`, default the parent's id, a
+ * dot and the call id), or where the parent's store keeps children: beside a JSONL parent
+ * (`STEM.CALLID.jsonl`), in the parent's database, in memory for a parent in memory (a host
+ * store has no such place: give `path` or `url`); `cacheTtl` is the TTL of the child's
+ * Anthropic cache breakpoints (default: the parent's render options); `maxTurns` bounds the
+ * child's requests.
+ *
+ * Errors (each changes nothing): `LLS_ERR_NULL_POINTER` (`agent`, `opts_json`,
+ * `child_session`, `child_agent`), `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_INVALID_UTF8`,
+ * `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (an unknown option, a directive that is not
+ * a user message, a store that already holds a session, both `path` and `url`, no place for
+ * the child; detail `field`), `LLS_ERR_OUT_OF_ORDER` (the parent has sent no request, a step
+ * or a compaction is open, `callId` is not waiting for its result, or calls wait and no
+ * `callId` is given), `LLS_ERR_DISPOSED`, `LLS_ERR_LOCKED`, `LLS_ERR_STORAGE`.
+ *
+ * # Safety
+ * `opts_json` NULL or `opts_len` readable bytes; `child_session`, `child_agent`, `err` NULL or
+ * valid for writes.
+ *
+ * Thread safety: exclusive per agent (serialised internally); not from the agent's callbacks.
+ * The child is independent of the parent: drive it from any thread, in parallel with its
+ * siblings.
+ */
+lls_status lls_agent_spawn(lls_agent *agent,
+                           const char *opts_json,
+                           size_t opts_len,
+                           lls_session **child_session,
+                           lls_agent **child_agent,
+                           lls_error **err);
+
+/**
+ * Finishes the child agent `child`, spawned from `agent`: ends the child's open turn
+ * (`completed`; with `"error"`, `error`), then records its answer as the parent's result of the
+ * call the child answers, with the child's id (`tool/result` field `child`): the text of the
+ * child's last assistant message, or, when its turn did not complete, an error result saying
+ * how it ended. Results are logged in call order: a child that finishes before an earlier
+ * sibling waits for it (`recorded` 0), and the sibling's finish logs both. A child spawned at a
+ * turn boundary answers no call: its answer is returned and nothing is written to the parent.
+ * `*out` is `{"child", "callId"?, "answer", "isError", "recorded"}` (free it with
+ * `lls_string_free`). The child agent stays usable (to be woken for more) until freed. Since
+ * ABI 2 minor 6.
+ *
+ * `opts_json` (may be NULL) is `{"error"?: string}`: the child failed, for this reason.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`agent`, `child`, `out`), `LLS_ERR_INVALID_HANDLE`,
+ * `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (`child` is not a
+ * child of `agent`'s session), `LLS_ERR_OUT_OF_ORDER` (the child's step is open or a call of it
+ * waits, without `error`; the parent's call no longer waits: its turn ended, or the result was
+ * recorded), `LLS_ERR_DISPOSED` (the parent), `LLS_ERR_STORAGE`.
+ *
+ * # Safety
+ * `opts_json` NULL or `opts_len` readable bytes; `out`, `out_len`, `err` NULL or valid for
+ * writes.
+ *
+ * Thread safety: exclusive per agent, for the parent and the child in turn (never both held);
+ * children may be finished from their own threads, concurrently.
+ */
+lls_status lls_agent_finish_child(lls_agent *agent,
+                                  lls_agent *child,
+                                  const char *opts_json,
+                                  size_t opts_len,
+                                  char **out,
+                                  size_t *out_len,
+                                  lls_error **err);
 
 /**
  * Opens a turn with the user's message (JSON `{"role":"user","content":[blocks]}`), writing
@@ -1392,6 +1580,77 @@ lls_status lls_cancel_is_tripped(const lls_cancel *cancel, bool *out, lls_error 
 void lls_cancel_free(lls_cancel *cancel);
 
 /**
+ * Asks the agent's cache clock what to do now, from the session's log alone, the host's
+ * prices and its return-time model. `(opts_json, opts_len)` (NULL: every default) is
+ * `{"now"?: ms since the epoch (default: the clock's time; tests give their own), "prices"?:
+ * {...} (as for `lls_session_explain`; without a price for the model nothing is decided),
+ * "cacheRules"?: {...} (TTL overrides, as for `lls_session_explain`), "returnModel"?:
+ * {"gapsMs"?, "weights"?, "neverReturns"?, "learn"?, "priorWeight"?}, "marginMs"?: ms before
+ * expiry at which the clock acts (default 30000), "tierBilling"?: "written" | "prefix",
+ * "compaction"?: {"enabled"?, "minContextTokens"?, "summaryRatio"?}, "record"?: bool (default
+ * true)}`.
+ *
+ * On success `*out` (free it with `lls_string_free`) is `{"decision": "none" | "compact" |
+ * "keep-warm" | "let-expire" | "tier", "tier"?, "reason", "at", "warmUntil"?,
+ * "nextDecisionAt"?, "returnProbability"?, "options": [{"option", "tier"?, "expectedCost",
+ * "expectedPings"?}], "breakEven": {...}, "returns", "state": {"provider", "model",
+ * "lastRequestAt"?, "touchedAt"?, "tier", "ttlMs"?, "figures"?, "compacted"}, "recorded"?}`:
+ * `keep-warm` → send `lls_agent_keepalive_body`; `compact` → `lls_agent_compact` with
+ * `{"trigger": "idle"}`; `tier` → write the next request at that tier (the Anthropic render
+ * option `cacheTtl`); ask again at `nextDecisionAt`. An action decision is recorded in the log
+ * as `clock/decision` once per use of the cache (`recorded`: its seq). No callback is called.
+ *
+ * Errors: `LLS_ERR_NULL_POINTER` (`agent`, `out`), `LLS_ERR_INVALID_HANDLE`,
+ * `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (a bad option; the
+ * message and the detail's `field` name it, e.g. `options.marginMs`, `prices.anthropic.input`),
+ * `LLS_ERR_DISPOSED`, `LLS_ERR_OUT_OF_ORDER` (from the agent's own callback),
+ * `LLS_ERR_STORAGE`, `LLS_ERR_CONFLICT`, `LLS_ERR_READ_ONLY` (recording the decision; nothing
+ * changed), `LLS_ERR_POISONED`. Since ABI minor 6.
+ *
+ * # Safety
+ * `opts_json` NULL or `opts_len` readable bytes; `out`, `out_len`, `err` NULL or valid for
+ * writes.
+ *
+ * Thread safety: exclusive per agent (serialised internally); not from the agent's callbacks.
+ */
+lls_status lls_agent_cache_clock(lls_agent *agent,
+                                 const char *opts_json,
+                                 size_t opts_len,
+                                 char **out,
+                                 size_t *out_len,
+                                 lls_error **err);
+
+/**
+ * Builds the keep-warm request of the cache clock as the provider body ready to POST, in
+ * `(*body, *body_len)` (free it with `lls_string_free`): the last conversation request again,
+ * every cacheable byte the same (cache marks included), its output limit at the smallest the
+ * provider allows (1; 16 for `openai-responses`; an Anthropic thinking budget + 1), with
+ * `purpose: "keepalive"` in its logged envelope. It is logged as `clock/keepalive` (its
+ * digest: `verify` rebuilds it). Send it, then record its answer as for a conversation
+ * request: `lls_agent_record_body`, `lls_agent_record_stream` or `lls_agent_provider_error`
+ * (it goes to `clock/keepalive-end`, never into the history; the record's `tool_calls` is 0).
+ * `*info` (may be NULL) receives what the request is (`purpose` `LLS_PURPOSE_KEEPALIVE`,
+ * `step_seq` the seq of its `clock/keepalive`).
+ *
+ * Errors (each changes nothing): `LLS_ERR_NULL_POINTER` (`agent`, `body`),
+ * `LLS_ERR_INVALID_HANDLE`, `LLS_ERR_OUT_OF_ORDER` (no renderer set, no request sent yet, a
+ * request or a compaction open, or a compaction rewrote the history since the last request:
+ * nothing worth keeping warm), `LLS_ERR_INVALID_INPUT` (the renderer cannot render it),
+ * `LLS_ERR_DISPOSED`, `LLS_ERR_STORAGE`, `LLS_ERR_CONFLICT`, `LLS_ERR_READ_ONLY`,
+ * `LLS_ERR_POISONED`. Since ABI minor 6.
+ *
+ * # Safety
+ * `body`, `body_len`, `info`, `err` NULL or valid for writes.
+ *
+ * Thread safety: exclusive per agent (serialised internally); not from the agent's callbacks.
+ */
+lls_status lls_agent_keepalive_body(lls_agent *agent,
+                                    char **body,
+                                    size_t *body_len,
+                                    lls_request_info *info,
+                                    lls_error **err);
+
+/**
  * Runs the store conformance kit (`docs/storage.md`, "Conformance kit for your own store")
  * against a host store: the store contract (batch atomicity, conditional appends and their
  * conflicts, two writers, a stale writer, undo, cut, sync, load and load-from, a session
@@ -1534,7 +1793,16 @@ void lls_error_free(lls_error *err);
  * "prices"?: {...}, "cacheRules"?: {...}}`: a tokenizer to count tokens exactly (the default
  * is the built-in estimate), a price table (per `provider` or `provider/model`, per million
  * tokens: `input`, `cachedInput`, `cacheWrite`, `output`) and overrides of the providers'
- * cache TTLs and minimum sizes (`ttlSeconds`, `minTokens`); since ABI 2 minor 5.
+ * cache TTLs and minimum sizes (`ttlSeconds`, `minTokens`); since ABI 2 minor 5. With
+ * `"tree": true` (since ABI 2 minor 6) the report is the tree's: the session and the children
+ * spawned from it in this process (`lls_agent_spawn`), and theirs, explained per node and
+ * rolled up: `{"root", "counter", "nodes": [{"id", "parent"?, "kind": "root" | "spawn" |
+ * "fork", "callId"?, "depth", "seedLength", "source", "own", "spawnFloor"?, "work"?,
+ * "inheritedTokens", "subtree", "answeredAt"?}], "totals": {"nodes", "all", "root",
+ * "subagents", "spawnFloors", "work", "inheritedTokens", "coldChildren": {"uncachedTokens",
+ * "extraUncachedTokens", "cost"?, "extraCost"?}}}`, each sum `{"requests", "promptTokens",
+ * "cachedTokens", "uncachedTokens", "missTokens", "outputTokens", "cost"?, "missCost"?}`
+ * (`docs/caching.md`, "Explain across a tree").
  *
  * Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`,
  * `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (an unknown option,
@@ -1559,7 +1827,10 @@ lls_status lls_session_explain(const lls_session *session,
  * is written, no lock is taken), as `lls_session_explain` does. The log is checked as opening
  * it checks it (the chained digest of every record, the log rules, contiguous seqs); a log
  * that fails is refused as `lls_verify_file` refuses it, naming the same line. Only a torn
- * last line (a write cut short) is left out.
+ * last line (a write cut short) is left out. With `"tree": true` (see `lls_session_explain`)
+ * `path` may also be a store URL (`file:`, `postgres://...?session=ID`), and the tree is read
+ * from the store: the files beside a JSONL log named after it (`STEM.TAG.jsonl`), or the
+ * database's sessions whose parent it is.
  *
  * Errors: `LLS_ERR_NULL_POINTER` (`path`, `out`), `LLS_ERR_INVALID_UTF8`,
  * `LLS_ERR_INVALID_ARGUMENT` (empty path), `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT`,
@@ -2603,16 +2874,19 @@ lls_status lls_session_open_url(const char *url,
 
 /**
  * The sessions of the store the URL `(url, url_len)` names (as for `lls_session_open_url`), as
- * a JSON array ordered by id: `[{"id","createdAt","parent"?:{"id","seedLength"},"events",
- * "chainHead"?,"updatedAt","inUse"}]` (`inUse`: a writer holds the session now). A file holds
- * one session or none, a directory (`file:DIR`) one per `*.jsonl` log in it (a file that is
- * not a session log is passed over); a database without llmsession tables holds none. No log
- * is read whole (a file's row comes from its first and last lines). Nothing is written.
- * Free `*out` with `lls_string_free`.
+ * a JSON array ordered by id: `[{"id","createdAt","parent"?:{"id","seedLength","spawned",
+ * "callId"?},"events","chainHead"?,"updatedAt","inUse"}]` (`inUse`: a writer holds the session
+ * now; `parent.spawned`: a child an agent spawned, else a fork; `callId`: the parent's call
+ * the child answers). A file holds one session or none, a directory (`file:DIR`) one per
+ * `*.jsonl` log in it (a file that is not a session log is passed over); a database without
+ * llmsession tables holds none. No log is read whole (a file's row comes from its first and
+ * last lines). Nothing is written. Free `*out` with `lls_string_free`.
  *
- * `opts_json` (may be NULL) is `{"after"?: string, "limit"?: n}`: only sessions whose id sorts
- * after `after`, at most `limit` of them (pages: pass the last id of one page as the next
- * page's `after`).
+ * `opts_json` (may be NULL) is `{"after"?: string, "limit"?: n, "parent"?: string}`: only
+ * sessions whose id sorts after `after`, at most `limit` of them (pages: pass the last id of
+ * one page as the next page's `after`); with `parent`, only the sessions whose parent that
+ * session is (its children and forks: for a `file:` URL, those in the files beside it named
+ * after it, `STEM.TAG.jsonl`).
  *
  * Errors: `LLS_ERR_NULL_POINTER` (`url`, `out`), `LLS_ERR_INVALID_UTF8`,
  * `LLS_ERR_INVALID_ARGUMENT` (empty URL), `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT`,

@@ -515,6 +515,7 @@ inline const lls_cancel *cancel_ptr(const Cancel *c) { return c ? c->get() : nul
 } // namespace detail
 
 class Agent;
+struct Child;
 
 /// A string the library allocated and handed over without a copy (a request envelope, half a
 /// megabyte at 1k messages): move-only, freed with `lls_string_free` when destroyed. Read it as
@@ -586,6 +587,8 @@ enum class Purpose : std::uint32_t {
     conversation = LLS_PURPOSE_CONVERSATION,
     /// A compaction's summarisation request.
     compaction = LLS_PURPOSE_COMPACTION,
+    /// A keep-warm request of the cache clock (`Agent::keepalive_body`).
+    keepalive = LLS_PURPOSE_KEEPALIVE,
 };
 
 /// What a built request is, from `lls_request_info` (plain data, no JSON to parse): the same
@@ -748,7 +751,9 @@ public:
 
     /// Explains every request of the log (`lls_session_explain`): the cacheable prefix shared
     /// with the request before, where and why they part, expected beside reported cached
-    /// tokens, and the prompt spend by cause, as JSON. `opts_json`: `{"tokenizer"?: path}`.
+    /// tokens, and the prompt spend by cause, as JSON. `opts_json`: `{"tokenizer"?: path,
+    /// "prices"?, "cacheRules"?, "tree"?: bool}` (`tree`: the tree rooted at this session, its
+    /// children spawned in this process, per node and rolled up).
     std::string explain(std::string_view opts_json = {}) const {
         return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
             return lls_session_explain(get(), detail::opt_ptr(opts_json), opts_json.size(), out,
@@ -818,7 +823,8 @@ private:
 };
 
 /// The sessions of the store a URL names, as a JSON array ordered by id
-/// (`lls_store_list_sessions`); `opts_json` `{"after"?, "limit"?}` pages them.
+/// (`lls_store_list_sessions`); `opts_json` `{"after"?, "limit"?, "parent"?}` pages them
+/// (`parent`: only that session's children and forks).
 inline std::string list_sessions(std::string_view url, std::string_view opts_json = {}) {
     check_abi();
     return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
@@ -1084,6 +1090,66 @@ public:
         });
     }
 
+    /// Native compaction (docs/cpp.md, "Native compaction"; ABI 2 minor 6): builds a request of
+    /// the route's own compaction (Anthropic's on-demand compaction, OpenAI's
+    /// `/responses/compact`) over the whole history and logs its start. JSON `{"format",
+    /// "endpoint", "betas", "envelope", "body", "digest", "span", "seqs", "messageCount",
+    /// "sharedMessages"}`: POST `body` to `endpoint` with the `anthropic-beta` flags in `betas`.
+    std::string begin_native_compaction() {
+        return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
+            return lls_agent_native_compaction_begin(get(), out, len, err);
+        });
+    }
+
+    /// Records the provider's raw answer to the native compaction request in flight: JSON
+    /// `{"outcome": "landed" | "failed", "format", "span", "seqs", "error"?, "stopReason"?}`.
+    std::string record_native_compaction(std::string_view body) {
+        return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
+            return lls_agent_native_compaction_record(get(), body.data(), body.size(), out, len,
+                                                      err);
+        });
+    }
+
+    /// Reports that the native compaction request in flight failed (`why`); JSON as for
+    /// `record_native_compaction`.
+    std::string fail_native_compaction(std::string_view why = {}) {
+        return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
+            return lls_agent_native_compaction_fail(get(), detail::opt_ptr(why), why.size(), out,
+                                                    len, err);
+        });
+    }
+
+    /// Asks the cache clock what to do now about the provider's cache (docs/caching.md, "The
+    /// cache clock"), from the session's log: `opts_json` `{"now"?, "prices"?, "cacheRules"?,
+    /// "returnModel"?, "marginMs"?, "tierBilling"?, "compaction"?, "record"?}` (empty: every
+    /// default). Returns `{"decision", "tier"?, "reason", "warmUntil"?, "nextDecisionAt"?,
+    /// "options", "state", "recorded"?, ...}`: `"keep-warm"` → `keepalive_body`, `"compact"` →
+    /// `compact_idle`, `"tier"` → the render option `cacheTtl`; ask again at `nextDecisionAt`.
+    /// A bad option throws Error with `LLS_ERR_INVALID_INPUT` naming the field.
+    std::string cache_clock(std::string_view opts_json = {}) {
+        return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
+            return lls_agent_cache_clock(get(), detail::opt_ptr(opts_json), opts_json.size(), out,
+                                         len, err);
+        });
+    }
+
+    /// The keep-warm request the cache clock decided, as the provider body: the last
+    /// conversation request again, every cacheable byte the same, its output limit at the
+    /// provider's minimum (`info.purpose` is `Purpose::keepalive`). Send it, then record the
+    /// answer with `record_body` (it never enters the history).
+    Body keepalive_body() {
+        char *out = nullptr;
+        std::size_t len = 0;
+        lls_request_info info{};
+        detail::call([&](lls_error **err) { return lls_agent_keepalive_body(get(), &out, &len, &info, err); });
+        OwnedString body(out, len);
+        return Body{std::move(body), RequestInfo::from(info)};
+    }
+
+    /// The compaction the cache clock decided (`"compact"`): `compact` with
+    /// `{"trigger":"idle"}`. Throws Error with `LLS_ERR_OUT_OF_ORDER` without that decision.
+    std::string compact_idle(const Cancel *cancel = nullptr) { return compact(R"({"trigger":"idle"})", cancel); }
+
     /// Measures the prompt the next request would carry, as JSON.
     std::string measure() {
         return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
@@ -1098,6 +1164,31 @@ public:
     /// Disposes the instance (also from inside its own callbacks); idempotent.
     void dispose() {
         detail::call([&](lls_error **err) { return lls_agent_dispose(get(), err); });
+    }
+
+    /// Spawns a child agent from one of this agent's open tool calls, or at a turn boundary
+    /// (`lls_agent_spawn`; `opts_json` `{"callId"?, "directive", "placeholder"?, "id"?,
+    /// "durability"?, "path"?, "url"?, "cacheTtl"?, "maxTurns"?}`). Its first request extends
+    /// this agent's last one; it keeps this agent's model, tools and system. Drive it from a
+    /// thread (or `std::async`) of its own, then `finish_child` it. Defined after `Child`.
+    Child spawn(std::string_view opts_json);
+
+    /// Ends `child`'s open turn and records its answer as this agent's result of the call it
+    /// answers (`lls_agent_finish_child`; `opts_json` `{"error"?}`); returns `{"child",
+    /// "callId"?, "answer", "isError", "recorded"}`. Children may finish from their own
+    /// threads, in any order: results are logged in call order.
+    std::string finish_child(Agent &child, std::string_view opts_json = {}) {
+        return detail::call_string([&](char **out, std::size_t *len, lls_error **err) {
+            return lls_agent_finish_child(get(), child.get(), detail::opt_ptr(opts_json),
+                                          opts_json.size(), out, len, err);
+        });
+    }
+
+    /// An agent over `session` that sends what its last request carried (`lls_agent_new`
+    /// without `config`): a child woken in another process. `opts_json` `{"checkRequests"?,
+    /// "policy"?, "tokenizer"?}`.
+    static Agent wake(const Session &session, std::string_view opts_json = "{}") {
+        return Agent(session, opts_json);
     }
 
     /// The C handle (still owned by this object).
@@ -1123,6 +1214,22 @@ private:
 
     detail::Owned<lls_agent, lls_agent_free> h_;
 };
+
+/// A child agent and its session (`Agent::spawn`). Destroy the agent before the session (the
+/// members are in that order of destruction).
+struct Child {
+    Session session;
+    Agent agent;
+};
+
+inline Child Agent::spawn(std::string_view opts_json) {
+    lls_session *s = nullptr;
+    lls_agent *a = nullptr;
+    detail::call([&](lls_error **err) {
+        return lls_agent_spawn(get(), detail::ptr(opts_json), opts_json.size(), &s, &a, err);
+    });
+    return Child{Session(s), Agent(a)};
+}
 
 /// Verifies a stored JSONL log without opening it; returns what was checked, as JSON.
 inline std::string verify_file(std::string_view path) {

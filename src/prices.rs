@@ -62,16 +62,22 @@ pub struct Cost {
 const M: f64 = 1_000_000.0;
 
 impl Price {
-    fn write(&self, ttl: &str, tokens: u64) -> f64 {
-        let per = match &self.cache_write {
+    /// The price per million tokens of a cache write at `ttl` (`"5m"`, `"1h"`, `"default"`):
+    /// the flat `cacheWrite`, the one for that TTL (`"default"` falls back to `"5m"`), else the
+    /// input price.
+    pub fn write_rate(&self, ttl: &str) -> f64 {
+        match &self.cache_write {
             None => self.input,
             Some(WritePrice::Flat(p)) => *p,
             Some(WritePrice::ByTtl(m)) => {
                 let key = if ttl == "default" && !m.contains_key("default") { "5m" } else { ttl };
                 m.get(key).copied().unwrap_or(self.input)
             }
-        };
-        tokens as f64 * per / M
+        }
+    }
+
+    fn write(&self, ttl: &str, tokens: u64) -> f64 {
+        tokens as f64 * self.write_rate(ttl) / M
     }
 
     /// The cost of a request with this usage.

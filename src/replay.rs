@@ -26,7 +26,9 @@
 //! `report_provider_error`), `{..., "outcome":"cancelled"}`; for a summarisation request
 //! `{"purpose":"compaction", "id", "outcome":"summary", "summary": {"text", "usage"?, "provider",
 //! "model"}}` (`summary` is the summariser's reply) or `{..., "outcome":"failed", "error"}` (fail
-//! the summariser with it).
+//! the summariser with it); for a keep-warm request of the cache clock `{"purpose":"keepalive",
+//! "id":"k1", "outcome":"response", "response": {"message", "usage"?}}` or `{..., "outcome":"error",
+//! "error"}` (record it as the keep-warm request's answer, as the host recorded it).
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::explain::{compare, Component, Parts};
@@ -75,12 +77,15 @@ impl Replay {
         let session = log.header();
         let (mut walk, events) = RequestWalk::of(log);
         let mut entries: Vec<Entry> = Vec::new();
-        // The entry the next answer event belongs to.
+        // The entry the next answer event belongs to (a native compaction request's answer may
+        // come after later conversation requests: it is followed on its own).
         let mut open: Option<usize> = None;
-        let (mut n_conv, mut n_comp) = (0usize, 0usize);
+        let mut open_native: Option<usize> = None;
+        let (mut n_conv, mut n_comp, mut n_native, mut n_keep) = (0usize, 0usize, 0usize, 0usize);
         for ev in events {
             if let Some(r) = walk.rebuild(ev)? {
                 let (turn, step) = walk.position();
+                let native = matches!(r.kind, RecordedKind::NativeCompaction { .. });
                 let (id, what) = match r.kind {
                     RecordedKind::Conversation { turn, step, .. } => {
                         n_conv += 1;
@@ -90,14 +95,77 @@ impl Replay {
                         n_comp += 1;
                         (format!("c{n_comp}"), format!("summarisation request c{n_comp} (after turn {turn} step {step})"))
                     }
+                    RecordedKind::NativeCompaction { .. } => {
+                        n_native += 1;
+                        (format!("n{n_native}"), format!("native compaction request n{n_native} (after turn {turn} step {step})"))
+                    }
+                    RecordedKind::Keepalive { .. } => {
+                        n_keep += 1;
+                        (format!("k{n_keep}"), format!("keep-warm request k{n_keep} (after turn {turn} step {step})"))
+                    }
                 };
-                open = Some(entries.len());
+                if native {
+                    open_native = Some(entries.len());
+                } else {
+                    open = Some(entries.len());
+                }
                 entries.push(entry(id, what, r.envelope, walk.prefix().messages.len(), &r.recorded_digest, ev)?);
+            }
+            // A native compaction: the answer of its request, or (threshold) the block of the
+            // conversation answer it came in, put back where the provider had it.
+            if ev.ty == types::COMPACTION_NATIVE {
+                let d = &ev.data;
+                if d.get("mode").and_then(Value::as_str) == Some("threshold") {
+                    let last = entries.iter_mut().rev().find(|e| !e.id.starts_with(['c', 'n']));
+                    if let Some(m) = last.and_then(|e| e.answer.as_mut()).and_then(|a| a.pointer_mut("/response/message")) {
+                        let format = d.get("format").cloned().unwrap_or(Value::Null);
+                        let mut content: Vec<Value> = d.get("before").and_then(Value::as_array).cloned().unwrap_or_default();
+                        for it in d.get("items").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default() {
+                            content.push(json!({"type": "opaque", "origin": format, "item": it}));
+                        }
+                        content.extend(m.get("content").and_then(Value::as_array).cloned().unwrap_or_default());
+                        m["content"] = Value::Array(content);
+                    }
+                } else if let Some(i) = open_native.take() {
+                    entries[i].answer = Some(json!({"purpose": "native-compaction", "id": entries[i].id, "outcome": "compaction",
+                        "body": native_body(d)}));
+                }
+            }
+            if ev.ty == types::COMPACTION_END {
+                if let Some(i) = open_native.take() {
+                    if entries[i].answer.is_none() {
+                        let mut a = json!({"purpose": "native-compaction", "id": entries[i].id, "outcome": "failed",
+                            "error": ev.data.get("error").cloned().unwrap_or(Value::from("failed"))});
+                        if let Some(s) = ev.data.get("stopReason") {
+                            a["stopReason"] = s.clone();
+                        }
+                        entries[i].answer = Some(a);
+                    }
+                }
             }
             let (turn, step) = walk.position();
             match ev.ty.as_str() {
+                types::CLOCK_KEEPALIVE_END => {
+                    if let Some(i) = open.filter(|&i| entries[i].id.starts_with('k')) {
+                        let d = &ev.data;
+                        let a = match d.get("outcome").and_then(Value::as_str) {
+                            Some("response") => {
+                                let mut response = json!({"message": d.get("message").cloned().unwrap_or(Value::Null)});
+                                if let Some(u) = d.get("usage") {
+                                    response["usage"] = u.clone();
+                                }
+                                json!({"purpose": "keepalive", "id": entries[i].id, "outcome": "response", "response": response})
+                            }
+                            Some("error") => json!({"purpose": "keepalive", "id": entries[i].id, "outcome": "error",
+                                "error": d.get("error").cloned().unwrap_or(Value::from(""))}),
+                            _ => json!({"purpose": "keepalive", "id": entries[i].id, "outcome": "cancelled"}),
+                        };
+                        entries[i].answer = Some(a);
+                        open = None;
+                    }
+                }
                 types::ASSISTANT_MESSAGE => {
-                    if let Some(i) = open.filter(|&i| !entries[i].id.starts_with('c')) {
+                    if let Some(i) = open.filter(|&i| is_conversation(&entries[i].id)) {
                         let mut response = json!({"message": ev.data["message"]});
                         if let Some(u) = ev.data.get("usage") {
                             response["usage"] = u.clone();
@@ -108,7 +176,7 @@ impl Replay {
                     }
                 }
                 types::STEP_END => {
-                    if let Some(i) = open.filter(|&i| !entries[i].id.starts_with('c')) {
+                    if let Some(i) = open.filter(|&i| is_conversation(&entries[i].id)) {
                         let outcome = ev.data.get("outcome").and_then(Value::as_str).unwrap_or("");
                         let a = match outcome {
                             "error" => json!({"purpose": "conversation", "id": entries[i].id, "turn": turn, "step": step,
@@ -125,7 +193,7 @@ impl Replay {
                 // so: its last answer carries `finishReason: "max-tokens"`, so that a host
                 // deciding on it ends the turn as the recorded one did.
                 types::TURN_END if ev.data.get("reason").and_then(Value::as_str) == Some("max-tokens") => {
-                    let last = entries.iter_mut().rev().find(|e| !e.id.starts_with('c'));
+                    let last = entries.iter_mut().rev().find(|e| is_conversation(&e.id));
                     if let Some(r) = last.and_then(|e| e.answer.as_mut()).and_then(|a| a.get_mut("response")) {
                         r["finishReason"] = "max-tokens".into();
                     }
@@ -215,6 +283,32 @@ impl Replay {
         self.next += 1;
         Ok(a)
     }
+}
+
+/// The provider's answer to a native compaction request, rebuilt from its `compaction/native`
+/// record (what `Agent::finish_native_compaction` takes): Anthropic's message with the block and
+/// `stop_reason: "compaction"`, or OpenAI's compacted window.
+fn native_body(d: &Value) -> Value {
+    let items = d.get("items").cloned().unwrap_or(Value::Array(Vec::new()));
+    let mut body = if d.get("format").and_then(Value::as_str) == Some("anthropic") {
+        json!({"type": "message", "role": "assistant", "model": d["model"], "content": items,
+               "stop_reason": d.get("stopReason").cloned().unwrap_or(Value::from("compaction"))})
+    } else {
+        json!({"object": "response.compaction", "output": items})
+    };
+    if let Some(id) = d.get("responseId") {
+        body["id"] = id.clone();
+    }
+    if let Some(u) = d.get("providerUsage") {
+        body["usage"] = u.clone();
+    }
+    body
+}
+
+/// Whether an entry id is a conversation request's (`"1"`, `"2"`, ...; `"c1"` is a
+/// summarisation request's, `"k1"` a keep-warm request's).
+fn is_conversation(id: &str) -> bool {
+    id.starts_with(|c: char| c.is_ascii_digit())
 }
 
 fn entry(id: String, what: String, body: Vec<u8>, prefix_len: usize, recorded: &str, ev: &Event) -> Result<Entry> {

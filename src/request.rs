@@ -27,6 +27,14 @@ pub enum Purpose {
     Conversation,
     /// A compaction summarisation request.
     Compaction,
+    /// A provider's own compaction request (Anthropic's on-demand compaction, OpenAI's
+    /// `POST /responses/compact`): the conversation as it stands, no instruction, answered with
+    /// the provider's compaction block or item (docs/compaction.md, "Native compaction").
+    NativeCompaction,
+    /// A keep-warm request of the cache clock: the last conversation request again, its output
+    /// limit at the provider's minimum, sent to refresh the cache's TTL (its answer never
+    /// enters the history).
+    Keepalive,
 }
 
 impl Purpose {
@@ -35,6 +43,8 @@ impl Purpose {
         match self {
             Purpose::Conversation => "conversation",
             Purpose::Compaction => "compaction",
+            Purpose::NativeCompaction => "native-compaction",
+            Purpose::Keepalive => "keepalive",
         }
     }
 }
@@ -260,6 +270,9 @@ pub struct Request {
     pub shared_messages: usize,
     /// The seq of its `step/start`.
     pub step_seq: u64,
+    /// The Anthropic beta flags the request needs (`anthropic-beta`): native compaction's
+    /// (`compaction::native`); empty otherwise. The library builds no HTTP headers.
+    pub betas: Vec<String>,
 }
 
 impl Request {
@@ -276,6 +289,7 @@ impl Request {
             shared_messages: self.shared_messages,
             envelope_len: self.json.len(),
             digest: self.digest.clone(),
+            betas: self.betas.clone(),
         }
     }
 }
@@ -308,6 +322,12 @@ pub struct RequestInfo {
     pub envelope_len: usize,
     /// The envelope's digest, as recorded in `step/start`.
     pub digest: String,
+    /// The Anthropic beta flags the request needs (`"betas"`, present when not empty):
+    /// `compact-2026-01-12` when it carries the threshold compaction edit or a threshold block,
+    /// `compact-2026-09-04` when it carries an on-demand (signed) block. The library builds no
+    /// HTTP headers: the host sends them as `anthropic-beta`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub betas: Vec<String>,
 }
 
 /// A request built as the provider's body ([`crate::Agent::next_body`]): the bytes to POST,
@@ -575,12 +595,140 @@ pub fn compaction_envelope(
     .write()
 }
 
+/// The call config of a native compaction request to a route of `format`: the routed config
+/// (the same provider and model: the block must come from the route that will read it), with
+/// `max_tokens` the output budget, less what the provider refuses on such a request:
+///
+/// - Anthropic (on-demand compaction, `compact-2026-09-04`): no `stop` (`stop_sequences`), no
+///   `context_management` (it cannot be combined with `compaction`), no `tool_choice` of type
+///   `any` or `tool`, no structured-output `output_config.format`; every other field kept, so
+///   the summariser reads the conversation with its own thinking settings and tools.
+/// - OpenAI Responses (`POST /responses/compact`): provider and model, and of the pass-through
+///   fields only those the endpoint takes (`prompt_cache_key`, `prompt_cache_retention`,
+///   `service_tier`) with the `promptCacheOptions` control; no output limit or sampling field
+///   (the endpoint has none).
+pub fn native_compaction_config(routed: &CallConfig, format: Renderer, max_tokens: u64) -> CallConfig {
+    let mut cfg = routed.clone();
+    match format {
+        Renderer::OpenAiResponses => {
+            cfg.reasoning_effort = None;
+            cfg.temperature = None;
+            cfg.max_tokens = None;
+            cfg.stop = None;
+            cfg.extra.retain(|k, _| crate::compaction::native::COMPACT_ENDPOINT_FIELDS.contains(&k.as_str()));
+        }
+        _ => {
+            cfg.stop = None;
+            cfg.max_tokens = Some(max_tokens);
+            cfg.extra.remove("context_management");
+            if cfg.extra.get("tool_choice").and_then(|t| t.get("type")).and_then(Value::as_str).is_some_and(|t| t == "any" || t == "tool") {
+                cfg.extra.remove("tool_choice");
+            }
+            if let Some(Value::Object(o)) = cfg.extra.get_mut("output_config") {
+                o.remove("format");
+                if o.is_empty() {
+                    cfg.extra.remove("output_config");
+                }
+            }
+        }
+    }
+    cfg
+}
+
+/// Builds a native compaction request envelope (`purpose: "native-compaction"`): `config` (see
+/// [`native_compaction_config`]), the routed header's system and (for Anthropic, which reads
+/// them) tools, the session prefix and the region's derived messages, with no instruction: the
+/// provider summarises with its own prompt.
+pub fn native_compaction_envelope(
+    header: &EpochHeader,
+    config: &CallConfig,
+    format: Renderer,
+    prefix: &PrefixBytes,
+    region: &[Arc<Derived>],
+    session_id: &str,
+) -> Vec<u8> {
+    EnvelopeParts {
+        config,
+        system: header.system.as_deref(),
+        tools: if format == Renderer::Anthropic { header.tools.as_deref() } else { None },
+        prefix: &prefix.messages,
+        history: region,
+        trailing: &[],
+        session_id,
+        turn_step: None,
+        purpose: Purpose::NativeCompaction,
+    }
+    .write()
+}
+
+/// The pass-through config fields that set an output limit (cache-neutral: see
+/// `explain::CACHE_NEUTRAL_FIELDS`).
+const OUTPUT_LIMIT_FIELDS: [&str; 3] = ["max_tokens", "max_completion_tokens", "max_output_tokens"];
+
+/// The call config of a keep-warm request: the routed config `routed`, every field kept (the
+/// provider caches on some of them), with its output limit `maxTokens` set to `max_tokens` and
+/// the pass-through output limits left out (`max_tokens`, `max_completion_tokens`,
+/// `max_output_tokens`, and `maxOutputTokens` inside a Gemini `generationConfig`), which would
+/// otherwise stand in for it or collide with it.
+pub fn keepalive_config(routed: &CallConfig, max_tokens: u64) -> CallConfig {
+    let mut cfg = routed.clone();
+    for k in OUTPUT_LIMIT_FIELDS {
+        cfg.extra.remove(k);
+    }
+    if let Some(Value::Object(g)) = cfg.extra.get_mut("generationConfig") {
+        g.remove("maxOutputTokens");
+    }
+    cfg.max_tokens = Some(max_tokens);
+    cfg
+}
+
+/// Builds the envelope of a keep-warm request: the conversation request whose history was
+/// `history` (the entries it carried) under `header`, with the keep-warm config
+/// ([`keepalive_config`]), no turn and step, and `purpose: "keepalive"`. Its cacheable part
+/// (config but the output limit, system, tools, messages) is byte for byte that request's, so
+/// the provider reads it whole from its cache and refreshes it.
+pub fn keepalive_envelope(
+    header: &EpochHeader,
+    prefix: &PrefixBytes,
+    history: &[Arc<Derived>],
+    max_tokens: u64,
+    session_id: &str,
+) -> Vec<u8> {
+    let cfg = keepalive_config(&header.config, max_tokens);
+    EnvelopeParts {
+        config: &cfg,
+        system: header.system.as_deref(),
+        tools: header.tools.as_deref(),
+        prefix: &prefix.messages,
+        history,
+        trailing: &[],
+        session_id,
+        turn_step: None,
+        purpose: Purpose::Keepalive,
+    }
+    .write()
+}
+
+/// The history entries the conversation request of `step/start` seq `routed` carried, if the
+/// surface still begins with them: every entry logged before it, in a history no compaction
+/// replaced since (`last_replace` is the seq of the latest replace). `None` when a compaction
+/// rewrote the history after that request (its prefix is gone from the surface).
+pub fn routed_history(log: &Log, routed: u64) -> Option<&[Arc<Derived>]> {
+    if log.state().last_replace_seq.is_some_and(|r| r > routed) {
+        return None;
+    }
+    let entries = log.history().entries();
+    let n = entries.iter().take_while(|d| d.seq < routed).count();
+    Some(&entries[..n])
+}
+
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
 /// What `verify` checked. Its JSON (`Serialize`) is what `lls_verify_*` return: `{"events",
-/// "requests", "compactions"}` (`bodies` only after a verify that rendered them).
+/// "requests", "compactions"}` (`bodies` only after a verify that rendered them,
+/// `nativeCompactions` only when there were native compaction requests).
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct VerifyReport {
     /// Number of events checked.
@@ -589,6 +737,16 @@ pub struct VerifyReport {
     pub requests: u64,
     /// Compaction requests rebuilt and matched.
     pub compactions: u64,
+    /// Native compaction requests (`purpose: "native-compaction"`) rebuilt and matched
+    /// (`nativeCompactions`, present when there were any).
+    #[serde(rename = "nativeCompactions", skip_serializing_if = "is_zero")]
+    pub native_compactions: u64,
+    /// Keep-warm requests rebuilt and matched (absent when 0).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub keepalives: u64,
+    /// Cache-clock decisions recomputed from the log and matched (absent when 0).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub decisions: u64,
     /// Provider bodies rendered from the cached messages and matched with the rendering of
     /// their rebuilt envelope ([`verify_bodies`]; 0 for a plain verify).
     #[serde(skip_serializing_if = "is_zero")]
@@ -623,6 +781,27 @@ pub enum RecordedKind {
         /// Its output limit.
         max_tokens: u64,
     },
+    /// A native compaction request (`compaction/start` with `mechanism: "native"` and a
+    /// `requestDigest`: Anthropic's on-demand compaction, OpenAI's `/responses/compact`).
+    NativeCompaction {
+        /// The first history entry it carries.
+        start: usize,
+        /// The last history entry it carries.
+        end: usize,
+        /// The body format it was rendered for.
+        format: String,
+        /// Its output limit (`compaction::native`: Anthropic's `max_tokens`).
+        max_tokens: u64,
+    },
+    /// A keep-warm request.
+    Keepalive {
+        /// The seq of the `step/start` of the conversation request it replays.
+        replays: u64,
+        /// Its output limit.
+        max_tokens: u64,
+        /// Its size as recorded.
+        bytes: u64,
+    },
 }
 
 /// A request a log records, rebuilt from the events before it ([`RequestWalk::rebuild`]).
@@ -636,6 +815,10 @@ pub struct RecordedRequest {
     pub envelope: Vec<u8>,
     /// The digest the log recorded for it.
     pub recorded_digest: String,
+    /// The history messages a compaction request (either mechanism) carries, after the session
+    /// prefix: the span's entries, or (a route change) the messages a native checkpoint
+    /// replaced. Empty for a conversation request, which carries the whole history.
+    pub region: Vec<Arc<Derived>>,
 }
 
 impl RecordedRequest {
@@ -643,8 +826,8 @@ impl RecordedRequest {
     /// the recorded size).
     pub fn matches(&self) -> bool {
         let size_ok = match self.kind {
-            RecordedKind::Conversation { bytes, .. } => self.envelope.len() as u64 == bytes,
-            RecordedKind::Compaction { .. } => true,
+            RecordedKind::Conversation { bytes, .. } | RecordedKind::Keepalive { bytes, .. } => self.envelope.len() as u64 == bytes,
+            RecordedKind::Compaction { .. } | RecordedKind::NativeCompaction { .. } => true,
         };
         size_ok && digest(&self.envelope) == self.recorded_digest
     }
@@ -658,29 +841,78 @@ impl RecordedRequest {
 /// through the loading path an open uses before any request is rebuilt from it.
 pub struct RequestWalk<'a> {
     session: &'a SessionHeader,
+    /// How to find an earlier event of the log by seq, when the walk can (to find what a
+    /// native checkpoint replaced).
+    events: Events<'a>,
     log: Log,
     prefix: PrefixBytes,
     turn: u64,
     step: u64,
+    /// The seq of the latest `step/start` applied.
+    last_step: Option<u64>,
+}
+
+/// How a [`RequestWalk`] finds an earlier event by seq.
+#[derive(Clone, Copy)]
+enum Events<'a> {
+    /// It cannot.
+    None,
+    /// In the whole log's events.
+    Slice(&'a [Event]),
+    /// By asking (a store read, for a walk over a log read one event at a time).
+    Lookup(&'a dyn Fn(u64) -> Option<Event>),
 }
 
 impl<'a> RequestWalk<'a> {
     /// A walk over a log whose session header is `session`, before its first event.
     pub fn new(session: &'a SessionHeader) -> RequestWalk<'a> {
-        RequestWalk { session, log: Log::discarding(), prefix: PrefixBytes::default(), turn: 0, step: 0 }
+        RequestWalk {
+            session,
+            events: Events::None,
+            log: Log::discarding(),
+            prefix: PrefixBytes::default(),
+            turn: 0,
+            step: 0,
+            last_step: None,
+        }
     }
 
     /// A walk that starts from a log restored at a checkpoint (its state folds the events before
-    /// it; see [`crate::log::load::load_window`]).
-    pub fn at(session: &'a SessionHeader, log: Log) -> RequestWalk<'a> {
+    /// it; see [`crate::log::load::load_window`]). `events`, when given, looks up older events by
+    /// seq (a route change's summarisation request carries the messages a native checkpoint
+    /// replaced).
+    pub fn at(session: &'a SessionHeader, log: Log, events: Option<&'a dyn Fn(u64) -> Option<Event>>) -> RequestWalk<'a> {
         let (turn, step) = log.state().open_turn.as_ref().map_or((0, 0), |t| (t.turn, t.last_step));
-        RequestWalk { session, log, prefix: PrefixBytes::default(), turn, step }
+        let last_step = log.state().last_request_seq;
+        let events = events.map_or(Events::None, Events::Lookup);
+        RequestWalk { session, events, log, prefix: PrefixBytes::default(), turn, step, last_step }
+    }
+
+    /// A walk over `events` (the whole log, from seq 0), which it can look up by seq: a
+    /// route change's summarisation request carries the messages a native checkpoint replaced.
+    pub fn over(session: &'a SessionHeader, events: &'a [Event]) -> RequestWalk<'a> {
+        RequestWalk { events: Events::Slice(events), ..RequestWalk::new(session) }
+    }
+
+    /// A walk over a log read one event at a time, which looks older events up with `events`.
+    pub fn looking_up(session: &'a SessionHeader, events: &'a dyn Fn(u64) -> Option<Event>) -> RequestWalk<'a> {
+        RequestWalk { events: Events::Lookup(events), ..RequestWalk::new(session) }
     }
 
     /// A walk over a log read by [`read_checked`](crate::log::load::read_checked), with its
     /// events.
     pub fn of(log: &'a CheckedLog) -> (RequestWalk<'a>, &'a [Event]) {
-        (RequestWalk::new(log.header()), log.events())
+        (RequestWalk::over(log.header(), log.events()), log.events())
+    }
+
+    /// Event `seq` of the walked log, when the walk was given the events or a way to look
+    /// them up.
+    pub fn event(&self, seq: u64) -> Option<Event> {
+        match self.events {
+            Events::None => None,
+            Events::Slice(events) => events.get(seq as usize).filter(|e| e.seq == seq).cloned(),
+            Events::Lookup(f) => f(seq).filter(|e| e.seq == seq),
+        }
     }
 
     /// The log of the events applied so far.
@@ -696,6 +928,11 @@ impl<'a> RequestWalk<'a> {
     /// The turn and step of the last conversation request (or open step) so far.
     pub fn position(&self) -> (u64, u64) {
         (self.turn, self.step)
+    }
+
+    /// The seq of the latest conversation request (`step/start`) applied so far.
+    pub fn last_step_seq(&self) -> Option<u64> {
+        self.last_step
     }
 
     /// The session id the request of `ev` carries.
@@ -725,7 +962,11 @@ impl<'a> RequestWalk<'a> {
             (self.turn, self.step) = (turn, step);
             let header = self.header_for(ev, "a request")?;
             let envelope = conversation_envelope(&self.log, &header, &self.prefix, self.session.session_id_at(ev.seq), turn, step);
-            return Ok(Some(RecordedRequest { kind: RecordedKind::Conversation { turn, step, bytes }, header, envelope, recorded_digest }));
+            let kind = RecordedKind::Conversation { turn, step, bytes };
+            return Ok(Some(RecordedRequest { kind, header, envelope, recorded_digest, region: Vec::new() }));
+        }
+        if ev.ty == types::CLOCK_KEEPALIVE {
+            return self.rebuild_keepalive(ev).map(Some);
         }
         if ev.ty != types::COMPACTION_START || ev.data.get("requestDigest").is_none() {
             return Ok(None);
@@ -735,9 +976,6 @@ impl<'a> RequestWalk<'a> {
         let span = f.value("span")?;
         let start = span.get("start").and_then(Value::as_u64).unwrap_or(0) as usize;
         let end = span.get("end").and_then(Value::as_u64).unwrap_or(0) as usize;
-        let (instruction, provider, model) =
-            (f.str("instruction")?.to_string(), f.str("provider")?.to_string(), f.str("model")?.to_string());
-        let max_tokens = f.u64("maxTokens")?;
         let header = self.header_for(ev, "a compaction")?;
         let entries = self.log.history().entries();
         if start > end || end >= entries.len() {
@@ -747,10 +985,32 @@ impl<'a> RequestWalk<'a> {
             )
             .with("seq", ev.seq));
         }
+        if f.opt_str("mechanism")? == Some("native") {
+            let format = Renderer::parse(f.str("format")?)?;
+            let max_tokens = f.opt_u64("maxTokens")?.unwrap_or(8192);
+            let config = native_compaction_config(&header.config, format, max_tokens);
+            let region = entries[start..=end].to_vec();
+            let envelope = native_compaction_envelope(&header, &config, format, &self.prefix, &region, self.session.session_id_at(ev.seq));
+            let kind = RecordedKind::NativeCompaction { start, end, format: format.name().to_string(), max_tokens };
+            return Ok(Some(RecordedRequest { kind, header, envelope, recorded_digest, region }));
+        }
+        let (instruction, provider, model) =
+            (f.str("instruction")?.to_string(), f.str("provider")?.to_string(), f.str("model")?.to_string());
+        let max_tokens = f.u64("maxTokens")?;
+        // A route change's request carries what the native checkpoint replaced (`expanded`).
+        let region = match f.opt_array("expanded")? {
+            None => entries[start..=end].to_vec(),
+            Some(seqs) => {
+                let seqs: Vec<u64> = seqs.iter().filter_map(Value::as_u64).collect();
+                crate::compaction::native::expand(&seqs, &|s| self.event(s)).map_err(|e| {
+                    Error::new(ErrorKind::Reconstruction, format!("compaction at seq {}: {}", ev.seq, e.message())).with("seq", ev.seq)
+                })?
+            }
+        };
         let envelope = compaction_envelope(
             &header,
             &self.prefix,
-            &entries[start..=end],
+            &region,
             &instruction,
             &provider,
             &model,
@@ -758,7 +1018,36 @@ impl<'a> RequestWalk<'a> {
             self.session.session_id_at(ev.seq),
         );
         let kind = RecordedKind::Compaction { start, end, instruction, provider, model, max_tokens };
-        Ok(Some(RecordedRequest { kind, header, envelope, recorded_digest }))
+        Ok(Some(RecordedRequest { kind, header, envelope, recorded_digest, region }))
+    }
+
+    /// A keep-warm request: the conversation request it replays (the latest one), rebuilt with
+    /// the keep-warm config ([`keepalive_envelope`]).
+    fn rebuild_keepalive(&mut self, ev: &Event) -> Result<RecordedRequest> {
+        let f = ev.fields()?;
+        let (replays, max_tokens, bytes) = (f.u64("replays")?, f.u64("maxTokens")?, f.u64("bytes")?);
+        let recorded_digest = f.str("requestDigest")?.to_string();
+        let fail = |why: String| {
+            Err(Error::new(ErrorKind::Reconstruction, format!("keep-warm request at seq {}: {why}", ev.seq)).with("seq", ev.seq))
+        };
+        if self.last_step != Some(replays) {
+            return fail(match self.last_step {
+                None => format!("it replays seq {replays}, but no conversation request was sent before it"),
+                Some(s) => format!("it replays seq {replays}, but the latest conversation request is seq {s}"),
+            });
+        }
+        let header = self.header_for(ev, "a keep-warm request")?;
+        let Some(history) = routed_history(&self.log, replays) else {
+            return fail(format!("a compaction replaced the history after the request it replays (seq {replays})"));
+        };
+        let envelope = keepalive_envelope(&header, &self.prefix, history, max_tokens, self.session.session_id_at(ev.seq));
+        Ok(RecordedRequest {
+            kind: RecordedKind::Keepalive { replays, max_tokens, bytes },
+            header,
+            envelope,
+            recorded_digest,
+            region: Vec::new(),
+        })
     }
 
     /// Applies `ev`, checked by the log rules as on load (`expected_seq` is the seq it must
@@ -772,6 +1061,9 @@ impl<'a> RequestWalk<'a> {
     /// Applies an event [`LogState::check`](crate::log::LogState::check) accepted.
     fn commit(&mut self, ev: &Event, effect: crate::log::Effect) {
         self.log.commit(ev, effect, crate::log::Text::from(""));
+        if ev.ty == types::STEP_START {
+            self.last_step = Some(ev.seq);
+        }
         if let Some(t) = &self.log.state().open_turn {
             (self.turn, self.step) = (t.turn, t.last_step);
         }
@@ -809,9 +1101,16 @@ pub fn verify_events(session: &SessionHeader, events: &[Event]) -> Result<Verify
 /// [`verify_events`], and with `bodies` also the provider body of every conversation request
 /// (see [`verify_bodies`]).
 fn verify_events_with(session: &SessionHeader, events: &[Event], mut bodies: Option<&mut BodyCache>) -> Result<VerifyReport> {
-    let mut walk = RequestWalk::new(session);
+    let mut walk = RequestWalk::over(session, events);
     let mut report = VerifyReport::default();
+    let mut children = ChildLinks::default();
+    let mut clock = crate::clock::LogCheck::default();
     for ev in events {
+        check_native_content(&walk, ev)?;
+        children.check(ev).map_err(|msg| {
+            let (t, s) = walk.position();
+            divergence(msg, ev, t, s)
+        })?;
         let (turn, step) = walk.position();
         let rebuilt = walk.rebuild(ev).map_err(|e| {
             let (t, s) = walk.position();
@@ -843,11 +1142,11 @@ fn verify_events_with(session: &SessionHeader, events: &[Event], mut bodies: Opt
                         report.bodies += 1;
                     }
                 }
-                RecordedKind::Compaction { .. } => {
+                RecordedKind::NativeCompaction { .. } => {
                     if !r.matches() {
                         return Err(divergence(
                             format!(
-                                "compaction at seq {} (after turn {turn} step {step}): the summarisation request rebuilt from the log differs from the one sent (digest {got}; recorded {})",
+                                "native compaction at seq {} (after turn {turn} step {step}): the request rebuilt from the log differs from the one sent (digest {got}; recorded {})",
                                 ev.seq, r.recorded_digest
                             ),
                             ev,
@@ -855,9 +1154,37 @@ fn verify_events_with(session: &SessionHeader, events: &[Event], mut bodies: Opt
                             step,
                         ));
                     }
-                    report.compactions += 1;
+                    report.native_compactions += 1;
+                }
+                RecordedKind::Compaction { .. } | RecordedKind::Keepalive { .. } => {
+                    let compaction = matches!(r.kind, RecordedKind::Compaction { .. });
+                    if !r.matches() {
+                        let (what, request) =
+                            if compaction { ("compaction", "the summarisation request") } else { ("keep-warm request", "the request") };
+                        return Err(divergence(
+                            format!(
+                                "{what} at seq {} (after turn {turn} step {step}): {request} rebuilt from the log differs from the one sent (digest {got}; recorded {})",
+                                ev.seq, r.recorded_digest
+                            ),
+                            ev,
+                            turn,
+                            step,
+                        ));
+                    }
+                    if compaction {
+                        report.compactions += 1;
+                    } else {
+                        report.keepalives += 1;
+                    }
                 }
             }
+        }
+        clock.check(ev, &walk).map_err(|e| {
+            let (t, s) = walk.position();
+            divergence(e.message().to_string(), ev, t, s)
+        })?;
+        if ev.ty == types::CLOCK_DECISION {
+            report.decisions += 1;
         }
         let (turn, step) = walk.position();
         walk.apply(ev, ev.seq).map_err(|e| {
@@ -866,6 +1193,56 @@ fn verify_events_with(session: &SessionHeader, events: &[Event], mut bodies: Opt
         report.events += 1;
     }
     Ok(report)
+}
+
+/// A route change's checkpoint made of a native block's readable text (`compaction/summary`
+/// with `source: "native-content"`) holds exactly that text: the block's `content`.
+fn check_native_content(walk: &RequestWalk<'_>, ev: &Event) -> Result<()> {
+    if ev.ty != types::COMPACTION_SUMMARY || ev.data.get("source").and_then(Value::as_str) != Some("native-content") {
+        return Ok(());
+    }
+    let (turn, step) = walk.position();
+    let fail = |why: String| Err(divergence(format!("compaction summary at seq {}: {why}", ev.seq), ev, turn, step));
+    let Some(cp) = walk.log().state().compaction.as_ref().and_then(|c| c.seqs.first()).and_then(|s| walk.event(*s)) else {
+        return fail("the native checkpoint it replaces is not in the log".into());
+    };
+    let text = cp
+        .data
+        .get("message")
+        .and_then(|m| Message::from_value(m, "").ok())
+        .and_then(|m| crate::compaction::native::native_checkpoint(&m).and_then(|c| c.readable().map(str::to_string)));
+    match text {
+        Some(t) if ev.data.get("raw").and_then(Value::as_str) == Some(t.as_str()) => Ok(()),
+        Some(_) => fail(format!("its text is not the content of the native block at seq {}", cp.seq)),
+        None => fail(format!("seq {} is not a native checkpoint with readable content", cp.seq)),
+    }
+}
+
+/// The children a log's `agent/spawn` events started, by the call each answers: a `tool/result`
+/// that names a child (`data.child`) must answer the call that child was spawned for.
+#[derive(Default)]
+struct ChildLinks {
+    spawned: std::collections::HashMap<String, Vec<String>>,
+}
+
+impl ChildLinks {
+    fn check(&mut self, ev: &Event) -> std::result::Result<(), String> {
+        let call = ev.data.get("callId").and_then(Value::as_str);
+        let child = ev.data.get("child").and_then(Value::as_str);
+        match (ev.ty.as_str(), call, child) {
+            (types::AGENT_SPAWN, Some(call), Some(child)) => self.spawned.entry(call.to_string()).or_default().push(child.to_string()),
+            (types::TOOL_RESULT, Some(call), Some(child)) => {
+                if !self.spawned.get(call).is_some_and(|c| c.iter().any(|c| c == child)) {
+                    return Err(format!(
+                        "tool/result (seq {}) is the answer of child {child:?} to call {call:?}, but no agent/spawn before it started that child for that call",
+                        ev.seq
+                    ));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
 }
 
 /// The body the cache renders for the request of `ev` equals the rendering of its rebuilt
@@ -914,7 +1291,40 @@ pub fn verify_records(records: &[Vec<u8>]) -> Result<VerifyReport> {
 
 /// Verifies a stored log ([`verify_stream`] over its records).
 pub fn verify_contents(contents: &StoreContents) -> Result<VerifyReport> {
-    verify_stream(&mut RecordsInMemory::new(contents.clone()), None, &mut |_| {}, None)
+    let events = contents_lookup(contents);
+    verify_stream(&mut RecordsInMemory::new(contents.clone()), None, &mut |_| {}, None, Some(&events))
+}
+
+/// Event `seq` of a log given as its records, for a walk that looks events up.
+fn contents_lookup(contents: &StoreContents) -> impl Fn(u64) -> Option<Event> + '_ {
+    |seq| contents.records.get(seq as usize + 1).and_then(|r| crate::log::load::parse_event(r).ok())
+}
+
+/// Looks earlier events of a stored log up by seq for a streaming verify (a route change's
+/// summarisation request carries what a native checkpoint replaced): read from the store a
+/// block of records at a time, the last block kept.
+pub struct StoreLookup<'s> {
+    store: std::cell::RefCell<(&'s mut dyn crate::store::Store, u64, Vec<Vec<u8>>)>,
+}
+
+impl<'s> StoreLookup<'s> {
+    const BLOCK: u64 = 1024;
+
+    /// A lookup reading `store`.
+    pub fn new(store: &'s mut dyn crate::store::Store) -> StoreLookup<'s> {
+        StoreLookup { store: std::cell::RefCell::new((store, 0, Vec::new())) }
+    }
+
+    /// Event `seq`, if the store holds it.
+    pub fn event(&self, seq: u64) -> Option<Event> {
+        let mut g = self.store.borrow_mut();
+        let (store, from, block) = &mut *g;
+        if seq < *from || seq >= *from + block.len() as u64 {
+            *block = store.read_records(seq as usize + 1, (seq + Self::BLOCK) as usize + 1).ok()?;
+            *from = seq;
+        }
+        block.get((seq - *from) as usize).and_then(|r| crate::log::load::parse_event(r).ok())
+    }
 }
 
 /// [`verify_contents`], and also the provider body of every conversation request for
@@ -925,7 +1335,8 @@ pub fn verify_contents(contents: &StoreContents) -> Result<VerifyReport> {
 /// difference is `Reconstruction` naming the step; a request the renderer cannot render is its
 /// error, naming the step.
 pub fn verify_bodies(contents: &StoreContents, renderer: Renderer, options: &RenderOptions) -> Result<VerifyReport> {
-    verify_stream(&mut RecordsInMemory::new(contents.clone()), Some((renderer, options)), &mut |_| {}, None)
+    let events = contents_lookup(contents);
+    verify_stream(&mut RecordsInMemory::new(contents.clone()), Some((renderer, options)), &mut |_| {}, None, Some(&events))
 }
 
 /// How far a streaming [`verify_stream`] got: records and bytes read, and the totals when the
@@ -971,6 +1382,7 @@ pub fn verify_stream(
     bodies: Option<(Renderer, &RenderOptions)>,
     progress: &mut dyn FnMut(&VerifyProgress),
     mut visit: Option<&mut dyn FnMut(&Event)>,
+    events: Option<&dyn Fn(u64) -> Option<Event>>,
 ) -> Result<VerifyReport> {
     use crate::log::load::{parse_header, record_head};
     use crate::log::rules::as_corrupt;
@@ -988,7 +1400,12 @@ pub fn verify_stream(
     let mut link = session.chained().then(|| crate::log::chain::start(&first));
     drop(first);
     let mut cache = bodies.map(|(r, o)| BodyCache::new(r, RenderOptions { prefix_len: 0, ..o.clone() }));
-    let mut walk = RequestWalk::new(&session);
+    let mut walk = match events {
+        Some(f) => RequestWalk::looking_up(&session, f),
+        None => RequestWalk::new(&session),
+    };
+    let mut children = ChildLinks::default();
+    let mut clock = crate::clock::LogCheck::default();
     let mut digests = DigestCache::default();
     let mut report = VerifyReport::default();
     let mut base: Option<Value> = None;
@@ -1022,7 +1439,8 @@ pub fn verify_stream(
             }
             let effect = walk.log.state().check(&ev, seq).map_err(|e| (e, true))?;
             if unrebuilt.is_none() {
-                if let Err(e) = verify_request(&mut walk, &ev, &mut digests, cache.as_mut(), &mut report) {
+                let checks = Checks { children: &mut children, clock: &mut clock, digests: &mut digests, bodies: cache.as_mut() };
+                if let Err(e) = checks.run(&mut walk, &ev, &mut report) {
                     unrebuilt = Some(e);
                 }
             }
@@ -1085,7 +1503,8 @@ pub fn verify_store(
 ) -> Result<VerifyReport> {
     let describe = store.describe();
     let mut stream = store.record_stream()?;
-    verify_observed(&mut stream, &describe, None, bodies, progress, visit).map_err(|e| {
+    let lookup = StoreLookup::new(store);
+    verify_observed(&mut stream, &describe, None, bodies, progress, visit, Some(&|seq| lookup.event(seq))).map_err(|e| {
         if e.message().starts_with("the store is empty") {
             Error::new(ErrorKind::CorruptLog, format!("{describe}: the store holds nothing: not a session log"))
         } else {
@@ -1103,6 +1522,7 @@ pub(crate) fn verify_observed(
     bodies: Option<(Renderer, &RenderOptions)>,
     progress: &mut dyn FnMut(&VerifyProgress),
     visit: Option<&mut dyn FnMut(&Event)>,
+    events: Option<&dyn Fn(u64) -> Option<Event>>,
 ) -> Result<VerifyReport> {
     use crate::observe::{emit, Level, Observation};
     verify_stream(
@@ -1138,7 +1558,36 @@ pub(crate) fn verify_observed(
             progress(p);
         },
         visit,
+        events,
     )
+}
+
+/// What [`verify_stream`] checks of an event beyond what an open checks, and the state those
+/// checks keep across the log.
+struct Checks<'c> {
+    children: &'c mut ChildLinks,
+    clock: &'c mut crate::clock::LogCheck,
+    digests: &'c mut DigestCache,
+    bodies: Option<&'c mut BodyCache>,
+}
+
+impl Checks<'_> {
+    /// Checks `ev` (before the walk applies it): a native summary's text, a child's answer,
+    /// the request it records, the clock's decision.
+    fn run(self, walk: &mut RequestWalk<'_>, ev: &Event, report: &mut VerifyReport) -> Result<()> {
+        let at = |walk: &RequestWalk<'_>, msg: String| {
+            let (t, s) = walk.position();
+            divergence(msg, ev, t, s)
+        };
+        check_native_content(walk, ev)?;
+        self.children.check(ev).map_err(|msg| at(walk, msg))?;
+        verify_request(walk, ev, self.digests, self.bodies, report)?;
+        self.clock.check(ev, walk).map_err(|e| at(walk, e.message().to_string()))?;
+        if ev.ty == types::CLOCK_DECISION {
+            report.decisions += 1;
+        }
+        Ok(())
+    }
 }
 
 /// Rebuilds the request `ev` records, if it records one, from the walk's state before it, and
@@ -1201,11 +1650,11 @@ fn verify_request(
                 report.bodies += 1;
             }
         }
-        RecordedKind::Compaction { .. } => {
+        RecordedKind::NativeCompaction { .. } => {
             if !r.matches() {
                 return Err(divergence(
                     format!(
-                        "compaction at seq {} (after turn {turn} step {step}): the summarisation request rebuilt from the log differs from the one sent (digest {got}; recorded {})",
+                        "native compaction at seq {} (after turn {turn} step {step}): the request rebuilt from the log differs from the one sent (digest {got}; recorded {})",
                         ev.seq, r.recorded_digest
                     ),
                     ev,
@@ -1213,7 +1662,28 @@ fn verify_request(
                     step,
                 ));
             }
-            report.compactions += 1;
+            report.native_compactions += 1;
+        }
+        RecordedKind::Compaction { .. } | RecordedKind::Keepalive { .. } => {
+            let compaction = matches!(r.kind, RecordedKind::Compaction { .. });
+            if !r.matches() {
+                let (what, request) =
+                    if compaction { ("compaction", "the summarisation request") } else { ("keep-warm request", "the request") };
+                return Err(divergence(
+                    format!(
+                        "{what} at seq {} (after turn {turn} step {step}): {request} rebuilt from the log differs from the one sent (digest {got}; recorded {})",
+                        ev.seq, r.recorded_digest
+                    ),
+                    ev,
+                    turn,
+                    step,
+                ));
+            }
+            if compaction {
+                report.compactions += 1;
+            } else {
+                report.keepalives += 1;
+            }
         }
     }
     Ok(())
@@ -1240,4 +1710,25 @@ fn check_restores(ev: &Event, base: &mut Option<Value>, state: &crate::log::LogS
         }
     });
     restored.map_err(|e| crate::log::rules::as_corrupt(e, line))
+}
+
+#[cfg(test)]
+mod keepalive_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_keepalive_config_keeps_every_cached_field_and_sets_only_the_output_limit() {
+        let mut cfg = CallConfig::new("openai", "gpt-5");
+        cfg.max_tokens = Some(4096);
+        cfg.extra.insert("max_completion_tokens".into(), json!(9000));
+        cfg.extra.insert("prompt_cache_key".into(), json!("k"));
+        cfg.extra.insert("generationConfig".into(), json!({"maxOutputTokens": 5, "topK": 3}));
+        let k = keepalive_config(&cfg, 1);
+        assert_eq!(k.max_tokens, Some(1));
+        assert!(!k.extra.contains_key("max_completion_tokens"));
+        assert_eq!(k.extra["prompt_cache_key"], "k");
+        assert_eq!(k.extra["generationConfig"], json!({"topK": 3}));
+        assert_eq!((k.provider.as_str(), k.model.as_str()), ("openai", "gpt-5"));
+    }
 }

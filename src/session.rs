@@ -42,8 +42,37 @@ pub(crate) struct Inner {
     /// Set when the store refused an append as a conflict (another writer appended): appends are
     /// refused until a refresh reads what the store holds.
     conflict: Option<String>,
+    /// The child sessions spawned from this handle, in spawn order ([`Session::children`]).
+    children: Vec<ChildRef>,
     /// When checkpoints are written.
     checkpoints: CheckpointPolicy,
+}
+
+/// A child session spawned from a handle: the session while something holds it, and where it is
+/// kept (a JSONL file) to read it once nothing does.
+#[derive(Clone)]
+struct ChildRef {
+    id: String,
+    session: std::sync::Weak<Mutex<Inner>>,
+    path: Option<std::path::PathBuf>,
+}
+
+/// A child spawned from a session handle in this process ([`Session::children`]).
+#[derive(Clone, Debug)]
+pub struct SpawnedChild {
+    /// The child session's id.
+    pub id: String,
+    /// The child session, while a handle to it is alive.
+    pub session: Option<Session>,
+    /// The JSONL file it is kept in, when it is kept in one.
+    pub path: Option<std::path::PathBuf>,
+}
+
+/// Whether a store error says that what the store did with the write is unknown (detail
+/// `outcomeUnknown: true`). A store that says so refuses every later call until the session is
+/// reopened (the PostgreSQL store does).
+fn outcome_unknown(e: &Error) -> bool {
+    e.detail().get("outcomeUnknown") == Some(&serde_json::Value::Bool(true))
 }
 
 impl Inner {
@@ -59,6 +88,7 @@ impl Inner {
             broken: None,
             conflict: None,
             checkpoints: opts.checkpoints,
+            children: Vec::new(),
         }
     }
 
@@ -155,6 +185,10 @@ impl Inner {
                     });
                 }
                 ErrorKind::ReadOnly | ErrorKind::Locked => {}
+                // The store says the write's outcome is unknown: it refuses every later call
+                // itself, with the same reason and detail (`outcomeUnknown`), until the session
+                // is reopened, which reads what it holds. Nothing to undo through this handle.
+                _ if outcome_unknown(&e) => {}
                 // A failed write may have left part of the batch behind, or (a host store whose
                 // reply was lost) all of it: ask the store to remove what this handle appended.
                 // When that fails too, the store may hold events this handle does not.
@@ -170,6 +204,11 @@ impl Inner {
         }
         if sync {
             if let Err(e) = self.store.sync() {
+                if outcome_unknown(&e) {
+                    // As for an append: the store refuses everything after it, and says why.
+                    self.log.rollback(sp);
+                    return Err(e);
+                }
                 // The batch was written but is not known durable: remove it again, so that memory
                 // and store stay in step, and report the failure. When that fails too, the store
                 // may hold events this handle does not: it refuses further writes.
@@ -208,13 +247,15 @@ impl Inner {
         }
         match &self.broken {
             None => Ok(()),
+            // What the store holds is unknown: the same detail as a store's unknown outcome.
             Some(why) => Err(Error::new(
                 ErrorKind::Storage,
                 format!(
                     "{}: a failed write could not be undone ({why}); the store may hold an event this handle does not, so it refuses further writes: reopen the session",
                     self.store.describe()
                 ),
-            )),
+            )
+            .with("outcomeUnknown", true)),
         }
     }
 
@@ -225,6 +266,54 @@ impl Inner {
         }
         self.check_writable()?;
         self.store.sync()
+    }
+
+    /// Event `seq`, from memory where the log holds its line, else read from the store; `None`
+    /// past the end of the log.
+    pub(crate) fn event_at(&mut self, seq: u64) -> Result<Option<Event>> {
+        if let Some(l) = self.log.line(seq) {
+            return Event::from_json(l).map(Some);
+        }
+        match self.event_records(seq, seq + 1)?.pop() {
+            Some(l) => Event::from_json(&l).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// A lookup of events by seq (for [`crate::compaction::native::expand`]): from memory where
+    /// the log holds their lines, else read from the store a block of records at a time (the
+    /// last block kept). A record the store cannot give is `None`.
+    pub(crate) fn event_lookup(&mut self) -> EventLookup<'_> {
+        EventLookup { inner: std::cell::RefCell::new((self, 0, Vec::new())) }
+    }
+
+    /// Catches the cache clock's reading of the log up ([`crate::clock::ClockTrack`]): the
+    /// events older than the log holds (a session opened from a checkpoint) are read from the
+    /// store in one pass, the first time a track is caught up; the rest from memory.
+    pub(crate) fn catch_up_clock(&mut self, track: &mut crate::clock::ClockTrack) -> Result<()> {
+        let base = self.log.base();
+        if track.folded < base {
+            let mut stream = self.store.record_stream()?;
+            let mut index = 0u64;
+            while let Some((r, _)) = stream.next_record()? {
+                if index > base {
+                    break;
+                }
+                if index > track.folded {
+                    let line = std::str::from_utf8(&r).map_err(|e| Error::new(ErrorKind::CorruptLog, format!("invalid UTF-8: {e}")))?;
+                    track.fold_line(index - 1, line);
+                }
+                index += 1;
+            }
+            if track.folded < base {
+                return Err(Error::new(
+                    ErrorKind::Storage,
+                    format!("{}: the store no longer holds the events this handle opened from a checkpoint", self.store.describe()),
+                ));
+            }
+        }
+        track.catch_up(&self.log);
+        Ok(())
     }
 
     /// The stored records of events `from..to` (clamped to the log): from memory where the log
@@ -278,6 +367,29 @@ impl Inner {
             log.append(&Event::from_json(r)?)?;
         }
         Ok(log)
+    }
+}
+
+/// Events looked up by seq ([`Inner::event_lookup`]).
+pub(crate) struct EventLookup<'a> {
+    inner: std::cell::RefCell<(&'a mut Inner, u64, Vec<Text>)>,
+}
+
+impl EventLookup<'_> {
+    const BLOCK: u64 = 1024;
+
+    /// Event `seq`, if the log has it and it can be read.
+    pub(crate) fn event(&self, seq: u64) -> Option<Event> {
+        let mut g = self.inner.borrow_mut();
+        let (inner, from, block) = &mut *g;
+        if let Some(l) = inner.log.line(seq) {
+            return Event::from_json(l).ok();
+        }
+        if seq < *from || seq >= *from + block.len() as u64 {
+            *block = inner.event_records(seq, seq + Self::BLOCK).ok()?;
+            *from = seq;
+        }
+        block.get((seq - *from) as usize).and_then(|l| Event::from_json(l).ok())
     }
 }
 
@@ -414,6 +526,24 @@ impl Session {
         }
         let header = SessionHeader::new(new_id(opts.id.clone())?, now_ms());
         Session::start(store, header, Vec::new(), &opts)
+    }
+
+    /// Creates a session from `header` and `events` in the empty `store`, in one append: a child
+    /// agent's session (`agent::spawn`), whose events are its parent's first events and its own
+    /// opening ones. Every event is checked as a loaded one is.
+    pub(crate) fn create_seeded(
+        mut store: Box<dyn Store>,
+        header: SessionHeader,
+        events: Vec<Event>,
+        opts: &SessionOptions,
+    ) -> Result<Session> {
+        if store.read_only() {
+            return Err(read_only_error(&store.describe(), "create a session"));
+        }
+        if !store.load()?.records.is_empty() {
+            return Err(Error::invalid("store", format!("{} already holds a session", store.describe())));
+        }
+        Session::start(store, header, events, opts)
     }
 
     /// Writes a new session (header and seed events, chained anew under the new header) to an
@@ -681,7 +811,7 @@ impl Session {
             (g.store.record_stream()?, g.log.len() as u64 + 1, g.store.describe(), g.header.id.clone())
         };
         let mut stream = crate::store::FirstRecords::new(stream, records);
-        crate::request::verify_observed(&mut stream, &store, Some(&id), bodies, progress, None)
+        crate::request::verify_observed(&mut stream, &store, Some(&id), bodies, progress, None, Some(&|seq| self.event(seq)))
     }
 
     /// The session lock. Observations raised while it is held are delivered once it is
@@ -745,6 +875,12 @@ impl Session {
     /// Whether the log is empty.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Runs `f` with the log, and returns the session id with its result (one lock).
+    pub(crate) fn with_log_and_id<R>(&self, f: impl FnOnce(&Log) -> R) -> (String, R) {
+        let g = self.lock();
+        (g.header.id.clone(), f(&g.log))
     }
 
     /// Runs `f` with the log (under the session lock: keep it short, call nothing that may block).
@@ -928,6 +1064,36 @@ impl Session {
         g.next_agent_token += 1;
         g.live_agent = Some(t);
         Ok(t)
+    }
+
+    /// Notes a child spawned from this handle.
+    pub(crate) fn note_child(&self, child: &Session) {
+        let (id, path) = {
+            let g = child.lock();
+            (g.header.id.clone(), g.store.file_path())
+        };
+        self.lock().children.push(ChildRef { id, session: Arc::downgrade(&child.inner), path });
+    }
+
+    /// The file the log is kept in, when its store keeps it in one (a JSONL file).
+    pub fn file_path(&self) -> Option<std::path::PathBuf> {
+        self.lock().store.file_path()
+    }
+
+    /// The children spawned from this handle in this process, in spawn order: each with its
+    /// session while a handle to it is alive, and its file when it is kept in one (their own
+    /// children are theirs to list). A store lists the children of a session whoever spawned
+    /// them (`store::url::list_sessions` with a parent).
+    pub fn children(&self) -> Vec<SpawnedChild> {
+        self.lock()
+            .children
+            .iter()
+            .map(|c| SpawnedChild { id: c.id.clone(), session: c.session.upgrade().map(Session::wrap_shared), path: c.path.clone() })
+            .collect()
+    }
+
+    fn wrap_shared(inner: Arc<Mutex<Inner>>) -> Session {
+        Session { inner }
     }
 
     /// Releases the claim of agent `token`.

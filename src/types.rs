@@ -183,7 +183,8 @@ macro_rules! deserialize_via_from_value {
 // Content blocks
 
 /// One content block. Known types (`text`, `reasoning`, `tool-call`, `tool-result`) are
-/// validated; any other type (`image`, ...) is carried as an opaque object.
+/// validated; any other type is carried as an opaque object (`image` and `file` blocks are
+/// checked by the renderer that sends them: `docs/contract.md` §1.2).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Block(JsonMap);
 
@@ -708,49 +709,219 @@ deserialize_via_from_value!(Usage);
 // ---------------------------------------------------------------------------------------------
 // Tool schemas and call config
 
-/// A tool the model may call.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// A tool the model may use: a **function tool** (the host runs it: `name`, `description`,
+/// `parameters`) or a **provider tool** (the provider runs it server-side: web search, code
+/// execution, ...), declared in the provider's own shape and sent verbatim, only to that
+/// provider's format (`docs/render.md`, "Tools").
+///
+/// JSON forms (`docs/contract.md` §1.4):
+/// - function tool: `{"name", "description"?, "parameters", ...unknown fields}`; the OpenAI
+///   shape `{"type":"function","function":{"name","description"?,"parameters",...}}` and the
+///   flat `{"type":"function","name",...}` are read too and stored in the canonical form (the
+///   logged header never holds the OpenAI shape). A `description` that is `null` or absent is
+///   absent (and not sent).
+/// - provider tool: `{"type":"provider","format":<renderer name>,"tool":{...verbatim...}}`.
+///
+/// `name` is the tool's key in the list (unique; header deltas name tools by it): a function's
+/// name, or for a provider tool `"<format>:<key>"`, where the key is the tool's own `name`, else
+/// its `type` (with `:<server_label>` when it has one, as a remote MCP tool does), else its one
+/// field (Gemini's `{"googleSearch":{}}`).
+#[derive(Clone, Debug, PartialEq)]
 pub struct ToolSchema {
-    /// The tool's name (unique within a request).
+    /// The tool's key in the list (see the type's docs).
     pub name: String,
-    /// What the tool does.
-    pub description: String,
-    /// The JSON schema of its arguments.
+    /// What a function tool does (absent: none is sent); `None` for a provider tool.
+    pub description: Option<String>,
+    /// The JSON schema of a function tool's arguments; `null` for a provider tool.
     pub parameters: Value,
-    /// Unknown fields, carried through.
-    #[serde(flatten)]
+    /// A function tool's unknown fields, carried through (`strict`, `cache_control`, ...).
     pub extra: JsonMap,
+    /// Set for a provider tool: its format and its object, verbatim.
+    pub provider: Option<ProviderTool>,
 }
 
+/// A provider (server-side) tool: the format it belongs to and the tool object in that
+/// provider's own shape, sent verbatim by that format's renderer only.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProviderTool {
+    /// The body format (renderer name) the tool is for: `"anthropic"`, `"openai-responses"`,
+    /// `"openai"`, `"gemini"` or `"gemini-interactions"`.
+    pub format: String,
+    /// The tool object as the provider documents it (`{"type":"web_search_20250305",
+    /// "name":"web_search","max_uses":5}`, `{"type":"web_search"}`, `{"googleSearch":{}}`, ...).
+    pub tool: JsonMap,
+}
+
+/// The formats a provider tool may name (the renderer names).
+const TOOL_FORMATS: &[&str] = &["openai", "openai-responses", "anthropic", "gemini", "gemini-interactions"];
+
 impl ToolSchema {
-    /// Validates a tool schema at `path`.
+    /// A function tool.
+    pub fn function(name: impl Into<String>, description: Option<String>, parameters: Value) -> ToolSchema {
+        ToolSchema { name: name.into(), description, parameters, extra: JsonMap::new(), provider: None }
+    }
+
+    /// A provider tool of `format` (a renderer name), its object kept verbatim; its key in the
+    /// list is derived from the object (see the type's docs).
+    pub fn provider_tool(format: &str, tool: JsonMap) -> Result<ToolSchema> {
+        let mut m = JsonMap::new();
+        m.insert("type".into(), "provider".into());
+        m.insert("format".into(), format.into());
+        m.insert("tool".into(), Value::Object(tool));
+        ToolSchema::from_value(&Value::Object(m), "tool")
+    }
+
+    /// Whether this is a provider tool.
+    pub fn is_provider(&self) -> bool {
+        self.provider.is_some()
+    }
+
+    /// Validates a tool at `path` (either form; the OpenAI function shape is converted).
     pub fn from_value(v: &Value, path: &str) -> Result<ToolSchema> {
         let f = Fields::of(v, path)?;
+        match f.map.get("type") {
+            None => ToolSchema::function_from(&f),
+            Some(Value::String(t)) if t == "provider" => ToolSchema::provider_from(&f),
+            Some(Value::String(t)) if t == "function" => match f.map.get("function") {
+                // OpenAI's shape: {"type":"function","function":{...}}.
+                Some(inner) => {
+                    if let Some(k) = f.map.keys().find(|k| !["type", "function"].contains(&k.as_str())) {
+                        return Err(Error::invalid(
+                            f.p(k),
+                            "is not a field of an OpenAI function tool ({\"type\":\"function\",\"function\":{...}}); put it inside \"function\"",
+                        ));
+                    }
+                    let at = f.p("function");
+                    let g = Fields::of(inner, &at)?;
+                    if g.map.contains_key("type") {
+                        return Err(Error::invalid(g.p("type"), "is not a field of the function object"));
+                    }
+                    ToolSchema::function_from(&g)
+                }
+                // The flat shape of the Responses API: {"type":"function","name",...}.
+                None => ToolSchema::function_from(&f),
+            },
+            Some(Value::String(other)) => Err(Error::invalid(
+                f.p("type"),
+                format!(
+                    "expected \"function\" or \"provider\", got {other:?}; a provider's own tool is declared as \
+                     {{\"type\":\"provider\",\"format\":\"anthropic\",\"tool\":{{...the provider's tool object...}}}}"
+                ),
+            )),
+            Some(other) => Err(Error::invalid(f.p("type"), format!("expected a string, got {}", kind_of(other)))),
+        }
+    }
+
+    /// A function tool from its fields (`type`, when present, is `"function"` and dropped).
+    fn function_from(f: &Fields<'_>) -> Result<ToolSchema> {
         let name = f.str("name")?;
         if name.is_empty() {
             return Err(Error::invalid(f.p("name"), "must not be empty"));
         }
         let parameters = f.value("parameters")?;
         as_object(parameters, &f.p("parameters"))?;
+        // A tool description may be null or absent (every format lets it out).
+        let description = match f.map.get("description") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(v) => return Err(Error::invalid(f.p("description"), format!("expected a string or null, got {}", kind_of(v)))),
+        };
         Ok(ToolSchema {
             name: name.to_string(),
-            description: f.str("description")?.to_string(),
+            description,
             parameters: parameters.clone(),
-            extra: f.extra(&["name", "description", "parameters"]),
+            extra: f.extra(&["type", "name", "description", "parameters"]),
+            provider: None,
         })
     }
 
-    /// Validates a list of tool schemas (names must be unique).
+    /// A provider tool: `{"type":"provider","format","tool"}`.
+    fn provider_from(f: &Fields<'_>) -> Result<ToolSchema> {
+        if let Some(k) = f.map.keys().find(|k| !["type", "format", "tool"].contains(&k.as_str())) {
+            return Err(Error::invalid(
+                f.p(k),
+                "is not a field of a provider tool (expected type, format and tool: put the provider's own fields inside \"tool\")",
+            ));
+        }
+        let format = f.str("format")?;
+        if !TOOL_FORMATS.contains(&format) {
+            return Err(Error::invalid(
+                f.p("format"),
+                format!("expected \"openai\", \"openai-responses\", \"anthropic\", \"gemini\" or \"gemini-interactions\" (the format whose renderer sends the tool), got {format:?}"),
+            ));
+        }
+        let tool = as_object(f.value("tool")?, &f.p("tool"))?;
+        let key = provider_tool_key(tool).ok_or_else(|| {
+            Error::invalid(
+                f.p("tool"),
+                "names no tool: a provider tool object needs a \"name\", a \"type\", or a single field (as Gemini's {\"googleSearch\":{}})",
+            )
+        })?;
+        Ok(ToolSchema {
+            name: format!("{format}:{key}"),
+            description: None,
+            parameters: Value::Null,
+            extra: JsonMap::new(),
+            provider: Some(ProviderTool { format: format.to_string(), tool: tool.clone() }),
+        })
+    }
+
+    /// Validates a list of tools (their keys, [`ToolSchema::name`], must be unique).
     pub fn list_from_value(v: &Value, path: &str) -> Result<Vec<ToolSchema>> {
         let arr = v.as_array().ok_or_else(|| Error::invalid(path, format!("expected an array of tool schemas, got {}", kind_of(v))))?;
         let tools: Vec<ToolSchema> =
             arr.iter().enumerate().map(|(i, t)| ToolSchema::from_value(t, &format!("{path}[{i}]"))).collect::<Result<_>>()?;
         for (i, t) in tools.iter().enumerate() {
             if tools[..i].iter().any(|u| u.name == t.name) {
-                return Err(Error::invalid(format!("{path}[{i}].name"), format!("duplicate tool name {:?}", t.name)));
+                let at = if t.is_provider() { format!("{path}[{i}].tool") } else { format!("{path}[{i}].name") };
+                return Err(Error::invalid(at, format!("duplicate tool name {:?}", t.name)));
             }
         }
         Ok(tools)
+    }
+}
+
+/// The key of a provider tool object: its `name`, else its `type` (with `:<server_label>`),
+/// else its one field.
+fn provider_tool_key(tool: &JsonMap) -> Option<String> {
+    let text = |k: &str| tool.get(k).and_then(Value::as_str).filter(|s| !s.is_empty());
+    if let Some(n) = text("name") {
+        return Some(n.to_string());
+    }
+    if let Some(t) = text("type") {
+        return Some(match text("server_label") {
+            Some(label) => format!("{t}:{label}"),
+            None => t.to_string(),
+        });
+    }
+    match tool.len() {
+        1 => tool.keys().next().cloned(),
+        _ => None,
+    }
+}
+
+impl Serialize for ToolSchema {
+    /// The canonical form: a provider tool as `{"type":"provider","format","tool"}`; a function
+    /// tool as `{"name","description"?,"parameters"}` then its unknown fields in key order.
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        if let Some(p) = &self.provider {
+            let mut m = s.serialize_map(Some(3))?;
+            m.serialize_entry("type", "provider")?;
+            m.serialize_entry("format", &p.format)?;
+            m.serialize_entry("tool", &p.tool)?;
+            return m.end();
+        }
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("name", &self.name)?;
+        if let Some(d) = &self.description {
+            m.serialize_entry("description", d)?;
+        }
+        m.serialize_entry("parameters", &self.parameters)?;
+        for (k, v) in &self.extra {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
     }
 }
 deserialize_via_from_value!(ToolSchema);

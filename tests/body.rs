@@ -21,12 +21,10 @@ fn tool(name: &str, host_mark: bool) -> ToolSchema {
     if host_mark {
         extra.insert("cache_control".into(), json!({"type":"ephemeral"}));
     }
-    ToolSchema {
-        name: name.into(),
-        description: format!("The {name} tool."),
-        parameters: json!({"type":"object","properties":{"arg":{"type":"string"}}}),
-        extra,
-    }
+    let mut t =
+        ToolSchema::function(name, Some(format!("The {name} tool.")), json!({"type":"object","properties":{"arg":{"type":"string"}}}));
+    t.extra = extra;
+    t
 }
 
 /// Agent options: `variant` picks the system prompt, the tools (with host marks on some) and
@@ -569,4 +567,76 @@ fn record_body_and_record_stream_give_the_normalised_finish_reason() {
     assert_eq!((r.tool_calls, r.finish_reason.as_deref()), (0, Some("incomplete")));
     a.end_turn(TurnEndReason::Completed).unwrap();
     assert_eq!(s.verify().unwrap().requests, 9);
+}
+
+#[test]
+fn provider_tools_and_file_blocks_are_logged_canonically_and_rebuilt() {
+    // A function tool in OpenAI's shape (no description) and Anthropic server tools: the header
+    // holds the canonical form, the body the provider's objects verbatim, and a changed provider
+    // tool is a header change that verify rebuilds.
+    let tools = |max_uses: u64| {
+        ToolSchema::list_from_value(
+            &json!([
+                {"type":"function","function":{"name":"read","parameters":{"type":"object"}}},
+                {"type":"provider","format":"anthropic","tool":{"type":"web_search_20250305","name":"web_search","max_uses":max_uses}},
+                {"type":"provider","format":"anthropic","tool":{"type":"web_fetch_20250910","name":"web_fetch"}}
+            ]),
+            "tools",
+        )
+        .unwrap()
+    };
+    let headers = |s: &Session| {
+        s.with_log(|l| (0..l.len() as u64).filter_map(|q| l.event(q)).filter(|e| e.ty == "request/header").collect::<Vec<_>>())
+    };
+    let s = Session::in_memory();
+    let mut opts = AgentOptions::new(CallConfig::new("anthropic", "claude-x"));
+    opts.check_requests = true;
+    opts.tools = tools(5);
+    let mut a = Agent::new(&s, opts.clone()).unwrap();
+    a.set_renderer(Renderer::Anthropic, RenderOptions::default()).unwrap();
+    let pdf = block(json!({"type":"file","mediaType":"application/pdf","data":"JVBERi0xLjQK","filename":"q3.pdf"}));
+    a.start_turn(Message::new(Role::User, vec![Block::text("Summarise this, then check the news."), pdf])).unwrap();
+    let body: Value = serde_json::from_str(&a.next_body(&CancelToken::new()).unwrap().json).unwrap();
+    assert_eq!(body["tools"][0], json!({"name":"read","input_schema":{"type":"object"}}));
+    assert_eq!(body["tools"][1], json!({"type":"web_search_20250305","name":"web_search","max_uses":5}));
+    assert_eq!(body["messages"][0]["content"][1]["type"], "document");
+    let first = headers(&s).remove(0);
+    assert_eq!(first.data["header"]["tools"][0], json!({"name":"read","parameters":{"type":"object"}}));
+    assert_eq!(
+        first.data["header"]["tools"][1],
+        json!({"type":"provider","format":"anthropic","tool":{"type":"web_search_20250305","name":"web_search","max_uses":5}})
+    );
+    // A server tool's result blocks come back in the answer and go back as they came.
+    let answer = r#"{"id":"msg_1","model":"claude-x","stop_reason":"end_turn","usage":{"input_tokens":10,"output_tokens":5},"content":[
+        {"type":"server_tool_use","id":"srvtoolu_1","name":"web_search","input":{"query":"news"}},
+        {"type":"web_search_tool_result","tool_use_id":"srvtoolu_1","content":[{"type":"web_search_result","url":"https://example.com","title":"News","encrypted_content":"EqgfCioIARgBIiQ3","page_age":null}]},
+        {"type":"text","text":"Done."}]}"#;
+    a.record_body(answer).unwrap();
+    a.end_turn(TurnEndReason::Completed).unwrap();
+    // The search budget changes: the header changes with it.
+    let mut changed = opts.clone();
+    changed.tools = tools(2);
+    a.set_options(changed).unwrap();
+    a.start_turn(Message::user_text("And today?")).unwrap();
+    let body: Value = serde_json::from_str(&a.next_body(&CancelToken::new()).unwrap().json).unwrap();
+    assert_eq!(body["tools"][1]["max_uses"], 2);
+    assert_eq!(body["messages"][1]["content"][1]["type"], "web_search_tool_result");
+    let changed = headers(&s).pop().unwrap();
+    assert_eq!(changed.data["reason"], "change");
+    assert_eq!(changed.data["header"]["tools"][1]["tool"]["max_uses"], 2, "{}", changed.data);
+    assert_eq!(s.verify().unwrap().requests, 2);
+    assert_eq!(s.verify_bodies(Renderer::Anthropic, &RenderOptions::default()).unwrap().bodies, 2);
+    // Another format cannot render these requests, and says which tool.
+    let e = s.verify_bodies(Renderer::OpenAiResponses, &RenderOptions::default()).unwrap_err();
+    assert!(e.message().contains("tools[1]: the anthropic provider tool \"anthropic:web_search\" cannot be sent"), "{}", e.message());
+    // A resumed instance logs the same tools, and every request still verifies.
+    drop(a);
+    let mut b = Agent::new(&s, AgentOptions { tools: tools(2), ..opts }).unwrap();
+    b.set_renderer(Renderer::Anthropic, RenderOptions::default()).unwrap();
+    b.start_turn(Message::user_text("Once more.")).unwrap();
+    b.next_body(&CancelToken::new()).unwrap();
+    let resumed = headers(&s).pop().unwrap();
+    assert_eq!(resumed.data["reason"], "resume");
+    assert_eq!(resumed.data["header"]["tools"], changed.data["header"]["tools"]);
+    assert_eq!(s.verify_bodies(Renderer::Anthropic, &RenderOptions::default()).unwrap().bodies, 3);
 }

@@ -414,25 +414,25 @@ fn a_directory_lists_its_sessions_from_their_first_and_last_lines() {
     std::io::Write::write_all(&mut f, b"{\"type\":\"host/note\",\"se").unwrap();
     drop(f);
     let url = format!("file:{}", dir.path().display());
-    let all = list_sessions(&url, None, None).unwrap();
+    let all = list_sessions(&url, None, None, None).unwrap();
     ids.sort();
     assert_eq!(all.iter().map(|r| (r.id.clone(), r.events, r.chain_head.clone().unwrap())).collect::<Vec<_>>(), ids);
     assert!(all.iter().all(|r| !r.in_use && r.created_at > 0 && r.updated_at > 0));
     // Paging as for a database.
-    let page = list_sessions(&url, Some("s04"), Some(3)).unwrap();
+    let page = list_sessions(&url, Some("s04"), Some(3), None).unwrap();
     assert_eq!(page.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), ["s05", "s06", "s07"]);
-    assert!(list_sessions(&url, None, Some(0)).unwrap().is_empty());
+    assert!(list_sessions(&url, None, Some(0), None).unwrap().is_empty());
     // A writer holding a log shows as in use.
     let (held, _) = Session::open_jsonl(dir.path().join("s05.jsonl"), opts(25)).unwrap();
-    let rows = list_sessions(&url, None, None).unwrap();
+    let rows = list_sessions(&url, None, None, None).unwrap();
     assert_eq!(rows.iter().filter(|r| r.in_use).map(|r| r.id.as_str()).collect::<Vec<_>>(), ["s05"]);
     drop(held);
     // One file is one session (or none); a file that is not a log is an error.
-    let one = list_sessions(&format!("file:{}", dir.path().join("s07.jsonl").display()), None, None).unwrap();
+    let one = list_sessions(&format!("file:{}", dir.path().join("s07.jsonl").display()), None, None, None).unwrap();
     assert_eq!(one.len(), 1);
     assert_eq!(one[0].id, "s07");
-    assert!(list_sessions(&format!("file:{}", dir.path().join("empty.jsonl").display()), None, None).unwrap().is_empty());
-    let e = list_sessions(&format!("file:{}", dir.path().join("notes.jsonl").display()), None, None).unwrap_err();
+    assert!(list_sessions(&format!("file:{}", dir.path().join("empty.jsonl").display()), None, None, None).unwrap().is_empty());
+    let e = list_sessions(&format!("file:{}", dir.path().join("notes.jsonl").display()), None, None, None).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::CorruptLog);
 }
 

@@ -20,6 +20,15 @@ fn system() -> impl Strategy<Value = Option<String>> {
 }
 
 fn tool(name: &str, variant: u8) -> ToolSchema {
+    // "e" is a provider tool (its key in the list is "anthropic:e"), "d" a function tool given in
+    // OpenAI's shape without a description: deltas carry both in their canonical form.
+    if name == "e" {
+        let t = json!({"type":"provider","format":"anthropic","tool":{"type":"web_search_20250305","name":"e","max_uses":variant}});
+        return ToolSchema::from_value(&t, "").unwrap();
+    }
+    if name == "d" && variant % 2 == 1 {
+        return ToolSchema::from_value(&json!({"type":"function","function":{"name":"d","parameters":{"type":"object"}}}), "").unwrap();
+    }
     let params = if variant % 2 == 0 { json!({"type":"object"}) } else { json!({"type":"object","properties":{"v":{"type":"integer"}}}) };
     let desc = if variant < 2 { "does things" } else { "does other things" };
     ToolSchema::from_value(&json!({"name":name,"description":desc,"parameters":params}), "").unwrap()

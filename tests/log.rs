@@ -78,9 +78,23 @@ fn catalogue_session() -> Session {
             step_end(1, 2, "response"),
             turn_end(1, "completed"),
             NewEvent::new("acme/audit", json!({"who": "ops", "tags": ["a", "b"], "n": null})),
+            NewEvent::new("clock/decision", json!({"decision": "keep-warm", "at": 1, "reason": "the host is back soon"})),
+            NewEvent::new(
+                "clock/keepalive",
+                json!({"replays": 11, "maxTokens": 1, "bytes": 10, "requestDigest": format!("sha256:{}", "0".repeat(64))}),
+            ),
+            NewEvent::new(
+                "clock/keepalive-end",
+                json!({"request": 17, "outcome": "response", "usage": {"inputTokens": 1, "outputTokens": 1}}),
+            ),
             compaction_start_seqs(0, 2, vec![3, 5, 8]),
             compaction_summary("we read a file"),
             checkpoint("summary: we read a file", 0, 2, vec![3, 5, 8]),
+            compaction_end("landed"),
+            // A native compaction (docs/compaction.md): the provider's block, verbatim.
+            native_start(vec![21]),
+            native_block(),
+            native_checkpoint(vec![21]),
             compaction_end("landed"),
             header("change", 1, "another prompt"),
             header("resume", 2, "another prompt"),
@@ -89,9 +103,81 @@ fn catalogue_session() -> Session {
             step_start_of(2, 1, 2),
             step_end(2, 1, "error"),
             turn_end(2, "error"),
+            // A child spawned at a turn boundary (agent trees).
+            NewEvent::new("agent/spawn", json!({"child": "a-child"})),
         ],
     );
     s
+}
+
+fn native_item() -> Value {
+    json!({"type": "compaction", "content": "we read a file", "signature": "c2ln"})
+}
+
+fn native_start(seqs: Vec<u64>) -> NewEvent {
+    let end = seqs.len() - 1;
+    NewEvent::new(
+        "compaction/start",
+        json!({"mechanism": "native", "mode": "on-demand", "format": "anthropic", "trigger": "manual",
+               "span": {"start": 0, "end": end}, "seqs": seqs}),
+    )
+}
+
+fn native_block() -> NewEvent {
+    NewEvent::new("compaction/native", json!({"format": "anthropic", "mode": "on-demand", "items": [native_item()]}))
+}
+
+fn native_checkpoint(seqs: Vec<u64>) -> NewEvent {
+    let end = seqs.len() - 1;
+    NewEvent::replacing(
+        "user/message",
+        json!({"message": {"role": "user", "content": [{"type": "opaque", "origin": "anthropic", "item": native_item()}]}, "source": "compaction"}),
+        0,
+        end,
+        seqs,
+    )
+}
+
+/// The rules of a native compaction: what it announces, that its checkpoint carries exactly its
+/// block, that a portable summary does not belong to it, and that conversation requests may
+/// pass an on-demand one (background compaction) but not a portable one.
+#[test]
+fn native_compaction_rules() {
+    let s = Session::in_memory();
+    append_all(&s, vec![header("initial", 1, "sys"), turn_start(1), user("hello"), turn_end(1, "completed")]);
+    let rejects = |ev: NewEvent, field: &str, contains: &str| {
+        let before = s.len();
+        let e = s.append(ev).unwrap_err();
+        assert_eq!(e.detail()["field"], field, "{e}");
+        assert!(e.message().contains(contains), "{e}");
+        assert_eq!(s.len(), before);
+    };
+    let mut bad = native_start(vec![2]);
+    bad.data["mode"] = json!("later");
+    rejects(bad, "data.mode", "threshold");
+    let mut bad = native_start(vec![2]);
+    bad.data["format"] = json!("gemini");
+    rejects(bad, "data.format", "formats with a native compaction");
+    rejects(native_block(), "", "no compaction is open");
+    append_all(&s, vec![native_start(vec![2])]);
+    rejects(compaction_summary("text"), "", "compaction/native");
+    let mut two = native_block();
+    two.data["items"] = json!([native_item(), native_item()]);
+    rejects(two, "data.items", "exactly one");
+    let mut other = native_block();
+    other.data["format"] = json!("openai-responses");
+    rejects(other, "data.format", "announced");
+    // Conversation requests go on while an on-demand compaction runs.
+    append_all(&s, vec![turn_start(2), user("meanwhile"), step_start(2, 1), assistant(2, 1, "ok", &[]), step_end(2, 1, "response")]);
+    append_all(&s, vec![native_block()]);
+    rejects(checkpoint("a text instead", 0, 0, vec![2]), "data.message.content", "exactly the 1 item");
+    append_all(&s, vec![native_checkpoint(vec![2]), compaction_end("landed"), turn_end(2, "completed")]);
+    let h: Value = serde_json::from_str(&s.history_json()).unwrap();
+    assert_eq!(h[0]["content"][0]["item"], native_item());
+    assert_eq!(h[1]["content"][0]["text"], "meanwhile", "what came meanwhile stays after the block");
+    // A portable compaction still holds requests back.
+    append_all(&s, vec![compaction_start_for(&s, 0, 0), turn_start(3), user("now")]);
+    rejects(step_start(3, 1), "", "a compaction is still open");
 }
 
 #[test]

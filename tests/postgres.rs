@@ -131,7 +131,7 @@ fn a_second_writer_is_locked_and_readers_follow() {
     assert_eq!(r.records().unwrap(), w.records().unwrap());
     assert_eq!(r.refresh().unwrap().new_events, 0);
     // The session is listed as in use while the writer holds it.
-    let listed = list_sessions(&url, None, None).unwrap();
+    let listed = list_sessions(&url, None, None, None).unwrap();
     let me = listed.iter().find(|s| s.id == id).expect("listed");
     assert!(me.in_use);
     assert_eq!(me.events, 3);
@@ -355,7 +355,7 @@ fn fork_within_the_store_and_list_its_sessions() {
     // A fork into a session that exists is refused.
     let store = llmsession::store::url::open_store(&url, &writer(&id)).map(|_| ());
     assert_eq!(store.unwrap_err().kind(), ErrorKind::Locked, "the parent is still open");
-    let listed = list_sessions(&url, None, None).unwrap();
+    let listed = list_sessions(&url, None, None, None).unwrap();
     let parent = listed.iter().find(|s| s.id == id).unwrap();
     let child = listed.iter().find(|s| s.id == child_id).unwrap();
     assert!(parent.in_use && !child.in_use);
@@ -371,10 +371,10 @@ fn fork_within_the_store_and_list_its_sessions() {
     let mut sorted = ids.clone();
     sorted.sort();
     assert_eq!(ids, sorted);
-    let page = list_sessions(&url, Some(&id), Some(1)).unwrap();
+    let page = list_sessions(&url, Some(&id), Some(1), None).unwrap();
     assert_eq!(page.len(), 1);
     assert_eq!(page[0].id, child_id);
-    assert!(list_sessions(&url, None, Some(0)).unwrap().is_empty());
+    assert!(list_sessions(&url, None, Some(0), None).unwrap().is_empty());
     // Reopened from the store, the fork verifies (its seeded requests name the parent).
     let (f, _) = Session::open_url(&url, reader(&child_id)).unwrap();
     f.verify().unwrap();
@@ -417,13 +417,13 @@ fn bad_urls_credentials_databases_and_schemas_are_clear_errors() {
     let newer = format!("postgres://{user}:{password}@127.0.0.1:{port}/{db}");
     // First use creates the tables; a newer library then takes the database over.
     drop(Session::open_url(&newer, writer("s")).unwrap());
-    // A database of schema version 2 (before the checkpoint index) is migrated by a writer.
+    // A database of schema version 3 (before the checkpoint index) is migrated by a writer.
     sql(&newer)
-        .batch_execute("DROP INDEX llmsession_records_checkpoints; UPDATE llmsession_meta SET value = '2' WHERE key = 'schema_version'")
+        .batch_execute("DROP INDEX llmsession_records_checkpoints; UPDATE llmsession_meta SET value = '3' WHERE key = 'schema_version'")
         .unwrap();
     drop(Session::open_url(&newer, writer("s")).unwrap());
     let v: String = sql(&newer).query_one("SELECT value FROM llmsession_meta WHERE key = 'schema_version'", &[]).unwrap().get(0);
-    assert_eq!(v, "3");
+    assert_eq!(v, "4");
     let index: i64 =
         sql(&newer).query_one("SELECT count(*) FROM pg_indexes WHERE indexname = 'llmsession_records_checkpoints'", &[]).unwrap().get(0);
     assert_eq!(index, 1);
@@ -434,13 +434,13 @@ fn bad_urls_credentials_databases_and_schemas_are_clear_errors() {
         let want = format!("schema version 99, newer than this library's version {}", llmsession::store::postgres::SCHEMA_VERSION);
         assert!(e.message().contains(&want), "{}", e.message());
     }
-    assert_eq!(list_sessions(&newer, None, None).unwrap_err().kind(), ErrorKind::Storage);
+    assert_eq!(list_sessions(&newer, None, None, None).unwrap_err().kind(), ErrorKind::Storage);
     // A read-only open does not create the tables.
     c.batch_execute(&format!("DROP DATABASE {db} WITH (FORCE)")).unwrap();
     c.batch_execute(&format!("CREATE DATABASE {db}")).unwrap();
     let e = Session::open_url(&newer, reader("s")).unwrap_err();
     assert!(e.message().contains("no llmsession tables"), "{}", e.message());
-    assert!(list_sessions(&newer, None, None).unwrap().is_empty());
+    assert!(list_sessions(&newer, None, None, None).unwrap().is_empty());
     let n: i64 = sql(&newer).query_one("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'llmsession%'", &[]).unwrap().get(0);
     assert_eq!(n, 0);
     c.batch_execute(&format!("DROP DATABASE {db} WITH (FORCE)")).unwrap();
@@ -1017,16 +1017,122 @@ fn a_lost_lease_is_locked_and_the_handle_writes_nothing_more() {
     drop(a);
     // B still holds the session, and the log has nothing of what A tried.
     b.append(host("B second")).unwrap();
-    assert!(list_sessions(&url, None, None).unwrap().iter().any(|s| s.id == id && s.in_use));
+    assert!(list_sessions(&url, None, None, None).unwrap().iter().any(|s| s.id == id && s.in_use));
     drop(b);
     let (r, _) = Session::open_url(&url, reader(&id)).unwrap();
     let texts: Vec<String> = host_texts(&r).into_iter().map(|(_, t)| t).collect();
     assert_eq!(texts, ["A first", "B first", "B second"]);
     r.verify().unwrap();
     // Closed cleanly, the lease is free at once.
-    assert!(!list_sessions(&url, None, None).unwrap().iter().any(|s| s.id == id && s.in_use));
+    assert!(!list_sessions(&url, None, None, None).unwrap().iter().any(|s| s.id == id && s.in_use));
     let (c, _) = Session::open_url(&other, writer(&id)).unwrap();
     c.append(host("C first")).unwrap();
+}
+
+/// The renewer finds the lease taken over before any write does: the next write is LOCKED as a
+/// refused write is, naming the new fencing token and holder (`currentEpoch`, `holder`), and so
+/// is every later one.
+#[test]
+fn a_lease_the_renewer_found_lost_is_locked_naming_the_new_holder() {
+    let url = pg_url!("a_lease_the_renewer_found_lost_is_locked_naming_the_new_holder");
+    let _g = SERVER.read();
+    let id = unique_id("renewer-lost");
+    // A short lease: the renewer runs every third of a second.
+    let base = url;
+    let url = with_params(&base, "lease_time=1");
+    let (a, _) = Session::open_url(&url, writer(&id)).unwrap();
+    a.append(host("A first")).unwrap();
+    let seen = std::sync::Arc::new(parking_lot::Mutex::new(false));
+    {
+        let (seen, id) = (seen.clone(), id.clone());
+        llmsession::observe::set_observer(
+            Some(std::sync::Arc::new(move |o: &llmsession::observe::Observation| {
+                if o.kind == "store-lease-lost" && o.session_id.as_deref() == Some(id.as_str()) {
+                    *seen.lock() = true;
+                }
+            })),
+            llmsession::observe::Level::Warn,
+        );
+    }
+    let _clear = Guard(|| llmsession::observe::set_observer(None, llmsession::observe::Level::Warn));
+    // Another writer takes the session over, as one whose take came after a pause of this one
+    // (the lease's data changes hands: a new fencing token, a new holder).
+    let intruder = "llmsession pid 4242 on elsewhere";
+    sql(&base)
+        .execute(
+            "UPDATE llmsession_sessions SET lease_epoch = lease_epoch + 1, lease_holder = $2, lease_live = NULL, \
+             lease_expires = now() + interval '1 hour' WHERE id = $1",
+            &[&id, &intruder],
+        )
+        .unwrap();
+    let t = Instant::now();
+    while !*seen.lock() {
+        assert!(t.elapsed() < Duration::from_secs(20), "the renewer never reported the lost lease");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for text in ["A refused", "A refused again"] {
+        let e = a.append(host(text)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Locked, "{}", e.message());
+        assert!(e.message().contains("lost the session's writer lease"), "{}", e.message());
+        let (mine, now) = (e.detail()["epoch"].as_i64().unwrap(), e.detail()["currentEpoch"].as_i64().unwrap());
+        assert_eq!(now, mine + 1, "the new holder's fencing token: {}", e.message());
+        assert_eq!(e.detail()["holder"], intruder, "{}", e.message());
+        assert!(e.message().contains(&format!("held by {intruder}")), "{}", e.message());
+    }
+    assert_eq!(a.len(), 1, "nothing of what was refused is in memory");
+}
+
+/// A write whose outcome is unknown (it waited on a row lock past `query_timeout`): every later
+/// call on the handle says the same thing the same way, `LLS_ERR_STORAGE` with
+/// `outcomeUnknown` and the bound that ran out; the reopen reads what the database holds.
+#[test]
+fn after_an_unknown_outcome_every_call_says_so_the_same_way() {
+    let url = pg_url!("after_an_unknown_outcome_every_call_says_so_the_same_way");
+    let _g = SERVER.read();
+    let id = unique_id("unknown");
+    let base = url;
+    let url = with_params(&base, "query_timeout=1");
+    let (s, _) = Session::open_url(&url, writer(&id)).unwrap();
+    s.append(host("before")).unwrap();
+    // Another connection holds the session's row: the append waits on it past its bound.
+    let mut other = sql(&base);
+    let mut tx = other.transaction().unwrap();
+    tx.execute("SELECT 1 FROM llmsession_sessions WHERE id = $1 FOR UPDATE", &[&id]).unwrap();
+    let first = s.append(host("blocked")).unwrap_err();
+    assert_eq!(first.kind(), ErrorKind::Storage, "{}", first.message());
+    assert_eq!(first.detail()["outcomeUnknown"], true, "{}", first.message());
+    assert_eq!(first.detail()["bound"], "query_timeout", "{}", first.message());
+    // The store asked the server to cancel the statement; give that a moment before the row
+    // is free again.
+    std::thread::sleep(Duration::from_millis(500));
+    tx.rollback().unwrap();
+    let mut said = Vec::new();
+    for text in ["later", "later again"] {
+        let e = s.append(host(text)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Storage, "{}", e.message());
+        assert_eq!(e.detail()["outcomeUnknown"], true, "{}", e.message());
+        assert_eq!(e.detail()["bound"], "query_timeout", "{}", e.message());
+        assert!(e.message().contains("cannot append: the outcome of an earlier write is unknown"), "{}", e.message());
+        // It names the first failure ("... the server did not answer the statement within
+        // query_timeout=1 s").
+        let cause = first.message().split(": whether this write").next().unwrap();
+        assert!(cause.contains("query_timeout=1 s"), "{cause}");
+        assert!(e.message().contains(&format!("({cause})")), "it repeats the first failure: {}", e.message());
+        assert!(!e.message().contains("could not be undone"), "{}", e.message());
+        said.push(e.message().to_string());
+    }
+    assert_eq!(said[0], said[1]);
+    let e = s.sync().unwrap_err();
+    assert_eq!(e.detail()["outcomeUnknown"], true, "{}", e.message());
+    assert_eq!(s.len(), 1, "memory holds what was acknowledged");
+    drop(s);
+    let (r, _) = open_writer_waiting(&url, writer(&id));
+    let (s, _) = r.unwrap();
+    // Whatever the database holds (the blocked append cancelled, or committed after all) is
+    // what the reopen reads, and the handle writes again.
+    assert!(matches!(s.len(), 1 | 2), "{} events", s.len());
+    s.append(host("after")).unwrap();
+    s.verify().unwrap();
 }
 
 /// A dead writer's session is taken over at once with fast_takeover, and after the lease time
@@ -1334,7 +1440,7 @@ fn checkpoints_open_from_the_last_one_and_verify_streams() {
     }
     let mut c = sql(&url);
     let index: i64 = c.query_one("SELECT count(*) FROM pg_indexes WHERE indexname = 'llmsession_records_checkpoints'", &[]).unwrap().get(0);
-    assert_eq!(index, 1, "the checkpoint index exists (schema 3)");
+    assert_eq!(index, 1, "the checkpoint index exists (schema 4)");
     let state = |s: &Session| {
         let mut st = s.stats();
         st.read_only = false;
@@ -1387,4 +1493,93 @@ fn checkpoints_open_from_the_last_one_and_verify_streams() {
     let e = Session::open_url(&url, opts(OpenCheck::Bounded)).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::CorruptLog, "{}", e.message());
     assert!(e.message().contains("removed from the end"), "{}", e.message());
+}
+
+/// Agent trees in a database: two children spawned from a session in PostgreSQL are created in
+/// the same database (`PARENT.CALLID`, their rows' child link set), listed by parent, finished
+/// into the parent's log, read back as a tree from the URL and verified node by node; the
+/// children's writers and the parent's run at once (one lease each).
+#[test]
+fn children_live_in_the_parents_database_and_list_by_parent() {
+    use llmsession::agent::SpawnOptions;
+    use llmsession::{Block, Message, Role};
+    let url = pg_url!("children_live_in_the_parents_database_and_list_by_parent");
+    let _g = SERVER.read();
+    let id = unique_id("lead");
+    let (p, _) = Session::open_url(&url, writer(&id)).unwrap();
+    let mut a = agent(&p);
+    let c = llmsession::CancelToken::new();
+    a.start_turn(Message::user_text("two tasks")).unwrap();
+    a.next_request(&c).unwrap();
+    let calls = vec![Block::tool_call("t1", "task", "{}"), Block::tool_call("t2", "task", "{}")];
+    a.record_response(Message::new(Role::Assistant, calls), None).unwrap();
+    let mut kids: Vec<_> =
+        ["t1", "t2"].iter().map(|t| a.spawn(SpawnOptions::new(Some(t), Message::user_text(format!("do {t}"))), None).unwrap()).collect();
+    for (i, k) in kids.iter_mut().enumerate().rev() {
+        assert_eq!(k.session().id(), format!("{id}.t{}", i + 1));
+        k.next_request(&c).unwrap();
+        k.record_response(Message::new(Role::Assistant, vec![Block::text(format!("done {i}"))]), None).unwrap();
+        k.conclude(None).unwrap();
+        a.finish_child(k.session()).unwrap();
+    }
+    a.next_request(&c).unwrap();
+    let listed = list_sessions(&url, None, None, Some(&id)).unwrap();
+    let got: Vec<(String, bool, Option<String>)> =
+        listed.iter().map(|s| (s.id.clone(), s.parent.as_ref().unwrap().spawned, s.parent.as_ref().unwrap().call_id.clone())).collect();
+    assert_eq!(got, vec![(format!("{id}.t1"), true, Some("t1".into())), (format!("{id}.t2"), true, Some("t2".into()))]);
+    let mut db = sql(&url);
+    let row =
+        db.query_one("SELECT parent_id, parent_call, spawned FROM llmsession_sessions WHERE id = $1", &[&format!("{id}.t1")]).unwrap();
+    assert_eq!((row.get::<_, String>(0), row.get::<_, String>(1), row.get::<_, bool>(2)), (id.clone(), "t1".to_string(), true));
+    drop(kids);
+    drop(a);
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let tree = llmsession::tree::Tree::load(&format!("{url}{sep}session={id}")).unwrap();
+    assert_eq!(tree.nodes.len(), 3);
+    tree.verify().unwrap();
+}
+
+/// A version-2 database (the tables of the previous release, without the child link) is
+/// migrated to the current version by the first writing open: its sessions stay as they were
+/// (a fork stays a fork), and children can be listed by parent.
+#[test]
+fn a_version_2_database_is_migrated_to_version_3() {
+    let url = pg_url!("a_version_2_database_is_migrated_to_version_3");
+    let _g = SERVER.read();
+    let cfg: postgres::Config = url.parse().unwrap();
+    let password = String::from_utf8(cfg.get_password().unwrap().to_vec()).unwrap();
+    let (user, port) = (cfg.get_user().unwrap().to_string(), cfg.get_ports()[0]);
+    let mut c = sql(&url);
+    let db = format!("llmsession_v2_{}", std::process::id());
+    c.batch_execute(&format!("DROP DATABASE IF EXISTS {db}")).unwrap();
+    c.batch_execute(&format!("CREATE DATABASE {db}")).unwrap();
+    let old = format!("postgres://{user}:{password}@127.0.0.1:{port}/{db}");
+    // A database as the previous release left it: made by this library, then taken back to
+    // version 2 (the child link's columns and index dropped).
+    {
+        let (s, _) = Session::open_url(&old, writer("root")).unwrap();
+        turn(&mut agent(&s), "one", 1).unwrap();
+        let store = llmsession::store::url::open_store(&old, &writer("root-fork")).unwrap().0;
+        s.fork(None, store, llmsession::SessionOptions { id: Some("root-fork".into()), ..Default::default() }).unwrap();
+    }
+    let mut o = sql(&old);
+    o.batch_execute(
+        "DROP INDEX llmsession_sessions_parent;
+         DROP INDEX llmsession_records_checkpoints;
+         ALTER TABLE llmsession_sessions DROP COLUMN parent_call, DROP COLUMN spawned;
+         UPDATE llmsession_meta SET value = '2' WHERE key = 'schema_version'",
+    )
+    .unwrap();
+    drop(Session::open_url(&old, writer("root")).unwrap());
+    let v: String = o.query_one("SELECT value FROM llmsession_meta WHERE key = 'schema_version'", &[]).unwrap().get(0);
+    assert_eq!(v, llmsession::store::postgres::SCHEMA_VERSION.to_string());
+    let kids = list_sessions(&old, None, None, Some("root")).unwrap();
+    assert_eq!(kids.len(), 1);
+    assert_eq!(kids[0].id, "root-fork");
+    assert!(!kids[0].parent.as_ref().unwrap().spawned, "a fork stays a fork");
+    let (f, _) = Session::open_url(&old, reader("root-fork")).unwrap();
+    f.verify().unwrap();
+    drop(f);
+    drop(o);
+    c.batch_execute(&format!("DROP DATABASE {db} WITH (FORCE)")).unwrap();
 }

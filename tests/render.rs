@@ -469,3 +469,315 @@ fn native_state_goes_back_only_to_its_own_provider() {
         assert!(body.contains("Fixed."));
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Tools: provider tools, optional descriptions, the OpenAI function shape.
+
+fn render(r: Renderer, env: &Value) -> llmsession::Result<Value> {
+    r.render(env, &RenderOptions::default())
+}
+
+/// A function tool given in OpenAI's shape, with no description.
+fn read_tool_openai_shape() -> Value {
+    json!({"type":"function","function":{"name":"read","parameters":{"type":"object"},"strict":true}})
+}
+
+#[test]
+fn provider_tools_go_verbatim_to_their_own_format_only() {
+    // Each provider's server-side tools, in its documented shape, beside a function tool.
+    let anthropic = [
+        json!({"type":"web_search_20250305","name":"web_search","max_uses":5}),
+        json!({"type":"web_fetch_20250910","name":"web_fetch"}),
+        json!({"type":"code_execution_20250825","name":"code_execution"}),
+    ];
+    let responses = [
+        json!({"type":"web_search"}),
+        json!({"type":"file_search","vector_store_ids":["vs_1"]}),
+        json!({"type":"code_interpreter","container":{"type":"auto"}}),
+        json!({"type":"mcp","server_label":"deepwiki","server_url":"https://mcp.deepwiki.com/mcp","require_approval":"never"}),
+    ];
+    let gemini = [json!({"googleSearch":{}}), json!({"codeExecution":{}}), json!({"urlContext":{}})];
+    let interactions = [json!({"type":"google_search"}), json!({"type":"code_execution"}), json!({"type":"url_context"})];
+    for (renderer, provider_tools) in [
+        (Renderer::Anthropic, &anthropic[..]),
+        (Renderer::OpenAiResponses, &responses[..]),
+        (Renderer::Gemini, &gemini[..]),
+        (Renderer::GeminiInteractions, &interactions[..]),
+    ] {
+        let mut list = vec![read_tool_openai_shape()];
+        list.extend(provider_tools.iter().map(|t| json!({"type":"provider","format":renderer.name(),"tool":t})));
+        let env = json!({"model":"m","messages":[user("search")],"tools":list});
+        let body = render(renderer, &env).unwrap();
+        let sent: Vec<Value> = match renderer {
+            // One tool of function declarations, then the provider tools in list order.
+            Renderer::Gemini => {
+                assert_eq!(
+                    body["tools"][0],
+                    json!({"functionDeclarations":[{"name":"read","parametersJsonSchema":{"type":"object"},"strict":true}]})
+                );
+                body["tools"].as_array().unwrap()[1..].to_vec()
+            }
+            _ => {
+                let tools = body["tools"].as_array().unwrap();
+                assert_eq!(tools[0]["name"], "read", "{}", renderer.name());
+                assert!(tools[0].get("description").is_none(), "no description is sent: {}", tools[0]);
+                tools[1..].iter().map(|t| strip_cache_mark(t.clone())).collect()
+            }
+        };
+        assert_eq!(sent, provider_tools, "{}: verbatim, in order", renderer.name());
+        // To any other format: an error naming the tool and both formats.
+        for other in Renderer::ALL.into_iter().filter(|o| *o != renderer) {
+            let e = render(other, &env).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidInput);
+            assert_eq!(e.detail()["field"], "tools[1]", "{}", e.message());
+            let want = format!("tools[1]: the {} provider tool ", renderer.name());
+            assert!(e.message().starts_with(&want), "{}", e.message());
+            assert!(e.message().contains(&format!("cannot be sent by the {} renderer", other.name())), "{}", e.message());
+            // A summarisation request (which calls no tool) leaves it out instead.
+            let mut compaction = env.clone();
+            compaction["purpose"] = json!("compaction");
+            let body = render(other, &compaction).unwrap();
+            assert_eq!(body["tools"].as_array().map(Vec::len), Some(1), "{}: {}", other.name(), body["tools"]);
+            assert!(body["tools"].to_string().contains("\"read\""), "{}", body);
+        }
+    }
+    // An Anthropic provider tool without a system prompt carries the head breakpoint when last.
+    let env = json!({"model":"m","messages":[user("q")],"tools":[{"type":"provider","format":"anthropic","tool":anthropic[0]}]});
+    let body = render(Renderer::Anthropic, &env).unwrap();
+    assert_eq!(body["tools"][0]["cache_control"], json!({"type":"ephemeral"}));
+}
+
+fn strip_cache_mark(mut v: Value) -> Value {
+    if let Some(m) = v.as_object_mut() {
+        m.remove("cache_control");
+    }
+    v
+}
+
+#[test]
+fn tool_lists_are_checked_and_canonical() {
+    use llmsession::ToolSchema;
+    // The OpenAI function shape and the flat one are stored in the canonical form.
+    let canonical = json!({"name":"read","description":"Read a file","parameters":{"type":"object"},"strict":true});
+    for given in [
+        json!({"type":"function","function":{"name":"read","description":"Read a file","parameters":{"type":"object"},"strict":true}}),
+        json!({"type":"function","name":"read","description":"Read a file","parameters":{"type":"object"},"strict":true}),
+        canonical.clone(),
+    ] {
+        let t = ToolSchema::from_value(&given, "tools[0]").unwrap();
+        assert_eq!(serde_json::to_value(&t).unwrap(), canonical, "{given}");
+    }
+    // A null or absent description is absent.
+    for given in [json!({"name":"n","description":null,"parameters":{}}), json!({"name":"n","parameters":{}})] {
+        let t = ToolSchema::from_value(&given, "t").unwrap();
+        assert_eq!(t.description, None);
+        assert_eq!(serde_json::to_value(&t).unwrap(), json!({"name":"n","parameters":{}}));
+    }
+    // A provider tool: its key in the list, its canonical form.
+    let t = ToolSchema::from_value(
+        &json!({"type":"provider","format":"openai-responses","tool":{"type":"mcp","server_label":"deepwiki","server_url":"u"}}),
+        "t",
+    )
+    .unwrap();
+    assert_eq!(t.name, "openai-responses:mcp:deepwiki");
+    assert!(t.is_provider());
+    let t = ToolSchema::from_value(&json!({"type":"provider","format":"gemini","tool":{"googleSearch":{}}}), "t").unwrap();
+    assert_eq!(t.name, "gemini:googleSearch");
+    assert_eq!(serde_json::to_value(&t).unwrap(), json!({"type":"provider","format":"gemini","tool":{"googleSearch":{}}}));
+    let bad = [
+        (json!([{"type":"web_search"}]), "tools[0].type: expected \"function\" or \"provider\", got \"web_search\"; a provider's own tool is declared as {\"type\":\"provider\",\"format\":\"anthropic\",\"tool\":{...the provider's tool object...}}"),
+        (json!([{"type":"provider","format":"cohere","tool":{"type":"x"}}]), "tools[0].format: expected \"openai\", \"openai-responses\", \"anthropic\", \"gemini\" or \"gemini-interactions\""),
+        (json!([{"type":"provider","format":"gemini","tool":{"a":{},"b":{}}}]), "tools[0].tool: names no tool"),
+        (json!([{"type":"provider","format":"gemini","tool":{}}]), "tools[0].tool: names no tool"),
+        (json!([{"type":"provider","format":"anthropic","tool":{"type":"web_fetch_20250910","name":"web_fetch"},"name":"x"}]), "tools[0].name: is not a field of a provider tool"),
+        (json!([{"type":"provider","format":"anthropic","tool":[]}]), "tools[0].tool: expected an object, got an array"),
+        (json!([{"type":"function","function":{"name":"a","parameters":{}},"strict":true}]), "tools[0].strict: is not a field of an OpenAI function tool"),
+        (json!([{"type":"function","function":"a"}]), "tools[0].function: expected an object, got a string"),
+        (json!([{"name":"a","description":3,"parameters":{}}]), "tools[0].description: expected a string or null, got a number"),
+        (
+            json!([{"type":"provider","format":"anthropic","tool":{"type":"web_search_20250305","name":"web_search"}},
+                   {"type":"provider","format":"anthropic","tool":{"type":"web_search_20260101","name":"web_search"}}]),
+            "tools[1].tool: duplicate tool name \"anthropic:web_search\"",
+        ),
+        (json!([read_tool_openai_shape(), {"name":"read","parameters":{}}]), "tools[1].name: duplicate tool name \"read\""),
+    ];
+    for (tools, want) in bad {
+        let e = ToolSchema::list_from_value(&tools, "tools").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert!(e.message().starts_with(want), "{}\nwanted: {want}", e.message());
+    }
+}
+
+#[test]
+fn a_tool_without_a_description_is_sent_without_one() {
+    let env = json!({"model":"m","messages":[user("q")],"tools":[{"name":"ls","description":null,"parameters":{"type":"object"}}]});
+    for r in Renderer::ALL {
+        let body = render(r, &env).unwrap();
+        let text = body["tools"].to_string();
+        assert!(text.contains("\"ls\"") && !text.contains("description"), "{}: {text}", r.name());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Media: file blocks, images, empty user messages.
+
+fn file(media_type: &str, source: (&str, &str)) -> Value {
+    let mut b = json!({"type":"file","mediaType":media_type});
+    b[source.0] = json!(source.1);
+    b
+}
+
+fn with_block(b: Value) -> Value {
+    json!({"model":"m","messages":[{"role":"user","content":[text("look"), b]}]})
+}
+
+/// The part a user message's second block renders to, for each format.
+fn rendered_part(r: Renderer, body: &Value) -> Value {
+    match r {
+        Renderer::OpenAi => body["messages"][0]["content"][1].clone(),
+        Renderer::OpenAiResponses | Renderer::GeminiInteractions => body["input"][0]["content"][1].clone(),
+        Renderer::Anthropic => strip_cache_mark(body["messages"][0]["content"][1].clone()),
+        Renderer::Gemini => body["contents"][0]["parts"][1].clone(),
+    }
+}
+
+#[test]
+fn file_blocks_render_in_every_format_that_takes_them() {
+    let pdf = "JVBERi0xLjQK";
+    let cases: Vec<(Value, [Result<Value, &str>; 5])> = vec![
+        // A PDF inline, with its file name.
+        (
+            json!({"type":"file","mediaType":"application/pdf","data":pdf,"filename":"report.pdf"}),
+            [
+                Ok(json!({"type":"file","file":{"file_data":format!("data:application/pdf;base64,{pdf}"),"filename":"report.pdf"}})),
+                Ok(json!({"type":"input_file","file_data":format!("data:application/pdf;base64,{pdf}"),"filename":"report.pdf"})),
+                Ok(json!({"type":"document","source":{"type":"base64","media_type":"application/pdf","data":pdf},"title":"report.pdf"})),
+                Ok(json!({"inlineData":{"mimeType":"application/pdf","data":pdf}})),
+                Ok(json!({"type":"document","data":pdf,"mime_type":"application/pdf"})),
+            ],
+        ),
+        // A PDF by URL.
+        (
+            file("application/pdf", ("url", "https://example.com/report.pdf")),
+            [
+                Err("a file block (application/pdf) cannot be sent by the openai renderer: the file part takes inline data or a file id, not a URL"),
+                Ok(json!({"type":"input_file","file_url":"https://example.com/report.pdf"})),
+                Ok(json!({"type":"document","source":{"type":"url","url":"https://example.com/report.pdf"}})),
+                Ok(json!({"fileData":{"mimeType":"application/pdf","fileUri":"https://example.com/report.pdf"}})),
+                Ok(json!({"type":"document","uri":"https://example.com/report.pdf","mime_type":"application/pdf"})),
+            ],
+        ),
+        // A PDF by the provider's file id.
+        (
+            file("application/pdf", ("fileId", "file-6F2ksmvXxt4VdoqmHRw6kL")),
+            [
+                Ok(json!({"type":"file","file":{"file_id":"file-6F2ksmvXxt4VdoqmHRw6kL"}})),
+                Ok(json!({"type":"input_file","file_id":"file-6F2ksmvXxt4VdoqmHRw6kL"})),
+                Ok(json!({"type":"document","source":{"type":"file","file_id":"file-6F2ksmvXxt4VdoqmHRw6kL"}})),
+                Ok(json!({"fileData":{"mimeType":"application/pdf","fileUri":"file-6F2ksmvXxt4VdoqmHRw6kL"}})),
+                Ok(json!({"type":"document","uri":"file-6F2ksmvXxt4VdoqmHRw6kL","mime_type":"application/pdf"})),
+            ],
+        ),
+        // WAV audio inline.
+        (
+            file("audio/wav", ("data", "UklGRg==")),
+            [
+                Ok(json!({"type":"input_audio","input_audio":{"data":"UklGRg==","format":"wav"}})),
+                Err("a file block (audio/wav) cannot be sent by the openai-responses renderer: the Responses API takes images and files (input_image, input_file), no audio or video"),
+                Err("a file block (audio/wav) cannot be sent by the anthropic renderer: Anthropic takes images and documents (PDF, plain text), no audio or video"),
+                Ok(json!({"inlineData":{"mimeType":"audio/wav","data":"UklGRg=="}})),
+                Ok(json!({"type":"audio","data":"UklGRg==","mime_type":"audio/wav"})),
+            ],
+        ),
+        // A video by its Gemini Files API URI.
+        (
+            file("video/mp4", ("fileId", "https://generativelanguage.googleapis.com/v1beta/files/abc123")),
+            [
+                Err("a file block (video/mp4) cannot be sent by the openai renderer: chat completions take no video"),
+                Err("a file block (video/mp4) cannot be sent by the openai-responses renderer: the Responses API takes images and files (input_image, input_file), no audio or video"),
+                Err("a file block (video/mp4) cannot be sent by the anthropic renderer: Anthropic takes images and documents (PDF, plain text), no audio or video"),
+                Ok(json!({"fileData":{"mimeType":"video/mp4","fileUri":"https://generativelanguage.googleapis.com/v1beta/files/abc123"}})),
+                Ok(json!({"type":"video","uri":"https://generativelanguage.googleapis.com/v1beta/files/abc123","mime_type":"video/mp4"})),
+            ],
+        ),
+        // An image as a file, by file id.
+        (
+            file("image/png", ("fileId", "file-img")),
+            [
+                Err("a file block (image/png) cannot be sent by the openai renderer: chat completions take an image by URL or inline data, not by file id"),
+                Ok(json!({"type":"input_image","file_id":"file-img","detail":"auto"})),
+                Ok(json!({"type":"image","source":{"type":"file","file_id":"file-img"}})),
+                Ok(json!({"fileData":{"mimeType":"image/png","fileUri":"file-img"}})),
+                Ok(json!({"type":"image","uri":"file-img","mime_type":"image/png"})),
+            ],
+        ),
+        // An image by URL naming its media type (refused before, with a misleading message).
+        (
+            json!({"type":"image","url":"https://example.com/cat.png","mediaType":"image/png"}),
+            [
+                Ok(json!({"type":"image_url","image_url":{"url":"https://example.com/cat.png"}})),
+                Ok(json!({"type":"input_image","image_url":"https://example.com/cat.png","detail":"auto"})),
+                Ok(json!({"type":"image","source":{"type":"url","url":"https://example.com/cat.png"}})),
+                Ok(json!({"fileData":{"mimeType":"image/png","fileUri":"https://example.com/cat.png"}})),
+                Ok(json!({"type":"image","uri":"https://example.com/cat.png","mime_type":"image/png"})),
+            ],
+        ),
+    ];
+    let order = [Renderer::OpenAi, Renderer::OpenAiResponses, Renderer::Anthropic, Renderer::Gemini, Renderer::GeminiInteractions];
+    for (block, wants) in cases {
+        let env = with_block(block.clone());
+        for (r, want) in order.iter().zip(wants) {
+            match (render(*r, &env), want) {
+                (Ok(body), Ok(part)) => assert_eq!(rendered_part(*r, &body), part, "{} {block}", r.name()),
+                (Err(e), Err(why)) => {
+                    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+                    assert_eq!(e.message(), format!("messages[0].content[1]: {why}"), "{} {block}", r.name());
+                    assert_eq!(e.detail()["blockType"], block["type"]);
+                }
+                (got, want) => panic!("{} {block}: got {got:?}, wanted {want:?}", r.name()),
+            }
+        }
+    }
+    // A file in a tool result: where the format's tool results take parts.
+    let env = json!({"model":"m","messages":[
+        {"role":"assistant","content":[call("c1","fetch","{}")]},
+        {"role":"user","content":[{"type":"tool-result","toolCallId":"c1","isError":false,
+            "content":[text("the report"),{"type":"file","mediaType":"application/pdf","fileId":"file-9"}]}]}]});
+    let body = render(Renderer::Anthropic, &env).unwrap();
+    assert_eq!(body["messages"][1]["content"][0]["content"][1], json!({"type":"document","source":{"type":"file","file_id":"file-9"}}));
+    let body = render(Renderer::OpenAiResponses, &env).unwrap();
+    assert_eq!(body["input"][1]["output"][1], json!({"type":"input_file","file_id":"file-9"}));
+    let body = render(Renderer::GeminiInteractions, &env).unwrap();
+    assert_eq!(body["input"][1]["result"][1], json!({"type":"document","uri":"file-9","mime_type":"application/pdf"}));
+    for r in [Renderer::OpenAi, Renderer::Gemini] {
+        let e = render(r, &env).unwrap_err();
+        assert!(e.message().starts_with("messages[1].content[0].content[1]: block type \"file\" inside a tool result"), "{}", e.message());
+    }
+    // A malformed file block names the field.
+    let e = render(Renderer::Gemini, &with_block(json!({"type":"file","data":"x"}))).unwrap_err();
+    assert!(e.message().starts_with("messages[0].content[1].mediaType: is required"), "{}", e.message());
+}
+
+#[test]
+fn an_empty_user_message_is_kept_where_the_format_takes_it() {
+    // A request the Gemini API accepted: an empty user text, then the model's function call.
+    let env = json!({"model":"m","messages":[
+        {"role":"user","content":[text("")]},
+        {"role":"assistant","content":[call("c1","read","{\"p\":1}")]},
+        result("c1","ok",false)]});
+    let body = render(Renderer::Gemini, &env).unwrap();
+    assert_eq!(body["contents"][0], json!({"role":"user","parts":[{"text":""}]}));
+    assert_eq!(body["contents"][1]["role"], "model");
+    let body = render(Renderer::OpenAi, &env).unwrap();
+    assert_eq!(body["messages"][0], json!({"role":"user","content":""}));
+    let body = render(Renderer::OpenAiResponses, &env).unwrap();
+    assert_eq!(body["input"][0], json!({"type":"message","role":"user","content":[{"type":"input_text","text":""}]}));
+    let body = render(Renderer::GeminiInteractions, &env).unwrap();
+    assert_eq!(body["input"][0], json!({"type":"user_input","content":[{"type":"text","text":""}]}));
+    // Anthropic refuses empty text blocks: the message is left out there (docs/render.md).
+    let body = render(Renderer::Anthropic, &env).unwrap();
+    assert_eq!(body["messages"][0]["role"], "assistant");
+    // A user message with no block at all is kept the same way.
+    let env = json!({"model":"m","messages":[{"role":"user","content":[]}]});
+    assert_eq!(render(Renderer::Gemini, &env).unwrap()["contents"], json!([{"role":"user","parts":[{"text":""}]}]));
+}

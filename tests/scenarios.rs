@@ -125,6 +125,9 @@ struct World {
     journal: Arc<Mutex<Journal>>,
     /// What the running op produced, for its transcript entry (`outcome`, `error`, `request`, ...).
     out: serde_json::Map<String, Value>,
+    /// Every request envelope a `request` or `nativeBegin` op returned, with how many
+    /// summarisation requests had been sent by then (for `replay`: the order they were sent).
+    sent: Vec<(usize, String)>,
 }
 
 fn kind_name(k: ErrorKind) -> &'static str {
@@ -307,6 +310,17 @@ fn make_counter(
     }))
 }
 
+/// What the transcript keeps of an explain report (`explain` op): the compactions, their totals
+/// per mechanism, and the request counts.
+fn explain_summary(v: &Value) -> Value {
+    json!({
+        "compactions": v["compactions"],
+        "compactionTotals": v["compactionTotals"],
+        "requests": {"conversation": v["totals"]["conversationRequests"], "compaction": v["totals"]["compactionRequests"],
+                     "notRebuilt": v["totals"]["notRebuilt"]},
+    })
+}
+
 impl World {
     fn new(sc: &Value, stores: &Stores) -> Res<World> {
         let id = "scenario-session";
@@ -336,6 +350,7 @@ impl World {
             loads: 0,
             journal: Arc::new(Mutex::new(Journal::default())),
             out: serde_json::Map::new(),
+            sent: Vec::new(),
         };
         w.set_listeners(sc.get("listeners"), sc.get("preStep"));
         w.new_agent()?;
@@ -598,6 +613,7 @@ fn run_op_inner(w: &mut World, op: &Value) -> Res<()> {
                     check_request(w, &v, prev.as_ref(), &exp)?;
                     w.requests.push(v.clone());
                     w.request_marks.push(w.summaries.lock().len());
+                    w.sent.push((w.summaries.lock().len(), req.json.clone()));
                     w.last_request = Some(v);
                     Ok(())
                 }
@@ -816,6 +832,75 @@ fn run_op_inner(w: &mut World, op: &Value) -> Res<()> {
             let c = w.counter.clone().map(|c| make_counter(c, w.session.clone(), w.dispose.clone(), w.journal.clone()));
             w.agent()?.set_token_counter(c);
             Ok(())
+        }
+        "nativeBegin" => {
+            let r = w.agent()?.native_compaction_request().map(|req| {
+                let mut v = serde_json::to_value(&req).expect("serialises");
+                v["envelope"] = req.envelope.len().into();
+                v["body"] = req.body.len().into();
+                (v, req.envelope)
+            });
+            let r = r.map(|(v, envelope)| {
+                w.out.insert("native".into(), v);
+                w.sent.push((w.summaries.lock().len(), envelope));
+            });
+            check_error(w, op, r)
+        }
+        "nativeRecord" | "nativeFail" => {
+            let agent = w.agent()?;
+            let r = if name == "nativeRecord" {
+                agent.finish_native_compaction(&serde_json::to_string(&op["body"]).expect("serialises"))
+            } else {
+                agent.fail_native_compaction(op.get("error").and_then(Value::as_str).unwrap_or(""))
+            };
+            let r = match r {
+                Ok(out) => {
+                    let v = serde_json::to_value(&out).expect("serialises");
+                    if let Some(want) = op.get("expectOutcome").and_then(Value::as_str) {
+                        if v["outcome"] != want {
+                            return Err(format!("expected native compaction outcome {want}, got {v}"));
+                        }
+                    }
+                    w.out.insert("native".into(), v);
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            };
+            check_error(w, op, r)
+        }
+        "replay" => {
+            // The session's log replayed against every envelope this run sent, in the order
+            // it sent them (summarisation requests interleaved where they happened).
+            let records: Vec<Vec<u8>> = w.session.records().unwrap().iter().map(|r| r.as_bytes().to_vec()).collect();
+            let summaries: Vec<String> = w.summaries.lock().iter().map(|s| s.json.clone()).collect();
+            let r = llmsession::replay::Replay::from_records(&records).and_then(|mut replay| {
+                let mut order: Vec<&str> = Vec::new();
+                let mut done = 0;
+                for (mark, env) in &w.sent {
+                    order.extend(summaries[done..*mark].iter().map(String::as_str));
+                    done = *mark;
+                    order.push(env);
+                }
+                order.extend(summaries[done..].iter().map(String::as_str));
+                let mut answers = Vec::new();
+                for env in order {
+                    let a = replay.answer(env.as_bytes())?;
+                    answers.push(json!({"purpose": a["purpose"], "id": a["id"], "outcome": a["outcome"]}));
+                }
+                Ok(json!({"requests": replay.len(), "answers": answers}))
+            });
+            let r = r.map(|v| {
+                w.out.insert("replay".into(), v);
+            });
+            check_error(w, op, r)
+        }
+        "explain" => {
+            let records: Vec<Vec<u8>> = w.session.records().unwrap().iter().map(|r| r.as_bytes().to_vec()).collect();
+            let r = llmsession::explain::explain_records(&records, &llmsession::tokens::Estimator).map(|x| {
+                let v = x.to_value();
+                w.out.insert("explain".into(), explain_summary(&v));
+            });
+            check_error(w, op, r)
         }
         "load" => load(w, op),
         "expectLog" => expect_log(w, op),

@@ -26,6 +26,7 @@ const FIXTURES: &[(Renderer, &str, &str)] = &[
     (Renderer::Anthropic, "anthropic-cache.sse", "anthropic-cache.json"),
     (Renderer::Gemini, "gemini-tools.sse", "gemini-tools.json"),
     (Renderer::Gemini, "gemini-array.stream.json", "gemini-array.json"),
+    (Renderer::Gemini, "gemini-streamed-args.sse", "gemini-streamed-args.json"),
     (Renderer::GeminiInteractions, "gemini-interactions-tools.sse", "gemini-interactions-tools.json"),
 ];
 
@@ -173,38 +174,50 @@ fn field<'a>(e: &'a llmsession::Error, k: &str) -> &'a Value {
 
 #[test]
 fn provider_error_events_fail_with_the_providers_error() {
-    let cases: &[(Renderer, &str, bool)] = &[
+    let cases: &[(Renderer, &str, bool, &str)] = &[
         (
             Renderer::OpenAi,
             "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\ndata: {\"error\":{\"message\":\"The server had an error while processing your request.\",\"type\":\"server_error\"}}\n\n",
             false,
+            "server_error: The server had an error while processing your request.",
         ),
         (
             Renderer::OpenAiResponses,
             "event: error\ndata: {\"type\":\"error\",\"code\":\"context_length_exceeded\",\"message\":\"Your input exceeds the context window of this model.\",\"param\":\"input\",\"sequence_number\":1}\n\n",
             true,
+            "context_length_exceeded: Your input exceeds the context window of this model.",
         ),
         (
             Renderer::OpenAiResponses,
             "event: response.failed\ndata: {\"type\":\"response.failed\",\"sequence_number\":3,\"response\":{\"id\":\"r\",\"status\":\"failed\",\"output\":[],\"error\":{\"code\":\"server_error\",\"message\":\"Something went wrong.\"}}}\n\n",
             false,
+            "server_error: Something went wrong.",
         ),
         (
             Renderer::Anthropic,
             "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"model\":\"c\",\"content\":[],\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\nevent: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n",
             false,
+            "overloaded_error: Overloaded",
         ),
         (
             Renderer::Gemini,
             "data: {\"error\":{\"code\":400,\"message\":\"The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).\",\"status\":\"INVALID_ARGUMENT\"}}\n\n",
             true,
+            "INVALID_ARGUMENT (400): The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).",
+        ),
+        (
+            Renderer::GeminiInteractions,
+            "event: error\ndata: {\"event_type\":\"error\",\"error\":{\"code\":\"resource_exhausted\",\"message\":\"Quota exceeded for interactions.\"}}\n\n",
+            false,
+            "resource_exhausted: Quota exceeded for interactions.",
         ),
     ];
-    for &(format, text, overflow) in cases {
+    for &(format, text, overflow, quoted) in cases {
         let mut s = StreamAccumulator::new(format);
         let e = s.feed(text.as_bytes()).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidInput, "{}", format.name());
-        assert!(e.message().starts_with("the provider reported an error in the stream: "), "{}", e.message());
+        // The provider's error type (or status, or code) and message, quoted.
+        assert_eq!(e.message(), format!("the provider reported an error in the stream: {quoted}"), "{}", format.name());
         assert_eq!(field(&e, "stream"), "provider-error");
         assert_eq!(field(&e, "overflow"), &Value::Bool(overflow), "{}", e.message());
         assert!(field(&e, "providerError").is_object());
@@ -304,7 +317,7 @@ fn malformed_events_are_clear_errors() {
         (Renderer::GeminiInteractions, b"data: {\"event_type\":\"step.start\",\"index\":0}\n\n", "`step.start` needs the `step` object"),
         (
             Renderer::GeminiInteractions,
-            b"data: {\"event_type\":\"step.start\",\"index\":0,\"step\":{\"type\":\"function_call\",\"id\":\"f\",\"name\":\"n\"}}\n\ndata: {\"event_type\":\"step.delta\",\"index\":0,\"delta\":{\"type\":\"arguments\",\"arguments\":\"{oops\"}}\n\ndata: {\"event_type\":\"step.stop\",\"index\":0}\n\n",
+            b"data: {\"event_type\":\"step.start\",\"index\":0,\"step\":{\"type\":\"function_call\",\"id\":\"f\",\"name\":\"n\"}}\n\ndata: {\"event_type\":\"step.delta\",\"index\":0,\"delta\":{\"type\":\"arguments_delta\",\"arguments\":\"{oops\"}}\n\ndata: {\"event_type\":\"step.stop\",\"index\":0}\n\n",
             "the arguments of function call step 0 are not JSON",
         ),
     ];
@@ -591,4 +604,199 @@ fn a_gemini_response_with_more_than_one_candidate_is_refused() {
     let array = format!("[{two}]");
     let e = s.feed(array.as_bytes()).unwrap_err();
     assert_eq!(field(&e, "candidate"), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Recorded traffic that broke: streamed call arguments (Interactions, Gemini 3) and error
+// answers.
+
+#[test]
+fn interactions_streamed_call_arguments_are_recorded_never_empty() {
+    // `step.delta` {"type":"arguments_delta","arguments":"..."}: the call's arguments, put
+    // together, whatever the chunking (the fixture is in FIXTURES, cut at every byte).
+    let (p, _) = run(Renderer::GeminiInteractions, &data("gemini-interactions-tools.sse"), &[]);
+    let (_, _, args) = p.message.tool_calls().next().unwrap();
+    assert_eq!(args, r#"{"lines":20,"path":"café.txt"}"#);
+    // Recorded by an agent, and sent back with them.
+    let session = Session::in_memory();
+    let mut agent = Agent::new(&session, AgentOptions::new(CallConfig::new("gemini", "gemini-3-flash-preview"))).unwrap();
+    agent.set_renderer(Renderer::GeminiInteractions, llmsession::render::RenderOptions::default()).unwrap();
+    agent.start_turn(Message::user_text("Lis café.txt")).unwrap();
+    agent.next_body(&CancelToken::new()).unwrap();
+    let mut s = StreamAccumulator::new(Renderer::GeminiInteractions);
+    s.feed(&data("gemini-interactions-tools.sse")).unwrap();
+    agent.record_stream(&mut s, false).unwrap();
+    agent.record_tool_result(llmsession::agent::ToolResultInput { call_id: "fc_7q2x".into(), content: vec![], is_error: false }).unwrap();
+    let body: Value = serde_json::from_str(&agent.next_body(&CancelToken::new()).unwrap().json).unwrap();
+    let call = body["input"].as_array().unwrap().iter().find(|s| s["type"] == "function_call").unwrap().clone();
+    assert_eq!(call["arguments"], json!({"path":"café.txt","lines":20}));
+    // A call step takes only its arguments and its signature: anything else (the guessed
+    // `arguments` type among them) is refused rather than lost, and a step left open at the end
+    // is complete with the interaction.
+    let start = "data: {\"event_type\":\"step.start\",\"index\":0,\"step\":{\"type\":\"function_call\",\"id\":\"f\",\"name\":\"n\"}}\n\n";
+    for (delta, want) in [
+        ("{\"type\":\"arguments\",\"arguments\":\"{}\"}", "a `arguments` delta for function call step 0"),
+        ("{\"type\":\"text\",\"text\":\"x\"}", "a `text` delta for function call step 0"),
+        ("{\"type\":\"arguments_delta\",\"arguments\":7}", "the `arguments` of an `arguments_delta` must be a string"),
+    ] {
+        let mut s = StreamAccumulator::new(Renderer::GeminiInteractions);
+        let e = s.feed(format!("{start}data: {{\"event_type\":\"step.delta\",\"index\":0,\"delta\":{delta}}}\n\n").as_bytes()).unwrap_err();
+        assert_eq!(field(&e, "stream"), "malformed");
+        assert!(e.message().contains(want), "{}", e.message());
+    }
+    let mut s = StreamAccumulator::new(Renderer::GeminiInteractions);
+    s.feed(format!("{start}data: {{\"event_type\":\"step.delta\",\"index\":0,\"delta\":{{\"type\":\"arguments_delta\",\"arguments\":\"{{\\\"a\\\":1}}\"}}}}\n\ndata: {{\"event_type\":\"interaction.completed\",\"interaction\":{{\"id\":\"i\",\"status\":\"requires_action\"}}}}\n\n").as_bytes())
+        .unwrap();
+    assert_eq!(s.finish(false).unwrap().message.tool_calls().next().unwrap().2, r#"{"a":1}"#);
+}
+
+#[test]
+fn gemini_streamed_function_call_arguments_make_one_call() {
+    // Gemini 3 with streamed arguments: the first part names the call (willContinue), the next
+    // carry partialArgs without a name, an empty functionCall (or a part without willContinue)
+    // completes it. The fixture is in FIXTURES (every cut, both readers' rules).
+    let want = parse_response(Renderer::Gemini, &body_of("gemini-streamed-args.json")).unwrap();
+    let (got, deltas) = run(Renderer::Gemini, &data("gemini-streamed-args.sse"), &[]);
+    assert_eq!(got, want);
+    let calls: Vec<_> = got.message.tool_calls().collect();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[0].1, "get_weather");
+    let args: Value = serde_json::from_str(calls[0].2).unwrap();
+    assert_eq!(
+        args,
+        json!({"location":"Boston, MA","unit":"celsius","days":3,"hourly":false,"options":{"lang":"fr"},"stops":["Cambridge","Salem 🌊"],"note":null})
+    );
+    assert_eq!((calls[1].1, calls[1].2), ("get_time", r#"{"zone":"America/New_York"}"#));
+    // The signature of the call's first part stays on the call.
+    assert_eq!(got.message.content[1].get_str("thoughtSignature"), Some("Q2FsbFNpZ0dlbWluaTM="));
+    // Deltas: the name first, then the arguments as one fragment when the call is complete.
+    let of_call = |n: usize| deltas.iter().filter(|d| d.kind == DeltaKind::ToolCall && d.index == n).collect::<Vec<_>>();
+    assert_eq!(of_call(0)[0].name.as_deref(), Some("get_weather"));
+    assert_eq!(of_call(0).iter().filter_map(|d| d.arguments.as_deref()).collect::<String>(), calls[0].2);
+    assert_eq!(of_call(1).iter().filter_map(|d| d.arguments.as_deref()).collect::<String>(), calls[1].2);
+    // The same chunks as a JSON array (no alt=sse).
+    let text = String::from_utf8(data("gemini-streamed-args.sse")).unwrap();
+    let elements: Vec<&str> = text.split("\n\n").filter_map(|e| e.strip_prefix("data: ")).collect();
+    let array = format!("[{}]", elements.join(",\r\n"));
+    let (got_array, _) = run(Renderer::Gemini, array.as_bytes(), &[]);
+    assert_eq!(got_array, want);
+    // Cut inside the second call: the first is kept, the cut one left out.
+    let cut = text.find("America").unwrap();
+    let cut = text[..cut].rfind("data: ").unwrap();
+    let mut s = StreamAccumulator::new(Renderer::Gemini);
+    s.feed(&text.as_bytes()[..cut]).unwrap();
+    let p = s.finish(true).unwrap();
+    assert_eq!(p.message.tool_calls().map(|c| c.1).collect::<Vec<_>>(), vec!["get_weather"]);
+
+    // What cannot be put together is refused, never guessed.
+    let chunk = |call: Value| format!("data: {}\n\n", json!({"candidates":[{"content":{"role":"model","parts":[{"functionCall":call}]}}]}));
+    let open = chunk(json!({"name":"f","willContinue":true}));
+    let bad: Vec<(String, &str)> = vec![
+        (chunk(json!({"partialArgs":[{"jsonPath":"$.a","stringValue":"x"}]})), "streamed function call 0 ended without its `name`"),
+        (format!("{open}{}", chunk(json!({"name":"g","willContinue":true}))), "was streamed as \"f\" and then as \"g\""),
+        (
+            format!(
+                "{open}{}",
+                chunk(
+                    json!({"partialArgs":[{"jsonPath":"$.a","stringValue":"x"},{"jsonPath":"$.a","stringValue":"y"}],"willContinue":true})
+                )
+            ),
+            "the streamed argument $.a was given twice",
+        ),
+        (
+            format!(
+                "{open}{}",
+                chunk(json!({"partialArgs":[{"jsonPath":"$.a","numberValue":1},{"jsonPath":"$.a.b","numberValue":2}],"willContinue":true}))
+            ),
+            "the streamed argument $.a.b goes through a value that is not an object",
+        ),
+        (format!("{open}{}", chunk(json!({"partialArgs":[{"jsonPath":"a.b","stringValue":"x"}]}))), "cannot read the JSON path \"a.b\""),
+        (format!("{open}{}", chunk(json!({"partialArgs":[{"jsonPath":"$.a"}]}))), "has no value"),
+        (
+            format!("{open}data: {}\n\n", json!({"candidates":[{"content":{"role":"model","parts":[]},"finishReason":"STOP"}]})),
+            "the answer finished while function call 0 was still streaming",
+        ),
+    ];
+    for (stream, want) in bad {
+        let e = StreamAccumulator::new(Renderer::Gemini).feed(stream.as_bytes()).unwrap_err();
+        assert_eq!(field(&e, "stream"), "malformed", "{}", e.message());
+        assert!(e.message().contains(want), "{}\nwanted: {want}", e.message());
+    }
+}
+
+#[test]
+fn error_answers_are_refused_in_every_format_and_nothing_is_recorded() {
+    // Error bodies as the providers document them (an HTTP 400 or 429 answer's body).
+    let cases: &[(Renderer, Value, &str, bool)] = &[
+        (
+            Renderer::OpenAi,
+            json!({"error":{"message":"This model's maximum context length is 128000 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}),
+            "invalid_request_error (context_length_exceeded): This model's maximum context length is 128000 tokens.",
+            true,
+        ),
+        (
+            Renderer::OpenAiResponses,
+            json!({"error":{"message":"Invalid type for 'input[2].content': expected an array.","type":"invalid_request_error","param":"input[2].content","code":"invalid_type"}}),
+            "invalid_request_error (invalid_type): Invalid type for 'input[2].content': expected an array.",
+            false,
+        ),
+        (
+            Renderer::OpenAiResponses,
+            json!({"error":{"message":"Rate limit reached for gpt-5 on tokens per min (TPM): Limit 30000, Used 29120, Requested 2046.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}),
+            "tokens (rate_limit_exceeded): Rate limit reached for gpt-5 on tokens per min (TPM): Limit 30000, Used 29120, Requested 2046.",
+            false,
+        ),
+        (
+            Renderer::Anthropic,
+            json!({"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"},"request_id":"req_011CSHoEeqs5C35K2UUqR7Fy"}),
+            "invalid_request_error: prompt is too long: 210000 tokens > 200000 maximum",
+            true,
+        ),
+        (
+            Renderer::Gemini,
+            json!({"error":{"code":429,"message":"Resource has been exhausted (e.g. check quota).","status":"RESOURCE_EXHAUSTED"}}),
+            "RESOURCE_EXHAUSTED (429): Resource has been exhausted (e.g. check quota).",
+            false,
+        ),
+        (
+            Renderer::GeminiInteractions,
+            json!({"error":{"code":400,"message":"Request contains an invalid argument.","status":"INVALID_ARGUMENT"}}),
+            "INVALID_ARGUMENT (400): Request contains an invalid argument.",
+            false,
+        ),
+    ];
+    for (format, body, quoted, overflow) in cases {
+        let e = parse_response(*format, body).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{}", format.name());
+        assert_eq!(e.message(), format!("the provider answered with an error, not a message: {quoted}"), "{}", format.name());
+        assert_eq!(field(&e, "providerError"), &body["error"]);
+        assert_eq!(field(&e, "overflow"), &Value::Bool(*overflow), "{}", format.name());
+        // Recorded as a body: refused, and nothing changes in the log; the step stays open.
+        let session = Session::in_memory();
+        let mut agent = Agent::new(&session, AgentOptions::new(CallConfig::new("p", "m"))).unwrap();
+        agent.set_renderer(*format, llmsession::render::RenderOptions::default()).unwrap();
+        agent.start_turn(Message::user_text("q")).unwrap();
+        agent.next_body(&CancelToken::new()).unwrap();
+        let before = session.with_log(|l| l.len());
+        let e = agent.record_body(&body.to_string()).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert!(
+            e.message().starts_with(&format!("a {} response body: the provider answered with an error", format.name())),
+            "{}",
+            e.message()
+        );
+        assert!(e.message().ends_with(quoted), "{}", e.message());
+        assert_eq!(session.with_log(|l| l.len()), before, "{}: nothing was logged", format.name());
+        agent.report_provider_error(e.message(), *overflow, &CancelToken::new()).ok();
+    }
+    // A failed Responses or Interactions object quotes its error the same way.
+    let e = parse_response(
+        Renderer::OpenAiResponses,
+        &json!({"id":"r","status":"failed","output":[],"error":{"code":"server_error","message":"The model failed to generate a response."}}),
+    )
+    .unwrap_err();
+    assert_eq!(e.message(), "response.status: the response failed: server_error: The model failed to generate a response.");
+    // A successful Responses object has "error": null: not an error.
+    let ok = parse_response(Renderer::OpenAiResponses, &json!({"id":"r","status":"completed","error":null,"output":[]})).unwrap();
+    assert_eq!(ok.finish_reason.as_deref(), Some("stop"));
 }

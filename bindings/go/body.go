@@ -24,6 +24,8 @@ import (
 const (
 	PurposeConversation = "conversation"
 	PurposeCompaction   = "compaction"
+	// PurposeKeepalive is the cache clock's keep-warm request (KeepaliveBody).
+	PurposeKeepalive = "keepalive"
 )
 
 // SetRenderer gives the agent a renderer ("openai", "openai-responses", "anthropic",
@@ -210,8 +212,11 @@ func (a *Agent) nextBody(ctx context.Context) (*C.char, int, RequestInfo, error)
 // requestInfoOf reads an lls_request_info.
 func requestInfoOf(in *C.lls_request_info) RequestInfo {
 	purpose := PurposeConversation
-	if in.purpose == C.LLS_PURPOSE_COMPACTION {
+	switch in.purpose {
+	case C.LLS_PURPOSE_COMPACTION:
 		purpose = PurposeCompaction
+	case C.LLS_PURPOSE_KEEPALIVE:
+		purpose = PurposeKeepalive
 	}
 	return RequestInfo{
 		Turn:           uint64(in.turn),

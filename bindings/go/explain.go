@@ -19,6 +19,11 @@ type ExplainOptions struct {
 	// CacheRules overrides the providers' cache TTLs and minimum cacheable sizes (JSON, per
 	// "provider" or "provider/model": ttlSeconds, minTokens). Since ABI 2 minor 5.
 	CacheRules json.RawMessage `json:"cacheRules,omitempty"`
+	// Tree explains the tree rooted at the session instead: its spawned children and forks,
+	// per node and rolled up (docs/caching.md, "Explain across a tree"). For Explain, the
+	// children spawned from the session in this process; for ExplainFile, path may be a store
+	// URL and the tree is read from the store. Since ABI 2 minor 6.
+	Tree bool `json:"tree,omitempty"`
 }
 
 // Explain explains every request of the session's log: the cacheable prefix it shares with

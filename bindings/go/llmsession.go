@@ -31,8 +31,13 @@ const ABIVersion = 2
 // status names (lls_status_name, behind Status.String and every Error's Kind), 3 the observer
 // hook (lls_set_observer, behind SetObserver and SetLogger), 4 the finish reason of a recorded
 // response (lls_agent_record_body_info, behind RecordBody and Recorded.FinishReason), 5 the
-// store conformance kit (lls_store_conformance, behind CheckStore and CheckStoreURL).
-const ABIMinor = 5
+// store conformance kit (lls_store_conformance, behind CheckStore and CheckStoreURL), 6 native
+// compaction (lls_agent_native_compaction_*, behind BeginNativeCompaction,
+// RecordNativeCompaction and FailNativeCompaction) and agent trees (lls_agent_spawn and
+// lls_agent_finish_child, behind Spawn and FinishChild) and the cache clock (lls_agent_cache_clock and
+// lls_agent_keepalive_body, behind CacheClock, KeepaliveBody and CompactIdle), 7 checkpoints
+// (the Checkpoints and Check options of every open, directory listings).
+const ABIMinor = 7
 
 // abiErr is non-nil when the loaded library speaks another ABI; every constructor returns it.
 var abiErr error

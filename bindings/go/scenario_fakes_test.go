@@ -128,6 +128,9 @@ func (w *world) summariserFor(spec any, a *Agent, s *Session) Summariser {
 		if m, ok := asMap(decode(in.Request))["messages"].([]any); ok {
 			count = len(m)
 		}
+		w.mu.Lock()
+		w.summaries = append(w.summaries, append([]byte(nil), in.Request...))
+		w.mu.Unlock()
 		w.journal(map[string]any{"callback": "summariser", "input": map[string]any{
 			"digest": in.Digest, "provider": in.Provider, "model": in.Model, "maxTokens": in.MaxTokens,
 			"sharedMessages": in.SharedMessages, "prefixLen": in.PrefixLen, "bytes": len(in.Request), "messageCount": count}})

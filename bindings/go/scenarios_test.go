@@ -46,6 +46,15 @@ type world struct {
 	calls                     []any          // the fakes' inputs during the running op, in call order
 	counterCalls              int            // items the token counter counted during the running op
 	out                       map[string]any // the running op's transcript entry
+	summaries                 [][]byte       // every summarisation request's envelope, in order
+	sent                      []sentRequest  // every request and nativeBegin envelope, in order
+}
+
+// sentRequest is an envelope the run sent, with how many summarisation requests came before it
+// (replay interleaves them where they happened).
+type sentRequest struct {
+	mark     int
+	envelope []byte
 }
 
 func (w *world) journal(call map[string]any) {
@@ -141,7 +150,17 @@ func (w *world) runOp(op map[string]any) error {
 		}
 		r, err := w.a().NextRequest(ctx)
 		if err == nil {
-			w.out["request"] = r.Info
+			info, _ := json.Marshal(r.Info)
+			ri := asMap(decode(info))
+			betas, err := w.a().RequestBetas()
+			check(err)
+			if len(betas) > 0 {
+				ri["betas"] = betas
+			}
+			w.out["request"] = ri
+			w.mu.Lock()
+			w.sent = append(w.sent, sentRequest{len(w.summaries), append([]byte(nil), r.Envelope...)})
+			w.mu.Unlock()
 		}
 		return err
 	case "respond":
@@ -275,6 +294,68 @@ func (w *world) runOp(op map[string]any) error {
 		return w.a().SetTokenCounter(w.counterFor(w.count, w.a(), w.session))
 	case "load":
 		return w.load(op)
+	case "nativeBegin":
+		r, err := w.a().BeginNativeCompaction()
+		if err == nil {
+			v := asMap(decode(r.Raw))
+			v["envelope"], v["body"] = len(r.Envelope), len(r.Body)
+			w.out["native"] = v
+			w.mu.Lock()
+			w.sent = append(w.sent, sentRequest{len(w.summaries), []byte(r.Envelope)})
+			w.mu.Unlock()
+		}
+		return err
+	case "nativeRecord", "nativeFail":
+		var o *NativeOutcome
+		var err error
+		if name == "nativeRecord" {
+			body, _ := json.Marshal(op["body"])
+			o, err = w.a().RecordNativeCompaction(body)
+		} else {
+			o, err = w.a().FailNativeCompaction(str("error", ""))
+		}
+		if err == nil {
+			w.out["native"] = decode(o.Raw)
+		}
+		return err
+	case "replay":
+		r, err := NewReplay(w.session)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		var order [][]byte
+		done := 0
+		for _, s := range w.sent {
+			order = append(order, w.summaries[done:s.mark]...)
+			done = s.mark
+			order = append(order, s.envelope)
+		}
+		order = append(order, w.summaries[done:]...)
+		answers := []any{}
+		for _, env := range order {
+			a, err := r.Answer(env)
+			if err != nil {
+				return err
+			}
+			m := asMap(decode(a))
+			answers = append(answers, map[string]any{"purpose": m["purpose"], "id": m["id"], "outcome": m["outcome"]})
+		}
+		ib, err := r.Info()
+		if err != nil {
+			return err
+		}
+		info := asMap(decode(ib))
+		w.out["replay"] = map[string]any{"requests": info["requests"], "answers": answers}
+	case "explain":
+		x, err := w.session.Explain(nil)
+		if err == nil {
+			v := asMap(decode(x))
+			t := asMap(v["totals"])
+			w.out["explain"] = map[string]any{"compactions": v["compactions"], "compactionTotals": v["compactionTotals"],
+				"requests": map[string]any{"conversation": t["conversationRequests"], "compaction": t["compactionRequests"], "notRebuilt": t["notRebuilt"]}}
+		}
+		return err
 	case "expectLog", "expectSummaryRequest", "expectPreStep":
 		// Checked by the Rust runner; the transcript holds what they look at.
 	default:

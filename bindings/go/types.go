@@ -34,6 +34,7 @@ const (
 	BlockToolCall   = "tool-call"   // ID, Name, Arguments
 	BlockToolResult = "tool-result" // ToolCallID, Content, IsError
 	BlockImage      = "image"       // URL, or MediaType and Data (base64)
+	BlockFile       = "file"        // MediaType, and Data (base64), URL or FileID; Filename
 )
 
 // Block is one content block. Which fields it uses depends on Type (see the Block* constants);
@@ -53,8 +54,11 @@ type Block struct {
 	Content    []Block
 	IsError    bool
 
-	// URL, or MediaType and Data (base64), are an image's.
+	// URL, or MediaType and Data (base64), are an image's. A file's are MediaType and one of
+	// Data (base64), URL and FileID (the id or URI the provider's Files API gave it), with its
+	// Filename (docs/contract.md, "Images and files").
 	URL, MediaType, Data string
+	FileID, Filename     string
 
 	// Extra holds every other field of the block, as it came (for an opaque block: all but
 	// "type"). A key that names one of the fields above is ignored.
@@ -85,6 +89,22 @@ func ImageData(mediaType, base64Data string) Block {
 	return Block{Type: BlockImage, MediaType: mediaType, Data: base64Data}
 }
 
+// FileData is a file block given inline: its media type ("application/pdf", "audio/wav",
+// "video/mp4", ...), base64 data and file name ("" for none).
+func FileData(mediaType, base64Data, filename string) Block {
+	return Block{Type: BlockFile, MediaType: mediaType, Data: base64Data, Filename: filename}
+}
+
+// FileURL is a file block given by URL.
+func FileURL(mediaType, url string) Block {
+	return Block{Type: BlockFile, MediaType: mediaType, URL: url}
+}
+
+// FileByID is a file block given by the id (or URI) the provider's Files API gave it.
+func FileByID(mediaType, fileID string) Block {
+	return Block{Type: BlockFile, MediaType: mediaType, FileID: fileID}
+}
+
 // knownKeys are the fields a block type has of its own (besides "type").
 func (b *Block) knownKeys() []string {
 	switch b.Type {
@@ -96,6 +116,8 @@ func (b *Block) knownKeys() []string {
 		return []string{"toolCallId", "content", "isError"}
 	case BlockImage:
 		return []string{"url", "mediaType", "data"}
+	case BlockFile:
+		return []string{"url", "mediaType", "data", "fileId", "filename"}
 	}
 	return nil
 }
@@ -103,9 +125,9 @@ func (b *Block) knownKeys() []string {
 // MarshalJSON writes the block's wire form.
 func (b Block) MarshalJSON() ([]byte, error) {
 	known := b.knownKeys()
-	if b.Type == BlockImage {
-		// An image's fields override Extra only when set: a field that is not a non-empty
-		// string was left in Extra by UnmarshalJSON, as it came.
+	if b.Type == BlockImage || b.Type == BlockFile {
+		// An image's or a file's fields override Extra only when set: a field that is not a
+		// non-empty string was left in Extra by UnmarshalJSON, as it came.
 		known = nil
 	}
 	o := newObject(b.Extra, append(known, "type"))
@@ -126,6 +148,12 @@ func (b Block) MarshalJSON() ([]byte, error) {
 		o.setString("url", b.URL)
 		o.setString("mediaType", b.MediaType)
 		o.setString("data", b.Data)
+	case BlockFile:
+		o.setString("url", b.URL)
+		o.setString("mediaType", b.MediaType)
+		o.setString("data", b.Data)
+		o.setString("fileId", b.FileID)
+		o.setString("filename", b.Filename)
 	}
 	return o.marshal()
 }
@@ -148,9 +176,14 @@ func (b *Block) UnmarshalJSON(data []byte) error {
 		err = takeAll(m, field{"id", &b.ID}, field{"name", &b.Name}, field{"arguments", &b.Arguments})
 	case BlockToolResult:
 		err = takeAll(m, field{"toolCallId", &b.ToolCallID}, field{"content", &b.Content}, field{"isError", &b.IsError})
-	case BlockImage:
-		// The renderers check an image's fields; anything but a non-empty string stays in Extra.
-		for _, f := range []field{{"url", &b.URL}, {"mediaType", &b.MediaType}, {"data", &b.Data}} {
+	case BlockImage, BlockFile:
+		// The renderers check an image's or a file's fields; anything but a non-empty string
+		// stays in Extra.
+		fields := []field{{"url", &b.URL}, {"mediaType", &b.MediaType}, {"data", &b.Data}}
+		if b.Type == BlockFile {
+			fields = append(fields, field{"fileId", &b.FileID}, field{"filename", &b.Filename})
+		}
+		for _, f := range fields {
 			var s string
 			if raw, ok := m[f.key]; ok && json.Unmarshal(raw, &s) == nil && s != "" {
 				*f.dst.(*string) = s
@@ -321,17 +354,37 @@ func (u *Usage) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// Tool is a tool the model may call: its name, what it does, and the JSON schema of its
-// arguments (Parameters; nil is written as {}).
+// Tool is a tool the model may use. A function tool (the host runs it) has its name, what it
+// does, and the JSON schema of its arguments (Parameters; nil is written as {}). A provider tool
+// (the provider runs it server-side: web search, code execution, ...) has Provider set and
+// nothing else: it is sent verbatim, only to its own format (docs/render.md, "Tools"); the
+// library names it in the list by Name, "<format>:<key>" (it is filled in when decoded).
 type Tool struct {
 	Name        string
 	Description string
 	Parameters  json.RawMessage
 	Extra       map[string]json.RawMessage
+	Provider    *ProviderTool
 }
 
-// MarshalJSON writes the tool's wire form.
+// ProviderTool is a provider's own tool: the body format whose renderer sends it ("anthropic",
+// "openai-responses", "openai", "gemini", "gemini-interactions") and the tool object in that
+// provider's shape, e.g. {"type":"web_search_20250305","name":"web_search","max_uses":5}.
+type ProviderTool struct {
+	Format string
+	Tool   json.RawMessage
+}
+
+// MarshalJSON writes the tool's wire form: {"type":"provider","format","tool"} for a provider
+// tool, else {"name","description","parameters",...Extra}.
 func (t Tool) MarshalJSON() ([]byte, error) {
+	if t.Provider != nil {
+		o := newObject(nil, nil)
+		o.set("type", "provider")
+		o.set("format", t.Provider.Format)
+		o.set("tool", t.Provider.Tool)
+		return o.marshal()
+	}
 	o := newObject(t.Extra, []string{"name", "description", "parameters"})
 	o.set("name", t.Name)
 	o.set("description", t.Description)
@@ -343,18 +396,67 @@ func (t Tool) MarshalJSON() ([]byte, error) {
 	return o.marshal()
 }
 
-// UnmarshalJSON reads a tool schema.
+// UnmarshalJSON reads a tool (as the library gives it: a function tool, or a provider tool).
 func (t *Tool) UnmarshalJSON(data []byte) error {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(data, &m); err != nil {
 		return err
 	}
 	*t = Tool{}
-	if err := takeAll(m, field{"name", &t.Name}, field{"description", &t.Description}, field{"parameters", &t.Parameters}); err != nil {
+	var kind string
+	if err := take(m, "type", &kind); err != nil {
 		return fmt.Errorf("tool: %w", err)
+	}
+	if kind == "provider" {
+		p := &ProviderTool{}
+		if err := takeAll(m, field{"format", &p.Format}, field{"tool", &p.Tool}); err != nil {
+			return fmt.Errorf("provider tool: %w", err)
+		}
+		t.Provider = p
+		t.Name = p.Format + ":" + providerToolKey(p.Tool)
+		return nil
+	}
+	if kind != "" {
+		m["type"] = json.RawMessage(fmt.Sprintf("%q", kind))
+	}
+	var description *string
+	if err := takeAll(m, field{"name", &t.Name}, field{"description", &description}, field{"parameters", &t.Parameters}); err != nil {
+		return fmt.Errorf("tool: %w", err)
+	}
+	if description != nil {
+		t.Description = *description
 	}
 	t.Extra = extra(m)
 	return nil
+}
+
+// providerToolKey is the key the library gives a provider tool object: its "name", else its
+// "type" (with ":<server_label>"), else its one field.
+func providerToolKey(raw json.RawMessage) string {
+	var o map[string]json.RawMessage
+	if json.Unmarshal(raw, &o) != nil {
+		return ""
+	}
+	text := func(k string) string {
+		var s string
+		_ = json.Unmarshal(o[k], &s)
+		return s
+	}
+	if n := text("name"); n != "" {
+		return n
+	}
+	if ty := text("type"); ty != "" {
+		if label := text("server_label"); label != "" {
+			return ty + ":" + label
+		}
+		return ty
+	}
+	if len(o) == 1 {
+		for k := range o {
+			return k
+		}
+	}
+	return ""
 }
 
 // Finish reasons of a parsed or recorded response (Response.FinishReason,
@@ -557,11 +659,15 @@ func (e *Event) Usage() (*Usage, error) {
 // VerifyReport is what Verify and VerifyFile report: how many events were checked and how many
 // conversation and compaction requests were rebuilt from the log and matched. Raw is the JSON.
 type VerifyReport struct {
-	Events      uint64          `json:"events"`
-	Requests    uint64          `json:"requests"`
-	Compactions uint64          `json:"compactions"`
-	Bodies      uint64          `json:"bodies,omitempty"`
-	Raw         json.RawMessage `json:"-"`
+	Events      uint64 `json:"events"`
+	Requests    uint64 `json:"requests"`
+	Compactions uint64 `json:"compactions"`
+	Bodies      uint64 `json:"bodies,omitempty"`
+	// Keepalives and Decisions count the cache clock's keep-warm requests rebuilt and its
+	// decisions recomputed (ABI minor 6).
+	Keepalives uint64          `json:"keepalives,omitempty"`
+	Decisions  uint64          `json:"decisions,omitempty"`
+	Raw        json.RawMessage `json:"-"`
 }
 
 // LoadReport is what opening a session found and repaired: records cut from the end (a torn

@@ -41,6 +41,11 @@ func TestTypedValuesMarshalToTheWireForm(t *testing.T) {
 		{ToolResult{CallID: "c1", Text: "ok"}, `{"callId":"c1","text":"ok"}`},
 		{ToolResult{CallID: "c1", Content: []Block{TextBlock("no")}, IsError: true}, `{"callId":"c1","content":[{"text":"no","type":"text"}],"isError":true}`},
 		{Tool{Name: "read", Description: "Read a file"}, `{"name":"read","description":"Read a file","parameters":{}}`},
+		{Tool{Provider: &ProviderTool{Format: "anthropic", Tool: json.RawMessage(`{"name":"web_search","type":"web_search_20250305"}`)}},
+			`{"type":"provider","format":"anthropic","tool":{"name":"web_search","type":"web_search_20250305"}}`},
+		{FileData("application/pdf", "JVBE", "a.pdf"), `{"data":"JVBE","filename":"a.pdf","mediaType":"application/pdf","type":"file"}`},
+		{FileByID("video/mp4", "files/abc"), `{"fileId":"files/abc","mediaType":"video/mp4","type":"file"}`},
+		{FileURL("application/pdf", "https://x/a.pdf"), `{"mediaType":"application/pdf","type":"file","url":"https://x/a.pdf"}`},
 		{AgentOptions{Config: CallConfig{Provider: "p", Model: "m", MaxTokens: Count(64), Extra: map[string]json.RawMessage{"seed": json.RawMessage(`42`)}},
 			Policy: &Policy{ContextWindow: 4096, Threshold: 0.5}},
 			`{"config":{"provider":"p","model":"m","maxTokens":64,"seed":42},"policy":{"contextWindow":4096,"threshold":0.5}}`},
@@ -63,6 +68,23 @@ func TestTypedValuesMarshalToTheWireForm(t *testing.T) {
 	}
 	if m.Content[2].Type != "widget" || string(m.Content[2].Extra["kind"]) != `"map"` || m.Provenance.Model != "m" || !m.Content[3].IsError {
 		t.Errorf("decoded %+v", m)
+	}
+
+	// A provider tool as the library gives it decodes with its key in the list, and back.
+	var tool Tool
+	const provider = `{"type":"provider","format":"openai-responses","tool":{"server_label":"deepwiki","type":"mcp"}}`
+	if err := json.Unmarshal([]byte(provider), &tool); err != nil {
+		t.Fatal(err)
+	}
+	if tool.Name != "openai-responses:mcp:deepwiki" || tool.Provider == nil || wire(t, tool) != provider {
+		t.Errorf("provider tool %+v: %s", tool, wire(t, tool))
+	}
+	var file Block
+	if err := json.Unmarshal([]byte(`{"fileId":"f","filename":"a.pdf","mediaType":"application/pdf","type":"file"}`), &file); err != nil {
+		t.Fatal(err)
+	}
+	if file.FileID != "f" || file.Filename != "a.pdf" || file.MediaType != "application/pdf" || len(file.Extra) != 0 {
+		t.Errorf("file block %+v", file)
 	}
 
 	// A mistyped known field is an error naming it.

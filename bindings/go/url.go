@@ -96,17 +96,21 @@ type StoredSession struct {
 	InUse     bool          `json:"inUse"`     // a writer holds it now
 }
 
-// StoredParent is the parent of a forked session.
+// StoredParent is the parent of a forked or spawned session.
 type StoredParent struct {
 	ID         string `json:"id"`
 	SeedLength uint64 `json:"seedLength"`
+	Spawned    bool   `json:"spawned"`          // a child an agent spawned (else a fork)
+	CallID     string `json:"callId,omitempty"` // the parent's call a child answers
 }
 
 // ListOptions page through ListSessions: sessions whose id sorts after After, at most Limit
-// of them (0: no limit).
+// of them (0: no limit); with Parent, only that session's children and forks (for a file,
+// those beside it named after it).
 type ListOptions struct {
-	After string
-	Limit uint64
+	After  string
+	Limit  uint64
+	Parent string
 }
 
 // ListSessions lists the sessions of the store a URL names, ordered by id (a file holds one or
@@ -123,6 +127,9 @@ func ListSessions(url string, opts *ListOptions) ([]StoredSession, error) {
 		}
 		if opts.Limit != 0 {
 			m["limit"] = opts.Limit
+		}
+		if opts.Parent != "" {
+			m["parent"] = opts.Parent
 		}
 		o, _ = json.Marshal(m)
 	}

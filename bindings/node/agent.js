@@ -23,12 +23,19 @@ const SETTLED = Promise.resolve();
 
 /** An agent instance over a session. */
 class Agent {
-  constructor(session, options) {
+  /**
+   * A new agent instance over `session`. Options without `config` (`{}`) wake the session: the
+   * agent sends what its last request carried (a child's: its parent's; see tree.js). `adopt`
+   * (internal) is an agent pointer the library already made (`lls_agent_spawn`).
+   */
+  constructor(session, options, adopt) {
     if (!(session instanceof Session)) throw new TypeError('Agent needs a Session');
-    const b = jsonBuf(options);
-    const out = [null];
-    const err = [null];
-    check(C.lls_agent_new(session._ptr, b, b.length, out, err), err);
+    const out = [adopt || null];
+    if (!adopt) {
+      const b = jsonBuf(options);
+      const err = [null];
+      check(C.lls_agent_new(session._ptr, b, b.length, out, err), err);
+    }
     this.session = session;
     this._core = {
       ptr: out[0],
@@ -250,13 +257,15 @@ class Agent {
   }
 
   /**
-   * Records the provider's raw response body (a Buffer, a Uint8Array or a string) for the open
-   * step, parsed with the agent's renderer: `{seq, toolCalls, finishReason?}` (the assistant
-   * message's seq, how many tool calls it made, and the response's finish reason, normalised:
-   * `'pause-turn'` means the turn is not over; absent when the response gives none). The log
-   * does not keep the finish reason.
+   * Records the provider's response body for the open step, parsed with the agent's renderer:
+   * the raw bytes (a Buffer, a Uint8Array or a string) or the parsed JSON (a plain object, such
+   * as what the `openai` and `@anthropic-ai/sdk` packages return). Gives a `Recorded`: the
+   * assistant message's `seq`, its `toolCalls` (id, name, arguments; read on first access),
+   * `toolCallCount`, and the response's `finishReason`, normalised (`'pause-turn'` means the
+   * turn is not over; absent when the response gives none), which the log does not keep.
    */
   recordBody(body) {
+    if (body !== null && typeof body === 'object' && !(body instanceof Uint8Array)) body = JSON.stringify(body);
     const str = shortString(body);
     const b = str ? body : bytesArg(body, 'recordBody');
     const p = this._sync('recordBody');
@@ -268,13 +277,13 @@ class Agent {
       ? S.lls_agent_record_body_info(p, b, Buffer.byteLength(b), sc.rec, err)
       : C.lls_agent_record_body_info(p, b, b.length, sc.rec, err);
     if (st !== Status.OK) throw takeError(st, err[0]);
-    return readRecorded(sc.rec, sc.rec32);
+    return readRecorded(sc.rec, sc.rec32, this.session);
   }
 
   /**
    * Records a streamed response from its `Stream` at the stream's end (`{partial: true}`: the
-   * message so far, as `stream.finish({partial: true})`): `{seq, toolCalls, finishReason?}`
-   * (`'incomplete'` for a cut stream recorded with `partial`).
+   * message so far, as `stream.finish({partial: true})`): a `Recorded`, as `recordBody` gives
+   * (`finishReason` `'incomplete'` for a cut stream recorded with `partial`).
    */
   recordStream(stream, options = {}) {
     if (!(stream instanceof Stream)) throw new TypeError('recordStream: expected a Stream');
@@ -284,7 +293,7 @@ class Agent {
     const sc = this._core.scratch;
     const err = [null];
     check(fn(p, sp, !!options.partial, sc.rec, err), err);
-    return readRecorded(sc.rec, sc.rec32);
+    return readRecorded(sc.rec, sc.rec32, this.session);
   }
 
   /** Records the provider's response `{message, usage?}`; returns the assistant message's seq. */

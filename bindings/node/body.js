@@ -7,6 +7,7 @@
 const { koffi, C } = require('./native');
 const { Status, bindingError } = require('./errors');
 const { takeBytes } = require('./bytes');
+const { Recorded } = require('./tools');
 
 // Lent bytes: a Buffer over the library's own memory (koffi.view, no copy), given back with
 // lls_string_free when the garbage collector releases its ArrayBuffer, or at an explicit
@@ -74,7 +75,7 @@ const INFO_SIZE = koffi.sizeof(RequestInfoType);
 const INFO_AT = Object.fromEntries(
   ['instance', 'turn', 'step', 'step_seq', 'purpose', 'prefix_len', 'message_count', 'shared_messages', 'envelope_len', 'digest'].map(
     (f) => [f, koffi.offsetof(RequestInfoType, f)]));
-const PURPOSES = ['conversation', 'compaction'];
+const PURPOSES = ['conversation', 'compaction', 'keepalive'];
 
 // lls_recorded_info, read from a Buffer the call fills.
 const RecordedInfoType = koffi.struct('lls_recorded_info', {
@@ -121,18 +122,21 @@ function u64(u32, i) {
   return u32[i] + u32[i + 1] * 0x100000000;
 }
 
-/** `{seq, toolCalls, finishReason?}` of a filled lls_recorded_info (`rec`, `u32` its words). */
-function readRecorded(rec, u32) {
-  const r = { seq: u64(u32, RECORDED_U32.seq), toolCalls: u32[RECORDED_U32.tool_calls] };
+/**
+ * The Recorded of a filled lls_recorded_info (`rec`, `u32` its words), whose tool calls are read
+ * from `session` when asked for.
+ */
+function readRecorded(rec, u32, session) {
   const f = RECORDED_AT.finish_reason;
+  let finishReason;
   // The library writes the whole record, the reason NUL-terminated within its 64 bytes (a
   // short loop: Buffer's indexOf and toString go through several JS frames each).
   if (rec[f] !== 0) {
     let end = f + 1;
     while (end < f + 63 && rec[end] !== 0) end++;
-    r.finishReason = SLICES ? rec.utf8Slice(f, end) : rec.toString('utf8', f, end);
+    finishReason = SLICES ? rec.utf8Slice(f, end) : rec.toString('utf8', f, end);
   }
-  return r;
+  return new Recorded(u64(u32, RECORDED_U32.seq), u32[RECORDED_U32.tool_calls], finishReason, session);
 }
 
 /** The request description of a filled lls_request_info, in `requestInfo()`'s shape. */

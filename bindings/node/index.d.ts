@@ -15,6 +15,7 @@ export type Block =
   | ToolCallBlock
   | ToolResultBlock
   | ImageBlock
+  | FileBlock
   | RedactedThinkingBlock
   | OpaqueBlock;
 
@@ -61,6 +62,37 @@ export interface ImageBlock {
   mediaType?: string;
   data?: string;
   [key: string]: Json | undefined;
+}
+
+/**
+ * A file (a document, audio, video, an image): its `mediaType` and one of base64 `data`, a `url`
+ * or the `fileId` (or URI) the provider's Files API gave it, with its `filename`. Each format
+ * renders it or refuses it naming the block and the format (docs/render.md).
+ */
+export interface FileBlock {
+  type: 'file';
+  mediaType: string;
+  data?: string;
+  url?: string;
+  fileId?: string;
+  filename?: string;
+  [key: string]: Json | undefined;
+}
+
+/**
+ * A tool: a function tool `{name, description?, parameters}` (OpenAI's
+ * `{type: 'function', function: {...}}` is read too), or a provider's own tool sent verbatim to
+ * its format only (docs/render.md, "Tools").
+ */
+export type Tool =
+  | { name: string; description?: string | null; parameters: { [key: string]: Json }; [key: string]: Json | undefined }
+  | ProviderTool;
+
+/** A provider (server-side) tool: `format` is the renderer name, `tool` the provider's object. */
+export interface ProviderTool {
+  type: 'provider';
+  format: 'anthropic' | 'openai-responses' | 'openai' | 'gemini' | 'gemini-interactions';
+  tool: { [key: string]: Json };
 }
 
 /** Anthropic's redacted thinking, carried back verbatim. */
@@ -198,7 +230,8 @@ export interface UrlOptions extends SessionOptions {
 export interface StoredSession {
   id: string;
   createdAt: number;
-  parent?: { id: string; seedLength: number };
+  /** For a fork or a spawned child: its parent (`spawned`: a child; `callId`: the call it answers). */
+  parent?: { id: string; seedLength: number; spawned: boolean; callId?: string };
   events: number;
   chainHead?: string;
   updatedAt: number;
@@ -235,8 +268,41 @@ export interface RequestInfo {
   sharedMessages: number;
   instance: number;
   stepSeq: number;
-  /** Set by `nextBody` (read from the library's fixed record). */
-  purpose?: 'conversation' | 'compaction';
+  /** Set by `nextBody` and `keepaliveBody` (read from the library's fixed record). */
+  purpose?: 'conversation' | 'compaction' | 'keepalive';
+  /**
+   * The Anthropic beta flags the request needs (native compaction's, header `anthropic-beta`);
+   * from `requestInfo()` and `nextRequest`, absent when none.
+   */
+  betas?: string[];
+}
+
+/** A native compaction request (`Agent.beginNativeCompaction`): POST `body` to `endpoint`. */
+export interface NativeRequest {
+  format: 'anthropic' | 'openai-responses';
+  endpoint: string;
+  /** The `anthropic-beta` flags to send (empty for OpenAI). */
+  betas: string[];
+  /** The logged request envelope (JSON text; its SHA-256 is `digest`). */
+  envelope: string;
+  /** The provider body to POST (JSON text). */
+  body: string;
+  digest: string;
+  /** The surface span the block will replace, and its seqs. */
+  span: [number, number];
+  seqs: number[];
+  messageCount: number;
+  sharedMessages: number;
+}
+
+/** How a native compaction ended. */
+export interface NativeOutcome {
+  outcome: 'landed' | 'failed';
+  format: string;
+  span: [number, number];
+  seqs: number[];
+  error?: string;
+  stopReason?: string;
 }
 
 /** The result of `Agent.nextRequest`. */
@@ -363,18 +429,49 @@ export declare class Body {
   readonly released: boolean;
 }
 
+/** One tool call of an assistant message (`tools.js`). */
+export declare class ToolCall {
+  private constructor();
+  /** The call's id: the `callId` of its result (`agent.recordToolResult`). */
+  readonly id: string;
+  /** The tool's name. */
+  readonly name: string;
+  /** The arguments as the model wrote them (JSON text; a model may write invalid JSON). */
+  readonly argumentsJson: string;
+  /**
+   * The arguments parsed (on first access; an empty text is `{}`). Throws a SyntaxError naming
+   * the call when `argumentsJson` is not JSON.
+   */
+  readonly arguments: any;
+}
+
+/**
+ * The tool calls in a message, a response `{message, ...}`, an event, or an array of these
+ * (an object, JSON text, or its bytes), in the order the model made them.
+ */
+export declare function toolCalls(value: unknown): ToolCall[];
+
 /** What `recordBody` and `recordStream` recorded. */
-export interface RecordedResponse {
+export declare class Recorded {
+  private constructor();
   /** Seq of the assistant/message event. */
-  seq: number;
+  readonly seq: number;
   /** How many tool calls the response made. */
-  toolCalls: number;
+  readonly toolCallCount: number;
+  /**
+   * The response's tool calls, as the log holds them: read from the session on first access
+   * (nothing is read when there are none), so read them before the session is closed.
+   */
+  readonly toolCalls: ToolCall[];
   /**
    * The response's finish reason, normalised (`'pause-turn'`: the turn is not over, build the
    * next request of the same turn); absent when the response gives none. Not logged.
    */
-  finishReason?: FinishReason;
+  readonly finishReason?: FinishReason;
 }
+
+/** What `recordBody` and `recordStream` recorded (the `Recorded` class). */
+export type RecordedResponse = Recorded;
 
 /** Status codes (lls_status). */
 export declare const Status: Readonly<{
@@ -452,6 +549,8 @@ export declare class Session {
   header(): { config: CallConfig; system?: string; tools?: Json[]; messagePrefix?: Message[] } | null;
   stats(): { readOnly: boolean; chainHead?: string; [key: string]: number | boolean | string | undefined };
   verify(): { events: number; requests: number; compactions: number };
+  /** With `tree: true`: the tree rooted at this session (its children spawned in this process). */
+  explain(options: ExplainOptions & { tree: true }): TreeExplanation;
   /** Why each request of the log hit or missed the provider's cache (`docs/caching.md`). */
   explain(options?: ExplainOptions | null): Explanation;
   append(event: NewEvent): number;
@@ -486,22 +585,176 @@ export declare class Agent {
   nextBody(options?: OperationOptions): Promise<Body>;
   /** The envelope of the last request built (the logged bytes). */
   lastEnvelope(): Buffer;
-  /** Records the provider's raw response body for the open step. */
-  recordBody(body: Buffer | Uint8Array | string): RecordedResponse;
+  /**
+   * Records the provider's response body for the open step: its raw bytes, or the parsed JSON
+   * (a plain object, such as what the `openai` and `@anthropic-ai/sdk` packages return).
+   */
+  recordBody(body: Buffer | Uint8Array | string | object): Recorded;
   /** Records a streamed response from its accumulator, at the stream's end. */
-  recordStream(stream: Stream, options?: { partial?: boolean }): RecordedResponse;
+  recordStream(stream: Stream, options?: { partial?: boolean }): Recorded;
   recordResponse(response: { message: Message; usage?: Usage; finishReason?: string }): number;
   recordToolResult(result: { callId: string; text?: string; content?: Block[]; isError?: boolean }): number;
   inject(message: string | Message): number | null;
   providerError(error: string | { message: string; overflow?: boolean }, options?: OperationOptions): Promise<{ retry: boolean }>;
   endTurn(reason?: 'completed' | 'max-tokens' | 'aborted' | 'error' | 'rejected' | 'disposed' | 'interrupted'): void;
   compact(options?: OperationOptions & { span?: [number, number] }): Promise<CompactionOutcome>;
+  /** A native compaction request for the route over the whole history (ABI 2 minor 6). */
+  beginNativeCompaction(): NativeRequest;
+  /** Records the provider's answer to the native compaction request in flight. */
+  recordNativeCompaction(body: string | Buffer | Uint8Array | Json): NativeOutcome;
+  /** Reports that the native compaction request in flight failed. */
+  failNativeCompaction(why?: string): NativeOutcome;
   measure(options?: OperationOptions): Promise<{ total: number; counter: string; [key: string]: Json }>;
+  /** Asks the cache clock what to do now (docs/caching.md, "The cache clock"). Synchronous. */
+  cacheClock(options?: ClockOptions): ClockDecision;
+  /** The keep-warm request the clock decided, as the provider body; record its answer with `recordBody`. */
+  keepaliveBody(): Body;
+  /** The compaction the clock decided (`trigger: "idle"`). */
+  compactIdle(options?: OperationOptions): Promise<CompactionOutcome>;
   stats(): { readOnly: boolean; chainHead?: string; [key: string]: number | boolean | string | undefined };
   prefix(): Message[] | null;
   dispose(): Promise<void>;
   close(): void;
   readonly closed: boolean;
+  /**
+   * Spawns a child agent from the open tool call `options.callId` (none: at a turn boundary):
+   * its first request extends this agent's last one (tree.js, `docs/caching.md`).
+   */
+  spawn(directive: string | Message, options?: SpawnOptions): { session: Session; agent: Agent };
+  /** Ends the child's turn and records its answer as this agent's result of its call. */
+  finishChild(child: Agent, options?: { error?: string } | null): Promise<ChildOutcome>;
+  /** An agent that sends what the session's last request carried (a woken child). */
+  static wake(session: Session, options?: { checkRequests?: boolean; policy?: Policy | PolicyTable; tokenizer?: string }): Agent;
+}
+
+/** Options of `Agent#spawn`. */
+export interface SpawnOptions {
+  /** The parent's open tool call the child answers; absent: at a turn boundary. */
+  callId?: string;
+  /** The result text of every open call in the child's history (default `DEFAULT_PLACEHOLDER`). */
+  placeholder?: string;
+  id?: string;
+  durability?: 'every-event' | 'turn-end' | 'never';
+  /** Keep the child in this JSONL file (default: beside a JSONL parent, named after it). */
+  path?: string;
+  /** Keep the child in the store this URL names. */
+  url?: string;
+  /** The TTL of the child's Anthropic cache breakpoints. */
+  cacheTtl?: '5m' | '1h';
+  /** At most this many requests. */
+  maxTurns?: number;
+}
+
+/** What finishing a child gave its parent. */
+export interface ChildOutcome {
+  child: string;
+  callId?: string;
+  answer: string;
+  isError: boolean;
+  /** Tool results this call wrote to the parent's log (0: an earlier call still waits). */
+  recorded: number;
+}
+
+/** The result text of every open call of the parent in a child's history, unless given. */
+export declare const DEFAULT_PLACEHOLDER: string;
+
+/** Sums over some requests of a tree (`explain` with `tree: true`). */
+export interface TreeSpend {
+  requests: number;
+  promptTokens: number;
+  cachedTokens: number;
+  uncachedTokens: number;
+  missTokens: number;
+  outputTokens: number;
+  cost?: number;
+  missCost?: number;
+}
+
+/** The explanation of a tree of sessions (`docs/caching.md`, "Explain across a tree"). */
+export interface TreeExplanation {
+  root: string;
+  counter: string;
+  nodes: Array<{
+    id: string;
+    parent?: string;
+    kind: 'root' | 'spawn' | 'fork';
+    callId?: string;
+    depth: number;
+    seedLength: number;
+    source: string;
+    own: TreeSpend;
+    spawnFloor?: TreeSpend;
+    work?: TreeSpend;
+    inheritedTokens: number;
+    subtree: TreeSpend;
+    answeredAt?: number;
+  }>;
+  totals: {
+    nodes: number;
+    all: TreeSpend;
+    root: TreeSpend;
+    subagents: TreeSpend;
+    spawnFloors: TreeSpend;
+    work: TreeSpend;
+    inheritedTokens: number;
+    coldChildren: { uncachedTokens: number; extraUncachedTokens: number; cost?: number; extraCost?: number };
+  };
+}
+
+/** The decisions of the cache clock. */
+export declare const Decision: {
+  readonly NONE: 'none';
+  readonly COMPACT: 'compact';
+  readonly KEEP_WARM: 'keep-warm';
+  readonly LET_EXPIRE: 'let-expire';
+  readonly TIER: 'tier';
+};
+
+/** The options of `Agent.cacheClock` (all optional). */
+export interface ClockOptions {
+  /** The time to decide for, ms since the epoch (default: now). */
+  now?: number;
+  /** The host's price table (as for explain): without a price for the model nothing is decided. */
+  prices?: { [key: string]: Json };
+  /** Overrides of the providers' TTLs (as for explain). */
+  cacheRules?: { [key: string]: Json };
+  /** The return-time model (default: the session's gaps and the documented prior). */
+  returnModel?: { gapsMs?: number[]; weights?: number[]; neverReturns?: number; learn?: boolean; priorWeight?: number };
+  /** How long before expiry the clock acts, ms (default 30000). */
+  marginMs?: number;
+  /** How a longer-tier write after a hit is billed. */
+  tierBilling?: 'written' | 'prefix';
+  compaction?: { enabled?: boolean; minContextTokens?: number; summaryRatio?: number };
+  /** Whether an action decision is recorded in the log (default true). */
+  record?: boolean;
+}
+
+/** The cache clock's answer. */
+export interface ClockDecision {
+  decision: 'none' | 'compact' | 'keep-warm' | 'let-expire' | 'tier';
+  tier?: string;
+  reason: string;
+  at: number;
+  warmUntil?: number;
+  /** When to ask again (ms since the epoch); absent: nothing to decide before the next request. */
+  nextDecisionAt?: number;
+  returnProbability?: number;
+  options: { option: string; tier?: string; expectedCost: number; expectedPings?: number }[];
+  breakEven: { [key: string]: number };
+  /** Where the return-time model came from. */
+  returns: string;
+  state: {
+    provider: string;
+    model: string;
+    lastRequestAt?: number;
+    touchedAt?: number;
+    tier: string;
+    ttlMs?: number;
+    figures?: { [key: string]: Json };
+    compacted: boolean;
+  };
+  /** The seq of the clock/decision event that records it. */
+  recorded?: number;
 }
 
 /** A provider body format. */
@@ -630,7 +883,11 @@ export interface ExplainOptions {
   prices?: Record<string, Price>;
   /** Overrides of the providers' cache TTLs and minimum cacheable sizes. */
   cacheRules?: Record<string, { ttlSeconds?: number | null; minTokens?: number }>;
+  /** Explain the tree rooted at the session instead (see `TreeExplanation`). */
+  tree?: boolean;
 }
+/** With `tree: true`: the tree rooted at the log (`path` may be a store URL). */
+export declare function explainFile(path: string, options: ExplainOptions & { tree: true }): TreeExplanation;
 /** Explains a stored JSONL log without opening it. */
 export declare function explainFile(path: string, options?: ExplainOptions | null): Explanation;
 /** A recorded answer (`Replay#answer`). */
@@ -723,7 +980,7 @@ export declare function isContextOverflow(status: number, body: string | Buffer)
 export declare function verifyFile(path: string): { events: number; requests: number; compactions: number };
 
 /** The sessions of the store a URL names, ordered by id. */
-export declare function listSessions(url: string, options?: { after?: string; limit?: number }): StoredSession[];
+export declare function listSessions(url: string, options?: { after?: string; limit?: number; parent?: string }): StoredSession[];
 /** Calls `fn` through the library's callback machinery (a trampoline self-test). */
 export declare function invokeCallback(fn: (input: any, ctx: CallbackContext) => unknown, input: Json, options?: OperationOptions): Promise<Json>;
 /** Live library handles (for leak checks). */

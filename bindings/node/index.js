@@ -8,6 +8,7 @@
 //   native.js      loading the library, the ABI check, the table of C entry points (`C`, `S`)
 //   errors.js      Status, LlmSessionError, CallbackError, statusName, takeError, check
 //   bytes.js       arguments in, owned outputs out (takeBytes, callOut, callJson), seq numbers
+//   tools.js       tool calls as data: ToolCall, toolCalls, Recorded (what recordBody gives)
 //   body.js        lent Buffers, the hot path's fixed records, Body and the nextRequest result
 //   operation.js   one library call that may call back: cancel token, AbortSignal, errors
 //   handle.js      the FinalizationRegistry safety net, livePtr
@@ -19,6 +20,11 @@
 //   observe.js     setObserver, observer
 //   agent.js       Agent (needs session.js and stream.js)
 //   store.js       stores named by URL: Session.openUrl, listSessions (needs session.js)
+//   native_compaction.js  Agent's beginNativeCompaction, recordNativeCompaction,
+//                  failNativeCompaction (needs agent.js)
+//   tree.js        agent trees: Agent#spawn, Agent#finishChild, Agent.wake (needs agent.js)
+//   clock.js       the cache clock: Agent.prototype.cacheClock, keepaliveBody, compactIdle,
+//                  Decision (needs agent.js)
 //
 // A new concept is a file of its own beside these, requiring what it needs from the lower
 // files (its C entry points go into native.js's table), exported here and declared in
@@ -26,6 +32,7 @@
 
 const native = require('./native');
 const { Status, LlmSessionError, CallbackError, statusName } = require('./errors');
+const { ToolCall, Recorded, toolCalls } = require('./tools');
 const { Body, lentBufferCount } = require('./body');
 const { invokeCallback, registeredCallbackCount } = require('./callbacks');
 const { Session, verifyFile, explainFile } = require('./session');
@@ -35,6 +42,9 @@ const { Replay } = require('./replay');
 const { setObserver, observer } = require('./observe');
 const { Agent } = require('./agent');
 const { listSessions } = require('./store');
+require('./native_compaction');
+const { DEFAULT_PLACEHOLDER } = require('./tree');
+const { Decision } = require('./clock');
 
 module.exports = {
   ABI_VERSION: native.ABI_VERSION,
@@ -44,6 +54,7 @@ module.exports = {
   CallbackError,
   Session,
   Agent,
+  Decision,
   Stream,
   readStream,
   Replay,
@@ -55,8 +66,12 @@ module.exports = {
   isContextOverflow,
   verifyFile,
   listSessions,
+  DEFAULT_PLACEHOLDER,
   invokeCallback,
   Body,
+  ToolCall,
+  Recorded,
+  toolCalls,
   liveHandleCount: native.liveHandleCount,
   lentBufferCount,
   liveStringCount: native.liveStringCount,

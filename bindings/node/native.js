@@ -40,9 +40,11 @@ const ABI_VERSION = 2;
  * The oldest ABI minor version (compatible additions to ABI_VERSION) this binding loads: 2
  * brought lls_status_name, which names the kind of every error, 3 the observer hook
  * (lls_set_observer, behind setObserver and observer), 4 the finish reason of a recorded
- * response (lls_agent_record_body_info, behind recordBody and recordStream).
+ * response (lls_agent_record_body_info, behind recordBody and recordStream), 6 the cache clock
+ * (lls_agent_cache_clock and lls_agent_keepalive_body, behind cacheClock, keepaliveBody and
+ * compactIdle: clock.js).
  */
-const ABI_MINOR = 4;
+const ABI_MINOR = 6;
 
 // ---------------------------------------------------------------------------------------------
 // Loading
@@ -126,6 +128,7 @@ const P_reply = opaque('lls_reply');
 const P_replay = opaque('lls_replay');
 const P_str = opaque('lls_owned_str');
 const P_stream = opaque('lls_stream');
+const P_tool_calls = opaque('lls_tool_calls');
 // `void *userdata` is passed as an integer id (same register class on every supported ABI).
 const CallbackFn = koffi.proto(
   'int32_t lls_callback_fn(intptr_t userdata, const char *in_json, size_t in_len, lls_reply *reply)');
@@ -267,10 +270,32 @@ def('lls_agent_record_body_info', 'int32_t', `lls_agent *a, const uint8_t *b, si
 S.lls_agent_record_body_info = lib.func(
   `int32_t lls_agent_record_body_info(lls_agent *a, const char *b, size_t len, uint8_t *rec, ${ERR})`);
 def('lls_agent_record_stream_info', 'int32_t', `lls_agent *a, lls_stream *s, bool partial, uint8_t *rec, ${ERR}`);
+// Minor 6: native compaction (native_compaction.js), bound when the library has it.
+if (loadedMinor >= 6) {
+  def('lls_agent_native_compaction_begin', 'int32_t', `lls_agent *a, ${OUTS}`);
+  def('lls_agent_native_compaction_record', 'int32_t', `lls_agent *a, const uint8_t *b, size_t len, ${OUTS}`);
+  def('lls_agent_native_compaction_fail', 'int32_t', `lls_agent *a, const uint8_t *e, size_t len, ${OUTS}`);
+}
+// The tool calls of a message (tools.js; since minor 3). The strings are lent by the handle, each
+// with its length: read as `void *` and copied out before lls_tool_calls_free.
+def('lls_tool_calls_parse', 'int32_t', `const uint8_t *json, size_t len, _Out_ lls_tool_calls **out, ${ERR}`);
+def('lls_tool_calls_count', 'int32_t', `const lls_tool_calls *calls, _Out_ size_t *out_count, ${ERR}`);
+def('lls_tool_calls_get', 'int32_t',
+  'const lls_tool_calls *calls, size_t index, _Out_ void **out_id, _Out_ size_t *out_id_len, ' +
+    `_Out_ void **out_name, _Out_ size_t *out_name_len, _Out_ void **out_arguments, _Out_ size_t *out_arguments_len, ${ERR}`);
+def('lls_tool_calls_free', 'void', 'lls_tool_calls *calls');
+// Minor 6: the cache clock (clock.js).
+def('lls_agent_cache_clock', 'int32_t', `lls_agent *a, const uint8_t *o, size_t len, ${OUTS}`);
+def('lls_agent_keepalive_body', 'int32_t',
+  `lls_agent *a, _Out_ lls_owned_str **body, _Out_ size_t *body_len, uint8_t *info, ${ERR}`);
 // Stores named by URL (store.js).
 def('lls_session_open_url', 'int32_t',
   `const uint8_t *url, size_t ulen, const uint8_t *opts, size_t len, _Out_ lls_session **out, ${ERR}`);
 def('lls_store_list_sessions', 'int32_t', `const uint8_t *url, size_t ulen, const uint8_t *opts, size_t len, ${OUTS}`);
+// Minor 6: agent trees (tree.js).
+def('lls_agent_spawn', 'int32_t',
+  `lls_agent *a, const uint8_t *opts, size_t len, _Out_ lls_session **child_session, _Out_ lls_agent **child_agent, ${ERR}`);
+def('lls_agent_finish_child', 'int32_t', `lls_agent *a, lls_agent *child, const uint8_t *opts, size_t len, ${OUTS}`);
 
 /** The loaded library's version string (lls_version). */
 const version = C.lls_version();

@@ -24,7 +24,10 @@ Session.openUrl = function openUrl(url, options = {}) {
   return new Session(out[0]);
 };
 
-/** The sessions of the store a URL names, ordered by id: `{after?, limit?}` pages them. */
+/**
+ * The sessions of the store a URL names, ordered by id: `{after?, limit?}` pages them;
+ * `{parent}` lists only that session's children and forks (for a file, those beside it).
+ */
 function listSessions(url, options = {}) {
   const u = utf8(url);
   const b = jsonBuf(options);

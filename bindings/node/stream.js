@@ -33,7 +33,14 @@ class Stream {
     if (Buffer.isBuffer(chunk)) b = chunk;
     else if (chunk instanceof Uint8Array) b = Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
     else if (typeof chunk === 'string') b = utf8(chunk);
-    else throw new TypeError('Stream.feed: expected a Buffer, a Uint8Array or a string');
+    else {
+      // An SDK's parsed stream hands out chunk objects: say where the bytes are.
+      const hint = chunk !== null && typeof chunk === 'object'
+        ? ' (an SDK\'s parsed chunk: feed the raw bytes of the response instead, e.g. openai\'s ' +
+          '`.asResponse()` and its `body`; docs/node.md, "With the official SDKs")'
+        : '';
+      throw new TypeError(`Stream.feed: expected a Buffer, a Uint8Array or a string${hint}`);
+    }
     if (b.length === 0) return; // nothing to feed (and an empty Buffer may have no address)
     const err = [null];
     check(C.lls_stream_feed(p, b, b.length, err), err);

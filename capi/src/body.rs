@@ -30,6 +30,12 @@ pub const LLS_PURPOSE_CONVERSATION: u32 = 0;
 /// Thread safety: a constant.
 pub const LLS_PURPOSE_COMPACTION: u32 = 1;
 
+/// `purpose` of an `lls_request_info`: a keep-warm request of the cache clock
+/// (`lls_agent_keepalive_body`). Since ABI minor 6.
+///
+/// Thread safety: a constant.
+pub const LLS_PURPOSE_KEEPALIVE: u32 = 2;
+
 /// A small fixed record of a built request, filled through an out-pointer by
 /// `lls_agent_next_body` (plain data: copy it freely, nothing to free).
 ///
@@ -45,7 +51,7 @@ pub struct lls_request_info {
     pub step: u64,
     /// The seq of the request's `step/start`.
     pub step_seq: u64,
-    /// `LLS_PURPOSE_CONVERSATION` (0) or `LLS_PURPOSE_COMPACTION` (1).
+    /// `LLS_PURPOSE_CONVERSATION` (0), `LLS_PURPOSE_COMPACTION` (1) or `LLS_PURPOSE_KEEPALIVE` (2).
     pub purpose: u32,
     /// How many leading messages are the session prefix.
     pub prefix_len: u32,
@@ -103,7 +109,7 @@ fn count(n: usize) -> u32 {
 }
 
 impl lls_request_info {
-    fn of(r: &RequestInfo) -> lls_request_info {
+    pub(crate) fn of(r: &RequestInfo) -> lls_request_info {
         let mut digest = [0 as c_char; 72];
         for (d, b) in digest.iter_mut().zip(r.digest.bytes().take(71)) {
             *d = b as c_char;
@@ -115,7 +121,9 @@ impl lls_request_info {
             step_seq: r.step_seq,
             purpose: match r.purpose {
                 Purpose::Conversation => LLS_PURPOSE_CONVERSATION,
-                Purpose::Compaction => LLS_PURPOSE_COMPACTION,
+                // (A native compaction request is never a conversation step's: it is a compaction.)
+                Purpose::Compaction | Purpose::NativeCompaction => LLS_PURPOSE_COMPACTION,
+                Purpose::Keepalive => LLS_PURPOSE_KEEPALIVE,
             },
             prefix_len: count(r.prefix_len),
             message_count: count(r.message_count),

@@ -8,7 +8,9 @@ use crate::runtime::status::lls_status;
 use crate::session::{file_records, lls_session, path_arg, session_arg};
 use llmsession::explain::explain_options;
 use llmsession::explain::explain_records_with;
+use llmsession::explain::tree::{explain_tree, take_tree_option};
 use llmsession::session::Session;
+use llmsession::tree::Tree;
 use std::ffi::c_char;
 
 /// The records of a live session as stored: its header record, then every event record.
@@ -42,7 +44,16 @@ pub(crate) fn session_records(session: &Session) -> llmsession::Result<Vec<Vec<u
 /// "prices"?: {...}, "cacheRules"?: {...}}`: a tokenizer to count tokens exactly (the default
 /// is the built-in estimate), a price table (per `provider` or `provider/model`, per million
 /// tokens: `input`, `cachedInput`, `cacheWrite`, `output`) and overrides of the providers'
-/// cache TTLs and minimum sizes (`ttlSeconds`, `minTokens`); since ABI 2 minor 5.
+/// cache TTLs and minimum sizes (`ttlSeconds`, `minTokens`); since ABI 2 minor 5. With
+/// `"tree": true` (since ABI 2 minor 6) the report is the tree's: the session and the children
+/// spawned from it in this process (`lls_agent_spawn`), and theirs, explained per node and
+/// rolled up: `{"root", "counter", "nodes": [{"id", "parent"?, "kind": "root" | "spawn" |
+/// "fork", "callId"?, "depth", "seedLength", "source", "own", "spawnFloor"?, "work"?,
+/// "inheritedTokens", "subtree", "answeredAt"?}], "totals": {"nodes", "all", "root",
+/// "subagents", "spawnFloors", "work", "inheritedTokens", "coldChildren": {"uncachedTokens",
+/// "extraUncachedTokens", "cost"?, "extraCost"?}}}`, each sum `{"requests", "promptTokens",
+/// "cachedTokens", "uncachedTokens", "missTokens", "outputTokens", "cost"?, "missCost"?}`
+/// (`docs/caching.md`, "Explain across a tree").
 ///
 /// Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`,
 /// `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (an unknown option,
@@ -69,7 +80,12 @@ pub unsafe extern "C" fn lls_session_explain(
             let out = OutString::new(out, out_len, "out")?;
             let s = session_arg(session, "session")?;
             let options = buffers::input_json_opt(options_json, options_len, "options_json")?;
+            let (tree, options) = take_tree_option(options.as_ref())?;
             let (counter, settings) = explain_options(options.as_ref())?;
+            if tree {
+                let report = explain_tree(&Tree::of_session(&s.session)?, &*counter, &settings)?;
+                return out.write(&serde_json::to_string(&report).expect("a report serialises"));
+            }
             let records = session_records(&s.session)?;
             let report = explain_records_with(&records, &*counter, &settings)?;
             out.write(&report.to_value().to_string())
@@ -81,7 +97,10 @@ pub unsafe extern "C" fn lls_session_explain(
 /// is written, no lock is taken), as `lls_session_explain` does. The log is checked as opening
 /// it checks it (the chained digest of every record, the log rules, contiguous seqs); a log
 /// that fails is refused as `lls_verify_file` refuses it, naming the same line. Only a torn
-/// last line (a write cut short) is left out.
+/// last line (a write cut short) is left out. With `"tree": true` (see `lls_session_explain`)
+/// `path` may also be a store URL (`file:`, `postgres://...?session=ID`), and the tree is read
+/// from the store: the files beside a JSONL log named after it (`STEM.TAG.jsonl`), or the
+/// database's sessions whose parent it is.
 ///
 /// Errors: `LLS_ERR_NULL_POINTER` (`path`, `out`), `LLS_ERR_INVALID_UTF8`,
 /// `LLS_ERR_INVALID_ARGUMENT` (empty path), `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT`,
@@ -111,7 +130,12 @@ pub unsafe extern "C" fn lls_explain_file(
             let out = OutString::new(out, out_len, "out")?;
             let path = path_arg(path, path_len, "path")?;
             let options = buffers::input_json_opt(options_json, options_len, "options_json")?;
+            let (tree, options) = take_tree_option(options.as_ref())?;
             let (counter, settings) = explain_options(options.as_ref())?;
+            if tree {
+                let report = explain_tree(&Tree::load(&path)?, &*counter, &settings).map_err(|e| FfiError::from(e.context(&path)))?;
+                return out.write(&serde_json::to_string(&report).expect("a report serialises"));
+            }
             let records = file_records(&path)?;
             let report = explain_records_with(&records, &*counter, &settings).map_err(|e| FfiError::from(e.context(&path)))?;
             out.write(&report.to_value().to_string())

@@ -16,7 +16,7 @@
 //!   one host function; [`callbacks::listeners`], [`callbacks::summariser`],
 //!   [`callbacks::counter`] and [`callbacks::store`] adapt it to the core's traits.
 //! - The entry points, one file per concept: [`mod@agent`], [`mod@body`] (the provider-body hot
-//!   path), [`mod@session`], [`mod@url`] (stores named by URL), [`mod@render`], [`mod@response`],
+//!   path), [`mod@clock`] (the cache clock and its keep-warm request), [`mod@session`], [`mod@url`] (stores named by URL), [`mod@render`], [`mod@response`],
 //!   [`mod@stream`], [`mod@tools`] (the tool calls of a message, for hosts without a JSON
 //!   parser), [`mod@explain`], [`mod@replay`], [`mod@cancel`], [`mod@reply`] (answering a
 //!   callback), [`mod@observe`] (the observer hook), [`mod@error`] (reading an `lls_error`),
@@ -69,6 +69,7 @@ pub mod library;
 pub mod agent;
 pub mod body;
 pub mod cancel;
+pub mod clock;
 pub mod conformance;
 pub mod error;
 pub mod explain;

@@ -21,7 +21,7 @@ use llmsession::log::load::LoadReport;
 use llmsession::request::verify_store;
 use llmsession::session::Session;
 use llmsession::store::host::HostStore;
-use llmsession::store::options::{file_options, session_options};
+use llmsession::store::options::{file_options, new_session_store, remove_created, session_options};
 use llmsession::store::{JsonlStore, MemoryStore, Store};
 use std::ffi::{c_char, c_void};
 use std::sync::Arc;
@@ -59,8 +59,12 @@ impl HandleKind for SessionObject {
 }
 
 impl SessionObject {
+    pub(crate) fn new(session: Session, report: LoadReport, store_key: u64) -> SessionObject {
+        SessionObject { session, report, store_key, poison: PoisonFlag::new() }
+    }
+
     pub(crate) fn register(session: Session, report: LoadReport, store_key: u64) -> *mut lls_session {
-        handle::register(SessionObject { session, report, store_key, poison: PoisonFlag::new() }).0
+        handle::register(SessionObject::new(session, report, store_key)).0
     }
 }
 
@@ -317,36 +321,12 @@ pub unsafe extern "C" fn lls_session_fork(
                 None => (None, None, None),
                 Some(f) => (f.opt_u64("seedLength")?, f.opt_str("path")?, f.opt_str("url")?),
             };
-            let mut created = None;
-            let store: Box<dyn Store> = match (path, url) {
-                (Some(_), Some(_)) => return Err(Error::invalid("opts.url", "give `path` or `url`, not both").into()),
-                (None, Some(url)) => {
-                    // A database holds many sessions: the fork's id names its store.
-                    let id = opts.id.clone().unwrap_or_else(llmsession::session::random_id);
-                    opts.id = Some(id.clone());
-                    if let Some(p) = llmsession::store::url::file_of(url) {
-                        if !p.exists() {
-                            created = Some(p.display().to_string());
-                        }
-                    }
-                    let how = llmsession::store::url::UrlOptions { id: Some(id), durability: opts.durability, ..Default::default() };
-                    llmsession::store::url::open_store(url, &how)?.0
-                }
-                (None, None) => Box::new(MemoryStore::new()),
-                (Some(""), None) => return Err(Error::invalid("opts.path", "must not be empty").into()),
-                (Some(p), None) => {
-                    if !std::path::Path::new(p).exists() {
-                        created = Some(p.to_string());
-                    }
-                    Box::new(JsonlStore::open(p)?)
-                }
+            let (store, created): (Box<dyn Store>, Option<String>) = match new_session_store(path, url, &mut opts)? {
+                Some(s) => s,
+                None => (Box::new(MemoryStore::new()), None),
             };
-            let forked = s.session.fork(seed, store, opts).inspect_err(|_| {
-                // A failed fork leaves no file behind that it created.
-                if let Some(p) = &created {
-                    let _ = std::fs::remove_file(p);
-                }
-            })?;
+            // A failed fork leaves no file behind that it created.
+            let forked = s.session.fork(seed, store, opts).inspect_err(|_| remove_created(created.as_deref()))?;
             out.write(SessionObject::register(forked, LoadReport::default(), 0));
             Ok(())
         })

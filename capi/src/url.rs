@@ -95,16 +95,19 @@ pub unsafe extern "C" fn lls_session_open_url(
 }
 
 /// The sessions of the store the URL `(url, url_len)` names (as for `lls_session_open_url`), as
-/// a JSON array ordered by id: `[{"id","createdAt","parent"?:{"id","seedLength"},"events",
-/// "chainHead"?,"updatedAt","inUse"}]` (`inUse`: a writer holds the session now). A file holds
-/// one session or none, a directory (`file:DIR`) one per `*.jsonl` log in it (a file that is
-/// not a session log is passed over); a database without llmsession tables holds none. No log
-/// is read whole (a file's row comes from its first and last lines). Nothing is written.
-/// Free `*out` with `lls_string_free`.
+/// a JSON array ordered by id: `[{"id","createdAt","parent"?:{"id","seedLength","spawned",
+/// "callId"?},"events","chainHead"?,"updatedAt","inUse"}]` (`inUse`: a writer holds the session
+/// now; `parent.spawned`: a child an agent spawned, else a fork; `callId`: the parent's call
+/// the child answers). A file holds one session or none, a directory (`file:DIR`) one per
+/// `*.jsonl` log in it (a file that is not a session log is passed over); a database without
+/// llmsession tables holds none. No log is read whole (a file's row comes from its first and
+/// last lines). Nothing is written. Free `*out` with `lls_string_free`.
 ///
-/// `opts_json` (may be NULL) is `{"after"?: string, "limit"?: n}`: only sessions whose id sorts
-/// after `after`, at most `limit` of them (pages: pass the last id of one page as the next
-/// page's `after`).
+/// `opts_json` (may be NULL) is `{"after"?: string, "limit"?: n, "parent"?: string}`: only
+/// sessions whose id sorts after `after`, at most `limit` of them (pages: pass the last id of
+/// one page as the next page's `after`); with `parent`, only the sessions whose parent that
+/// session is (its children and forks: for a `file:` URL, those in the files beside it named
+/// after it, `STEM.TAG.jsonl`).
 ///
 /// Errors: `LLS_ERR_NULL_POINTER` (`url`, `out`), `LLS_ERR_INVALID_UTF8`,
 /// `LLS_ERR_INVALID_ARGUMENT` (empty URL), `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT`,
@@ -131,8 +134,8 @@ pub unsafe extern "C" fn lls_store_list_sessions(
             let out = OutString::new(out, out_len, "out")?;
             let url = url_arg(url, url_len)?;
             let v = buffers::input_json_opt(opts_json, opts_len, "opts_json")?;
-            let (after, limit) = list_options(v.as_ref())?;
-            let sessions = list_sessions(&url, after.as_deref(), limit)?;
+            let (after, limit, parent) = list_options(v.as_ref())?;
+            let sessions = list_sessions(&url, after.as_deref(), limit, parent.as_deref())?;
             let text = serde_json::to_string(&sessions).map_err(|e| FfiError::from(Error::new(ErrorKind::Internal, e.to_string())))?;
             out.write(&text)
         })

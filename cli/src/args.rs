@@ -7,12 +7,16 @@ use clap::{Parser, Subcommand};
 /// The provider renderers `--render` accepts (the names `Renderer::parse` takes).
 pub const RENDERERS: [&str; 5] = ["openai", "openai-responses", "anthropic", "gemini", "gemini-interactions"];
 
+/// The transcript formats `--from` reads.
+pub const FORMATS: [&str; 2] = ["claude-code", "codex"];
+
 /// What `llmsession --help` prints after the commands.
 const AFTER_HELP: &str = "\
 LOG is a JSONL file path, file:PATH, or a PostgreSQL URL
 (postgres://USER:PASSWORD@HOST:PORT/DB?session=ID, or postgresql://...). Every command but
 store-check reads without a lock or lease and writes nothing, so it works on a log a live agent
-is writing.
+is writing. With --from claude-code|codex (explain, simulate), LOG is another harness's
+transcript file, read read-only.
 Options may come before or after LOG; `--step=2` and `--step 2` are the same.
 
 Exit status:
@@ -22,7 +26,8 @@ Exit status:
      (show --step two, explain --step two, --render cohere)
   3  the log is bad: a record is damaged, breaks the log rules or does not match its chained
      digest, or the file is not a session log (every command checks the log as opening it
-     does); or (verify) a request rebuilt from the log differs from the one that was sent
+     does); or (verify) a request rebuilt from the log differs from the one that was sent; or
+     (--from) a line of the transcript is not what its format writes
   4  the store could not be read: a missing or unreadable file, a refused or failed database
      connection, a database that does not hold the session, a URL that names none
 
@@ -90,7 +95,8 @@ pub enum Command {
     Explain {
         #[arg(value_name = "LOG", help = LOG_HELP)]
         log: String,
-        /// Only this request: N (a conversation request, 1-based) or cN (a summarisation request)
+        /// Only this request: N (a conversation request, 1-based), cN (a summarisation request)
+        /// or kN (a keep-warm request)
         #[arg(long, value_name = "ID", value_parser = request_id)]
         step: Option<String>,
         /// A price table (JSON, per provider or provider/model, per million tokens: input,
@@ -102,6 +108,53 @@ pub enum Command {
         /// provider or provider/model: ttlSeconds, minTokens)
         #[arg(long = "cache-rules", value_name = "FILE")]
         cache_rules: Option<String>,
+        /// Explain the whole tree rooted at LOG (its spawned children and forks, beside it in
+        /// files named after it, or in the same database): per node and rolled up, each child's
+        /// spawn floor apart from its work, and the tree with cold children
+        #[arg(long, conflicts_with_all = ["step", "from"])]
+        tree: bool,
+        /// LOG is another harness's transcript, read read-only: its idle gaps are priced
+        /// (what each option would have cost, what the cache clock decided); needs --prices
+        #[arg(long = "from", value_name = "FORMAT", value_parser = FORMATS, conflicts_with = "step")]
+        from: Option<String>,
+    },
+    /// The tree of a session: its spawned children and forks, and theirs, each verified
+    ///
+    /// Reads the session and its descendants (for a JSONL file, the files beside it named
+    /// after it, STEM.TAG.jsonl; for a database URL, the sessions whose parent it is), verifies
+    /// every node (every request rebuilt from its own log) and every link (a child's seed is its
+    /// parent's events, its parent records it), and prints the tree. Exit 3 when a node or a link
+    /// is bad.
+    Tree {
+        #[arg(value_name = "LOG", help = LOG_HELP)]
+        log: String,
+    },
+    /// Replay sessions under the cache clock's policies and price each
+    ///
+    /// Replays each LOG's requests, at their recorded times and sizes, under the policies
+    /// threshold (what was recorded), clock (the cache clock, online), optimal (clairvoyant
+    /// over the same actions) and clock+compact / optimal+compact (compaction before expiry
+    /// allowed), and prints each one's cost and its ratio to its optimum, per session and in
+    /// aggregate. docs/simulate.md states every pricing assumption.
+    Simulate {
+        /// The sessions: llmsession logs, or with --from other harnesses' transcripts
+        #[arg(value_name = "LOG", required = true, num_args = 1..)]
+        logs: Vec<String>,
+        /// The price table (JSON, per provider or provider/model, per million tokens: input,
+        /// cachedInput, cacheWrite, output); every request needs a price
+        #[arg(long, value_name = "FILE", required = true)]
+        prices: String,
+        /// Overrides of the providers' cache TTLs and minimum cacheable sizes (JSON, per
+        /// provider or provider/model: ttlSeconds, minTokens)
+        #[arg(long = "cache-rules", value_name = "FILE")]
+        cache_rules: Option<String>,
+        /// The LOGs are other harnesses' transcripts, read read-only
+        #[arg(long = "from", value_name = "FORMAT", value_parser = FORMATS)]
+        from: Option<String>,
+        /// The simulation's assumptions (JSON: tierBilling, marginMs, pingOutputTokens,
+        /// keepalive, summaryRatio, summaryMaxTokens, instructionTokens, returnModel)
+        #[arg(long, value_name = "FILE")]
+        options: Option<String>,
     },
     /// The reconstructed request N: its envelope, or a provider's body
     ///
@@ -162,23 +215,31 @@ impl Command {
             | Command::Stats { log }
             | Command::Explain { log, .. }
             | Command::Show { log, .. }
-            | Command::Headers { log } => log,
+            | Command::Headers { log }
+            | Command::Tree { log } => log,
             Command::Sessions { url } | Command::StoreCheck { url, .. } => url,
             Command::Checkpoint { log } => log,
+            Command::Simulate { logs, .. } => &logs[0],
         }
     }
 }
 
-/// An `explain --step` ID: `N` (a conversation request) or `cN` (a summarisation request), N a
-/// number as `show --step` takes it; written back without leading zeros (`02` is `2`). Anything
-/// else is a usage error (exit 2), as a malformed `show --step` is.
+/// An `explain --step` ID: `N` (a conversation request), `cN` (a summarisation request), `nN`
+/// (a native compaction request) or `kN` (a keep-warm request of the cache clock), N a number as
+/// `show --step` takes it; written back without leading zeros (`02` is `2`). Anything else is a
+/// usage error (exit 2), as a malformed `show --step` is.
 fn request_id(s: &str) -> Result<String, String> {
-    let (prefix, digits) = match s.strip_prefix('c') {
-        Some(rest) => ("c", rest),
-        None => ("", s),
+    let (prefix, digits) = match (s.strip_prefix('c'), s.strip_prefix('n'), s.strip_prefix('k')) {
+        (Some(rest), _, _) => ("c", rest),
+        (_, Some(rest), _) => ("n", rest),
+        (_, _, Some(rest)) => ("k", rest),
+        _ => ("", s),
     };
     match digits.parse::<usize>() {
         Ok(n) => Ok(format!("{prefix}{n}")),
-        Err(_) => Err("expected N (a conversation request, 1-based) or cN (a summarisation request)".into()),
+        Err(_) => Err(
+            "expected N (a conversation request, 1-based), cN (a summarisation request), nN (a native compaction request) or kN (a keep-warm request)"
+                .into(),
+        ),
     }
 }

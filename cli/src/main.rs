@@ -4,10 +4,13 @@
 //! ```text
 //! llmsession verify LOG [--render openai|openai-responses|anthropic|gemini|gemini-interactions] [--json]
 //! llmsession stats LOG [--json]
-//! llmsession explain LOG [--step ID] [--prices FILE] [--cache-rules FILE] [--json]
+//! llmsession explain LOG [--step ID | --tree] [--prices FILE] [--cache-rules FILE] [--json]
+//! llmsession explain --from claude-code|codex FILE --prices FILE [--cache-rules FILE] [--json]
+//! llmsession simulate LOG... --prices FILE [--cache-rules FILE] [--options FILE] [--from claude-code|codex] [--json]
 //! llmsession show LOG --step N [--render openai|openai-responses|anthropic|gemini|gemini-interactions] [--json]
 //! llmsession headers LOG [--json]
 //! llmsession sessions URL [--json]
+//! llmsession tree LOG [--json]
 //! ```
 //!
 //! LOG is a JSONL file path or a store URL: `file:PATH`, or
@@ -17,6 +20,7 @@
 //! same, and anything it does not know is a usage error (exit 2).
 
 use llmsession::cache_rules::CacheRules;
+use llmsession::explain::tree::explain_tree;
 use llmsession::explain::{explain_log, explain_log_with, ExplainSettings, Explanation, Kind, RequestReport};
 use llmsession::header::delta::diff;
 use llmsession::log::load::{read_checked, CheckedLog};
@@ -26,7 +30,11 @@ use llmsession::render::{RenderOptions, Renderer};
 use llmsession::request::{verify_store, RequestWalk, VerifyProgress};
 use llmsession::store::url::{list_sessions, open_store, redact, UrlOptions};
 use llmsession::store::{JsonlStore, Store, StoreContents};
+use llmsession::timeline::gaps::{gap_report, TimelineGap};
+use llmsession::timeline::simulate::{aggregate, simulate, Settings, SimulateOptions, TimelineReport};
+use llmsession::timeline::{self, Source, Timeline};
 use llmsession::tokens::Estimator;
+use llmsession::tree::Tree;
 use llmsession::{EpochHeader, ErrorKind, Session};
 use serde_json::{json, Value};
 use std::process::ExitCode;
@@ -94,7 +102,7 @@ fn is_url(s: &str) -> bool {
 
 fn cmd_sessions(url: &str, as_json: bool) -> Result<(), Failure> {
     let url = if is_url(url) { url.to_string() } else { format!("file:{url}") };
-    let list = list_sessions(&url, None, None).map_err(store_failure)?;
+    let list = list_sessions(&url, None, None, None).map_err(store_failure)?;
     if as_json {
         out!("{}", serde_json::to_string(&list).unwrap());
         return Ok(());
@@ -191,7 +199,9 @@ fn request_at(path: &str, want: usize) -> Result<(Option<Seen>, usize), Failure>
         let w = window_events(&mut win).map_err(|e| Failure::of(e).context(redact(path)))?;
         let requests = w.log.state().requests as usize;
         if requests < want || want == 0 {
-            let mut walk = RequestWalk::at(&w.header, w.log);
+            let lookup = llmsession::request::StoreLookup::new(&mut *store);
+            let events = |seq| lookup.event(seq);
+            let mut walk = RequestWalk::at(&w.header, w.log, Some(&events));
             return find_request(&mut walk, &w.events, requests, want);
         }
         before = Some(win.checkpoint);
@@ -309,6 +319,13 @@ fn cmd_verify(path: &str, render: Option<&str>, as_json: bool, progress: Option<
                 return Ok(());
             }
             out!("ok: {} events, {} requests and {} compaction requests rebuilt byte for byte", r.events, r.requests, r.compactions);
+            if r.keepalives + r.decisions > 0 {
+                out!(
+                    "ok: {} keep-warm requests rebuilt byte for byte, {} cache clock decisions decided again from the log",
+                    r.keepalives,
+                    r.decisions
+                );
+            }
             if let Some(renderer) = renderer {
                 out!("ok: {} {} bodies built from the rendered messages equal the rendering of their envelopes", r.bodies, renderer.name());
             }
@@ -374,6 +391,7 @@ fn describe_edits(edits: &[llmsession::ContextEdit]) -> String {
 fn cmd_stats(path: &str, as_json: bool) -> Result<(), Failure> {
     let ex = explanation(path)?;
     let mut rows = Vec::new();
+    let mut with_usage = Vec::new();
     let (mut cached_total, mut prompt_total) = (0u64, 0u64);
     for r in ex.requests.iter().filter(|r| r.kind == Kind::Conversation) {
         let (cached, prompt) = (r.cached_tokens, r.prompt_tokens);
@@ -385,6 +403,7 @@ fn cmd_stats(path: &str, as_json: bool) -> Result<(), Failure> {
             "promptTokens": prompt, "cachedTokens": cached, "expectedCachedTokens": r.expected_cached_tokens,
             "hitRatio": if prompt > 0 { cached as f64 / prompt as f64 } else { 0.0 }, "cause": r.cause.as_str(),
         }));
+        with_usage.push(r.usage.is_some());
     }
     if as_json {
         out!("{}", json!({"session": ex.session, "requests": rows, "cachedTokens": cached_total, "promptTokens": prompt_total}));
@@ -404,11 +423,16 @@ fn cmd_stats(path: &str, as_json: bool) -> Result<(), Failure> {
         "cached",
         "hit"
     );
-    for r in &rows {
+    let mut without_usage = 0;
+    for (r, &usage) in rows.iter().zip(&with_usage) {
         // serde_json's Display ignores width and alignment: format the numbers as strings
         let n = |key: &str| r[key].to_string();
+        // Prompt, cached and hit are the provider's: "-" where the log has no usage.
+        without_usage += usize::from(!usage);
+        let p = |key: &str| if usage { n(key) } else { "-".into() };
+        let hit = if usage { format!("{:.0}%", r["hitRatio"].as_f64().unwrap_or(0.0) * 100.0) } else { "-".into() };
         out!(
-            "{:>4} {:>5} {:>4} {:>8} {:>7} {:>8} {:>5} {:>8} {:>8} {:>5.0}%",
+            "{:>4} {:>5} {:>4} {:>8} {:>7} {:>8} {:>5} {:>8} {:>8} {:>6}",
             n("request"),
             n("turn"),
             n("step"),
@@ -416,23 +440,234 @@ fn cmd_stats(path: &str, as_json: bool) -> Result<(), Failure> {
             n("sharedWithPrevious"),
             r["header"].as_str().unwrap_or("-"),
             n("compactionsBefore"),
-            n("promptTokens"),
-            n("cachedTokens"),
-            r["hitRatio"].as_f64().unwrap_or(0.0) * 100.0
+            p("promptTokens"),
+            p("cachedTokens"),
+            hit
         );
     }
     let ratio = if prompt_total > 0 { cached_total as f64 * 100.0 / prompt_total as f64 } else { 0.0 };
     out!("total: {prompt_total} prompt tokens reported, {cached_total} read from cache ({ratio:.0}%)");
+    if without_usage > 0 {
+        out!("note: {without_usage} request(s) have no usage in the log (-): the provider reported none; `llmsession explain` counts their tokens");
+    }
     Ok(())
 }
 
-/// A JSON option file (`--prices`, `--cache-rules`), parsed by `parse`.
-fn option_file<T>(path: &str, flag: &str, parse: fn(&Value) -> llmsession::Result<T>) -> Result<T, Failure> {
+/// A JSON option file (`--prices`, `--cache-rules`, `--options`), as JSON.
+fn json_file(path: &str, flag: &str) -> Result<Value, Failure> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| Failure::new(Exit::Other, ErrorKind::InvalidInput, format!("{flag} {path}: cannot read it: {e}")))?;
-    let v: Value = serde_json::from_str(&text)
-        .map_err(|e| Failure::new(Exit::Other, ErrorKind::InvalidInput, format!("{flag} {path}: not JSON: {e}")))?;
-    parse(&v).map_err(|e| Failure::of(e).context(format!("{flag} {path}")))
+    serde_json::from_str(&text).map_err(|e| Failure::new(Exit::Other, ErrorKind::InvalidInput, format!("{flag} {path}: not JSON: {e}")))
+}
+
+/// A JSON option file, parsed by `parse`.
+fn option_file<T>(path: &str, flag: &str, parse: fn(&Value) -> llmsession::Result<T>) -> Result<T, Failure> {
+    parse(&json_file(path, flag)?).map_err(|e| Failure::of(e).context(format!("{flag} {path}")))
+}
+
+/// The timelines of LOG: our own log, read as every reader reads one, or with `--from` another
+/// harness's transcript (read-only; a line its format does not write is a bad log, exit 3).
+fn timelines(path: &str, from: Option<&str>) -> Result<Vec<Timeline>, Failure> {
+    let Some(format) = from else {
+        return Ok(vec![timeline::log::read_log(&read_log(path)?).map_err(|e| Failure::of(e).context(redact(path)))?]);
+    };
+    let source = Source::parse(format).map_err(Failure::of)?;
+    let bytes = std::fs::read(path).map_err(|e| Failure::new(Exit::Store, ErrorKind::Storage, format!("{path}: cannot read it: {e}")))?;
+    timeline::read(source, &bytes).map_err(|e| Failure::with_exit(e, Exit::BadLog).context(format!("{path} ({format} transcript)")))
+}
+
+/// `12 s`, `4.5 min`, `2.0 h`.
+fn duration(ms: u64) -> String {
+    match ms / 1000 {
+        s @ 0..=119 => format!("{s} s"),
+        s @ 120..=7199 => format!("{:.1} min", s as f64 / 60.0),
+        s => format!("{:.1} h", s as f64 / 3600.0),
+    }
+}
+
+fn cmd_simulate(
+    logs: &[String],
+    prices: &str,
+    rules: Option<&str>,
+    from: Option<&str>,
+    options: Option<&str>,
+    as_json: bool,
+) -> Result<(), Failure> {
+    let prices_json = json_file(prices, "--prices")?;
+    let rules_json = rules.map(|r| json_file(r, "--cache-rules")).transpose()?;
+    let settings = Settings {
+        prices: PriceTable::from_value(&prices_json).map_err(|e| Failure::of(e).context(format!("--prices {prices}")))?,
+        cache_rules: rules_json
+            .as_ref()
+            .map(CacheRules::from_value)
+            .transpose()
+            .map_err(|e| Failure::of(e).context(format!("--cache-rules {}", rules.unwrap_or(""))))?
+            .unwrap_or_default(),
+        options: options.map(|o| option_file(o, "--options", SimulateOptions::from_value)).transpose()?.unwrap_or_default(),
+    };
+    let mut reports: Vec<(String, TimelineReport)> = Vec::new();
+    for path in logs {
+        for t in timelines(path, from)? {
+            let r = simulate(&t, &settings).map_err(|e| Failure::of(e).context(redact(path)))?;
+            reports.push((redact(path), r));
+        }
+    }
+    let all: Vec<TimelineReport> = reports.iter().map(|(_, r)| r.clone()).collect();
+    let total = aggregate(&all);
+    if as_json {
+        let mut assumptions = settings.options.to_value();
+        assumptions["prices"] = prices_json;
+        assumptions["cacheRules"] = rules_json.unwrap_or(Value::Null);
+        let list: Vec<Value> = reports
+            .iter()
+            .map(|(file, r)| {
+                let mut v = r.to_value();
+                v["file"] = json!(file);
+                v
+            })
+            .collect();
+        out!("{}", json!({"assumptions": assumptions, "timelines": list, "aggregate": total}));
+        return Ok(());
+    }
+    out!(
+        "{:<44} {:>5} {:>6} {:>10} {:>10} {:>10} {:>6} {:>10} {:>10} {:>6} {:>9}",
+        "session",
+        "reqs",
+        "pauses",
+        "threshold",
+        "clock",
+        "optimal",
+        "ratio",
+        "clock+c",
+        "optimal+c",
+        "ratio",
+        "clock/thr"
+    );
+    let row = |name: &str, requests: u64, pauses: u64, p: &Value| {
+        let cost = |k: &str| p[k]["cost"].as_f64().unwrap_or(0.0);
+        let ratio = |k: &str| p[k]["ratio"].as_f64().map_or("-".into(), |r| format!("{r:.3}"));
+        let vs = p["clock"]["vsThreshold"].as_f64().map_or("-".into(), |r| format!("{:+.1}%", (r - 1.0) * 100.0));
+        out!(
+            "{:<44} {:>5} {:>6} {:>10.4} {:>10.4} {:>10.4} {:>6} {:>10.4} {:>10.4} {:>6} {:>9}",
+            name,
+            requests,
+            pauses,
+            cost("threshold"),
+            cost("clock"),
+            cost("optimal"),
+            ratio("clock"),
+            cost("clock+compact"),
+            cost("optimal+compact"),
+            ratio("clock+compact"),
+            vs
+        );
+    };
+    for (_, r) in &reports {
+        let v = r.to_value();
+        let name: String = if r.session.chars().count() > 44 {
+            r.session.chars().take(43).chain(std::iter::once('…')).collect()
+        } else {
+            r.session.clone()
+        };
+        row(&name, r.requests as u64, r.pauses as u64, &v["policies"]);
+    }
+    if reports.len() > 1 {
+        row("aggregate", total["requests"].as_u64().unwrap_or(0), total["pauses"].as_u64().unwrap_or(0), &total["policies"]);
+    }
+    let o = &settings.options;
+    out!("ratio: clock ÷ optimal, clock+compact ÷ optimal+compact; clock/thr: clock against what was recorded (threshold)");
+    out!(
+        "assumptions: tier billing {}, margin {}, keep-warm output {}, summary {:.0} % of the region (at most {} tokens), retained tail {:.0} %, instruction {} tokens, return model {} (docs/simulate.md)",
+        serde_json::to_value(o.tier_billing).unwrap().as_str().unwrap_or(""),
+        duration(o.margin_ms),
+        o.ping_output_tokens.map_or("the provider's smallest".into(), |n| format!("{n} token(s)")),
+        o.summary_ratio * 100.0,
+        o.summary_max_tokens,
+        o.retained_share * 100.0,
+        o.instruction_tokens,
+        describe_model(&o.return_model)
+    );
+    for (file, r) in &reports {
+        for n in &r.notes {
+            out!("note: {file} ({}): {n}", r.session);
+        }
+    }
+    Ok(())
+}
+
+/// `the default prior (counting as 3 gaps) learning the session's gaps, never returns 10 %`.
+fn describe_model(m: &llmsession::clock::ReturnModelSpec) -> String {
+    let base = match &m.gaps_ms {
+        Some(g) => format!("the host's {} gap(s)", g.len()),
+        None => "the default prior".into(),
+    };
+    let learn = if m.learn { format!(" (counting as {} gaps) learning the session's gaps", m.prior_weight) } else { String::new() };
+    format!("{base}{learn}, never returns {:.0} %", m.never_returns * 100.0)
+}
+
+/// `explain --from`: the idle gaps of a transcript, priced.
+fn cmd_explain_from(path: &str, format: &str, prices: Option<&str>, rules: Option<&str>, as_json: bool) -> Result<(), Failure> {
+    let prices = prices.ok_or_else(|| {
+        Failure::new(Exit::Other, ErrorKind::InvalidInput, "explain --from needs --prices FILE: the idle gaps of a transcript are priced")
+    })?;
+    let settings = Settings {
+        prices: option_file(prices, "--prices", PriceTable::from_value)?,
+        cache_rules: rules.map(|p| option_file(p, "--cache-rules", CacheRules::from_value)).transpose()?.unwrap_or_default(),
+        options: SimulateOptions::default(),
+    };
+    let mut out_json = Vec::new();
+    for t in timelines(path, Some(format))? {
+        let gaps: Vec<TimelineGap> = gap_report(&t, &settings).map_err(|e| Failure::of(e).context(path.to_string()))?;
+        if as_json {
+            out_json.push(json!({"session": t.session, "source": t.source, "requests": t.requests.len(), "notes": t.notes, "gaps": gaps}));
+            continue;
+        }
+        out!("session {}  ({}, {} requests, {} idle gap(s))", t.session, t.source.as_str(), t.requests.len(), gaps.len());
+        for n in &t.notes {
+            out!("  note: {n}");
+        }
+        for t in &gaps {
+            let g = &t.gap;
+            let ttl = g.ttl_ms.map_or("none".into(), duration);
+            let expired = if g.expired { "expired as recorded" } else { "read warm as recorded" };
+            let paid = g.cost.as_ref().map_or(0.0, |c| c.total);
+            out!(
+                "request {} ({}): gap {}, TTL {ttl} ({} tier), warm prefix {} tokens, {expired}; its prompt cost {:.4}",
+                g.before.as_deref().unwrap_or("-"),
+                t.source_at,
+                duration(g.gap_ms),
+                g.tier,
+                g.warm_tokens,
+                paid
+            );
+            let options: Vec<String> = g
+                .options
+                .iter()
+                .map(|o| {
+                    let name = o.tier.as_ref().map_or(o.option.clone(), |t| format!("{} {t}", o.option));
+                    match o.pings {
+                        Some(n) if n > 0 => format!("{name} {:.4} ({n} keep-warm)", o.cost),
+                        _ => format!("{name} {:.4}", o.cost),
+                    }
+                })
+                .collect();
+            out!("  each option over the gap: {}; best {}", options.join(", "), g.best.as_deref().unwrap_or("-"));
+            let clock: Vec<String> = t
+                .clock
+                .iter()
+                .filter(|d| d.decision != "none")
+                .map(|d| {
+                    let what = d.tier.as_ref().map_or(d.decision.clone(), |x| format!("tier {x}"));
+                    format!("{what} at {}", duration(d.at.saturating_sub(g.start_at)))
+                })
+                .collect();
+            out!("  the clock would have: {}", if clock.is_empty() { "done nothing".into() } else { clock.join(", ") });
+        }
+    }
+    if as_json {
+        out!("{}", json!({"file": path, "timelines": out_json}));
+    }
+    Ok(())
 }
 
 fn cmd_explain(path: &str, step: Option<&str>, prices: Option<&str>, rules: Option<&str>, as_json: bool) -> Result<(), Failure> {
@@ -460,25 +695,25 @@ fn cmd_explain(path: &str, step: Option<&str>, prices: Option<&str>, rules: Opti
         return Ok(());
     }
     out!(
-        "session {}  ({} requests, {} summarisation requests; tokens: {})",
+        "session {}  ({} requests, {} summarisation requests)",
         ex.session,
         ex.totals.conversation_requests,
-        ex.totals.compaction_requests,
-        ex.counter
+        ex.totals.compaction_requests
     );
     out!(
         "{:>4} {:>9} {:>8} {:>7} {:>9} {:>8} {:>8} {:>8} {:>8}  {:<20} diverges at",
         "req",
         "turn/step",
         "bytes",
-        "tokens",
-        "shared",
+        "tokens*",
+        "shared*",
         "expected",
         "cached",
         "prompt",
         "uncached",
         "cause"
     );
+    let mut counted_rows = false;
     for r in &ex.requests {
         let at = match &r.divergence {
             Some(d) => d.component.describe(),
@@ -486,6 +721,9 @@ fn cmd_explain(path: &str, step: Option<&str>, prices: Option<&str>, rules: Opti
             None => "- (first request)".into(),
         };
         let usage = |n: u64| if r.usage.is_some() { n.to_string() } else { "-".into() };
+        // Without usage, expected and uncached are counted too: starred like the counted columns.
+        let derived = |n: u64| if r.usage.is_some() { n.to_string() } else { format!("{n}*") };
+        counted_rows |= r.usage.is_none();
         out!(
             "{:>4} {:>9} {:>8} {:>7} {:>9} {:>8} {:>8} {:>8} {:>8}  {:<20} {at}",
             r.id,
@@ -493,13 +731,18 @@ fn cmd_explain(path: &str, step: Option<&str>, prices: Option<&str>, rules: Opti
             r.bytes,
             r.tokens,
             r.shared_tokens,
-            r.expected_cached_tokens,
+            derived(r.expected_cached_tokens),
             usage(r.cached_tokens),
             usage(r.prompt_tokens),
-            r.uncached_tokens,
+            derived(r.uncached_tokens),
             r.cause.as_str()
         );
     }
+    out!(
+        "* counted by llmsession ({}), not reported by the provider{}; prompt, cached, uncached: the provider's usage; expected: what the provider could have read from its cache, in its tokens",
+        counted_by(ex.counter),
+        if counted_rows { " (so are expected and uncached of a request without usage: -)" } else { "" }
+    );
     let t = &ex.totals;
     out!(
         "total: {} prompt tokens reported, {} read from cache, {} expected cacheable",
@@ -528,6 +771,7 @@ fn cmd_explain(path: &str, step: Option<&str>, prices: Option<&str>, rules: Opti
             out!("note: {} request(s) have no price in the table", c.unpriced);
         }
     }
+    explain_gaps(&ex);
     if t.diagnostics_disagreements > 0 {
         let ids: Vec<&str> =
             ex.requests.iter().filter(|r| r.diagnostics.as_ref().is_some_and(|d| d.agrees == Some(false))).map(|r| r.id.as_str()).collect();
@@ -544,6 +788,60 @@ fn cmd_explain(path: &str, step: Option<&str>, prices: Option<&str>, rules: Opti
     Ok(())
 }
 
+/// What counted the tokens that are not the provider's: `estimate` (the built-in estimate),
+/// `tokenizer`, `host`.
+fn counted_by(counter: &str) -> String {
+    match counter {
+        "estimate" => "the built-in estimate, no tokenizer".into(),
+        "tokenizer" => "the session's tokenizer".into(),
+        "host" => "the host's token counter".into(),
+        other => other.into(),
+    }
+}
+
+/// The idle gaps (`explain::gaps`): one line each, what it cost, what each action of the cache
+/// clock would have cost, and what the clock decided.
+fn explain_gaps(ex: &Explanation) {
+    if ex.gaps.is_empty() {
+        return;
+    }
+    out!("idle gaps ({}):", ex.gaps.len());
+    for g in &ex.gaps {
+        let ttl = g.ttl_ms.map_or("no TTL".into(), |t| format!("TTL {} s", t / 1000));
+        let before = g.before.as_deref().map_or("(the session ends)".to_string(), |b| format!("before {b}"));
+        let mut line = format!(
+            "  after {} {before}: {} s idle, {ttl} ({}), warm {} tokens, context {}{}",
+            g.after,
+            g.gap_ms / 1000,
+            g.tier,
+            g.warm_tokens,
+            g.context_tokens,
+            if g.expired { ", expired" } else { "" }
+        );
+        if g.keepalives + g.compactions > 0 {
+            line.push_str(&format!("; sent {} keep-warm, {} summarisation request(s)", g.keepalives, g.compactions));
+        }
+        out!("{line}");
+        if let Some(c) = &g.cost {
+            let options: Vec<String> =
+                g.options.iter().map(|o| format!("{} {:.4}", o.tier.as_deref().unwrap_or(&o.option), o.cost)).collect();
+            out!(
+                "    cost {:.4} (actions {:.4}, request after it {:.4}); each action over this gap: {}; best {}",
+                c.total,
+                c.actions,
+                c.return_,
+                options.join(", "),
+                g.best.as_deref().unwrap_or("-")
+            );
+        }
+        if !g.decisions.is_empty() {
+            let d: Vec<String> =
+                g.decisions.iter().map(|d| format!("{} (seq {})", d.tier.as_deref().unwrap_or(&d.decision), d.seq)).collect();
+            out!("    the clock decided: {}", d.join(", "));
+        }
+    }
+}
+
 /// `no requests`, `1 request (1)`, `4 requests (1..4)`; with `prefix` `c`: `(c1..c4)`.
 fn count(n: u64, noun: &str, prefix: &str) -> String {
     match n {
@@ -557,15 +855,16 @@ fn explain_one(ex: &Explanation, r: &RequestReport) {
     let what = match r.kind {
         Kind::Conversation => format!("request {} (turn {} step {})", r.id, r.turn, r.step),
         Kind::Compaction => format!("summarisation request {} (after turn {} step {})", r.id, r.turn, r.step),
+        Kind::Keepalive => format!("keep-warm request {} (after turn {} step {})", r.id, r.turn, r.step),
     };
     out!("{what}, seq {}, instance {}{}", r.seq, r.instance, r.header.as_ref().map(|h| format!(", header {h}")).unwrap_or_default());
     out!(
-        "  size: {} messages ({} of the session prefix), {} cacheable bytes, {} tokens ({})",
+        "  size: {} messages ({} of the session prefix), {} cacheable bytes, {} tokens (counted by llmsession, {})",
         r.messages,
         r.prefix_len,
         r.bytes,
         r.tokens,
-        ex.counter
+        counted_by(ex.counter)
     );
     if !r.rebuilt {
         out!("  the log does not rebuild this request (its digest differs from the recorded one)");
@@ -574,7 +873,7 @@ fn explain_one(ex: &Explanation, r: &RequestReport) {
         None => out!("  first request: nothing before it could be cached"),
         Some(c) => {
             out!(
-                "  compared with request {c}: {} bytes shared, {} tokens, {} leading messages",
+                "  compared with request {c}: {} bytes shared, {} tokens (counted), {} leading messages",
                 r.shared_bytes,
                 r.shared_tokens,
                 r.shared_messages
@@ -590,7 +889,7 @@ fn explain_one(ex: &Explanation, r: &RequestReport) {
     }
     match &r.usage {
         Some(_) => out!(
-            "  provider: prompt {} tokens, cached {}; expected cacheable {}",
+            "  provider: prompt {} tokens, cached {}; expected cacheable {} (in the provider's tokens)",
             r.prompt_tokens,
             r.cached_tokens,
             r.expected_cached_tokens
@@ -755,6 +1054,181 @@ fn cmd_headers(path: &str, as_json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Reads the tree rooted at LOG (see `llmsession tree`).
+fn read_tree(log: &str) -> Result<Tree, Failure> {
+    Tree::load(log).map_err(|e| {
+        let f = if matches!(e.kind(), ErrorKind::CorruptLog | ErrorKind::Reconstruction) { Failure::of(e) } else { store_failure(e) };
+        f.context(redact(log))
+    })
+}
+
+/// The tree line of node `i`: its branch drawing, id, kind, link and size.
+fn tree_line(tree: &Tree, i: usize, lead: &str, last: bool) -> String {
+    let n = &tree.nodes[i];
+    let branch = if n.parent.is_none() { String::new() } else { format!("{lead}{}", if last { "└─ " } else { "├─ " }) };
+    let link = match (n.kind(), n.header().spawn.as_ref().and_then(|s| s.call_id.as_deref())) {
+        ("root", _) => String::new(),
+        ("spawn", Some(call)) => format!("  spawned for {call} at seq {}", n.seed_length()),
+        ("spawn", None) => format!("  spawned at seq {} (turn boundary)", n.seed_length()),
+        _ => format!("  forked at seq {}", n.seed_length()),
+    };
+    let status = match n.parent {
+        Some(p) if n.kind() == "spawn" && n.header().spawn.as_ref().is_some_and(|s| s.call_id.is_some()) => {
+            match tree.result_seq(p, n.id()) {
+                Some(seq) => format!(", answered at parent seq {seq}"),
+                None => ", not answered yet".to_string(),
+            }
+        }
+        _ => String::new(),
+    };
+    let requests = n.log.events().iter().filter(|e| e.ty == "step/start" && e.seq >= n.seed_length()).count();
+    format!("{branch}{}{link}  ({} events, {requests} own requests{status})", n.id(), n.log.events().len())
+}
+
+fn cmd_tree(log: &str, as_json: bool) -> Result<(), Failure> {
+    let tree = read_tree(log)?;
+    let report = tree.verify().map_err(|e| Failure::of(e).context(redact(log)))?;
+    if as_json {
+        let nodes: Vec<serde_json::Value> = tree
+            .nodes
+            .iter()
+            .zip(&report.nodes)
+            .map(|(n, v)| {
+                let mut o = json!({"id": n.id(), "kind": n.kind(), "depth": n.depth, "source": n.source,
+                                   "seedLength": n.seed_length(), "events": n.log.events().len(), "verify": v.report});
+                if let Some(p) = n.parent {
+                    o["parent"] = json!(tree.nodes[p].id());
+                    if let Some(seq) = tree.result_seq(p, n.id()) {
+                        o["answeredAt"] = json!(seq);
+                    }
+                }
+                if let Some(c) = n.header().spawn.as_ref().and_then(|s| s.call_id.as_deref()) {
+                    o["callId"] = json!(c);
+                }
+                o
+            })
+            .collect();
+        out!("{}", json!({"root": tree.root().id(), "nodes": nodes}));
+        return Ok(());
+    }
+    // Depth first: each node's lead is its parent's plus a bar while the parent has more
+    // children after it.
+    let mut leads: Vec<String> = vec![String::new(); tree.nodes.len()];
+    for i in 0..tree.nodes.len() {
+        let kids = tree.children_of(i);
+        for (k, c) in kids.iter().enumerate() {
+            let last = k + 1 == kids.len();
+            let lead = if tree.nodes[i].parent.is_none() { String::new() } else { leads[i].clone() };
+            leads[*c] = format!("{lead}{}", if last { "   " } else { "│  " });
+        }
+    }
+    for i in 0..tree.nodes.len() {
+        let n = &tree.nodes[i];
+        let (lead, last) = match n.parent {
+            None => (String::new(), true),
+            Some(p) => {
+                let sibs = tree.children_of(p);
+                let lead = if tree.nodes[p].parent.is_none() { String::new() } else { leads[p].clone() };
+                (lead, sibs.last() == Some(&i))
+            }
+        };
+        out!("{}", tree_line(&tree, i, &lead, last));
+    }
+    let requests: u64 = report.nodes.iter().map(|n| n.report.requests).sum();
+    out!(
+        "ok: {} sessions verified, every link checked ({requests} requests rebuilt, inherited ones in every node that holds them)",
+        tree.nodes.len()
+    );
+    Ok(())
+}
+
+fn cmd_explain_tree(log: &str, prices: Option<&str>, rules: Option<&str>, as_json: bool) -> Result<(), Failure> {
+    let settings = ExplainSettings {
+        prices: prices.map(|p| option_file(p, "--prices", PriceTable::from_value)).transpose()?,
+        cache_rules: rules.map(|p| option_file(p, "--cache-rules", CacheRules::from_value)).transpose()?.unwrap_or_default(),
+    };
+    let tree = read_tree(log)?;
+    let ex = explain_tree(&tree, &Estimator, &settings).map_err(|e| Failure::of(e).context(redact(log)))?;
+    if as_json {
+        out!("{}", serde_json::to_value(&ex).expect("a report serialises"));
+        return Ok(());
+    }
+    print_tree_explanation(&ex);
+    Ok(())
+}
+
+/// The text form of a tree explanation (also what the e2e report prints).
+fn print_tree_explanation(ex: &llmsession::explain::tree::TreeExplanation) {
+    let pct = |s: &llmsession::explain::tree::Spend| format!("{:.1}%", 100.0 * s.read_ratio());
+    out!("tree {}  ({} sessions; tokens: {})", ex.root, ex.totals.nodes, ex.counter);
+    out!(
+        "{:<44} {:>5} {:>9} {:>9} {:>9} {:>8} {:>7}  {:>9} {:>7}",
+        "node (own requests)",
+        "reqs",
+        "prompt",
+        "cached",
+        "uncached",
+        "miss",
+        "read",
+        "floor",
+        "floor%"
+    );
+    for n in &ex.nodes {
+        let name = format!("{}{} {}", "  ".repeat(n.depth), n.id, if n.kind == "root" { String::new() } else { format!("[{}]", n.kind) });
+        let (floor, floor_pct) = match &n.spawn_floor {
+            Some(f) => (f.prompt_tokens.to_string(), pct(f)),
+            None => ("-".into(), "-".into()),
+        };
+        out!(
+            "{:<44} {:>5} {:>9} {:>9} {:>9} {:>8} {:>7}  {:>9} {:>7}",
+            name,
+            n.own.requests,
+            n.own.prompt_tokens,
+            n.own.cached_tokens,
+            n.own.uncached_tokens,
+            n.own.miss_tokens,
+            pct(&n.own),
+            floor,
+            floor_pct
+        );
+    }
+    let t = &ex.totals;
+    out!(
+        "tree: {} requests, {} prompt tokens, {} read from cache ({}), {} uncached ({} of them cache misses)",
+        t.all.requests,
+        t.all.prompt_tokens,
+        t.all.cached_tokens,
+        pct(&t.all),
+        t.all.uncached_tokens,
+        t.all.miss_tokens
+    );
+    out!(
+        "subagents: {} requests, {} prompt tokens, {} uncached, {} of them cache misses; spawn floors {} tokens ({} read), work {} tokens; inherited prefixes {} tokens, counted once",
+        t.subagents.requests,
+        t.subagents.prompt_tokens,
+        t.subagents.uncached_tokens,
+        t.subagents.miss_tokens,
+        t.spawn_floors.prompt_tokens,
+        pct(&t.spawn_floors),
+        t.work.prompt_tokens,
+        t.inherited_tokens
+    );
+    if let (Some(c), Some(m)) = (t.subagents.cost, t.subagents.miss_cost) {
+        out!("subagent spend: {c:.4}, of which cache-miss cost {m:.4}");
+    }
+    let cold = &t.cold_children;
+    match (t.all.cost, cold.cost, cold.extra_cost) {
+        (Some(c), Some(cc), Some(x)) => {
+            out!(
+                "with cold children: {} uncached tokens (+{}), cost {cc:.4} (+{x:.4} over {c:.4})",
+                cold.uncached_tokens,
+                cold.extra_uncached_tokens
+            )
+        }
+        _ => out!("with cold children: {} uncached tokens (+{})", cold.uncached_tokens, cold.extra_uncached_tokens),
+    }
+}
+
 fn run(cli: Cli) -> Result<(), Failure> {
     let json = cli.json;
     match &cli.command {
@@ -770,8 +1244,19 @@ fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Checkpoint { log } => cmd_checkpoint(log, json),
         Command::Stats { log } => cmd_stats(log, json),
-        Command::Explain { log, step, prices, cache_rules } => {
-            cmd_explain(log, step.as_deref(), prices.as_deref(), cache_rules.as_deref(), json)
+        Command::Explain { log, step: _, prices, cache_rules, from: Some(from), .. } => {
+            cmd_explain_from(log, from, prices.as_deref(), cache_rules.as_deref(), json)
+        }
+        Command::Explain { log, step, prices, cache_rules, tree, from: None } => {
+            if *tree {
+                cmd_explain_tree(log, prices.as_deref(), cache_rules.as_deref(), json)
+            } else {
+                cmd_explain(log, step.as_deref(), prices.as_deref(), cache_rules.as_deref(), json)
+            }
+        }
+        Command::Tree { log } => cmd_tree(log, json),
+        Command::Simulate { logs, prices, cache_rules, from, options } => {
+            cmd_simulate(logs, prices, cache_rules.as_deref(), from.as_deref(), options.as_deref(), json)
         }
         Command::Show { log, step, render } => cmd_show(log, *step, render.as_deref(), json),
         Command::Headers { log } => cmd_headers(log, json),

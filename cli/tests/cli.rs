@@ -215,7 +215,7 @@ fn usage_errors_exit_2_and_name_what_is_wrong() {
         (&["stats", p, "extra"], "unexpected argument 'extra' found"),
         (&["show", p], "the following required arguments were not provided:\n  --step <N>"),
         (&["show", p, "--step", "two"], "invalid value 'two' for '--step <N>'"),
-        (&["explain", p, "--step", "two"], "invalid value 'two' for '--step <ID>': expected N (a conversation request, 1-based) or cN"),
+        (&["explain", p, "--step", "two"], "invalid value 'two' for '--step <ID>': expected N (a conversation request, 1-based), cN (a summarisation request), nN (a native compaction request) or kN"),
         (&["explain", p, "--step=c"], "invalid value 'c' for '--step <ID>'"),
         (&["explain", p, "--step", "-1", "--json"], "unexpected argument '-1' found"),
         (&["explain", p, "--step"], "a value is required for '--step <ID>'"),

@@ -156,3 +156,50 @@ fn verify_show_and_explain_state_what_the_model_saw_after_context_editing() {
     assert!(out.contains("the provider cleared 2 tool use(s), 900 input tokens, before the model saw it"), "{out}");
     assert!(out.contains("context-edit"), "{out}");
 }
+
+/// The text outputs say which figures llmsession counted and which the provider reported: the
+/// counted columns of explain are starred, with the counter named under the table; a request
+/// without usage shows `-` for the provider's figures in stats and explain, and its expected and
+/// uncached tokens (counted then) are starred.
+#[test]
+fn counted_figures_are_labelled_beside_the_providers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.jsonl");
+    let (s, _) = Session::open_jsonl(&path, Default::default()).unwrap();
+    let mut a = Agent::new(&s, options("gpt-5", "You are careful.")).unwrap();
+    turn(&mut a, "first", 1000);
+    let c = llmsession::CancelToken::new();
+    a.start_turn(llmsession::Message::user_text("no usage this time")).unwrap();
+    a.next_request(&c).unwrap();
+    a.record_response(llmsession::Message::new(llmsession::Role::Assistant, vec![llmsession::Block::text("ok")]), None).unwrap();
+    a.end_turn(llmsession::log::TurnEndReason::Completed).unwrap();
+    a.dispose().unwrap();
+    drop(s);
+    let p = path.to_str().unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_llmsession")).args(args).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let out = run(&["explain", p]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[1].contains(" tokens* ") && lines[1].contains(" shared* ") && lines[1].contains(" cached "), "{out}");
+    assert!(
+        out.contains("* counted by llmsession (the built-in estimate, no tokenizer), not reported by the provider (so are expected and uncached of a request without usage: -)"),
+        "{out}"
+    );
+    let row3: Vec<&str> = lines[4].split_whitespace().collect();
+    assert_eq!(row3[0], "3", "{out}");
+    assert!(row3[5].ends_with('*') && row3[6] == "-" && row3[7] == "-" && row3[8].ends_with('*'), "{out}");
+    let row1: Vec<&str> = lines[2].split_whitespace().collect();
+    assert!(!row1[5].ends_with('*') && row1[7] == "1000" && !row1[8].ends_with('*'), "{out}");
+    let out = run(&["explain", p, "--step", "1"]);
+    assert!(out.contains(" tokens (counted by llmsession, the built-in estimate, no tokenizer)"), "{out}");
+    assert!(out.contains("expected cacheable 0 (in the provider's tokens)"), "{out}");
+    let out = run(&["stats", p]);
+    let row3: Vec<&str> = out.lines().nth(4).unwrap().split_whitespace().collect();
+    assert_eq!(&row3[row3.len() - 3..], ["-", "-", "-"], "{out}");
+    assert!(out.contains("note: 1 request(s) have no usage in the log (-)"), "{out}");
+    let first: Vec<&str> = out.lines().nth(2).unwrap().split_whitespace().collect();
+    assert_eq!(&first[first.len() - 3..], ["1000", "500", "50%"], "{out}");
+}

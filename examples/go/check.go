@@ -57,8 +57,8 @@ func checkReport(r report) (checked, violations []string) {
 				} else if x.CachedTokens < x.PrefixTokens {
 					fail("%s after a compaction read %d tokens from cache, less than system + tools + prefix (%d)", name, x.CachedTokens, x.PrefixTokens)
 				} else {
-					ok("%s after a %s compaction: cached %d >= system + tools + prefix %d; shares %d messages >= prefix %d",
-						name, x.AfterCompaction, x.CachedTokens, x.PrefixTokens, x.SharedMessages, x.PrefixLen)
+					ok("%s after %s compaction: cached %d >= system + tools + prefix %d; shares %d messages >= prefix %d",
+						name, withArticle(x.AfterCompaction), x.CachedTokens, x.PrefixTokens, x.SharedMessages, x.PrefixLen)
 				}
 			default:
 				if x.CachedTokens < p.PromptTokens-1 {
@@ -134,6 +134,7 @@ func checkReport(r report) (checked, violations []string) {
 		}
 	}
 	checkExplain(r, ok, fail)
+	checkIdle(r, ok, fail)
 	if conversations < 2 {
 		fail("the run has %d conversation requests; the rules need at least 2", conversations)
 	}

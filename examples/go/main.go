@@ -371,6 +371,10 @@ type host struct {
 	a         *llmsession.Agent
 	// replay answers every request from a recorded log instead of the server (-replay).
 	replay *llmsession.Replay
+	// idle is the pause after the scripted turns (-idle-ttl; idle.go); pendingAfter marks the
+	// first request after a compaction made outside a request ("idle").
+	idle         *idleSpec
+	pendingAfter string
 }
 
 // summariser compacts with the session's own model: it renders the library's summarisation
@@ -507,7 +511,8 @@ func (h *host) runTurn(ctx context.Context, turn turnSpec) error {
 		if err != nil {
 			return err // the library has ended the turn (aborted / error)
 		}
-		after := ""
+		after := h.pendingAfter
+		h.pendingAfter = ""
 		if h.rep.summaries() > summariesBefore {
 			after = "failed"
 			if h.compactionsLanded() > landedBefore {
@@ -541,7 +546,7 @@ func (h *host) runTurn(ctx context.Context, turn turnSpec) error {
 		}
 		note := ""
 		if after != "" {
-			note = ", after a " + after + " compaction"
+			note = ", after " + withArticle(after) + " compaction"
 		}
 		if streamed {
 			note += fmt.Sprintf(", streamed (%d deltas)", live.deltas)
@@ -734,6 +739,10 @@ func main() {
 	checkReport := flag.String("check-report", "", "check a report against the end-to-end rules (docs/demo.md) and exit")
 	streamFlag := flag.String("stream", "", "stream the requests of these turns: all, even, odd, or a list such as 2,5,8")
 	replayLog := flag.String("replay", "", "answer every request from this recorded session log instead of a server (offline)")
+	idleTTL := flag.Duration("idle-ttl", 0, "after the turns, pause with the cache clock, llama-server given this TTL (0: no pause; idle.go)")
+	idleMargin := flag.Duration("idle-margin", 5*time.Second, "how long before expiry the cache clock acts during the pause")
+	idleAfter := flag.Int("idle-after", 0, "the pause comes after this scripted turn (0: after the last one, then -idle-return)")
+	idleReturn := flag.String("idle-return", "I am back. What was the plan again?", "the user's turn after a pause that follows the last scripted turn")
 	flag.Parse()
 	if *checkReport != "" {
 		os.Exit(runCheck(*checkReport))
@@ -769,6 +778,9 @@ func main() {
 		rep:       &recorder{},
 	}
 	h.rep.StreamTurns = *streamFlag
+	if *idleTTL > 0 {
+		h.idle = &idleSpec{ttl: *idleTTL, margin: *idleMargin, after: *idleAfter, back: turnSpec{User: *idleReturn}}
+	}
 	if *replayLog != "" {
 		r, err := llmsession.OpenReplay(*replayLog)
 		if err != nil {
@@ -789,6 +801,7 @@ func main() {
 		os.Exit(1)
 	}
 	h.rep.printTable(os.Stdout)
+	h.rep.printIdle(os.Stdout)
 }
 
 // callConfig is the call config of every request, and the sampling fields the host adds to
@@ -872,10 +885,22 @@ func (h *host) run(cfg map[string]any, logPath, prefixDir, system string, window
 			}
 		}
 	}
-	for _, t := range turns {
+	pause := h.idle != nil && h.replay == nil
+	for i, t := range turns {
 		fmt.Printf("user: %s\n", oneLine(t.User, 160))
 		if err := h.runTurn(ctx, t); err != nil {
 			return err
+		}
+		if pause && h.idle.pausesAfter(i+1, len(turns)) {
+			if err := h.idlePause(ctx); err != nil {
+				return err
+			}
+			if i+1 == len(turns) {
+				fmt.Printf("user: %s\n", oneLine(h.idle.back.User, 160))
+				if err := h.runTurn(ctx, h.idle.back); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	if compact {
@@ -907,6 +932,17 @@ func (h *host) run(cfg map[string]any, logPath, prefixDir, system string, window
 	}
 	if err := h.rep.attachExplain(ex); err != nil {
 		return fmt.Errorf("explain: %w", err)
+	}
+	if h.idle != nil {
+		// The pause priced at the clock's prices and TTL.
+		rules, _ := json.Marshal(map[string]any{"openai": map[string]any{"ttlSeconds": int64(h.idle.ttl / time.Second)}})
+		ex, err := s.Explain(&llmsession.ExplainOptions{Prices: idlePrices, CacheRules: rules})
+		if err == nil {
+			err = h.rep.attachIdleGap(ex)
+		}
+		if err != nil {
+			return fmt.Errorf("explain: %w", err)
+		}
 	}
 	if h.replay != nil {
 		info, _ := h.replay.Info()

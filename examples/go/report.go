@@ -37,7 +37,8 @@ type row struct {
 	MessageCount   int    `json:"messageCount"`
 	PrefixLen      int    `json:"prefixLen"`
 	FinishReason   string `json:"finishReason,omitempty"`
-	// AfterCompaction is "landed" or "failed" for the first request built after a compaction ran.
+	// AfterCompaction is "landed" or "failed" for the first request built after a compaction ran
+	// (in the gate), "idle" after the cache clock's idle compaction (idle.go).
 	AfterCompaction string `json:"afterCompaction,omitempty"`
 	// PrefixTokens (-llama) is the token length of system + tools + session prefix, measured on
 	// the first request of an instance and on the first request after a compaction.
@@ -101,6 +102,8 @@ type report struct {
 	Requests    []row  `json:"requests"`
 	// Spend is explain's uncached prompt tokens of the whole log by cause.
 	Spend map[string]int `json:"spend,omitempty"`
+	// Idle is the idle pause after the turns (-idle-ttl; idle.go).
+	Idle *idleReport `json:"idle,omitempty"`
 }
 
 // recorder collects the rows of a run.
@@ -150,6 +153,14 @@ func (r *recorder) attachExplain(ex json.RawMessage) error {
 		return err
 	}
 	r.Spend = e.Totals.Spend
+	// The cache clock's keep-warm requests (idle.go) have no row of their own.
+	kept := e.Requests[:0]
+	for _, q := range e.Requests {
+		if q.Kind != "keepalive" {
+			kept = append(kept, q)
+		}
+	}
+	e.Requests = kept
 	k := 0
 	for i := range r.Requests {
 		x := &r.Requests[i]
@@ -188,6 +199,14 @@ func (r *recorder) write(path, logPath string, runErr error) error {
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
+// withArticle is "a landed", "a failed", "an idle".
+func withArticle(word string) string {
+	if strings.HasPrefix(word, "i") {
+		return "an " + word
+	}
+	return "a " + word
+}
+
 func pct(cached, prompt int) string {
 	if prompt == 0 {
 		return "-"
@@ -214,7 +233,7 @@ func (r *recorder) printTable(w io.Writer) {
 					note += fmt.Sprintf("; system+tools+prefix = %d tokens", x.PrefixTokens)
 				}
 			case x.AfterCompaction != "":
-				note = "after a " + x.AfterCompaction + " compaction: history rewritten"
+				note = "after " + withArticle(x.AfterCompaction) + " compaction: history rewritten"
 				if x.PrefixTokens > 0 {
 					note += fmt.Sprintf("; system+tools+prefix = %d tokens", x.PrefixTokens)
 				}

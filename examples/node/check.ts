@@ -40,7 +40,7 @@ export function toolCalls(response: lls.ParsedResponse): { id: string; name: str
         break;
       }
       default: {
-        const other: 'image' | 'redacted-thinking' | 'opaque' = block.type;
+        const other: 'image' | 'file' | 'redacted-thinking' | 'opaque' = block.type;
         void other;
       }
     }
@@ -64,4 +64,14 @@ export function observerTypes(): void {
   lls.observer.level = 'debug';
   const onWarn = (o: lls.Observation) => console.log(o.message);
   lls.observer.on('warn', onWarn).off('warn', onWarn);
+}
+
+/** Tool calls as data (docs/node.md, "With the official SDKs"): what recordBody gives. */
+export function recorded(agent: lls.Agent, completion: object): string[] {
+  const rec: lls.Recorded = agent.recordBody(completion);
+  const count: number = rec.toolCallCount;
+  const finish: lls.FinishReason | undefined = rec.finishReason;
+  const calls: lls.ToolCall[] = rec.toolCalls;
+  const again: lls.ToolCall[] = lls.toolCalls({ message: { role: 'assistant', content: [] } });
+  return [...calls, ...again].map((c) => `${c.id} ${c.name} ${c.argumentsJson} ${JSON.stringify(c.arguments)} ${count} ${finish ?? ''}`);
 }

@@ -7,11 +7,13 @@
 #
 # Environment (set by the Makefile):
 #   LLMSESSION_EXAMPLE   the built Go example host (build/go/llmsession-example)
+#   LLMSESSION_TREE      the built agent-tree host (build/go/llmsession-tree; e2e only)
 #   LLMSESSION_CLI       the built inspector (target/release/llmsession)
 # Optional:
 #   LLMSESSION_E2E_PORT  port of the e2e server (default: any free port)
 #   LLMSESSION_DEMO_TIMEOUT  time limit of the host run (default 45m)
 #   LLMSESSION_DEMO_STREAM   which turns stream their requests (the host's -stream; default even)
+#   LLMSESSION_E2E_IDLE_TTL  the TTL the e2e's idle pause gives llama-server (the host's -idle-ttl; 0s: no pause)
 #   and the variables of scripts/llama/server.sh (LLMSESSION_CACHE, LLMSESSION_LLAMA_*)
 set -euo pipefail
 
@@ -102,6 +104,14 @@ host_args=(
     -report "$REPORT"
     -timeout "${LLMSESSION_DEMO_TIMEOUT:-45m}"
 )
+# make e2e: the idle pause after turn 10, where the context is largest (docs/demo.md, "The idle
+# pause"; examples/go/idle.go): the cache clock compacts while warm, llama-server given a TTL
+# through cacheRules for the test (it has none). The TTL runs from the request, and a reply takes
+# tens of seconds on a loaded CPU: 150 s leaves the clock its 30 s margin after the slowest turns. `make demo` leaves it out: its compaction is the
+# pressure gate's, at turn 12.
+if [[ "$MODE" == e2e ]]; then
+    host_args+=(-idle-ttl "${LLMSESSION_E2E_IDLE_TTL:-150s}" -idle-margin 30s -idle-after 10)
+fi
 start_s=$SECONDS
 "$EXAMPLE" "${host_args[@]}"
 echo "session run: $((SECONDS - start_s)) s"
@@ -124,6 +134,13 @@ say "e2e: cache rules on the report"
 # ---- e2e: the inspector CLI -------------------------------------------------------------------
 say "e2e: the inspector CLI"
 scripts/demo/cli-checks.sh "$LOG" "$REPORT" "$OUT"
+
+# ---- e2e: the SDK agents (examples/python/agent.py, examples/node/agent) -----------------------
+say "e2e: the SDK agents, on the same server"
+scripts/demo/sdk-agents.sh "$URL" "$OUT/sdk-agents"
+
+# ---- e2e: an agent tree on the same server (scripts/demo/tree.sh) -----------------------------
+scripts/demo/tree.sh "$URL" "$OUT/tree"
 
 echo
 echo "e2e: passed in $SECONDS s (log $LOG, report $REPORT)"

@@ -14,6 +14,11 @@ REALNAME=libllmsession.so.$VERSION
 export SOURCE_DATE_EPOCH VERSION
 # The platform the artefacts are for (only x86-64 Linux with glibc is built here).
 export DIST_ARCH; DIST_ARCH=$(uname -m)
+# The glibc the artefacts are built for (the Makefile's RELEASE_GLIBC: the release build links
+# against it with zig, scripts/tools/zig-cargo.sh): no library or command in them may need a
+# newer one (scripts/dist/glibc-check.sh), and the wheel is tagged with it.
+: "${DIST_GLIBC:=2.17}"
+export DIST_GLIBC
 # Where everything lands, and the stripped files every artefact is made from (build.sh).
 : "${DIST:=$ROOT/dist}"
 : "${DIST_STAGE:=$ROOT/build/dist/stage}"
@@ -71,4 +76,100 @@ without_toolchain() {
     mkdir -p "$dir/home"
     (cd "$dir" && env -u LLMSESSION_LIB -u LD_LIBRARY_PATH -u PKG_CONFIG_PATH -u CARGO_HOME -u RUSTUP_HOME \
         -u CARGO_TARGET_DIR HOME="$dir/home" PATH="$path" "$@")
+}
+
+# The wheel's platform tag for glibc 2.N (PEP 600): manylinux_2_N_ARCH, followed by the older
+# name of the same promise where there is one (manylinux1 = 2.5, manylinux2010 = 2.12,
+# manylinux2014 = 2.17), which pip before 20.3 knows instead. manylinux_tag GLIBC ARCH
+manylinux_tag() {
+    local n=${1#2.} t
+    t=manylinux_2_${n}_$2
+    case "$n" in 5) t+=.manylinux1_$2 ;; 12) t+=.manylinux2010_$2 ;; 17) t+=.manylinux2014_$2 ;; esac
+    echo "$t"
+}
+
+# auditwheel (PyPI), pinned; installed on first use into build/dist/pytools. AUDITWHEEL names
+# another. auditwheel_cmd prints the command.
+AUDITWHEEL_VERSION=6.8.2
+auditwheel_cmd() {
+    local own=$ROOT/build/dist/pytools/bin/auditwheel
+    local cmd=${AUDITWHEEL:-$own}
+    if [ "$cmd" = "$own" ] && ! "$own" --version 2>/dev/null | grep -q " $AUDITWHEEL_VERSION "; then
+        echo "dist: installing auditwheel $AUDITWHEEL_VERSION into build/dist/pytools" >&2
+        rm -rf "$ROOT/build/dist/pytools"
+        "${PYTHON:-python3}" -m venv "$ROOT/build/dist/pytools" >&2
+        "$ROOT/build/dist/pytools/bin/pip" install --quiet --disable-pip-version-check "auditwheel==$AUDITWHEEL_VERSION" >&2
+    fi
+    echo "$cmd"
+}
+
+# `auditwheel show WHEEL` must find the wheel consistent with manylinux_2_N for an N no newer
+# than GLIBC's (auditwheel names the oldest policy every library and symbol version fits; its
+# text is wrapped, so it is read as one line). The report goes to REPORT and is printed.
+# auditwheel_fits AUDITWHEEL WHEEL GLIBC REPORT
+auditwheel_fits() {
+    local got
+    if ! "$1" show "$2" >"$4" 2>&1; then
+        cat "$4"
+        echo "dist: auditwheel show $(basename "$2") failed (above)"
+        return 1
+    fi
+    cat "$4"
+    got=$(tr -s '\n ' '  ' <"$4" |
+        sed -n 's/.*is consistent with the following platform tag: "manylinux_2_\([0-9]*\)_'"$DIST_ARCH"'".*/\1/p')
+    if [ -z "$got" ] || [ "$got" -gt "${3#2.}" ]; then
+        echo "dist: auditwheel show does not find $(basename "$2") consistent with manylinux_2_${3#2.}_$DIST_ARCH or older (above)"
+        return 1
+    fi
+    echo "dist: auditwheel show: consistent with manylinux_2_${got}_$DIST_ARCH (the tag promises glibc $3)"
+}
+
+# The libraries checked against glibc DIST_GLIBC's own symbol list, as an old system's linker
+# would: examples/readme/hello.c linked with zig (scripts/tools/zig-cc, against the stubs of glibc
+# DIST_GLIBC that zig makes from glibc's own symbol lists) once with the static library ARCHIVE
+# (and NATIVE_STATIC_LIBS) and, when SHARED is given, once with that shared library (a file
+# whose directory holds its soname link); and the whole archive (every member, not only those
+# hello.c reaches) linked into a shared object with -z defs. lld refuses a strong reference to
+# a symbol glibc DIST_GLIBC lacks, whether in the archive's objects or among the shared
+# library's undefined symbols (--no-allow-shlib-undefined): a static archive records no symbol
+# versions, so such a link is how far its needs can be checked. The results are then checked
+# like the release (glibc-check.sh) and each program is run twice here (the second run resumes
+# the log of the first).
+# Prints what it checked. link_check_old_glibc WORKDIR ARCHIVE INCLUDE_DIR [SHARED]
+link_check_old_glibc() {
+    local work=$1 archive=$2 include=$3 shared=${4:-}
+    (
+        set -euo pipefail
+        source "$ROOT/scripts/tools/zig-env.sh"
+        LLMSESSION_GLIBC=$DIST_GLIBC zig_env
+        mkdir -p "$work"
+        cd "$work"
+        cp "$ROOT/examples/readme/hello.c" .
+        # shellcheck disable=SC2086 # NATIVE_STATIC_LIBS are words
+        "$ZIG_CC" -std=c11 -O1 -I"$include" hello.c "$archive" $NATIVE_STATIC_LIBS -o hello-static >link.log 2>&1 ||
+            { cat link.log; echo "dist: $archive does not link against glibc $DIST_GLIBC (above)"; exit 1; }
+        # Every member of the archive, not only those hello.c reaches: a shared object of the
+        # whole archive, with no undefined symbol allowed (-z defs).
+        # shellcheck disable=SC2086
+        "$ZIG_CC" -shared -o whole-archive.so -Wl,--whole-archive "$archive" -Wl,--no-whole-archive \
+            $NATIVE_STATIC_LIBS -Wl,-z,defs >link.log 2>&1 ||
+            { cat link.log; echo "dist: the whole of $archive does not link against glibc $DIST_GLIBC (above)"; exit 1; }
+        GLIBC_CHECK_STRIP="$work/" bash "$ROOT/scripts/dist/glibc-check.sh" "$DIST_GLIBC" "$work/whole-archive.so"
+        kinds=(static)
+        if [ -n "$shared" ]; then
+            soname=$(readelf -d "$shared" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+            "$ZIG_CC" -std=c11 -O1 -I"$include" hello.c "$shared" -Wl,-rpath,"$(dirname "$shared")" -o hello-shared >link.log 2>&1 ||
+                { cat link.log; echo "dist: a program does not link with $shared against glibc $DIST_GLIBC (above)"; exit 1; }
+            kinds+=(shared)
+        fi
+        for kind in "${kinds[@]}"; do
+            bin=hello-$kind
+            ALLOW_NEEDED=${soname:-} ALLOW_UNVERSIONED='^lls_' GLIBC_CHECK_STRIP="$work/" \
+                bash "$ROOT/scripts/dist/glibc-check.sh" "$DIST_GLIBC" "$work/$bin"
+            mkdir -p "run-$kind"
+            out=$(cd "run-$kind" && "../$bin" && "../$bin") || { echo "dist: $bin failed: $out"; exit 1; }
+            grep -q '"requests":2}$' <<<"$out" || { echo "dist: $bin, run twice, did not resume: $out"; exit 1; }
+        done
+        echo "dist: hello.c linked with zig against glibc $DIST_GLIBC (${kinds[*]}), run twice each: $(tail -n 1 <<<"$out")"
+    )
 }

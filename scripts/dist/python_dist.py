@@ -1,7 +1,9 @@
 """The Python release artefacts, for scripts/dist/python.sh (`make dist`):
 
   python_dist.py wheel OUTDIR TAG LIB CLI LICENSES_DIR
-      writes OUTDIR/llmsession-VERSION-TAG.whl: the package (bindings/python/src/llmsession),
+      writes OUTDIR/llmsession-VERSION-TAG.whl (TAG may be a compressed tag set, such as
+      py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64: WHEEL then lists each tag it stands
+      for): the package (bindings/python/src/llmsession),
       LIB as llmsession/_lib/libllmsession.so, CLI as llmsession/_bin/llmsession (run by the
       `llmsession` console script), the licences in the dist-info's licenses/, and METADATA,
       WHEEL, entry_points.txt and RECORD. Written with zipfile, not setuptools, so that the bytes
@@ -101,6 +103,14 @@ def record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
+def expand_tag(tag: str) -> list[str]:
+    """The tags a compressed tag set stands for, as WHEEL lists them (one "Tag:" line each):
+    py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64 is py3-none-manylinux_2_17_x86_64 and
+    py3-none-manylinux2014_x86_64."""
+    py, abi, plat = tag.split("-")
+    return [f"{p}-{a}-{q}" for p in py.split(".") for a in abi.split(".") for q in plat.split(".")]
+
+
 def wheel(outdir: str, tag: str, lib: str, cli: str, licenses: str) -> None:
     v = version()
     name = f"llmsession-{v}-{tag}.whl"
@@ -120,7 +130,7 @@ def wheel(outdir: str, tag: str, lib: str, cli: str, licenses: str) -> None:
             "Wheel-Version: 1.0\n"
             "Generator: llmsession scripts/dist/python_dist.py\n"
             "Root-Is-Purelib: false\n"
-            f"Tag: {tag}\n").encode()),
+            + "".join(f"Tag: {t}\n" for t in expand_tag(tag))).encode()),
         (f"{info}/entry_points.txt", b"[console_scripts]\nllmsession = llmsession._cli:main\n"),
         (f"{info}/top_level.txt", b"llmsession\n"),
     ]

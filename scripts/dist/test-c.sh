@@ -97,6 +97,15 @@ mkdir run-cpp && cd run-cpp
 grep -q '"requests":2}$' run2.txt || fail "hello_cpp, second run did not resume: $(cat run2.txt)"
 echo "test-c: hello.cpp linked with llmsession::llmsession_static ($(stat -c %s ../build-hello/hello_cpp) bytes), twice: $(cat run2.txt)"
 verify hello.jsonl 2
-echo "test-c: ok"
+echo "test-c: the examples ran from the archive"
 SCRIPT
 without_toolchain "$tmp" bash test.sh "$name"
+
+# glibc: the shared library and the command need nothing newer than DIST_GLIBC (objdump), and
+# hello.c links against glibc DIST_GLIBC's symbols with the static library and with the shared
+# one, and runs (common.sh, link_check_old_glibc).
+p=$tmp/$name
+GLIBC_CHECK_STRIP=$tmp/ bash "$ROOT/scripts/dist/glibc-check.sh" "$DIST_GLIBC" "$p/lib/$REALNAME" "$p/bin/llmsession" |
+    sed 's/^/test-c: /' || { echo "test-c: the archive needs a glibc newer than $DIST_GLIBC (above)"; exit 1; }
+link_check_old_glibc "$tmp/glibc" "$p/lib/libllmsession.a" "$p/include" "$p/lib/$REALNAME" | sed 's/^dist: //; s/^/test-c: /'
+echo "test-c: ok (glibc $DIST_GLIBC)"

@@ -12,7 +12,9 @@
 #      the program is linked statically against llmsession (ldd and its NEEDED list name no
 #      libllmsession);
 #   3. the module's command, `go run .../cmd/llmsession@vVERSION verify hello.jsonl` and
-#      `go install`ed: verifies the log; a missing log exits 4, as the inspector does.
+#      `go install`ed: verifies the log; a missing log exits 4, as the inspector does;
+#   4. glibc: the module's archive links against glibc DIST_GLIBC's symbols, whole and with
+#      the README's hello.c (common.sh, link_check_old_glibc: zig), and that program runs.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 fail() { echo "test-dist/go: $*" >&2; exit 1; }
@@ -97,4 +99,11 @@ SCRIPT
 without_toolchain "$tmp" bash test.sh "$module" "$gover" "$proxy"
 # The module cache is read-only, as Go makes it.
 chmod -R u+w "$tmp" 2>/dev/null || true
+
+# 4. glibc DIST_GLIBC: the module's archive as an old system's linker sees it (whole, and with
+# the README's hello.c, which is run).
+mkdir -p "$tmp/archive"
+unzip -q -o -j "$zip" "$module@$gover/internal/native/linux_amd64/libllmsession.a" \
+    "$module@$gover/internal/native/linux_amd64/llmsession.h" -d "$tmp/archive"
+link_check_old_glibc "$tmp/glibc" "$tmp/archive/libllmsession.a" "$tmp/archive" | sed 's/^dist: //; s/^/test-dist\/go: /'
 say "ok"

@@ -3,8 +3,10 @@
 # toolchain of ours exists (common.sh, without_toolchain: a temporary directory, a HOME and npm
 # cache of its own, no cargo, no checkout on PATH; koffi comes from the npm registry):
 #   1. the tarballs: their contents and sizes; the library is stripped and has the soname, the
-#      command is stripped; the released package.json (version, koffi pin, optional dependency
-#      at exactly VERSION, not private); packing the stage again gives the same bytes;
+#      command is stripped, and neither needs a glibc newer than DIST_GLIBC (glibc-check.sh;
+#      npm has no field for a glibc version: docs/install.md says it); the released
+#      package.json (version, koffi pin, optional dependency at exactly VERSION, not private);
+#      packing the stage again gives the same bytes;
 #   2. `npm install` of both tarballs in a new project (`npm init -y`): the README's example
 #      (examples/readme/hello.js, with require('llmsession')) run twice, the second run resuming
 #      the log the first wrote; the library loaded from the platform package; the log verified
@@ -48,6 +50,8 @@ for f in "$so" "$tmp/plat/package/bin/llmsession"; do
 done
 [ -x "$tmp/plat/package/bin/llmsession" ] || fail "bin/llmsession is not executable in $plat_tgz"
 say "lib/$SONAME: soname $soname, no symbol table or debug info; bin/llmsession stripped"
+GLIBC_CHECK_STRIP=$tmp/plat/package/ bash "$ROOT/scripts/dist/glibc-check.sh" "$DIST_GLIBC" "$so" "$tmp/plat/package/bin/llmsession" |
+    sed 's/^/test-dist\/node: /' || fail "the platform package's library or command needs a glibc newer than $DIST_GLIBC (above)"
 tar -xzOf "$npm_dir/$main_tgz" package/package.json >"$tmp/main-package.json"
 node - "$tmp/main-package.json" "$VERSION" "$platform_name" "$ROOT/bindings/node/package.json" <<'JS' || exit 1
 const fs = require('fs');

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The Python artefacts of dist/python/ (scripts/dist/python.sh), checked and used:
-#   1. the wheel holds exactly the package, the library, the command, the licences and its
-#      metadata, and RECORD is true of every entry; the library is stripped and has the soname,
-#      the command is stripped; its size is printed;
+#   1. the wheel is tagged for glibc DIST_GLIBC (py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64,
+#      WHEEL listing both tags); it holds exactly the package, the library, the command, the
+#      licences and its metadata, and RECORD is true of every entry; the library is stripped and
+#      has the soname, the command is stripped; neither needs a glibc newer than the tag says
+#      (scripts/dist/glibc-check.sh: objdump) and `auditwheel show` agrees; its size is printed;
 #   2. the sdist holds what a build from source needs (setup.py, the package, the Cargo
 #      workspace: manifests, Cargo.lock, the crates' sources, the target files the manifests
 #      name) and nothing built (no target/, no shared library);
@@ -17,11 +19,13 @@ python=${PYTHON:-python3}
 fail() { echo "test-python: $*" >&2; exit 1; }
 step() { echo "test-python: $*"; }
 
+tag=py3-none-$(manylinux_tag "$DIST_GLIBC" "$DIST_ARCH")
 shopt -s nullglob
-wheels=("$DIST"/python/llmsession-"$VERSION"-py3-none-manylinux_2_*_"$DIST_ARCH".whl)
+wheels=("$DIST"/python/llmsession-"$VERSION"-*.whl)
 shopt -u nullglob
-[ ${#wheels[@]} -eq 1 ] || fail "expected one wheel llmsession-$VERSION-py3-none-manylinux_2_NN_$DIST_ARCH.whl in $DIST/python, found ${#wheels[@]}"
-wheel=${wheels[0]}
+wheel=$DIST/python/llmsession-$VERSION-$tag.whl
+[ ${#wheels[@]} -eq 1 ] && [ "${wheels[0]}" = "$wheel" ] ||
+    fail "expected one wheel, $(basename "$wheel") (glibc $DIST_GLIBC), in $DIST/python; found: ${wheels[*]##*/}"
 sdist=$DIST/python/llmsession-$VERSION.tar.gz
 [ -f "$sdist" ] || fail "$sdist is missing"
 tmp=$(mktemp -d)
@@ -64,7 +68,9 @@ if set(record) != set(names):
     bad.append(f"RECORD lists {sorted(set(record) ^ set(names))} wrongly")
 wheel_txt = z.read(f"{info}/WHEEL").decode()
 tag = os.path.basename(wheel)[len(f"llmsession-{version}-"):-len(".whl")]
-if f"Tag: {tag}\n" not in wheel_txt or "Root-Is-Purelib: false\n" not in wheel_txt:
+py, abi, plats = tag.split("-")
+tags = [f"{py}-{abi}-{p}" for p in plats.split(".")]
+if [l[len("Tag: "):] for l in wheel_txt.splitlines() if l.startswith("Tag: ")] != tags or "Root-Is-Purelib: false\n" not in wheel_txt:
     bad.append(f"WHEEL says {wheel_txt!r}, the file name {tag}")
 meta = z.read(f"{info}/METADATA").decode()
 for field in (f"Name: llmsession\n", f"Version: {version}\n", "License-Expression: MIT OR Apache-2.0\n"):
@@ -86,6 +92,16 @@ for f in "$lib" "$cli"; do
 done
 readelf -d "$cli" | grep 'NEEDED.*libllmsession' >/dev/null && fail "the wheel's command links libllmsession dynamically"
 step "wheel: $(basename "$wheel"), $(stat -c %s "$wheel") bytes ($(du -h --apparent-size "$wheel" | cut -f1)): entries and RECORD right, library $SONAME and stripped, command stripped"
+# What the tag promises: glibc DIST_GLIBC, by objdump and by auditwheel.
+GLIBC_CHECK_STRIP=$tmp/wheel/ bash "$ROOT/scripts/dist/glibc-check.sh" "$DIST_GLIBC" "$lib" "$cli" ||
+    fail "the wheel's library or command needs a glibc newer than its tag, $tag, promises (above)"
+if [ "${AUDITWHEEL:-}" = skip ]; then
+    step "WARNING: AUDITWHEEL=skip: auditwheel show not run"
+else
+    auditwheel_fits "$(auditwheel_cmd)" "$wheel" "$DIST_GLIBC" "$tmp/auditwheel.txt" >"$tmp/auditwheel.log" ||
+        { cat "$tmp/auditwheel.log"; fail "auditwheel show does not accept the wheel's tag (above)"; }
+    step "$(tail -n 1 "$tmp/auditwheel.log" | sed 's/^dist: //')"
+fi
 
 # 2. The sdist's contents.
 top=llmsession-$VERSION

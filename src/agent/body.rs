@@ -208,13 +208,17 @@ impl Agent {
     }
 
     fn record_parsed(&mut self, parsed: ParsedResponse) -> Result<Recorded> {
-        let tool_calls = parsed.message.tool_calls().count();
+        // A keep-warm request's answer opens no tool call (it never enters the history).
+        let tool_calls = if self.keepalive.is_some() { 0 } else { parsed.message.tool_calls().count() };
         let seq = self.record_response(parsed.message, parsed.usage)?;
         Ok(Recorded { seq, tool_calls, finish_reason: parsed.finish_reason })
     }
 
-    /// `OutOfOrder` unless a step is open (a response is awaited).
+    /// `OutOfOrder` unless a step is open or a keep-warm request waits (a response is awaited).
     fn check_step_open(&self) -> Result<()> {
+        if self.keepalive.is_some() {
+            return Ok(());
+        }
         self.session.with_log(|l| match &l.state().open_turn {
             None => Err(Error::out_of_order("no turn is open")),
             Some(t) if !t.step_open => Err(Error::out_of_order("no request is open: build one with next_body first")),

@@ -15,6 +15,7 @@ use crate::request::{
 };
 use crate::types::{Block, Message, Provenance, Role, Usage};
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// A tool result reported by the host.
@@ -76,6 +77,9 @@ impl Agent {
     /// (see [`build_step`](Self::build_step)) and returns what `want` asks for.
     pub(crate) fn next_step(&mut self, cancel: &CancelToken, want: Want) -> Result<Built> {
         self.ensure_live()?;
+        // A keep-warm request still waiting for its answer is abandoned: the next request
+        // refreshes the cache anyway.
+        self.keepalive = None;
         let (turn, step) = {
             let g = self.session.lock();
             let st = g.log.state();
@@ -89,11 +93,28 @@ impl Agent {
             if let Some(p) = st.pending.first() {
                 return Err(Error::out_of_order(format!("tool call {:?} has no result yet", p.id)).with("callId", p.id.clone()));
             }
+            if let Some((limit, max)) = self.pinned.as_ref().and_then(|p| p.request_limit) {
+                if st.requests >= limit {
+                    return Err(Error::out_of_order(format!(
+                        "this child has sent its {max} request(s) (maxTurns): finish it (its answer is its last message)"
+                    ))
+                    .with("maxTurns", max));
+                }
+            }
             (t.turn, t.last_step + 1)
         };
         let (op, _guards) = self.op_token(cancel);
         if let Err(e) = self.prepare(&op, turn, step) {
             return Err(self.fail_turn(e));
+        }
+        // A native compaction block the route cannot read is replaced first (docs/compaction.md,
+        // "Route changes"). When that cannot be done the request is not built; the turn stays
+        // open (a cancel or a dispose ends it, as in the gate).
+        if let Err(e) = self.native_fallback(&op) {
+            return Err(match e.kind() {
+                ErrorKind::Cancelled | ErrorKind::Disposed => self.fail_turn(e),
+                _ => e,
+            });
         }
         if let Err(e) = self.gate(&op, turn) {
             match e.kind() {
@@ -155,7 +176,7 @@ impl Agent {
         // write leaves it empty, which only costs a full hash next time).
         let mut cache = std::mem::take(&mut self.digest_cache);
         let mut g = self.session.lock();
-        let session_id = g.header.id.clone();
+        let session_id = g.header.request_id().to_string();
         let folded = g.log.state().headers.current();
         // This instance's first request: the previous request of the session is the last one an
         // earlier instance routed, with the header folded now; it carried the leading history
@@ -169,19 +190,18 @@ impl Agent {
             }),
             _ => None,
         };
-        let reason = if !self.anchored {
-            Some(if folded.is_none() { SnapshotReason::Initial } else { SnapshotReason::Resume })
-        } else if folded != Some(&header) {
-            Some(SnapshotReason::Change)
-        } else {
-            None
-        };
+        let reason = self.snapshot_owed(folded, &header);
         let mut batch = stale_compaction_end(&g.log).into_iter().collect::<Vec<_>>();
         if let Some(reason) = reason {
             let snap = HeaderSnapshot { header: header.clone(), reason, instance: self.instance };
             batch.push(NewEvent::new(types::REQUEST_HEADER, snap.to_value()));
         }
         let prefix_len = header.message_prefix.as_ref().map(|p| p.len()).unwrap_or(0);
+        let betas = crate::compaction::native::anthropic_betas(
+            self.route_format(),
+            &header.config.extra,
+            g.log.history().entries().first().and_then(|d| crate::compaction::native::entry_checkpoint(d)).map(|(m, _)| m).as_ref(),
+        );
         // The envelope (its digest hashed from its pieces where only the body is wanted), then
         // the provider body, before anything is written: a body that cannot be rendered (a
         // block the provider has no form for) changes nothing.
@@ -259,6 +279,7 @@ impl Agent {
             shared_messages: shared,
             envelope_len,
             digest: body_digest,
+            betas,
         };
         self.last_request = Some(LastRequest::new(header, session_id, history, info.clone()));
         drop(g);
@@ -277,6 +298,7 @@ impl Agent {
                 message_count,
                 shared_messages: shared,
                 step_seq: seq,
+                betas: info.betas,
             }),
             Some(json) => {
                 if let Some(e) = envelope.as_ref().filter(|_| self.options.check_requests) {
@@ -287,11 +309,28 @@ impl Agent {
         })
     }
 
+    /// Why `header` must be recorded before this instance's next request, given the folded
+    /// header of the log: `initial` / `resume` for the instance's anchoring snapshot, `change`
+    /// when it differs from the folded one, `None` when nothing is owed.
+    pub(crate) fn snapshot_owed(
+        &self,
+        folded: Option<&crate::header::EpochHeader>,
+        header: &crate::header::EpochHeader,
+    ) -> Option<SnapshotReason> {
+        if !self.anchored {
+            Some(if folded.is_none() { SnapshotReason::Initial } else { SnapshotReason::Resume })
+        } else if folded != Some(header) {
+            Some(SnapshotReason::Change)
+        } else {
+            None
+        }
+    }
+
     /// Check mode: rebuild the request of `step_seq` from the serialised log alone and compare.
     fn check_request(&self, body: &[u8], step_seq: u64, turn: u64, step: u64) -> Result<()> {
         let (log, session_id) = {
             let mut g = self.session.lock();
-            (g.log_at(step_seq)?, g.header.id.clone())
+            (g.log_at(step_seq)?, g.header.request_id().to_string())
         };
         let header = log.state().headers.current().cloned().ok_or_else(|| Error::new(ErrorKind::Reconstruction, "no header"))?;
         let prefix = PrefixBytes::of(header.message_prefix.as_ref());
@@ -339,10 +378,17 @@ impl Agent {
     /// already used is made unique, `render::unique_synthetic_ids`), one `tool/call` per tool
     /// call, `step/end`.
     /// Returns the seq of the `assistant/message`.
+    ///
+    /// While a keep-warm request of the cache clock waits for its answer
+    /// ([`keepalive_body`](Self::keepalive_body)), this records that answer instead, as
+    /// `clock/keepalive-end` (the message and usage; never in the history), and returns its seq.
     pub fn record_response(&mut self, mut message: Message, usage: Option<Usage>) -> Result<u64> {
         self.ensure_live()?;
         if message.role != Role::Assistant {
             return Err(Error::invalid("message.role", format!("a response is an assistant message, got {}", message.role.as_str())));
+        }
+        if self.keepalive.is_some() {
+            return self.record_keepalive(Some(message), usage, None);
         }
         let mut g = self.session.lock();
         let st = g.log.state();
@@ -353,10 +399,16 @@ impl Agent {
         let (turn, step) = (t.turn, t.last_step);
         // Made-up tool-call ids (Gemini without ids) repeat when the model repeats a call.
         crate::render::unique_synthetic_ids(&mut message, |id| st.known_calls.contains(id), turn, step);
+        let cfg = &st.headers.current().expect("a step has a header").config;
         if message.provenance.is_none() {
-            let cfg = &st.headers.current().expect("a step has a header").config;
             message.provenance = Some(Provenance { provider: cfg.provider.clone(), model: cfg.model.clone(), extra: Default::default() });
         }
+        // A native compaction block in the answer (threshold mode): recorded as the compaction,
+        // after the step; the answer keeps what follows the block (docs/compaction.md).
+        let model = message.provenance.as_ref().map_or(cfg.model.as_str(), |p| p.model.as_str()).to_string();
+        let provider = cfg.provider.clone();
+        let native = crate::compaction::native::threshold_events(st, &mut message, usage.as_ref(), &provider, &model, turn, step)?;
+        let landed = native.as_ref().is_some_and(|n| n.iter().any(|e| e.ty == types::COMPACTION_NATIVE));
         let calls: Vec<NewEvent> = message
             .tool_calls()
             .map(|(id, name, args)| {
@@ -370,8 +422,12 @@ impl Agent {
         let mut batch = vec![NewEvent::visible(types::ASSISTANT_MESSAGE, data)];
         batch.extend(calls);
         batch.push(NewEvent::new(types::STEP_END, json!({"turn": turn, "step": step, "outcome": "response"})));
+        batch.extend(native.into_iter().flatten());
         let seq = g.append_batch(batch)?.start;
         drop(g);
+        if landed {
+            self.stats.compactions += 1;
+        }
         if let Some(u) = &usage {
             self.stats.cached_tokens += u.cache_read_tokens.unwrap_or(0);
             self.stats.prompt_tokens += u.prompt_tokens();
@@ -410,7 +466,7 @@ impl Agent {
         // the agent remember what it wrote and what still waits.
         let mut g = self.session.lock();
         let st = g.log.state();
-        let (mut batch, answered) = result_events(&st.pending, &self.buffered_results, Some(&result));
+        let (mut batch, answered) = result_events(&st.pending, &self.buffered_results, Some(&result), &self.child_results);
         let closes_batch = answered.len() == st.pending.len();
         if closes_batch {
             for m in &self.deferred_context {
@@ -423,6 +479,7 @@ impl Agent {
         drop(g);
         self.buffered_results.push(result);
         self.buffered_results.retain(|r| !answered.contains(&r.call_id));
+        self.child_results.retain(|call, _| !answered.contains(call));
         if closes_batch {
             self.deferred_context.clear();
         }
@@ -450,8 +507,15 @@ impl Agent {
     /// Records a provider error for the open step (`step/end{outcome: error}`). A context
     /// overflow (`overflow = true`) triggers compaction and asks the host to retry, within the
     /// policy's budget of consecutive overflows.
+    ///
+    /// While a keep-warm request waits for its answer, the error is that request's
+    /// (`clock/keepalive-end{outcome: "error"}`), and the outcome is `Recorded`.
     pub fn report_provider_error(&mut self, message: &str, overflow: bool, cancel: &CancelToken) -> Result<ProviderErrorOutcome> {
         self.ensure_live()?;
+        if self.keepalive.is_some() {
+            self.record_keepalive(None, None, Some(message))?;
+            return Ok(ProviderErrorOutcome::Recorded);
+        }
         let mut g = self.session.lock();
         let t = g.log.state().open_turn.as_ref().ok_or_else(|| Error::out_of_order("no turn is open"))?;
         let (turn, step) = (t.turn, t.last_step);
@@ -539,7 +603,7 @@ impl Agent {
         }
         for id in pending {
             let ev = match self.buffered_results.iter().find(|r| r.call_id == id) {
-                Some(r) => tool_result_event(r),
+                Some(r) => tool_result_event(r, &self.child_results),
                 None => {
                     let text = format!("no result: the turn ended ({})", reason.as_str());
                     NewEvent::visible(types::TOOL_RESULT, json!({"callId": id, "content": [{"type":"text","text": text}], "isError": true}))
@@ -558,6 +622,7 @@ impl Agent {
         g.append_batch(batch)?;
         drop(g);
         self.buffered_results.clear();
+        self.child_results.clear();
         self.deferred_context.clear();
         // A spent overflow budget fails its own turn, never a later one.
         self.consecutive_overflows = 0;
@@ -608,10 +673,15 @@ pub(crate) fn is_store_refusal(kind: ErrorKind) -> bool {
     matches!(kind, ErrorKind::Storage | ErrorKind::Conflict | ErrorKind::ReadOnly)
 }
 
-/// The `tool/result` event of a reported result.
-fn tool_result_event(r: &ToolResultInput) -> NewEvent {
+/// The `tool/result` event of a reported result: with the id of the child agent whose answer it
+/// is, when it is one (`children`: call id → child id).
+fn tool_result_event(r: &ToolResultInput, children: &HashMap<String, String>) -> NewEvent {
     let content: Vec<Value> = r.content.iter().map(|b| b.clone().into_value()).collect();
-    NewEvent::visible(types::TOOL_RESULT, json!({"callId": r.call_id, "content": content, "isError": r.is_error}))
+    let mut data = json!({"callId": r.call_id, "content": content, "isError": r.is_error});
+    if let Some(child) = children.get(&r.call_id) {
+        data["child"] = child.clone().into();
+    }
+    NewEvent::visible(types::TOOL_RESULT, data)
 }
 
 /// The `tool/result` events the reported results (`buffered`, and `extra`) let the agent log
@@ -621,12 +691,13 @@ fn result_events(
     pending: &[crate::log::rules::PendingCall],
     buffered: &[ToolResultInput],
     extra: Option<&ToolResultInput>,
+    children: &HashMap<String, String>,
 ) -> (Vec<NewEvent>, Vec<String>) {
     let mut events = Vec::new();
     let mut ids = Vec::new();
     for p in pending {
         let Some(r) = buffered.iter().chain(extra).find(|r| r.call_id == p.id) else { break };
-        events.push(tool_result_event(r));
+        events.push(tool_result_event(r, children));
         ids.push(p.id.clone());
     }
     (events, ids)
@@ -635,7 +706,8 @@ fn result_events(
 /// A `compaction/end{failed}` for a compaction this instance left open because the store
 /// refused its outcome (a request or a new compaction cannot start while one is open).
 pub(crate) fn stale_compaction_end(log: &Log) -> Option<NewEvent> {
-    let c = log.state().compaction.as_ref()?;
+    // A native compaction request in flight is not stale: its answer comes when it comes.
+    let c = log.state().compaction.as_ref().filter(|c| c.landed || !c.in_background())?;
     let outcome = if c.landed { "landed" } else { "failed" };
     let mut data = json!({"outcome": outcome});
     if !c.landed {

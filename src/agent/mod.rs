@@ -9,12 +9,15 @@
 
 mod body;
 mod lifecycle;
+pub mod spawn;
 pub mod tool_calls;
 pub mod wire;
 
+pub(crate) use body::no_renderer;
 pub use body::Recorded;
 pub(crate) use lifecycle::{is_store_refusal, stale_compaction_end};
 pub use lifecycle::{ProviderErrorOutcome, ToolResultInput};
+pub use spawn::{ChildOutcome, SpawnOptions, DEFAULT_PLACEHOLDER};
 
 use crate::cancel::{CancelGuard, CancelToken};
 use crate::compaction::{CompactionPolicy, PolicyTable, Summariser};
@@ -135,6 +138,14 @@ pub struct Agent {
     /// The last request built, to write its envelope again on demand.
     pub(crate) last_request: Option<body::LastRequest>,
     pub(crate) stats: AgentStats,
+    /// For a spawned child: the parent's header it keeps, and its request budget.
+    pub(crate) pinned: Option<spawn::Pinned>,
+    /// The child session whose answer each reported tool result is (call id → child id).
+    pub(crate) child_results: std::collections::HashMap<String, String>,
+    /// What the cache clock read of the log so far (`crate::clock`).
+    pub(crate) clock: crate::clock::ClockTrack,
+    /// The keep-warm request waiting for its answer.
+    pub(crate) keepalive: Option<crate::clock::OpenKeepalive>,
     released: bool,
 }
 
@@ -148,9 +159,18 @@ impl Agent {
     /// Creates an agent instance over `session`. If the session already has request headers
     /// (a stored log, a fork), this is a resumed instance: it recomposes the prefix and its first
     /// request writes a `resume` snapshot. Fails with `Busy` if another instance is live.
+    ///
+    /// Over a spawned child's session the options must keep the parent's provider, model, system
+    /// prompt and tools (`InvalidInput` naming the field otherwise), and the session prefix is
+    /// the parent's, never composed (see [`spawn`]).
     pub fn new(session: &Session, options: AgentOptions) -> Result<Agent> {
+        let pinned = spawn::pinned_of(session)?;
+        if let Some(p) = &pinned {
+            p.check(&options)?;
+        }
         let claim = session.claim()?;
         let instance = session.with_log(|l| l.state().headers.max_instance()) + 1;
+        let frozen = pinned.as_ref().map(spawn::Pinned::frozen);
         Ok(Agent {
             session: session.clone(),
             claim,
@@ -158,7 +178,7 @@ impl Agent {
             options,
             prefix_listeners: Vec::new(),
             pre_step: Vec::new(),
-            frozen: None,
+            frozen,
             anchored: false,
             disposed: Arc::new(AtomicBool::new(false)),
             dispose_token: CancelToken::new(),
@@ -175,8 +195,23 @@ impl Agent {
             body: None,
             last_request: None,
             stats: AgentStats::default(),
+            pinned,
+            child_results: std::collections::HashMap::new(),
+            clock: crate::clock::ClockTrack::default(),
+            keepalive: None,
             released: false,
         })
+    }
+
+    /// An agent instance over `session` that sends what the session's last request carried:
+    /// the options of its latest request header (a child's: its parent's). For waking a session
+    /// (a child above all) in another process. `InvalidInput` (field `config`) when the session
+    /// has sent no request: there are no logged options, so they must be given.
+    pub fn wake(session: &Session) -> Result<Agent> {
+        let header = session.request_header().ok_or_else(|| {
+            Error::invalid("config", "is required: the session has sent no request, so it has no logged options to wake it with")
+        })?;
+        Agent::new(session, spawn::options_of(&header))
     }
 
     /// The session this instance drives.
@@ -197,6 +232,9 @@ impl Agent {
     /// Replaces the options; effective at the next request.
     pub fn set_options(&mut self, options: AgentOptions) -> Result<()> {
         self.ensure_live()?;
+        if let Some(p) = &self.pinned {
+            p.check(&options)?;
+        }
         self.options = options;
         Ok(())
     }
@@ -205,6 +243,12 @@ impl Agent {
     /// registered after the prefix was composed take effect in the next instance.
     pub fn add_prefix_listener(&mut self, l: Arc<dyn PrefixListener>) -> Result<()> {
         self.ensure_live()?;
+        if let Some(p) = &self.pinned {
+            return Err(Error::invalid(
+                "listener",
+                format!("session {} is a child agent: its session prefix is its parent's (a prefix listener would change it)", p.session),
+            ));
+        }
         self.prefix_listeners.push(l);
         Ok(())
     }
@@ -290,10 +334,20 @@ impl Agent {
         Ok(())
     }
 
-    /// The header this instance's next request carries (prefix as composed, if composed).
+    /// The header this instance's next request carries (prefix as composed, if composed). Takes
+    /// the session lock: a caller that holds it uses [`wanted_header_in`](Self::wanted_header_in).
     pub(crate) fn wanted_header(&self) -> EpochHeader {
+        self.session.with_log(|l| self.wanted_header_in(l))
+    }
+
+    /// [`wanted_header`](Self::wanted_header) over `log`: the options' config, with the
+    /// provider's threshold setting when the policy's mechanism resolves to native compaction on
+    /// this route (`compaction::native`).
+    pub(crate) fn wanted_header_in(&self, log: &crate::log::Log) -> EpochHeader {
+        let mut config = self.options.config.clone();
+        self.add_threshold_field(&mut config, log);
         EpochHeader::canonical(
-            self.options.config.clone(),
+            config,
             self.options.system.clone(),
             Some(self.options.tools.clone()),
             self.frozen.as_ref().map(|f| f.messages.clone()),

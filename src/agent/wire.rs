@@ -29,8 +29,12 @@ fn only(f: &Fields<'_>, known: &[&str], what: &str, expected: &str) -> Result<()
 /// (table) and a tokenizer file.
 #[derive(Debug)]
 pub struct AgentSetup {
-    /// `config`, `system`, `tools`, `checkRequests`.
-    pub options: AgentOptions,
+    /// `config`, `system`, `tools`, `checkRequests`; `None` when no `config` is given: the
+    /// agent wakes the session with what its last request carried ([`Agent::wake`]; a child's:
+    /// its parent's), with `checkRequests` in [`AgentSetup::check_requests`].
+    pub options: Option<AgentOptions>,
+    /// `checkRequests` when the options come from the log.
+    pub check_requests: bool,
     /// `policy`: a policy or a table `{"default"?, "models"?}`; absent: none.
     pub policy: Option<PolicyTable>,
     /// `tokenizer`: the path of a HuggingFace `tokenizer.json` to count tokens with.
@@ -41,19 +45,88 @@ impl AgentSetup {
     /// The keys on top of [`AgentOptions::KEYS`].
     pub const EXTRA_KEYS: [&'static str; 2] = ["policy", "tokenizer"];
 
-    /// Parses `{"config", "system"?, "tools"?, "checkRequests"?, "policy"?, "tokenizer"?}`.
+    /// Parses `{"config"?, "system"?, "tools"?, "checkRequests"?, "policy"?, "tokenizer"?}`:
+    /// without `config` (and then without `system` and `tools`), the options are the log's.
     pub fn from_value(v: &Value) -> Result<AgentSetup> {
         let f = Fields::of(v, "")?;
         let known: Vec<&str> = AgentOptions::KEYS.iter().chain(AgentSetup::EXTRA_KEYS.iter()).copied().collect();
         only(&f, &known, "an agent option", "")?;
         let options: serde_json::Map<String, Value> =
             f.map.iter().filter(|(k, _)| AgentOptions::KEYS.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
+        let from_log = !options.contains_key("config") && !options.contains_key("system") && !options.contains_key("tools");
         Ok(AgentSetup {
-            options: AgentOptions::from_value(&Value::Object(options), "")?,
+            check_requests: f.opt_bool("checkRequests")?.unwrap_or(false),
+            options: if from_log { None } else { Some(AgentOptions::from_value(&Value::Object(options), "")?) },
             policy: f.opt_value("policy")?.map(|p| PolicyTable::from_value(p, "policy")).transpose()?,
             tokenizer: f.opt_str("tokenizer")?.map(str::to_string),
         })
     }
+}
+
+/// What `lls_agent_spawn` takes: `{"callId"?, "directive", "placeholder"?, "id"?,
+/// "durability"?, "path"?, "url"?, "cacheTtl"?, "maxTurns"?}` (`directive`: a user message, or
+/// its text).
+#[derive(Debug)]
+pub struct SpawnInput {
+    /// The spawn options.
+    pub options: super::SpawnOptions,
+    /// Where the child lives: a JSONL file (`path`).
+    pub path: Option<String>,
+    /// Where the child lives: a store URL (`url`).
+    pub url: Option<String>,
+}
+
+impl SpawnInput {
+    /// The keys it takes.
+    pub const KEYS: [&'static str; 9] = ["callId", "directive", "placeholder", "id", "durability", "path", "url", "cacheTtl", "maxTurns"];
+
+    /// Parses the spawn options (see the type).
+    pub fn from_value(v: &Value) -> Result<SpawnInput> {
+        let f = Fields::of(v, "")?;
+        only(&f, &SpawnInput::KEYS, "a spawn option", "")?;
+        let directive = match f.value("directive")? {
+            Value::String(t) => Message::user_text(t.clone()),
+            m => Message::from_value(m, "directive")?,
+        };
+        let call_id = f.opt_str("callId")?.map(str::to_string);
+        if call_id.as_deref() == Some("") {
+            return Err(Error::invalid("callId", "must not be empty (leave it out to spawn at a turn boundary)"));
+        }
+        let session_keys: serde_json::Map<String, Value> =
+            f.map.iter().filter(|(k, _)| ["id", "durability"].contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
+        let (session, _) = crate::store::options::session_options(Some(&Value::Object(session_keys)), "", &[])?;
+        let cache_ttl = match f.opt_str("cacheTtl")? {
+            None => None,
+            Some("5m") => Some(crate::render::CacheTtl::FiveMinutes),
+            Some("1h") => Some(crate::render::CacheTtl::OneHour),
+            Some(other) => return Err(Error::invalid("cacheTtl", format!("expected \"5m\" or \"1h\", got {other:?}"))),
+        };
+        let max_turns = f.opt_u64("maxTurns")?;
+        if max_turns == Some(0) {
+            return Err(Error::invalid("maxTurns", "must be at least 1 (the child's first request is one)"));
+        }
+        Ok(SpawnInput {
+            options: super::SpawnOptions {
+                call_id,
+                directive,
+                placeholder: f.opt_str("placeholder")?.map(str::to_string),
+                session,
+                cache_ttl,
+                max_turns,
+            },
+            path: f.opt_str("path")?.map(str::to_string),
+            url: f.opt_str("url")?.map(str::to_string),
+        })
+    }
+}
+
+/// What `lls_agent_finish_child` takes: `{"error"?: string}` (the child failed: its open turn
+/// ends `error` with it).
+pub fn finish_input(v: Option<&Value>) -> Result<Option<String>> {
+    let Some(v) = v else { return Ok(None) };
+    let f = Fields::of(v, "")?;
+    only(&f, &["error"], "a finish option", "")?;
+    Ok(f.opt_str("error")?.map(str::to_string))
 }
 
 /// A policy argument (`lls_agent_set_policy`): a policy, a table, or `null` for none (an empty
@@ -134,15 +207,26 @@ impl ProviderErrorInput {
 pub struct CompactInput {
     /// The surface positions to compact, inclusive; `None`: what the policy would select.
     pub span: Option<(usize, usize)>,
+    /// `trigger: "idle"`: the compaction the cache clock decided (`Agent::compact_idle`).
+    pub idle: bool,
 }
 
 impl CompactInput {
-    /// Parses `{"span"?: [start, end]}`; no options at all is `None`.
+    /// Parses `{"span"?: [start, end], "trigger"?: "manual" | "idle"}` (`idle` takes no span);
+    /// no options at all is `None`.
     pub fn from_value(v: Option<&Value>) -> Result<CompactInput> {
         let Some(v) = v else { return Ok(CompactInput::default()) };
         let f = Fields::of(v, "")?;
-        only(&f, &["span"], "a compaction option", "")?;
-        let Some(span) = f.opt_array("span")? else { return Ok(CompactInput::default()) };
+        only(&f, &["span", "trigger"], "a compaction option", "")?;
+        let idle = match f.opt_str("trigger")? {
+            None | Some("manual") => false,
+            Some("idle") if f.map.contains_key("span") => {
+                return Err(Error::invalid("trigger", "an idle compaction takes the head region the clock priced: leave span out"))
+            }
+            Some("idle") => true,
+            Some(other) => return Err(Error::invalid("trigger", format!("expected \"manual\" or \"idle\", got {other:?}"))),
+        };
+        let Some(span) = f.opt_array("span")? else { return Ok(CompactInput { span: None, idle }) };
         let pos = |i: usize| -> Result<usize> {
             span.get(i)
                 .and_then(Value::as_u64)
@@ -156,7 +240,7 @@ impl CompactInput {
         if start > end {
             return Err(Error::invalid("span", format!("start ({start}) is after end ({end})")));
         }
-        Ok(CompactInput { span: Some((start, end)) })
+        Ok(CompactInput { span: Some((start, end)), idle: false })
     }
 }
 
@@ -233,7 +317,10 @@ mod tests {
     #[test]
     fn agent_setup_takes_the_options_policy_and_tokenizer_and_refuses_the_rest() {
         let s = AgentSetup::from_value(&json!({"config": {"provider": "p", "model": "m"}, "system": "s"})).unwrap();
-        assert_eq!(s.options.system.as_deref(), Some("s"));
+        assert_eq!(s.options.unwrap().system.as_deref(), Some("s"));
+        // Without config, system and tools: the log's options (waking a session).
+        let s = AgentSetup::from_value(&json!({"checkRequests": true})).unwrap();
+        assert!(s.options.is_none() && s.check_requests);
         assert!(s.policy.is_none() && s.tokenizer.is_none());
         let e = AgentSetup::from_value(&json!({"config": {"provider": "p", "model": "m"}, "policy": null})).unwrap_err();
         assert_eq!(field(&e), "policy");
@@ -317,6 +404,7 @@ mod tests {
             shared_messages: 2,
             envelope_len: 100,
             digest: "d".into(),
+            betas: Vec::new(),
         };
         assert_eq!(
             serde_json::to_value(&info).unwrap(),

@@ -7,11 +7,13 @@
 //! instruction as the last user message, so the provider reads that prefix from its cache. The
 //! summary lands as a checkpoint `user/message` that replaces the region on the surface.
 
+pub mod native;
 mod policy;
 mod region;
 mod run;
 
-pub use policy::{CompactionPolicy, PolicyTable, Retained};
+pub use native::{NativeOutcome, NativeRequest};
+pub use policy::{CompactionPolicy, Mechanism, PolicyTable, Retained};
 pub use region::{select_region, Region};
 pub(crate) use run::last_step_seq;
 pub use run::{CompactionOutcome, Outcome, SummaryRequestInfo, Trigger};
@@ -20,6 +22,12 @@ use crate::cancel::CancelToken;
 use crate::error::{Error, Result};
 use crate::types::{Fields, Usage};
 use serde_json::Value;
+
+/// The estimated tokens of the instruction ([`INSTRUCTION`]) as a summarisation request
+/// carries it: its text and its message framing.
+pub fn instruction_tokens() -> u64 {
+    crate::tokens::estimate_text(INSTRUCTION) + 8
+}
 
 /// The instruction appended as the last user message of a summarisation request.
 pub const INSTRUCTION: &str = "\

@@ -1,7 +1,6 @@
 //! Compaction policies: per model, with the defaults of docs/contract.md §6.2, validated.
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::tokens::estimate_text;
 use crate::types::{Fields, JsonMap};
 use serde_json::Value;
 
@@ -12,6 +11,52 @@ pub enum Retained {
     Ratio(f64),
     /// A fixed number of tokens.
     Tokens(u64),
+}
+
+/// Which compaction a policy asks for (docs/compaction.md, "Native compaction").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Mechanism {
+    /// The library's own: a cache-reusing summarisation request handed to the host's
+    /// summariser, whose text lands as a checkpoint (the default).
+    #[default]
+    Portable,
+    /// The provider's own server-side compaction, where the route has one (Anthropic Messages,
+    /// the OpenAI Responses API): the conversation requests carry the provider's threshold
+    /// setting, and the gate leaves the compacting to the provider. On another route nothing is
+    /// compacted automatically (the gate says why).
+    Native,
+    /// Native where the route has it, portable elsewhere.
+    Auto,
+}
+
+impl Mechanism {
+    /// The wire name: `"portable"`, `"native"` or `"auto"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mechanism::Portable => "portable",
+            Mechanism::Native => "native",
+            Mechanism::Auto => "auto",
+        }
+    }
+
+    /// Parses a wire name at `path`.
+    pub fn parse(s: &str, path: &str) -> Result<Mechanism> {
+        match s {
+            "portable" => Ok(Mechanism::Portable),
+            "native" => Ok(Mechanism::Native),
+            "auto" => Ok(Mechanism::Auto),
+            other => {
+                Err(Error::new(ErrorKind::InvalidPolicy, format!("{path}: expected \"portable\", \"native\" or \"auto\", got {other:?}"))
+                    .with("field", "mechanism"))
+            }
+        }
+    }
+}
+
+impl serde::Serialize for Mechanism {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
 }
 
 /// When and how to compact.
@@ -33,6 +78,9 @@ pub struct CompactionPolicy {
     pub summary_provider: Option<String>,
     /// Summarise with this model instead of the conversation's (forgoes cache reuse).
     pub summary_model: Option<String>,
+    /// Which compaction: the library's portable one (default), the provider's native one, or
+    /// native where the route has it.
+    pub mechanism: Mechanism,
 }
 
 impl CompactionPolicy {
@@ -47,7 +95,14 @@ impl CompactionPolicy {
             overflow_retries: 1,
             summary_provider: None,
             summary_model: None,
+            mechanism: Mechanism::Portable,
         }
+    }
+
+    /// What a compaction the host asks for runs under when no policy is set: no window to
+    /// speak of, no retained tail (the defaults otherwise).
+    pub(crate) fn unbounded() -> CompactionPolicy {
+        CompactionPolicy { retained: Retained::Tokens(0), ..CompactionPolicy::new(u64::MAX / 4) }
     }
 
     /// The threshold in tokens.
@@ -88,7 +143,7 @@ impl CompactionPolicy {
                 format!("the retained tail ({} tokens) must be smaller than the threshold ({} tokens), or compaction cannot bring the prompt under it", self.retained_tokens(), self.threshold_tokens()),
             );
         }
-        let instruction = estimate_text(super::INSTRUCTION) + 8;
+        let instruction = super::instruction_tokens();
         let need = self.threshold_tokens() + self.summary_max_tokens + instruction;
         if need > self.context_window {
             return bad(
@@ -113,8 +168,8 @@ impl CompactionPolicy {
     }
 
     /// Parses `{"contextWindow", "threshold"?, "retainedRatio"? | "retainedTokens"?,
-    /// "summaryMaxTokens"?, "retries"?, "overflowRetries"?, "summaryProvider"?, "summaryModel"?}`
-    /// and validates it.
+    /// "summaryMaxTokens"?, "retries"?, "overflowRetries"?, "summaryProvider"?, "summaryModel"?,
+    /// "mechanism"?}` and validates it.
     pub fn from_value(v: &Value, path: &str) -> Result<CompactionPolicy> {
         let f = Fields::of(v, path)?;
         let known = [
@@ -127,6 +182,7 @@ impl CompactionPolicy {
             "overflowRetries",
             "summaryProvider",
             "summaryModel",
+            "mechanism",
         ];
         if let Some(k) = f.map.keys().find(|k| !known.contains(&k.as_str())) {
             return Err(Error::invalid(f.p(k), "is not a policy field"));
@@ -152,6 +208,9 @@ impl CompactionPolicy {
         }
         p.summary_provider = f.opt_str("summaryProvider")?.map(str::to_string);
         p.summary_model = f.opt_str("summaryModel")?.map(str::to_string);
+        if let Some(m) = f.opt_str("mechanism")? {
+            p.mechanism = Mechanism::parse(m, &f.p("mechanism"))?;
+        }
         p.validate()?;
         Ok(p)
     }

@@ -25,6 +25,11 @@ pub enum Trigger {
     Overflow,
     /// The host asked for it.
     Manual,
+    /// The route changed and the history starts with a native compaction block the new route
+    /// cannot read (docs/compaction.md, "Route changes").
+    RouteChange,
+    /// The cache clock decided it during an idle pause (`crate::clock`).
+    Idle,
 }
 
 impl Trigger {
@@ -34,6 +39,8 @@ impl Trigger {
             Trigger::Auto => "auto",
             Trigger::Overflow => "overflow",
             Trigger::Manual => "manual",
+            Trigger::RouteChange => "route-change",
+            Trigger::Idle => "idle",
         }
     }
 }
@@ -150,7 +157,7 @@ impl Agent {
     /// context, another thread), so the surface is read after the counter returned, never
     /// before, and only the part that was measured (the meter's counts are for exactly those
     /// entries) is returned: entries appended since join the retained tail.
-    fn measure_surface(&mut self) -> Result<(Measure, Vec<Arc<Derived>>)> {
+    pub(crate) fn measure_surface(&mut self) -> Result<(Measure, Vec<Arc<Derived>>)> {
         for _ in 0..3 {
             let m = self.measure()?;
             let seqs = self.meter.seqs();
@@ -170,6 +177,10 @@ impl Agent {
     /// The pressure gate: compacts when the prompt exceeds the policy's threshold.
     pub(crate) fn gate(&mut self, op: &CancelToken, turn: u64) -> Result<()> {
         let Some(policy) = self.current_policy() else { return Ok(()) };
+        // The provider compacts (native mechanism), or a native compaction is in flight.
+        if self.native_gate(&policy, turn) {
+            return Ok(());
+        }
         let (m, entries) = match self.measure_surface() {
             Ok(measured) => measured,
             Err(e) => {
@@ -225,7 +236,7 @@ impl Agent {
             .session(self.session.id())
             .with("span", json!([region.start, region.end]))
         });
-        let out = match self.run_compaction(Trigger::Auto, region, &m, &policy, op) {
+        let out = match self.run_compaction(Trigger::Auto, region, &m, &policy, op, None, None) {
             Ok(out) => out,
             // Cancelled, disposed, or the store refused a write: the call fails (no request).
             Err(e) if matches!(e.kind(), ErrorKind::Cancelled | ErrorKind::Disposed) || crate::agent::is_store_refusal(e.kind()) => {
@@ -300,11 +311,12 @@ impl Agent {
     }
 
     fn recover_overflow_now(&mut self, cancel: &CancelToken, policy: &CompactionPolicy) -> Result<crate::agent::ProviderErrorOutcome> {
+        self.check_no_native_in_flight("recover from a context overflow")?;
         let (m, entries) = self.measure_surface()?;
         let region = select_region(&entries, self.meter.per_entry(), 0)
             .ok_or_else(|| Error::new(ErrorKind::NothingToCompact, "context overflow, but nothing is left to compact"))?;
         let (op, _g) = self.op_token(cancel);
-        let out = self.run_compaction(Trigger::Overflow, region, &m, policy, &op)?;
+        let out = self.run_compaction(Trigger::Overflow, region, &m, policy, &op, None, None)?;
         match out.outcome {
             Outcome::Landed => {
                 observe::emit(Level::Info, || {
@@ -345,11 +357,8 @@ impl Agent {
                 return Err(Error::out_of_order(format!("tool call {:?} has no result yet", p.id)));
             }
         }
-        let policy = self.current_policy().unwrap_or_else(|| {
-            let mut p = CompactionPolicy::new(u64::MAX / 4);
-            p.retained = super::Retained::Tokens(0);
-            p
-        });
+        self.check_no_native_in_flight("compact")?;
+        let policy = self.current_policy().unwrap_or_else(CompactionPolicy::unbounded);
         let (m, entries) = self.measure_surface()?;
         let region = match span {
             None => select_region(&entries, self.meter.per_entry(), policy.retained_tokens())
@@ -364,42 +373,62 @@ impl Agent {
             }
         };
         let (op, _g) = self.op_token(cancel);
-        self.run_compaction(Trigger::Manual, region, &m, &policy, &op)
+        self.run_compaction(Trigger::Manual, region, &m, &policy, &op, None, None)
     }
 
     /// Writes `compaction/start`, asks the summariser, and lands or records the failure. The
     /// start is one batch (with the instance's anchoring header when none is logged yet, and the
     /// end of a compaction whose outcome the store refused before); the landing (summary,
     /// checkpoint, end) is another. Agent state changes only once a batch is stored.
-    fn run_compaction(
+    ///
+    /// With an `expansion` (a route change: the region is a native checkpoint the new route
+    /// cannot read), the summarisation request carries the messages the checkpoint replaced
+    /// instead of the region, with the new route's header (recorded with the start when owed).
+    ///
+    /// An idle compaction names the seq of the cache clock's `clock/decision` it follows (`decision`),
+    /// recorded in its `compaction/start` with the mechanism (`portable`).
+    pub(crate) fn run_compaction(
         &mut self,
         trigger: Trigger,
         region: Region,
         m: &Measure,
         policy: &CompactionPolicy,
         op: &CancelToken,
+        expansion: Option<super::native::Expansion>,
+        decision: Option<u64>,
     ) -> Result<CompactionOutcome> {
         let _ = m;
+        self.keepalive = None;
         let counter = self.counter_or_default();
         let mut g = self.session.lock();
         let mut start_batch: Vec<NewEvent> = crate::agent::stale_compaction_end(&g.log).into_iter().collect();
+        let mut expansion = expansion;
+        let snapshot = expansion.as_mut().and_then(|x| x.snapshot.take());
+        let anchor_snapshot = snapshot.is_some();
+        if let Some(snap) = snapshot {
+            start_batch.push(NewEvent::new(types::REQUEST_HEADER, snap.to_value()));
+        }
         // Before the session's first request no header is logged: the request is built from this
         // instance's header (and targets its options). Record that header with the start, as the
         // instance's anchoring snapshot, so that the log alone rebuilds the summarisation request
         // (verify) and the first conversation request carries the same header.
-        let anchor = !self.anchored && g.log.state().headers.current().is_none();
-        if anchor {
+        let anchor = anchor_snapshot || (!self.anchored && g.log.state().headers.current().is_none());
+        if anchor && !anchor_snapshot {
             if self.frozen.is_none() {
                 return Err(Error::out_of_order(
                     "no request was built yet, so the session prefix is not composed: ask for a request before compacting",
                 ));
             }
-            let snap = HeaderSnapshot { header: self.wanted_header(), reason: SnapshotReason::Initial, instance: self.instance };
+            let snap = HeaderSnapshot { header: self.wanted_header_in(&g.log), reason: SnapshotReason::Initial, instance: self.instance };
             start_batch.push(NewEvent::new(types::REQUEST_HEADER, snap.to_value()));
         }
         let st = g.log.state();
-        // The latest routed header; before any request, the header this instance would send.
-        let header: EpochHeader = st.headers.current().cloned().unwrap_or_else(|| self.wanted_header());
+        // The latest routed header; before any request, the header this instance would send;
+        // on a route change, the new route's.
+        let header: EpochHeader = match &expansion {
+            Some(x) => x.header.clone(),
+            None => st.headers.current().cloned().unwrap_or_else(|| self.wanted_header_in(&g.log)),
+        };
         let (provider, model) = match (&policy.summary_provider, &policy.summary_model) {
             (Some(p), Some(m)) => (p.clone(), m.clone()),
             _ => (header.config.provider.clone(), header.config.model.clone()),
@@ -421,12 +450,24 @@ impl Agent {
             .ok_or_else(|| {
                 Error::new(ErrorKind::OutOfOrder, "the surface changed before the summarisation request was built; try again")
             })?;
-        let body = compaction_envelope(&header, &prefix, span, INSTRUCTION, &provider, &model, policy.summary_max_tokens, &g.header.id);
+        let messages = expansion.as_ref().map_or(span, |x| x.entries.as_slice());
+        let body = compaction_envelope(
+            &header,
+            &prefix,
+            messages,
+            INSTRUCTION,
+            &provider,
+            &model,
+            policy.summary_max_tokens,
+            g.header.request_id(),
+        );
         // Leading messages shared with the last routed request: its session prefix, then, for a
         // head region, the history entries it carried: the region's leading entries logged
         // before its step/start (an entry replaced or appended since has a later seq). A middle
-        // span shares only the prefix; nothing is shared before the first request.
+        // span shares only the prefix; nothing is shared before the first request, nor with a
+        // request of another route.
         let shared = match last_step_seq(&g.log) {
+            _ if expansion.is_some() => 0,
             None => 0,
             Some(routed) => {
                 let history = if region.start == 0 { span.iter().take_while(|d| d.seq < routed).count() } else { 0 };
@@ -443,27 +484,38 @@ impl Agent {
             prefix_len: prefix.messages.len(),
             shared_messages: shared,
         };
-        let shadowed: u64 = self.meter.per_entry().get(region.start..=region.end).map(|s| s.iter().sum()).unwrap_or(0);
+        let shadowed: u64 = match &expansion {
+            Some(x) => x.tokens,
+            None => self.meter.per_entry().get(region.start..=region.end).map(|s| s.iter().sum()).unwrap_or(0),
+        };
         let message_count = serde_json::from_str::<serde_json::Value>(&req.json)
             .ok()
             .and_then(|v| v.get("messages").and_then(|m| m.as_array().map(|a| a.len())))
             .unwrap_or(0);
         let info = SummaryRequestInfo { digest: req.digest.clone(), shared_messages: req.shared_messages, message_count };
-        start_batch.push(NewEvent::new(
-            types::COMPACTION_START,
-            json!({
-                "trigger": trigger.as_str(),
-                "span": {"start": region.start, "end": region.end},
-                "seqs": region.seqs,
-                "provider": req.provider,
-                "model": req.model,
-                "maxTokens": req.max_tokens,
-                "instruction": INSTRUCTION,
-                "requestDigest": req.digest,
-                "shadowedTokens": shadowed,
-                "sharedMessages": req.shared_messages,
-            }),
-        ));
+        let mut start = json!({
+            "trigger": trigger.as_str(),
+            "span": {"start": region.start, "end": region.end},
+            "seqs": region.seqs,
+            "provider": req.provider,
+            "model": req.model,
+            "maxTokens": req.max_tokens,
+            "instruction": INSTRUCTION,
+            "requestDigest": req.digest,
+            "shadowedTokens": shadowed,
+            "sharedMessages": req.shared_messages,
+        });
+        if let Some(x) = &expansion {
+            start["expanded"] = json!(x.seqs);
+            for (k, v) in &x.note {
+                start[k.as_str()] = v.clone();
+            }
+        }
+        if let Some(d) = decision {
+            start["decision"] = d.into();
+            start["mechanism"] = "portable".into();
+        }
+        start_batch.push(NewEvent::new(types::COMPACTION_START, start));
         g.append_batch(start_batch)?;
         drop(g);
         if anchor {
@@ -525,7 +577,9 @@ impl Agent {
                         .with("retry", retry)
                     });
                 }
-                Ok(out) => match check_summary(&out, shadowed, &*counter) {
+                // A route change's summary stands in for a block the new route cannot read at
+                // all: it need not be smaller than the messages it summarises.
+                Ok(out) => match check_summary(&out, if expansion.is_some() { u64::MAX } else { shadowed }, &*counter) {
                     Ok(()) => {
                         accepted = Some(out);
                         break;

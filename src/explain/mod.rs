@@ -43,6 +43,11 @@
 //! `edit` explains is a log that still passes those checks but no longer rebuilds what was sent:
 //! one rewritten with its chain recomputed, or a version 1 log (which has no chain).
 
+mod compactions;
+
+pub use compactions::{CompactionReport, MechanismTotals};
+pub mod tree;
+
 use crate::cache_rules::{CacheRule, CacheRules, CacheSettings};
 use crate::error::{Error, ErrorKind, Result};
 use crate::header::EpochHeader;
@@ -51,7 +56,7 @@ use crate::log::load::{read_checked_records, CheckedLog};
 use crate::log::rules::as_corrupt;
 use crate::log::Derived;
 use crate::prices::{Cost, PriceTable};
-use crate::request::{summary_config, PrefixBytes, RecordedKind, RequestWalk};
+use crate::request::{keepalive_config, routed_history, summary_config, PrefixBytes, RecordedKind, RequestWalk};
 use crate::tokens::{Countable, Estimator, TokenCounter, TokenizerCounter};
 use crate::types::Fields;
 use crate::types::{CallConfig, JsonMap, Message, Usage};
@@ -59,6 +64,8 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
+
+pub mod gaps;
 
 /// Config fields that do not change what a provider caches (the output limit).
 pub const CACHE_NEUTRAL_FIELDS: &[&str] = &["maxTokens", "max_tokens", "max_completion_tokens", "max_output_tokens"];
@@ -363,6 +370,8 @@ pub enum Kind {
     Conversation,
     /// A summarisation request.
     Compaction,
+    /// A keep-warm request of the cache clock (`crate::clock`).
+    Keepalive,
 }
 
 /// What caused uncached prompt tokens (the log event behind a divergence, or what the provider
@@ -588,6 +597,9 @@ pub struct Totals {
     pub conversation_requests: u64,
     /// Summarisation requests.
     pub compaction_requests: u64,
+    /// Keep-warm requests (absent when 0).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub keepalive_requests: u64,
     /// Requests whose digest the log does not rebuild.
     pub not_rebuilt: u64,
     /// Provider-reported prompt tokens, summed.
@@ -612,6 +624,10 @@ pub struct Totals {
     pub diagnostics_disagreements: u64,
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// The explanation of a whole log.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -622,8 +638,16 @@ pub struct Explanation {
     pub counter: &'static str,
     /// Every request, in log order.
     pub requests: Vec<RequestReport>,
+    /// Every idle gap, with what it cost and what each action of the cache clock would have
+    /// cost (`gaps.rs`; absent when the log has none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gaps: Vec<gaps::GapReport>,
     /// Totals.
     pub totals: Totals,
+    /// Every compaction, in log order: what it cost and what it saved (`compactions.rs`).
+    pub compactions: Vec<CompactionReport>,
+    /// The compactions per mechanism (portable, native), summed.
+    pub compaction_totals: Vec<MechanismTotals>,
 }
 
 impl Explanation {
@@ -788,14 +812,17 @@ pub fn explain_log_with(log: &CheckedLog, counter: &dyn TokenCounter, settings: 
     let mut sides: Vec<Side> = Vec::new();
     let (mut walk, events) = RequestWalk::of(log);
     let mut counts = Counter { counter, by_seq: HashMap::new(), by_text: HashMap::new(), head: None };
+    let mut compactions = compactions::Compactions::default();
     let mut out: Vec<RequestReport> = Vec::new();
     let mut last_conv: Option<Seen> = None;
     let mut last_comp: Option<Seen> = None;
+    let mut last_keep: Option<Seen> = None;
+    let mut idle = gaps::GapWalker::new(settings);
     let mut pending_header: Option<String> = None;
     let mut headers: Vec<(u64, String, u64)> = Vec::new(); // (seq, reason, instance)
     let mut landed = 0u64;
     let mut overflow_retry = false;
-    let (mut n_conv, mut n_comp) = (0usize, 0usize);
+    let (mut n_conv, mut n_comp, mut n_native, mut n_keep) = (0usize, 0usize, 0usize, 0usize);
     let (mut turn, mut step) = (0u64, 0u64);
     // The report index of the request the next usage belongs to.
     let mut awaiting_usage: Option<usize> = None;
@@ -817,15 +844,34 @@ pub fn explain_log_with(log: &CheckedLog, counter: &dyn TokenCounter, settings: 
                         let cfg = r.header.config.clone();
                         Some((Kind::Conversation, n_conv.to_string(), r.header, parts, rebuilt, t, s, cfg))
                     }
-                    RecordedKind::Compaction { start, end, instruction, provider, model, max_tokens } => {
+                    RecordedKind::NativeCompaction { format, max_tokens, .. } => {
+                        let format = crate::render::Renderer::parse(&format)?;
+                        let cfg = crate::request::native_compaction_config(&r.header.config, format, max_tokens);
+                        let mut parts = Parts::head(&r.header, &cfg, prefix);
+                        if format != crate::render::Renderer::Anthropic {
+                            parts.tools.clear();
+                        }
+                        parts.messages.extend(r.region.iter().cloned().map(Msg::Entry));
+                        n_native += 1;
+                        Some((Kind::Compaction, format!("n{n_native}"), r.header, parts, rebuilt, turn, step, cfg))
+                    }
+                    RecordedKind::Compaction { instruction, provider, model, max_tokens, .. } => {
                         let cfg = summary_config(&r.header.config, &provider, &model, max_tokens);
                         let mut parts = Parts::head(&r.header, &cfg, prefix);
-                        parts.messages.extend(entries[start..=end].iter().cloned().map(Msg::Entry));
+                        parts.messages.extend(r.region.iter().cloned().map(Msg::Entry));
                         let instr = serde_json::to_string(&Message::user_text(&instruction)).expect("serialises");
                         parts.messages.push(Msg::Text(Arc::from(instr)));
                         parts.trailing = true;
                         n_comp += 1;
                         Some((Kind::Compaction, format!("c{n_comp}"), r.header, parts, rebuilt, turn, step, cfg))
+                    }
+                    RecordedKind::Keepalive { replays, max_tokens, .. } => {
+                        let cfg = keepalive_config(&r.header.config, max_tokens);
+                        let mut parts = Parts::head(&r.header, &cfg, prefix);
+                        let history = routed_history(walk.log(), replays).unwrap_or(&[]);
+                        parts.messages.extend(history.iter().cloned().map(Msg::Entry));
+                        n_keep += 1;
+                        Some((Kind::Keepalive, format!("k{n_keep}"), r.header, parts, rebuilt, turn, step, cfg))
                     }
                 }
             }
@@ -836,10 +882,13 @@ pub fn explain_log_with(log: &CheckedLog, counter: &dyn TokenCounter, settings: 
             let tokens: u64 = weights.iter().sum();
             // The candidates: the last conversation request, and a summarisation request sent
             // after it.
+            // A keep-warm request sent after it shares what it shares, and used the cache
+            // later: on a tie it is the one compared with.
             let mut best: Option<(&Seen, Share)> = None;
-            for cand in [last_conv.as_ref(), last_comp.as_ref()].into_iter().flatten() {
+            for (cand, later) in [(last_conv.as_ref(), false), (last_comp.as_ref(), false), (last_keep.as_ref(), true)] {
+                let Some(cand) = cand else { continue };
                 let share = compare(&cand.parts, &parts);
-                if best.as_ref().is_none_or(|(_, b)| share.bytes > b.bytes) {
+                if best.as_ref().is_none_or(|(_, b)| share.bytes > b.bytes || (later && share.bytes == b.bytes)) {
                     best = Some((cand, share));
                 }
             }
@@ -943,24 +992,35 @@ pub fn explain_log_with(log: &CheckedLog, counter: &dyn TokenCounter, settings: 
                 Kind::Conversation => {
                     last_conv = Some(seen);
                     last_comp = None;
+                    last_keep = None;
                     overflow_retry = false;
                 }
                 Kind::Compaction => last_comp = Some(seen),
+                Kind::Keepalive => last_keep = Some(seen),
             }
+            idle.request(index, kind, ev);
             awaiting_usage = Some(index);
             out.push(report);
             sides.push(this);
         }
         // Usage, header events, overflow retries, landed compactions.
         match ev.ty.as_str() {
-            types::ASSISTANT_MESSAGE | types::COMPACTION_SUMMARY => {
-                let want = if ev.ty == types::ASSISTANT_MESSAGE { Kind::Conversation } else { Kind::Compaction };
+            types::ASSISTANT_MESSAGE | types::COMPACTION_SUMMARY | types::CLOCK_KEEPALIVE_END => {
+                let want = match ev.ty.as_str() {
+                    types::ASSISTANT_MESSAGE => Kind::Conversation,
+                    types::COMPACTION_SUMMARY => Kind::Compaction,
+                    _ => Kind::Keepalive,
+                };
                 if let (Some(i), Some(u)) = (awaiting_usage, ev.data.get("usage")) {
                     if out[i].kind == want {
                         if let Ok(u) = Usage::from_value(u, "usage") {
                             set_usage(&mut out[i], u);
                             let prompt = out[i].prompt_tokens;
-                            let seen = if want == Kind::Conversation { last_conv.as_mut() } else { last_comp.as_mut() };
+                            let seen = match want {
+                                Kind::Conversation => last_conv.as_mut(),
+                                Kind::Compaction => last_comp.as_mut(),
+                                Kind::Keepalive => last_keep.as_mut(),
+                            };
                             if let Some(s) = seen.filter(|s| s.index == i) {
                                 s.prompt = Some(prompt);
                             }
@@ -988,8 +1048,15 @@ pub fn explain_log_with(log: &CheckedLog, counter: &dyn TokenCounter, settings: 
             }
             _ => {}
         }
+        let request = out.last().filter(|r| r.seq == ev.seq).map(|r| r.id.clone());
+        if request.is_some() && out.last().is_some_and(|r| r.kind == Kind::Conversation) {
+            compactions.conversation_request();
+        }
+        compactions.before(ev, walk.log().history().entries(), &mut counts, request.as_deref())?;
+        idle.observe(ev, walk.log());
         // Folded without keeping the lines (as `verify` does): only the state is needed.
         walk.apply(ev, ev.seq).map_err(|e| as_corrupt(e, ev.seq as usize + 2))?;
+        compactions.after(ev, walk.log().history().entries(), &mut counts)?;
     }
     charge(&mut out, &sides, settings);
     let mut totals = Totals::default();
@@ -1001,6 +1068,7 @@ pub fn explain_log_with(log: &CheckedLog, counter: &dyn TokenCounter, settings: 
         match r.kind {
             Kind::Conversation => totals.conversation_requests += 1,
             Kind::Compaction => totals.compaction_requests += 1,
+            Kind::Keepalive => totals.keepalive_requests += 1,
         }
         totals.not_rebuilt += u64::from(!r.rebuilt);
         totals.prompt_tokens += r.prompt_tokens;
@@ -1037,7 +1105,9 @@ pub fn explain_log_with(log: &CheckedLog, counter: &dyn TokenCounter, settings: 
         t.by_cause = Cause::ALL.iter().map(|c| (c.as_str().to_string(), cost_by.get(c).copied().unwrap_or(0.0))).collect();
     }
     totals.cost = cost;
-    Ok(Explanation { session: session.id.clone(), counter: counter.name(), requests: out, totals })
+    let (compactions, compaction_totals) = compactions.finish(settings.prices.as_ref());
+    let gaps = idle.finish(&out);
+    Ok(Explanation { session: session.id.clone(), counter: counter.name(), requests: out, gaps, totals, compactions, compaction_totals })
 }
 
 /// The counted `shared` tokens in the provider's tokens: scaled by the reported-to-counted ratio

@@ -691,7 +691,7 @@ mod tests {
         let got = d.apply(&base).unwrap();
         let names: Vec<&str> = got.tools_slice().iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["b", "a"]);
-        assert_eq!(got.tools_slice()[1].description, "2");
+        assert_eq!(got.tools_slice()[1].description.as_deref(), Some("2"));
     }
 
     #[test]

@@ -40,6 +40,16 @@ pub mod types {
     /// A checkpoint: the derived state an open needs, written by the library
     /// (`crate::log::checkpoint`).
     pub const CHECKPOINT: &str = "session/checkpoint";
+    /// A provider's native compaction: its block or item, verbatim (docs/compaction.md).
+    pub const COMPACTION_NATIVE: &str = "compaction/native";
+    /// A child agent was spawned from this session (log-only; docs/log.md, "Agent trees").
+    pub const AGENT_SPAWN: &str = "agent/spawn";
+    /// A decision of the cache clock, with the figures behind it (log-only).
+    pub const CLOCK_DECISION: &str = "clock/decision";
+    /// A keep-warm request was built (records its digest; log-only).
+    pub const CLOCK_KEEPALIVE: &str = "clock/keepalive";
+    /// A keep-warm request's answer (log-only: it never enters the history).
+    pub const CLOCK_KEEPALIVE_END: &str = "clock/keepalive-end";
 
     /// Every catalogue type.
     pub const ALL: &[&str] = &[
@@ -57,10 +67,16 @@ pub mod types {
         COMPACTION_SUMMARY,
         COMPACTION_END,
         CHECKPOINT,
+        COMPACTION_NATIVE,
+        AGENT_SPAWN,
+        CLOCK_DECISION,
+        CLOCK_KEEPALIVE,
+        CLOCK_KEEPALIVE_END,
     ];
 
     /// Namespaces reserved for the catalogue: a host's own type may not start with these.
-    pub const RESERVED_PREFIXES: &[&str] = &["turn/", "step/", "user/", "assistant/", "tool/", "request/", "compaction/", "session"];
+    pub const RESERVED_PREFIXES: &[&str] =
+        &["turn/", "step/", "user/", "assistant/", "tool/", "request/", "compaction/", "agent/", "clock/", "session"];
 
     /// Whether events of this type are model-visible (enter the surface).
     pub fn is_model_visible(ty: &str) -> bool {

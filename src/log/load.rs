@@ -41,12 +41,16 @@ pub struct SessionHeader {
     pub id: String,
     /// Creation time, Unix ms.
     pub created_at: u64,
-    /// For a fork: the parent session id and how many events were seeded from it.
+    /// For a fork or a child: the parent session id and how many events were seeded from it
+    /// (for a child, the seq of the parent's `agent/spawn` event that started it).
     pub parent: Option<(String, u64)>,
-    /// For a fork: every ancestor, oldest first, with the seq where its events end in this
-    /// log (the last entry is the parent). Requests rebuilt from seeded events carry the id of
-    /// the session that sent them.
-    pub lineage: Vec<(String, u64)>,
+    /// For a fork or a child: every ancestor, oldest first, with the seq where its events end in
+    /// this log (the last entry is the parent). Requests rebuilt from seeded events carry the
+    /// session id (the cache key) of the session that sent them.
+    pub lineage: Vec<Ancestor>,
+    /// For a child spawned by an agent ([`crate::agent::SpawnOptions`]): the call it answers,
+    /// the cache key its requests carry, its turn budget.
+    pub spawn: Option<SpawnLink>,
     /// The log format version: 2 (chained) for new sessions, 1 for older logs.
     pub version: u64,
     /// Other fields, carried through.
@@ -88,21 +92,32 @@ impl SessionHeader {
             for (i, e) in a.iter().enumerate() {
                 let path = format!("lineage[{i}]");
                 let ef = Fields::of(e, &path)?;
-                lineage.push((ef.str("id")?.to_string(), ef.u64("seedLength")?));
+                let cache_key = ef.opt_str("cacheKey")?.map(str::to_string);
+                lineage.push(Ancestor { id: ef.str("id")?.to_string(), seed_length: ef.u64("seedLength")?, cache_key });
             }
-        } else if let Some(p) = &parent {
-            lineage.push(p.clone());
+        } else if let Some((id, n)) = &parent {
+            lineage.push(Ancestor { id: id.clone(), seed_length: *n, cache_key: None });
         }
-        if lineage.last() != parent.as_ref() {
+        if lineage.last().map(|a| (&a.id, a.seed_length)) != parent.as_ref().map(|(id, n)| (id, *n)) {
             return Err(Error::invalid("lineage", "the last ancestor must be the parent"));
         }
+        let spawn = match f.opt_value("spawn")? {
+            None => None,
+            Some(v) => {
+                if parent.is_none() {
+                    return Err(Error::invalid("spawn", "a child names its parent (the `parent` field)"));
+                }
+                Some(SpawnLink::from_value(v, "spawn")?)
+            }
+        };
         Ok(SessionHeader {
             id: id.to_string(),
             created_at: f.u64("createdAt")?,
             parent,
             lineage,
+            spawn,
             version,
-            extra: f.extra(&["type", "format", "version", "id", "createdAt", "parent", "lineage"]),
+            extra: f.extra(&["type", "format", "version", "id", "createdAt", "parent", "lineage", "spawn"]),
         })
     }
 
@@ -116,8 +131,11 @@ impl SessionHeader {
         m.insert("createdAt".into(), self.created_at.into());
         if let Some((id, n)) = &self.parent {
             m.insert("parent".into(), json!({"id": id, "seedLength": n}));
-            let lineage: Vec<Value> = self.lineage.iter().map(|(id, n)| json!({"id": id, "seedLength": n})).collect();
+            let lineage: Vec<Value> = self.lineage.iter().map(Ancestor::to_value).collect();
             m.insert("lineage".into(), Value::Array(lineage));
+        }
+        if let Some(s) = &self.spawn {
+            m.insert("spawn".into(), s.to_value());
         }
         for (k, v) in &self.extra {
             m.insert(k.clone(), v.clone());
@@ -129,7 +147,7 @@ impl SessionHeader {
 impl SessionHeader {
     /// A new session's header (the current format version, no parent).
     pub fn new(id: String, created_at: u64) -> SessionHeader {
-        SessionHeader { id, created_at, parent: None, lineage: Vec::new(), version: VERSION, extra: JsonMap::new() }
+        SessionHeader { id, created_at, parent: None, lineage: Vec::new(), spawn: None, version: VERSION, extra: JsonMap::new() }
     }
 
     /// Whether the log's event records carry the chained digest (version 2 and later).
@@ -147,26 +165,104 @@ impl SessionHeader {
         }
     }
 
-    /// The id of the session that appended event `seq` (an ancestor's for seeded events).
-    pub fn session_id_at(&self, seq: u64) -> &str {
-        self.lineage.iter().find(|(_, end)| seq < *end).map(|(id, _)| id.as_str()).unwrap_or(&self.id)
+    /// The session id this session's requests carry (the envelope's `sessionId`, the default
+    /// cache key): its own id, or for a child its parent's ([`SpawnLink::cache_key`]).
+    pub fn request_id(&self) -> &str {
+        self.spawn.as_ref().map(|s| s.cache_key.as_str()).unwrap_or(&self.id)
     }
 
-    /// The lineage of a fork of this session seeded with `n` events.
-    pub fn fork_lineage(&self, n: u64) -> Vec<(String, u64)> {
-        let mut out: Vec<(String, u64)> = Vec::new();
+    /// The session id the request of event `seq` carries: the request id of the session that
+    /// appended the event (an ancestor's for seeded events, see [`request_id`](Self::request_id)).
+    pub fn session_id_at(&self, seq: u64) -> &str {
+        match self.lineage.iter().find(|a| seq < a.seed_length) {
+            Some(a) => a.cache_key.as_deref().unwrap_or(&a.id),
+            None => self.request_id(),
+        }
+    }
+
+    /// The lineage of a fork (or a child) of this session seeded with `n` events.
+    pub fn fork_lineage(&self, n: u64) -> Vec<Ancestor> {
+        let mut out: Vec<Ancestor> = Vec::new();
         let mut start = 0;
-        for (id, end) in &self.lineage {
+        for a in &self.lineage {
             if start >= n {
                 break;
             }
-            out.push((id.clone(), (*end).min(n)));
-            start = *end;
+            out.push(Ancestor { seed_length: a.seed_length.min(n), ..a.clone() });
+            start = a.seed_length;
         }
         // The parent always ends the lineage (loading requires it), even when every seeded
         // event came from an earlier ancestor or the seed is empty.
-        out.push((self.id.clone(), n));
+        out.push(Ancestor { id: self.id.clone(), seed_length: n, cache_key: self.spawn.as_ref().map(|s| s.cache_key.clone()) });
         out
+    }
+}
+
+/// An ancestor of a fork or a child, in its session header's `lineage`: `{"id", "seedLength",
+/// "cacheKey"?}`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ancestor {
+    /// The ancestor's session id.
+    pub id: String,
+    /// The seq where its events end in this log.
+    pub seed_length: u64,
+    /// The session id its requests carried, when not `id` (the ancestor was itself a child).
+    pub cache_key: Option<String>,
+}
+
+impl Ancestor {
+    /// The header's JSON form.
+    pub fn to_value(&self) -> Value {
+        let mut v = json!({"id": self.id, "seedLength": self.seed_length});
+        if let Some(k) = &self.cache_key {
+            v["cacheKey"] = k.clone().into();
+        }
+        v
+    }
+}
+
+/// The child link of a spawned session's header: `"spawn": {"callId"?, "cacheKey", "maxTurns"?}`
+/// (docs/log.md, "Agent trees"). The parent and the parent's seq are the header's `parent`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpawnLink {
+    /// The parent's tool call the child answers (`None`: spawned at a turn boundary).
+    pub call_id: Option<String>,
+    /// The session id every request of the child carries: the parent's request id, so that
+    /// the default cache key routes the child with its parent.
+    pub cache_key: String,
+    /// How many requests the child may send (`None`: no limit).
+    pub max_turns: Option<u64>,
+}
+
+impl SpawnLink {
+    /// Parses the header's `spawn` object at `path`.
+    pub fn from_value(v: &Value, path: &str) -> Result<SpawnLink> {
+        let f = Fields::of(v, path)?;
+        if let Some(k) = f.map.keys().find(|k| !["callId", "cacheKey", "maxTurns"].contains(&k.as_str())) {
+            return Err(Error::invalid(f.p(k), "is not a field of the child link (expected callId, cacheKey, maxTurns)"));
+        }
+        let cache_key = f.str("cacheKey")?;
+        if cache_key.is_empty() {
+            return Err(Error::invalid(f.p("cacheKey"), "must not be empty"));
+        }
+        Ok(SpawnLink {
+            call_id: f.opt_str("callId")?.map(str::to_string),
+            cache_key: cache_key.to_string(),
+            max_turns: f.opt_u64("maxTurns")?,
+        })
+    }
+
+    /// The header's JSON form.
+    pub fn to_value(&self) -> Value {
+        let mut m = JsonMap::new();
+        if let Some(c) = &self.call_id {
+            m.insert("callId".into(), c.clone().into());
+        }
+        m.insert("cacheKey".into(), self.cache_key.clone().into());
+        if let Some(n) = self.max_turns {
+            m.insert("maxTurns".into(), n.into());
+        }
+        Value::Object(m)
     }
 }
 

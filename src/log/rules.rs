@@ -52,6 +52,34 @@ pub struct OpenCompaction {
     pub span: (usize, usize),
     /// The seqs of that span when it started.
     pub seqs: Vec<u64>,
+    /// A provider's native compaction (`mechanism: "native"` on its `compaction/start`).
+    pub native: Option<NativeOpen>,
+}
+
+/// What an open native compaction says about itself (docs/compaction.md, "Native compaction").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NativeOpen {
+    /// `"threshold"` (the provider compacted inside a conversation request) or `"on-demand"`
+    /// (a compaction request of its own, which conversation requests may pass while it runs).
+    pub mode: String,
+    /// The body format of the provider that makes the block (a renderer name).
+    pub format: String,
+    /// The items its `compaction/native` recorded, which the checkpoint must carry.
+    pub items: Option<Vec<serde_json::Value>>,
+}
+
+/// The native compaction modes.
+pub const NATIVE_MODES: &[&str] = &["threshold", "on-demand"];
+
+/// The formats with a native compaction (renderer names).
+pub const NATIVE_FORMATS: &[&str] = &["anthropic", "openai-responses"];
+
+impl OpenCompaction {
+    /// Whether this is a native compaction with a request of its own (conversation requests
+    /// may go on while it runs: "background" compaction).
+    pub fn in_background(&self) -> bool {
+        self.native.as_ref().is_some_and(|n| n.mode == "on-demand")
+    }
 }
 
 /// What a validated event does to the state.
@@ -81,10 +109,12 @@ pub enum Effect {
     Snapshot(HeaderSnapshot),
     /// A header delta, already applied.
     Delta(EpochHeader, u64),
-    /// A compaction starts over a span.
-    CompactionStart((usize, usize), Vec<u64>),
+    /// A compaction starts over a span (a native one says what it is).
+    CompactionStart((usize, usize), Vec<u64>, Option<NativeOpen>),
     /// A compaction summary.
     CompactionSummary,
+    /// A native compaction's block or items (the checkpoint must carry them).
+    CompactionNative(Vec<serde_json::Value>),
     /// A compaction ends.
     CompactionEnd,
     /// A checkpoint (`session/checkpoint`) was written: whether it is a full one (it carries
@@ -286,7 +316,7 @@ impl LogState {
                     }
                     _ => {}
                 }
-                if self.compaction.is_some() {
+                if self.compaction.as_ref().is_some_and(|c| !c.in_background()) {
                     return Err(rule(ev, "", "a compaction is still open"));
                 }
                 Ok(Effect::StepStart(step))
@@ -319,7 +349,9 @@ impl LogState {
             types::USER_MESSAGE => {
                 let source = UserSource::parse(f.str("source")?, "data.source")?;
                 let d = Arc::new(derive(ev)?.expect("user/message is visible"));
-                if let Some(p) = self.pending.first() {
+                // A checkpoint may land while tool calls wait: its span is tool-balanced, so it
+                // holds none of them (a native compaction's block arrives when it arrives).
+                if let Some(p) = self.pending.first().filter(|_| source != UserSource::Compaction) {
                     return Err(rule(ev, "", format!("the tool batch is open: tool call {:?} has no result yet", p.id)));
                 }
                 if let Some(t) = &self.open_turn {
@@ -353,6 +385,9 @@ impl LogState {
                                     c.span.0, c.span.1, c.seqs
                                 ),
                             ));
+                        }
+                        if let Some(n) = &c.native {
+                            check_native_checkpoint(ev, n)?;
                         }
                         Ok(Effect::Replace(start, end, d))
                     }
@@ -421,6 +456,9 @@ impl LogState {
                 // The projection checks callId, content and isError, in that order.
                 let d = derive(ev)?.expect("tool/result is visible");
                 let id = f.str("callId")?;
+                if f.opt_str("child")?.is_some_and(str::is_empty) {
+                    return Err(Error::invalid("data.child", "must not be empty (the id of the child agent's session)"));
+                }
                 if ev.surface_op != Some(SurfaceOp::Append) {
                     return Err(Error::invalid("surfaceOp", "a tool result is appended"));
                 }
@@ -492,6 +530,42 @@ impl LogState {
                     .enumerate()
                     .map(|(i, s)| s.as_u64().ok_or_else(|| Error::invalid(format!("data.seqs[{i}]"), "expected a seq")))
                     .collect::<Result<_>>()?;
+                let native = match f.opt_str("mechanism")? {
+                    None | Some("portable") => None,
+                    Some("native") => {
+                        let mode = f.str("mode")?;
+                        if !NATIVE_MODES.contains(&mode) {
+                            return Err(Error::invalid("data.mode", format!("expected \"threshold\" or \"on-demand\", got {mode:?}")));
+                        }
+                        let format = f.str("format")?;
+                        if !NATIVE_FORMATS.contains(&format) {
+                            return Err(Error::invalid(
+                                "data.format",
+                                format!(
+                                    "expected \"anthropic\" or \"openai-responses\" (the formats with a native compaction), got {format:?}"
+                                ),
+                            ));
+                        }
+                        if start != 0 {
+                            return Err(rule(
+                                ev,
+                                "data.span",
+                                "a native compaction replaces the head of the surface (its span starts at 0)",
+                            ));
+                        }
+                        Some(NativeOpen { mode: mode.to_string(), format: format.to_string(), items: None })
+                    }
+                    Some(other) => {
+                        return Err(Error::invalid("data.mechanism", format!("expected \"portable\" or \"native\", got {other:?}")))
+                    }
+                };
+                if let Some(x) = f.opt_array("expanded")? {
+                    for (i, s) in x.iter().enumerate() {
+                        if s.as_u64().is_none_or(|s| s >= ev.seq) {
+                            return Err(Error::invalid(format!("data.expanded[{i}]"), "expected the seq of an earlier event"));
+                        }
+                    }
+                }
                 // The span must exist, be tool-balanced, and the seqs must be exactly its events.
                 self.history.check_replace(start, end, Some(&seqs)).map_err(|e| {
                     let field = e
@@ -503,15 +577,49 @@ impl LogState {
                         .replace("sources", "data.seqs");
                     Error::new(e.kind(), e.message().replace("surfaceOp", "data.span").replace("sources", "data.seqs")).with("field", field)
                 })?;
-                Ok(Effect::CompactionStart((start, end), seqs))
+                Ok(Effect::CompactionStart((start, end), seqs, native))
             }
             types::COMPACTION_SUMMARY => {
                 f.str("summary")?;
                 match &self.compaction {
+                    Some(c) if c.native.is_some() => {
+                        Err(rule(ev, "", "a native compaction records its block in compaction/native, not a summary"))
+                    }
                     Some(c) if !c.summarised => Ok(Effect::CompactionSummary),
                     Some(_) => Err(rule(ev, "", "this compaction already has its summary")),
                     None => Err(rule(ev, "", "no compaction is open")),
                 }
+            }
+            types::COMPACTION_NATIVE => {
+                let items = f.array("items")?;
+                if items.is_empty() {
+                    return Err(Error::invalid("data.items", "must hold the provider's compaction block or item"));
+                }
+                for (i, it) in items.iter().enumerate() {
+                    if !it.is_object() {
+                        return Err(Error::invalid(format!("data.items[{i}]"), "expected an object (a provider item, verbatim)"));
+                    }
+                }
+                let compactions = items.iter().filter(|it| it.get("type").and_then(|t| t.as_str()) == Some("compaction")).count();
+                if compactions != 1 {
+                    return Err(Error::invalid(
+                        "data.items",
+                        format!("must hold exactly one item of type \"compaction\", got {compactions}"),
+                    ));
+                }
+                let c = self.compaction.as_ref().ok_or_else(|| rule(ev, "", "no compaction is open"))?;
+                let n = c
+                    .native
+                    .as_ref()
+                    .ok_or_else(|| rule(ev, "", "the open compaction is portable; compaction/native belongs to a native one"))?;
+                if c.summarised {
+                    return Err(rule(ev, "", "this compaction already has its block"));
+                }
+                let format = f.str("format")?;
+                if format != n.format {
+                    return Err(rule(ev, "data.format", format!("the compaction/start announced {:?}, got {format:?}", n.format)));
+                }
+                Ok(Effect::CompactionNative(items.clone()))
             }
             types::COMPACTION_END => {
                 let outcome = f.str("outcome")?;
@@ -535,6 +643,80 @@ impl LogState {
                     ));
                 }
                 Ok(Effect::CompactionEnd)
+            }
+            types::AGENT_SPAWN => {
+                let child = f.str("child")?;
+                if child.is_empty() {
+                    return Err(Error::invalid("data.child", "must not be empty (the id of the child agent's session)"));
+                }
+                if let Some(t) = &self.open_turn {
+                    if t.step_open {
+                        return Err(rule(ev, "", format!("step {} is open: a child is spawned after its response", t.last_step)));
+                    }
+                }
+                if self.compaction.is_some() {
+                    return Err(rule(ev, "", "a compaction is open"));
+                }
+                if let Some(id) = f.opt_str("callId")? {
+                    if !self.pending.iter().any(|p| p.id == id) {
+                        return Err(rule(ev, "data.callId", format!("{id:?} is not a tool call waiting for its result")));
+                    }
+                }
+                Ok(Effect::None)
+            }
+            types::CLOCK_DECISION => {
+                let decision = f.str("decision")?;
+                if crate::clock::Action::parse(decision).is_none() {
+                    return Err(Error::invalid(
+                        "data.decision",
+                        format!("expected none, compact, keep-warm, let-expire or tier, got {decision:?}"),
+                    ));
+                }
+                f.u64("at")?;
+                f.str("reason")?;
+                if decision == "tier" {
+                    f.str("tier")?;
+                }
+                if self.open_turn.as_ref().is_some_and(|t| t.step_open) {
+                    return Err(rule(ev, "", "a request is open: the cache clock decides between requests"));
+                }
+                Ok(Effect::None)
+            }
+            types::CLOCK_KEEPALIVE => {
+                f.u64("replays")?;
+                f.u64("maxTokens")?;
+                f.u64("bytes")?;
+                if !is_digest(f.str("requestDigest")?) {
+                    return Err(Error::invalid("data.requestDigest", "expected \"sha256:\" followed by 64 lowercase hex digits"));
+                }
+                if self.open_turn.as_ref().is_some_and(|t| t.step_open) {
+                    return Err(rule(ev, "", "a request is open: a keep-warm request is sent between requests"));
+                }
+                if self.compaction.is_some() {
+                    return Err(rule(ev, "", "a compaction is open"));
+                }
+                Ok(Effect::None)
+            }
+            types::CLOCK_KEEPALIVE_END => {
+                let request = f.u64("request")?;
+                if request >= ev.seq {
+                    return Err(Error::invalid("data.request", format!("names seq {request}, not an earlier clock/keepalive")));
+                }
+                let outcome = f.str("outcome")?;
+                if !["response", "error", "cancelled"].contains(&outcome) {
+                    return Err(Error::invalid("data.outcome", format!("expected response, error or cancelled, got {outcome:?}")));
+                }
+                if let Some(u) = f.opt_value("usage")? {
+                    Usage::from_value(u, "data.usage")?;
+                }
+                if let Some(m) = f.opt_value("message")? {
+                    crate::types::Message::from_value(m, "data.message")?;
+                }
+                f.opt_str("error")?;
+                if self.open_turn.as_ref().is_some_and(|t| t.step_open) {
+                    return Err(rule(ev, "", "a request is open: a keep-warm answer is recorded before the next request"));
+                }
+                Ok(Effect::None)
             }
             types::CHECKPOINT => {
                 if self.compaction.is_some() {
@@ -633,10 +815,17 @@ impl LogState {
                 self.headers.apply_delta(ev.seq, instance, h);
                 self.checkpoint_base = None;
             }
-            Effect::CompactionStart(span, seqs) => {
-                self.compaction = Some(OpenCompaction { start_seq: ev.seq, summarised: false, landed: false, span, seqs })
+            Effect::CompactionStart(span, seqs, native) => {
+                self.compaction = Some(OpenCompaction { start_seq: ev.seq, summarised: false, landed: false, span, seqs, native })
             }
             Effect::CompactionSummary => self.compaction.as_mut().expect("checked").summarised = true,
+            Effect::CompactionNative(items) => {
+                let c = self.compaction.as_mut().expect("checked");
+                c.summarised = true;
+                if let Some(n) = c.native.as_mut() {
+                    n.items = Some(items);
+                }
+            }
             Effect::CompactionEnd => {
                 if self.compaction.take().is_some_and(|c| c.landed) {
                     self.compactions += 1;
@@ -727,6 +916,27 @@ fn exceeds_depth(v: &serde_json::Value, levels: usize) -> bool {
         Value::Object(m) => levels == 0 || m.values().any(|x| exceeds_depth(x, levels - 1)),
         _ => false,
     }
+}
+
+/// A native compaction's checkpoint carries exactly the items its `compaction/native` recorded,
+/// each as an opaque block of the compaction's format, and nothing else.
+fn check_native_checkpoint(ev: &Event, n: &NativeOpen) -> Result<()> {
+    let items = n.items.as_deref().unwrap_or_default();
+    let want: Vec<serde_json::Value> =
+        items.iter().map(|it| serde_json::json!({"type": "opaque", "origin": n.format, "item": it})).collect();
+    let got = ev.data.get("message").and_then(|m| m.get("content")).and_then(|c| c.as_array());
+    if got.map(Vec::as_slice) != Some(want.as_slice()) {
+        return Err(rule(
+            ev,
+            "data.message.content",
+            format!(
+                "a native checkpoint carries exactly the {} item(s) of its compaction/native, as opaque blocks of origin {:?}",
+                items.len(),
+                n.format
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn is_digest(s: &str) -> bool {

@@ -3,7 +3,8 @@
 //! Mapping (see `docs/render.md` for the reasons):
 //! - system prompt, then the text of every system-role **prefix** message → `system` text
 //!   blocks (a system-role message after the prefix is an error);
-//! - user message → a `user` message: `text`, `image` and `tool_result` blocks;
+//! - user message → a `user` message: `text`, `image`, `document` (file blocks) and
+//!   `tool_result` blocks;
 //! - assistant message → an `assistant` message: `text` (with the `citations` an Anthropic
 //!   response gave it), `thinking` (reasoning blocks that carry
 //!   a `signature`; unsigned reasoning is dropped), `redacted_thinking` and `tool_use` blocks;
@@ -16,7 +17,8 @@
 //!   with the host's own tool marks. Thinking blocks cannot carry a breakpoint, so a trailing
 //!   thinking-only message passes the mark back to the one before.
 
-use super::{block_path, breakpoint, image_source, origin, unsupported, Envelope, ImageSource, RenderOptions};
+use super::media::{self, Kind, Source};
+use super::{block_path, breakpoint, origin, unsupported, Envelope, RenderOptions};
 use crate::error::{Error, Result};
 use crate::types::{Block, JsonMap, Message, Role};
 use serde_json::{json, Value};
@@ -50,7 +52,8 @@ pub fn render_anthropic(envelope: &Value, options: &RenderOptions) -> Result<Val
     let mut prefix_mark: Option<(usize, usize)> = None;
     // Rendered messages before a summarisation request's trailing instruction.
     let mut history_end = None;
-    for (i, m) in env.messages.iter().enumerate() {
+    for i in message_order(&env.messages, prefix_len) {
+        let m = &env.messages[i];
         if env.compaction && i + 1 == env.messages.len() {
             history_end = Some(out.len());
         }
@@ -77,11 +80,41 @@ pub fn render_anthropic(envelope: &Value, options: &RenderOptions) -> Result<Val
     }
     let messages: Vec<Value> = out.into_iter().map(|r| json!({"role": r.role, "content": r.content})).collect();
     let mut body = frame(&env, system, tools, &marks, &cc)?;
+    if env.native_compaction {
+        // On-demand compaction (beta `compact-2026-09-04`): the provider summarises every
+        // message and answers with one `compaction` block.
+        if body.contains_key("compaction") {
+            return Err(Error::invalid("compaction", "is set by a native compaction request itself; leave the config field out"));
+        }
+        body.insert("compaction".into(), json!({"type": "summarize"}));
+    }
     if options.cache_diagnostics {
         set_diagnostics(&mut body, previous_response_id(env.messages.iter().rev()))?;
     }
     body.insert(MESSAGES.into(), Value::Array(messages));
     Ok(Value::Object(body))
+}
+
+/// The order the envelope's messages are rendered in: as they come, except that a native
+/// compaction checkpoint of this format heading the history (the first message after the
+/// session prefix) goes first when the prefix has messages that render as messages (not
+/// system-role ones, which go into `system`): Anthropic reads a compaction block only at the
+/// front of `messages` (on-demand blocks: a 400 otherwise; threshold blocks: what precedes them
+/// is dropped), so the session prefix's messages follow it rather than precede it.
+pub(super) fn message_order(messages: &[Message], prefix_len: usize) -> Vec<usize> {
+    let n = messages.len();
+    let prefix_renders = messages[..prefix_len.min(n)].iter().any(|m| m.role != Role::System);
+    if prefix_renders && prefix_len < n && is_native_checkpoint(&messages[prefix_len]) {
+        std::iter::once(prefix_len).chain(0..prefix_len).chain(prefix_len + 1..n).collect()
+    } else {
+        (0..n).collect()
+    }
+}
+
+/// Whether a message is a native compaction checkpoint of this format (rendered as an
+/// assistant message of its own, as the provider returned the block).
+pub(super) fn is_native_checkpoint(m: &Message) -> bool {
+    crate::compaction::native::native_checkpoint(m).is_some_and(|c| c.format == NAME)
 }
 
 /// The response id of the last assistant message among `latest_first` (newest first): its
@@ -135,18 +168,9 @@ pub(super) fn piece(m: &Message, i: usize, prefix_len: usize, system: &mut Vec<V
     render_message(m, i)
 }
 
-/// The tools, with the host's own fields.
+/// The tools: function tools with the host's own fields, provider tools verbatim.
 pub(super) fn tools(env: &Envelope) -> Result<Vec<Value>> {
-    let mut tools: Vec<Value> = Vec::with_capacity(env.tools.len());
-    for (t_i, t) in env.tools.iter().enumerate() {
-        let mut tool = JsonMap::new();
-        tool.insert("name".into(), t.name.clone().into());
-        tool.insert("description".into(), t.description.clone().into());
-        tool.insert("input_schema".into(), t.parameters.clone());
-        super::add_tool_extra(&mut tool, &t.extra, t_i, NAME)?;
-        tools.push(Value::Object(tool));
-    }
-    Ok(tools)
+    super::tools_array(env, NAME, |t, t_i| Ok(Value::Object(super::function_tool(t, t_i, "input_schema", NAME)?)))
 }
 
 /// The prefix breakpoint when the prefix has no cacheable message block: the last hoisted
@@ -292,7 +316,7 @@ fn render_message(m: &Message, i: usize) -> Result<Option<Rendered>> {
                 "" => None, // Anthropic rejects empty text blocks.
                 text => Some(text_block(b, text, &path)?),
             },
-            (Role::User, "image") => Some(image_block(b, &path)?),
+            (Role::User, "image" | "file") => Some(media_block(b, &path)?),
             (Role::User, "tool-result") => Some(tool_result_block(b, &path)?),
             (Role::Assistant, "reasoning") => thinking_block(b, &path)?,
             (Role::Assistant, "redacted-thinking") => Some(json!({"type": "redacted_thinking", "data": required_str(b, &path, "data")?})),
@@ -305,7 +329,7 @@ fn render_message(m: &Message, i: usize) -> Result<Option<Rendered>> {
     if content.is_empty() {
         return Ok(None);
     }
-    let role = if m.role == Role::Assistant { "assistant" } else { "user" };
+    let role = if m.role == Role::Assistant || is_native_checkpoint(m) { "assistant" } else { "user" };
     let tool_results_only = role == "user" && content.iter().all(|b| b["type"] == "tool_result");
     Ok(Some(Rendered { role, content, tool_results_only }))
 }
@@ -337,14 +361,31 @@ fn required_str<'a>(b: &'a Block, path: &str, key: &str) -> Result<&'a str> {
     }
 }
 
-fn image_block(b: &Block, path: &str) -> Result<Value> {
-    let source = match image_source(b, path)? {
-        ImageSource::Base64 { media_type, data } => {
-            json!({"type": "base64", "media_type": media_type, "data": data})
-        }
-        ImageSource::Url(url) => json!({"type": "url", "url": url}),
+/// The block of an image or file block: `image` for an image, `document` for anything else
+/// but audio and video (which Anthropic does not take), with a `base64`, `url` or `file`
+/// source; a file's `filename` is the document's `title`.
+fn media_block(b: &Block, path: &str) -> Result<Value> {
+    let m = media::read(b, path)?;
+    let source = match m.source {
+        Source::Data(data) => json!({"type": "base64", "media_type": m.media_type, "data": data}),
+        Source::Url(url) => json!({"type": "url", "url": url}),
+        Source::FileId(id) => json!({"type": "file", "file_id": id}),
     };
-    Ok(json!({"type": "image", "source": source}))
+    match m.kind {
+        Kind::Image => Ok(json!({"type": "image", "source": source})),
+        Kind::Document => {
+            let mut d = JsonMap::new();
+            d.insert("type".into(), "document".into());
+            d.insert("source".into(), source);
+            if let Some(title) = m.filename {
+                d.insert("title".into(), title.into());
+            }
+            Ok(Value::Object(d))
+        }
+        Kind::Audio | Kind::Video => {
+            Err(media::cannot_carry(path, &m, NAME, "Anthropic takes images and documents (PDF, plain text), no audio or video"))
+        }
+    }
 }
 
 /// A reasoning block becomes `thinking` when it carries the provider's `signature`; without
@@ -394,7 +435,7 @@ fn tool_result_block(b: &Block, path: &str) -> Result<Value> {
                     content.push(json!({"type": "text", "text": text}));
                 }
             }
-            "image" => content.push(image_block(inner, &inner_path)?),
+            "image" | "file" => content.push(media_block(inner, &inner_path)?),
             other => {
                 return Err(Error::invalid(
                     inner_path,
@@ -480,9 +521,16 @@ mod tests {
     fn tool_extra_fields_pass_through() {
         let e = json!({"model":"m","messages":[],"tools":[
             {"name":"a","description":"d","parameters":{},"cache_control":{"type":"ephemeral"}},
-            {"name":"b","description":"d","parameters":{},"type":"custom"}]});
+            {"type":"provider","format":"anthropic","tool":{"type":"custom","name":"b","input_schema":{}}}]});
         let body = render(&e, 0).unwrap();
-        assert_eq!(body["tools"][1]["type"], json!("custom"));
+        assert_eq!(body["tools"][0]["cache_control"], json!({"type":"ephemeral"}));
+        // Verbatim (the head breakpoint marks the last tool, there being no system prompt).
+        assert_eq!(body["tools"][1], json!({"type":"custom","name":"b","input_schema":{},"cache_control":{"type":"ephemeral"}}));
+        // A tool type of the provider's own goes in a provider tool; as a function tool's field it
+        // is refused, with the shape to use.
+        let e = json!({"model":"m","messages":[],"tools":[{"name":"b","description":"d","parameters":{},"type":"custom"}]});
+        let err = render(&e, 0).unwrap_err();
+        assert!(err.message().contains("{\"type\":\"provider\",\"format\":\"anthropic\",\"tool\":"), "{}", err.message());
         let e = json!({"model":"m","messages":[],"tools":[{"name":"a","description":"d","parameters":{},"input_schema":{}}]});
         let err = render(&e, 0).unwrap_err();
         assert!(err.message().starts_with("tools[0].input_schema: unknown tool field collides"), "{}", err.message());

@@ -200,6 +200,15 @@ impl Sequence {
     }
 }
 
+/// Whether the Anthropic renderer puts the history's first entry ahead of the session prefix
+/// (`anthropic::message_order`) and that changes the body: a native checkpoint heads the
+/// history and a prefix message renders outside `system`.
+fn reorders(src: &BodySource<'_>) -> bool {
+    let prefix = src.prefix.source.as_ref().map_or(&[][..], |p| p.as_slice());
+    prefix.iter().any(|m| m.role != Role::System)
+        && src.history.entries().first().is_some_and(|d| d.checkpoint && anthropic::is_native_checkpoint(&d.message()))
+}
+
 fn open_group(out: &mut String, key: &str) {
     out.push_str("{\"");
     out.push_str(key);
@@ -311,8 +320,15 @@ impl BodyCache {
                 None => src.prefix.source.as_ref().and_then(|p| anthropic::previous_response_id(p.iter().rev())),
             }
         });
-        let built = self.update(src).and_then(|()| self.write(diagnostics));
         let envelope = || String::from_utf8(src.envelope(src.history.entries(), Some((turn, step)))).expect("an envelope is text");
+        // Anthropic with a native compaction block heading the history and session prefix
+        // messages that render: the block goes first (`anthropic::message_order`), which the
+        // sequence of rendered messages does not follow, so the body is rendered afresh.
+        if self.renderer == Renderer::Anthropic && reorders(src) {
+            self.state = None;
+            return self.render_envelope_fresh(&envelope(), prefix_len);
+        }
+        let built = self.update(src).and_then(|()| self.write(diagnostics));
         match built {
             Ok(body) => {
                 debug_assert_eq!(

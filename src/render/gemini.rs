@@ -4,7 +4,7 @@
 //! Mapping (`docs/providers/gemini.md` has the reasons):
 //! - system prompt, then the text of every system-role **prefix** message → `systemInstruction`
 //!   parts (a system-role message after the prefix is an error, as for Anthropic);
-//! - user message → a `user` content: `text`, `inlineData` / `fileData` (images) and
+//! - user message → a `user` content: `text`, `inlineData` / `fileData` (images and files) and
 //!   `functionResponse` parts (the function's name is the earlier call's);
 //! - assistant message → a `model` content: `text`, `thought` text (reasoning parsed from
 //!   Gemini), `functionCall` parts, and opaque Gemini parts verbatim, each with the
@@ -16,8 +16,9 @@
 //!
 //! The model is not a body field: it names the URL.
 
+use super::media::{self, Source};
 use super::origin::{self, is_foreign, is_native, native_str, with_origin};
-use super::{block_path, image_source, unsupported, Envelope, ImageSource, ParsedResponse, RenderOptions};
+use super::{block_path, unsupported, Envelope, ParsedResponse, RenderOptions, ToolOut};
 use crate::error::{Error, Result};
 use crate::types::{as_object, kind_of, Block, JsonMap, Message, Provenance, Role};
 use serde_json::{json, Value};
@@ -40,6 +41,7 @@ pub(crate) const NAME: &str = "gemini";
 /// system-role messages may be hoisted into `systemInstruction`.
 pub fn render_gemini(envelope: &Value, options: &RenderOptions) -> Result<Value> {
     let env = Envelope::parse(envelope)?;
+    env.refuse_native(NAME)?;
     let options = &options.effective(&env, super::Renderer::Gemini)?;
     let prefix_len = options.prefix_len;
     env.check_prefix_len(prefix_len)?;
@@ -115,17 +117,24 @@ pub(super) fn frame(env: &Envelope, system: Vec<Value>) -> Result<JsonMap> {
     if !system.is_empty() {
         body.insert("systemInstruction".into(), json!({"parts": system}));
     }
-    if !env.tools.is_empty() {
-        let mut decls = Vec::with_capacity(env.tools.len());
-        for (t_i, t) in env.tools.iter().enumerate() {
-            let mut d = JsonMap::new();
-            d.insert("name".into(), t.name.clone().into());
-            d.insert("description".into(), t.description.clone().into());
-            d.insert("parametersJsonSchema".into(), t.parameters.clone());
-            super::add_tool_extra(&mut d, &t.extra, t_i, NAME)?;
-            decls.push(Value::Object(d));
+    let tools = super::tools_for(env, NAME)?;
+    if !tools.is_empty() {
+        // One tool holds every function declaration; each provider tool is a tool of its own,
+        // after it, in list order.
+        let mut decls = Vec::new();
+        let mut provider = Vec::new();
+        for (t_i, t) in tools {
+            match t {
+                ToolOut::Function(t) => decls.push(Value::Object(super::function_tool(t, t_i, "parametersJsonSchema", NAME)?)),
+                ToolOut::Provider(tool) => provider.push(Value::Object(tool.clone())),
+            }
         }
-        body.insert("tools".into(), json!([{"functionDeclarations": decls}]));
+        let mut out = Vec::with_capacity(provider.len() + 1);
+        if !decls.is_empty() {
+            out.push(json!({"functionDeclarations": decls}));
+        }
+        out.extend(provider);
+        body.insert("tools".into(), Value::Array(out));
     }
 
     let mut config = JsonMap::new();
@@ -199,13 +208,19 @@ fn user_content(m: &Message, i: usize, calls: &Calls) -> Result<Option<Content>>
                     parts.push(json!({"text": text}));
                 }
             }
-            "image" => parts.push(image_part(b, &path)?),
+            "image" | "file" => parts.push(media_part(b, &path)?),
             "tool-result" => parts.push(function_response(b, &path, calls)?),
             _ => return Err(unsupported(&path, b, Role::User, NAME)),
         }
     }
     if parts.is_empty() {
-        return Ok(None);
+        // A user message whose text is all empty is kept as an empty text part: left out, the
+        // model's turn after it would open the contents, and Gemini wants a function call turn
+        // right after a user turn.
+        if !m.content.iter().all(|b| b.kind() == "text") {
+            return Ok(None);
+        }
+        parts.push(json!({"text": ""}));
     }
     let responses_only = parts.iter().all(|p| p.get("functionResponse").is_some());
     Ok(Some(Content { role: "user", parts, responses_only }))
@@ -271,15 +286,24 @@ fn args_object(arguments: &str, path: &str) -> Result<Value> {
     Ok(parsed)
 }
 
-/// An image part: inline base64 data (also from a `data:` URL), else a file URI.
-fn image_part(b: &Block, path: &str) -> Result<Value> {
-    Ok(match image_source(b, path)? {
-        ImageSource::Base64 { media_type, data } => json!({"inlineData": {"mimeType": media_type, "data": data}}),
-        ImageSource::Url(url) => match url.strip_prefix("data:").and_then(|rest| rest.split_once(";base64,")) {
-            Some((media_type, data)) => json!({"inlineData": {"mimeType": media_type, "data": data}}),
-            None => json!({"fileData": {"fileUri": url}}),
-        },
-    })
+/// The part of an image or file block: `inlineData` for inline base64 data (also from a
+/// `data:` URL), else `fileData` with the URL or the Files API URI (`fileId`), with the media
+/// type when the block names one. Gemini takes images, documents, audio and video alike.
+fn media_part(b: &Block, path: &str) -> Result<Value> {
+    let m = media::read(b, path)?;
+    if let Some((media_type, data)) = m.inline() {
+        return Ok(json!({"inlineData": {"mimeType": media_type, "data": data}}));
+    }
+    let uri = match m.source {
+        Source::Url(u) | Source::FileId(u) => u,
+        Source::Data(_) => unreachable!("inline data is handled above"),
+    };
+    let mut file = JsonMap::new();
+    if let Some(t) = m.media_type {
+        file.insert("mimeType".into(), t.into());
+    }
+    file.insert("fileUri".into(), uri.into());
+    Ok(json!({"fileData": file}))
 }
 
 /// A `functionResponse` part: `{"name", "response": {"output": text}}`, or `{"error": text}`
@@ -553,7 +577,9 @@ mod tests {
                     {"functionResponse":{"name":"ls","response":{"error":"denied"}}},
                     {"functionResponse":{"name":"ls","response":{"output":""}}}
                 ]},
-                {"role":"user","parts":[{"text":"injected"}]}
+                {"role":"user","parts":[{"text":"injected"}]},
+                // A user message whose text is all empty stays (as an empty text part).
+                {"role":"user","parts":[{"text":""}]}
             ])
         );
     }

@@ -8,7 +8,8 @@
 //! - system prompt, then the text of every system-role **prefix** message → `system_instruction`
 //!   (joined by a blank line; a system-role message after the prefix is an error);
 //! - user message → its blocks cut into runs: each `tool-result` becomes a `function_result`
-//!   step, each run of text and images a `user_input` step (`text` and `image` content);
+//!   step, each run of text, images and files a `user_input` step (`text`, `image`, `audio`,
+//!   `video` and `document` content);
 //! - assistant message → steps in block order: runs of text → a `model_output` step,
 //!   `tool-call` → a `function_call` step (`arguments` an object; the `signature` the parser
 //!   recorded goes back), reasoning parsed from this API → its `thought` step verbatim (with its
@@ -20,8 +21,9 @@
 //! anything else → an opaque block. The interaction's `id` is kept in the message's provenance
 //! (`interactionId`).
 
+use super::media::{self, Kind, Source};
 use super::origin::{self, is_foreign, is_native, native_str, with_origin};
-use super::{block_path, image_source, unsupported, Envelope, ImageSource, ParsedResponse, RenderOptions};
+use super::{block_path, unsupported, Envelope, ParsedResponse, RenderOptions};
 use crate::error::{Error, Result};
 use crate::types::{as_object, kind_of, Block, JsonMap, Message, Provenance, Role, Usage};
 use serde_json::{json, Value};
@@ -41,6 +43,7 @@ pub(super) const INPUT: &str = "input";
 /// (`response_format`, `service_tier`, ...); one that names a body field set here is an error.
 pub fn render_interactions(envelope: &Value, options: &RenderOptions) -> Result<Value> {
     let env = Envelope::parse(envelope)?;
+    env.refuse_native(NAME)?;
     let options = &options.effective(&env, super::Renderer::GeminiInteractions)?;
     env.check_prefix_len(options.prefix_len)?;
     let mut input = Vec::with_capacity(env.messages.len());
@@ -76,17 +79,8 @@ pub(super) fn frame(env: &Envelope, prefix_len: usize) -> Result<JsonMap> {
         body.insert("system_instruction".into(), system.join("\n\n").into());
     }
     body.insert(INPUT.into(), Value::Null);
-    if !env.tools.is_empty() {
-        let mut tools = Vec::with_capacity(env.tools.len());
-        for (t_i, t) in env.tools.iter().enumerate() {
-            let mut tool = JsonMap::new();
-            tool.insert("type".into(), "function".into());
-            tool.insert("name".into(), t.name.clone().into());
-            tool.insert("description".into(), t.description.clone().into());
-            tool.insert("parameters".into(), t.parameters.clone());
-            super::add_tool_extra(&mut tool, &t.extra, t_i, NAME)?;
-            tools.push(Value::Object(tool));
-        }
+    let tools = super::tools_array(env, NAME, |t, t_i| super::flat_function_tool(t, t_i, NAME))?;
+    if !tools.is_empty() {
         body.insert("tools".into(), Value::Array(tools));
     }
     let mut config = JsonMap::new();
@@ -144,9 +138,14 @@ fn render_message(m: &Message, i: usize, prefix_len: usize, out: &mut Vec<Value>
                             run.push(json!({"type": "text", "text": text}));
                         }
                     }
-                    "image" => run.push(image(b, &path)?),
+                    "image" | "file" => run.push(media_content(b, &path)?),
                     _ => return Err(unsupported(&path, b, Role::User, NAME)),
                 }
+            }
+            // A user message is never left out: one whose text is all empty is sent as an
+            // empty text.
+            if run.is_empty() && m.content.iter().all(|b| b.kind() == "text") {
+                run.push(json!({"type": "text", "text": ""}));
             }
             flush(&mut run, "user_input", out);
         }
@@ -199,12 +198,27 @@ fn flush(run: &mut Vec<Value>, kind: &str, out: &mut Vec<Value>) {
     }
 }
 
-/// An `image` content: inline base64 `data` with its `mime_type`, or a `uri`.
-fn image(b: &Block, path: &str) -> Result<Value> {
-    Ok(match image_source(b, path)? {
-        ImageSource::Base64 { media_type, data } => json!({"type": "image", "data": data, "mime_type": media_type}),
-        ImageSource::Url(url) => json!({"type": "image", "uri": url}),
-    })
+/// The content of an image or file block: `image`, `audio`, `video` or `document` by the
+/// media type, with inline base64 `data` or a `uri` (the URL, or the Files API URI given as
+/// `fileId`), and the `mime_type` when the block names one.
+fn media_content(b: &Block, path: &str) -> Result<Value> {
+    let m = media::read(b, path)?;
+    let kind = match m.kind {
+        Kind::Image => "image",
+        Kind::Audio => "audio",
+        Kind::Video => "video",
+        Kind::Document => "document",
+    };
+    let mut c = JsonMap::new();
+    c.insert("type".into(), kind.into());
+    match m.source {
+        Source::Data(d) => c.insert("data".into(), d.into()),
+        Source::Url(u) | Source::FileId(u) => c.insert("uri".into(), u.into()),
+    };
+    if let Some(t) = m.media_type {
+        c.insert("mime_type".into(), t.into());
+    }
+    Ok(Value::Object(c))
 }
 
 /// A `function_call` step: `arguments` must be a JSON object (empty or blank means `{}`).
@@ -240,7 +254,7 @@ fn function_call(b: &Block, path: &str) -> Result<Value> {
 /// A `function_result` step: `result` is the text (blocks joined by "\n"), or content when the
 /// result holds an image; `is_error` only when true.
 fn function_result(b: &Block, path: &str) -> Result<Value> {
-    let result = super::tool_result_output(b, path, NAME, "text", image)?;
+    let result = super::tool_result_output(b, path, NAME, "text", media_content)?;
     let mut step = JsonMap::new();
     step.insert("type".into(), "function_result".into());
     step.insert("call_id".into(), b.tool_result_id().expect("validated tool-result").into());
@@ -259,11 +273,8 @@ fn function_result(b: &Block, path: &str) -> Result<Value> {
 pub(crate) fn parse(body: &Value) -> Result<ParsedResponse> {
     as_object(body, "interaction")?;
     let status = body.get("status").and_then(Value::as_str);
-    if matches!(status, Some("failed" | "cancelled")) {
-        let error = body.get("error").cloned().unwrap_or(Value::Null);
-        let what = error.get("message").and_then(Value::as_str).unwrap_or("no message");
-        return Err(Error::invalid("interaction.status", format!("the interaction {}: {what}", status.unwrap_or_default()))
-            .with("providerError", error));
+    if let Some(s @ ("failed" | "cancelled")) = status {
+        return Err(super::response::failed_status(body.get("error"), "interaction.status", &format!("the interaction {s}")));
     }
     let (key, steps) = match (body.get("steps"), body.get("outputs")) {
         (Some(Value::Array(a)), _) => ("steps", a.as_slice()),

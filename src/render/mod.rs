@@ -33,6 +33,7 @@ mod body;
 mod breakpoint;
 mod gemini;
 mod interactions;
+mod media;
 mod openai;
 pub mod origin;
 pub mod response;
@@ -46,6 +47,7 @@ pub use interactions::render_interactions;
 pub use openai::render_openai;
 pub use response::{is_context_overflow, is_refusal, parse_response, usage_from_provider, ParsedResponse, FINISH_REASONS};
 pub(crate) use response::{refusal_block, ONE_CANDIDATE, ONE_CHOICE};
+pub(crate) use responses::parse_compacted;
 pub use responses::render_responses;
 
 use crate::error::{Error, Result};
@@ -488,6 +490,11 @@ pub(crate) struct Envelope {
     /// message is the instruction, which the Anthropic renderer keeps out of the history's
     /// cache breakpoint.
     pub compaction: bool,
+    /// Whether the envelope is a provider's own compaction request (`purpose:
+    /// "native-compaction"`): the Anthropic renderer adds `"compaction": {"type":
+    /// "summarize"}`, the Responses renderer renders the `POST /responses/compact` body, the
+    /// others refuse it.
+    pub native_compaction: bool,
     /// OpenAI's cache controls given as config fields (`promptCacheOptions`,
     /// `promptCacheBreakpoints`); [`RenderOptions::effective`] merges them.
     pub cache_options: Option<PromptCacheOptions>,
@@ -541,9 +548,21 @@ impl Envelope {
             extra: f.extra(&known),
             session_id: f.opt_str("sessionId")?.filter(|s| !s.is_empty()).map(str::to_string),
             compaction: f.opt_str("purpose")? == Some("compaction"),
+            native_compaction: f.opt_str("purpose")? == Some("native-compaction"),
             cache_options,
             cache_breakpoints,
         })
+    }
+
+    /// Refuses a native compaction request for a renderer whose provider has none.
+    pub fn refuse_native(&self, renderer: &str) -> Result<()> {
+        if self.native_compaction {
+            return Err(Error::invalid(
+                "purpose",
+                format!("a native compaction request goes to a provider with one (anthropic, openai-responses); the {renderer} renderer has none"),
+            ));
+        }
+        Ok(())
     }
 
     /// Checks that the prefix fits in the messages.
@@ -557,7 +576,13 @@ impl Envelope {
     /// Adds the unknown config fields to `body`. A field the renderer already set is an error:
     /// a pass-through field may add to the body, never silently replace a mapped one.
     pub fn pass_through(&self, body: &mut JsonMap, renderer: &str) -> Result<()> {
-        for (k, v) in &self.extra {
+        self.pass_through_where(body, renderer, |_| true)
+    }
+
+    /// [`pass_through`](Self::pass_through) of the unknown config fields `keep` accepts (the
+    /// others are left out: a body whose endpoint takes only some).
+    pub fn pass_through_where(&self, body: &mut JsonMap, renderer: &str, keep: impl Fn(&str) -> bool) -> Result<()> {
+        for (k, v) in self.extra.iter().filter(|(k, _)| keep(k)) {
             if body.contains_key(k) {
                 return Err(Error::invalid(
                     k.as_str(),
@@ -576,7 +601,6 @@ impl Envelope {
 // ---------------------------------------------------------------------------------------------
 // Shared block helpers.
 
-/// The path of block `j` of message `i`.
 /// Adds a tool's unknown fields (`ToolSchema::extra`, carried verbatim) to the tool object a
 /// renderer built; one that names a field the renderer set is an error naming it
 /// (`tools[i].KEY`), never a silent overwrite.
@@ -595,14 +619,14 @@ pub(crate) fn add_tool_extra(tool: &mut JsonMap, extra: &JsonMap, t_i: usize, re
 
 /// A tool result's content as a renderer sends it where the provider takes either a string or
 /// parts: the text blocks joined by "\n" when every block is text, else one part per block
-/// (`text_type` names the renderer's text part, `image` writes its image part). Any other block
-/// is an error naming it (`PATH.content[k]`).
+/// (`text_type` names the renderer's text part, `media` writes its part for an image or file
+/// block, or refuses it). Any other block is an error naming it (`PATH.content[k]`).
 pub(crate) fn tool_result_output(
     b: &Block,
     path: &str,
     renderer: &str,
     text_type: &str,
-    image: fn(&Block, &str) -> Result<Value>,
+    media: fn(&Block, &str) -> Result<Value>,
 ) -> Result<Value> {
     let content = b.tool_result_content();
     if content.iter().all(|c| c.kind() == "text") {
@@ -614,7 +638,7 @@ pub(crate) fn tool_result_output(
         let inner = format!("{path}.content[{k}]");
         parts.push(match c.kind() {
             "text" => serde_json::json!({"type": text_type, "text": c.get_str("text").unwrap_or_default()}),
-            "image" => image(c, &inner)?,
+            "image" | "file" => media(c, &inner)?,
             other => {
                 return Err(Error::invalid(
                     inner,
@@ -627,38 +651,79 @@ pub(crate) fn tool_result_output(
     Ok(Value::Array(parts))
 }
 
+/// One tool as a renderer sends it ([`tools_for`]).
+pub(crate) enum ToolOut<'a> {
+    /// A function tool, for the renderer to map.
+    Function(&'a ToolSchema),
+    /// A provider tool of the renderer's own format: its object, sent verbatim.
+    Provider(&'a JsonMap),
+}
+
+/// The envelope's tools as `renderer` sends them, each with its index in the envelope's list.
+/// A provider tool of another format is an error naming it and both formats; in a
+/// summarisation request (`purpose: "compaction"`, which calls no tool) it is left out instead,
+/// so that a summariser of another provider can render the request.
+pub(crate) fn tools_for<'a>(env: &'a Envelope, renderer: &str) -> Result<Vec<(usize, ToolOut<'a>)>> {
+    let mut out = Vec::with_capacity(env.tools.len());
+    for (i, t) in env.tools.iter().enumerate() {
+        match &t.provider {
+            None => out.push((i, ToolOut::Function(t))),
+            Some(p) if p.format == renderer => out.push((i, ToolOut::Provider(&p.tool))),
+            Some(_) if env.compaction => {}
+            Some(p) => {
+                return Err(Error::invalid(
+                    format!("tools[{i}]"),
+                    format!(
+                        "the {} provider tool {:?} cannot be sent by the {renderer} renderer: a provider tool goes only to its own \
+                         format (leave it out of the tools when calling another provider)",
+                        p.format, t.name
+                    ),
+                )
+                .with("toolFormat", p.format.clone()))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The envelope's tools as a `tools` array ([`tools_for`]): each function tool as `function`
+/// writes it (from the tool and its index), each provider tool of this format verbatim.
+pub(crate) fn tools_array(env: &Envelope, renderer: &str, function: impl Fn(&ToolSchema, usize) -> Result<Value>) -> Result<Vec<Value>> {
+    tools_for(env, renderer)?
+        .into_iter()
+        .map(|(t_i, t)| match t {
+            ToolOut::Function(t) => function(t, t_i),
+            ToolOut::Provider(tool) => Ok(Value::Object(tool.clone())),
+        })
+        .collect()
+}
+
+/// A function tool as the Responses and Interactions APIs take it:
+/// `{"type":"function","name","description"?,"parameters",...}`.
+pub(crate) fn flat_function_tool(t: &ToolSchema, t_i: usize, renderer: &str) -> Result<Value> {
+    let mut tool = JsonMap::new();
+    tool.insert("type".into(), "function".into());
+    tool.extend(function_tool(t, t_i, "parameters", renderer)?);
+    Ok(Value::Object(tool))
+}
+
+/// A function tool's fields in a renderer's spelling: `name`, `description` (when it has one)
+/// and the parameters under `parameters_key`, then its unknown fields (one that names a field
+/// set here is an error naming it: `tools[i].KEY`).
+pub(crate) fn function_tool(t: &ToolSchema, t_i: usize, parameters_key: &str, renderer: &str) -> Result<JsonMap> {
+    let mut tool = JsonMap::new();
+    tool.insert("name".into(), t.name.clone().into());
+    if let Some(d) = &t.description {
+        tool.insert("description".into(), d.clone().into());
+    }
+    tool.insert(parameters_key.into(), t.parameters.clone());
+    add_tool_extra(&mut tool, &t.extra, t_i, renderer)?;
+    Ok(tool)
+}
+
+/// The path of block `j` of message `i`.
 pub(crate) fn block_path(i: usize, j: usize) -> String {
     format!("messages[{i}].content[{j}]")
-}
-
-/// Where an image block's bytes come from.
-pub(crate) enum ImageSource<'a> {
-    /// Inline base64 data with its media type.
-    Base64 { media_type: &'a str, data: &'a str },
-    /// A URL the provider fetches (may itself be a `data:` URL).
-    Url(&'a str),
-}
-
-/// Reads an `image` block: `{"type":"image","mediaType","data"}` (base64) or
-/// `{"type":"image","url"}`; exactly one of the two forms.
-pub(crate) fn image_source<'a>(block: &'a Block, path: &str) -> Result<ImageSource<'a>> {
-    let field = |key: &str| -> Result<Option<&'a str>> {
-        match block.get(key) {
-            None => Ok(None),
-            Some(Value::String(s)) if !s.is_empty() => Ok(Some(s.as_str())),
-            Some(Value::String(_)) => Err(Error::invalid(format!("{path}.{key}"), "must not be empty")),
-            Some(v) => Err(Error::invalid(format!("{path}.{key}"), format!("expected a string, got {}", kind_of(v)))),
-        }
-    };
-    let url = field("url")?;
-    let media_type = field("mediaType")?;
-    let data = field("data")?;
-    match (url, media_type, data) {
-        (Some(url), None, None) => Ok(ImageSource::Url(url)),
-        (None, Some(media_type), Some(data)) => Ok(ImageSource::Base64 { media_type, data }),
-        _ => Err(Error::invalid(path, "an image block needs either \"url\" or both \"mediaType\" and \"data\" (base64)")
-            .with("blockType", "image")),
-    }
 }
 
 /// The error for a block a renderer cannot place.
@@ -777,24 +842,6 @@ mod tests {
             let e = RenderOptions::from_value(&v).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::InvalidInput);
             assert_eq!(e.message(), want);
-        }
-    }
-
-    #[test]
-    fn image_sources() {
-        let ok = Block::from_value(&json!({"type":"image","url":"https://x/y.png"}), "").unwrap();
-        assert!(matches!(image_source(&ok, "p").unwrap(), ImageSource::Url("https://x/y.png")));
-        let bad = [
-            (json!({"type":"image"}), "p: an image block needs"),
-            (json!({"type":"image","mediaType":"image/png"}), "p: an image block needs"),
-            (json!({"type":"image","url":"u","data":"d","mediaType":"image/png"}), "p: an image block needs"),
-            (json!({"type":"image","url":7}), "p.url: expected a string, got a number"),
-            (json!({"type":"image","url":""}), "p.url: must not be empty"),
-        ];
-        for (b, want) in bad {
-            let b = Block::from_value(&b, "").unwrap();
-            let msg = image_source(&b, "p").err().unwrap().message().to_string();
-            assert!(msg.starts_with(want), "{msg}");
         }
     }
 }

@@ -5,13 +5,15 @@
 //! - system-role message → `{"role":"system","content":<text blocks joined by "\n">}`;
 //! - user message → its blocks cut into runs: each `tool-result` block becomes a
 //!   `{"role":"tool","tool_call_id","content"}` message, every run of other blocks becomes a
-//!   `{"role":"user","content"}` message (a string, or content parts when it holds an image);
+//!   `{"role":"user","content"}` message (a string, or content parts when it holds an image or
+//!   a file);
 //! - assistant message → one message with `content` (text blocks joined by "\n"; `null` when
 //!   there is no text but there are tool calls or a refusal), `refusal` (text blocks marked
 //!   `"refusal": true`, joined by "\n"), `reasoning_content` (reasoning blocks joined by
 //!   "\n", present whenever the message has a reasoning block) and `tool_calls`.
 
-use super::{block_path, breakpoint, image_source, origin, unsupported, Envelope, ImageSource, RenderOptions};
+use super::media::{self, Kind, Media, Source};
+use super::{block_path, breakpoint, origin, unsupported, Envelope, RenderOptions};
 use crate::error::{Error, Result};
 use crate::types::{Block, JsonMap, Message, Role};
 use serde_json::{json, Value};
@@ -32,6 +34,7 @@ pub fn render_openai(envelope: &Value) -> Result<Value> {
 }
 
 pub(super) fn render(env: &Envelope, options: &RenderOptions) -> Result<Value> {
+    env.refuse_native("openai")?;
     let mut messages = lead(env);
     let lead = messages.len();
     let (mut prefix_end, mut history_end) = (lead, lead);
@@ -97,22 +100,11 @@ pub(super) fn frame(env: &Envelope, options: &RenderOptions) -> Result<JsonMap> 
     let mut body = JsonMap::new();
     body.insert("model".into(), env.model.clone().into());
     body.insert(MESSAGES.into(), Value::Null);
-    if !env.tools.is_empty() {
-        let tools = env
-            .tools
-            .iter()
-            .map(|t| {
-                let mut function = JsonMap::new();
-                function.insert("name".into(), t.name.clone().into());
-                function.insert("description".into(), t.description.clone().into());
-                function.insert("parameters".into(), t.parameters.clone());
-                // Unknown tool fields (e.g. `strict`) belong to the function object.
-                for (k, v) in &t.extra {
-                    function.insert(k.clone(), v.clone());
-                }
-                json!({"type": "function", "function": function})
-            })
-            .collect();
+    // Unknown tool fields (e.g. `strict`) belong to the function object.
+    let tools = super::tools_array(env, NAME, |t, t_i| {
+        Ok(json!({"type": "function", "function": super::function_tool(t, t_i, "parameters", NAME)?}))
+    })?;
+    if !tools.is_empty() {
         body.insert("tools".into(), Value::Array(tools));
     }
     if let Some(n) = env.max_tokens {
@@ -170,7 +162,7 @@ fn render_message(m: &Message, i: usize, out: &mut Vec<Value>) -> Result<()> {
                         }
                         out.push(tool_message(b, i, j)?);
                     }
-                    "text" | "image" => run.push((j, b)),
+                    "text" | "image" | "file" => run.push((j, b)),
                     _ => return Err(unsupported(&block_path(i, j), b, Role::User, NAME)),
                 }
             }
@@ -225,8 +217,8 @@ fn render_message(m: &Message, i: usize, out: &mut Vec<Value>) -> Result<()> {
     Ok(())
 }
 
-/// A user message from a run of text and image blocks: a string when it is all text, else
-/// content parts.
+/// A user message from a run of text, image and file blocks: a string when it is all text,
+/// else content parts.
 fn user_message(run: &[(usize, &Block)], i: usize) -> Result<Value> {
     if run.iter().all(|(_, b)| b.kind() == "text") {
         let texts: Vec<&str> = run.iter().map(|(_, b)| b.get_str("text").unwrap_or_default()).collect();
@@ -236,19 +228,52 @@ fn user_message(run: &[(usize, &Block)], i: usize) -> Result<Value> {
     for (j, b) in run {
         parts.push(match b.kind() {
             "text" => json!({"type": "text", "text": b.get_str("text").unwrap_or_default()}),
-            _ => image_part(b, &block_path(i, *j))?,
+            _ => media_part(b, &block_path(i, *j))?,
         });
     }
     Ok(json!({"role": "user", "content": parts}))
 }
 
-/// An `image_url` content part.
-fn image_part(b: &Block, path: &str) -> Result<Value> {
-    let url = match image_source(b, path)? {
-        ImageSource::Url(u) => u.to_string(),
-        ImageSource::Base64 { media_type, data } => format!("data:{media_type};base64,{data}"),
-    };
-    Ok(json!({"type": "image_url", "image_url": {"url": url}}))
+/// The content part of an image or file block: `image_url` for an image (by URL or inline),
+/// `input_audio` for WAV or MP3 audio given inline, `file` for a document given inline or by
+/// file id. Anything else is refused, naming the block and the format.
+fn media_part(b: &Block, path: &str) -> Result<Value> {
+    let m = media::read(b, path)?;
+    match (m.kind, m.source) {
+        (Kind::Image, Source::Url(_) | Source::Data(_)) => Ok(json!({"type": "image_url", "image_url": {"url": m.url()}})),
+        (Kind::Image, Source::FileId(_)) => {
+            Err(media::cannot_carry(path, &m, NAME, "chat completions take an image by URL or inline data, not by file id"))
+        }
+        (Kind::Audio, Source::Data(data)) => match audio_format(&m) {
+            Some(format) => Ok(json!({"type": "input_audio", "input_audio": {"data": data, "format": format}})),
+            None => Err(media::cannot_carry(path, &m, NAME, "input_audio takes WAV (audio/wav) or MP3 (audio/mpeg) only")),
+        },
+        (Kind::Audio, _) => Err(media::cannot_carry(path, &m, NAME, "input_audio takes inline data (base64) only, not a URL or a file id")),
+        (Kind::Video, _) => Err(media::cannot_carry(path, &m, NAME, "chat completions take no video")),
+        (Kind::Document, Source::Url(_)) => {
+            Err(media::cannot_carry(path, &m, NAME, "the file part takes inline data or a file id, not a URL"))
+        }
+        (Kind::Document, source) => {
+            let mut file = JsonMap::new();
+            match source {
+                Source::FileId(id) => file.insert("file_id".into(), id.into()),
+                _ => file.insert("file_data".into(), m.url().into()),
+            };
+            if let Some(name) = m.filename {
+                file.insert("filename".into(), name.into());
+            }
+            Ok(json!({"type": "file", "file": file}))
+        }
+    }
+}
+
+/// `input_audio`'s `format` for an audio media type: `wav` or `mp3`.
+fn audio_format(m: &Media<'_>) -> Option<&'static str> {
+    match m.media_type? {
+        "audio/wav" | "audio/x-wav" | "audio/wave" => Some("wav"),
+        "audio/mpeg" | "audio/mp3" => Some("mp3"),
+        _ => None,
+    }
 }
 
 /// A `tool` message from a tool-result block. OpenAI-compatible tool messages carry text only,
@@ -493,7 +518,9 @@ mod tests {
                      "content":[{"type":"image","url":"u"}]}]}]),
              "messages[0].content[0].content[0]: block type \"image\" inside a tool result is not supported by the openai renderer (OpenAI-compatible tool messages carry text only)"),
             (json!([{"role":"user","content":[{"type":"image","mediaType":"image/png"}]}]),
-             "messages[0].content[0]: an image block needs either \"url\" or both \"mediaType\" and \"data\" (base64)"),
+             "messages[0].content[0]: an image block needs \"url\", or \"data\" (base64) with its \"mediaType\""),
+            (json!([{"role":"user","content":[{"type":"image","url":"https://x/y.png","data":"AAAA"}]}]),
+             "messages[0].content[0]: an image block has both \"url\" and \"data\"; give one"),
         ];
         for (messages, want) in cases {
             let e = render_openai(&env(messages)).unwrap_err();

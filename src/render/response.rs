@@ -46,10 +46,13 @@ pub struct ParsedResponse {
 ///   refused request, so it is not reported with `report_provider_error(.., overflow = true)`.
 /// - `"content-filter"`: the provider's filter stopped the answer.
 /// - `"incomplete"`: the partial message of a cut stream (`StreamAccumulator::finish`).
+/// - `"compaction"` (Anthropic `compaction`): the provider compacted the conversation and paused
+///   (`pause_after_compaction`): the library recorded the compaction; the turn is not over:
+///   build the next request in the same turn (docs/compaction.md, "Native compaction").
 ///
 /// `docs/render.md` ("Finish reasons") has which provider reason gives which.
 pub const FINISH_REASONS: &[&str] =
-    &["stop", "tool-calls", "max-tokens", "pause-turn", "refusal", "context-overflow", "content-filter", "incomplete"];
+    &["stop", "tool-calls", "max-tokens", "pause-turn", "refusal", "context-overflow", "content-filter", "incomplete", "compaction"];
 
 /// Why a chat completion with more than one choice is refused.
 pub(crate) const ONE_CHOICE: &str = "a response with more than one choice (`n` > 1) cannot be recorded: the log keeps one \
@@ -95,6 +98,11 @@ pub fn usage_from_provider(provider: &str, usage: &Value) -> Result<Usage> {
             // The split of the writes by TTL (`cache_creation`), when the response has it.
             out.cache_write_5m_tokens = u(usage, "/cache_creation/ephemeral_5m_input_tokens");
             out.cache_write_1h_tokens = u(usage, "/cache_creation/ephemeral_1h_input_tokens");
+            // Native compaction reports its own sampling step beside the answer's (the top-level
+            // counts leave it out): kept verbatim, for the compaction's record.
+            if let Some(its) = usage.get("iterations").filter(|v| v.is_array()) {
+                out.extra.insert("iterations".into(), its.clone());
+            }
         }
         "deepseek" if usage.get("prompt_cache_hit_tokens").is_some() => {
             let hit = need("/prompt_cache_hit_tokens")?;
@@ -143,14 +151,90 @@ pub fn usage_from_provider(provider: &str, usage: &Value) -> Result<Usage> {
     Ok(out)
 }
 
-/// Parses a provider response body (see the module docs).
+/// Parses a provider response body (see the module docs). An error answer of the provider
+/// (`{"error": {...}}` in every format, Anthropic's `{"type":"error","error":{...}}`) is refused
+/// with [`provider_error_of`]'s error: it is not a message, and nothing is recorded from it.
 pub fn parse_response(renderer: Renderer, body: &Value) -> Result<ParsedResponse> {
+    // A response object with a `status` (Responses, Interactions) says itself whether it
+    // failed: its parser reports that (`failed_status`).
+    if let (Some(error), false) = (error_in_body(body), body.get("status").is_some_and(Value::is_string)) {
+        return Err(provider_error_of(error, "the provider answered with an error, not a message").with("field", "response.error"));
+    }
     match renderer {
         Renderer::OpenAi => parse_openai(body),
         Renderer::Anthropic => parse_anthropic(body),
         Renderer::OpenAiResponses => super::responses::parse(body),
         Renderer::Gemini => super::gemini::parse(body),
         Renderer::GeminiInteractions => super::interactions::parse(body),
+    }
+}
+
+/// The provider's error in words, when `body` is an error answer (as [`parse_response`] refuses
+/// it): for a native compaction answer, which is then a failed attempt.
+pub(crate) fn error_answer(body: &Value) -> Option<String> {
+    if body.get("status").is_some_and(|s| s == "failed") {
+        return Some(body.get("error").map_or_else(|| "the response failed".to_string(), describe_provider_error));
+    }
+    error_in_body(body).map(describe_provider_error)
+}
+
+/// The provider's error in a response body, when the body is an error answer: its `error`, an
+/// object or a non-empty string. (A successful Responses API response has `"error": null`.)
+fn error_in_body(body: &Value) -> Option<&Value> {
+    match body.get("error") {
+        Some(e @ Value::Object(_)) => Some(e),
+        Some(e @ Value::String(s)) if !s.is_empty() => Some(e),
+        _ => None,
+    }
+}
+
+/// The provider's error object in words: its kind (`type`, else `status`; with the `code`
+/// beside it when that differs) and its `message`, e.g. `invalid_request_error
+/// (context_length_exceeded): Your input exceeds the context window of this model.`,
+/// `INVALID_ARGUMENT (400): ...`, `overloaded_error: Overloaded`. Every format's error object
+/// has these fields (OpenAI: `type`, `code`, `message`; Anthropic: `type`, `message`; Gemini:
+/// `code`, `status`, `message`; a Responses `error` event carries them at its top level, its
+/// `type` being the event's).
+pub(crate) fn describe_provider_error(error: &Value) -> String {
+    let text = |k: &str| match error.get(k) {
+        Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+        Some(Value::Number(n)) => Some(n.to_string()),
+        _ => None,
+    };
+    if let Value::String(s) = error {
+        return s.clone();
+    }
+    let message = text("message").or_else(|| crate::types::pointer(error, "/error/message").and_then(Value::as_str).map(str::to_string));
+    let kind = text("type").filter(|t| t != "error").or_else(|| text("status"));
+    let what = match (kind, text("code")) {
+        (Some(k), Some(c)) if k != c => Some(format!("{k} ({c})")),
+        (Some(k), _) => Some(k),
+        (None, c) => c,
+    };
+    match (what, message) {
+        (Some(w), Some(m)) => format!("{w}: {m}"),
+        (None, Some(m)) => m,
+        (Some(w), None) => w,
+        (None, None) => error.to_string(),
+    }
+}
+
+/// The error for a provider's error answer (whole or streamed): `InvalidInput`, the message
+/// `<what>: <describe_provider_error>`, detail `providerError` (the provider's error, verbatim)
+/// and `overflow` (whether it reports that the prompt does not fit the context window).
+pub(crate) fn provider_error_of(error: &Value, what: &str) -> Error {
+    let text = error.to_string();
+    Error::new(crate::error::ErrorKind::InvalidInput, format!("{what}: {}", describe_provider_error(error)))
+        .with("providerError", error.clone())
+        .with("overflow", is_context_overflow(400, &text))
+}
+
+/// The error for a response object whose `status` says it failed (`field`: where the status
+/// is, `what`: what happened), quoting the provider's `error` when it has one.
+pub(crate) fn failed_status(error: Option<&Value>, field: &str, what: &str) -> Error {
+    match error.filter(|e| !e.is_null()) {
+        Some(e) => provider_error_of(e, &format!("{field}: {what}")).with("field", field),
+        None => Error::invalid(field, format!("{what}: no message")).with("providerError", Value::Null),
     }
 }
 
@@ -358,6 +442,9 @@ fn parse_anthropic(body: &Value) -> Result<ParsedResponse> {
         "pause_turn" => "pause-turn".to_string(),
         "refusal" => "refusal".to_string(),
         "model_context_window_exceeded" => "context-overflow".to_string(),
+        // A native compaction paused the answer (`pause_after_compaction`), or an on-demand
+        // compaction request was answered with its block.
+        "compaction" => "compaction".to_string(),
         other => other.to_string(),
     });
     let mut usage = match opt_object(body, "usage", "response.usage")? {

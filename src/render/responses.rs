@@ -6,7 +6,7 @@
 //! - system prompt → `instructions`;
 //! - system-role message → a `message` item with role `system` (`input_text` parts);
 //! - user message → its blocks cut into runs: each `tool-result` becomes a
-//!   `function_call_output` item, each run of text and images a user `message` item;
+//!   `function_call_output` item, each run of text, images and files a user `message` item;
 //! - assistant message → items in block order: runs of text → an assistant `message` item
 //!   (`output_text` parts; `refusal` parts for text blocks marked `"refusal": true`), `tool-call` → `function_call`, reasoning parsed from this API (with
 //!   its `encrypted_content`) → the `reasoning` item verbatim, opaque items of this API (e.g.
@@ -16,8 +16,9 @@
 //! block marked `"refusal": true`, and finish reason `"refusal"`), `function_call` → tool-call
 //! blocks, `reasoning` → a reasoning block holding the item, anything else → an opaque block.
 
+use super::media::{self, Kind, Source};
 use super::origin::{self, is_foreign, is_native, native_str, with_origin};
-use super::{block_path, breakpoint, image_source, unsupported, Envelope, ImageSource, ParsedResponse, RenderOptions};
+use super::{block_path, breakpoint, unsupported, Envelope, ParsedResponse, RenderOptions};
 use crate::error::{Error, Result};
 use crate::types::{as_object, Block, JsonMap, Message, Provenance, Role};
 use serde_json::{json, Value};
@@ -49,6 +50,9 @@ pub fn render_responses(envelope: &Value, options: &RenderOptions) -> Result<Val
 }
 
 fn render(env: &Envelope, options: &RenderOptions) -> Result<Value> {
+    if env.native_compaction {
+        return render_compact(env, options);
+    }
     check_stop(env)?;
     let mut input = Vec::with_capacity(env.messages.len());
     let (mut prefix_end, mut history_end) = (0, 0);
@@ -71,6 +75,30 @@ fn render(env: &Envelope, options: &RenderOptions) -> Result<Value> {
 
 /// The body field holding the input items.
 pub(super) const INPUT: &str = "input";
+
+/// The body of `POST /responses/compact` (a native compaction request): `model`, `input` (the
+/// envelope's messages, as a conversation request renders them), `instructions` (the system
+/// prompt), the cache routing of the options and config (`prompt_cache_key`, by default the
+/// session id; `prompt_cache_retention`; `prompt_cache_options`), and of the other
+/// pass-through fields only those the endpoint takes (`compaction::native::COMPACT_ENDPOINT_FIELDS`).
+/// The endpoint takes no tools, output limit or sampling settings, and keeps nothing (it is
+/// stateless): there is no `store`.
+fn render_compact(env: &Envelope, options: &RenderOptions) -> Result<Value> {
+    let mut input = Vec::with_capacity(env.messages.len());
+    for (i, m) in env.messages.iter().enumerate() {
+        render_message(m, i, &mut input)?;
+    }
+    let mut body = JsonMap::new();
+    body.insert("model".into(), env.model.clone().into());
+    if let Some(system) = &env.system {
+        body.insert("instructions".into(), system.clone().into());
+    }
+    body.insert(INPUT.into(), Value::Array(input));
+    options.route_explicit(&mut body);
+    env.pass_through_where(&mut body, NAME, |k| crate::compaction::native::COMPACT_ENDPOINT_FIELDS.contains(&k))?;
+    options.route_default(&mut body, env.session_id.as_ref())?;
+    Ok(Value::Object(body))
+}
 
 fn check_stop(env: &Envelope) -> Result<()> {
     if env.stop.is_some() {
@@ -130,17 +158,8 @@ pub(super) fn frame(env: &Envelope, options: &RenderOptions) -> Result<JsonMap> 
         body.insert("instructions".into(), system.clone().into());
     }
     body.insert(INPUT.into(), Value::Null);
-    if !env.tools.is_empty() {
-        let mut tools = Vec::with_capacity(env.tools.len());
-        for (t_i, t) in env.tools.iter().enumerate() {
-            let mut tool = JsonMap::new();
-            tool.insert("type".into(), "function".into());
-            tool.insert("name".into(), t.name.clone().into());
-            tool.insert("description".into(), t.description.clone().into());
-            tool.insert("parameters".into(), t.parameters.clone());
-            super::add_tool_extra(&mut tool, &t.extra, t_i, NAME)?;
-            tools.push(Value::Object(tool));
-        }
+    let tools = super::tools_array(env, NAME, |t, t_i| super::flat_function_tool(t, t_i, NAME))?;
+    if !tools.is_empty() {
         body.insert("tools".into(), Value::Array(tools));
     }
     if let Some(n) = env.max_tokens {
@@ -216,9 +235,20 @@ fn render_message(m: &Message, i: usize, out: &mut Vec<Value>) -> Result<()> {
                             run.push(json!({"type": "input_text", "text": text}));
                         }
                     }
-                    "image" => run.push(input_image(b, &path)?),
+                    "image" | "file" => run.push(input_media(b, &path)?),
+                    // An item of this API kept whole (a native compaction checkpoint's items:
+                    // the compaction item, the retained messages of a compacted window).
+                    origin::OPAQUE if is_native(b, NAME) => {
+                        flush_user(&mut run, out);
+                        out.push(origin::opaque_item(b, &path)?.clone());
+                    }
                     _ => return Err(unsupported(&path, b, Role::User, NAME)),
                 }
+            }
+            // A user message is never left out: one whose text is all empty is sent as an
+            // empty text (the turn is the user's, whatever it says).
+            if run.is_empty() && m.content.iter().all(|b| b.kind() == "text") {
+                run.push(json!({"type": "input_text", "text": ""}));
             }
             flush_user(&mut run, out);
         }
@@ -308,23 +338,48 @@ fn flush_assistant(text: &mut Option<(Option<String>, Vec<Value>)>, out: &mut Ve
     }
 }
 
-fn image_url(b: &Block, path: &str) -> Result<String> {
-    Ok(match image_source(b, path)? {
-        ImageSource::Url(u) => u.to_string(),
-        ImageSource::Base64 { media_type, data } => format!("data:{media_type};base64,{data}"),
-    })
-}
-
-/// An `input_image` part (`detail` from the block when it has one, else `auto`).
-fn input_image(b: &Block, path: &str) -> Result<Value> {
-    let detail = native_str(b, "detail", path)?.unwrap_or("auto");
-    Ok(json!({"type": "input_image", "image_url": image_url(b, path)?, "detail": detail}))
+/// The input part of an image or file block: `input_image` for an image (by URL, inline or by
+/// file id; `detail` from the block when it has one, else `auto`), `input_file` for a document
+/// (inline, by URL or by file id, with its `filename`). Audio and video are refused.
+fn input_media(b: &Block, path: &str) -> Result<Value> {
+    let m = media::read(b, path)?;
+    let mut part = JsonMap::new();
+    match m.kind {
+        Kind::Image => {
+            part.insert("type".into(), "input_image".into());
+            match m.source {
+                Source::FileId(id) => part.insert("file_id".into(), id.into()),
+                _ => part.insert("image_url".into(), m.url().into()),
+            };
+            part.insert("detail".into(), native_str(b, "detail", path)?.unwrap_or("auto").into());
+        }
+        Kind::Document => {
+            part.insert("type".into(), "input_file".into());
+            match m.source {
+                Source::FileId(id) => part.insert("file_id".into(), id.into()),
+                Source::Url(u) => part.insert("file_url".into(), u.into()),
+                Source::Data(_) => part.insert("file_data".into(), m.url().into()),
+            };
+            if let Some(name) = m.filename {
+                part.insert("filename".into(), name.into());
+            }
+        }
+        Kind::Audio | Kind::Video => {
+            return Err(media::cannot_carry(
+                path,
+                &m,
+                NAME,
+                "the Responses API takes images and files (input_image, input_file), no audio or video",
+            ))
+        }
+    }
+    Ok(Value::Object(part))
 }
 
 /// A `function_call_output` item: `output` is the text (blocks joined by "\n"), or parts when
-/// the result holds an image. `isError` has no field (the result text should say so).
+/// the result holds an image or a file. `isError` has no field (the result text should say so).
 fn function_call_output(b: &Block, path: &str) -> Result<Value> {
-    let output = super::tool_result_output(b, path, NAME, "input_text", input_image)?;
+    let output = super::tool_result_output(b, path, NAME, "input_text", input_media)?;
     Ok(json!({
         "type": "function_call_output",
         "call_id": b.tool_result_id().expect("validated tool-result"),
@@ -342,9 +397,7 @@ pub(crate) fn parse(body: &Value) -> Result<ParsedResponse> {
     as_object(body, "response")?;
     let status = body.get("status").and_then(Value::as_str);
     if status == Some("failed") {
-        let error = body.get("error").cloned().unwrap_or(Value::Null);
-        let what = error.get("message").and_then(Value::as_str).unwrap_or("no message");
-        return Err(Error::invalid("response.status", format!("the response failed: {what}")).with("providerError", error));
+        return Err(super::response::failed_status(body.get("error"), "response.status", "the response failed"));
     }
     let items = match body.get("output") {
         Some(Value::Array(a)) => a.as_slice(),
@@ -451,6 +504,36 @@ pub(crate) fn parse(body: &Value) -> Result<ParsedResponse> {
     Ok(ParsedResponse { message, usage, finish_reason: finish })
 }
 
+/// Parses the answer of `POST /responses/compact` (`{"id", "object": "response.compaction",
+/// "output": [items], "usage"}`): the compacted window's items verbatim (the retained user
+/// messages, then the compaction item), its usage, and its id. A body of another shape is an
+/// error naming the field.
+pub(crate) fn parse_compacted(body: &Value) -> Result<(Vec<Value>, Option<crate::types::Usage>, Option<String>)> {
+    as_object(body, "response")?;
+    match body.get("object").and_then(Value::as_str) {
+        None | Some("response.compaction") => {}
+        Some(other) => {
+            return Err(Error::invalid(
+                "response.object",
+                format!("is {other:?}: a POST /responses/compact answer is a \"response.compaction\" object"),
+            ))
+        }
+    }
+    let items = match body.get("output") {
+        Some(Value::Array(a)) => a.clone(),
+        None => return Err(Error::invalid("response.output", "is required (the compacted window's items)")),
+        Some(v) => return Err(Error::invalid("response.output", format!("expected an array, got {}", crate::types::kind_of(v)))),
+    };
+    for (i, item) in items.iter().enumerate() {
+        as_object(item, &format!("response.output[{i}]"))?;
+    }
+    let usage = match body.get("usage") {
+        Some(u) if u.is_object() => Some(super::usage_from_provider(NAME, u)?),
+        _ => None,
+    };
+    Ok((items, usage, body.get("id").and_then(Value::as_str).map(str::to_string)))
+}
+
 /// A text block; with the output message's id (native state) when it has one.
 /// A text block of an output message part (`refusal`: a refusal part, marked as such).
 fn native_text(text: &str, item_id: Option<&str>, refusal: bool) -> Block {
@@ -543,7 +626,7 @@ mod tests {
         assert_eq!(err.message(), "include: expected an array, got a string");
         let err =
             r(&json!({"model":"m","messages":[],"tools":[{"name":"a","description":"d","parameters":{},"type":"custom"}]})).unwrap_err();
-        assert!(err.message().starts_with("tools[0].type: unknown tool field collides"), "{}", err.message());
+        assert!(err.message().starts_with("tools[0].type: expected \"function\" or \"provider\", got \"custom\""), "{}", err.message());
     }
 
     #[test]
@@ -568,6 +651,8 @@ mod tests {
                 json!({"type":"function_call_output","call_id":"c1","output":"a\nb"}),
                 json!({"type":"function_call_output","call_id":"c2","output":[
                     {"type":"input_image","image_url":"https://x/y.png","detail":"low"}]}),
+                // A user message whose text is all empty stays (as an empty text).
+                json!({"type":"message","role":"user","content":[{"type":"input_text","text":""}]}),
             ]
         );
     }
@@ -704,7 +789,7 @@ mod tests {
             &json!({"status":"failed","error":{"code":"server_error","message":"boom"},"output":[]}),
         )
         .unwrap_err();
-        assert_eq!(e.message(), "response.status: the response failed: boom");
+        assert_eq!(e.message(), "response.status: the response failed: server_error: boom");
         assert_eq!(e.detail()["providerError"]["code"], "server_error");
         let e = parse_response(Renderer::OpenAiResponses, &json!({"output":[{"type":"function_call","name":"x"}]})).unwrap_err();
         assert_eq!(e.message(), "response.output[0].call_id: expected a non-empty string");

@@ -378,10 +378,19 @@ impl Store for JsonlStore {
     }
 
     fn read_records(&mut self, from: usize, to: usize) -> Result<Vec<Vec<u8>>> {
-        // A plain read from the start, leaving what the handle knows as it is.
-        let buf = self.read_from(0)?;
-        let (ranges, _) = jsonl_ranges(&buf);
-        Ok(ranges[from.min(ranges.len())..to.min(ranges.len())].iter().map(|&(a, b)| buf[a..b].to_vec()).collect())
+        // A plain read from the start, one record at a time (only the records asked for are
+        // kept), leaving what the handle knows as it is.
+        let mut stream = self.record_stream()?;
+        let mut out = Vec::with_capacity(to.saturating_sub(from).min(1 << 16));
+        let mut index = 0;
+        while index < to {
+            let Some((r, _)) = stream.next_record()? else { break };
+            if index >= from {
+                out.push(r);
+            }
+            index += 1;
+        }
+        Ok(out)
     }
 
     fn append(&mut self, batch: &Batch<'_>) -> Result<()> {
@@ -483,6 +492,49 @@ impl Store for JsonlStore {
     fn read_only(&self) -> bool {
         self.opts.read_only
     }
+
+    fn file_path(&self) -> Option<PathBuf> {
+        Some(self.path.clone())
+    }
+
+    /// `DIR/STEM.TAG.jsonl` beside this log (`DIR/STEM.jsonl`), created with this file's mode.
+    fn child_store(&self, tag: &str, _id: &str, _durability: super::Durability) -> Result<Option<super::NewStore>> {
+        let path = child_path(&self.path, tag);
+        let created = (!path.exists()).then(|| path.display().to_string());
+        let file = FileOptions { read_only: false, ..self.opts };
+        Ok(Some((Box::new(JsonlStore::open_with(path, file)?), created)))
+    }
+}
+
+/// The JSONL files beside the log at `parent` that may hold its descendants: `DIR/STEM.*.jsonl`
+/// (see [`child_path`]), in name order. A missing directory has none.
+pub fn children_beside(parent: &Path) -> Result<Vec<PathBuf>> {
+    let name = parent.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let stem = name.strip_suffix(".jsonl").unwrap_or(&name);
+    let dir = parent.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_error(dir, "cannot list", &e)),
+    };
+    let prefix = format!("{stem}.");
+    let mut out: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.len() > prefix.len() + 6 && n.starts_with(&prefix) && n.ends_with(".jsonl"))
+        .map(|n| dir.join(n))
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// Where the child tagged `tag` of the log at `parent` lives: `DIR/STEM.TAG.jsonl` for
+/// `DIR/STEM.jsonl` (any other name: `NAME.TAG.jsonl`), so that a session's children sort
+/// beside it and their own children beside them.
+pub fn child_path(parent: &Path, tag: &str) -> PathBuf {
+    let name = parent.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let stem = name.strip_suffix(".jsonl").unwrap_or(&name);
+    parent.with_file_name(format!("{stem}.{tag}.jsonl"))
 }
 
 /// A JSONL file's lines one at a time, read in chunks at offsets of their own (`pread`: the
@@ -585,9 +637,9 @@ pub(crate) fn session_row(path: &Path, locks: &std::collections::HashSet<(u64, u
     let updated_at =
         meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_millis() as u64).unwrap_or(0);
     Ok(Some(super::url::SessionInfo {
+        parent: super::url::ParentInfo::of(&h),
         id: h.id,
         created_at: h.created_at,
-        parent: h.parent.map(|(id, seed_length)| super::url::ParentInfo { id, seed_length }),
         events,
         chain_head,
         updated_at,
@@ -595,20 +647,28 @@ pub(crate) fn session_row(path: &Path, locks: &std::collections::HashSet<(u64, u
     }))
 }
 
-/// The session id of the JSONL log at `path`, from its first line (`None`: not a session log).
-fn session_id_of(path: &Path) -> Option<String> {
+/// The session id of the JSONL log at `path` and its parent's id, from its first line (`None`:
+/// not a session log).
+fn session_id_of(path: &Path) -> Option<(String, Option<String>)> {
     let store = JsonlStore::open_read_only(path).ok()?;
     let size = store.file_len().ok()?;
     let (header, _) = store.header_line(size).ok()??;
     let v: serde_json::Value = serde_json::from_slice(&header).ok()?;
-    crate::log::load::SessionHeader::from_value(&v).ok().map(|h| h.id)
+    crate::log::load::SessionHeader::from_value(&v).ok().map(|h| (h.id, h.parent.map(|p| p.0)))
 }
 
 /// The sessions of the JSONL logs in a directory (`*.jsonl`, not the sidecar files of cut
 /// records), ordered by id, after id `after`, at most `limit`; a file that is not a session log
-/// is passed over. Every log's first line gives its id; for a page (`limit`), only the page's
-/// rows read a last line too ([`session_row`]).
-pub(crate) fn list_directory(dir: &Path, after: Option<&str>, limit: Option<u64>) -> Result<Vec<super::url::SessionInfo>> {
+/// is passed over; with `parent`, only the sessions whose parent that is. Every log's first
+/// line gives its id (and parent); for a page (`limit`), only the page's rows read a last line
+/// too ([`session_row`]).
+pub(crate) fn list_directory(
+    dir: &Path,
+    after: Option<&str>,
+    limit: Option<u64>,
+    parent: Option<&str>,
+) -> Result<Vec<super::url::SessionInfo>> {
+    let wanted = |p: Option<&str>| parent.is_none() || p == parent;
     let locks = file::flock_holders();
     let mut ids: Vec<(String, PathBuf)> = Vec::new();
     let mut rows_all = Vec::new();
@@ -621,14 +681,14 @@ pub(crate) fn list_directory(dir: &Path, after: Option<&str>, limit: Option<u64>
         if limit.is_none() {
             // The whole list: each log read once, for its row.
             if let Ok(Some(row)) = session_row(&path, &locks) {
-                if after.is_none_or(|a| row.id.as_str() > a) {
+                if after.is_none_or(|a| row.id.as_str() > a) && wanted(row.parent.as_ref().map(|p| p.id.as_str())) {
                     rows_all.push(row);
                 }
             }
             continue;
         }
-        if let Some(id) = session_id_of(&path) {
-            if after.is_none_or(|a| id.as_str() > a) {
+        if let Some((id, p)) = session_id_of(&path) {
+            if after.is_none_or(|a| id.as_str() > a) && wanted(p.as_deref()) {
                 ids.push((id, path));
             }
         }

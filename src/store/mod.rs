@@ -31,7 +31,7 @@ pub mod options;
 pub mod postgres;
 pub mod url;
 
-pub use jsonl::{FileOptions, JsonlStore};
+pub use jsonl::{child_path, children_beside, FileOptions, JsonlStore};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::Text;
@@ -318,6 +318,10 @@ impl Batch<'_> {
     }
 }
 
+/// A new, empty store for a session made from another (a fork, a child), with the file it
+/// created, if it created one (a failed fork or spawn removes it again).
+pub type NewStore = (Box<dyn Store>, Option<String>);
+
 /// A place to keep a session log. See the module docs for the rules every store follows.
 pub trait Store: Send {
     /// Every stored record, in order (the session header first).
@@ -394,6 +398,21 @@ pub trait Store: Send {
     /// Whether this store was opened read-only (appends are refused).
     fn read_only(&self) -> bool {
         false
+    }
+
+    /// The file the log is kept in, for a store that keeps it in one (a JSONL file).
+    fn file_path(&self) -> Option<std::path::PathBuf> {
+        None
+    }
+
+    /// A new, empty store for the child session `id` of the session this store holds, where a
+    /// child lives by default (`lls_agent_spawn` without `path` or `url`): a JSONL file beside
+    /// this one named after it with `tag` (a file-name-safe form of the call id), the same
+    /// database, or memory for a session in memory. `None` (the default, a host store): there is
+    /// no such place, and the host names one. With the store, the file it created (if it created
+    /// one), for a failed spawn to remove again.
+    fn child_store(&self, _tag: &str, _id: &str, _durability: Durability) -> Result<Option<NewStore>> {
+        Ok(None)
     }
 }
 
@@ -503,5 +522,8 @@ impl Store for MemoryStore {
     }
     fn describe(&self) -> String {
         "memory".into()
+    }
+    fn child_store(&self, _tag: &str, _id: &str, _durability: Durability) -> Result<Option<NewStore>> {
+        Ok(Some((Box::new(MemoryStore::new()), None)))
     }
 }

@@ -4,7 +4,7 @@
 //! with errors that name the option.
 
 use super::url::UrlOptions;
-use super::{Durability, FileOptions};
+use super::{Durability, FileOptions, JsonlStore};
 use crate::error::{Error, Result};
 use crate::log::checkpoint::CheckpointPolicy;
 use crate::log::load::OpenCheck;
@@ -103,12 +103,50 @@ pub fn url_options(v: Option<&Value>) -> Result<UrlOptions> {
     })
 }
 
-/// Parses the options of `lls_store_list_sessions`: `{"after"?: id, "limit"?: n}`.
-pub fn list_options(v: Option<&Value>) -> Result<(Option<String>, Option<u64>)> {
-    let Some(v) = v else { return Ok((None, None)) };
+/// Parses the options of `lls_store_list_sessions`: `{"after"?: id, "limit"?: n, "parent"?:
+/// id}` (`parent`: only that session's children and forks).
+pub fn list_options(v: Option<&Value>) -> Result<(Option<String>, Option<u64>, Option<String>)> {
+    let Some(v) = v else { return Ok((None, None, None)) };
     let f = Fields::of(v, "opts")?;
-    if let Some(k) = f.map.keys().find(|k| !["after", "limit"].contains(&k.as_str())) {
-        return Err(Error::invalid(f.p(k), "is not an option here (expected after, limit)"));
+    if let Some(k) = f.map.keys().find(|k| !["after", "limit", "parent"].contains(&k.as_str())) {
+        return Err(Error::invalid(f.p(k), "is not an option here (expected after, limit, parent)"));
     }
-    Ok((f.opt_str("after")?.map(str::to_string), f.opt_u64("limit")?))
+    Ok((f.opt_str("after")?.map(str::to_string), f.opt_u64("limit")?, f.opt_str("parent")?.map(str::to_string)))
+}
+
+/// A new, empty store for a session made from another (a fork, a child), from the options
+/// `path` (a JSONL file, which must be missing or empty) and `url` (as for
+/// `lls_session_open_url`: a `postgres://` URL names the database, and the session gets
+/// `opts.id` or a random id, written back into `opts`); `None` when neither is given. Also
+/// returns the file it creates, if it creates one, so that a failed fork or spawn can remove it
+/// again ([`remove_created`]).
+pub fn new_session_store(
+    path: Option<&str>,
+    url: Option<&str>,
+    opts: &mut crate::session::SessionOptions,
+) -> Result<Option<super::NewStore>> {
+    match (path, url) {
+        (Some(_), Some(_)) => Err(Error::invalid("opts.url", "give `path` or `url`, not both")),
+        (None, None) => Ok(None),
+        (Some(""), None) => Err(Error::invalid("opts.path", "must not be empty")),
+        (Some(p), None) => {
+            let created = (!std::path::Path::new(p).exists()).then(|| p.to_string());
+            Ok(Some((Box::new(JsonlStore::open(p)?), created)))
+        }
+        (None, Some(url)) => {
+            // A database holds many sessions: the new session's id names its store.
+            let id = opts.id.clone().unwrap_or_else(crate::session::random_id);
+            opts.id = Some(id.clone());
+            let created = super::url::file_of(url).filter(|p| !p.exists()).map(|p| p.display().to_string());
+            let how = UrlOptions { id: Some(id), durability: opts.durability, ..Default::default() };
+            Ok(Some((super::url::open_store(url, &how)?.0, created)))
+        }
+    }
+}
+
+/// Removes the file a failed fork or spawn created ([`new_session_store`]), best effort.
+pub fn remove_created(created: Option<&str>) {
+    if let Some(p) = created {
+        let _ = std::fs::remove_file(p);
+    }
 }

@@ -80,14 +80,32 @@ pub struct SessionInfo {
     pub in_use: bool,
 }
 
-/// The parent of a forked session.
+/// The parent of a forked or spawned session.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ParentInfo {
     /// The parent's id.
     pub id: String,
-    /// How many of its events seeded the fork.
+    /// How many of its events seeded the fork (for a child: the seq of the parent's
+    /// `agent/spawn`).
     pub seed_length: u64,
+    /// Whether the session is a child an agent spawned (else a fork).
+    pub spawned: bool,
+    /// For a child: the parent's tool call it answers (none at a turn boundary).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+}
+
+impl ParentInfo {
+    /// The parent link of a session header (`None` for a session that has no parent).
+    pub fn of(h: &crate::log::load::SessionHeader) -> Option<ParentInfo> {
+        h.parent.as_ref().map(|(id, seed_length)| ParentInfo {
+            id: id.clone(),
+            seed_length: *seed_length,
+            spawned: h.spawn.is_some(),
+            call_id: h.spawn.as_ref().and_then(|s| s.call_id.clone()),
+        })
+    }
 }
 
 /// Parses a store URL.
@@ -231,15 +249,28 @@ pub fn open_store(url: &str, opts: &UrlOptions) -> Result<(Box<dyn Store>, Optio
 }
 
 /// The sessions of the store `url` names, ordered by id: at most `limit` of them, after id
-/// `after`. A file holds one session (or none), a directory one per JSONL file in it (`*.jsonl`;
-/// a file that is not a session log is passed over), a database many. No log is read whole: a
-/// file's row comes from its first line (the session header) and its last complete line (the
-/// last event's seq and chain value), a database's from its sessions table.
-pub fn list_sessions(url: &str, after: Option<&str>, limit: Option<u64>) -> Result<Vec<SessionInfo>> {
+/// `after`; with `parent`, only the sessions whose parent that is (its children and forks). A
+/// file holds one session (or none), and its children lie beside it (`STEM.TAG.jsonl` for
+/// `STEM.jsonl`, see [`super::child_path`]): a file URL with `parent` lists those. A directory
+/// holds one session per JSONL file in it (`*.jsonl`; a file that is not a session log is
+/// passed over), a database many. No log is read whole: a file's row comes from its first line
+/// (the session header) and its last complete line (the last event's seq and chain value), a
+/// database's from its sessions table.
+pub fn list_sessions(url: &str, after: Option<&str>, limit: Option<u64>, parent: Option<&str>) -> Result<Vec<SessionInfo>> {
     match parse(url)? {
         Location::File(path) => {
             if std::fs::metadata(&path).map(|m| m.is_dir()).unwrap_or(false) {
-                return super::jsonl::list_directory(&path, after, limit);
+                return super::jsonl::list_directory(&path, after, limit, parent);
+            }
+            if let Some(parent) = parent {
+                let mut out: Vec<SessionInfo> = Vec::new();
+                for p in super::children_beside(&path)? {
+                    out.extend(list_sessions(&format!("file:{}", p.display()), after, None, None)?);
+                }
+                out.retain(|s| s.parent.as_ref().is_some_and(|p| p.id == parent));
+                out.sort_by(|a, b| a.id.cmp(&b.id));
+                out.truncate(limit.unwrap_or(u64::MAX).min(usize::MAX as u64) as usize);
+                return Ok(out);
             }
             let mut rows = {
                 let locks = super::file::flock_holders();
@@ -259,7 +290,7 @@ pub fn list_sessions(url: &str, after: Option<&str>, limit: Option<u64>) -> Resu
             Ok(rows)
         }
         #[cfg(feature = "postgres")]
-        Location::Postgres(pg) => super::postgres::list_sessions(&pg, after, limit),
+        Location::Postgres(pg) => super::postgres::list_sessions(&pg, after, limit, parent),
     }
 }
 

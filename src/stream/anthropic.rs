@@ -3,7 +3,8 @@
 //! `message_start` carries the message with empty `content` and the input usage;
 //! `content_block_start` opens block `index`; `content_block_delta` grows it (`text_delta`,
 //! `input_json_delta` (tool input as JSON text fragments), `thinking_delta`,
-//! `signature_delta`, `citations_delta`); `content_block_stop` closes it (a tool input is
+//! `signature_delta`, `citations_delta`, `compaction_delta`: a native compaction block's whole
+//! summary at once); `content_block_stop` closes it (a tool input is
 //! parsed then); `message_delta` sets `stop_reason` / `stop_sequence` and updates the usage
 //! (its counts are totals, not increments); `message_stop` ends the stream. `ping` and unknown
 //! event types are ignored; `error` is the provider's error.
@@ -107,6 +108,17 @@ impl Assembler for Anthropic {
                         }
                     }
                     "signature_delta" => append(&mut block.value, "signature", fragment("signature")?),
+                    // A threshold compaction block's summary arrives whole, in one delta, with
+                    // the opaque metadata to send back (`encrypted_content`); its `content` is
+                    // null when the provider's summarisation failed.
+                    "compaction_delta" => {
+                        if let Some(c) = delta.get("content") {
+                            block.value.insert("content".into(), c.clone());
+                        }
+                        if let Some(e) = delta.get("encrypted_content").filter(|e| !e.is_null()) {
+                            block.value.insert("encrypted_content".into(), e.clone());
+                        }
+                    }
                     "input_json_delta" => {
                         let t = fragment("partial_json")?;
                         block.json.push_str(t);

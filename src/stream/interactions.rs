@@ -2,10 +2,12 @@
 //!
 //! `interaction.created` (and `interaction.status_update`) carry the interaction so far; steps
 //! are opened by `step.start` (`{"index", "step"}`), grow by `step.delta` (`{"index",
-//! "delta"}`: `text`, `thought_summary` with its `content`, `thought_signature`, `arguments`
-//! with a fragment of the call's JSON arguments) and are closed by `step.stop`. The stream ends
-//! with `interaction.completed`, which carries the interaction (its `steps` may be left out);
-//! `error` is the provider's error. The earlier event names (`interaction.start`,
+//! "delta"}`: `text`, `thought_summary` with its `content`, `thought_signature`,
+//! `arguments_delta` with a fragment of a function call's JSON `arguments`) and are closed by
+//! `step.stop` (a call's fragments are parsed then). A function call step takes no other delta:
+//! one would be lost from the call, so it is refused (`malformed`). The stream ends with
+//! `interaction.completed`, which carries the interaction (its `steps` may be left out; a step
+//! not yet stopped is complete then); `error` is the provider's error. The earlier event names (`interaction.start`,
 //! `content.start` / `content.delta` / `content.stop` with one content each,
 //! `interaction.complete`) are read as their current equivalents. Other events are ignored.
 
@@ -78,7 +80,16 @@ impl Interactions {
 
     fn delta(&mut self, index: u64, delta: &Value, out: &mut VecDeque<Delta>) -> Result<()> {
         let step = self.step(index)?;
-        match delta.get("type").and_then(Value::as_str) {
+        let is_call = step.value.get("type").and_then(Value::as_str) == Some("function_call");
+        let kind = delta.get("type").and_then(Value::as_str);
+        // A function call grows by its arguments and its signature only: anything else would be
+        // lost from the call, so it is refused rather than dropped.
+        if let (true, Some(other)) = (is_call, kind.filter(|k| !matches!(*k, "arguments_delta" | "thought_signature"))) {
+            return Err(malformed(format!(
+                "a `{other}` delta for function call step {index} (a function call grows by `arguments_delta` and `thought_signature`)"
+            )));
+        }
+        match kind {
             Some("text") => {
                 let t = str_field(delta, "text")?;
                 let content = step.value.entry("content").or_insert_with(|| Value::Array(Vec::new()));
@@ -112,8 +123,15 @@ impl Interactions {
                 let sig = str_field(delta, "signature")?;
                 step.value.insert("signature".into(), sig.into());
             }
-            Some("arguments") => {
-                let fragment = str_field(delta, "arguments")?;
+            Some("arguments_delta") => {
+                if !is_call {
+                    return Err(malformed(format!("an `arguments_delta` for step {index}, which is not a function call")));
+                }
+                let fragment = match delta.get("arguments") {
+                    None => "",
+                    Some(Value::String(s)) => s.as_str(),
+                    Some(_) => return Err(malformed("the `arguments` of an `arguments_delta` must be a string")),
+                };
                 step.arguments.get_or_insert_with(String::new).push_str(fragment);
                 if let (Some(n), false) = (step.ordinal, fragment.is_empty()) {
                     out.push_back(Delta::call(n, None, None, fragment));
@@ -165,6 +183,12 @@ impl Assembler for Interactions {
                     return Err(malformed(format!("`{kind}` needs the `interaction` object")));
                 };
                 self.interaction = Some(i.clone());
+                // A step the stream did not stop is complete with the interaction (a function
+                // call's arguments are parsed as at `step.stop`, never left out).
+                let open: Vec<u64> = self.steps.iter().filter(|(_, s)| !s.done).map(|(i, _)| *i).collect();
+                for index in open {
+                    self.stop(index)?;
+                }
                 self.terminal = true;
             }
             "error" => {

@@ -29,7 +29,7 @@ mod responses;
 mod sse;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::render::{is_context_overflow, parse_response, ParsedResponse, Renderer};
+use crate::render::{parse_response, ParsedResponse, Renderer};
 use serde::Serialize;
 use serde_json::Value;
 use sse::{JsonArrayReader, RawEvent, SseReader};
@@ -364,18 +364,11 @@ pub(crate) fn malformed(why: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::InvalidInput, format!("malformed stream event: {why}")).with("stream", "malformed")
 }
 
-/// The provider's error, reported inside the stream. `error` is the provider's error object.
+/// The provider's error, reported inside the stream. `error` is the provider's error object;
+/// the message quotes its kind and message as for a whole error body
+/// (`render::response::provider_error_of`).
 pub(crate) fn provider_error(error: &Value) -> Error {
-    let text = error.to_string();
-    let message = error
-        .get("message")
-        .and_then(Value::as_str)
-        .or_else(|| crate::types::pointer(error, "/error/message").and_then(Value::as_str))
-        .unwrap_or(text.as_str());
-    Error::new(ErrorKind::InvalidInput, format!("the provider reported an error in the stream: {message}"))
-        .with("stream", "provider-error")
-        .with("providerError", error.clone())
-        .with("overflow", is_context_overflow(400, &text))
+    crate::render::response::provider_error_of(error, "the provider reported an error in the stream").with("stream", "provider-error")
 }
 
 fn incomplete(message: impl Into<String>) -> Error {

@@ -1,6 +1,7 @@
 /* C tests of agent instances: a full agent loop (prefix listeners, tool calls, compaction via a
  * C summariser, rendering, verify), overflow recovery and automatic compaction, resume, crash
- * repair, and every agent entry point's bad inputs and out-of-order calls. Built and run by
+ * repair, child agents (spawn, finish), and every agent entry point's bad inputs and
+ * out-of-order calls. Built and run by
  * `make test-c`. */
 #define _POSIX_C_SOURCE 200809L
 
@@ -926,6 +927,63 @@ static void test_disposed_agent_refuses(void) {
     lls_session_free(s);
 }
 
+/* Agent trees: two children spawned from two open calls, the second finishing first; the
+ * parent's results follow call order and name the children; a child's model is its parent's;
+ * the spawn errors. */
+static void test_spawn_and_finish_children(void) {
+    lls_session *s = memory_session("lead");
+    lls_agent *a = new_agent(s, OPTS);
+    lls_session *cs[2] = {NULL, NULL};
+    lls_agent *ca[2] = {NULL, NULL};
+    EXPECT_ERR(lls_agent_spawn(a, S("{\"directive\":\"x\"}"), &cs[0], &ca[0], &err), LLS_ERR_OUT_OF_ORDER,
+               "has sent no request yet");
+    EXPECT_OK(lls_agent_start_turn(a, S(USER("Fix both.")), NULL, &err));
+    lls_string_free(next_request(a));
+    EXPECT_OK(lls_agent_record_response(
+        a,
+        S("{\"message\":{\"role\":\"assistant\",\"content\":["
+          "{\"type\":\"tool-call\",\"id\":\"c1\",\"name\":\"read_file\",\"arguments\":\"{}\"},"
+          "{\"type\":\"tool-call\",\"id\":\"c2\",\"name\":\"read_file\",\"arguments\":\"{}\"}]}}"),
+        NULL, &err));
+    EXPECT_ERR(lls_agent_spawn(a, S("{\"directive\":\"x\"}"), &cs[0], &ca[0], &err), LLS_ERR_OUT_OF_ORDER,
+               "tool calls [c1, c2] wait for their results");
+    EXPECT_ERR(lls_agent_spawn(a, S("{\"directive\":\"x\",\"colour\":1}"), &cs[0], &ca[0], &err),
+               LLS_ERR_INVALID_INPUT, "colour");
+    EXPECT_ERR(lls_agent_spawn(a, S("{\"callId\":\"c1\",\"directive\":\"x\"}"), NULL, &ca[0], &err),
+               LLS_ERR_NULL_POINTER, "child_session");
+    EXPECT_OK(lls_agent_spawn(a, S("{\"callId\":\"c1\",\"directive\":\"Do c1.\"}"), &cs[0], &ca[0], &err));
+    EXPECT_OK(lls_agent_spawn(a, S("{\"callId\":\"c2\",\"directive\":\"Do c2.\"}"), &cs[1], &ca[1], &err));
+    char *id = NULL;
+    EXPECT_OK(lls_session_id(cs[0], &id, NULL, &err));
+    CHECK_STR(id, "lead.c1");
+    lls_string_free(id);
+    EXPECT_ERR_DETAIL(lls_agent_set_options(ca[0], S("{\"config\":{\"provider\":\"openai\",\"model\":\"other\"}}"), &err),
+                      LLS_ERR_INVALID_INPUT, "is a child agent", "config.model");
+    char *out = NULL;
+    for (int i = 1; i >= 0; i--) {
+        lls_string_free(next_request(ca[i]));
+        EXPECT_OK(lls_agent_record_response(ca[i], S(ASSISTANT("done")), NULL, &err));
+        EXPECT_OK(lls_agent_finish_child(a, ca[i], NULL, 0, &out, NULL, &err));
+        CHECK_CONTAINS(out, i == 1 ? "\"recorded\":0" : "\"recorded\":2");
+        lls_string_free(out);
+    }
+    EXPECT_ERR(lls_agent_finish_child(a, ca[0], NULL, 0, &out, NULL, &err), LLS_ERR_OUT_OF_ORDER, "no longer waits");
+    char *events = events_of(s);
+    CHECK_CONTAINS(events, "\"callId\":\"c1\",\"child\":\"lead.c1\"");
+    lls_string_free(events);
+    EXPECT_OK(lls_session_explain(s, S("{\"tree\":true}"), &out, NULL, &err));
+    CHECK_CONTAINS(out, "\"nodes\":3");
+    lls_string_free(out);
+    for (int i = 0; i < 2; i++) {
+        EXPECT_OK(lls_session_verify(cs[i], &out, NULL, &err));
+        lls_string_free(out);
+        lls_agent_free(ca[i]);
+        lls_session_free(cs[i]);
+    }
+    lls_agent_free(a);
+    lls_session_free(s);
+}
+
 static void test_no_handle_leaks(void) {
     CHECK_INT(lls_live_handle_count(), 0);
 }
@@ -938,6 +996,7 @@ int main(void) {
     RUN(test_agent_bad_handles);
     RUN(test_agent_bad_inputs);
     RUN(test_disposed_agent_refuses);
+    RUN(test_spawn_and_finish_children);
     RUN(test_no_handle_leaks);
     return check_report();
 }

@@ -3,7 +3,8 @@
  * envelope (lls_agent_last_envelope) for every renderer; the provider's raw reply is recorded
  * from its body (lls_agent_record_body) or a stream (lls_agent_record_stream), the _info forms
  * giving the finish reason too (lls_recorded_info); every bad input
- * is a clear error that changes nothing. Built and run by `make test-c`. */
+ * is a clear error that changes nothing; native compaction (lls_agent_native_compaction_*).
+ * Built and run by `make test-c`. */
 #define _POSIX_C_SOURCE 200809L
 
 #include "helpers.h"
@@ -379,6 +380,82 @@ static void test_unrenderable_history(void) {
     lls_session_free(s);
 }
 
+/* Native compaction through the C ABI (minor 6): a request of the route's own compaction, its
+ * answer recorded (the block replaces what it held), a refused answer and a failure logged, and
+ * the bad inputs that change nothing. */
+static void test_native_compaction(void) {
+    CHECK(lls_abi_minor() >= 6);
+    lls_session *s = memory_session("native-c");
+    lls_agent *a = new_agent(s);
+    char *out = NULL;
+    size_t len = 0;
+    EXPECT_ERR(lls_agent_native_compaction_begin(a, &out, &len, &err), LLS_ERR_INVALID_INPUT, "has no native compaction");
+    EXPECT_OK(lls_agent_set_renderer(a, S("anthropic"), NULL, 0, &err));
+    EXPECT_OK(lls_agent_start_turn(a, S(USER("Start logsift.")), NULL, &err));
+    char *body = NULL;
+    size_t body_len = 0;
+    lls_request_info info;
+    EXPECT_OK(lls_agent_next_body(a, NULL, &body, &body_len, &info, &err));
+    lls_string_free(body);
+    EXPECT_OK(lls_agent_record_body(a, S("{\"id\":\"m1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m-test\","
+                                        "\"content\":[{\"type\":\"text\",\"text\":\"Started.\"}],\"stop_reason\":\"end_turn\"}"),
+                                    NULL, NULL, &err));
+    EXPECT_OK(lls_agent_end_turn(a, S("completed"), &err));
+
+    EXPECT_OK(lls_agent_native_compaction_begin(a, &out, &len, &err));
+    CHECK_CONTAINS(out, "\"endpoint\":\"/v1/messages\"");
+    CHECK_CONTAINS(out, "\"betas\":[\"compact-2026-09-04\"]");
+    CHECK_CONTAINS(out, "summarize");
+    lls_string_free(out);
+    EXPECT_ERR(lls_agent_native_compaction_begin(a, &out, &len, &err), LLS_ERR_OUT_OF_ORDER, "already open");
+
+    /* Bad inputs change nothing: the request stays in flight. */
+    char *before = events_of(s);
+    EXPECT_ERR(lls_agent_native_compaction_record(a, NULL, 3, &out, &len, &err), LLS_ERR_NULL_POINTER, "body");
+    EXPECT_ERR(lls_agent_native_compaction_record(a, S("{not json"), &out, &len, &err), LLS_ERR_MALFORMED_JSON, "");
+    EXPECT_ERR(lls_agent_native_compaction_record(a, S("{\"content\":3}"), NULL, &len, &err), LLS_ERR_NULL_POINTER, "out");
+    CHECK_UNCHANGED(s, before);
+    lls_string_free(before);
+
+    /* An answer without the block: a failed attempt, logged. */
+    EXPECT_OK(lls_agent_native_compaction_record(a, S("{\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m-test\","
+                                                       "\"content\":[],\"stop_reason\":\"max_tokens\"}"),
+                                                 &out, &len, &err));
+    CHECK_CONTAINS(out, "\"outcome\":\"failed\"");
+    CHECK_CONTAINS(out, "\"stopReason\":\"max_tokens\"");
+    lls_string_free(out);
+    EXPECT_ERR(lls_agent_native_compaction_fail(a, S("late"), &out, &len, &err), LLS_ERR_OUT_OF_ORDER, "in flight");
+
+    /* A timeout the host reports. */
+    EXPECT_OK(lls_agent_native_compaction_begin(a, &out, &len, &err));
+    lls_string_free(out);
+    EXPECT_OK(lls_agent_native_compaction_fail(a, S("timed out"), &out, &len, &err));
+    CHECK_CONTAINS(out, "\"error\":\"timed out\"");
+    lls_string_free(out);
+
+    /* The block lands: it replaces the two messages the request held. */
+    EXPECT_OK(lls_agent_native_compaction_begin(a, &out, &len, &err));
+    lls_string_free(out);
+    EXPECT_OK(lls_agent_native_compaction_record(
+        a, S("{\"id\":\"m2\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m-test\",\"content\":[{\"type\":"
+             "\"compaction\",\"content\":\"logsift was started.\",\"signature\":\"c2ln\"}],\"stop_reason\":\"compaction\"}"),
+        &out, &len, &err));
+    CHECK_CONTAINS(out, "\"outcome\":\"landed\"");
+    CHECK_CONTAINS(out, "\"span\":[0,1]");
+    lls_string_free(out);
+    char *history = NULL;
+    EXPECT_OK(lls_session_history(s, &history, &len, &err));
+    CHECK_CONTAINS(history, "\"signature\":\"c2ln\"");
+    CHECK(strstr(history, "Start logsift.") == NULL);
+    lls_string_free(history);
+    char *report = NULL;
+    EXPECT_OK(lls_session_verify(s, &report, &len, &err));
+    CHECK_CONTAINS(report, "\"nativeCompactions\":3");
+    lls_string_free(report);
+    lls_agent_free(a);
+    lls_session_free(s);
+}
+
 static void test_no_handle_leaks(void) {
     CHECK_INT(lls_live_handle_count(), 0);
     CHECK_INT(lls_live_string_count(), 0); /* every body, envelope and info was freed */
@@ -392,6 +469,7 @@ int main(void) {
     RUN(test_record_stream);
     RUN(test_bad_inputs);
     RUN(test_unrenderable_history);
+    RUN(test_native_compaction);
     RUN(test_no_handle_leaks);
     return check_report();
 }

@@ -111,6 +111,8 @@ struct World {
     json calls = json::array();     // what the fakes received since the previous op
     std::size_t counter_calls = 0;  // items the token counter counted since the previous op
     json out = json::object();      // the running op's transcript entry
+    std::vector<std::string> summaries;                        // every summarisation request's envelope
+    std::vector<std::pair<std::size_t, std::string>> sent;     // (summaries before it, envelope) for replay
 
     llmsession::Agent &live() {
         if (!agent) {
@@ -208,6 +210,10 @@ inline llmsession::Callback summariser(World &w, json spec) {
         }
         // The envelope is spliced into the input as its exact bytes, before "provider".
         rec["bytes"] = in.rfind(",\"provider\":") - std::string_view("{\"request\":").size();
+        {
+            std::lock_guard<std::mutex> lock(w.mutex);
+            w.summaries.emplace_back(in.substr(std::string_view("{\"request\":").size(), rec["bytes"].get<std::size_t>()));
+        }
         rec["messageCount"] = input.at("request").at("messages").size();
         w.journal({{"callback", "summariser"}, {"input", rec}});
         bool act = active(spec, (*calls)++);

@@ -118,8 +118,10 @@ inline void run_op(World &w, const json &op) {
             w.cancel->trip();
         }
         auto cancel = w.cancel;
-        if (call(w, [&] { w.live().next_request(cancel.get()); })) {
+        std::string envelope;
+        if (call(w, [&] { envelope = std::string(w.live().next_request(cancel.get())); })) {
             w.out["request"] = json::parse(w.agent->request_info());
+            w.sent.emplace_back(w.summaries.size(), envelope);
         }
     } else if (name == "respond") {
         json msg = get_or_null(op, "message");  // as written: a null message too
@@ -235,6 +237,52 @@ inline void run_op(World &w, const json &op) {
         }
     } else if (name == "load") {
         load(w, op);
+    } else if (name == "nativeBegin") {
+        std::string raw;
+        if (call(w, [&] { raw = w.live().begin_native_compaction(); })) {
+            json r = json::parse(raw);
+            std::string envelope = r.at("envelope").get<std::string>();
+            r["envelope"] = envelope.size();
+            r["body"] = r.at("body").get<std::string>().size();
+            w.out["native"] = r;
+            w.sent.emplace_back(w.summaries.size(), envelope);
+        }
+    } else if (name == "nativeRecord" || name == "nativeFail") {
+        std::string raw;
+        bool ok = name == "nativeRecord"
+                      ? call(w, [&] { raw = w.live().record_native_compaction(op.at("body").dump()); })
+                      : call(w, [&] { raw = w.live().fail_native_compaction(str_or(op, "error", "")); });
+        if (ok) {
+            w.out["native"] = json::parse(raw);
+        }
+    } else if (name == "replay") {
+        call(w, [&] {
+            auto r = llmsession::Replay::of(*w.session);
+            std::vector<std::string> order;
+            std::size_t done = 0;
+            for (const auto &[mark, env] : w.sent) {
+                order.insert(order.end(), w.summaries.begin() + done, w.summaries.begin() + mark);
+                done = mark;
+                order.push_back(env);
+            }
+            order.insert(order.end(), w.summaries.begin() + done, w.summaries.end());
+            json answers = json::array();
+            for (const auto &env : order) {
+                json a = json::parse(r.answer(env));
+                answers.push_back({{"purpose", a["purpose"]}, {"id", a["id"]}, {"outcome", a["outcome"]}});
+            }
+            w.out["replay"] = {{"requests", json::parse(r.info()).at("requests")}, {"answers", answers}};
+        });
+    } else if (name == "explain") {
+        call(w, [&] {
+            json x = json::parse(w.session->explain());
+            const json &t = x.at("totals");
+            w.out["explain"] = {{"compactions", x.at("compactions")},
+                                {"compactionTotals", x.at("compactionTotals")},
+                                {"requests", {{"conversation", t.at("conversationRequests")},
+                                              {"compaction", t.at("compactionRequests")},
+                                              {"notRebuilt", t.at("notRebuilt")}}}};
+        });
     } else if (name != "expectLog" && name != "expectSummaryRequest" && name != "expectPreStep") {
         fail("unknown op \"" + name + "\"");
     }

@@ -42,6 +42,8 @@ class World {
     this.calls = []; // what the fakes received since the previous op ended (and counterCalls)
     this.counterCalls = 0;
     this.out = {}; // what the running op produced, for its transcript entry
+    this.summaries = []; // every summarisation request's envelope, in order (for replay)
+    this.sent = []; // every request and nativeBegin envelope: {mark, envelope} (mark: summaries before it)
     this.setListeners(sc.listeners, sc.preStep);
     this.newAgent();
   }
@@ -122,6 +124,7 @@ class World {
   makeSummariser(spec) {
     // The transcript keeps a host summariser's input with the envelope as its size.
     const note = ({ request, digest, provider, model, maxTokens, sharedMessages, prefixLen }) => {
+      this.summaries.push(JSON.stringify(request));
       const bytes = Buffer.byteLength(JSON.stringify(request));
       const messageCount = Array.isArray(request && request.messages) ? request.messages.length : null;
       this.calls.push({ callback: 'summariser', input: { digest, provider, model, maxTokens, sharedMessages, prefixLen, bytes, messageCount } });
@@ -222,7 +225,9 @@ async function runOp(w, op) {
       if (op.cancelled === true) w.controller.abort();
       const agent = w.needAgent();
       await attempt(w, async () => {
-        w.out.request = (await agent.nextRequest({ signal: w.controller.signal })).info;
+        const r = await agent.nextRequest({ signal: w.controller.signal });
+        w.out.request = r.info;
+        w.sent.push({ mark: w.summaries.length, envelope: r.json });
       });
       if (w.out.error && w.out.error.kind === 'disposed') w.disposed = true; // dropped after the op
       return undefined;
@@ -314,6 +319,42 @@ async function runOp(w, op) {
       return w.needAgent().clearTokenCounter();
     case 'dispose': return w.dropAgent();
     case 'load': return load(w, op);
+    case 'nativeBegin':
+      return attempt(w, () => {
+        const r = w.needAgent().beginNativeCompaction();
+        w.out.native = { ...r, envelope: Buffer.byteLength(r.envelope), body: Buffer.byteLength(r.body) };
+        w.sent.push({ mark: w.summaries.length, envelope: r.envelope });
+      });
+    case 'nativeRecord':
+      return attempt(w, () => { w.out.native = w.needAgent().recordNativeCompaction(JSON.stringify(op.body)); });
+    case 'nativeFail':
+      return attempt(w, () => { w.out.native = w.needAgent().failNativeCompaction(strOr(op, 'error', '')); });
+    case 'replay':
+      return attempt(w, () => {
+        const r = lls.Replay.fromSession(w.session);
+        try {
+          const order = [];
+          let done = 0;
+          for (const { mark, envelope } of w.sent) {
+            order.push(...w.summaries.slice(done, mark), envelope);
+            done = mark;
+          }
+          order.push(...w.summaries.slice(done));
+          const answers = order.map((env) => {
+            const a = r.answer(env);
+            return { purpose: a.purpose, id: a.id, outcome: a.outcome };
+          });
+          w.out.replay = { requests: r.info().requests, answers };
+        } finally {
+          r.close();
+        }
+      });
+    case 'explain':
+      return attempt(w, () => {
+        const x = w.session.explain();
+        w.out.explain = { compactions: x.compactions, compactionTotals: x.compactionTotals,
+          requests: { conversation: x.totals.conversationRequests, compaction: x.totals.compactionRequests, notRebuilt: x.totals.notRebuilt } };
+      });
     case 'expectLog': case 'expectSummaryRequest': case 'expectPreStep': return undefined; // checked by the Rust runner
     default: throw new Error(`unknown op ${JSON.stringify(op.op)}`);
   }

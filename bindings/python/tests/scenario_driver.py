@@ -68,6 +68,8 @@ class World:
         self.counter_calls = 0
         self.out: Json = {}  # what the running op produced, for its transcript entry
         self.pending: List[Any] = []  # every pending reply, waited for at the end
+        self.summaries: List[str] = []  # every summarisation request's envelope, in order (for replay)
+        self.sent: List[Any] = []  # (summaries before it, envelope) of every request and nativeBegin
         self.set_listeners(sc.get("listeners"), sc.get("preStep"))
         self.new_agent()
 
@@ -150,6 +152,7 @@ class World:
     def make_summariser(self, spec: Json) -> Callable[[Any], Any]:
         def note(v: Json) -> None:  # the envelope is recorded as its size and message count
             req = v.get("request")
+            self.summaries.append(compact_json(req))
             msgs = req.get("messages") if isinstance(req, dict) else None
             keys = ("digest", "provider", "model", "maxTokens", "sharedMessages", "prefixLen")
             size = {"bytes": len(compact_json(req).encode()), "messageCount": len(msgs) if isinstance(msgs, list) else None}
@@ -253,7 +256,13 @@ def run_op(w: World, op: Json) -> None:
         if op.get("cancelled") is True:
             w.trip()
         agent = w.need_agent()
-        attempt(w, w.set_out("request", lambda: agent.next_request(w.cancel).info))
+
+        def request() -> None:
+            r = agent.next_request(w.cancel)
+            w.out["request"] = r.info
+            w.sent.append((len(w.summaries), r.json))
+
+        attempt(w, request)
         w.disposed = w.disposed or w.out.get("error", {}).get("kind") == "disposed"
     elif name == "respond":
         content: List[Any] = [{"type": "text", "text": op["text"]}] if isinstance(op.get("text"), str) else []
@@ -329,6 +338,51 @@ def run_op(w: World, op: Json) -> None:
         w.drop_agent()
     elif name == "load":
         load(w, op)
+    elif name == "nativeBegin":
+
+        def begin() -> None:
+            r = dict(w.need_agent().begin_native_compaction())
+            w.sent.append((len(w.summaries), r["envelope"]))
+            w.out["native"] = {**r, "envelope": len(r["envelope"].encode()), "body": len(r["body"].encode())}
+
+        attempt(w, begin)
+    elif name == "nativeRecord":
+        attempt(w, w.set_out("native", lambda: w.need_agent().record_native_compaction(compact_json(op["body"]))))
+    elif name == "nativeFail":
+        why = op["error"] if isinstance(op.get("error"), str) else ""
+        attempt(w, w.set_out("native", lambda: w.need_agent().fail_native_compaction(why)))
+    elif name == "replay":
+
+        def replay() -> None:
+            r = lls.Replay.from_session(w.session)
+            try:
+                order: List[str] = []
+                done = 0
+                for mark, env in w.sent:
+                    order += w.summaries[done:mark] + [env]
+                    done = mark
+                order += w.summaries[done:]
+                answers = []
+                for env in order:
+                    a = r.answer(env.encode())
+                    answers.append({"purpose": a["purpose"], "id": a["id"], "outcome": a["outcome"]})
+                w.out["replay"] = {"requests": r.info()["requests"], "answers": answers}
+            finally:
+                r.close()
+
+        attempt(w, replay)
+    elif name == "explain":
+
+        def explain() -> None:
+            x = w.session.explain()
+            t = x["totals"]
+            w.out["explain"] = {
+                "compactions": x["compactions"],
+                "compactionTotals": x["compactionTotals"],
+                "requests": {"conversation": t["conversationRequests"], "compaction": t["compactionRequests"], "notRebuilt": t["notRebuilt"]},
+            }
+
+        attempt(w, explain)
     elif name not in ("expectLog", "expectSummaryRequest", "expectPreStep"):  # those: the Rust runner's
         raise RuntimeError(f"unknown op {name!r}")
 

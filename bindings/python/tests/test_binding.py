@@ -40,7 +40,7 @@ def test_one_turn_with_the_provider_body_then_resume_and_verify(tmp_path: Path) 
         assert body.info["purpose"] == "conversation" and body.info["digest"].startswith("sha256:")
         assert a.last_envelope() and json.loads(a.last_envelope())["messages"][0]["role"] == "user"
         rec = a.record_body(OPENAI_REPLY)
-        assert rec.tool_calls == 0 and rec.seq > 0 and rec.finish_reason == "stop"
+        assert rec.tool_calls == [] and rec.seq > 0 and rec.finish_reason == "stop"
         a.end_turn()
         assert s.verify()["requests"] == 1
     with lls.Session.open_file(log) as s, lls.Agent(s, opts) as a:  # resumed: a new instance

@@ -50,7 +50,7 @@ def test_the_installed_package_is_typed() -> None:
     assert (Path(lls.__file__).parent / "py.typed").exists()
 
 
-@pytest.mark.parametrize("abi,minor,says", [(1, 0, "has ABI version 1, but this binding needs 2"), (2, 3, "has ABI version 2.3, but this binding needs 2.4 or later")])
+@pytest.mark.parametrize("abi,minor,says", [(1, 0, "has ABI version 1, but this binding needs 2"), (2, 5, "has ABI version 2.5, but this binding needs 2.6 or later")])
 def test_a_library_of_another_abi_is_refused_at_import(tmp_path: Path, abi: int, minor: int, says: str) -> None:
     cc = shutil.which("cc")
     if cc is None:

@@ -14,11 +14,15 @@ use llmsession::compaction::Outcome;
 use llmsession::error::{Error, ErrorKind};
 use std::ffi::c_char;
 
-/// Compacts now, between requests. `opts_json` (may be NULL) is `{"span"?: [start, end]}`: a
-/// surface span (positions in `lls_session_history`, inclusive, not separating a tool call from
-/// its result); without it the head region is chosen as the pressure gate would (keeping the
-/// policy's retained tail, or the newest message without a policy). A middle span stays
-/// correct but forgoes cache reuse. The summariser (`lls_agent_set_summariser`) is called on
+/// Compacts now, between requests. `opts_json` (may be NULL) is `{"span"?: [start, end],
+/// "trigger"?: "manual" | "idle"}`: a surface span (positions in `lls_session_history`,
+/// inclusive, not separating a tool call from its result); without it the head region is chosen
+/// as the pressure gate would (keeping the policy's retained tail, or the newest message without
+/// a policy). A middle span stays correct but forgoes cache reuse. `"trigger": "idle"` (since
+/// ABI minor 6, no span) is the compaction the cache clock decided (`lls_agent_cache_clock`
+/// answered `compact`): it needs a policy, and fails with `LLS_ERR_OUT_OF_ORDER` unless the
+/// clock's last decision since the cache was used is to compact; its `compaction/start` names
+/// that decision. The summariser (`lls_agent_set_summariser`) is called on
 /// this thread; `cancel` (may be NULL) interrupts it.
 ///
 /// On success `*out` is `{"outcome": "landed" | "discarded", "span": [start, end], "seqs":
@@ -56,9 +60,12 @@ pub unsafe extern "C" fn lls_agent_compact(
             let out = OutString::new(out, out_len, "out")?;
             let a = agent_arg(agent)?;
             let v = buffers::input_json_opt(opts_json, opts_len, "opts_json")?;
-            let span = CompactInput::from_value(v.as_ref())?.span;
+            let input = CompactInput::from_value(v.as_ref())?;
             let cancel = cancel_arg(cancel, "cancel")?;
-            let outcome = a.run(Some(&cancel), |slot, op| Ok(live(&mut slot.agent, a.instance)?.compact(span, op)?))?;
+            let outcome = a.run(Some(&cancel), |slot, op| {
+                let agent = live(&mut slot.agent, a.instance)?;
+                Ok(if input.idle { agent.compact_idle(op)? } else { agent.compact(input.span, op)? })
+            })?;
             if outcome.outcome == Outcome::Failed {
                 let why = outcome.error.clone().unwrap_or_else(|| "the compaction failed".into());
                 return Err(Error::new(ErrorKind::Summariser, format!("compaction failed: {why}"))

@@ -31,12 +31,16 @@ use std::thread::ThreadId;
 
 mod context;
 mod lifecycle;
+mod native_compaction;
 mod setup;
+mod tree;
 mod turn;
 
 pub use context::*;
 pub use lifecycle::*;
+pub use native_compaction::*;
 pub use setup::*;
+pub use tree::*;
 pub use turn::*;
 
 /// An agent instance: drives the turns and steps of one session (at most one live instance
@@ -113,6 +117,23 @@ pub(super) fn live_ref(agent: &Option<Agent>, instance: u64) -> std::result::Res
 }
 
 impl AgentObject {
+    /// Registers a handle for `agent`, which drives the session of `session`.
+    pub(crate) fn register(agent: Agent, session: Arc<Object<SessionObject>>) -> *mut lls_agent {
+        let disposed_token = CancelToken::new();
+        let obj = AgentObject {
+            dispose_handle: agent.dispose_handle(),
+            instance: agent.instance(),
+            state: Guarded::new(AgentSlot { agent: Some(agent), last_request: None }),
+            owner: Mutex::new(None),
+            dispose_requested: AtomicBool::new(false),
+            disposal: ReentrantMutex::new(()),
+            counter_cancel: Arc::new(Mutex::new(disposed_token.clone())),
+            disposed_token,
+            session,
+        };
+        handle::register(obj).0
+    }
+
     /// After a request was built: a callback that ran after the core's last check (a token
     /// counter) may have disposed the agent, and the disposal closed the request's step, so
     /// the request must not be handed out.

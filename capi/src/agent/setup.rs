@@ -1,7 +1,7 @@
 //! Creating an agent instance, its options, and the host callbacks it calls (prefix listeners,
 //! pre-step listeners, the summariser, the token counter).
 
-use super::{agent_arg, live, lls_agent, AgentObject, AgentSlot};
+use super::{agent_arg, live, lls_agent, AgentObject};
 use crate::callbacks::counter::host_counter;
 use crate::callbacks::host::{lls_callback_fn, lls_userdata_free_fn, HostCallback};
 use crate::callbacks::listeners::{HostPreStep, HostPrefixListener};
@@ -10,22 +10,24 @@ use crate::runtime::boundary::boundary;
 use crate::runtime::buffers::{self};
 use crate::runtime::error::FfiError;
 use crate::runtime::error_object::lls_error;
-use crate::runtime::handle::{self, Guarded};
 use crate::runtime::status::lls_status;
 use crate::session::{lls_session, session_arg};
 use llmsession::agent::wire::{policy_table, AgentSetup};
 use llmsession::agent::{Agent, AgentOptions};
-use llmsession::cancel::CancelToken;
 use llmsession::error::Result;
 use llmsession::tokens::{TokenCounter, TokenizerCounter};
-use parking_lot::{Mutex, ReentrantMutex};
 use std::ffi::{c_char, c_void};
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 /// Creates an agent instance over `session` and stores it in `*out`. If the session already
 /// holds request headers (a stored log, a fork), this is a resumed instance: it recomposes the
 /// session prefix and its first request records a `resume` snapshot.
+///
+/// Without `config` (and without `system` and `tools`) the agent wakes the session: it sends
+/// what the session's last request carried (its latest request header; since ABI 2 minor 6).
+/// That is how a child agent (`lls_agent_spawn`) is woken in another process: a child keeps its
+/// parent's provider, model, system prompt, tools and session prefix, and options that change
+/// one are refused (`LLS_ERR_INVALID_INPUT` naming the field).
 ///
 /// `opts_json` is `{"config": {"provider","model",...}, "system"?: string, "tools"?: [schemas],
 /// "checkRequests"?: bool, "policy"?: policy | {"default"?, "models"?}, "tokenizer"?: path}`:
@@ -41,7 +43,8 @@ use std::sync::Arc;
 /// Errors: `LLS_ERR_NULL_POINTER` (`session`, `opts_json`, `out`), `LLS_ERR_INVALID_HANDLE`,
 /// `LLS_ERR_INVALID_UTF8`, `LLS_ERR_MALFORMED_JSON`, `LLS_ERR_INVALID_INPUT` (detail `field`),
 /// `LLS_ERR_INVALID_POLICY`, `LLS_ERR_TOKENIZER`, `LLS_ERR_BUSY` (the session already has a live
-/// agent instance).
+/// agent instance); no `config` for a session that has sent no request is
+/// `LLS_ERR_INVALID_INPUT` (`config: is required`).
 ///
 /// # Safety
 /// `opts_json` NULL or `opts_len` readable bytes; `out`, `err` NULL or valid for writes.
@@ -67,25 +70,21 @@ pub unsafe extern "C" fn lls_agent_new(
                 Some(path) => Some(Arc::new(TokenizerCounter::from_file(path)?)),
             };
             let policy = setup.policy;
-            let options = setup.options;
-            let mut agent = Agent::new(&s.session, options)?;
+            let mut agent = match setup.options {
+                Some(options) => Agent::new(&s.session, options)?,
+                None => {
+                    let mut a = Agent::wake(&s.session)?;
+                    let mut o = a.options().clone();
+                    o.check_requests = setup.check_requests;
+                    a.set_options(o)?;
+                    a
+                }
+            };
             if let Some(p) = policy {
                 agent.set_policies(p)?;
             }
             agent.set_token_counter(counter);
-            let disposed_token = CancelToken::new();
-            let obj = AgentObject {
-                dispose_handle: agent.dispose_handle(),
-                instance: agent.instance(),
-                state: Guarded::new(AgentSlot { agent: Some(agent), last_request: None }),
-                owner: Mutex::new(None),
-                dispose_requested: AtomicBool::new(false),
-                disposal: ReentrantMutex::new(()),
-                counter_cancel: Arc::new(Mutex::new(disposed_token.clone())),
-                disposed_token,
-                session: s,
-            };
-            out.write(handle::register(obj).0);
+            out.write(AgentObject::register(agent, s));
             Ok(())
         })
     }

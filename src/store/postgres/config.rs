@@ -208,11 +208,9 @@ impl PgUrl {
                 "pool_timeout" => settings.pool_timeout = seconds(&value).ok_or_else(|| param(SECONDS))?,
                 "connect_timeout" => settings.connect_timeout = seconds(&value).ok_or_else(|| param(SECONDS))?,
                 "query_timeout" => settings.query_timeout = seconds(&value).ok_or_else(|| param(SECONDS))?,
-                "lease_time" => {
-                    settings.lease_time = seconds(&value)
-                        .filter(|d| *d >= Duration::from_secs(1))
-                        .ok_or_else(|| param("expected the lease's length in seconds, at least 1 (it is renewed every third of it)"))?
-                }
+                "lease_time" => settings.lease_time = seconds(&value).filter(|d| *d >= Duration::from_secs(1)).ok_or_else(|| {
+                    param("expected the lease's length in seconds, at least 1 and at most 86400 (one day; it is renewed every third of it)")
+                })?,
                 "lease_timeout" => settings.lease_timeout = seconds(&value).ok_or_else(|| param(SECONDS))?,
                 "fast_takeover" => {
                     takeover_given = Some(match value.as_str() {
@@ -300,6 +298,11 @@ impl PgUrl {
         self.session.as_deref()
     }
 
+    /// The same database without the `session` parameter (to open another session in it).
+    pub fn without_session(&self) -> PgUrl {
+        PgUrl { session: None, ..self.clone() }
+    }
+
     /// The URL as it may be shown: no password, no `session` parameter.
     pub fn shown(&self) -> &str {
         &self.shown
@@ -316,11 +319,15 @@ impl PgUrl {
     }
 }
 
-const SECONDS: &str = "expected a number of seconds more than 0 (every call has a bound; fractions such as 0.5 are allowed)";
+/// The longest bound or lease a URL may set, in seconds: one day.
+const MAX_SECONDS: u32 = 86_400;
+
+const SECONDS: &str =
+    "expected a number of seconds more than 0 and at most 86400 (one day; every call has a bound; fractions such as 0.5 are allowed)";
 
 fn seconds(v: &str) -> Option<Duration> {
     let s: f64 = v.parse().ok()?;
-    (s.is_finite() && s > 0.0 && s <= 86_400.0).then(|| Duration::from_secs_f64(s))
+    (s.is_finite() && s > 0.0 && s <= f64::from(MAX_SECONDS)).then(|| Duration::from_secs_f64(s))
 }
 
 /// Refuses a `%` that does not start a two-hex-digit escape (the client would pass it through
@@ -438,6 +445,9 @@ mod tests {
         assert_eq!(u.settings().pool_size, 3);
         assert_eq!(u.settings().lease_time, Duration::from_secs(4));
         assert_eq!(single_host(&u.config, 1).get_ports(), &[2]);
+        // One day is the longest bound a URL sets.
+        let u = PgUrl::parse("postgres://me@h/db?query_timeout=86400&lease_time=86400").unwrap();
+        assert_eq!((u.settings().query_timeout, u.settings().lease_time), (Duration::from_secs(86_400), Duration::from_secs(86_400)));
     }
 
     #[test]
@@ -491,6 +501,10 @@ mod tests {
             ("postgres://u@h/db?pool_size=0", "from 1 to"),
             ("postgres://u@h/db?query_timeout=0", "more than 0"),
             ("postgres://u@h/db?connect_timeout=-1", "more than 0"),
+            // Above a day: the limit is in the message.
+            ("postgres://u@h/db?query_timeout=86400.5", "more than 0 and at most 86400 (one day"),
+            ("postgres://u@h/db?lease_timeout=100000", "at most 86400"),
+            ("postgres://u@h/db?lease_time=86401", "at least 1 and at most 86400"),
             ("postgres://u@h/db?lease_time=0.5", "at least 1"),
             ("postgres://u@h/db?fast_takeover=maybe", "on or off"),
             ("postgres://u@h/db?pooler=statement", "expected transaction"),

@@ -76,7 +76,7 @@ SELECT set_config('synchronous_commit', $7, true), (SELECT count(*) FROM h), (SE
 const CREATE_SQL: &str = "
 WITH h AS (
     UPDATE llmsession_sessions
-       SET header = $2, created_ms = $3, parent_id = $4, parent_seed = $5,
+       SET header = $2, created_ms = $3, parent_id = $4, parent_seed = $5, parent_call = $10, spawned = $11,
            events = cardinality($6::text[]), chain_head = $7, updated_at = now()
      WHERE id = $1 AND header IS NULL AND lease_epoch = $8 AND lease_holder IS NOT NULL
  RETURNING id
@@ -135,6 +135,8 @@ impl Default for PgOptions {
 /// One session in a PostgreSQL database.
 pub struct PgStore {
     pool: Arc<Pool>,
+    /// The database's URL, where a child session is created by default ([`Store::child_store`]).
+    url: PgUrl,
     /// `postgres://user@host:port/db?session=ID`, for messages.
     describe: String,
     id: String,
@@ -194,6 +196,7 @@ impl PgStore {
             let sync_level = sync_level(&pool, &describe).await?;
             let mut store = PgStore {
                 pool: pool.clone(),
+                url: url.clone(),
                 describe,
                 id: id.to_string(),
                 read_only: opts.read_only,
@@ -261,16 +264,26 @@ impl PgStore {
         }
         let lease = self.lease.clone().expect("a writer has its lease");
         if self.dead.is_none() && lease.lost.load(Ordering::Relaxed) {
-            self.dead = Some((ErrorKind::Locked, self.lost_lease_text(lease.epoch, None), Vec::new()));
+            // The renewer found the lease taken over before a write did: say who holds it now,
+            // as a refused write does.
+            let now = block_on(async { Ok(self.lease_now().await) })?;
+            self.mark_lost(lease.epoch, now);
         }
-        if let Some((kind, why, detail)) = &self.dead {
-            let mut e = Error::new(*kind, format!("{}: cannot {what}: {why}", self.describe)).with("store", self.describe.clone());
-            for (k, v) in detail {
-                e = e.with(k, v.clone());
-            }
+        if let Some(e) = self.dead_refusal(what) {
             return Err(e.with("epoch", lease.epoch));
         }
         Ok(lease.epoch)
+    }
+
+    /// The refusal of a handle marked dead (an unknown outcome, a lost lease): every call says
+    /// the same reason with the same detail (`outcomeUnknown`, or `currentEpoch` and `holder`).
+    fn dead_refusal(&self, what: &str) -> Option<Error> {
+        let (kind, why, detail) = self.dead.as_ref()?;
+        let mut e = Error::new(*kind, format!("{}: cannot {what}: {why}", self.describe)).with("store", self.describe.clone());
+        for (k, v) in detail {
+            e = e.with(k, v.clone());
+        }
+        Some(e)
     }
 
     fn lost_lease_text(&self, epoch: i64, now: Option<(i64, Option<String>)>) -> String {
@@ -285,6 +298,41 @@ impl PgStore {
         )
     }
 
+    /// The session's lease as the database holds it now: its epoch and holder (`None` when the
+    /// database does not answer).
+    async fn lease_now(&self) -> Option<(i64, Option<String>)> {
+        let rows = self
+            .pool
+            .query(Bound::Query, "SELECT lease_epoch, lease_holder FROM llmsession_sessions WHERE id = $1", &[(&self.id, Type::TEXT)])
+            .await
+            .ok()?;
+        rows.first().map(|r| (r.get::<_, i64>(0), r.get::<_, Option<String>>(1)))
+    }
+
+    /// Marks the handle dead for a lost lease (`epoch` its own, `now` the lease as the database
+    /// holds it, where known) and returns the refusal every write gets from now on:
+    /// [`ErrorKind::Locked`] with `epoch`, and `currentEpoch` and `holder` where known.
+    fn mark_lost(&mut self, epoch: i64, now: Option<(i64, Option<String>)>) -> Error {
+        let text = self.lost_lease_text(epoch, now.clone());
+        let mut detail = Vec::new();
+        if let Some((e, holder)) = now {
+            detail.push(("currentEpoch".to_string(), Value::from(e)));
+            if let Some(h) = holder {
+                detail.push(("holder".to_string(), Value::from(h)));
+            }
+        }
+        let mut err =
+            Error::new(ErrorKind::Locked, format!("{}: {text}", self.describe)).with("store", self.describe.clone()).with("epoch", epoch);
+        for (k, v) in &detail {
+            err = err.with(k, v.clone());
+        }
+        self.dead = Some((ErrorKind::Locked, text, detail));
+        if let Some(l) = &self.lease {
+            l.lost.store(true, Ordering::Relaxed);
+        }
+        err
+    }
+
     /// Turns a failed write into the library's error, marking the handle dead when the outcome
     /// is unknown.
     fn write_error(&mut self, what: &str, e: CallError) -> Error {
@@ -293,13 +341,18 @@ impl PgStore {
         if !unknown {
             return err;
         }
+        // Every later call repeats what this one said, the same way: the reason, and the
+        // detail with `outcomeUnknown`.
+        let mut detail: Vec<(String, Value)> = err.detail().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        detail.retain(|(k, _)| k != "outcomeUnknown");
+        detail.push(("outcomeUnknown".to_string(), Value::Bool(true)));
         self.dead = Some((
             ErrorKind::Storage,
             format!(
                 "the outcome of an earlier write is unknown ({}); reopen the session (the reopen reads what the database holds)",
                 err.message()
             ),
-            vec![("outcomeUnknown".to_string(), Value::Bool(true))],
+            detail,
         ));
         let mut out = Error::new(
             ErrorKind::Storage,
@@ -330,25 +383,7 @@ impl PgStore {
         let row = rows.as_ref().and_then(|r| r.first());
         let now = row.map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, i64>(1), r.get::<_, Option<String>>(2)));
         match now {
-            Some((_, e, holder)) if e != epoch || holder.is_none() => {
-                let text = self.lost_lease_text(epoch, Some((e, holder.clone())));
-                let mut detail = vec![("currentEpoch".to_string(), Value::from(e))];
-                if let Some(h) = &holder {
-                    detail.push(("holder".to_string(), Value::from(h.clone())));
-                }
-                self.dead = Some((ErrorKind::Locked, text.clone(), detail));
-                if let Some(l) = &self.lease {
-                    l.lost.store(true, Ordering::Relaxed);
-                }
-                let mut err = Error::new(ErrorKind::Locked, format!("{}: {text}", self.describe))
-                    .with("store", self.describe.clone())
-                    .with("epoch", epoch)
-                    .with("currentEpoch", e);
-                if let Some(h) = holder {
-                    err = err.with("holder", h);
-                }
-                err
-            }
+            Some((_, e, holder)) if e != epoch || holder.is_none() => self.mark_lost(epoch, Some((e, holder))),
             _ if creating => {
                 Error::new(ErrorKind::Conflict, format!("{}: the session was created by another writer first; reopen it", self.describe))
                     .with("store", self.describe.clone())
@@ -396,10 +431,8 @@ impl PgStore {
     /// (a record never holds a raw newline), so the client handles one value rather than a row
     /// per record; checked against the head as [`read`](Self::read) checks.
     fn read_window(&mut self, checkpoint: u64, from: u64) -> Result<Option<StoreWindow>> {
-        if let Some((kind, why, _)) = &self.dead {
-            return Err(
-                Error::new(*kind, format!("{}: cannot read the session: {why}", self.describe)).with("store", self.describe.clone())
-            );
+        if let Some(e) = self.dead_refusal("read the session") {
+            return Err(e);
         }
         let d = self.describe.clone();
         let start = from as i64;
@@ -465,10 +498,8 @@ impl PgStore {
 
     /// [`read`](Self::read), also returning the session header record.
     fn read_with_header(&mut self, from_seq: Option<u64>) -> Result<(StoreContents, Vec<u8>)> {
-        if let Some((kind, why, _)) = &self.dead {
-            return Err(
-                Error::new(*kind, format!("{}: cannot read the session: {why}", self.describe)).with("store", self.describe.clone())
-            );
+        if let Some(e) = self.dead_refusal("read the session") {
+            return Err(e);
         }
         let d = self.describe.clone();
         let start = from_seq.unwrap_or(0);
@@ -667,6 +698,8 @@ impl Store for PgStore {
                         Some((p, n)) => (Some(p.clone()), Some(*n as i64)),
                         None => (None, None),
                     };
+                    let pcall = header.spawn.as_ref().and_then(|s| s.call_id.clone());
+                    let spawned = header.spawn.is_some();
                     pool.query(
                         Bound::Query,
                         CREATE_SQL,
@@ -680,6 +713,8 @@ impl Store for PgStore {
                             (&chain_head, Type::TEXT),
                             (&epoch, Type::INT8),
                             (&level, Type::TEXT),
+                            (&pcall, Type::TEXT),
+                            (&spawned, Type::BOOL),
                         ],
                     )
                     .await
@@ -796,7 +831,7 @@ impl Store for PgStore {
                                 .await?;
                             if start == 0 {
                                 c.query_typed(
-                                    "UPDATE llmsession_sessions SET header = NULL, created_ms = NULL, parent_id = NULL, parent_seed = NULL WHERE id = $1",
+                                    "UPDATE llmsession_sessions SET header = NULL, created_ms = NULL, parent_id = NULL, parent_seed = NULL, parent_call = NULL, spawned = false WHERE id = $1",
                                     &[(&id, Type::TEXT)],
                                 )
                                 .await?;
@@ -906,6 +941,12 @@ impl Store for PgStore {
     fn read_only(&self) -> bool {
         self.read_only
     }
+
+    /// Session `id` in the same database (a child's id is its parent's with the tag).
+    fn child_store(&self, _tag: &str, id: &str, durability: Durability) -> Result<Option<crate::store::NewStore>> {
+        let url = self.url.without_session();
+        Ok(Some((Box::new(PgStore::open(&url, id, PgOptions { read_only: false, create: true, durability })?), None)))
+    }
 }
 
 /// A session's records read in pages of [`PAGE`](PgRecords::PAGE) (the header, then events
@@ -984,9 +1025,10 @@ impl RecordStream for PgRecords {
 }
 
 /// The sessions in the database at `url` (those with a header record), ordered by id: at most
-/// `limit`, starting after id `after`. Reads only: a database without llmsession tables has no
-/// sessions. `inUse` says whether a writer holds an unexpired lease.
-pub fn list_sessions(url: &PgUrl, after: Option<&str>, limit: Option<u64>) -> Result<Vec<SessionInfo>> {
+/// `limit`, starting after id `after`, only the children of `parent` when given. Reads only: a
+/// database without llmsession tables has no sessions. `inUse` says whether a writer holds an
+/// unexpired lease.
+pub fn list_sessions(url: &PgUrl, after: Option<&str>, limit: Option<u64>, parent: Option<&str>) -> Result<Vec<SessionInfo>> {
     let shown = url.shown().to_string();
     let pool = Pool::for_url(url)?;
     let limit = limit.map(|l| l.min(i64::MAX as u64) as i64);
@@ -999,12 +1041,13 @@ pub fn list_sessions(url: &PgUrl, after: Option<&str>, limit: Option<u64>) -> Re
             Bound::Query,
             "SELECT s.id, s.created_ms, s.parent_id, s.parent_seed, s.events, s.chain_head,
                     (extract(epoch FROM s.updated_at) * 1000)::bigint,
-                    s.lease_holder IS NOT NULL AND COALESCE(s.lease_expires > now(), false)
+                    s.lease_holder IS NOT NULL AND COALESCE(s.lease_expires > now(), false),
+                    s.parent_call, s.spawned
                FROM llmsession_sessions s
-              WHERE s.header IS NOT NULL AND ($1::text IS NULL OR s.id > $1)
+              WHERE s.header IS NOT NULL AND ($1::text IS NULL OR s.id > $1) AND ($3::text IS NULL OR s.parent_id = $3)
               ORDER BY s.id
               LIMIT $2",
-            &[(&after, Type::TEXT), (&limit, Type::INT8)],
+            &[(&after, Type::TEXT), (&limit, Type::INT8), (&parent, Type::TEXT)],
         )
         .await
         .map_err(|e| e.into_error(&shown, "cannot list the sessions"))
@@ -1017,7 +1060,12 @@ pub fn list_sessions(url: &PgUrl, after: Option<&str>, limit: Option<u64>) -> Re
             SessionInfo {
                 id: r.get(0),
                 created_at: r.get::<_, Option<i64>>(1).unwrap_or(0) as u64,
-                parent: parent_id.map(|id| ParentInfo { id, seed_length: parent_seed.unwrap_or(0) as u64 }),
+                parent: parent_id.map(|id| ParentInfo {
+                    id,
+                    seed_length: parent_seed.unwrap_or(0) as u64,
+                    spawned: r.get(9),
+                    call_id: r.get(8),
+                }),
                 events: r.get::<_, i64>(4) as u64,
                 chain_head: r.get(5),
                 updated_at: r.get::<_, i64>(6) as u64,

@@ -13,9 +13,10 @@ use crate::error::{Error, ErrorKind, Result};
 use std::sync::atomic::Ordering;
 use tokio_postgres::types::Type;
 
-/// The schema version this library creates and reads: 3 (2: the lease as data; 3: an index of
-/// the checkpoint records, so a bounded open finds the last one at once).
-pub const SCHEMA_VERSION: u32 = 3;
+/// The schema version this library creates and reads: 4 (2: the lease as data; 3: the child
+/// link of agent trees; 4: an index of the checkpoint records, so a bounded open finds the last
+/// one at once).
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// The transaction-level advisory lock (one 64-bit key, `llsschem` in ASCII) that serialises
 /// schema creation and migration in a database.
@@ -66,9 +67,18 @@ ALTER TABLE llmsession_sessions
     ADD COLUMN IF NOT EXISTS lease_live bigint;
 ";
 
-/// Version 2 to 3: a partial index of the checkpoint records (`docs/log.md`, "Checkpoints"):
-/// the last checkpoint of a session is one index probe, however long its log.
+/// Version 2 to 3: the child link of a spawned session (`parent_call`, `spawned`; a fork has
+/// `spawned` false) and an index to list the children of a session.
 const V2_TO_V3: &str = "
+ALTER TABLE llmsession_sessions
+    ADD COLUMN IF NOT EXISTS parent_call text,
+    ADD COLUMN IF NOT EXISTS spawned boolean NOT NULL DEFAULT false;
+CREATE INDEX IF NOT EXISTS llmsession_sessions_parent ON llmsession_sessions (parent_id);
+";
+
+/// Version 3 to 4: a partial index of the checkpoint records (`docs/log.md`, "Checkpoints"):
+/// the last checkpoint of a session is one index probe, however long its log.
+const V3_TO_V4: &str = "
 CREATE INDEX IF NOT EXISTS llmsession_records_checkpoints ON llmsession_records (session_id, seq)
     WHERE record LIKE '{\"type\":\"session/checkpoint\",%';
 ";
@@ -131,18 +141,21 @@ pub(super) async fn ensure(pool: &Pool, store: &str) -> Result<()> {
                 c.query_typed("INSERT INTO llmsession_meta (key, value) VALUES ('schema_version', '1') ON CONFLICT (key) DO NOTHING", &[])
                     .await?;
                 let rows = c.query_typed("SELECT value FROM llmsession_meta WHERE key = 'schema_version'", &[]).await?;
-                let v: u32 = rows.first().and_then(|r| r.get::<_, &str>(0).parse().ok()).unwrap_or(u32::MAX);
-                let mut v = v;
+                let mut v: u32 = rows.first().and_then(|r| r.get::<_, &str>(0).parse().ok()).unwrap_or(u32::MAX);
                 if v == 1 {
                     c.batch_execute(V1_TO_V2).await?;
-                    c.query_typed("UPDATE llmsession_meta SET value = '2' WHERE key = 'schema_version'", &[]).await?;
                     v = 2;
                 }
                 if v == 2 {
                     c.batch_execute(V2_TO_V3).await?;
-                    c.query_typed("UPDATE llmsession_meta SET value = '3' WHERE key = 'schema_version'", &[]).await?;
                     v = 3;
                 }
+                if v == 3 {
+                    c.batch_execute(V3_TO_V4).await?;
+                    v = 4;
+                }
+                c.query_typed("UPDATE llmsession_meta SET value = $1 WHERE key = 'schema_version'", &[(&v.to_string(), Type::TEXT)])
+                    .await?;
                 Ok(v)
             }
             .await;

@@ -13,13 +13,17 @@ from ._runtime import PendingReply, invoke_callback, registered_callback_count
 from .agent import Agent, Body, Recorded, Request, compaction_outcome, user_message
 from .aio import AsyncAgent
 from .cancel import Cancel
+from .clock import DECISIONS
 from .errors import *  # noqa: F401,F403  (LlmSessionError, its subclasses, CallbackError, Status)
 from .errors import ERROR_CLASSES, CallbackError, LlmSessionError, Status
 from .observe import LEVELS, Observation, live_observer_count, log_to, observing, set_observer
 from .render import is_context_overflow, parse_response, render, render_with_options, usage_from_provider
 from .replay import Replay
 from .session import Session, explain_file, list_sessions, verify_file
+from .sdk import sdk_kwargs
 from .stream import Stream
+from .tools import ToolCall, tool_calls
+from .tree import DEFAULT_PLACEHOLDER, wake
 
 __version__ = "0.2.0"
 
@@ -50,12 +54,15 @@ __all__ = [
     "observing",
     "set_observer",
     "ABI_MINOR",
+    "DEFAULT_PLACEHOLDER",
+    "wake",
     "ABI_VERSION",
     "Agent",
     "AsyncAgent",
     "Body",
     "CallbackError",
     "Cancel",
+    "DECISIONS",
     "ERROR_CLASSES",
     "LlmSessionError",
     "PendingReply",
@@ -65,6 +72,7 @@ __all__ = [
     "Session",
     "Status",
     "Stream",
+    "ToolCall",
     "abi_minor",
     "abi_version",
     "compaction_outcome",
@@ -80,7 +88,9 @@ __all__ = [
     "registered_callback_count",
     "render",
     "render_with_options",
+    "sdk_kwargs",
     "status_name",
+    "tool_calls",
     "usage_from_provider",
     "user_message",
     "verify_file",

@@ -36,8 +36,10 @@ from typing import Any, List, Optional
 ABI_VERSION = 2
 #: The oldest ABI minor (compatible additions) this binding loads: 2 brought ``lls_status_name``,
 #: 3 the observer hook (``lls_set_observer``), 4 the finish reason of a recorded response
-#: (``lls_agent_record_body_info``).
-ABI_MINOR = 4
+#: (``lls_agent_record_body_info``), 6 native compaction (``lls_agent_native_compaction_*``),
+#: agent trees (``lls_agent_spawn``, ``lls_agent_finish_child``) and the cache clock
+#: (``lls_agent_cache_clock``, ``lls_agent_keepalive_body``).
+ABI_MINOR = 6
 
 SEQ_NONE = 0xFFFFFFFFFFFFFFFF
 CB_OK = 0
@@ -189,6 +191,10 @@ _def("lls_stream_next_delta", c_int32, [P] + OUT)
 _def("lls_stream_finish", c_int32, [P, c_bool] + OUT)
 _def("lls_stream_body", c_int32, [P] + OUT)
 _def("lls_stream_free", None, [P])
+_def("lls_tool_calls_parse", c_int32, [BUF, c_size_t, PP, ERR])
+_def("lls_tool_calls_count", c_int32, [P, SZ, ERR])
+_def("lls_tool_calls_get", c_int32, [P, c_size_t, PP, SZ, PP, SZ, PP, SZ, ERR])
+_def("lls_tool_calls_free", None, [P])
 
 _def("lls_session_new_memory", c_int32, [BUF, c_size_t, PP, ERR])
 _def("lls_session_open_file", c_int32, [BUF, c_size_t, BUF, c_size_t, PP, ERR])
@@ -207,6 +213,8 @@ _def("lls_session_sync", c_int32, [P, ERR])
 _def("lls_session_refresh", c_int32, [P, POINTER(c_uint64), ERR])
 
 _def("lls_agent_new", c_int32, [P, BUF, c_size_t, PP, ERR])
+_def("lls_agent_spawn", c_int32, [P, BUF, c_size_t, PP, PP, ERR])
+_def("lls_agent_finish_child", c_int32, [P, P, BUF, c_size_t] + OUT)
 _def("lls_agent_set_options", c_int32, [P, BUF, c_size_t, ERR])
 _def("lls_agent_set_policy", c_int32, [P, BUF, c_size_t, ERR])
 _def("lls_agent_set_tokenizer", c_int32, [P, BUF, c_size_t, ERR])
@@ -232,6 +240,14 @@ _def("lls_agent_record_body", c_int32, [P, BUF, c_size_t, POINTER(c_uint64), POI
 _def("lls_agent_record_stream", c_int32, [P, P, c_bool, POINTER(c_uint64), POINTER(c_uint32), ERR])
 _def("lls_agent_record_body_info", c_int32, [P, BUF, c_size_t, POINTER(RecordedInfoStruct), ERR])
 _def("lls_agent_record_stream_info", c_int32, [P, P, c_bool, POINTER(RecordedInfoStruct), ERR])
+# Minor 6: native compaction (native_compaction.py), bound when the library has it.
+if loaded_minor >= 6:
+    _def("lls_agent_native_compaction_begin", c_int32, [P] + OUT)
+    _def("lls_agent_native_compaction_record", c_int32, [P, BUF, c_size_t] + OUT)
+    _def("lls_agent_native_compaction_fail", c_int32, [P, BUF, c_size_t] + OUT)
+# Minor 6: the cache clock (clock.py).
+_def("lls_agent_cache_clock", c_int32, [P, BUF, c_size_t] + OUT)
+_def("lls_agent_keepalive_body", c_int32, [P, PP, SZ, POINTER(RequestInfoStruct), ERR])
 
 version: str = lib.lls_version().decode()
 

@@ -28,18 +28,58 @@ from .errors import CallbackError, Status, check, take_error
 # JSON
 
 
+_PLAIN = (dict, list, tuple, int, float, bool, type(None))
+
+
 def dumps(v: Any) -> bytes:
-    """JSON text of ``v`` (bytes and str are taken as JSON text already)."""
+    """JSON text of ``v``: bytes and str are taken as JSON text already; an object of a
+    provider SDK (a pydantic model: ``to_json()``, ``model_dump_json()``) gives its own JSON;
+    anything else goes through ``json.dumps`` (SDK objects nested in it included)."""
     if isinstance(v, (bytes, bytearray, memoryview)):
         return bytes(v)
     if isinstance(v, str):
         return v.encode("utf-8")
-    return json.dumps(v, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    if not isinstance(v, _PLAIN):
+        t = _model_json(v)
+        if t is not None:
+            return t
+    return dumps_value(v)
 
 
 def dumps_value(v: Any) -> bytes:
     """JSON of ``v``, where a str is a JSON string (not JSON text)."""
-    return json.dumps(v, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return json.dumps(v, ensure_ascii=False, separators=(",", ":"), default=_model_value).encode("utf-8")
+
+
+def _model_json(v: Any) -> Optional[bytes]:
+    """The JSON text a provider SDK's object gives of itself, or None for other objects.
+    ``to_json()`` first (the ``openai`` and ``anthropic`` packages: the wire's field names, only
+    the fields the provider sent), then pydantic's ``model_dump_json`` with the wire's names
+    (aliases) and only the fields that were set."""
+    f = getattr(v, "to_json", None)
+    if callable(f):
+        t = f()
+    else:
+        f = getattr(v, "model_dump_json", None)
+        if not callable(f):
+            return None
+        t = f(by_alias=True, exclude_unset=True)
+    if isinstance(t, str):
+        return t.encode("utf-8")
+    if isinstance(t, (bytes, bytearray)):
+        return bytes(t)
+    raise TypeError(f"{type(v).__name__}.{f.__name__}() gave a {type(t).__name__}, not JSON text")
+
+
+def _model_value(o: Any) -> Any:
+    """``json.dumps``'s ``default``: an SDK object inside a JSON argument, as plain data."""
+    t = _model_json(o)
+    if t is None:
+        raise TypeError(
+            f"Object of type {type(o).__name__} is not JSON serializable (a JSON argument is a dict, "
+            "list, str, bytes, number, bool, None, or an object with to_json() or model_dump_json())"
+        )
+    return json.loads(t)
 
 
 def opt(v: Any) -> Tuple[Optional[bytes], int]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from ctypes import byref, c_int32, c_size_t, c_uint64, c_void_p
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union, cast
+from functools import cached_property
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
 from . import _native as N
 from ._handle import Handle
@@ -25,11 +26,15 @@ from ._runtime import (
     text,
 )
 from .cancel import Cancel
+from .clock import CacheClock
 from .errors import LlmSessionError, SummariserError
+from .native_compaction import NativeCompaction
 from .session import Session
 from .stream import Stream
+from .tools import ToolCall, tool_calls as _read_tool_calls
 from .types import (
     AgentOptions,
+    ChildOutcome,
     CompactionOutcome,
     Message,
     PolicyTable,
@@ -101,23 +106,36 @@ class Body:
 @dataclass(frozen=True)
 class Recorded:
     """What :meth:`Agent.record_body` / :meth:`Agent.record_stream` logged: the seq of the
-    ``assistant/message``, how many tool calls it made, and the response's finish reason,
-    which the log does not keep: normalised (``"stop"``, ``"tool-calls"``, ``"max-tokens"``,
-    ``"pause-turn"``: the turn is not over, build the next request of the same turn,
-    ``"refusal"``, ``"context-overflow"``, ``"content-filter"``, ``"incomplete"`` for a cut
+    ``assistant/message``, the tool calls it made (:attr:`tool_calls`: id, name, arguments; run
+    them and report each with :meth:`Agent.record_tool_result`), and the response's finish
+    reason, which the log does not keep: normalised (``"stop"``, ``"tool-calls"``,
+    ``"max-tokens"``, ``"pause-turn"``: the turn is not over, build the next request of the same
+    turn, ``"refusal"``, ``"context-overflow"``, ``"content-filter"``, ``"incomplete"`` for a cut
     stream recorded with ``partial``), a provider's own word, or ``None`` when it gives none."""
 
     seq: int
-    tool_calls: int
+    tool_call_count: int
     finish_reason: Optional[str] = None
+    session: Optional[Session] = field(default=None, repr=False, compare=False)
+
+    @cached_property
+    def tool_calls(self) -> List[ToolCall]:
+        """The recorded message's tool calls, in order, as the log holds them: read from the
+        session on first access (a response without calls reads nothing), so read them before
+        the session is closed."""
+        if self.tool_call_count == 0:
+            return []
+        if self.session is None:
+            raise ValueError("this Recorded names no session to read its tool calls from")
+        return _read_tool_calls(call_out(N.lib.lls_session_events, self.session.ptr, self.seq, self.seq + 1))
 
 
-def _recorded(r: "N.RecordedInfoStruct") -> Recorded:
+def _recorded(r: "N.RecordedInfoStruct", session: Session) -> Recorded:
     finish = r.finish_reason.decode("utf-8")
-    return Recorded(r.seq, r.tool_calls, finish or None)
+    return Recorded(r.seq, r.tool_calls, finish or None, session)
 
 
-_PURPOSES = ("conversation", "compaction")
+_PURPOSES = ("conversation", "compaction", "keepalive")
 
 
 def _info(s: N.RequestInfoStruct) -> RequestInfo:
@@ -131,25 +149,47 @@ def _info(s: N.RequestInfoStruct) -> RequestInfo:
         "sharedMessages": s.shared_messages,
         "instance": s.instance,
         "stepSeq": s.step_seq,
-        "purpose": cast(Any, _PURPOSES[s.purpose] if s.purpose < 2 else f"unknown-{s.purpose}"),
+        "purpose": cast(Any, _PURPOSES[s.purpose] if s.purpose < len(_PURPOSES) else f"unknown-{s.purpose}"),
     }
 
 
-class Agent(Handle):
+class Agent(NativeCompaction, CacheClock, Handle):
     """An agent instance over a session: ``Agent(session, {"config": {...}, "system"?,
     "tools"?, ...})``. ``with`` disposes and frees it. Calls on one agent are serialised by the
-    library; callbacks run on the thread that made the call."""
+    library; callbacks run on the thread that made the call. The cache clock's methods
+    (:meth:`cache_clock`, :meth:`keepalive_body`, :meth:`compact_idle`) are in clock.py."""
 
     _what = "agent"
 
     def __init__(self, session: Session, options: Union[AgentOptions, Mapping[str, Any], str]) -> None:
+        """``options`` without ``config`` (``{}``) wake the session: the agent sends what its
+        last request carried (see :func:`llmsession.tree.wake`)."""
         if not isinstance(session, Session):
             raise TypeError(f"Agent needs a Session, got {type(session).__name__}")
         b = dumps(options)
         out = c_void_p()
         call(N.lib.lls_agent_new, session.ptr, b, len(b), byref(out))
-        super().__init__(out.value or 0, N.lib.lls_agent_free)
+        self._adopt(out.value or 0, session)
+
+    def _adopt(self, ptr: int, session: Session) -> None:
+        Handle.__init__(self, ptr, N.lib.lls_agent_free)
         self.session = session
+
+    # -- agent trees (tree.py) ----------------------------------------------------------------
+
+    def spawn(self, directive: MessageLike, call_id: Optional[str] = None, **options: Any) -> "Tuple[Session, Agent]":
+        """Spawns a child agent from this agent's open tool call ``call_id`` (None: at a turn
+        boundary): see :func:`llmsession.tree.spawn`."""
+        from .tree import spawn
+
+        return spawn(self, directive, call_id, **options)
+
+    def finish_child(self, child: "Agent", error: Optional[str] = None) -> ChildOutcome:
+        """Records ``child``'s answer as this agent's tool result: see
+        :func:`llmsession.tree.finish_child`."""
+        from .tree import finish_child
+
+        return finish_child(self, child, error)
 
     # -- options ------------------------------------------------------------------------------
 
@@ -244,19 +284,24 @@ class Agent(Handle):
         """The envelope of the last request built (the logged bytes)."""
         return call_out(N.lib.lls_agent_last_envelope, self.ptr) or b""
 
-    def record_response(self, response: Union[Response, Mapping[str, Any], str]) -> int:
-        """Records ``{"message", "usage"?}``; returns the assistant message's seq."""
+    def record_response(self, response: Union[Response, Mapping[str, Any], str, bytes, Any]) -> int:
+        """Records ``{"message", "usage"?}`` (a dict, JSON text, or an object with ``to_json()`` /
+        ``model_dump_json()``); returns the assistant message's seq (its tool calls:
+        :func:`llmsession.tool_calls` of the response)."""
         b = dumps(response)
         seq = c_uint64()
         call(N.lib.lls_agent_record_response, self.ptr, b, len(b), byref(seq))
         return seq.value
 
-    def record_body(self, body: Union[bytes, str]) -> Recorded:
-        """Records the provider's raw non-streamed response body, parsed with the renderer."""
-        b = body.encode("utf-8") if isinstance(body, str) else bytes(body)
+    def record_body(self, body: Union[bytes, str, Mapping[str, Any], Any]) -> Recorded:
+        """Records the provider's non-streamed response body, parsed with the renderer: the raw
+        bytes (or str), the parsed JSON (a dict), or a provider SDK's response object (one with
+        ``to_json()`` or ``model_dump_json()``, such as what ``openai``'s
+        ``client.chat.completions.create`` returns). The :class:`Recorded` gives its tool calls."""
+        b = dumps(body)
         r = N.RecordedInfoStruct()
         call(N.lib.lls_agent_record_body_info, self.ptr, b, len(b), byref(r))
-        return _recorded(r)
+        return _recorded(r, self.session)
 
     def record_stream(self, stream: Stream, partial: bool = False) -> Recorded:
         """Records the response a :class:`Stream` accumulated, at its end."""
@@ -264,7 +309,7 @@ class Agent(Handle):
             raise TypeError(f"record_stream: expected a Stream, got {type(stream).__name__}")
         r = N.RecordedInfoStruct()
         call(N.lib.lls_agent_record_stream_info, self.ptr, stream.ptr, bool(partial), byref(r))
-        return _recorded(r)
+        return _recorded(r, self.session)
 
     def record_tool_result(self, result: Union[ToolResult, Mapping[str, Any]]) -> int:
         """Records ``{"callId", "text" | "content", "isError"?}``; returns how many were written."""

@@ -1,6 +1,6 @@
 """The asyncio form: :class:`AsyncAgent`, whose operations are awaitable.
 
-Each operation that may run callbacks (``next_request``, ``next_body``, ``compact``,
+Each operation that may run callbacks (``next_request``, ``next_body``, ``compact``, ``compact_idle``,
 ``provider_error``, ``measure``, ``dispose``) runs the library call on an executor thread
 (``loop.run_in_executor``), so the event loop stays free. A callback that is an ``async def``
 (or returns any awaitable) is scheduled on the loop (``asyncio.run_coroutine_threadsafe``):
@@ -16,13 +16,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 from ._runtime import run_with_loop
 from .agent import Agent, Body, Request
 from .cancel import Cancel
 from .session import Session
-from .types import AgentOptions, CompactionOutcome
+from .types import AgentOptions, ChildOutcome, CompactionOutcome
 
 
 class AsyncAgent:
@@ -74,8 +74,25 @@ class AsyncAgent:
     async def compact(self, span: Optional[Sequence[int]] = None, cancel: Optional[Cancel] = None) -> CompactionOutcome:
         return await self._run(self.agent.compact, span, cancel=cancel)  # type: ignore[no-any-return]
 
+    async def compact_idle(self, cancel: Optional[Cancel] = None) -> CompactionOutcome:
+        """The compaction the cache clock decided (it calls the summariser)."""
+        return await self._run(self.agent.compact_idle, cancel=cancel)  # type: ignore[no-any-return]
+
     async def provider_error(self, error: Union[str, Mapping[str, Any]], cancel: Optional[Cancel] = None) -> bool:
         return await self._run(self.agent.provider_error, error, cancel=cancel)  # type: ignore[no-any-return]
+
+    def spawn(self, directive: Any, call_id: Optional[str] = None, **options: Any) -> "Tuple[Session, AsyncAgent]":
+        """Spawns a child (as :meth:`Agent.spawn`) and returns its session and an
+        :class:`AsyncAgent` over it, sharing this one's executor: run each child as a task of
+        its own and ``await parent.finish_child(child)`` when it is done."""
+        session, child = self.agent.spawn(directive, call_id, **options)
+        return session, AsyncAgent(child, self._executor)
+
+    async def finish_child(self, child: Union["AsyncAgent", Agent], error: Optional[str] = None) -> ChildOutcome:
+        """Records the child's answer as this agent's tool result (as
+        :meth:`Agent.finish_child`), off the event loop: children finish in any order."""
+        c = child.agent if isinstance(child, AsyncAgent) else child
+        return await self._run(self.agent.finish_child, c, error, cancellable=False)  # type: ignore[no-any-return]
 
     async def measure(self) -> Dict[str, Any]:
         return await self._run(self.agent.measure, cancellable=False)  # type: ignore[no-any-return]

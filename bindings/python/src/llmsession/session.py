@@ -119,7 +119,8 @@ class Session(Handle):
     def explain(self, options: Options = None) -> Dict[str, Any]:
         """Why each request hit or missed the provider's cache, every uncached token by cause,
         and with a price table its cost (docs/caching.md); options ``{"tokenizer"?: path,
-        "prices"?: {...}, "cacheRules"?: {...}}``."""
+        "prices"?: {...}, "cacheRules"?: {...}, "tree"?: bool}`` (``tree``: the tree rooted at
+        this session, its children spawned in this process, per node and rolled up)."""
         b, n = opt(options)
         return cast(Dict[str, Any], call_json(N.lib.lls_session_explain, self.ptr, b, n))
 
@@ -152,7 +153,8 @@ def verify_file(path: PathLike) -> VerifyReport:
 
 
 def explain_file(path: PathLike, options: Options = None) -> Dict[str, Any]:
-    """Explains a stored JSONL log without opening it (as :meth:`Session.explain`)."""
+    """Explains a stored JSONL log without opening it (as :meth:`Session.explain`); with
+    ``{"tree": True}`` ``path`` may be a store URL, and the tree is read from the store."""
     p = _path(path)
     b, n = opt(options)
     return cast(Dict[str, Any], call_json(N.lib.lls_explain_file, p, len(p), b, n))
@@ -160,7 +162,8 @@ def explain_file(path: PathLike, options: Options = None) -> Dict[str, Any]:
 
 def list_sessions(url: str, options: Options = None) -> List[StoredSession]:
     """The sessions of the store a URL names, by id (``file:DIR``: one per ``*.jsonl`` log in the
-    directory); options ``{"after"?, "limit"?}``."""
+    directory); options ``{"after"?, "limit"?, "parent"?}`` (``parent``: only that session's
+    children and forks)."""
     u = text(url, "list_sessions")
     b = dumps(options or {})
     return cast(List[StoredSession], json.loads(call_out(N.lib.lls_store_list_sessions, u, len(u), b, len(b)) or b"[]"))

@@ -36,7 +36,14 @@ class Stream(Handle):
         elif isinstance(chunk, (bytes, bytearray, memoryview)):
             b = bytes(chunk)
         else:
-            raise TypeError(f"Stream.feed: expected bytes or str, got {type(chunk).__name__}")
+            hint = ""
+            if hasattr(chunk, "to_json") or hasattr(chunk, "model_dump_json"):
+                hint = (
+                    " (an SDK's parsed chunk: feed the raw bytes of the response instead, e.g. "
+                    "openai's with_streaming_response and iter_bytes(); docs/python.md, "
+                    '"With the official SDKs")'
+                )
+            raise TypeError(f"Stream.feed: expected bytes or str, got {type(chunk).__name__}{hint}")
         call(N.lib.lls_stream_feed, self.ptr, b, len(b))
 
     def next_delta(self) -> Optional[Delta]:

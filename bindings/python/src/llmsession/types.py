@@ -50,8 +50,29 @@ class ToolResultBlock(TypedDict):
     isError: bool
 
 
-Block = Union[TextBlock, ReasoningBlock, ToolCallBlock, ToolResultBlock, Dict[str, Json]]
-"""A content block; a type other than the four known ones is carried as an opaque object."""
+class ImageBlock(TypedDict):
+    """An image: ``url``, or ``data`` (base64) with its ``mediaType``."""
+
+    type: Literal["image"]
+    url: NotRequired[str]
+    mediaType: NotRequired[str]
+    data: NotRequired[str]
+
+
+class FileBlock(TypedDict):
+    """A file (a document, audio, video, ...): its ``mediaType`` and one of ``data`` (base64),
+    ``url`` and ``fileId`` (the provider's Files API id or URI), with its ``filename``."""
+
+    type: Literal["file"]
+    mediaType: str
+    data: NotRequired[str]
+    url: NotRequired[str]
+    fileId: NotRequired[str]
+    filename: NotRequired[str]
+
+
+Block = Union[TextBlock, ReasoningBlock, ToolCallBlock, ToolResultBlock, ImageBlock, FileBlock, Dict[str, Json]]
+"""A content block; a type other than the known ones is carried as an opaque object."""
 
 
 class Message(TypedDict):
@@ -67,12 +88,26 @@ class Usage(TypedDict, total=False):
     reasoningTokens: int
 
 
-class Tool(TypedDict, total=False):
-    """A tool schema as the request carries it (``name``, ``description``, ``parameters``)."""
+class FunctionTool(TypedDict, total=False):
+    """A function tool as the request carries it (``name``, ``description`` (optional),
+    ``parameters``). OpenAI's ``{"type": "function", "function": {...}}`` is read too."""
 
     name: str
-    description: str
+    description: Optional[str]
     parameters: Dict[str, Json]
+
+
+class ProviderTool(TypedDict):
+    """A provider's own (server-side) tool, sent verbatim to its format only: ``format`` is the
+    renderer name, ``tool`` the object in the provider's shape."""
+
+    type: Literal["provider"]
+    format: str
+    tool: Dict[str, Json]
+
+
+Tool = Union[FunctionTool, ProviderTool]
+"""A tool: a function tool or a provider tool (docs/render.md, "Tools")."""
 
 
 class CallConfig(TypedDict, total=False):
@@ -133,7 +168,36 @@ class RequestInfo(TypedDict):
     sharedMessages: int
     instance: int
     stepSeq: int
-    purpose: NotRequired[Literal["conversation", "compaction"]]
+    purpose: NotRequired[Literal["conversation", "compaction", "keepalive"]]
+    #: The Anthropic beta flags the request needs (native compaction's, header
+    #: ``anthropic-beta``); from ``request_info`` and ``next_request``, absent when none.
+    betas: NotRequired[List[str]]
+
+
+class NativeRequest(TypedDict):
+    """A native compaction request (``Agent.begin_native_compaction``)."""
+
+    format: str
+    endpoint: str
+    betas: List[str]
+    envelope: str
+    body: str
+    digest: str
+    span: List[int]
+    seqs: List[int]
+    messageCount: int
+    sharedMessages: int
+
+
+class NativeOutcome(TypedDict):
+    """How a native compaction ended."""
+
+    outcome: Literal["landed", "failed"]
+    format: str
+    span: List[int]
+    seqs: List[int]
+    error: NotRequired[str]
+    stopReason: NotRequired[str]
 
 
 class SessionEvent(TypedDict):
@@ -173,6 +237,36 @@ class CompactionOutcome(TypedDict):
     seqs: List[int]
     request: Dict[str, Json]
     error: NotRequired[str]
+
+
+class ChildOutcome(TypedDict):
+    """What finishing a child gave its parent (``Agent.finish_child``)."""
+
+    child: str
+    answer: str
+    isError: bool
+    recorded: int
+    callId: NotRequired[str]
+
+
+class ClockDecision(TypedDict):
+    """The cache clock's answer (``lls_agent_cache_clock``; docs/caching.md, "The cache clock")."""
+
+    decision: Literal["none", "compact", "keep-warm", "let-expire", "tier"]
+    tier: NotRequired[str]
+    reason: str
+    at: int
+    warmUntil: NotRequired[int]
+    #: When to ask again (ms since the epoch); absent: nothing to decide before the next request.
+    nextDecisionAt: NotRequired[int]
+    returnProbability: NotRequired[float]
+    options: List[Dict[str, Json]]
+    breakEven: Dict[str, Json]
+    #: Where the return-time model came from.
+    returns: str
+    state: Dict[str, Json]
+    #: The seq of the ``clock/decision`` event that records it.
+    recorded: NotRequired[int]
 
 
 class StoredSession(TypedDict):

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The cache clock's benchmark (docs/performance.md, "The cache clock"): `llmsession simulate` on
+# the public Claude Code transcripts (scripts/fetch-transcripts.sh), priced at Anthropic's
+# published prices for the model they used (benches/clock/anthropic.json: Claude Sonnet 4, per
+# million tokens, from Anthropic's pricing page as read on 2026-12-03), with the default
+# assumptions, then the same with each assumption the report discusses changed: a 10-second
+# margin, no 1-hour tier (benches/clock/five-minutes-only.json), `prefix` tier billing, a
+# lighter prior. Prints one table per run and writes each run's JSON under $OUT
+# (default target/bench-clock/). No timing is measured: the figures are costs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CARGO="${CARGO:-cargo}"
+OUT="${OUT:-target/bench-clock}"
+mkdir -p "$OUT"
+DIR="$(bash scripts/fetch-transcripts.sh)"
+"$CARGO" build -q -p llmsession-cli
+BIN="${CARGO_TARGET_DIR:-target}/debug/llmsession"
+FILES=("$DIR"/*.jsonl)
+PRICES=benches/clock/anthropic.json
+
+run() {
+    local name="$1" prices="$2" options="$3"
+    local opts="$OUT/$name.options.json"
+    printf '%s\n' "$options" >"$opts"
+    echo "== $name: --prices $prices --options $options"
+    "$BIN" simulate --from claude-code "${FILES[@]}" --prices "$prices" --options "$opts"
+    "$BIN" simulate --from claude-code "${FILES[@]}" --prices "$prices" --options "$opts" --json >"$OUT/$name.json"
+    echo
+}
+
+run default "$PRICES" '{}'
+run margin-10s "$PRICES" '{"marginMs": 10000}'
+run no-hour-tier benches/clock/five-minutes-only.json '{}'
+run no-hour-tier-margin-10s benches/clock/five-minutes-only.json '{"marginMs": 10000}'
+run prefix-billing "$PRICES" '{"tierBilling": "prefix"}'
+run prior-weight-0.5 "$PRICES" '{"returnModel": {"priorWeight": 0.5}}'
+echo "JSON of every run: $OUT/"

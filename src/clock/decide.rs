@@ -1,0 +1,563 @@
+//! The online decision: what to do now about a warm cache, under a return-time model, without
+//! knowing when the host returns (see [`crate::clock`] for the model written down).
+
+use super::cost::{cheapest, CacheFigures, Tier};
+use super::returns::ReturnModel;
+use serde::Serialize;
+
+/// When the decision is asked for, and what the times of the last requests were (Unix ms).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Timing {
+    /// The last conversation request: the host's gap is measured from it.
+    pub gap_start: u64,
+    /// The last request that used the cache (the conversation request, a keep-warm request or a
+    /// summarisation request after it): the TTL runs from it.
+    pub touched_at: u64,
+    /// Now.
+    pub now: u64,
+}
+
+/// What the clock decides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Action {
+    /// Nothing to do now (warm and not yet due, expired, or no TTL).
+    None,
+    /// Compact now, while the region's prefix is warm.
+    Compact,
+    /// Send a keep-warm request now.
+    KeepWarm,
+    /// Let the cache expire: do nothing more until the next request.
+    LetExpire,
+    /// Write the next request at another tier (`Decision::tier`).
+    Tier,
+}
+
+impl Action {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::None => "none",
+            Action::Compact => "compact",
+            Action::KeepWarm => "keep-warm",
+            Action::LetExpire => "let-expire",
+            Action::Tier => "tier",
+        }
+    }
+
+    /// Parses a wire name.
+    pub fn parse(s: &str) -> Option<Action> {
+        [Action::None, Action::Compact, Action::KeepWarm, Action::LetExpire, Action::Tier].into_iter().find(|a| a.as_str() == s)
+    }
+}
+
+/// One option's expected cost under the return-time model.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Expected {
+    /// `let-expire`, `keep-warm`, `compact` or `tier`.
+    pub option: String,
+    /// With `tier`: its name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
+    /// The expected cost: the actions taken until the host returns and the context of its
+    /// first request, conditional on the host being away until now.
+    pub expected_cost: f64,
+    /// With `keep-warm`: the expected number of keep-warm requests (this one and the later
+    /// ones the clock would send).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected_pings: Option<f64>,
+}
+
+/// The break-evens the reason names.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BreakEven {
+    /// How many keep-warm requests cost as much as one rewrite after expiry.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pings: Option<f64>,
+    /// The longest absence that many keep-warm requests bridge (ms after the last use).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keep_warm_ms: Option<u64>,
+    /// The probability of a return after expiry above which compacting now pays.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compact_probability: Option<f64>,
+}
+
+/// The clock's answer: one decision, why, the expected cost of each option, and when to ask
+/// again.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decision {
+    /// What to do now.
+    pub decision: Action,
+    /// With `tier`: the tier for the next write.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
+    /// Why, in words: the break-even, the probability of the host's return that decides it,
+    /// the expected cost of each option.
+    pub reason: String,
+    /// The time it was decided for.
+    pub at: u64,
+    /// Until when the cache is warm (absent without a TTL).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warm_until: Option<u64>,
+    /// When to ask again; absent: nothing to decide before the next request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_decision_at: Option<u64>,
+    /// The probability that the host, away until now, returns while the cache is warm.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub return_probability: Option<f64>,
+    /// Every option the clock weighed, with its expected cost.
+    pub options: Vec<Expected>,
+    /// The break-evens.
+    pub break_even: BreakEven,
+    /// Where the return-time model comes from (`the default prior`, `4 gaps of this session +
+    /// the default prior`, `the host's distribution`).
+    pub returns: String,
+}
+
+/// The conditional distribution of the remaining absence, on a time axis that starts at the
+/// first decision point `d0`: `pre` is the weight of returns before `d0` (warm, nothing done),
+/// `points` those after it (offset in ms, weight), `never` the weight of never returning.
+struct Remaining {
+    pre: f64,
+    points: Vec<(u64, f64)>,
+    never: f64,
+    /// suffix[i]: the weight of points[i..] plus never.
+    suffix: Vec<f64>,
+}
+
+impl Remaining {
+    fn new(model: &ReturnModel, away: u64, until_d0: u64) -> Remaining {
+        let mut pre = 0.0;
+        let mut points = Vec::new();
+        for &(g, w) in &model.points {
+            if g <= away {
+                continue;
+            }
+            let r = g - away;
+            if r <= until_d0 {
+                pre += w;
+            } else {
+                points.push((r - until_d0, w));
+            }
+        }
+        let mut suffix = vec![0.0; points.len() + 1];
+        suffix[points.len()] = model.never_returns;
+        for i in (0..points.len()).rev() {
+            suffix[i] = suffix[i + 1] + points[i].1;
+        }
+        Remaining { pre, points, never: model.never_returns, suffix }
+    }
+
+    /// The first point index with offset > t.
+    fn after(&self, t: u64) -> usize {
+        self.points.partition_point(|p| p.0 <= t)
+    }
+
+    /// The weight of returns in (a, b] (offsets), and of those after b (never included).
+    fn split(&self, a: u64, b: u64) -> (f64, f64) {
+        let (i, j) = (self.after(a), self.after(b));
+        (self.suffix[i] - self.suffix[j], self.suffix[j])
+    }
+
+    fn mass_after(&self, t: u64) -> f64 {
+        self.suffix[self.after(t)]
+    }
+}
+
+/// The value of each option at decision point k of the dynamic programme (all conditional on
+/// the host being away at that point).
+#[derive(Clone, Copy, Debug)]
+struct Values {
+    expire: f64,
+    ping: Option<f64>,
+    compact: Option<f64>,
+    /// The expected number of pings from this point on, following the best choice.
+    pings: f64,
+    best: f64,
+}
+
+/// Solves the optimal-stopping programme from decision point 0 (at `d0`; the cache expires
+/// `x0` after it): at each point, let it expire, compact, or ping (then decide again one ping
+/// period later, where the cache expires `margin` after the point). Returns the values at
+/// point 0.
+fn solve(f: &CacheFigures, rem: &Remaining, x0: u64) -> Values {
+    let ttl = f.ttl_ms.expect("solve needs a TTL");
+    let period = f.ping_period().expect("a TTL");
+    let margin = f.margin();
+    let (warm, cold, ping) = (f.warm_return(), f.cold_return(), f.ping_cost());
+    let summary = f.compaction_cost();
+    // The last point with a finite return after it: beyond, only `never` remains and letting it
+    // expire costs nothing.
+    let last = rem.points.last().map_or(0, |p| p.0);
+    let k_max = (last / period + 1).min(1_000_000);
+    let mut next: Option<(Values, f64)> = None; // values at k+1 and its mass
+    let mut at0 = None;
+    for k in (0..=k_max).rev() {
+        let t = k * period;
+        let x = if k == 0 { x0 } else { margin };
+        let mass = rem.mass_after(t);
+        let (in_warm, after) = rem.split(t, t + x);
+        let expire = if mass > 0.0 { (in_warm * warm + (after - rem.never) * cold) / mass } else { 0.0 };
+        let compact = summary.map(|s| {
+            let (head_warm, head_cold) = rem.split(t, t + ttl);
+            let w = f.compacted_return(true).expect("figures");
+            let c = f.compacted_return(false).expect("figures");
+            s + if mass > 0.0 { (head_warm * w + (head_cold - rem.never) * c) / mass } else { 0.0 }
+        });
+        let ping_value = f.keepalive.then(|| {
+            let (within, _) = rem.split(t, t + period);
+            let (cont, cont_mass) = next.map_or((0.0, 0.0), |(v, m)| (v.best, m));
+            ping + if mass > 0.0 { (within * warm + cont_mass * cont) / mass } else { 0.0 }
+        });
+        let costs = [Some(expire), ping_value, compact];
+        let i = cheapest(costs.iter().map(|c| c.unwrap_or(f64::INFINITY)));
+        let best = costs[i].expect("the cheapest is priced");
+        let next_pings = next.map_or(0.0, |(v, m)| if mass > 0.0 { v.pings * m / mass } else { 0.0 });
+        let pings = if i == 1 { 1.0 + next_pings } else { 0.0 };
+        let v = Values { expire, ping: ping_value, compact, pings, best };
+        if k == 0 {
+            at0 = Some((v, next_pings));
+        }
+        next = Some((v, mass));
+    }
+    let (mut v, next_pings) = at0.expect("k = 0 is solved");
+    // The expected pings of the keep-warm option itself (this ping and what follows).
+    v.pings = 1.0 + next_pings;
+    v
+}
+
+fn money(x: f64) -> String {
+    if x == 0.0 {
+        "0".into()
+    } else if x.abs() >= 1.0 {
+        format!("{x:.2}")
+    } else {
+        let digits = (-x.abs().log10()).ceil() as usize + 2;
+        format!("{x:.digits$}")
+    }
+}
+
+fn duration(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0..=119 => format!("{s} s"),
+        120..=599 if !s.is_multiple_of(60) => format!("{:.1} min", s as f64 / 60.0),
+        120..=7199 => format!("{} min", (s + 30) / 60),
+        _ => format!("{:.1} h", s as f64 / 3600.0),
+    }
+}
+
+fn percent(p: f64) -> String {
+    format!("{:.0} %", p * 100.0)
+}
+
+/// The expected cost of each tier of `f.tiers` for the next write, over one gap from its start
+/// under `model` (the write at that tier's price, then the gap as [`decide`] would handle it at
+/// that tier's TTL), with the warm prefix then as now. The clock advises the cheapest (`tier`);
+/// `simulate` asks it before each write.
+pub fn tier_costs(f: &CacheFigures, model: &ReturnModel) -> Vec<(Tier, f64)> {
+    let mut out = Vec::new();
+    for t in &f.tiers {
+        let mut g = f.clone();
+        g.ttl_ms = Some(t.ttl_ms);
+        g.tier = t.name.clone();
+        g.rates.write = t.write;
+        // What the next request writes at that tier: what it adds (about what the last one
+        // wrote, at least what came after it), or the whole prefix under `prefix` billing.
+        let new = f.written_tokens.max(f.context_tokens.saturating_sub(f.warm_tokens));
+        let moves = t.name != f.tier && f.tier_billing == super::cost::TierBilling::Prefix;
+        let write = (if moves { new.max(f.warm_tokens) } else { new }) as f64 * t.write / 1e6;
+        let margin = g.margin();
+        let rem = Remaining::new(model, 0, t.ttl_ms - margin);
+        let v = solve(&g, &rem, margin);
+        let total = rem.pre + rem.suffix[0];
+        let gap = if total > 0.0 { (rem.pre * g.warm_return() + rem.suffix[0] * v.best) / total } else { 0.0 };
+        out.push((t.clone(), write + gap));
+    }
+    out
+}
+
+/// Decides what to do now (see the module docs of [`crate::clock`]). Deterministic: the same
+/// figures, timing and model give the same decision, reason and figures.
+pub fn decide(f: &CacheFigures, t: &Timing, model: &ReturnModel) -> Decision {
+    let mut d = Decision {
+        decision: Action::None,
+        tier: None,
+        reason: String::new(),
+        at: t.now,
+        warm_until: None,
+        next_decision_at: None,
+        return_probability: None,
+        options: Vec::new(),
+        break_even: BreakEven::default(),
+        returns: model.source.clone(),
+    };
+    let Some(ttl) = f.ttl_ms else {
+        d.reason =
+            "nothing to do: the provider documents no TTL for this cache (it stays until evicted), so nothing expires to act on".into();
+        return d;
+    };
+    let expiry = t.touched_at.saturating_add(ttl);
+    d.warm_until = Some(expiry);
+    if f.warm_tokens == 0 {
+        d.reason = "nothing to do: no prefix is cached yet".into();
+        return d;
+    }
+    if let Some(c) = f.compaction.as_ref().filter(|c| c.necessary) {
+        d.decision = Action::Compact;
+        d.reason = format!(
+            "compact now: the context is over the compaction threshold, and a necessary compaction never waits (the summarisation request reads {} tokens {})",
+            c.read_tokens,
+            if t.now < expiry { "while they are warm" } else { "again: the cache expired" }
+        );
+        return d;
+    }
+    if t.now >= expiry {
+        d.reason = format!("nothing to do: the cache expired {} ago; the next request writes the context again", duration(t.now - expiry));
+        return d;
+    }
+    let margin = f.margin();
+    let d0 = t.now.max(expiry - margin);
+    let away = t.now.saturating_sub(t.gap_start);
+    let rem = Remaining::new(model, away, d0 - t.now);
+    let v = solve(f, &rem, expiry - d0);
+    let total = rem.pre + rem.suffix[0];
+    // Seen from now: returns before d0 are warm whatever the option.
+    let seen = |x: f64| if total > 0.0 { (rem.pre * f.warm_return() + rem.suffix[0] * x) / total } else { 0.0 };
+    d.options.push(Expected { option: "let-expire".into(), tier: None, expected_cost: seen(v.expire), expected_pings: None });
+    if let Some(p) = v.ping {
+        d.options.push(Expected { option: "keep-warm".into(), tier: None, expected_cost: seen(p), expected_pings: Some(v.pings) });
+    }
+    if let Some(c) = v.compact {
+        d.options.push(Expected { option: "compact".into(), tier: None, expected_cost: seen(c), expected_pings: None });
+    }
+    d.return_probability = Some(model.returns_within(away, expiry - t.now));
+    // Break-evens.
+    let (ping, saved) = (f.ping_cost(), f.cold_return() - f.warm_return());
+    if f.keepalive && ping > 0.0 {
+        let n = saved / ping;
+        d.break_even.pings = Some(n);
+        d.break_even.keep_warm_ms = Some(ttl + (n.max(0.0).floor() as u64).saturating_mul(f.ping_period().unwrap_or(0)));
+    }
+    if let (Some(s), Some(w), Some(c)) = (f.compaction_cost(), f.compacted_return(true), f.compacted_return(false)) {
+        // Compacting pays when the host returns after expiry with a probability above
+        // A / (A - B): A what it costs more on a warm return, -B what it saves on a cold one.
+        let (a, b) = (s + w - f.warm_return(), s + c - f.cold_return());
+        d.break_even.compact_probability = Some(if b < 0.0 { (a / (a - b)).clamp(0.0, 1.0) } else { 1.0 });
+    }
+    let costs: Vec<String> = d.options.iter().map(|o| format!("{} {}", o.option, money(o.expected_cost))).collect();
+    let costs = costs.join(", ");
+    let why_pings = || {
+        match (d.break_even.pings, d.break_even.keep_warm_ms) {
+        (Some(n), Some(ms)) => format!(
+            "a keep-warm request costs {} and a rewrite after expiry {} more than a warm read, so keeping warm pays if the host returns within {:.1} requests ({} after the last use); ",
+            money(ping),
+            money(saved),
+            n,
+            duration(ms)
+        ),
+        _ => String::new(),
+    }
+    };
+    let why_compact = || match d.break_even.compact_probability {
+        Some(p) if p < 1.0 => format!("compacting pays if the host returns after expiry with a probability above {}; ", percent(p)),
+        Some(_) => "compacting would not pay even after expiry; ".into(),
+        None => String::new(),
+    };
+    let odds = format!(
+        "away {}, the host returns within {} (while warm) with probability {} ({})",
+        duration(away),
+        duration(expiry - t.now),
+        percent(d.return_probability.unwrap_or(0.0)),
+        model.source
+    );
+    if t.now < d0 {
+        // Not due yet: an advisable action waits while the cache is warm. Meanwhile, a tier for
+        // the next write.
+        d.next_decision_at = Some(d0);
+        let tiers = tier_costs(f, model);
+        for (tier, cost) in &tiers {
+            d.options.push(Expected { option: "tier".into(), tier: Some(tier.name.clone()), expected_cost: *cost, expected_pings: None });
+        }
+        let best = cheapest(tiers.iter().map(|x| x.1));
+        if let Some((tier, cost)) = tiers.get(best).filter(|(x, _)| x.name != f.tier) {
+            let now_cost = tiers.iter().find(|(x, _)| x.name == f.tier).map_or(f64::NAN, |x| x.1);
+            d.decision = Action::Tier;
+            d.tier = Some(tier.name.clone());
+            d.reason = format!(
+                "write the next request at the {} tier: with this session's pauses ({}) a gap costs {} on average there against {} at the {} tier (its premium included); nothing else is due before {} ({} before expiry)",
+                tier.name,
+                model.source,
+                money(*cost),
+                money(now_cost),
+                f.tier,
+                duration(d0 - t.now),
+                duration(margin)
+            );
+        } else {
+            d.reason = format!(
+                "nothing to do yet: the cache is warm for {} more; ask again {} before expiry, in {} (expected costs then: {costs})",
+                duration(expiry - t.now),
+                duration(margin),
+                duration(d0 - t.now)
+            );
+        }
+        return d;
+    }
+    let i = cheapest(d.options.iter().map(|o| o.expected_cost));
+    let chosen = d.options[i].option.clone();
+    d.decision = match chosen.as_str() {
+        "keep-warm" => Action::KeepWarm,
+        "compact" => Action::Compact,
+        _ => Action::LetExpire,
+    };
+    d.reason = match d.decision {
+        Action::KeepWarm => {
+            d.next_decision_at = Some(t.now + f.ping_period().unwrap_or(ttl));
+            format!("keep warm now: {}{odds}; expected costs: {costs}", why_pings())
+        }
+        Action::Compact => format!("compact now, while the prefix is warm: {}{odds}; expected costs: {costs}", why_compact()),
+        _ => format!("let it expire: {}{}{odds}; expected costs: {costs}", why_pings(), why_compact()),
+    };
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::cost::{CompactionFigures, Rates, TierBilling};
+    use super::*;
+
+    fn figures(warm: u64) -> CacheFigures {
+        CacheFigures {
+            warm_tokens: warm,
+            context_tokens: warm + 1_000,
+            written_tokens: 1_500,
+            ttl_ms: Some(300_000),
+            tier: "5m".into(),
+            tiers: Vec::new(),
+            tier_billing: TierBilling::Written,
+            rates: Rates { input: 3.0, read: 0.3, write: 3.75, output: 15.0 },
+            keepalive: true,
+            ping_output_tokens: 1,
+            margin_ms: 30_000,
+            compaction: None,
+        }
+    }
+
+    fn at(now: u64) -> Timing {
+        Timing { gap_start: 0, touched_at: 0, now }
+    }
+
+    fn model(gaps_min: &[u64], never: f64) -> ReturnModel {
+        ReturnModel::new(gaps_min.iter().map(|m| (m * 60_000, 1.0)).collect(), never, "test")
+    }
+
+    #[test]
+    fn before_the_margin_nothing_is_due_and_the_time_to_ask_again_is_given() {
+        let d = decide(&figures(50_000), &at(60_000), &ReturnModel::default_prior());
+        assert_eq!(d.decision, Action::None);
+        assert_eq!(d.warm_until, Some(300_000));
+        assert_eq!(d.next_decision_at, Some(270_000));
+        assert!(d.reason.starts_with("nothing to do yet: the cache is warm for 4 min more; ask again 30 s before expiry"), "{}", d.reason);
+        assert_eq!(d.options.len(), 2);
+    }
+
+    #[test]
+    fn keep_warm_when_the_host_is_likely_back_within_the_break_even() {
+        // The host always comes back after 20 minutes: four pings beat one rewrite.
+        let d = decide(&figures(100_000), &at(270_000), &model(&[20], 0.0));
+        assert_eq!(d.decision, Action::KeepWarm, "{}", d.reason);
+        assert_eq!(d.next_decision_at, Some(270_000 + 270_000));
+        let kw = &d.options[1];
+        assert!((kw.expected_pings.unwrap() - 4.0).abs() < 1e-9, "{kw:?}");
+        assert!(d.reason.contains("within 11.5 requests (55 min after the last use)"), "{}", d.reason);
+        assert!(d.reason.contains("expected costs: let-expire"), "{}", d.reason);
+    }
+
+    #[test]
+    fn let_expire_when_the_host_is_back_late_or_never() {
+        for m in [model(&[180], 0.0), model(&[20], 0.95)] {
+            let d = decide(&figures(100_000), &at(270_000), &m);
+            assert_eq!(d.decision, Action::LetExpire, "{}", d.reason);
+            assert_eq!(d.next_decision_at, None);
+            assert!(d.reason.starts_with("let it expire: a keep-warm request costs"), "{}", d.reason);
+        }
+    }
+
+    #[test]
+    fn compact_when_the_context_is_large_and_the_return_late() {
+        let mut f = figures(200_000);
+        f.compaction = Some(CompactionFigures {
+            read_tokens: 190_000,
+            instruction_tokens: 400,
+            summary_tokens: 6_000,
+            head_tokens: 8_000,
+            compacted_tokens: 40_000,
+            necessary: false,
+        });
+        let d = decide(&f, &at(270_000), &model(&[180], 0.0));
+        assert_eq!(d.decision, Action::Compact, "{}", d.reason);
+        assert!(d.reason.contains("compacting pays if the host returns after expiry with a probability above"), "{}", d.reason);
+        // Warm for another 4 minutes: an advisable compaction waits.
+        let d = decide(&f, &at(30_000), &model(&[180], 0.0));
+        assert_eq!(d.decision, Action::None);
+        // Over the threshold it does not.
+        f.compaction.as_mut().unwrap().necessary = true;
+        let d = decide(&f, &at(30_000), &model(&[180], 0.0));
+        assert_eq!(d.decision, Action::Compact);
+        assert!(d.reason.contains("a necessary compaction never waits"), "{}", d.reason);
+    }
+
+    #[test]
+    fn a_longer_tier_for_the_next_write_when_pauses_fall_between_the_ttls() {
+        let mut f = figures(100_000);
+        f.tiers = vec![Tier { name: "5m".into(), ttl_ms: 300_000, write: 3.75 }, Tier { name: "1h".into(), ttl_ms: 3_600_000, write: 6.0 }];
+        f.keepalive = false;
+        let d = decide(&f, &at(10_000), &model(&[30, 40], 0.0));
+        assert_eq!(d.decision, Action::Tier, "{}", d.reason);
+        assert_eq!(d.tier.as_deref(), Some("1h"));
+        assert_eq!(d.next_decision_at, Some(270_000));
+        // Pauses of seconds: the short tier stays.
+        let d = decide(&f, &at(10_000), &model(&[1], 0.0));
+        assert_eq!(d.decision, Action::None, "{}", d.reason);
+    }
+
+    #[test]
+    fn expired_or_without_ttl_there_is_nothing_to_do() {
+        let d = decide(&figures(1_000), &at(400_000), &ReturnModel::default_prior());
+        assert_eq!(d.decision, Action::None);
+        assert!(d.reason.starts_with("nothing to do: the cache expired 100 s ago"), "{}", d.reason);
+        let mut f = figures(1_000);
+        f.ttl_ms = None;
+        let d = decide(&f, &at(400_000), &ReturnModel::default_prior());
+        assert_eq!(d.decision, Action::None);
+        assert_eq!(d.warm_until, None);
+    }
+
+    #[test]
+    fn the_same_inputs_give_the_same_answer() {
+        let m = ReturnModel::default_prior();
+        let a = serde_json::to_string(&decide(&figures(80_000), &at(275_000), &m)).unwrap();
+        for _ in 0..3 {
+            assert_eq!(serde_json::to_string(&decide(&figures(80_000), &at(275_000), &m)).unwrap(), a);
+        }
+    }
+
+    #[test]
+    fn the_programme_matches_the_clairvoyant_cost_for_a_certain_return() {
+        // With one certain return time, the online expected cost equals the best clairvoyant
+        // option's cost for that gap.
+        use super::super::cost::GapCosts;
+        for minutes in [6u64, 20, 50, 70, 200] {
+            let f = figures(100_000);
+            let d = decide(&f, &at(270_000), &model(&[minutes], 0.0));
+            let best = d.options.iter().map(|o| o.expected_cost).fold(f64::INFINITY, f64::min);
+            let g = GapCosts::of(&f, minutes * 60_000);
+            assert!((best - g.best().cost).abs() < 1e-9, "{minutes} min: {best} vs {:?}", g);
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! The return-time model: how long the host stays away after a conversation request, as a
+//! distribution the clock takes expectations over (see [`crate::clock`]).
+//!
+//! It is a weighted set of gap lengths plus the probability that the host never returns: the
+//! host's own (`returnModel.gapsMs`), or the documented default prior, blended with the gaps the
+//! session itself showed so far (learned). The clock conditions it on the time the host has been
+//! away already, so the short gaps of a tool loop drop out by themselves.
+
+use crate::error::{Error, Result};
+use crate::types::Fields;
+use serde::Serialize;
+use serde_json::Value;
+
+const MINUTE: u64 = 60_000;
+
+/// The default prior's gaps, in minutes: log-spaced from one minute to eight hours, each
+/// equally likely.
+pub const DEFAULT_PRIOR_MINUTES: [u64; 14] = [1, 2, 3, 5, 8, 12, 20, 30, 45, 60, 90, 120, 240, 480];
+
+/// The default probability that the host never returns to a session.
+pub const DEFAULT_NEVER_RETURNS: f64 = 0.1;
+
+/// How many of the session's gaps the prior counts as, by default.
+pub const DEFAULT_PRIOR_WEIGHT: f64 = 3.0;
+
+/// A distribution of return times (see the module docs).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReturnModel {
+    /// Finite gaps in milliseconds, ascending, with their probabilities (they sum to
+    /// `1 - never_returns`).
+    pub points: Vec<(u64, f64)>,
+    /// The probability that the host never returns.
+    pub never_returns: f64,
+    /// Where it comes from, in words (`the default prior`, `4 gaps of this session + the
+    /// default prior`, `the host's distribution`).
+    pub source: String,
+}
+
+/// What the host gives as `returnModel` (every field optional): its own gaps (`gapsMs`, with
+/// `weights`), the probability it never returns (`neverReturns`), whether the session's own
+/// gaps are blended in (`learn`: by default only when no `gapsMs` are given), and how many gaps
+/// the prior counts as against them (`priorWeight`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReturnModelSpec {
+    /// The host's gaps (ms); `None`: the default prior.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gaps_ms: Option<Vec<u64>>,
+    /// Their weights (as many as gaps; default equal).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weights: Option<Vec<f64>>,
+    /// The probability that the host never returns, in [0, 1).
+    pub never_returns: f64,
+    /// Whether the session's own gaps are blended in.
+    pub learn: bool,
+    /// How many gaps the prior counts as.
+    pub prior_weight: f64,
+}
+
+impl Default for ReturnModelSpec {
+    fn default() -> Self {
+        ReturnModelSpec {
+            gaps_ms: None,
+            weights: None,
+            never_returns: DEFAULT_NEVER_RETURNS,
+            learn: true,
+            prior_weight: DEFAULT_PRIOR_WEIGHT,
+        }
+    }
+}
+
+impl ReturnModelSpec {
+    /// Parses `{"gapsMs"?: [ms...], "weights"?: [w...], "neverReturns"?: p, "learn"?: bool,
+    /// "priorWeight"?: n}` at `path`; errors name the field.
+    pub fn from_value(v: &Value, path: &str) -> Result<ReturnModelSpec> {
+        let f = Fields::of(v, path)?;
+        const KEYS: [&str; 5] = ["gapsMs", "weights", "neverReturns", "learn", "priorWeight"];
+        if let Some(k) = f.map.keys().find(|k| !KEYS.contains(&k.as_str())) {
+            return Err(Error::invalid(f.p(k), "is not a return-model field (expected gapsMs, weights, neverReturns, learn, priorWeight)"));
+        }
+        let gaps_ms = match f.opt_array("gapsMs")? {
+            None => None,
+            Some(a) if a.is_empty() => return Err(Error::invalid(f.p("gapsMs"), "is empty (give at least one gap, or leave it out)")),
+            Some(a) => Some(
+                a.iter()
+                    .enumerate()
+                    .map(|(i, g)| {
+                        g.as_u64()
+                            .filter(|g| *g > 0)
+                            .ok_or_else(|| Error::invalid(format!("{}[{i}]", f.p("gapsMs")), "expected a positive number of milliseconds"))
+                    })
+                    .collect::<Result<Vec<u64>>>()?,
+            ),
+        };
+        let weights = match f.opt_array("weights")? {
+            None => None,
+            Some(a) => {
+                let n = gaps_ms.as_ref().map(Vec::len).ok_or_else(|| Error::invalid(f.p("weights"), "needs gapsMs"))?;
+                if a.len() != n {
+                    return Err(Error::invalid(f.p("weights"), format!("has {} weights for {n} gaps", a.len())));
+                }
+                Some(
+                    a.iter()
+                        .enumerate()
+                        .map(|(i, w)| {
+                            w.as_f64()
+                                .filter(|w| w.is_finite() && *w > 0.0)
+                                .ok_or_else(|| Error::invalid(format!("{}[{i}]", f.p("weights")), "expected a positive number"))
+                        })
+                        .collect::<Result<Vec<f64>>>()?,
+                )
+            }
+        };
+        let never_returns = match f.opt_f64("neverReturns")? {
+            None => DEFAULT_NEVER_RETURNS,
+            Some(p) if (0.0..1.0).contains(&p) => p,
+            Some(p) => return Err(Error::invalid(f.p("neverReturns"), format!("must be in [0, 1), got {p}"))),
+        };
+        let prior_weight = match f.opt_f64("priorWeight")? {
+            None => DEFAULT_PRIOR_WEIGHT,
+            Some(w) if w.is_finite() && w > 0.0 => w,
+            Some(w) => return Err(Error::invalid(f.p("priorWeight"), format!("must be a positive number, got {w}"))),
+        };
+        let learn = f.opt_bool("learn")?.unwrap_or(gaps_ms.is_none());
+        Ok(ReturnModelSpec { gaps_ms, weights, never_returns, learn, prior_weight })
+    }
+
+    /// The model, with the session's own gaps (`learned`, in ms) when `learn` is on.
+    pub fn model(&self, learned: &[u64]) -> ReturnModel {
+        let (prior, prior_name): (Vec<(u64, f64)>, &str) = match &self.gaps_ms {
+            Some(g) => {
+                let w = self.weights.clone().unwrap_or_else(|| vec![1.0; g.len()]);
+                (g.iter().copied().zip(w).collect(), "the host's distribution")
+            }
+            None => (DEFAULT_PRIOR_MINUTES.iter().map(|m| (m * MINUTE, 1.0)).collect(), "the default prior"),
+        };
+        let prior_total: f64 = prior.iter().map(|p| p.1).sum();
+        let mut points: Vec<(u64, f64)> = Vec::new();
+        let learned: &[u64] = if self.learn { learned } else { &[] };
+        let scale = if learned.is_empty() { 1.0 / prior_total } else { self.prior_weight / prior_total };
+        points.extend(prior.iter().map(|(g, w)| (*g, w * scale)));
+        points.extend(learned.iter().filter(|g| **g > 0).map(|g| (*g, 1.0)));
+        let source = match learned.len() {
+            0 => prior_name.to_string(),
+            1 => format!("1 gap of this session + {prior_name}"),
+            n => format!("{n} gaps of this session + {prior_name}"),
+        };
+        ReturnModel::new(points, self.never_returns, source)
+    }
+}
+
+impl ReturnModel {
+    /// A model of `points` (gap in ms, weight > 0; normalised here) and the probability
+    /// `never_returns`.
+    pub fn new(mut points: Vec<(u64, f64)>, never_returns: f64, source: impl Into<String>) -> ReturnModel {
+        points.retain(|p| p.1 > 0.0 && p.1.is_finite());
+        points.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+        // Equal gaps become one point (sums in a fixed order: deterministic).
+        let mut merged: Vec<(u64, f64)> = Vec::with_capacity(points.len());
+        for (g, w) in points {
+            match merged.last_mut() {
+                Some(last) if last.0 == g => last.1 += w,
+                _ => merged.push((g, w)),
+            }
+        }
+        let total: f64 = merged.iter().map(|p| p.1).sum();
+        let never = if merged.is_empty() { 1.0 } else { never_returns.clamp(0.0, 1.0) };
+        if total > 0.0 {
+            for p in merged.iter_mut() {
+                p.1 = p.1 / total * (1.0 - never);
+            }
+        }
+        ReturnModel { points: merged, never_returns: never, source: source.into() }
+    }
+
+    /// The documented default: [`DEFAULT_PRIOR_MINUTES`] and [`DEFAULT_NEVER_RETURNS`].
+    pub fn default_prior() -> ReturnModel {
+        ReturnModelSpec::default().model(&[])
+    }
+
+    /// The probability that the host, away for `away_ms` already, returns within `within_ms`
+    /// more.
+    pub fn returns_within(&self, away_ms: u64, within_ms: u64) -> f64 {
+        let (mut inside, mut all) = (0.0, self.never_returns);
+        for &(g, w) in &self.points {
+            if g > away_ms {
+                all += w;
+                if g <= away_ms.saturating_add(within_ms) {
+                    inside += w;
+                }
+            }
+        }
+        if all > 0.0 {
+            inside / all
+        } else {
+            0.0
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_default_prior_is_documented_and_normalised() {
+        let m = ReturnModel::default_prior();
+        assert_eq!(m.points.len(), 14);
+        assert_eq!(m.points[0].0, MINUTE);
+        let total: f64 = m.points.iter().map(|p| p.1).sum::<f64>() + m.never_returns;
+        assert!((total - 1.0).abs() < 1e-12);
+        assert_eq!(m.source, "the default prior");
+        // Away 4.5 minutes: 11 of the 14 gaps are longer; 5, 8, 12, 20, 30, 45 and 60 minutes
+        // are within the next hour.
+        let p = m.returns_within(270_000, 3_600_000);
+        let each = 0.9 / 14.0;
+        assert!((p - 7.0 * each / (11.0 * each + 0.1)).abs() < 1e-12, "{p}");
+    }
+
+    #[test]
+    fn learned_gaps_weigh_against_the_prior() {
+        let spec = ReturnModelSpec::default();
+        let m = spec.model(&[1_000, 2_000, 600_000, 600_000]);
+        assert_eq!(m.source, "4 gaps of this session + the default prior");
+        // 600000 is one point of weight 2 (of 4 + 3 prior).
+        let ten = m.points.iter().find(|p| p.0 == 600_000).unwrap().1;
+        assert!((ten - 2.0 / 7.0 * 0.9).abs() < 1e-12, "{ten}");
+        let host = ReturnModelSpec::from_value(&json!({"gapsMs": [60000, 7200000], "neverReturns": 0.5}), "returnModel").unwrap();
+        assert!(!host.learn);
+        let m = host.model(&[5]);
+        assert_eq!(m.source, "the host's distribution");
+        assert_eq!(m.points, vec![(60_000, 0.25), (7_200_000, 0.25)]);
+    }
+
+    #[test]
+    fn a_bad_model_names_the_field() {
+        for (v, msg) in [
+            (
+                json!({"gaps": []}),
+                "returnModel.gaps: is not a return-model field (expected gapsMs, weights, neverReturns, learn, priorWeight)",
+            ),
+            (json!({"gapsMs": []}), "returnModel.gapsMs: is empty (give at least one gap, or leave it out)"),
+            (json!({"gapsMs": [1, -2]}), "returnModel.gapsMs[1]: expected a positive number of milliseconds"),
+            (json!({"gapsMs": [1], "weights": [1, 2]}), "returnModel.weights: has 2 weights for 1 gaps"),
+            (json!({"weights": [1]}), "returnModel.weights: needs gapsMs"),
+            (json!({"neverReturns": 1}), "returnModel.neverReturns: must be in [0, 1), got 1"),
+            (json!({"priorWeight": 0}), "returnModel.priorWeight: must be a positive number, got 0"),
+        ] {
+            assert_eq!(ReturnModelSpec::from_value(&v, "returnModel").unwrap_err().message(), msg);
+        }
+    }
+}
