@@ -11,7 +11,7 @@ CC ?= cc
 .PHONY: go-pc test-go test-go-module demo-build e2e e2e-resume
 .PHONY: test-cpp cpp-deps cpp-install-check
 .PHONY: fuzz-smoke fuzz-build fuzz-smoke-build fuzz-corpus readme-check check-docs
-.PHONY: test-pg bench-pg dist test-dist
+.PHONY: test-pg bench-pg bench-checkpoints dist test-dist
 .PHONY: check check-rust check-c check-go check-node check-cpp node-deps
 .PHONY: test-python check-python python-newcomer newcomer rust-newcomer
 
@@ -62,6 +62,14 @@ bench: tokenizer
 # debug build, seconds).
 bench-clock:
 	CARGO="$(CARGO)" bash benches/clock.sh
+
+# Checkpoints and the bounded open (docs/performance.md, "Resume from a checkpoint"): a 1 GB log
+# and a small one with the same window, side by side, a whole open and verify for comparison,
+# and 10,000 sessions listed; with LLMSESSION_BENCH_PG=1 the same on a throwaway PostgreSQL.
+# About 5 minutes (10 with PostgreSQL); needs about 1.7 GB of disk for a while.
+bench-checkpoints:
+	$(CARGO) build --release --example bench_checkpoints
+	BIN=$(RELEASE_DIR)/examples/bench_checkpoints bash benches/checkpoints.sh
 
 # Each benchmark once, in criterion's test mode, on small sizes (the test profile: shares the
 # build of test-rust, so this adds seconds, not a release build).

@@ -90,7 +90,9 @@ fn append(c: &mut Criterion) {
                         files += 1;
                         let path = dir.path().join(format!("{name}-{files}.jsonl"));
                         let _ = std::fs::remove_file(&path);
-                        let (session, _) = Session::open_jsonl(&path, SessionOptions { durability, id: Some(name.into()) }).expect("open");
+                        let (session, _) =
+                            Session::open_jsonl(&path, SessionOptions { durability, id: Some(name.into()), ..SessionOptions::default() })
+                                .expect("open");
                         slot = Some((Agent::new(&session, fixture::options()).expect("agent"), 0));
                     }
                     let (agent, n) = slot.as_mut().expect("agent");

@@ -68,7 +68,8 @@ fn write(dir: &Path, messages: usize) {
     let path = dir.join("session.jsonl");
     let _ = std::fs::remove_file(&path);
     let (session, _) =
-        Session::open_jsonl(&path, SessionOptions { durability: Durability::Never, id: Some("bench".into()) }).expect("open_jsonl");
+        Session::open_jsonl(&path, SessionOptions { durability: Durability::Never, id: Some("bench".into()), ..SessionOptions::default() })
+            .expect("open_jsonl");
     let f = fixture::Fixture::build(session, messages);
     let next = f.next;
     let session = f.finish();
@@ -169,8 +170,11 @@ enum Mode {
 fn run(dir: &Path, iterations: usize, out: &Path, mode: Mode) {
     let inputs = read_inputs(dir);
     let replies = if mode == Mode::Body { read_replies(dir, inputs.exchanges.len()) } else { Vec::new() };
-    let (parent, _) =
-        Session::open_jsonl(dir.join("session.jsonl"), SessionOptions { durability: Durability::Never, id: None }).expect("open fixture");
+    let (parent, _) = Session::open_jsonl(
+        dir.join("session.jsonl"),
+        SessionOptions { durability: Durability::Never, id: None, ..SessionOptions::default() },
+    )
+    .expect("open fixture");
     let cancel = CancelToken::new();
     let mut samples: Vec<(u128, u128)> = Vec::with_capacity(iterations);
     let mut bytes = 0;
@@ -180,7 +184,11 @@ fn run(dir: &Path, iterations: usize, out: &Path, mode: Mode) {
     // Round 0 warms up and is not recorded.
     while samples.len() < iterations {
         let child = parent
-            .fork(None, Box::new(MemoryStore::new()), SessionOptions { durability: Durability::Never, id: Some(inputs.fork_id.clone()) })
+            .fork(
+                None,
+                Box::new(MemoryStore::new()),
+                SessionOptions { durability: Durability::Never, id: Some(inputs.fork_id.clone()), ..SessionOptions::default() },
+            )
             .expect("fork");
         let mut agent = Agent::new(&child, fixture::options()).expect("agent");
         if mode == Mode::Body {

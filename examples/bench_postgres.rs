@@ -148,7 +148,9 @@ fn main() {
                     Session::open_url(&url, UrlOptions { id: Some(id), durability, ..UrlOptions::default() }).expect("open (PostgreSQL)").0
                 } else {
                     let path = dir.path().join(format!("{id}.jsonl"));
-                    Session::open_jsonl(&path, SessionOptions { durability, id: Some(id) }).expect("open (JSONL)").0
+                    Session::open_jsonl(&path, SessionOptions { durability, id: Some(id), ..SessionOptions::default() })
+                        .expect("open (JSONL)")
+                        .0
                 };
                 run_turns(session, turns).as_secs_f64() / turns as f64
             };
@@ -170,7 +172,8 @@ fn main() {
     let id = format!("{run}-load");
     {
         let (session, _) =
-            Session::open_jsonl(&path, SessionOptions { durability: Durability::Never, id: Some(id.clone()) }).expect("fixture");
+            Session::open_jsonl(&path, SessionOptions { durability: Durability::Never, id: Some(id.clone()), ..SessionOptions::default() })
+                .expect("fixture");
         let session = fixture::Fixture::build(session, 1 + 2 * (events / 5)).finish();
         session.sync().expect("sync");
     }
@@ -317,7 +320,7 @@ fn worker(f: &HashMap<String, String>) {
         let durability = policy(&names[i % names.len()]);
         if store == "jsonl" {
             let path = dir.as_ref().expect("--dir").join(format!("{id}.jsonl"));
-            Session::open_jsonl(&path, SessionOptions { durability, id: Some(id) }).map(|s| s.0)
+            Session::open_jsonl(&path, SessionOptions { durability, id: Some(id), ..SessionOptions::default() }).map(|s| s.0)
         } else {
             Session::open_url(&url, UrlOptions { id: Some(id), durability, ..UrlOptions::default() }).map(|s| s.0)
         }

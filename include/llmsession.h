@@ -86,11 +86,12 @@
  * `lls_agent_finish_child`, the explain option `tree`, `lls_agent_new` without `config` (wake
  * a session with its logged options), the `parent` option of `lls_store_list_sessions`;
  * the cache clock, `lls_agent_cache_clock`, `lls_agent_keepalive_body`, `LLS_PURPOSE_KEEPALIVE`
- * and the `lls_agent_compact` option `trigger`).
+ * and the `lls_agent_compact` option `trigger`; 7: checkpoints, the `"checkpoints"` and
+ * `"check"` options of every open, `file:DIR` listings).
  *
  * Thread safety: a constant.
  */
-#define LLS_ABI_MINOR 6
+#define LLS_ABI_MINOR 7
 
 /**
  * `*out_seq` of `lls_agent_inject` when the message was deferred (not written yet).
@@ -2236,7 +2237,16 @@ bool lls_is_context_overflow(uint16_t status, const char *body, size_t body_len)
  * Creates a new session kept in memory and stores it in `*out`.
  *
  * `opts_json` (may be NULL for the defaults) is `{"id"?: string, "durability"?:
- * "every-event" | "turn-end" | "never"}`; without an id a random one is chosen.
+ * "every-event" | "turn-end" | "never", "checkpoints"?, "check"?}`; without an id a random one
+ * is chosen.
+ *
+ * Checkpoints, here and in every call that opens or creates a session (`docs/log.md`,
+ * "Checkpoints"; since ABI 2 minor 6): `"checkpoints"` is `{"everyEvents"?: n, "everyBytes"?:
+ * n, "atCompaction"?: bool}` (defaults 1000, 1048576, true; 0 turns a trigger off) or `false`
+ * (none): when the session writes a checkpoint, the derived state an open needs. `"check"` is
+ * `"bounded"` (the default: an open reads the log from its last checkpoint, checks the chain
+ * over what it reads and the log rules after the checkpoint, and restores the rest from it) or
+ * `"full"` (an open reads and checks the whole log).
  *
  * A session id, here and in every call that takes one (`lls_session_open_file`,
  * `lls_session_open_url`, `lls_session_open_store`, `lls_session_fork`), is text of 1 to 1,024
@@ -2273,8 +2283,9 @@ lls_status lls_session_new_memory(const char *opts_json,
  * complete turn is `LLS_ERR_CORRUPT_LOG` with the `line` in the detail. The last path component
  * must not be a symbolic link; devices and FIFOs are refused.
  *
- * `opts_json` (may be NULL) is `{"id"?, "durability"?, "readOnly"?: bool, "mode"?: "0600",
- * "maxBytes"?: n}`: `id` applies only to a new session; `readOnly` opens without the lock,
+ * `opts_json` (may be NULL) is `{"id"?, "durability"?, "checkpoints"?, "check"?, "readOnly"?:
+ * bool, "mode"?: "0600", "maxBytes"?: n}` (`checkpoints` and `check` as for
+ * `lls_session_new_memory`): `id` applies only to a new session; `readOnly` opens without the lock,
  * creates and changes nothing (appends and agents get `LLS_ERR_READ_ONLY`; follow a writer with
  * `lls_session_refresh`); `mode` is the permission bits of a file this call creates (default
  * `"0600"`: logs hold users' prompts), as an octal string or a number; `maxBytes` the largest
@@ -2359,7 +2370,7 @@ lls_status lls_session_open_store(lls_callback_fn store,
  * parent's id and the seed length.
  *
  * `opts_json` (may be NULL) is `{"seedLength"?: n, "path"?: string, "url"?: string, "id"?:
- * string, "durability"?: ...}`: the seed ends at a turn boundary (default: every event up to
+ * string, "durability"?: ..., "checkpoints"?}`: the seed ends at a turn boundary (default: every event up to
  * the last one), the new session is kept in the JSONL file at `path` (which must be missing or
  * empty), in the store `url` names (as for `lls_session_open_url`: a `postgres://` URL forks
  * into that database, under `id` or a random id, which must not be taken), or in memory.
@@ -2532,7 +2543,9 @@ lls_status lls_session_stats(const lls_session *session,
  * Rebuilds every request recorded in the session's log from the log alone and compares it with
  * the recorded digest. On success `*out` is `{"events","requests","compactions"}` (what was
  * checked). A divergence is `LLS_ERR_RECONSTRUCTION` naming the first request that differs
- * (detail `seq`, `turn`, `step`, `line`).
+ * (detail `seq`, `turn`, `step`, `line`). The log is read from the session's store one record
+ * at a time, without the session being locked meanwhile; progress goes to the observer as
+ * `verify-progress` observations (level debug).
  *
  * Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`,
  * `LLS_ERR_RECONSTRUCTION`.
@@ -2550,7 +2563,9 @@ lls_status lls_session_verify(const lls_session *session,
 /**
  * Verifies a stored JSONL log at `(path, path_len)` without opening it as a session (nothing is
  * written): rebuilds every recorded request and compares digests. `*out` as for
- * `lls_session_verify`.
+ * `lls_session_verify`. The file is read one record at a time (memory follows the largest
+ * request, not the file's size); progress is reported to the observer as `verify-progress`
+ * observations (level debug, `lls_set_observer`).
  *
  * Errors: `LLS_ERR_NULL_POINTER` (`path`, `out`), `LLS_ERR_INVALID_UTF8`,
  * `LLS_ERR_INVALID_ARGUMENT` (empty path), `LLS_ERR_STORAGE` (cannot read; detail `path`),
@@ -2817,7 +2832,8 @@ void lls_tool_calls_free(lls_tool_calls *calls);
  *   `session=ID`. The tables are created on first use (see `docs/storage-postgres.md`).
  *
  * `opts_json` (may be NULL) is `{"id"?: string, "readOnly"?: bool, "create"?: bool,
- * "durability"?: "every-event" | "turn-end" | "never", "mode"?, "maxBytes"?}`:
+ * "durability"?: "every-event" | "turn-end" | "never", "checkpoints"?, "check"?, "mode"?,
+ * "maxBytes"?}` (`checkpoints` and `check` as for `lls_session_new_memory`):
  * `id` names the session (a database holds many: the URL's `session` may name it instead; a
  * writing open without either creates a session with a random id, which `lls_session_id`
  * tells; for a file it is the id of a session this call creates); `readOnly` opens without the
@@ -2861,8 +2877,10 @@ lls_status lls_session_open_url(const char *url,
  * a JSON array ordered by id: `[{"id","createdAt","parent"?:{"id","seedLength","spawned",
  * "callId"?},"events","chainHead"?,"updatedAt","inUse"}]` (`inUse`: a writer holds the session
  * now; `parent.spawned`: a child an agent spawned, else a fork; `callId`: the parent's call
- * the child answers). A file holds one session or none; a database without llmsession tables
- * holds none. Nothing is written. Free `*out` with `lls_string_free`.
+ * the child answers). A file holds one session or none, a directory (`file:DIR`) one per
+ * `*.jsonl` log in it (a file that is not a session log is passed over); a database without
+ * llmsession tables holds none. No log is read whole (a file's row comes from its first and
+ * last lines). Nothing is written. Free `*out` with `lls_string_free`.
  *
  * `opts_json` (may be NULL) is `{"after"?: string, "limit"?: n, "parent"?: string}`: only
  * sessions whose id sorts after `after`, at most `limit` of them (pages: pass the last id of

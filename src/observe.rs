@@ -550,7 +550,7 @@ mod sites {
         });
         let s = Session::create(
             Box::new(store),
-            SessionOptions { id: Some("obs-undo".into()), durability: crate::store::Durability::EveryEvent },
+            SessionOptions { id: Some("obs-undo".into()), durability: crate::store::Durability::EveryEvent, ..SessionOptions::default() },
         )
         .unwrap();
         fail_sync.store(true, Ordering::SeqCst);

@@ -11,10 +11,10 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::header::EpochHeader;
 use crate::log::event::{types, Event};
 use crate::log::history::{joined_len, runs, write_joined};
-use crate::log::load::{read_checked, CheckedLog, SessionHeader};
+use crate::log::load::{CheckedLog, SessionHeader};
 use crate::log::{Derived, Log};
 use crate::render::{BodyCache, BodySource, RenderOptions, Renderer};
-use crate::store::StoreContents;
+use crate::store::{RecordStream, RecordsInMemory, StoreContents};
 use crate::types::{CallConfig, Message, ToolSchema};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -841,8 +841,9 @@ impl RecordedRequest {
 /// through the loading path an open uses before any request is rebuilt from it.
 pub struct RequestWalk<'a> {
     session: &'a SessionHeader,
-    /// Every event of the log, when known (to find what a native checkpoint replaced).
-    events: &'a [Event],
+    /// How to find an earlier event of the log by seq, when the walk can (to find what a
+    /// native checkpoint replaced).
+    events: Events<'a>,
     log: Log,
     prefix: PrefixBytes,
     turn: u64,
@@ -851,16 +852,51 @@ pub struct RequestWalk<'a> {
     last_step: Option<u64>,
 }
 
+/// How a [`RequestWalk`] finds an earlier event by seq.
+#[derive(Clone, Copy)]
+enum Events<'a> {
+    /// It cannot.
+    None,
+    /// In the whole log's events.
+    Slice(&'a [Event]),
+    /// By asking (a store read, for a walk over a log read one event at a time).
+    Lookup(&'a dyn Fn(u64) -> Option<Event>),
+}
+
 impl<'a> RequestWalk<'a> {
     /// A walk over a log whose session header is `session`, before its first event.
     pub fn new(session: &'a SessionHeader) -> RequestWalk<'a> {
-        RequestWalk { session, events: &[], log: Log::new(), prefix: PrefixBytes::default(), turn: 0, step: 0, last_step: None }
+        RequestWalk {
+            session,
+            events: Events::None,
+            log: Log::discarding(),
+            prefix: PrefixBytes::default(),
+            turn: 0,
+            step: 0,
+            last_step: None,
+        }
+    }
+
+    /// A walk that starts from a log restored at a checkpoint (its state folds the events before
+    /// it; see [`crate::log::load::load_window`]). `events`, when given, looks up older events by
+    /// seq (a route change's summarisation request carries the messages a native checkpoint
+    /// replaced).
+    pub fn at(session: &'a SessionHeader, log: Log, events: Option<&'a dyn Fn(u64) -> Option<Event>>) -> RequestWalk<'a> {
+        let (turn, step) = log.state().open_turn.as_ref().map_or((0, 0), |t| (t.turn, t.last_step));
+        let last_step = log.state().last_request_seq;
+        let events = events.map_or(Events::None, Events::Lookup);
+        RequestWalk { session, events, log, prefix: PrefixBytes::default(), turn, step, last_step }
     }
 
     /// A walk over `events` (the whole log, from seq 0), which it can look up by seq: a
     /// route change's summarisation request carries the messages a native checkpoint replaced.
     pub fn over(session: &'a SessionHeader, events: &'a [Event]) -> RequestWalk<'a> {
-        RequestWalk { events, ..RequestWalk::new(session) }
+        RequestWalk { events: Events::Slice(events), ..RequestWalk::new(session) }
+    }
+
+    /// A walk over a log read one event at a time, which looks older events up with `events`.
+    pub fn looking_up(session: &'a SessionHeader, events: &'a dyn Fn(u64) -> Option<Event>) -> RequestWalk<'a> {
+        RequestWalk { events: Events::Lookup(events), ..RequestWalk::new(session) }
     }
 
     /// A walk over a log read by [`read_checked`](crate::log::load::read_checked), with its
@@ -869,9 +905,14 @@ impl<'a> RequestWalk<'a> {
         (RequestWalk::over(log.header(), log.events()), log.events())
     }
 
-    /// Event `seq` of the walked log, when the walk was given the events.
-    pub fn event(&self, seq: u64) -> Option<&'a Event> {
-        self.events.get(seq as usize).filter(|e| e.seq == seq)
+    /// Event `seq` of the walked log, when the walk was given the events or a way to look
+    /// them up.
+    pub fn event(&self, seq: u64) -> Option<Event> {
+        match self.events {
+            Events::None => None,
+            Events::Slice(events) => events.get(seq as usize).filter(|e| e.seq == seq).cloned(),
+            Events::Lookup(f) => f(seq).filter(|e| e.seq == seq),
+        }
     }
 
     /// The log of the events applied so far.
@@ -961,7 +1002,7 @@ impl<'a> RequestWalk<'a> {
             None => entries[start..=end].to_vec(),
             Some(seqs) => {
                 let seqs: Vec<u64> = seqs.iter().filter_map(Value::as_u64).collect();
-                crate::compaction::native::expand(&seqs, &|s| self.event(s).cloned()).map_err(|e| {
+                crate::compaction::native::expand(&seqs, &|s| self.event(s)).map_err(|e| {
                     Error::new(ErrorKind::Reconstruction, format!("compaction at seq {}: {}", ev.seq, e.message())).with("seq", ev.seq)
                 })?
             }
@@ -1013,6 +1054,12 @@ impl<'a> RequestWalk<'a> {
     /// have). A refused event is the rules' error; nothing is applied.
     pub fn apply(&mut self, ev: &Event, expected_seq: u64) -> Result<()> {
         let effect = self.log.state().check(ev, expected_seq)?;
+        self.commit(ev, effect);
+        Ok(())
+    }
+
+    /// Applies an event [`LogState::check`](crate::log::LogState::check) accepted.
+    fn commit(&mut self, ev: &Event, effect: crate::log::Effect) {
         self.log.commit(ev, effect, crate::log::Text::from(""));
         if ev.ty == types::STEP_START {
             self.last_step = Some(ev.seq);
@@ -1020,7 +1067,23 @@ impl<'a> RequestWalk<'a> {
         if let Some(t) = &self.log.state().open_turn {
             (self.turn, self.step) = (t.turn, t.last_step);
         }
-        Ok(())
+    }
+
+    /// The length and digest of the conversation request `ev` (a `step/start`) records,
+    /// rebuilt from the events applied so far without writing its envelope: hashed through
+    /// `cache`, only what is new since the previous request when the history only grew (see
+    /// [`conversation_digest`]). `None` when `ev` is not a conversation request.
+    fn conversation_digest(&mut self, ev: &Event, cache: &mut DigestCache) -> Result<Option<(u64, u64, u64, String, usize, String)>> {
+        if ev.ty != types::STEP_START {
+            return Ok(None);
+        }
+        let f = ev.fields()?;
+        let (turn, step, bytes) = (f.u64("turn")?, f.u64("step")?, f.u64("bytes")?);
+        let recorded = f.str("digest")?.to_string();
+        (self.turn, self.step) = (turn, step);
+        let header = self.header_for(ev, "a request")?;
+        let (len, d) = conversation_digest(&self.log, &header, &self.prefix, self.session.session_id_at(ev.seq), turn, step, cache);
+        Ok(Some((turn, step, bytes, recorded, len, d)))
     }
 }
 
@@ -1226,16 +1289,42 @@ pub fn verify_records(records: &[Vec<u8>]) -> Result<VerifyReport> {
     verify_contents(&StoreContents { records: records.to_vec(), last_complete: true })
 }
 
-/// Verifies a stored log: first it reads it as every reader does
-/// ([`read_checked`](crate::log::load::read_checked): every check that opening it makes, the
-/// header, the chained digest of every record in a version 2 log, the log rules), so that what
-/// `verify` accepts also opens, and damage that opening would cut from an unfinished last turn
-/// fails here instead, naming its line (only a torn last record, a write cut short, is
-/// tolerated); then it rebuilds every recorded request from the log alone (see
-/// [`verify_events`]).
+/// Verifies a stored log ([`verify_stream`] over its records).
 pub fn verify_contents(contents: &StoreContents) -> Result<VerifyReport> {
-    let log = read_checked(contents)?;
-    verify_events(log.header(), log.events())
+    let events = contents_lookup(contents);
+    verify_stream(&mut RecordsInMemory::new(contents.clone()), None, &mut |_| {}, None, Some(&events))
+}
+
+/// Event `seq` of a log given as its records, for a walk that looks events up.
+fn contents_lookup(contents: &StoreContents) -> impl Fn(u64) -> Option<Event> + '_ {
+    |seq| contents.records.get(seq as usize + 1).and_then(|r| crate::log::load::parse_event(r).ok())
+}
+
+/// Looks earlier events of a stored log up by seq for a streaming verify (a route change's
+/// summarisation request carries what a native checkpoint replaced): read from the store a
+/// block of records at a time, the last block kept.
+pub struct StoreLookup<'s> {
+    store: std::cell::RefCell<(&'s mut dyn crate::store::Store, u64, Vec<Vec<u8>>)>,
+}
+
+impl<'s> StoreLookup<'s> {
+    const BLOCK: u64 = 1024;
+
+    /// A lookup reading `store`.
+    pub fn new(store: &'s mut dyn crate::store::Store) -> StoreLookup<'s> {
+        StoreLookup { store: std::cell::RefCell::new((store, 0, Vec::new())) }
+    }
+
+    /// Event `seq`, if the store holds it.
+    pub fn event(&self, seq: u64) -> Option<Event> {
+        let mut g = self.store.borrow_mut();
+        let (store, from, block) = &mut *g;
+        if seq < *from || seq >= *from + block.len() as u64 {
+            *block = store.read_records(seq as usize + 1, (seq + Self::BLOCK) as usize + 1).ok()?;
+            *from = seq;
+        }
+        block.get((seq - *from) as usize).and_then(|r| crate::log::load::parse_event(r).ok())
+    }
 }
 
 /// [`verify_contents`], and also the provider body of every conversation request for
@@ -1246,9 +1335,381 @@ pub fn verify_contents(contents: &StoreContents) -> Result<VerifyReport> {
 /// difference is `Reconstruction` naming the step; a request the renderer cannot render is its
 /// error, naming the step.
 pub fn verify_bodies(contents: &StoreContents, renderer: Renderer, options: &RenderOptions) -> Result<VerifyReport> {
-    let log = read_checked(contents)?;
-    let mut cache = BodyCache::new(renderer, RenderOptions { prefix_len: 0, ..options.clone() });
-    verify_events_with(log.header(), log.events(), Some(&mut cache))
+    let events = contents_lookup(contents);
+    verify_stream(&mut RecordsInMemory::new(contents.clone()), Some((renderer, options)), &mut |_| {}, None, Some(&events))
+}
+
+/// How far a streaming [`verify_stream`] got: records and bytes read, and the totals when the
+/// store knows them. Its JSON is what the `verify-progress` observation carries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifyProgress {
+    /// Records read (the session header included).
+    pub records: u64,
+    /// Bytes read (newlines included).
+    pub bytes: u64,
+    /// Records in all, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_records: Option<u64>,
+    /// Bytes in all, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_bytes: Option<u64>,
+    /// Whether this is the last report (the whole log was read).
+    pub done: bool,
+}
+
+/// How often [`verify_stream`] reports its progress: after this many bytes, or this many
+/// records, whichever comes first.
+const PROGRESS_BYTES: u64 = 1 << 20;
+const PROGRESS_RECORDS: u64 = 4096;
+
+/// Verifies a stored log read one record at a time: memory follows the folded state (the live
+/// surface and the requests it rebuilds), not the log's length. It makes every check an open of
+/// the whole log makes (the header, the chained digest of every record in a version 2 log, the
+/// log rules for every event, every checkpoint recomputed), so that what `verify` accepts also
+/// opens, and damage that opening would cut from an unfinished last turn fails here instead,
+/// naming its line (only a torn last record, a write cut short, is tolerated, as an open
+/// leaves it out). It also checks that every checkpoint restores the state the log folds to at
+/// that point ([`crate::log::checkpoint::same_state`]), and rebuilds every recorded request
+/// from the events before it: a conversation request's digest is hashed through a
+/// [`DigestCache`] (what is new since the previous request), a summarisation request's envelope
+/// is written whole. With `bodies` it also checks every conversation request's provider body
+/// as [`verify_bodies`] says. `progress` is called as records are read and once at the end;
+/// `visit`, when given, with every event that passed the checks an open makes (for a reader
+/// that wants something more of the log in the same pass).
+pub fn verify_stream(
+    records: &mut dyn RecordStream,
+    bodies: Option<(Renderer, &RenderOptions)>,
+    progress: &mut dyn FnMut(&VerifyProgress),
+    mut visit: Option<&mut dyn FnMut(&Event)>,
+    events: Option<&dyn Fn(u64) -> Option<Event>>,
+) -> Result<VerifyReport> {
+    use crate::log::load::{parse_header, record_head};
+    use crate::log::rules::as_corrupt;
+    let mut p = VerifyProgress { total_records: records.total_records(), total_bytes: records.total_bytes(), ..Default::default() };
+    let Some((first, first_complete)) = records.next_record()? else {
+        return Err(Error::new(ErrorKind::CorruptLog, "the store is empty: no session header"));
+    };
+    let mut next = records.next_record()?;
+    if next.is_none() && !first_complete {
+        return Err(Error::new(ErrorKind::CorruptLog, "line 1: the session header is incomplete").with("line", 1u64));
+    }
+    p.records = 1;
+    p.bytes = first.len() as u64 + 1;
+    let session = parse_header(&first)?;
+    let mut link = session.chained().then(|| crate::log::chain::start(&first));
+    drop(first);
+    let mut cache = bodies.map(|(r, o)| BodyCache::new(r, RenderOptions { prefix_len: 0, ..o.clone() }));
+    let mut walk = match events {
+        Some(f) => RequestWalk::looking_up(&session, f),
+        None => RequestWalk::new(&session),
+    };
+    let mut children = ChildLinks::default();
+    let mut clock = crate::clock::LogCheck::default();
+    let mut digests = DigestCache::default();
+    let mut report = VerifyReport::default();
+    let mut base: Option<Value> = None;
+    let (mut reported_bytes, mut reported_records) = (0u64, 0u64);
+    // The first request that does not rebuild: reported once the whole log has passed the
+    // checks an open makes (damage, which those find, is reported first, as a reader that
+    // checked the log before rebuilding anything would report it).
+    let mut unrebuilt: Option<Error> = None;
+    let mut index = 1usize;
+    while let Some((rec, complete)) = next.take() {
+        next = records.next_record()?;
+        let line = index + 1;
+        if next.is_none() && !complete {
+            // A torn last record: left out, as an open leaves it out.
+            break;
+        }
+        p.records += 1;
+        p.bytes += rec.len() as u64 + 1;
+        let seq = index as u64 - 1;
+        let step = (|| -> std::result::Result<(), (Error, bool)> {
+            let ev = crate::log::load::parse_event(&rec).map_err(|e| (e, true))?;
+            if let Some(prev) = &link {
+                let l = crate::log::chain::check(prev, &rec).map_err(|why| {
+                    (
+                        as_corrupt(Error::new(ErrorKind::CorruptLog, why).with("chain", true), line)
+                            .context("the log was changed after it was written"),
+                        false,
+                    )
+                })?;
+                link = Some(l);
+            }
+            let effect = walk.log.state().check(&ev, seq).map_err(|e| (e, true))?;
+            if unrebuilt.is_none() {
+                let checks = Checks { children: &mut children, clock: &mut clock, digests: &mut digests, bodies: cache.as_mut() };
+                if let Err(e) = checks.run(&mut walk, &ev, &mut report) {
+                    unrebuilt = Some(e);
+                }
+            }
+            let checkpoint = matches!(effect, crate::log::Effect::Checkpoint(_));
+            walk.commit(&ev, effect);
+            if checkpoint {
+                check_restores(&ev, &mut base, walk.log.state(), line).map_err(|e| (e, false))?;
+            }
+            if let Some(v) = visit.as_mut() {
+                v(&ev);
+            }
+            report.events += 1;
+            Ok(())
+        })();
+        if let Err((e, damage)) = step {
+            if !damage {
+                return Err(e);
+            }
+            // Damage: an error before the last complete turn, else what an open would cut.
+            let mut cut = 1u64;
+            let mut later_turn = false;
+            while let Some((r, c)) = next.take() {
+                next = records.next_record()?;
+                cut += 1;
+                if (c || next.is_some()) && record_head(&r).is_some_and(|(ty, _)| ty == types::TURN_END) {
+                    later_turn = true;
+                }
+            }
+            if later_turn {
+                return Err(as_corrupt(e, line).context("damage before the last complete turn"));
+            }
+            return Err(Error::new(
+                ErrorKind::CorruptLog,
+                format!("line {line}: {} (opening the log for writing would cut {cut} records from line {line})", e.message()),
+            )
+            .with("line", line as u64));
+        }
+        index += 1;
+        if p.bytes - reported_bytes >= PROGRESS_BYTES || p.records - reported_records >= PROGRESS_RECORDS {
+            (reported_bytes, reported_records) = (p.bytes, p.records);
+            progress(&p);
+        }
+    }
+    p.done = true;
+    progress(&p);
+    match unrebuilt {
+        Some(e) => Err(e),
+        None => Ok(report),
+    }
+}
+
+/// Verifies the log a store holds ([`verify_stream`] over [`Store::record_stream`]: one record
+/// at a time), reporting its progress as `verify-progress` observations (level debug;
+/// `docs/observe.md`) and to `progress`. An empty store is `CorruptLog` ("not a session log").
+pub fn verify_store(
+    store: &mut dyn crate::store::Store,
+    bodies: Option<(Renderer, &RenderOptions)>,
+    progress: &mut dyn FnMut(&VerifyProgress),
+    visit: Option<&mut dyn FnMut(&Event)>,
+) -> Result<VerifyReport> {
+    let describe = store.describe();
+    let mut stream = store.record_stream()?;
+    let lookup = StoreLookup::new(store);
+    verify_observed(&mut stream, &describe, None, bodies, progress, visit, Some(&|seq| lookup.event(seq))).map_err(|e| {
+        if e.message().starts_with("the store is empty") {
+            Error::new(ErrorKind::CorruptLog, format!("{describe}: the store holds nothing: not a session log"))
+        } else {
+            e
+        }
+    })
+}
+
+/// [`verify_stream`], with each progress report also emitted as a `verify-progress`
+/// observation about `store` (and `session`, when known).
+pub(crate) fn verify_observed(
+    records: &mut dyn RecordStream,
+    store: &str,
+    session: Option<&str>,
+    bodies: Option<(Renderer, &RenderOptions)>,
+    progress: &mut dyn FnMut(&VerifyProgress),
+    visit: Option<&mut dyn FnMut(&Event)>,
+    events: Option<&dyn Fn(u64) -> Option<Event>>,
+) -> Result<VerifyReport> {
+    use crate::observe::{emit, Level, Observation};
+    verify_stream(
+        records,
+        bodies,
+        &mut |p| {
+            emit(Level::Debug, || {
+                let of = match (p.total_bytes, p.total_records) {
+                    (Some(t), _) if t > 0 => format!(" of {t} bytes ({:.0} %)", p.bytes as f64 * 100.0 / t as f64),
+                    (_, Some(t)) if t > 0 => format!(" of {t} records ({:.0} %)", p.records as f64 * 100.0 / t as f64),
+                    _ => String::new(),
+                };
+                let mut o = Observation::new(
+                    "verify-progress",
+                    Level::Debug,
+                    format!("{store}: verify read {} records, {} bytes{of}{}", p.records, p.bytes, if p.done { ": done" } else { "" }),
+                )
+                .with("store", store)
+                .with("records", p.records)
+                .with("bytes", p.bytes)
+                .with("done", p.done);
+                if let Some(t) = p.total_records {
+                    o = o.with("totalRecords", t);
+                }
+                if let Some(t) = p.total_bytes {
+                    o = o.with("totalBytes", t);
+                }
+                if let Some(s) = session {
+                    o = o.session(s.to_string());
+                }
+                o
+            });
+            progress(p);
+        },
+        visit,
+        events,
+    )
+}
+
+/// What [`verify_stream`] checks of an event beyond what an open checks, and the state those
+/// checks keep across the log.
+struct Checks<'c> {
+    children: &'c mut ChildLinks,
+    clock: &'c mut crate::clock::LogCheck,
+    digests: &'c mut DigestCache,
+    bodies: Option<&'c mut BodyCache>,
+}
+
+impl Checks<'_> {
+    /// Checks `ev` (before the walk applies it): a native summary's text, a child's answer,
+    /// the request it records, the clock's decision.
+    fn run(self, walk: &mut RequestWalk<'_>, ev: &Event, report: &mut VerifyReport) -> Result<()> {
+        let at = |walk: &RequestWalk<'_>, msg: String| {
+            let (t, s) = walk.position();
+            divergence(msg, ev, t, s)
+        };
+        check_native_content(walk, ev)?;
+        self.children.check(ev).map_err(|msg| at(walk, msg))?;
+        verify_request(walk, ev, self.digests, self.bodies, report)?;
+        self.clock.check(ev, walk).map_err(|e| at(walk, e.message().to_string()))?;
+        if ev.ty == types::CLOCK_DECISION {
+            report.decisions += 1;
+        }
+        Ok(())
+    }
+}
+
+/// Rebuilds the request `ev` records, if it records one, from the walk's state before it, and
+/// compares it with what the log recorded.
+fn verify_request(
+    walk: &mut RequestWalk<'_>,
+    ev: &Event,
+    digests: &mut DigestCache,
+    bodies: Option<&mut BodyCache>,
+    report: &mut VerifyReport,
+) -> Result<()> {
+    let (turn, step) = walk.position();
+    let at = |walk: &RequestWalk<'_>, e: Error| {
+        let (t, s) = walk.position();
+        divergence(e.message().to_string(), ev, t, s)
+    };
+    if bodies.is_none() {
+        // A conversation request: its digest, hashed incrementally.
+        if let Some((t, s, bytes, recorded, len, got)) = walk.conversation_digest(ev, digests).map_err(|e| at(walk, e))? {
+            if got != recorded || len as u64 != bytes {
+                return Err(divergence(
+                    format!(
+                        "turn {t} step {s} (seq {}): the request rebuilt from the log differs from the one sent (digest {got}, {len} bytes; recorded {recorded}, {bytes} bytes)",
+                        ev.seq
+                    ),
+                    ev,
+                    t,
+                    s,
+                )
+                .with("recordedDigest", recorded)
+                .with("rebuiltDigest", got));
+            }
+            report.requests += 1;
+            return Ok(());
+        }
+    }
+    let Some(r) = walk.rebuild(ev).map_err(|e| at(walk, e))? else { return Ok(()) };
+    let got = digest(&r.envelope);
+    match &r.kind {
+        RecordedKind::Conversation { turn: t, step: s, bytes } => {
+            let (t, s, bytes) = (*t, *s, *bytes);
+            if !r.matches() {
+                return Err(divergence(
+                    format!(
+                        "turn {t} step {s} (seq {}): the request rebuilt from the log differs from the one sent (digest {got}, {} bytes; recorded {}, {bytes} bytes)",
+                        ev.seq,
+                        r.envelope.len(),
+                        r.recorded_digest
+                    ),
+                    ev,
+                    t,
+                    s,
+                )
+                .with("recordedDigest", r.recorded_digest.clone())
+                .with("rebuiltDigest", got));
+            }
+            report.requests += 1;
+            if let Some(cache) = bodies {
+                check_body(cache, walk.log(), &r.header, walk.prefix(), walk.session_id_at(ev), &r.envelope, ev, t, s)?;
+                report.bodies += 1;
+            }
+        }
+        RecordedKind::NativeCompaction { .. } => {
+            if !r.matches() {
+                return Err(divergence(
+                    format!(
+                        "native compaction at seq {} (after turn {turn} step {step}): the request rebuilt from the log differs from the one sent (digest {got}; recorded {})",
+                        ev.seq, r.recorded_digest
+                    ),
+                    ev,
+                    turn,
+                    step,
+                ));
+            }
+            report.native_compactions += 1;
+        }
+        RecordedKind::Compaction { .. } | RecordedKind::Keepalive { .. } => {
+            let compaction = matches!(r.kind, RecordedKind::Compaction { .. });
+            if !r.matches() {
+                let (what, request) =
+                    if compaction { ("compaction", "the summarisation request") } else { ("keep-warm request", "the request") };
+                return Err(divergence(
+                    format!(
+                        "{what} at seq {} (after turn {turn} step {step}): {request} rebuilt from the log differs from the one sent (digest {got}; recorded {})",
+                        ev.seq, r.recorded_digest
+                    ),
+                    ev,
+                    turn,
+                    step,
+                ));
+            }
+            if compaction {
+                report.compactions += 1;
+            } else {
+                report.keepalives += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks that the checkpoint `ev` (just applied) restores the state the log folds to:
+/// [`crate::log::checkpoint::same_state`] between `state` and the state restored from the
+/// checkpoint (with `base`, the data of the last full checkpoint, which this updates). The
+/// surface after the carried part is the folded one's own entries (an open derives them from
+/// the same events), so only the carried entries are compared by content.
+fn check_restores(ev: &Event, base: &mut Option<Value>, state: &crate::log::LogState, line: usize) -> Result<()> {
+    use crate::log::checkpoint;
+    if checkpoint::is_full(&ev.data) {
+        *base = Some(ev.data.clone());
+    }
+    let full = if checkpoint::is_full(&ev.data) { None } else { base.as_ref() };
+    let restored = checkpoint::restore(ev, full, checkpoint::Surface::Folded(&state.history)).and_then(|r| {
+        match checkpoint::same_state(&r, state, false) {
+            None => Ok(()),
+            Some(field) => Err(Error::new(
+                ErrorKind::CorruptLog,
+                format!("the checkpoint (seq {}) does not restore the state the log folds to: its {field} differs", ev.seq),
+            )),
+        }
+    });
+    restored.map_err(|e| crate::log::rules::as_corrupt(e, line))
 }
 
 #[cfg(test)]

@@ -9,25 +9,23 @@
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::header::EpochHeader;
+use crate::log::checkpoint::{self, CheckpointPolicy};
 use crate::log::event::{types, Event, NewEvent, SurfaceOp, UserSource};
-use crate::log::load::{load_record, load_records_releasing, load_text, repair_events, LoadReport, SessionHeader};
+use crate::log::load::{load_record, load_records_releasing, load_text, load_window, repair_events, LoadReport, OpenCheck, SessionHeader};
+use crate::log::rules::Effect;
 use crate::log::{chain, Derived, Log, Text};
 use crate::observe::{self, Level, Observation};
 use crate::request::VerifyReport;
+use crate::session_id::new_id;
+pub use crate::session_id::{check_session_id, check_session_id_field, random_id, MAX_SESSION_ID_BYTES};
 use crate::store::url::UrlOptions;
 use crate::store::{read_only_error, Batch, Durability, FileOptions, JsonlStore, MemoryStore, Store, StoreContents};
+pub use crate::time::now_ms;
 use parking_lot::{Mutex, MutexGuard};
 use std::path::Path;
 use std::sync::Arc;
 
-/// Options for opening or creating a session.
-#[derive(Clone, Debug, Default)]
-pub struct SessionOptions {
-    /// When to make appended events durable.
-    pub durability: Durability,
-    /// The id of a new session (a random id when absent).
-    pub id: Option<String>,
-}
+pub use crate::store::options::SessionOptions;
 
 pub(crate) struct Inner {
     pub header: SessionHeader,
@@ -46,6 +44,8 @@ pub(crate) struct Inner {
     conflict: Option<String>,
     /// The child sessions spawned from this handle, in spawn order ([`Session::children`]).
     children: Vec<ChildRef>,
+    /// When checkpoints are written.
+    checkpoints: CheckpointPolicy,
 }
 
 /// A child session spawned from a handle: the session while something holds it, and where it is
@@ -75,37 +75,19 @@ fn outcome_unknown(e: &Error) -> bool {
     e.detail().get("outcomeUnknown") == Some(&serde_json::Value::Bool(true))
 }
 
-/// Current Unix time in milliseconds.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
-
-/// A random id (32 hex digits) from the standard library's randomly seeded hasher.
-pub fn random_id() -> String {
-    use std::collections::hash_map::RandomState;
-    use std::hash::{BuildHasher, Hasher};
-    let mut out = String::with_capacity(32);
-    for i in 0..2u64 {
-        let mut h = RandomState::new().build_hasher();
-        h.write_u64(now_ms() ^ (i << 32));
-        h.write_usize(&out as *const String as usize);
-        out.push_str(&format!("{:016x}", h.finish()));
-    }
-    out
-}
-
 impl Inner {
-    fn new(header: SessionHeader, header_line: Arc<str>, log: Log, store: Box<dyn Store>, durability: Durability) -> Inner {
+    fn new(header: SessionHeader, header_line: Arc<str>, log: Log, store: Box<dyn Store>, opts: &SessionOptions) -> Inner {
         Inner {
             header,
             header_line,
             log,
             store,
-            durability,
+            durability: opts.durability,
             live_agent: None,
             next_agent_token: 1,
             broken: None,
             conflict: None,
+            checkpoints: opts.checkpoints,
             children: Vec::new(),
         }
     }
@@ -121,11 +103,20 @@ impl Inner {
     /// rejected event, a failed write or sync, or a conflict leaves the log, the memory state and
     /// the store as they were. Returns the seqs the events got.
     pub fn append_batch(&mut self, evs: Vec<NewEvent>) -> Result<std::ops::Range<u64>> {
+        self.append_batch_with(evs, Checkpointing::AsDue)
+    }
+
+    /// [`append_batch`](Self::append_batch); the batch ends with a checkpoint when `when` says
+    /// so and the log can hold one (a version 2 log, no compaction open). The range returned is
+    /// that of `evs` alone.
+    fn append_batch_with(&mut self, evs: Vec<NewEvent>, when: Checkpointing) -> Result<std::ops::Range<u64>> {
+        let force = when == Checkpointing::Now;
         self.check_writable()?;
         let first = self.log.next_seq();
-        if evs.is_empty() {
+        if evs.is_empty() && !force {
             return Ok(first..first);
         }
+        let compactions = self.log.state().compactions;
         let replaces = evs.iter().any(|e| matches!(e.surface_op, Some(SurfaceOp::Replace { .. })));
         let headers = evs.iter().any(|e| e.ty == types::REQUEST_HEADER || e.ty == types::REQUEST_HEADER_DELTA);
         let mut sp = self.log.savepoint(replaces, headers);
@@ -149,6 +140,26 @@ impl Inner {
             Log::note_effect(&mut sp, &effect);
             lines.push(line.clone());
             self.log.commit_sealed(&event, effect, line, link);
+        }
+        let end = self.log.next_seq();
+        let (since, bytes) = self.log.since_checkpoint();
+        let landed = self.log.state().compactions > compactions;
+        if self.header.chained()
+            && self.log.state().compaction.is_none()
+            && (force || (when == Checkpointing::AsDue && since > 0 && self.checkpoints.due(since, bytes, landed)))
+        {
+            let event = NewEvent::new(types::CHECKPOINT, checkpoint::data(self.log.state())).into_event(end, time);
+            let effect = Effect::Checkpoint(checkpoint::is_full(&event.data));
+            let (line, link) = self.log.seal_event(&event, &mut buf);
+            lines.push(line.clone());
+            self.log.commit_sealed(&event, effect, line, link);
+        } else if force {
+            self.log.rollback(sp);
+            return Err(Error::out_of_order(if self.header.chained() {
+                "a checkpoint is not written while a compaction is open"
+            } else {
+                "a version 1 log has no checkpoints (fork it with every event to upgrade it)"
+            }));
         }
         let batch = Batch { session_id: &self.header.id, header: None, seq: first, events: &lines };
         if let Err(e) = self.store.append(&batch) {
@@ -210,7 +221,7 @@ impl Inner {
                 return Err(e);
             }
         }
-        Ok(first..self.log.next_seq())
+        Ok(first..end)
     }
 
     /// Reports the undo of a batch whose `failed` step (append or sync) failed with `e`; `undo`
@@ -257,13 +268,140 @@ impl Inner {
         self.store.sync()
     }
 
-    /// The stored records as bytes: the header record, then every event's.
-    fn record_bytes(&self) -> Vec<Vec<u8>> {
-        let mut records = Vec::with_capacity(self.log.len() + 1);
-        records.push(self.header_line.as_bytes().to_vec());
-        records.extend(self.log.lines().iter().map(|l| l.as_bytes().to_vec()));
-        records
+    /// Event `seq`, from memory where the log holds its line, else read from the store; `None`
+    /// past the end of the log.
+    pub(crate) fn event_at(&mut self, seq: u64) -> Result<Option<Event>> {
+        if let Some(l) = self.log.line(seq) {
+            return Event::from_json(l).map(Some);
+        }
+        match self.event_records(seq, seq + 1)?.pop() {
+            Some(l) => Event::from_json(&l).map(Some),
+            None => Ok(None),
+        }
     }
+
+    /// A lookup of events by seq (for [`crate::compaction::native::expand`]): from memory where
+    /// the log holds their lines, else read from the store a block of records at a time (the
+    /// last block kept). A record the store cannot give is `None`.
+    pub(crate) fn event_lookup(&mut self) -> EventLookup<'_> {
+        EventLookup { inner: std::cell::RefCell::new((self, 0, Vec::new())) }
+    }
+
+    /// Catches the cache clock's reading of the log up ([`crate::clock::ClockTrack`]): the
+    /// events older than the log holds (a session opened from a checkpoint) are read from the
+    /// store in one pass, the first time a track is caught up; the rest from memory.
+    pub(crate) fn catch_up_clock(&mut self, track: &mut crate::clock::ClockTrack) -> Result<()> {
+        let base = self.log.base();
+        if track.folded < base {
+            let mut stream = self.store.record_stream()?;
+            let mut index = 0u64;
+            while let Some((r, _)) = stream.next_record()? {
+                if index > base {
+                    break;
+                }
+                if index > track.folded {
+                    let line = std::str::from_utf8(&r).map_err(|e| Error::new(ErrorKind::CorruptLog, format!("invalid UTF-8: {e}")))?;
+                    track.fold_line(index - 1, line);
+                }
+                index += 1;
+            }
+            if track.folded < base {
+                return Err(Error::new(
+                    ErrorKind::Storage,
+                    format!("{}: the store no longer holds the events this handle opened from a checkpoint", self.store.describe()),
+                ));
+            }
+        }
+        track.catch_up(&self.log);
+        Ok(())
+    }
+
+    /// The stored records of events `from..to` (clamped to the log): from memory where the log
+    /// holds their lines, from the store for older ones (a log opened from a checkpoint holds the
+    /// lines from that checkpoint on).
+    pub(crate) fn event_records(&mut self, from: u64, to: u64) -> Result<Vec<Text>> {
+        let to = to.min(self.log.next_seq());
+        let from = from.min(to);
+        let base = self.log.base();
+        let mut out = Vec::with_capacity((to - from) as usize);
+        if from < base {
+            let older = self.store.read_records(from as usize + 1, base.min(to) as usize + 1)?;
+            if older.len() as u64 != base.min(to) - from {
+                return Err(Error::new(
+                    ErrorKind::Storage,
+                    format!(
+                        "{}: reading events {from}..{} found {} records: the store no longer holds what this handle opened",
+                        self.store.describe(),
+                        base.min(to),
+                        older.len()
+                    ),
+                ));
+            }
+            for r in older {
+                out.push(Text::from(String::from_utf8(r).map_err(|e| Error::new(ErrorKind::CorruptLog, format!("invalid UTF-8: {e}")))?));
+            }
+        }
+        let held = from.max(base)..to.max(base);
+        out.extend(self.log.lines()[(held.start - base) as usize..(held.end - base) as usize].iter().cloned());
+        Ok(out)
+    }
+
+    /// The log folded over its first `seq` events (their lines are not kept), for rebuilding an
+    /// earlier request: from the last checkpoint before `seq` when the store finds one (the
+    /// events from it on checked as an open checks them), otherwise replayed from the start.
+    pub(crate) fn log_at(&mut self, seq: u64) -> Result<Log> {
+        let seq = seq.min(self.log.next_seq());
+        if let Some(mut win) = self.store.load_window(Some(seq))? {
+            if win.from <= win.checkpoint && win.checkpoint < seq {
+                win.records.truncate((seq - win.from) as usize);
+                win.last_complete = true;
+                let loaded = load_window(&mut win).map_err(|e| e.context(self.store.describe()))?;
+                if loaded.report.cut_records == 0 && loaded.log.next_seq() == seq {
+                    return Ok(loaded.log);
+                }
+            }
+        }
+        let records = self.event_records(0, seq)?;
+        let mut log = Log::discarding();
+        for r in &records {
+            log.append(&Event::from_json(r)?)?;
+        }
+        Ok(log)
+    }
+}
+
+/// Events looked up by seq ([`Inner::event_lookup`]).
+pub(crate) struct EventLookup<'a> {
+    inner: std::cell::RefCell<(&'a mut Inner, u64, Vec<Text>)>,
+}
+
+impl EventLookup<'_> {
+    const BLOCK: u64 = 1024;
+
+    /// Event `seq`, if the log has it and it can be read.
+    pub(crate) fn event(&self, seq: u64) -> Option<Event> {
+        let mut g = self.inner.borrow_mut();
+        let (inner, from, block) = &mut *g;
+        if let Some(l) = inner.log.line(seq) {
+            return Event::from_json(l).ok();
+        }
+        if seq < *from || seq >= *from + block.len() as u64 {
+            *block = inner.event_records(seq, seq + Self::BLOCK).ok()?;
+            *from = seq;
+        }
+        block.get((seq - *from) as usize).and_then(|l| Event::from_json(l).ok())
+    }
+}
+
+/// Whether a batch ends with a checkpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Checkpointing {
+    /// When the session's policy says one is due.
+    AsDue,
+    /// Now (`Session::checkpoint`).
+    Now,
+    /// Not (a crash repair: it adds only the events that close what was left open).
+    Never,
 }
 
 /// What a refresh read.
@@ -386,8 +524,8 @@ impl Session {
         if !contents.records.is_empty() {
             return Err(Error::invalid("store", format!("{} already holds a session; open it instead", store.describe())));
         }
-        let header = SessionHeader::new(new_id(opts.id)?, now_ms());
-        Session::start(store, header, Vec::new(), opts.durability)
+        let header = SessionHeader::new(new_id(opts.id.clone())?, now_ms());
+        Session::start(store, header, Vec::new(), &opts)
     }
 
     /// Creates a session from `header` and `events` in the empty `store`, in one append: a child
@@ -397,7 +535,7 @@ impl Session {
         mut store: Box<dyn Store>,
         header: SessionHeader,
         events: Vec<Event>,
-        durability: Durability,
+        opts: &SessionOptions,
     ) -> Result<Session> {
         if store.read_only() {
             return Err(read_only_error(&store.describe(), "create a session"));
@@ -405,12 +543,12 @@ impl Session {
         if !store.load()?.records.is_empty() {
             return Err(Error::invalid("store", format!("{} already holds a session", store.describe())));
         }
-        Session::start(store, header, events, durability)
+        Session::start(store, header, events, opts)
     }
 
     /// Writes a new session (header and seed events, chained anew under the new header) to an
     /// empty store in one append.
-    fn start(mut store: Box<dyn Store>, header: SessionHeader, events: Vec<Event>, durability: Durability) -> Result<Session> {
+    fn start(mut store: Box<dyn Store>, header: SessionHeader, events: Vec<Event>, opts: &SessionOptions) -> Result<Session> {
         let header_line: Arc<str> = header.to_value().to_string().into();
         let mut log = header.start_log(header_line.as_bytes());
         let mut buf = Vec::with_capacity(1024);
@@ -432,7 +570,7 @@ impl Session {
             }
             return Err(e);
         }
-        Ok(Session::wrap(Inner::new(header, header_line, log, store, durability)))
+        Ok(Session::wrap(Inner::new(header, header_line, log, store, opts)))
     }
 
     fn wrap(inner: Inner) -> Session {
@@ -446,32 +584,49 @@ impl Session {
     /// changes nothing: it reads the valid records and leaves the rest unread.
     pub fn open(mut store: Box<dyn Store>, opts: SessionOptions) -> Result<(Session, LoadReport)> {
         let read_only = store.read_only();
-        // A store that reads its log whole hands it over as one text, which the loaded lines
-        // then share; any other gives its records one by one.
-        let (text, mut contents) = match store.load_text()? {
-            Some(t) => (Some(t), StoreContents { records: Vec::new(), last_complete: true }),
-            None => (None, store.load()?),
+        // A bounded open reads the log from its last checkpoint (the store finds it without
+        // reading from the start); a log without one, or a full check, is read whole.
+        let window = match opts.check {
+            OpenCheck::Bounded => store.load_window(None)?,
+            OpenCheck::Full => None,
         };
-        let count = text.as_ref().map_or(contents.records.len(), |t| t.records.len());
-        if count == 0 {
-            if read_only {
-                return Err(Error::new(
-                    ErrorKind::CorruptLog,
-                    format!("{}: holds no session (a read-only open creates none)", store.describe()),
-                ));
+        let (loaded, header_line, count) = match window {
+            Some(mut win) => {
+                let count = win.from as usize + 1 + win.len();
+                let header_line: Arc<str> = String::from_utf8_lossy(&win.header).into_owned().into();
+                let loaded = load_window(&mut win).map_err(|e| e.context(store.describe()))?;
+                (loaded, header_line, count)
             }
-            return Ok((Session::create(store, opts)?, LoadReport::default()));
-        }
-        let loaded = match &text {
-            Some(t) => load_text(t),
-            None => load_records_releasing(&mut contents),
-        }
-        .map_err(|e| e.context(store.describe()))?;
-        let header = match &text {
-            Some(t) => t.record(0),
-            None => &contents.records[0][..],
+            None => {
+                // A store that reads its log whole hands it over as one text, which the loaded
+                // lines then share; any other gives its records one by one.
+                let (text, mut contents) = match store.load_text()? {
+                    Some(t) => (Some(t), StoreContents { records: Vec::new(), last_complete: true }),
+                    None => (None, store.load()?),
+                };
+                let count = text.as_ref().map_or(contents.records.len(), |t| t.records.len());
+                if count == 0 {
+                    if read_only {
+                        return Err(Error::new(
+                            ErrorKind::CorruptLog,
+                            format!("{}: holds no session (a read-only open creates none)", store.describe()),
+                        ));
+                    }
+                    return Ok((Session::create(store, opts)?, LoadReport::default()));
+                }
+                let loaded = match &text {
+                    Some(t) => load_text(t),
+                    None => load_records_releasing(&mut contents),
+                }
+                .map_err(|e| e.context(store.describe()))?;
+                let header = match &text {
+                    Some(t) => t.record(0),
+                    None => &contents.records[0][..],
+                };
+                let header_line: Arc<str> = String::from_utf8_lossy(header).into_owned().into();
+                (loaded, header_line, count)
+            }
         };
-        let header_line: Arc<str> = String::from_utf8_lossy(header).into_owned().into();
         let mut report = loaded.report;
         if loaded.header.version < crate::log::load::VERSION {
             observe::emit(Level::Info, || {
@@ -511,7 +666,7 @@ impl Session {
                 o
             });
         }
-        let mut inner = Inner::new(loaded.header, header_line, loaded.log, store, opts.durability);
+        let mut inner = Inner::new(loaded.header, header_line, loaded.log, store, &opts);
         if !read_only {
             let repairs = repair_events(&inner.log);
             report.repaired_events = repairs.len();
@@ -521,7 +676,7 @@ impl Session {
                 // Durable before the open returns, whatever the policy: a failed sync takes the
                 // repair out again (as any batch's), so a failed open leaves the store as it was.
                 let durability = std::mem::replace(&mut inner.durability, Durability::EveryEvent);
-                let r = inner.append_batch(repairs);
+                let r = inner.append_batch_with(repairs, Checkpointing::Never);
                 inner.durability = durability;
                 let seqs = r.map_err(|e| e.context("closing the turn left open by a crash"))?;
                 observe::emit(Level::Warn, || {
@@ -569,7 +724,8 @@ impl Session {
     pub fn open_url(url: &str, opts: UrlOptions) -> Result<(Session, LoadReport)> {
         let (store, id) = crate::store::url::open_store(url, &opts)?;
         let describe = store.describe();
-        let (session, report) = Session::open(store, SessionOptions { durability: opts.durability, id })?;
+        let (session, report) =
+            Session::open(store, SessionOptions { durability: opts.durability, id, check: opts.check, checkpoints: opts.checkpoints })?;
         if let Some(want) = &opts.id {
             let have = session.id();
             if &have != want {
@@ -625,11 +781,13 @@ impl Session {
         g.log.chain_head().map(|l| chain::ChainHead { events: g.log.len() as u64, chain: chain::hex(l) })
     }
 
-    /// Checks the whole log as it is stored: every check loading makes (chain, rules), then the
-    /// reconstruction of every recorded request (see [`crate::request::verify_contents`]).
+    /// Checks the whole log as it is stored: every check loading makes (chain, rules, every
+    /// checkpoint), then the reconstruction of every recorded request (see
+    /// [`crate::request::verify_stream`]). The log is read from the store one record at a time,
+    /// without the session being locked while it runs: memory follows the live context, not
+    /// the log's length. Progress is reported as `verify-progress` observations.
     pub fn verify(&self) -> Result<VerifyReport> {
-        let records = self.lock().record_bytes();
-        crate::request::verify_contents(&StoreContents { records, last_complete: true })
+        self.verify_with(None, &mut |_| {})
     }
 
     /// [`verify`](Self::verify), and also every conversation request's provider body for
@@ -637,8 +795,23 @@ impl Session {
     /// renderer builds it and compared with the rendering of the rebuilt envelope
     /// ([`crate::request::verify_bodies`]).
     pub fn verify_bodies(&self, renderer: crate::render::Renderer, options: &crate::render::RenderOptions) -> Result<VerifyReport> {
-        let records = self.lock().record_bytes();
-        crate::request::verify_bodies(&StoreContents { records, last_complete: true }, renderer, options)
+        self.verify_with(Some((renderer, options)), &mut |_| {})
+    }
+
+    /// [`verify`](Self::verify) (with `bodies`: [`verify_bodies`](Self::verify_bodies)),
+    /// reporting progress to `progress` as well. It checks the records this handle holds: those
+    /// a writer appends meanwhile are not read.
+    pub fn verify_with(
+        &self,
+        bodies: Option<(crate::render::Renderer, &crate::render::RenderOptions)>,
+        progress: &mut dyn FnMut(&crate::request::VerifyProgress),
+    ) -> Result<VerifyReport> {
+        let (stream, records, store, id) = {
+            let mut g = self.lock();
+            (g.store.record_stream()?, g.log.len() as u64 + 1, g.store.describe(), g.header.id.clone())
+        };
+        let mut stream = crate::store::FirstRecords::new(stream, records);
+        crate::request::verify_observed(&mut stream, &store, Some(&id), bodies, progress, None, Some(&|seq| self.event(seq)))
     }
 
     /// The session lock. Observations raised while it is held are delivered once it is
@@ -665,16 +838,14 @@ impl Session {
 
     /// The log as a JSONL file holds it: every stored record (see [`records`](Self::records)),
     /// each followed by a newline. Written to a file, it opens to this session.
-    pub fn export_jsonl(&self) -> String {
-        let g = self.lock();
-        let mut out = String::with_capacity(g.header_line.len() + 1 + g.log.lines().iter().map(|l| l.len() + 1).sum::<usize>());
-        out.push_str(&g.header_line);
-        out.push('\n');
-        for l in g.log.lines() {
+    pub fn export_jsonl(&self) -> Result<String> {
+        let records = self.records()?;
+        let mut out = String::with_capacity(records.iter().map(|l| l.len() + 1).sum::<usize>());
+        for l in &records {
             out.push_str(l);
             out.push('\n');
         }
-        out
+        Ok(out)
     }
 
     /// The session header record exactly as stored (its bytes start the chain).
@@ -684,13 +855,16 @@ impl Session {
 
     /// The stored records of the log: the session header record exactly as stored (its bytes
     /// start the chain), then every event's record. Writing them to an empty store, one per
-    /// record, gives a store that opens to this session.
-    pub fn records(&self) -> Vec<Text> {
-        let g = self.lock();
+    /// record, gives a store that opens to this session. A session opened from a checkpoint
+    /// holds the records from that checkpoint on: the older ones are read from the store (a
+    /// store that fails is the error).
+    pub fn records(&self) -> Result<Vec<Text>> {
+        let mut g = self.lock();
         let mut out = Vec::with_capacity(g.log.len() + 1);
         out.push(Text::from(&*g.header_line));
-        out.extend(g.log.lines().iter().cloned());
-        out
+        let len = g.log.next_seq();
+        out.extend(g.event_records(0, len)?);
+        Ok(out)
     }
 
     /// Number of events.
@@ -714,26 +888,34 @@ impl Session {
         f(&self.lock().log)
     }
 
-    /// Event `seq`.
+    /// Event `seq`: `None` past the end of the log (or, for an event older than the session
+    /// holds in memory, when the store cannot be read: [`events_json`](Self::events_json) says
+    /// why).
     pub fn event(&self, seq: u64) -> Option<Event> {
-        self.lock().log.event(seq)
+        let mut g = self.lock();
+        if let Some(ev) = g.log.event(seq) {
+            return Some(ev);
+        }
+        let rec = g.event_records(seq, seq + 1).ok()?.pop()?;
+        Event::from_json(&rec).ok()
     }
 
-    /// Events `from..to` (clamped) as a JSON array.
-    pub fn events_json(&self, from: u64, to: Option<u64>) -> String {
-        let g = self.lock();
-        let lines = g.log.lines();
-        let end = to.map(|t| t.min(lines.len() as u64)).unwrap_or(lines.len() as u64) as usize;
-        let start = (from as usize).min(end);
-        let mut out = String::from("[");
-        for (i, l) in lines[start..end].iter().enumerate() {
+    /// Events `from..to` (clamped) as a JSON array (older events than the session holds in
+    /// memory are read from the store).
+    pub fn events_json(&self, from: u64, to: Option<u64>) -> Result<String> {
+        let mut g = self.lock();
+        let len = g.log.next_seq();
+        let records = g.event_records(from, to.unwrap_or(len))?;
+        let mut out = String::with_capacity(2 + records.iter().map(|l| l.len() + 1).sum::<usize>());
+        out.push('[');
+        for (i, l) in records.iter().enumerate() {
             if i > 0 {
                 out.push(',');
             }
             out.push_str(l);
         }
         out.push(']');
-        out
+        Ok(out)
     }
 
     /// The derived history (shared, never deep-copied).
@@ -780,11 +962,30 @@ impl Session {
     /// turn, step, tool, header and compaction events belong to it and are rejected here.
     pub fn append(&self, ev: NewEvent) -> Result<u64> {
         let mut g = self.lock();
+        if ev.ty == types::CHECKPOINT {
+            return Err(Error::invalid(
+                "type",
+                "checkpoints are written by the library (Session::checkpoint, or as the session's checkpoint policy says)",
+            )
+            .with("eventType", ev.ty.clone()));
+        }
         if g.live_agent.is_some() && is_agent_owned(&ev) {
             return Err(Error::out_of_order(format!("{}: the live agent instance owns this event type; use the agent's API", ev.ty))
                 .with("eventType", ev.ty.clone()));
         }
         g.append(ev)
+    }
+
+    /// Writes a checkpoint now (`docs/log.md`, "Checkpoints"): the derived state an open needs,
+    /// so that the next open reads the log from here. Returns its seq. Refused on a version 1
+    /// log and while a compaction is open (`OutOfOrder`), on a read-only handle (`ReadOnly`).
+    /// A session writes checkpoints by itself as its [`CheckpointPolicy`] says; this is for a
+    /// log written before checkpoints existed (`llmsession checkpoint LOG`) and for hosts that
+    /// choose the moment.
+    pub fn checkpoint(&self) -> Result<u64> {
+        let mut g = self.lock();
+        let r = g.append_batch_with(Vec::new(), Checkpointing::Now)?;
+        Ok(r.end)
     }
 
     /// Appends an event given as JSON `{"type","data","surfaceOp"?,"sources"?}`.
@@ -803,26 +1004,38 @@ impl Session {
     /// seed length.
     pub fn fork(&self, seed_len: Option<u64>, store: Box<dyn Store>, opts: SessionOptions) -> Result<Session> {
         let (parent, events) = {
-            let g = self.lock();
-            let n = match seed_len {
-                Some(n) => {
-                    if n > g.log.len() as u64 {
-                        return Err(Error::invalid("seedLength", format!("{n} is past the end of the log ({} events)", g.log.len())));
-                    }
-                    n
+            let mut g = self.lock();
+            let len = g.log.next_seq();
+            if let Some(n) = seed_len {
+                if n > len {
+                    return Err(Error::invalid("seedLength", format!("{n} is past the end of the log ({len} events)")));
                 }
-                None => last_boundary(&g.log),
-            };
-            let events: Vec<Event> = (0..n).map(|s| g.log.event(s).expect("in range")).collect();
+            }
+            let records = g.event_records(0, seed_len.unwrap_or(len))?;
+            let events: Vec<Event> = records.iter().map(|r| Event::from_json(r)).collect::<Result<_>>()?;
             (g.header.clone(), events)
         };
-        let id = new_id(opts.id)?;
-        let log = Log::replay(&events)?;
-        if !log.state().at_rest() {
-            return Err(Error::invalid(
-                "seedLength",
-                format!("{} events do not end at a turn boundary (a turn, step, tool batch or compaction is open)", events.len()),
-            ));
+        let id = new_id(opts.id.clone())?;
+        // The seed replayed (it must end at rest); without a seed length, up to the last point
+        // where the log was at rest.
+        let mut log = Log::discarding();
+        let mut boundary = 0usize;
+        for (i, ev) in events.iter().enumerate() {
+            log.append(ev)?;
+            if log.state().at_rest() {
+                boundary = i + 1;
+            }
+        }
+        let mut events = events;
+        match seed_len {
+            None => events.truncate(boundary),
+            Some(_) if !log.state().at_rest() => {
+                return Err(Error::invalid(
+                    "seedLength",
+                    format!("{} events do not end at a turn boundary (a turn, step, tool batch or compaction is open)", events.len()),
+                ));
+            }
+            Some(_) => {}
         }
         let mut store = store;
         if !store.load()?.records.is_empty() {
@@ -831,7 +1044,7 @@ impl Session {
         let n = events.len() as u64;
         let lineage = parent.fork_lineage(n);
         let header = SessionHeader { parent: Some((parent.id.clone(), n)), lineage, ..SessionHeader::new(id, now_ms()) };
-        Session::start(store, header, events, opts.durability)
+        Session::start(store, header, events, &opts)
     }
 
     /// Claims the session for an agent instance (at most one live instance, never on a
@@ -892,71 +1105,12 @@ impl Session {
     }
 }
 
-/// The longest session id, in bytes (UTF-8).
-pub const MAX_SESSION_ID_BYTES: usize = 1024;
-
-/// Checks a session id a host gives (for a new session, a fork, or the session a store is
-/// opened for) against the rule every store shares: not empty, at most
-/// [`MAX_SESSION_ID_BYTES`] bytes, no C0 control character (U+0000 to U+001F, NUL, tab and
-/// newline included) and no DEL (U+007F), since ids end up in file names, URLs, SQL rows and
-/// logs. Any other Unicode text is an id. An [`ErrorKind::InvalidInput`] error about `id`
-/// otherwise (see [`check_session_id_field`] to name another field).
-pub fn check_session_id(id: &str) -> Result<()> {
-    check_session_id_field("id", id)
-}
-
-/// [`check_session_id`], with the error naming `field` (`opts.id`).
-pub fn check_session_id_field(field: &str, id: &str) -> Result<()> {
-    if id.is_empty() {
-        return Err(Error::invalid(field, "must not be empty"));
-    }
-    if id.len() > MAX_SESSION_ID_BYTES {
-        return Err(Error::invalid(field, format!("the session id is {} bytes, more than {MAX_SESSION_ID_BYTES}", id.len())));
-    }
-    if let Some((at, c)) = id.char_indices().find(|(_, c)| c.is_ascii_control()) {
-        return Err(Error::invalid(
-            field,
-            format!(
-                "the session id holds the control character U+{:04X} at byte {at} (ids may not hold C0 control characters or DEL)",
-                c as u32
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// The id of a new session: the caller's (checked by [`check_session_id`]) or a random one.
-fn new_id(id: Option<String>) -> Result<String> {
-    match id {
-        Some(id) => check_session_id(&id).map(|()| id),
-        None => Ok(random_id()),
-    }
-}
-
 fn is_agent_owned(ev: &NewEvent) -> bool {
     if ev.ty == types::USER_MESSAGE {
         let source = ev.data.get("source").and_then(|s| s.as_str());
         return source == Some(UserSource::User.as_str()) || source == Some(UserSource::Compaction.as_str());
     }
     types::ALL.contains(&ev.ty.as_str())
-}
-
-/// The number of events up to the last point where the log was at rest.
-fn last_boundary(log: &Log) -> u64 {
-    if log.state().at_rest() {
-        return log.len() as u64;
-    }
-    // Walk back to the last turn/end, or to the start of the first turn.
-    let mut replay = Log::new();
-    let mut last = 0u64;
-    for seq in 0..log.len() as u64 {
-        let ev = log.event(seq).expect("in range");
-        replay.append(&ev).expect("a logged event replays");
-        if replay.state().at_rest() {
-            last = seq + 1;
-        }
-    }
-    last
 }
 
 #[cfg(test)]
@@ -968,31 +1122,14 @@ mod tests {
     }
 
     #[test]
-    fn the_session_id_rule() {
-        for ok in ["a", "scenario-session", "ünï/côdé id with spaces", &"x".repeat(MAX_SESSION_ID_BYTES)] {
-            assert!(check_session_id(ok).is_ok(), "{ok:?}");
-        }
-        let bad = [
-            (String::new(), "id: must not be empty"),
-            ("x".repeat(MAX_SESSION_ID_BYTES + 1), "1025 bytes, more than 1024"),
-            ("a\0b".to_string(), "U+0000 at byte 1"),
-            ("a\tb".to_string(), "U+0009 at byte 1"),
-            ("line\n".to_string(), "U+000A at byte 4"),
-            ("\u{1b}[31m".to_string(), "U+001B at byte 0"),
-            ("del\u{7f}".to_string(), "U+007F at byte 3"),
-        ];
-        for (id, needle) in &bad {
-            let e = check_session_id(id).unwrap_err();
-            assert_eq!(e.kind(), ErrorKind::InvalidInput);
-            assert_eq!(e.detail()["field"], "id");
-            assert!(e.message().contains(needle), "{} lacks {needle:?}", e.message());
-            assert_eq!(check_session_id_field("opts.id", id).unwrap_err().detail()["field"], "opts.id");
-        }
+    fn every_way_of_naming_a_new_session_checks_the_id() {
+        let mut bad: Vec<String> = ["", "a\0b", "line\n", "del\u{7f}"].map(str::to_string).to_vec();
+        bad.push("x".repeat(MAX_SESSION_ID_BYTES + 1));
         // Every way of giving a new session its id applies the rule: a memory store, a file, a
         // fork (the host store and the URL options go through the same `new_id` and
         // `session_options`).
         let dir = tempfile::tempdir().unwrap();
-        for (id, _) in &bad {
+        for id in &bad {
             let e = Session::create(Box::new(MemoryStore::new()), with_id(id)).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::InvalidInput, "{}", e.message());
             let path = dir.path().join("s.jsonl");

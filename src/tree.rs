@@ -99,8 +99,8 @@ fn read(mut store: Box<dyn Store>, what: &str) -> Result<(CheckedLog, String)> {
     Ok((log, describe))
 }
 
-fn records_of(session: &Session) -> StoreContents {
-    StoreContents { records: session.records().iter().map(|r| r.as_bytes().to_vec()).collect(), last_complete: true }
+fn records_of(session: &Session) -> Result<StoreContents> {
+    Ok(StoreContents { records: session.records()?.iter().map(|r| r.as_bytes().to_vec()).collect(), last_complete: true })
 }
 
 impl Tree {
@@ -155,7 +155,7 @@ impl Tree {
     /// from its file; a child in memory that nothing holds any more is left out.
     pub fn of_session(root: &Session) -> Result<Tree> {
         let mut tree = Tree { nodes: Vec::new() };
-        let log = read_checked(&records_of(root))?;
+        let log = read_checked(&records_of(root)?)?;
         tree.nodes.push(Node {
             log,
             source: root.file_path().map_or("memory".into(), |p| p.display().to_string()),
@@ -167,7 +167,7 @@ impl Tree {
             for c in s.children() {
                 let (log, source, session) = match (c.session, c.path) {
                     (Some(cs), path) => {
-                        (read_checked(&records_of(&cs))?, path.map_or("memory".into(), |p| p.display().to_string()), Some(cs))
+                        (read_checked(&records_of(&cs)?)?, path.map_or("memory".into(), |p| p.display().to_string()), Some(cs))
                     }
                     (None, Some(path)) => {
                         let (log, source) = read(Box::new(JsonlStore::open_read_only(&path)?), "a child of the tree")?;

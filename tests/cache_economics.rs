@@ -50,11 +50,11 @@ fn options(system: &str, read_description: &str) -> AgentOptions {
 }
 
 fn records(s: &Session) -> Vec<Vec<u8>> {
-    s.records().iter().map(|r| r.as_bytes().to_vec()).collect()
+    s.records().unwrap().iter().map(|r| r.as_bytes().to_vec()).collect()
 }
 
 fn strings(s: &Session) -> Vec<String> {
-    s.records().iter().map(|r| r.to_string()).collect()
+    s.records().unwrap().iter().map(|r| r.to_string()).collect()
 }
 
 /// One turn: the request, then an Anthropic response whose usage reads `cached(report)` tokens

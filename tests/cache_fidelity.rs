@@ -313,7 +313,7 @@ fn summary_body_is_a_byte_extension_of_the_conversation_body_on_every_provider()
 }
 
 fn records(session: &Session) -> Vec<Vec<u8>> {
-    session.records().iter().map(|r| r.as_bytes().to_vec()).collect()
+    session.records().unwrap().iter().map(|r| r.as_bytes().to_vec()).collect()
 }
 
 /// The envelope (and prefix length) of the last conversation request routed before the latest

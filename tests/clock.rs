@@ -71,7 +71,7 @@ fn options(v: Value) -> ClockOptions {
 }
 
 fn records(s: &Session) -> Vec<String> {
-    s.export_jsonl().lines().map(str::to_string).collect()
+    s.export_jsonl().unwrap().lines().map(str::to_string).collect()
 }
 
 #[test]

@@ -7,10 +7,16 @@
 //! The writer is this test binary re-run with `LLMSESSION_CRASH_CHILD` set (the `crash_child`
 //! test does the work then). `LLMSESSION_CRASH_TRIALS` sets the number of kills (default 50;
 //! docs/reliability.md reports a 1000-trial run).
+//!
+//! The writer writes a checkpoint every 9 events and at the end of each compaction, so kills
+//! land while a batch ending in a checkpoint is written and while the batches after one are:
+//! after each kill the log opens from its last checkpoint to the same state a whole load gives,
+//! and a copy of it cut inside its last checkpoint record (a write torn there) does too.
 
 use llmsession::agent::ToolResultInput;
 use llmsession::compaction::{CompactionPolicy, Retained, SummaryOutput, SummaryRequest};
-use llmsession::log::load::load_records;
+use llmsession::log::checkpoint::CheckpointPolicy;
+use llmsession::log::load::{load_records, OpenCheck};
 use llmsession::request::verify_records;
 use llmsession::store::{Durability, JsonlStore, Store};
 use llmsession::{Agent, AgentOptions, Block, CallConfig, CancelToken, Message, Role, Session, SessionOptions, Usage};
@@ -20,6 +26,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 const CHILD_ENV: &str = "LLMSESSION_CRASH_CHILD";
+
+/// The writer's checkpoints: every 9 events and at the end of each compaction.
+const CHECKPOINTS: CheckpointPolicy = CheckpointPolicy { every_events: 9, every_bytes: 0, at_compaction: true };
 
 fn durability_of(s: &str) -> Durability {
     Durability::parse(s).expect("a durability name")
@@ -32,7 +41,9 @@ fn crash_child() {
     let (path, dur) = spec.split_once('|').expect("path|durability");
     let durability = durability_of(dur);
     let every = durability == Durability::EveryEvent;
-    let (session, _) = Session::open_jsonl(path, SessionOptions { durability, id: None }).expect("the writer opens the log");
+    let (session, _) =
+        Session::open_jsonl(path, SessionOptions { durability, id: None, checkpoints: CHECKPOINTS, ..SessionOptions::default() })
+            .expect("the writer opens the log");
     let mut opts = AgentOptions::new(CallConfig::new("openai", "m"));
     opts.system = Some("crash test".into());
     let mut agent = Agent::new(&session, opts).expect("an agent");
@@ -136,8 +147,56 @@ fn run_child(path: &std::path::Path, dur: &str, kill_after: Duration) -> Reporte
     r
 }
 
+/// What a user sees of a session's state after an open (not the chain head: two opens that
+/// repair an open turn do it at different times).
+fn state_of(s: &Session) -> String {
+    let mut stats = s.stats();
+    stats.chain_head = None;
+    format!(
+        "{} {} {:?} {:?} {:?} {:?}",
+        s.history_json(),
+        serde_json::to_string(&stats).unwrap(),
+        s.request_header(),
+        s.with_log(|l| l.state().open_turn.clone()),
+        s.with_log(|l| l.state().pending.clone()),
+        s.with_log(|l| l.state().last_usage.clone()),
+    )
+}
+
+/// A bounded open (from the last checkpoint) of `path` and a whole load of a copy agree, the
+/// log verifies, and the bounded open opened from a checkpoint (when the log has one).
+fn bounded_equals_whole(original: &std::path::Path, dur: &str) -> Result<(), String> {
+    // Two copies: the original is left for the checks that follow.
+    let path = &original.with_extension("bounded");
+    let copy = original.with_extension("whole");
+    std::fs::copy(original, path).map_err(|e| e.to_string())?;
+    std::fs::copy(original, &copy).map_err(|e| e.to_string())?;
+    let opts = |check| SessionOptions { durability: durability_of(dur), checkpoints: CHECKPOINTS, check, ..SessionOptions::default() };
+    // A complete checkpoint record (a torn last line does not count).
+    let has_checkpoint = std::fs::read_to_string(path)
+        .map_err(|e| e.to_string())?
+        .split_inclusive('\n')
+        .any(|l| l.ends_with('\n') && l.starts_with("{\"type\":\"session/checkpoint\""));
+    let (b, rb) = Session::open_jsonl(path, opts(OpenCheck::Bounded)).map_err(|e| format!("bounded open: {e}"))?;
+    let (w, rw) = Session::open_jsonl(&copy, opts(OpenCheck::Full)).map_err(|e| format!("whole load: {e}"))?;
+    if has_checkpoint && b.with_log(|l| l.base()) == 0 {
+        return Err("the log has a checkpoint but the open read it whole".into());
+    }
+    if (rb.cut_records, rb.repaired_events) != (rw.cut_records, rw.repaired_events) {
+        return Err(format!("the bounded open repaired {rb:?}, the whole load {rw:?}"));
+    }
+    if state_of(&b) != state_of(&w) {
+        return Err(format!("the bounded open's state differs from the whole load's:\n{}\n{}", state_of(&b), state_of(&w)));
+    }
+    b.verify().map_err(|e| format!("verify after the bounded open: {e}"))?;
+    drop((b, w));
+    let _ = std::fs::remove_file(copy);
+    let _ = std::fs::remove_file(path);
+    Ok(())
+}
+
 /// Checks the file after a kill; returns a description of a loss, if any.
-fn check_file(path: &std::path::Path, dur: &str, rep: &Reported, stats: &mut [u64; 3]) -> Result<(), String> {
+fn check_file(path: &std::path::Path, dur: &str, rep: &Reported, stats: &mut [u64; 5]) -> Result<(), String> {
     // The raw file loads (torn tail cut, open turn repaired in memory).
     let mut store = JsonlStore::open(path).map_err(|e| e.to_string())?;
     let contents = store.load().map_err(|e| e.to_string())?;
@@ -146,9 +205,34 @@ fn check_file(path: &std::path::Path, dur: &str, rep: &Reported, stats: &mut [u6
     }
     load_records(&contents).map_err(|e| format!("the killed log does not load: {e}"))?;
     drop(store);
+    // Where the kill landed: in the batch that wrote a checkpoint (the last complete record is
+    // one), or in the batches after one.
+    let last_complete: Vec<&Vec<u8>> =
+        contents.records.iter().take(contents.records.len() - usize::from(!contents.last_complete)).collect();
+    match last_complete.iter().rposition(|r| r.starts_with(b"{\"type\":\"session/checkpoint\"")) {
+        Some(i) if i + 1 == last_complete.len() => stats[3] += 1,
+        Some(_) => stats[4] += 1,
+        None => {}
+    }
+    // A write torn inside the last checkpoint record (a copy of the file cut there): it opens
+    // from the checkpoint before, as a whole load does, and verifies.
+    let text = std::fs::read(path).map_err(|e| e.to_string())?;
+    let needle = b"\n{\"type\":\"session/checkpoint\"";
+    if let Some(at) = text.windows(needle.len()).rposition(|w| w == needle) {
+        let torn = path.with_extension("torn");
+        let cut = at + 1 + (text[at + 1..].iter().position(|&b| b == b'\n').unwrap_or(text.len() - at - 1)) / 2;
+        std::fs::write(&torn, &text[..cut]).map_err(|e| e.to_string())?;
+        bounded_equals_whole(&torn, dur).map_err(|e| format!("a write torn inside the last checkpoint: {e}"))?;
+        let _ = std::fs::remove_file(&torn);
+    }
+    // Open from the last checkpoint and whole (on a copy): the same state.
+    bounded_equals_whole(path, dur)?;
     // Open as a host would (this writes the repair), then verify the stored bytes.
-    let (session, report) =
-        Session::open_jsonl(path, SessionOptions { durability: durability_of(dur), id: None }).map_err(|e| format!("open: {e}"))?;
+    let (session, report) = Session::open_jsonl(
+        path,
+        SessionOptions { durability: durability_of(dur), id: None, checkpoints: CHECKPOINTS, ..SessionOptions::default() },
+    )
+    .map_err(|e| format!("open: {e}"))?;
     // Kills that left a torn record, kills inside a turn (repaired), kills at rest.
     if report.cut_records > 0 {
         stats[0] += 1;
@@ -159,15 +243,15 @@ fn check_file(path: &std::path::Path, dur: &str, rep: &Reported, stats: &mut [u6
         stats[2] += 1;
     }
     let events = session.len() as u64;
-    let completed: Vec<u64> = session.with_log(|l| {
-        l.lines()
-            .iter()
-            .filter_map(|line| {
-                let v: serde_json::Value = serde_json::from_str(line).ok()?;
-                (v["type"] == "turn/end" && v["data"]["reason"] == "completed").then(|| v["data"]["turn"].as_u64()).flatten()
-            })
-            .collect()
-    });
+    let completed: Vec<u64> = session
+        .records()
+        .map_err(|e| e.to_string())?
+        .iter()
+        .filter_map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).ok()?;
+            (v["type"] == "turn/end" && v["data"]["reason"] == "completed").then(|| v["data"]["turn"].as_u64()).flatten()
+        })
+        .collect();
     drop(session);
     for t in &rep.turns {
         if !completed.contains(t) {
@@ -197,7 +281,7 @@ fn crash_trials(trials: usize) -> (usize, Vec<String>, u64) {
     };
     let mut losses = Vec::new();
     let mut turns = 0u64;
-    let mut stats = [0u64; 3];
+    let mut stats = [0u64; 5];
     let mut path = dir.path().join("s0.jsonl");
     for i in 0..trials {
         if i % 5 == 0 {
@@ -219,7 +303,10 @@ fn crash_trials(trials: usize) -> (usize, Vec<String>, u64) {
         let keep = dir.keep();
         eprintln!("crash trials: damaged logs kept in {}", keep.display());
     }
-    eprintln!("crash trials: {} torn tails cut, {} kills inside a turn (repaired), {} at rest", stats[0], stats[1], stats[2]);
+    eprintln!(
+        "crash trials: {} torn tails cut, {} kills inside a turn (repaired), {} at rest; {} in the batch that wrote a checkpoint, {} in the appends after one",
+        stats[0], stats[1], stats[2], stats[3], stats[4]
+    );
     (trials, losses, turns)
 }
 

@@ -162,7 +162,7 @@ fn a_full_disk_mid_turn_is_a_clear_error_and_the_turn_completes_once_space_is_ba
             let os = e.detail().get("os").and_then(|v| v.as_i64());
             assert!(os.is_some_and(|c| limit.errnos().contains(&c)), "turn {i} step {k}: the OS error is in the detail: {e:?}");
             assert!(e.message().contains(log.to_str().unwrap()), "the error names the file: {}", e.message());
-            let mem: Vec<String> = session.records().iter().map(|r| r.to_string()).collect();
+            let mem: Vec<String> = session.records().unwrap().iter().map(|r| r.to_string()).collect();
             assert_eq!(file_lines(&log), mem, "turn {i} step {k}: the file holds exactly what the handle holds");
             limit.free();
             step(&mut agent).unwrap_or_else(|e| panic!("turn {i} step {k}: the retry once space is back: {e:?}"));
@@ -176,10 +176,10 @@ fn a_full_disk_mid_turn_is_a_clear_error_and_the_turn_completes_once_space_is_ba
     }
     assert!(hit >= 3, "the disk filled up ({hit} refused writes)");
     support::host_script::check_session(&session).unwrap();
-    let mem: Vec<String> = session.records().iter().map(|r| r.to_string()).collect();
+    let mem: Vec<String> = session.records().unwrap().iter().map(|r| r.to_string()).collect();
     drop(agent);
     drop(session);
     let (back, _) = Session::open_jsonl(&log, SessionOptions::default()).unwrap();
-    assert_eq!(back.records().iter().map(|r| r.to_string()).collect::<Vec<_>>(), mem);
+    assert_eq!(back.records().unwrap().iter().map(|r| r.to_string()).collect::<Vec<_>>(), mem);
     back.verify().unwrap();
 }

@@ -44,7 +44,7 @@ fn summariser(a: &mut Agent) {
 }
 
 fn records(session: &Session) -> Vec<Vec<u8>> {
-    session.records().iter().map(|r| r.as_bytes().to_vec()).collect()
+    session.records().unwrap().iter().map(|r| r.as_bytes().to_vec()).collect()
 }
 
 fn explain(session: &Session) -> Explanation {
@@ -341,7 +341,7 @@ fn two_turns_and_a_host_event() -> Vec<String> {
     turn(&mut a, "first", 1000);
     s.append(NewEvent::new("host/note", json!({"text": "the host was here"}))).unwrap();
     turn(&mut a, "second", 1200);
-    s.records().iter().map(|r| r.to_string()).collect()
+    s.records().unwrap().iter().map(|r| r.to_string()).collect()
 }
 
 /// explain refuses `damaged` exactly as verify does: `CorruptLog` with the same message and
@@ -396,7 +396,7 @@ fn damage_an_open_would_cut_from_the_last_turn_is_refused() {
     a.start_turn(Message::user_text("second")).unwrap();
     a.next_request(&c).unwrap();
     a.record_response(Message::new(Role::Assistant, vec![Block::text("cut short")]), None).unwrap();
-    let recs: Vec<String> = s.records().iter().map(|r| r.to_string()).collect();
+    let recs: Vec<String> = s.records().unwrap().iter().map(|r| r.to_string()).collect();
     // The unfinished turn loses its step/start: an open would cut the turn from there (a crash
     // leaves such a tail); a reader refuses it instead.
     let k = index_of(&recs, "step/start", 2);

@@ -941,7 +941,7 @@ fn a_fork_at_a_turn_boundary_records_its_parent() {
         s.with_log(|l| l.lines().iter().map(|r| llmsession::log::chain::without_chain(r).into_owned()).collect())
     };
     assert_eq!(unchained(&f), unchained(&s)[..boundary as usize]);
-    assert_ne!(f.records()[1], s.records()[1]);
+    assert_ne!(f.records().unwrap()[1], s.records().unwrap()[1]);
     // The header record on disk names the parent and the seed length.
     let text = std::fs::read_to_string(&fork_path).unwrap();
     let first: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
@@ -1023,7 +1023,7 @@ fn a_fork_past_the_end_or_into_a_used_store_is_rejected() {
 // Durability and store failures
 
 fn syncs_for(durability: Durability) -> (usize, usize, usize) {
-    let (s, stats) = counting_session(SessionOptions { durability, id: None });
+    let (s, stats) = counting_session(SessionOptions { durability, id: None, ..SessionOptions::default() });
     let base = stats.lock().unwrap().syncs;
     append_all(&s, vec![header("initial", 1, "")]);
     append_all(&s, complete_turn(1));
@@ -1092,7 +1092,7 @@ fn a_failing_store_append_leaves_the_log_unchanged_and_usable() {
 
 #[test]
 fn a_failing_sync_drops_the_record_and_leaves_the_log_unchanged() {
-    let (s, stats) = counting_session(SessionOptions { durability: Durability::EveryEvent, id: None });
+    let (s, stats) = counting_session(SessionOptions { durability: Durability::EveryEvent, id: None, ..SessionOptions::default() });
     append_all(&s, vec![header("initial", 1, ""), turn_start(1)]);
     let records = stats.lock().unwrap().records;
     stats.lock().unwrap().fail_sync = true;

@@ -200,14 +200,14 @@ proptest! {
     fn a_crash_at_any_byte_loads_a_prefix_of_the_log(ops in prop::collection::vec(op(), 1..60), at in any::<prop::sample::Index>()) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.jsonl");
-        let opts = || SessionOptions { durability: Durability::Never, id: Some("prop".into()) };
+        let opts = || SessionOptions { durability: Durability::Never, id: Some("prop".into()), ..SessionOptions::default() };
         let (s, _) = Session::open_jsonl(&path, opts()).unwrap();
         s.append(header("initial", 1, "")).unwrap();
         let mut m = Model::new(s);
         for op in &ops {
             m.apply(op);
         }
-        let original = m.s.events_json(0, None);
+        let original = m.s.events_json(0, None).unwrap();
         let n = m.s.len();
         drop(m);
         let bytes = std::fs::read(&path).unwrap();

@@ -51,7 +51,13 @@ struct Phases {
 }
 
 fn opts() -> SessionOptions {
-    SessionOptions { durability: Durability::Never, id: Some("long".into()) }
+    // No checkpoints: the phases measure loading and deriving the whole log.
+    SessionOptions {
+        durability: Durability::Never,
+        id: Some("long".into()),
+        checkpoints: llmsession::log::checkpoint::CheckpointPolicy::OFF,
+        ..SessionOptions::default()
+    }
 }
 
 /// Writes a session file of the initial header and `turns` complete turns directly, without

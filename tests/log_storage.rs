@@ -257,8 +257,8 @@ fn crash_and_reopen(tail: Vec<NewEvent>) -> (Session, LoadReport, Vec<Value>, te
     let file = lines(&path);
     assert_eq!(file.len(), before.len + 1 + report.repaired_events);
     let repaired: Vec<Value> = file[before.len + 1..].iter().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(s.events_json(before.len as u64, None), format!("[{}]", file[before.len + 1..].join(",")));
-    assert_eq!(s.events_json(0, Some(before.len as u64)), before.events, "nothing before the repair changed");
+    assert_eq!(s.events_json(before.len as u64, None).unwrap(), format!("[{}]", file[before.len + 1..].join(",")));
+    assert_eq!(s.events_json(0, Some(before.len as u64)).unwrap(), before.events, "nothing before the repair changed");
     assert!(s.with_log(|l| l.state().at_rest()), "the repaired log is at rest");
     (s, report, repaired, dir, path)
 }
@@ -586,7 +586,7 @@ fn a_file_read_whole_loads_what_its_records_load_one_by_one() {
     let (s, report) = open(&path);
     assert_eq!(report, LoadReport::default());
     assert_eq!(observe(&s), before);
-    let stored: Vec<String> = s.records().iter().map(|r| r.to_string()).collect();
+    let stored: Vec<String> = s.records().unwrap().iter().map(|r| r.to_string()).collect();
     assert_eq!(stored, file, "every loaded line is its stored record");
 
     let contents = llmsession::store::StoreContents::from_jsonl(std::fs::read(&path).unwrap().as_slice());

@@ -83,7 +83,7 @@ fn turn(a: &mut Agent, user: &str, answer: &str) -> (Value, Vec<String>) {
 }
 
 fn events(s: &Session) -> Vec<Value> {
-    s.records().iter().skip(1).map(|r| serde_json::from_str(r).unwrap()).collect()
+    s.records().unwrap().iter().skip(1).map(|r| serde_json::from_str(r).unwrap()).collect()
 }
 
 fn types_of(s: &Session) -> Vec<String> {
@@ -95,7 +95,7 @@ fn history(s: &Session) -> Vec<Value> {
 }
 
 fn records(s: &Session) -> Vec<Vec<u8>> {
-    s.records().iter().map(|r| r.as_bytes().to_vec()).collect()
+    s.records().unwrap().iter().map(|r| r.as_bytes().to_vec()).collect()
 }
 
 /// The session verifies, requests and bodies for `format`.
@@ -598,10 +598,10 @@ fn a_native_answer_waits_for_the_open_request() {
     a.native_compaction_request().unwrap();
     a.start_turn(Message::user_text("Meanwhile.")).unwrap();
     a.next_body(&CancelToken::new()).unwrap();
-    let before = s.records().len();
+    let before = s.records().unwrap().len();
     let e = a.finish_native_compaction(&fixture("anthropic-on-demand.json")).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::OutOfOrder, "{e}");
-    assert_eq!(s.records().len(), before);
+    assert_eq!(s.records().unwrap().len(), before);
     a.record_body(&anthropic_answer("Ok.")).unwrap();
     a.finish_native_compaction(&fixture("anthropic-on-demand.json")).unwrap();
     a.end_turn(TurnEndReason::Completed).unwrap();

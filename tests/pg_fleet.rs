@@ -166,7 +166,7 @@ impl Report {
 /// events the open appended (the load report's `repaired_events`). Gaps in `chains` (seqs
 /// a batch wrote before its last event) count with the batch.
 fn compare(s: &Session, acked: &Acked, repaired: usize) -> (u64, u64, u64) {
-    let records = s.records();
+    let records = s.records().unwrap();
     // What the database held: the events a writing open appended to close an open turn are not.
     let stored = records.len() - 1 - repaired;
     let (mut lost, mut replaced) = (0, 0);
@@ -316,7 +316,7 @@ fn fleet_child() {
                     last.replace(' ', "_")
                 ));
                 // What the reopened log holds is what this writer goes on from.
-                let records = reopened.records();
+                let records = reopened.records().unwrap();
                 acked.chains = records[1..].iter().map(|r| stored_link(r).unwrap_or("").to_string()).collect();
                 acked.turns.retain(|(_, seq)| (*seq as usize) < events);
                 s = reopened;

@@ -65,7 +65,7 @@ fn records_are_stored_verbatim_and_reload() {
             turn(&mut a, &format!("question {i}"), 1 + i % 3).unwrap();
         }
         drop(a);
-        s.records()
+        s.records().unwrap()
     };
     // The rows are the records, byte for byte, chain field included.
     let mut c = sql(&url);
@@ -87,7 +87,7 @@ fn records_are_stored_verbatim_and_reload() {
     // Reopened: the same records, the same chain head, and verify passes.
     let (s, report) = Session::open_url(&url, writer(&id)).unwrap();
     assert_eq!(report.cut_records + report.repaired_events, 0);
-    assert_eq!(s.records(), records);
+    assert_eq!(s.records().unwrap(), records);
     assert_eq!(s.stats().chain_head, head);
     assert_eq!(s.stats().turns, 3);
     s.verify().unwrap();
@@ -128,7 +128,7 @@ fn a_second_writer_is_locked_and_readers_follow() {
     w.append(host("third")).unwrap();
     let rep = r.refresh().unwrap();
     assert_eq!((rep.new_events, rep.events), (2, 3));
-    assert_eq!(r.records(), w.records());
+    assert_eq!(r.records().unwrap(), w.records().unwrap());
     assert_eq!(r.refresh().unwrap().new_events, 0);
     // The session is listed as in use while the writer holds it.
     let listed = list_sessions(&url, None, None, None).unwrap();
@@ -164,10 +164,10 @@ fn a_writer_that_bypassed_the_lease_makes_appends_conflict() {
     let mut c = sql(&url);
     // Another writer's next event, built on a copy of the log, written straight into the tables.
     let foreign = {
-        let copy = llmsession::store::MemoryStore::with_records(w.records().iter().map(|r| r.to_string()).collect());
+        let copy = llmsession::store::MemoryStore::with_records(w.records().unwrap().iter().map(|r| r.to_string()).collect());
         let (s, _) = Session::open(Box::new(copy), Default::default()).unwrap();
         s.append(host("from elsewhere")).unwrap();
-        s.records().last().unwrap().to_string()
+        s.records().unwrap().last().unwrap().to_string()
     };
     // (a) The head moved: the append is refused, nothing is written.
     let mut tx = c.transaction().unwrap();
@@ -190,10 +190,10 @@ fn a_writer_that_bypassed_the_lease_makes_appends_conflict() {
     assert_eq!(w.len(), 3);
     // (b) A record at the next seq without the head moving: the primary key refuses the batch.
     let stray = {
-        let copy = llmsession::store::MemoryStore::with_records(w.records().iter().map(|r| r.to_string()).collect());
+        let copy = llmsession::store::MemoryStore::with_records(w.records().unwrap().iter().map(|r| r.to_string()).collect());
         let (s, _) = Session::open(Box::new(copy), Default::default()).unwrap();
         s.append(host("stray")).unwrap();
-        s.records().last().unwrap().to_string()
+        s.records().unwrap().last().unwrap().to_string()
     };
     c.execute("INSERT INTO llmsession_records (session_id, seq, record) VALUES ($1, 3, $2)", &[&id, &stray]).unwrap();
     let e = w.append(host("three")).unwrap_err();
@@ -417,11 +417,22 @@ fn bad_urls_credentials_databases_and_schemas_are_clear_errors() {
     let newer = format!("postgres://{user}:{password}@127.0.0.1:{port}/{db}");
     // First use creates the tables; a newer library then takes the database over.
     drop(Session::open_url(&newer, writer("s")).unwrap());
+    // A database of schema version 3 (before the checkpoint index) is migrated by a writer.
+    sql(&newer)
+        .batch_execute("DROP INDEX llmsession_records_checkpoints; UPDATE llmsession_meta SET value = '3' WHERE key = 'schema_version'")
+        .unwrap();
+    drop(Session::open_url(&newer, writer("s")).unwrap());
+    let v: String = sql(&newer).query_one("SELECT value FROM llmsession_meta WHERE key = 'schema_version'", &[]).unwrap().get(0);
+    assert_eq!(v, "4");
+    let index: i64 =
+        sql(&newer).query_one("SELECT count(*) FROM pg_indexes WHERE indexname = 'llmsession_records_checkpoints'", &[]).unwrap().get(0);
+    assert_eq!(index, 1);
     sql(&newer).execute("UPDATE llmsession_meta SET value = '99' WHERE key = 'schema_version'", &[]).unwrap();
     for opts in [writer("s"), reader("s")] {
         let e = Session::open_url(&newer, opts).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Storage);
-        assert!(e.message().contains("schema version 99, newer than this library's version 3"), "{}", e.message());
+        let want = format!("schema version 99, newer than this library's version {}", llmsession::store::postgres::SCHEMA_VERSION);
+        assert!(e.message().contains(&want), "{}", e.message());
     }
     assert_eq!(list_sessions(&newer, None, None, None).unwrap_err().kind(), ErrorKind::Storage);
     // A read-only open does not create the tables.
@@ -815,19 +826,19 @@ fn a_write_that_found_no_server_leaves_the_handle_usable() {
     });
     // The pooled connection was closed by the shutdown; let the client see it.
     std::thread::sleep(Duration::from_millis(300));
-    let before = s.records();
+    let before = s.records().unwrap();
     let e = s.append(host("no server")).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Storage, "{}", e.message());
     assert!(e.message().contains("cannot connect"), "{}", e.message());
     assert!(e.detail().get("outcomeUnknown").is_none(), "nothing was sent: {}", e.message());
-    assert_eq!(s.records(), before, "nothing changed in memory");
+    assert_eq!(s.records().unwrap(), before, "nothing changed in memory");
     server_ctl("start");
     drop(restart);
     s.append(host("after the restart")).unwrap();
     turn(&mut a, "after", 1).unwrap();
     s.verify().unwrap();
     let (r, _) = Session::open_url(&url, reader(&id)).unwrap();
-    assert_eq!(r.records(), s.records());
+    assert_eq!(r.records().unwrap(), s.records().unwrap());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -859,13 +870,13 @@ fn a_failed_sync_takes_the_batch_back() {
     drop(Session::open_url(&url, writer(&id)).unwrap());
     let (s, _) = Session::open_url(&limited, writer(&id)).unwrap();
     s.append(NewEvent::new("turn/start", json!({ "turn": 1 }))).unwrap();
-    let before = s.records();
+    let before = s.records().unwrap();
     // turn/end is a sync point under turn-end durability: the sync fails, the batch is undone.
     let e = s.append(NewEvent::new("turn/end", json!({"turn": 1, "reason": "completed"}))).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Storage, "{}", e.message());
     assert!(e.message().contains("permission denied"), "{}", e.message());
     assert_eq!(e.detail()["sqlstate"], "42501");
-    assert_eq!(s.records(), before, "the refused batch is not in memory");
+    assert_eq!(s.records().unwrap(), before, "the refused batch is not in memory");
     let (events, stored): (i64, i64) = c
         .query_one("SELECT s.events, (SELECT count(*) FROM llmsession_records r WHERE r.session_id = s.id) FROM llmsession_sessions s WHERE s.id = $1", &[&id])
         .map(|r| (r.get(0), r.get(1)))
@@ -1347,7 +1358,7 @@ fn through_a_transaction_mode_pooler() {
     let e = Session::open_url(&with_params(&url, "pool_size=2"), writer(&id)).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Locked, "{}", e.message());
     let (r, _) = Session::open_url(&url, reader(&id)).unwrap();
-    assert_eq!(r.records(), w.records());
+    assert_eq!(r.records().unwrap(), w.records().unwrap());
     r.verify().unwrap();
     // Many sessions at once over the pooler.
     let many: Vec<Session> = (0..30).map(|_| Session::open_url(&url, writer(&unique_id("bouncer-many"))).unwrap().0).collect();
@@ -1388,6 +1399,100 @@ fn the_store_conformance_kit_passes() {
     let sep = if url.contains('?') { '&' } else { '?' };
     let e = UrlFactory::new(&format!("{url}{sep}session=x")).err().unwrap();
     assert_eq!(e.kind(), ErrorKind::InvalidInput);
+}
+
+/// An agent that compacts often (a small window), with a summariser that always answers.
+fn compacting_agent(s: &Session) -> llmsession::Agent {
+    use llmsession::compaction::{CompactionPolicy, Retained, SummaryOutput, SummaryRequest};
+    let mut a = agent(s);
+    let mut policy = CompactionPolicy::new(9000);
+    policy.threshold = 0.05;
+    policy.summary_max_tokens = 1024;
+    policy.retained = Retained::Tokens(40);
+    a.set_policy(Some(policy)).unwrap();
+    a.set_summariser(Some(std::sync::Arc::new(|_r: &SummaryRequest, _c: &llmsession::CancelToken| -> llmsession::Result<SummaryOutput> {
+        Ok(SummaryOutput { text: "summary".into(), ..Default::default() })
+    })));
+    a
+}
+
+/// Checkpoints in the database (issue #38): a writing open reads from the last checkpoint (one
+/// probe of the checkpoint index) to the state a whole load gives; verify reads the log in
+/// pages; an edited checkpoint row is refused by the open.
+#[test]
+fn checkpoints_open_from_the_last_one_and_verify_streams() {
+    use llmsession::log::checkpoint::CheckpointPolicy;
+    use llmsession::log::load::OpenCheck;
+    let url = pg_url!("checkpoints_open_from_the_last_one_and_verify_streams");
+    let _g = SERVER.read();
+    let id = unique_id("checkpoints");
+    let opts = |check| UrlOptions {
+        check,
+        checkpoints: CheckpointPolicy { every_events: 20, every_bytes: 0, at_compaction: true },
+        ..writer(&id)
+    };
+    {
+        let (s, _) = Session::open_url(&url, opts(OpenCheck::Bounded)).unwrap();
+        let mut a = compacting_agent(&s);
+        for i in 0..40 {
+            turn(&mut a, &format!("question {i} {}", "words ".repeat(i % 7)), 1 + (i as u64) % 3).unwrap();
+        }
+    }
+    let mut c = sql(&url);
+    let index: i64 = c.query_one("SELECT count(*) FROM pg_indexes WHERE indexname = 'llmsession_records_checkpoints'", &[]).unwrap().get(0);
+    assert_eq!(index, 1, "the checkpoint index exists (schema 4)");
+    let state = |s: &Session| {
+        let mut st = s.stats();
+        st.read_only = false;
+        (s.history_json(), serde_json::to_string(&st).unwrap(), s.request_header())
+    };
+    let (b, _) = Session::open_url(&url, opts(OpenCheck::Bounded)).unwrap();
+    assert!(b.with_log(|l| l.base()) > 0, "opened from a checkpoint");
+    let bounded = state(&b);
+    b.verify().unwrap();
+    let records = b.records().unwrap();
+    drop(b);
+    let (w, _) = Session::open_url(&url, opts(OpenCheck::Full)).unwrap();
+    assert_eq!(w.with_log(|l| l.base()), 0);
+    assert_eq!(state(&w), bounded);
+    assert_eq!(w.records().unwrap(), records);
+    drop(w);
+    // A read-only verify of the stored session, in pages.
+    let (mut store, _) = llmsession::store::url::open_store(&url, &reader(&id)).unwrap();
+    let mut reports = 0;
+    let r = llmsession::request::verify_store(store.as_mut(), None, &mut |_| reports += 1, None).unwrap();
+    assert_eq!(r.events as usize, records.len() - 1);
+    assert!(reports >= 1);
+    drop(store);
+    // The last checkpoint's row edited (its chain not recomputed): the open refuses it.
+    let (seq, rec): (i64, String) = c
+        .query_one(
+            "SELECT seq, record FROM llmsession_records WHERE session_id = $1 AND record LIKE '{\"type\":\"session/checkpoint\",%' ORDER BY seq DESC LIMIT 1",
+            &[&id],
+        )
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    let edited = rec.replacen("\"requests\":", "\"requests\":1", 1);
+    c.execute("UPDATE llmsession_records SET record = $3 WHERE session_id = $1 AND seq = $2", &[&id, &seq, &edited]).unwrap();
+    let e = Session::open_url(&url, opts(OpenCheck::Bounded)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::CorruptLog, "{}", e.message());
+    assert!(e.message().contains(&format!("line {}", seq + 2)), "{}", e.message());
+    c.execute("UPDATE llmsession_records SET record = $3 WHERE session_id = $1 AND seq = $2", &[&id, &seq, &rec]).unwrap();
+    Session::open_url(&url, opts(OpenCheck::Bounded)).unwrap();
+    // A record missing inside the window, and the last one missing: damage, as for a whole load.
+    let (events,): (i64,) = c.query_one("SELECT events FROM llmsession_sessions WHERE id = $1", &[&id]).map(|r| (r.get(0),)).unwrap();
+    let gone = events - 2;
+    let kept: String =
+        c.query_one("SELECT record FROM llmsession_records WHERE session_id = $1 AND seq = $2", &[&id, &gone]).unwrap().get(0);
+    c.execute("DELETE FROM llmsession_records WHERE session_id = $1 AND seq = $2", &[&id, &gone]).unwrap();
+    let e = Session::open_url(&url, opts(OpenCheck::Bounded)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::CorruptLog, "{}", e.message());
+    assert!(e.message().contains("missing"), "{}", e.message());
+    c.execute("INSERT INTO llmsession_records (session_id, seq, record) VALUES ($1, $2, $3)", &[&id, &gone, &kept]).unwrap();
+    c.execute("DELETE FROM llmsession_records WHERE session_id = $1 AND seq = $2", &[&id, &(events - 1)]).unwrap();
+    let e = Session::open_url(&url, opts(OpenCheck::Bounded)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::CorruptLog, "{}", e.message());
+    assert!(e.message().contains("removed from the end"), "{}", e.message());
 }
 
 /// Agent trees in a database: two children spawned from a session in PostgreSQL are created in
@@ -1435,8 +1540,8 @@ fn children_live_in_the_parents_database_and_list_by_parent() {
 }
 
 /// A version-2 database (the tables of the previous release, without the child link) is
-/// migrated to version 3 by the first writing open: its sessions stay as they were (a fork stays
-/// a fork), and children can be listed by parent.
+/// migrated to the current version by the first writing open: its sessions stay as they were
+/// (a fork stays a fork), and children can be listed by parent.
 #[test]
 fn a_version_2_database_is_migrated_to_version_3() {
     let url = pg_url!("a_version_2_database_is_migrated_to_version_3");
@@ -1460,13 +1565,14 @@ fn a_version_2_database_is_migrated_to_version_3() {
     let mut o = sql(&old);
     o.batch_execute(
         "DROP INDEX llmsession_sessions_parent;
+         DROP INDEX llmsession_records_checkpoints;
          ALTER TABLE llmsession_sessions DROP COLUMN parent_call, DROP COLUMN spawned;
          UPDATE llmsession_meta SET value = '2' WHERE key = 'schema_version'",
     )
     .unwrap();
     drop(Session::open_url(&old, writer("root")).unwrap());
     let v: String = o.query_one("SELECT value FROM llmsession_meta WHERE key = 'schema_version'", &[]).unwrap().get(0);
-    assert_eq!(v, "3");
+    assert_eq!(v, llmsession::store::postgres::SCHEMA_VERSION.to_string());
     let kids = list_sessions(&old, None, None, Some("root")).unwrap();
     assert_eq!(kids.len(), 1);
     assert_eq!(kids[0].id, "root-fork");

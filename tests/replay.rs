@@ -130,7 +130,7 @@ impl Host {
 }
 
 fn records(session: &Session) -> Vec<Vec<u8>> {
-    session.records().iter().map(|r| r.as_bytes().to_vec()).collect()
+    session.records().unwrap().iter().map(|r| r.as_bytes().to_vec()).collect()
 }
 
 fn session_with_id(id: &str) -> Session {
@@ -269,7 +269,7 @@ fn a_log_the_log_rules_refuse_is_not_replayed() {
         .unwrap();
     a.end_turn(TurnEndReason::Completed).unwrap();
     a.dispose().unwrap();
-    let recs: Vec<String> = s.records().iter().map(|r| r.to_string()).collect();
+    let recs: Vec<String> = s.records().unwrap().iter().map(|r| r.to_string()).collect();
     Replay::from_records(&bytes(&recs)).unwrap();
 
     // One assistant/message line removed: the next record does not follow the chain.

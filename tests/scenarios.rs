@@ -62,7 +62,7 @@ impl Stores {
     /// (the handle is given up first: it holds the writer lease).
     fn reopen(&self, session: Session) -> Res<Session> {
         let store: Box<dyn Store> = match self {
-            Stores::Memory => Box::new(MemoryStore::with_records(session.records().iter().map(|r| r.to_string()).collect())),
+            Stores::Memory => Box::new(MemoryStore::with_records(session.records().unwrap().iter().map(|r| r.to_string()).collect())),
             Stores::Postgres(_) => {
                 let id = session.id();
                 drop(session);
@@ -77,7 +77,7 @@ impl Stores {
         let Stores::Postgres(url) = self else { return Ok(()) };
         let opts = UrlOptions { id: Some(session.id()), read_only: true, ..UrlOptions::default() };
         let (stored, _) = Session::open_url(url, opts).map_err(|e| format!("reopening from PostgreSQL: {}", err_str(&e)))?;
-        if stored.records() != session.records() {
+        if stored.records().map_err(|e| err_str(&e))? != session.records().unwrap() {
             return Err("the records reloaded from PostgreSQL differ from the session's".into());
         }
         stored.verify().map_err(|e| format!("verify of the stored log: {}", err_str(&e)))?;
@@ -409,7 +409,7 @@ impl World {
     }
 
     fn events(&self) -> Vec<Value> {
-        serde_json::from_str::<Value>(&self.session.events_json(0, None)).unwrap().as_array().unwrap().clone()
+        serde_json::from_str::<Value>(&self.session.events_json(0, None).unwrap()).unwrap().as_array().unwrap().clone()
     }
 }
 
@@ -871,7 +871,7 @@ fn run_op_inner(w: &mut World, op: &Value) -> Res<()> {
         "replay" => {
             // The session's log replayed against every envelope this run sent, in the order
             // it sent them (summarisation requests interleaved where they happened).
-            let records: Vec<Vec<u8>> = w.session.records().iter().map(|r| r.as_bytes().to_vec()).collect();
+            let records: Vec<Vec<u8>> = w.session.records().unwrap().iter().map(|r| r.as_bytes().to_vec()).collect();
             let summaries: Vec<String> = w.summaries.lock().iter().map(|s| s.json.clone()).collect();
             let r = llmsession::replay::Replay::from_records(&records).and_then(|mut replay| {
                 let mut order: Vec<&str> = Vec::new();
@@ -895,7 +895,7 @@ fn run_op_inner(w: &mut World, op: &Value) -> Res<()> {
             check_error(w, op, r)
         }
         "explain" => {
-            let records: Vec<Vec<u8>> = w.session.records().iter().map(|r| r.as_bytes().to_vec()).collect();
+            let records: Vec<Vec<u8>> = w.session.records().unwrap().iter().map(|r| r.as_bytes().to_vec()).collect();
             let r = llmsession::explain::explain_records(&records, &llmsession::tokens::Estimator).map(|x| {
                 let v = x.to_value();
                 w.out.insert("explain".into(), explain_summary(&v));
@@ -921,7 +921,7 @@ fn load(w: &mut World, op: &Value) -> Res<()> {
     let mut records: Vec<String> = match op.get("records") {
         Some(Value::Array(a)) => a.iter().map(|r| r.as_str().map(str::to_string).unwrap_or_else(|| r.to_string())).collect(),
         Some(_) => return Err("load: records must be an array".into()),
-        None => w.session.records().iter().map(|r| r.to_string()).collect(),
+        None => w.session.records().unwrap().iter().map(|r| r.to_string()).collect(),
     };
     if let Some(n) = op.get("dropLast").and_then(Value::as_u64) {
         records.truncate(records.len().saturating_sub(n as usize));
@@ -1152,7 +1152,7 @@ fn check_summary_envelope(summary: &Value, routed: &Value) -> Res<()> {
 }
 
 fn verify_and_damage(w: &World, name: &str) -> Res<()> {
-    let records: Vec<Vec<u8>> = w.session.records().iter().map(|r| r.as_bytes().to_vec()).collect();
+    let records: Vec<Vec<u8>> = w.session.records().unwrap().iter().map(|r| r.as_bytes().to_vec()).collect();
     let (header, events) = parse_records(&records).map_err(|e| err_str(&e))?;
     let report = verify_events(&header, &events).map_err(|e| format!("{name}: verify failed on the final log: {}", err_str(&e)))?;
     if report.requests == 0 {
@@ -1214,7 +1214,7 @@ fn run_file(path: &Path, stores: &Stores) -> Res<Value> {
         "scenario": path.file_name().map(|n| n.to_string_lossy().into_owned()),
         "name": name,
         "ops": ops,
-        "final": golden::final_state(&w.session.records(), &w.session.history_json()),
+        "final": golden::final_state(&w.session.records().unwrap(), &w.session.history_json()),
     });
     golden::mask_strings(&mut transcript, &w.dir.path().to_string_lossy());
     golden::fold_repeats(&mut transcript, &repeats);

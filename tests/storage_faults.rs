@@ -133,7 +133,9 @@ fn faults_at_every_point(kind: &str) {
             let path = dir.path().join("s.jsonl");
             let faults = Arc::new(Faults::default());
             let store = FaultStore { inner: JsonlStore::open(&path).unwrap(), faults: faults.clone() };
-            let session = Session::create(Box::new(store), SessionOptions { durability, id: Some("faults".into()) }).unwrap();
+            let session =
+                Session::create(Box::new(store), SessionOptions { durability, id: Some("faults".into()), ..SessionOptions::default() })
+                    .unwrap();
             let mut agent = agent_for(&session);
             turn(&mut agent, 0).unwrap();
             match kind {
@@ -200,8 +202,11 @@ fn sync_and_undo_both_fail() {
     let path = dir.path().join("s.jsonl");
     let faults = Arc::new(Faults::default());
     let store = FaultStore { inner: JsonlStore::open(&path).unwrap(), faults: faults.clone() };
-    let session =
-        Session::create(Box::new(store), SessionOptions { durability: Durability::EveryEvent, id: Some("faults".into()) }).unwrap();
+    let session = Session::create(
+        Box::new(store),
+        SessionOptions { durability: Durability::EveryEvent, id: Some("faults".into()), ..SessionOptions::default() },
+    )
+    .unwrap();
     let mut agent = agent_for(&session);
     turn(&mut agent, 0).unwrap();
     let durable = lines_of(&session);

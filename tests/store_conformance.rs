@@ -90,6 +90,8 @@ enum Fault {
     /// Not a fault: takes the lease when a handle opens (refusing a second writer with
     /// `{"locked"}` there) rather than at its first load.
     LeaseAtOpen,
+    /// Hands over a checkpoint's window one record short.
+    ShortWindow,
 }
 
 #[derive(Default)]
@@ -136,7 +138,7 @@ fn host_counting(fault: Fault, host: Arc<Mutex<Host>>) -> impl Fn(&str, &Value) 
             }
             return Ok(json!(true));
         }
-        if op == "load" {
+        if op == "load" || op == "lastCheckpoint" {
             match h.leases.get(&id) {
                 Some(&holder) if holder != handle => return Ok(json!({"locked": format!("handle {holder} holds the lease")})),
                 _ => {
@@ -147,6 +149,20 @@ fn host_counting(fault: Fault, host: Arc<Mutex<Host>>) -> impl Fn(&str, &Value) 
         let records = h.sessions.entry(id).or_default();
         Ok(match op {
             "load" => json!({"records": records}),
+            // The optional bounded-open requests: the last checkpoint record (before a seq), and
+            // the records from a seq on.
+            "lastCheckpoint" => {
+                let before = req["before"].as_u64().map_or(records.len(), |b| (b as usize + 1).min(records.len()));
+                match (1..before).rev().find(|&i| records[i].starts_with("{\"type\":\"session/checkpoint\",")) {
+                    Some(i) => json!({"seq": i - 1, "record": records[i]}),
+                    None => json!({"seq": null}),
+                }
+            }
+            "loadFrom" => {
+                let from = req["from"].as_u64().unwrap() as usize + 1;
+                let skip = usize::from(fault == Fault::ShortWindow);
+                json!({"header": records[0], "records": records[(from + skip).min(records.len())..]})
+            }
             "append" => {
                 let seq = req["seq"].as_u64().unwrap() as usize;
                 let new: Vec<String> = req["header"]
@@ -187,6 +203,8 @@ fn a_correct_host_store_passes() {
     let r = run(&mut HostFactory::new(host(Fault::None)), None).unwrap();
     all_pass(&r);
     assert_eq!(r.store, "host store");
+    let d = &case(&r, "checkpoint-window").detail;
+    assert!(d.contains("handed over the window of the last checkpoint"), "{d}");
     assert!(case(&r, "cut").detail.contains("kept in the quarantine"), "{}", case(&r, "cut").detail);
     let v = r.to_json();
     assert_eq!(v["passed"], true);
@@ -228,6 +246,10 @@ fn broken_host_stores_fail_the_cases_that_catch_them() {
     let c = case(&r, "two-writers");
     assert!(!c.passed);
     assert!(c.detail.contains("after the first writer closed") && c.detail.contains("locked"), "{}", c.detail);
+
+    let r = run(&mut HostFactory::new(host(Fault::ShortWindow)), Some(&["checkpoint-window".to_string()])).unwrap();
+    assert!(!r.cases[0].passed);
+    assert!(r.cases[0].detail.contains("record(s), not the 13 from seq 0 to the end"), "{}", r.cases[0].detail);
 
     let r = run(&mut HostFactory::new(host(Fault::NoUndo)), Some(&["undo".to_string()])).unwrap();
     assert_eq!(r.cases.len(), 1);

@@ -137,7 +137,7 @@ fn our_log_is_read_through_the_request_walk_with_its_usage() {
     a.next_request(&CancelToken::new()).unwrap();
     a.record_response(Message::new(Role::Assistant, vec![llmsession::Block::text("ok")]), None).unwrap();
     a.end_turn(TurnEndReason::Completed).unwrap();
-    let records: Vec<Vec<u8>> = s.export_jsonl().lines().map(|l| l.as_bytes().to_vec()).collect();
+    let records: Vec<Vec<u8>> = s.export_jsonl().unwrap().lines().map(|l| l.as_bytes().to_vec()).collect();
     let t = timeline::read(Source::Llmsession, &records.join(&b'\n')).unwrap();
     assert_eq!(t.len(), 1);
     let t = &t[0];
@@ -185,7 +185,7 @@ fn a_keep_warm_request_of_the_log_is_what_the_recording_paid_and_no_other_policy
     a.keepalive_body().unwrap();
     a.record_body(&anthropic_reply(20_040, 0)).unwrap();
     turn(&mut a, 20_040, 100);
-    let records: Vec<Vec<u8>> = s.export_jsonl().lines().map(|l| l.as_bytes().to_vec()).collect();
+    let records: Vec<Vec<u8>> = s.export_jsonl().unwrap().lines().map(|l| l.as_bytes().to_vec()).collect();
     let t = timeline::read(Source::Llmsession, &records.join(&b'\n')).unwrap().remove(0);
     let kinds: Vec<RequestKind> = t.requests.iter().map(|r| r.kind).collect();
     assert_eq!(kinds, [RequestKind::Conversation, RequestKind::Keepalive, RequestKind::Conversation]);

@@ -578,7 +578,7 @@ fn verify_checks_the_child_links() {
     k.record_response(Message::new(Role::Assistant, vec![Block::text("ok")]), None).unwrap();
     k.conclude(None).unwrap();
     a.finish_child(k.session()).unwrap();
-    let records: Vec<String> = parent.records().iter().map(|r| r.to_string()).collect();
+    let records: Vec<String> = parent.records().unwrap().iter().map(|r| r.to_string()).collect();
     llmsession::request::verify_records(&damaged_log::bytes(&records)).unwrap();
     let i = damaged_log::index_of(&records, "tool/result", 0);
     let mut forged = records.clone();

@@ -81,7 +81,7 @@ func TestCheckStorePassesAGoHostStore(t *testing.T) {
 	if err != nil {
 		t.Fatalf("CheckStore: %v (report %+v)", err, r)
 	}
-	if !r.Passed || r.Store != "host store" || len(r.Cases) != 10 {
+	if !r.Passed || r.Store != "host store" || len(r.Cases) != 11 {
 		t.Fatalf("report: %+v", r)
 	}
 	for _, c := range r.Cases {

@@ -35,8 +35,9 @@ const ABIVersion = 2
 // compaction (lls_agent_native_compaction_*, behind BeginNativeCompaction,
 // RecordNativeCompaction and FailNativeCompaction) and agent trees (lls_agent_spawn and
 // lls_agent_finish_child, behind Spawn and FinishChild) and the cache clock (lls_agent_cache_clock and
-// lls_agent_keepalive_body, behind CacheClock, KeepaliveBody and CompactIdle).
-const ABIMinor = 6
+// lls_agent_keepalive_body, behind CacheClock, KeepaliveBody and CompactIdle), 7 checkpoints
+// (the Checkpoints and Check options of every open, directory listings).
+const ABIMinor = 7
 
 // abiErr is non-nil when the loaded library speaks another ABI; every constructor returns it.
 var abiErr error

@@ -20,10 +20,36 @@ type Session struct {
 	h handle
 }
 
+// Checkpoints says when a session writes checkpoints (docs/log.md, "Checkpoints"): the derived
+// state an open needs, so that an open reads the log from the last one instead of the whole
+// history. Nil fields take the library's defaults (every 1000 events or 1 MiB of records, and
+// at the end of each landed compaction; 0 turns a trigger off); Off writes none (a log an older
+// library must read). Since ABI 2 minor 6.
+type Checkpoints struct {
+	EveryEvents  *uint64 `json:"everyEvents,omitempty"`
+	EveryBytes   *uint64 `json:"everyBytes,omitempty"`
+	AtCompaction *bool   `json:"atCompaction,omitempty"`
+	Off          bool    `json:"-"`
+}
+
+// MarshalJSON writes the option as the library takes it (false for Off).
+func (c Checkpoints) MarshalJSON() ([]byte, error) {
+	if c.Off {
+		return []byte("false"), nil
+	}
+	type plain Checkpoints
+	return json.Marshal(plain(c))
+}
+
 // SessionOptions are the options of opening or creating a session (all optional).
 type SessionOptions struct {
 	ID         string `json:"id,omitempty"`         // the session id of a new session (random when empty)
 	Durability string `json:"durability,omitempty"` // "every-event", "turn-end" or "never"
+	// Check is how an open checks the stored log: "bounded" (the default: from its last
+	// checkpoint) or "full" (all of it). Since ABI 2 minor 6.
+	Check string `json:"check,omitempty"`
+	// Checkpoints: when the session writes checkpoints (nil: the defaults).
+	Checkpoints *Checkpoints `json:"checkpoints,omitempty"`
 	// ReadOnly (files): open without the write lock; appends and agents fail with ErrReadOnly,
 	// Refresh follows the writer. Nothing is created or changed.
 	ReadOnly bool `json:"readOnly,omitempty"`
@@ -38,6 +64,8 @@ type ForkOptions struct {
 	Path       string  `json:"path,omitempty"`       // keep the fork in this JSONL file (else memory)
 	ID         string  `json:"id,omitempty"`
 	Durability string  `json:"durability,omitempty"`
+	// Checkpoints: when the fork writes checkpoints (nil: the defaults). Since ABI 2 minor 6.
+	Checkpoints *Checkpoints `json:"checkpoints,omitempty"`
 }
 
 func optsJSON(v any) ([]byte, error) {

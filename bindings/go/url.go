@@ -21,6 +21,11 @@ type URLOptions struct {
 	MustExist bool
 	// Durability is "every-event", "turn-end" (the default) or "never".
 	Durability string
+	// Check is how an open checks the stored log: "bounded" (the default: from its last
+	// checkpoint) or "full" (all of it). Since ABI 2 minor 6.
+	Check string
+	// Checkpoints: when the session writes checkpoints (nil: the defaults). Since ABI 2 minor 6.
+	Checkpoints *Checkpoints
 	// Mode and MaxBytes concern files only: the permission bits of a created log ("0600")
 	// and the largest log read.
 	Mode     string
@@ -43,6 +48,12 @@ func (o *URLOptions) json() []byte {
 	}
 	if o.Durability != "" {
 		m["durability"] = o.Durability
+	}
+	if o.Check != "" {
+		m["check"] = o.Check
+	}
+	if o.Checkpoints != nil {
+		m["checkpoints"] = *o.Checkpoints
 	}
 	if o.Mode != "" {
 		m["mode"] = o.Mode

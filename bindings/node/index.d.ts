@@ -179,10 +179,22 @@ export interface AgentOptions {
   tokenizer?: string;
 }
 
+/**
+ * When a session writes checkpoints (docs/log.md, "Checkpoints"): the derived state an open
+ * needs, so that an open reads the log from the last one. Left-out keys take the defaults
+ * (every 1000 events or 1 MiB of records, and at the end of each landed compaction; 0 turns a
+ * trigger off); `false` writes none. Since ABI 2 minor 6.
+ */
+export type CheckpointOptions = false | { everyEvents?: number; everyBytes?: number; atCompaction?: boolean };
+
 /** Options of a new session. */
 export interface SessionOptions {
   id?: string;
   durability?: 'every-event' | 'turn-end' | 'never';
+  /** When the session writes checkpoints. */
+  checkpoints?: CheckpointOptions;
+  /** How an open checks the stored log: from its last checkpoint (the default) or all of it. */
+  check?: 'bounded' | 'full';
 }
 
 /** Options of `Session.openFile`. */

@@ -14,8 +14,8 @@ use llmsession::tree::Tree;
 use std::ffi::c_char;
 
 /// The records of a live session as stored: its header record, then every event record.
-pub(crate) fn session_records(session: &Session) -> Vec<Vec<u8>> {
-    session.records().iter().map(|r| r.as_bytes().to_vec()).collect()
+pub(crate) fn session_records(session: &Session) -> llmsession::Result<Vec<Vec<u8>>> {
+    Ok(session.records()?.iter().map(|r| r.as_bytes().to_vec()).collect())
 }
 
 /// Explains every request of the session's log, as JSON in `*out` (free it with
@@ -86,7 +86,7 @@ pub unsafe extern "C" fn lls_session_explain(
                 let report = explain_tree(&Tree::of_session(&s.session)?, &*counter, &settings)?;
                 return out.write(&serde_json::to_string(&report).expect("a report serialises"));
             }
-            let records = session_records(&s.session);
+            let records = session_records(&s.session)?;
             let report = explain_records_with(&records, &*counter, &settings)?;
             out.write(&report.to_value().to_string())
         })

@@ -39,10 +39,11 @@ pub const LLS_ABI_VERSION: u32 = 2;
 /// `lls_agent_finish_child`, the explain option `tree`, `lls_agent_new` without `config` (wake
 /// a session with its logged options), the `parent` option of `lls_store_list_sessions`;
 /// the cache clock, `lls_agent_cache_clock`, `lls_agent_keepalive_body`, `LLS_PURPOSE_KEEPALIVE`
-/// and the `lls_agent_compact` option `trigger`).
+/// and the `lls_agent_compact` option `trigger`; 7: checkpoints, the `"checkpoints"` and
+/// `"check"` options of every open, `file:DIR` listings).
 ///
 /// Thread safety: a constant.
-pub const LLS_ABI_MINOR: u32 = 6;
+pub const LLS_ABI_MINOR: u32 = 7;
 
 /// The library version as a static NUL-terminated string, e.g. `"0.2.0"`. Never free it.
 ///

@@ -93,7 +93,7 @@ pub unsafe extern "C" fn lls_replay_new(session: *const lls_session, out: *mut *
         boundary(err, || {
             let out = Out::new(out, "out")?;
             let s = session_arg(session, "session")?;
-            let replay = Replay::from_records(&session_records(&s.session))?;
+            let replay = Replay::from_records(&session_records(&s.session)?)?;
             out.write(register(replay));
             Ok(())
         })

@@ -18,7 +18,7 @@ use crate::runtime::handle::{self, HandleKind, Object, PoisonFlag};
 use crate::runtime::status::lls_status;
 use llmsession::error::{Error, ErrorKind, Result};
 use llmsession::log::load::LoadReport;
-use llmsession::request::verify_contents;
+use llmsession::request::verify_store;
 use llmsession::session::Session;
 use llmsession::store::host::HostStore;
 use llmsession::store::options::{file_options, new_session_store, remove_created, session_options};
@@ -110,7 +110,16 @@ pub(crate) fn file_records(path: &str) -> Result<Vec<Vec<u8>>> {
 /// Creates a new session kept in memory and stores it in `*out`.
 ///
 /// `opts_json` (may be NULL for the defaults) is `{"id"?: string, "durability"?:
-/// "every-event" | "turn-end" | "never"}`; without an id a random one is chosen.
+/// "every-event" | "turn-end" | "never", "checkpoints"?, "check"?}`; without an id a random one
+/// is chosen.
+///
+/// Checkpoints, here and in every call that opens or creates a session (`docs/log.md`,
+/// "Checkpoints"; since ABI 2 minor 6): `"checkpoints"` is `{"everyEvents"?: n, "everyBytes"?:
+/// n, "atCompaction"?: bool}` (defaults 1000, 1048576, true; 0 turns a trigger off) or `false`
+/// (none): when the session writes a checkpoint, the derived state an open needs. `"check"` is
+/// `"bounded"` (the default: an open reads the log from its last checkpoint, checks the chain
+/// over what it reads and the log rules after the checkpoint, and restores the rest from it) or
+/// `"full"` (an open reads and checks the whole log).
 ///
 /// A session id, here and in every call that takes one (`lls_session_open_file`,
 /// `lls_session_open_url`, `lls_session_open_store`, `lls_session_fork`), is text of 1 to 1,024
@@ -160,8 +169,9 @@ pub unsafe extern "C" fn lls_session_new_memory(
 /// complete turn is `LLS_ERR_CORRUPT_LOG` with the `line` in the detail. The last path component
 /// must not be a symbolic link; devices and FIFOs are refused.
 ///
-/// `opts_json` (may be NULL) is `{"id"?, "durability"?, "readOnly"?: bool, "mode"?: "0600",
-/// "maxBytes"?: n}`: `id` applies only to a new session; `readOnly` opens without the lock,
+/// `opts_json` (may be NULL) is `{"id"?, "durability"?, "checkpoints"?, "check"?, "readOnly"?:
+/// bool, "mode"?: "0600", "maxBytes"?: n}` (`checkpoints` and `check` as for
+/// `lls_session_new_memory`): `id` applies only to a new session; `readOnly` opens without the lock,
 /// creates and changes nothing (appends and agents get `LLS_ERR_READ_ONLY`; follow a writer with
 /// `lls_session_refresh`); `mode` is the permission bits of a file this call creates (default
 /// `"0600"`: logs hold users' prompts), as an octal string or a number; `maxBytes` the largest
@@ -278,7 +288,7 @@ pub unsafe extern "C" fn lls_session_open_store(
 /// parent's id and the seed length.
 ///
 /// `opts_json` (may be NULL) is `{"seedLength"?: n, "path"?: string, "url"?: string, "id"?:
-/// string, "durability"?: ...}`: the seed ends at a turn boundary (default: every event up to
+/// string, "durability"?: ..., "checkpoints"?}`: the seed ends at a turn boundary (default: every event up to
 /// the last one), the new session is kept in the JSONL file at `path` (which must be missing or
 /// empty), in the store `url` names (as for `lls_session_open_url`: a `postgres://` URL forks
 /// into that database, under `id` or a random id, which must not be taken), or in memory.
@@ -437,7 +447,7 @@ pub unsafe extern "C" fn lls_session_export(
     err: *mut *mut lls_error,
 ) -> lls_status {
     // SAFETY: forwarded.
-    unsafe { read_out(session, out, out_len, err, |s| Ok(s.session.export_jsonl())) }
+    unsafe { read_out(session, out, out_len, err, |s| Ok(s.session.export_jsonl()?)) }
 }
 
 /// The events with seq `from` up to, not including, `to` (`UINT64_MAX`: to the end), as a
@@ -467,7 +477,7 @@ pub unsafe extern "C" fn lls_session_events(
             if from > to {
                 return Err(FfiError::invalid_argument("from", format!("{from} is greater than `to` ({to})")));
             }
-            Ok(s.session.events_json(from, if to == u64::MAX { None } else { Some(to) }))
+            Ok(s.session.events_json(from, if to == u64::MAX { None } else { Some(to) })?)
         })
     }
 }
@@ -547,7 +557,9 @@ pub unsafe extern "C" fn lls_session_stats(
 /// Rebuilds every request recorded in the session's log from the log alone and compares it with
 /// the recorded digest. On success `*out` is `{"events","requests","compactions"}` (what was
 /// checked). A divergence is `LLS_ERR_RECONSTRUCTION` naming the first request that differs
-/// (detail `seq`, `turn`, `step`, `line`).
+/// (detail `seq`, `turn`, `step`, `line`). The log is read from the session's store one record
+/// at a time, without the session being locked meanwhile; progress goes to the observer as
+/// `verify-progress` observations (level debug).
 ///
 /// Errors: `LLS_ERR_NULL_POINTER` (`session`, `out`), `LLS_ERR_INVALID_HANDLE`,
 /// `LLS_ERR_RECONSTRUCTION`.
@@ -569,7 +581,9 @@ pub unsafe extern "C" fn lls_session_verify(
 
 /// Verifies a stored JSONL log at `(path, path_len)` without opening it as a session (nothing is
 /// written): rebuilds every recorded request and compares digests. `*out` as for
-/// `lls_session_verify`.
+/// `lls_session_verify`. The file is read one record at a time (memory follows the largest
+/// request, not the file's size); progress is reported to the observer as `verify-progress`
+/// observations (level debug, `lls_set_observer`).
 ///
 /// Errors: `LLS_ERR_NULL_POINTER` (`path`, `out`), `LLS_ERR_INVALID_UTF8`,
 /// `LLS_ERR_INVALID_ARGUMENT` (empty path), `LLS_ERR_STORAGE` (cannot read; detail `path`),
@@ -592,13 +606,13 @@ pub unsafe extern "C" fn lls_verify_file(
         boundary(err, || {
             let out = OutString::new(out, out_len, "out")?;
             let path = path_arg(path, path_len, "path")?;
-            let contents = JsonlStore::open_read_only(&path)?.load()?;
-            if contents.records.is_empty() {
+            let mut store = JsonlStore::open_read_only(&path)?;
+            if store.is_empty()? {
                 return Err(Error::new(ErrorKind::CorruptLog, format!("{path}: the file is empty, not a session log"))
                     .with("path", path)
                     .into());
             }
-            let report = verify_contents(&contents).map_err(|e| e.context(&path))?;
+            let report = verify_store(&mut store, None, &mut |_| {}, None).map_err(|e| e.context(&path))?;
             out.write_json(&report)
         })
     }

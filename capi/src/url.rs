@@ -39,7 +39,8 @@ pub(crate) unsafe fn url_arg(ptr: *const c_char, len: usize) -> std::result::Res
 ///   `session=ID`. The tables are created on first use (see `docs/storage-postgres.md`).
 ///
 /// `opts_json` (may be NULL) is `{"id"?: string, "readOnly"?: bool, "create"?: bool,
-/// "durability"?: "every-event" | "turn-end" | "never", "mode"?, "maxBytes"?}`:
+/// "durability"?: "every-event" | "turn-end" | "never", "checkpoints"?, "check"?, "mode"?,
+/// "maxBytes"?}` (`checkpoints` and `check` as for `lls_session_new_memory`):
 /// `id` names the session (a database holds many: the URL's `session` may name it instead; a
 /// writing open without either creates a session with a random id, which `lls_session_id`
 /// tells; for a file it is the id of a session this call creates); `readOnly` opens without the
@@ -97,8 +98,10 @@ pub unsafe extern "C" fn lls_session_open_url(
 /// a JSON array ordered by id: `[{"id","createdAt","parent"?:{"id","seedLength","spawned",
 /// "callId"?},"events","chainHead"?,"updatedAt","inUse"}]` (`inUse`: a writer holds the session
 /// now; `parent.spawned`: a child an agent spawned, else a fork; `callId`: the parent's call
-/// the child answers). A file holds one session or none; a database without llmsession tables
-/// holds none. Nothing is written. Free `*out` with `lls_string_free`.
+/// the child answers). A file holds one session or none, a directory (`file:DIR`) one per
+/// `*.jsonl` log in it (a file that is not a session log is passed over); a database without
+/// llmsession tables holds none. No log is read whole (a file's row comes from its first and
+/// last lines). Nothing is written. Free `*out` with `lls_string_free`.
 ///
 /// `opts_json` (may be NULL) is `{"after"?: string, "limit"?: n, "parent"?: string}`: only
 /// sessions whose id sorts after `after`, at most `limit` of them (pages: pass the last id of

@@ -324,6 +324,8 @@ fn outcome(s: *mut lls_session) -> (String, Vec<String>) {
         }
         keep.push(match ty.as_str() {
             "step/start" => format!("{ty} {} {}", e["data"]["turn"], e["data"]["step"]),
+            // The seqs a checkpoint names depend on what was logged before.
+            "session/checkpoint" => ty.clone(),
             _ => format!("{ty} {}", e["data"]),
         });
     }

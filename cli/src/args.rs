@@ -70,6 +70,12 @@ pub enum Command {
         /// Also build every request's body for this provider and check it
         #[arg(long, value_name = "NAME", value_parser = RENDERERS)]
         render: Option<String>,
+        /// Show a progress bar on stderr (the default when stderr is a terminal, without --json)
+        #[arg(long, conflicts_with = "no_progress")]
+        progress: bool,
+        /// No progress bar
+        #[arg(long = "no-progress")]
+        no_progress: bool,
     },
     /// Per request: messages, shared prefix, header changes, cached tokens
     ///
@@ -175,6 +181,16 @@ pub enum Command {
         #[arg(value_name = "URL")]
         url: String,
     },
+    /// Write a checkpoint into a log, so that it opens from there (it writes)
+    ///
+    /// Opens the log for writing (its lock or lease), checks all of it as verify's first part
+    /// does, and appends a checkpoint: the derived state an open needs. A log written before
+    /// checkpoints existed then opens from its end; logs gain checkpoints by themselves as they
+    /// are appended to. Exit 3 when the log is bad.
+    Checkpoint {
+        #[arg(value_name = "LOG", help = LOG_HELP)]
+        log: String,
+    },
     /// Run the store conformance kit against a store (it writes: one session per case)
     ///
     /// Runs the cases of the store conformance kit (docs/storage.md, "Conformance kit for your
@@ -202,6 +218,7 @@ impl Command {
             | Command::Headers { log }
             | Command::Tree { log } => log,
             Command::Sessions { url } | Command::StoreCheck { url, .. } => url,
+            Command::Checkpoint { log } => log,
             Command::Simulate { logs, .. } => &logs[0],
         }
     }

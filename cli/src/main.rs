@@ -27,7 +27,7 @@ use llmsession::log::load::{read_checked, CheckedLog};
 use llmsession::log::Log;
 use llmsession::prices::PriceTable;
 use llmsession::render::{RenderOptions, Renderer};
-use llmsession::request::{verify_bodies, verify_contents, RecordedKind, RequestWalk};
+use llmsession::request::{verify_store, RequestWalk, VerifyProgress};
 use llmsession::store::url::{list_sessions, open_store, redact, UrlOptions};
 use llmsession::store::{JsonlStore, Store, StoreContents};
 use llmsession::timeline::gaps::{gap_report, TimelineGap};
@@ -35,7 +35,7 @@ use llmsession::timeline::simulate::{aggregate, simulate, Settings, SimulateOpti
 use llmsession::timeline::{self, Source, Timeline};
 use llmsession::tokens::Estimator;
 use llmsession::tree::Tree;
-use llmsession::{EpochHeader, ErrorKind};
+use llmsession::{EpochHeader, ErrorKind, Session};
 use serde_json::{json, Value};
 use std::process::ExitCode;
 
@@ -76,6 +76,16 @@ fn read_contents(path: &str) -> Result<StoreContents, Failure> {
         return Err(Failure::new(Exit::BadLog, ErrorKind::CorruptLog, format!("{}: empty file, not a session log", store.describe())));
     }
     Ok(contents)
+}
+
+/// Opens a store for reading, as [`read_contents`] does, without reading it.
+fn open_reader(path: &str) -> Result<Box<dyn Store>, Failure> {
+    Ok(if is_url(path) {
+        let opts = UrlOptions { read_only: true, ..UrlOptions::default() };
+        open_store(path, &opts).map_err(store_failure)?.0
+    } else {
+        Box::new(JsonlStore::open_read_only(path).map_err(store_failure)?)
+    })
 }
 
 /// An error opening or reading a store: a bad log when what was read is damaged, otherwise the
@@ -138,25 +148,67 @@ fn read_log(path: &str) -> Result<CheckedLog, Failure> {
     read_checked(&contents).map_err(|e| Failure::of(e).context(redact(path)))
 }
 
-/// One conversation request found while replaying the log (for `show`).
+/// One conversation request found while replaying the log (for `show`), with the context edits
+/// its provider reported applying to it.
 struct Seen {
     body: Vec<u8>,
     prefix_len: usize,
+    edits: Vec<llmsession::ContextEdit>,
 }
 
-fn replay(log: &CheckedLog) -> Result<Vec<Seen>, Failure> {
-    let (mut walk, events) = RequestWalk::of(log);
-    let mut out: Vec<Seen> = Vec::new();
+/// Walks `events` from `walk`'s state, numbering conversation requests from `before + 1`, and
+/// keeps request `want`. Returns it (if the events hold it) and how many requests there are.
+fn find_request(
+    walk: &mut RequestWalk<'_>,
+    events: &[llmsession::Event],
+    before: usize,
+    want: usize,
+) -> Result<(Option<Seen>, usize), Failure> {
+    let mut n = before;
+    let mut seen: Option<Seen> = None;
     for ev in events {
         let line = |e: llmsession::Error| Failure::of(e).context(format!("line {}", ev.seq + 2));
-        if let Some(r) = walk.rebuild(ev).map_err(line)? {
-            if matches!(r.kind, RecordedKind::Conversation { .. }) {
-                out.push(Seen { body: r.envelope, prefix_len: walk.prefix().messages.len() });
+        if ev.ty == "step/start" && n + 1 == want {
+            if let Some(r) = walk.rebuild(ev).map_err(line)? {
+                seen = Some(Seen { body: r.envelope, prefix_len: walk.prefix().messages.len(), edits: Vec::new() });
+            }
+        }
+        if ev.ty == "step/start" {
+            n += 1;
+        }
+        if ev.ty == "assistant/message" && n == want {
+            let edits = ev.data.get("usage").and_then(|u| llmsession::Usage::from_value(u, "").ok()).and_then(|u| u.context_edits);
+            if let (Some(s), Some(e)) = (seen.as_mut(), edits) {
+                s.edits = e;
             }
         }
         walk.apply(ev, ev.seq).map_err(line)?;
     }
-    Ok(out)
+    Ok((seen, n))
+}
+
+/// Request `want` of the log at `path`: from the last checkpoint before it (found from the end
+/// of the log back, one checkpoint at a time), so a recent request is found without reading
+/// the log from its start; a log without such a checkpoint is read whole.
+fn request_at(path: &str, want: usize) -> Result<(Option<Seen>, usize), Failure> {
+    use llmsession::log::load::window_events;
+    let mut store = open_reader(path)?;
+    let mut before = None;
+    loop {
+        let Some(mut win) = store.load_window(before).map_err(store_failure)? else { break };
+        let w = window_events(&mut win).map_err(|e| Failure::of(e).context(redact(path)))?;
+        let requests = w.log.state().requests as usize;
+        if requests < want || want == 0 {
+            let lookup = llmsession::request::StoreLookup::new(&mut *store);
+            let events = |seq| lookup.event(seq);
+            let mut walk = RequestWalk::at(&w.header, w.log, Some(&events));
+            return find_request(&mut walk, &w.events, requests, want);
+        }
+        before = Some(win.checkpoint);
+    }
+    let log = read_log(path)?;
+    let (mut walk, events) = RequestWalk::of(&log);
+    find_request(&mut walk, events, 0, want)
 }
 
 /// The explanation of a log file (the one computation behind `stats` and `explain`).
@@ -169,16 +221,90 @@ fn renderer(name: &str) -> Result<Renderer, Failure> {
     Renderer::parse(name).map_err(Failure::of)
 }
 
-fn cmd_verify(path: &str, render: Option<&str>, as_json: bool) -> Result<(), Failure> {
-    let contents = read_contents(path)?;
+/// A progress bar on stderr, drawn at most ten times a second once a verify has run for half a
+/// second (a short log shows none), and cleared at the end.
+struct ProgressBar {
+    started: std::time::Instant,
+    drawn: Option<std::time::Instant>,
+}
+
+impl ProgressBar {
+    fn new() -> ProgressBar {
+        ProgressBar { started: std::time::Instant::now(), drawn: None }
+    }
+
+    fn update(&mut self, p: &VerifyProgress) {
+        use std::io::Write as _;
+        let now = std::time::Instant::now();
+        if p.done {
+            if self.drawn.is_some() {
+                let _ = write!(std::io::stderr(), "\r{:79}\r", "");
+            }
+            return;
+        }
+        if now.duration_since(self.started).as_millis() < 500 || self.drawn.is_some_and(|d| now.duration_since(d).as_millis() < 100) {
+            return;
+        }
+        self.drawn = Some(now);
+        let (done, total, unit) = match (p.total_bytes, p.total_records) {
+            (Some(t), _) if t > 0 => (p.bytes as f64 / 1e6, t as f64 / 1e6, "MB"),
+            (_, Some(t)) if t > 0 => (p.records as f64, t as f64, "records"),
+            _ => (p.records as f64, 0.0, "records"),
+        };
+        let secs = now.duration_since(self.started).as_secs_f64();
+        let line = if total > 0.0 {
+            let frac = (done / total).clamp(0.0, 1.0);
+            let filled = (frac * 30.0) as usize;
+            format!(
+                "verify [{}{}] {:3.0} % {done:.0}/{total:.0} {unit} {secs:.1} s",
+                "#".repeat(filled),
+                " ".repeat(30 - filled),
+                frac * 100.0
+            )
+        } else {
+            format!("verify {done:.0} {unit} {secs:.1} s")
+        };
+        let _ = write!(std::io::stderr(), "\r{line:79}");
+        let _ = std::io::stderr().flush();
+    }
+}
+
+fn cmd_verify(path: &str, render: Option<&str>, as_json: bool, progress: Option<bool>) -> Result<(), Failure> {
+    use std::io::IsTerminal as _;
+    let mut store = open_reader(path)?;
     let renderer = render.map(renderer).transpose()?;
-    let verified = match renderer {
-        None => verify_contents(&contents),
-        Some(r) => verify_bodies(&contents, r, &RenderOptions::default()),
+    let show = progress.unwrap_or(!as_json && std::io::stderr().is_terminal());
+    let default_options = RenderOptions::default();
+    let mut bar = ProgressBar::new();
+    // The requests whose provider edited them before the model saw them (Anthropic context
+    // editing, recorded with the response's usage), by explain's request id: found in the same
+    // pass.
+    let (mut conversation, mut summaries) = (0u64, 0u64);
+    let mut edited: Vec<(String, Vec<llmsession::ContextEdit>)> = Vec::new();
+    let mut visit = |ev: &llmsession::Event| match ev.ty.as_str() {
+        "step/start" => conversation += 1,
+        "compaction/start" if ev.data.get("requestDigest").is_some() => summaries += 1,
+        "assistant/message" => {
+            let edits = ev.data.get("usage").and_then(|u| llmsession::Usage::from_value(u, "").ok()).and_then(|u| u.context_edits);
+            if let Some(e) = edits.filter(|e| !e.is_empty()) {
+                edited.push((conversation.to_string(), e));
+            }
+        }
+        _ => {}
     };
+    let _ = summaries;
+    let verified = verify_store(
+        store.as_mut(),
+        renderer.map(|r| (r, &default_options)),
+        &mut |p| {
+            if show {
+                bar.update(p)
+            }
+        },
+        Some(&mut visit),
+    );
     match verified {
         Ok(r) => {
-            let edited = context_edits(&contents)?;
             if as_json {
                 let mut v = json!({"ok": true, "events": r.events, "requests": r.requests, "compactions": r.compactions});
                 if let Some(renderer) = renderer {
@@ -211,6 +337,9 @@ fn cmd_verify(path: &str, render: Option<&str>, as_json: bool) -> Result<(), Fai
         // Whatever verify finds is the log's fault (exit 3), unless the store failed under it.
         // A damaged log names the file and the line; a request that does not rebuild, its step.
         Err(e) => {
+            if e.message().contains("holds nothing: not a session log") {
+                return Err(Failure::new(Exit::BadLog, ErrorKind::CorruptLog, format!("{}: empty file, not a session log", redact(path))));
+            }
             let exit = if Exit::of(e.kind()) == Exit::Store { Exit::Store } else { Exit::BadLog };
             let damaged = e.kind() == ErrorKind::CorruptLog;
             let f = Failure::with_exit(e, exit);
@@ -219,15 +348,31 @@ fn cmd_verify(path: &str, render: Option<&str>, as_json: bool) -> Result<(), Fai
     }
 }
 
-/// The requests whose provider edited them before the model saw them (Anthropic context
-/// editing, recorded with the response's usage), by explain's request id.
-fn context_edits(contents: &StoreContents) -> Result<Vec<(String, Vec<llmsession::ContextEdit>)>, Failure> {
-    let ex = explain_log(&read_checked(contents).map_err(Failure::of)?, &Estimator).map_err(Failure::of)?;
-    Ok(ex
-        .requests
-        .iter()
-        .filter_map(|r| r.usage.as_ref().and_then(|u| u.context_edits.clone()).filter(|e| !e.is_empty()).map(|e| (r.id.clone(), e)))
-        .collect())
+/// `checkpoint LOG`: opens the log for writing (checking all of it), writes a checkpoint.
+fn cmd_checkpoint(path: &str, as_json: bool) -> Result<(), Failure> {
+    use llmsession::log::load::OpenCheck;
+    let url = if is_url(path) { path.to_string() } else { format!("file:{}", path.replace('%', "%25")) };
+    let opts = UrlOptions { create: false, check: OpenCheck::Full, ..UrlOptions::default() };
+    let (s, report) = Session::open_url(&url, opts).map_err(|e| store_failure(e).context(redact(path)))?;
+    let seq = s.checkpoint().map_err(|e| Failure::of(e).context(redact(path)))?;
+    let cp = s.event(seq).map(|e| e.data).unwrap_or_default();
+    let full = cp.get("base").is_none();
+    if as_json {
+        out!(
+            "{}",
+            json!({"ok": true, "seq": seq, "events": s.len(), "full": full, "repairedEvents": report.repaired_events, "cutRecords": report.cut_records})
+        );
+    } else {
+        if report.cut_records > 0 || report.repaired_events > 0 {
+            out!(
+                "repaired: {} record(s) cut, {} event(s) added to close what a crash left open",
+                report.cut_records,
+                report.repaired_events
+            );
+        }
+        out!("ok: checkpoint at seq {seq} ({} events); the log now opens from there", s.len());
+    }
+    Ok(())
 }
 
 /// `2 tool use(s) cleared (900 input tokens, clear_tool_uses_20250919)`, joined.
@@ -798,9 +943,9 @@ fn explain_one(ex: &Explanation, r: &RequestReport) {
 }
 
 fn cmd_show(path: &str, step: usize, render: Option<&str>, as_json: bool) -> Result<(), Failure> {
-    let seen = replay(&read_log(path)?)?;
-    let s = seen.get(step.wrapping_sub(1)).ok_or_else(|| {
-        Failure::new(Exit::Other, ErrorKind::InvalidInput, format!("there is no request {step} (the log has {} requests)", seen.len()))
+    let (seen, total) = request_at(path, step)?;
+    let s = seen.filter(|_| step > 0).ok_or_else(|| {
+        Failure::new(Exit::Other, ErrorKind::InvalidInput, format!("there is no request {step} (the log has {total} requests)"))
     })?;
     let v: Value = serde_json::from_slice(&s.body).map_err(|e| Failure::of(e.into()))?;
     let out = match render {
@@ -814,8 +959,8 @@ fn cmd_show(path: &str, step: usize, render: Option<&str>, as_json: bool) -> Res
         out!("{}", serde_json::to_string_pretty(&out).unwrap());
         // What the model saw differs when the provider edited the request (stderr: stdout is
         // the body).
-        if let Some((_, edits)) = context_edits(&read_contents(path)?)?.into_iter().find(|(id, _)| *id == step.to_string()) {
-            eprintln!("note: the provider edited this request before the model saw it: {}", describe_edits(&edits));
+        if !s.edits.is_empty() {
+            eprintln!("note: the provider edited this request before the model saw it: {}", describe_edits(&s.edits));
         }
     }
     Ok(())
@@ -1087,7 +1232,17 @@ fn print_tree_explanation(ex: &llmsession::explain::tree::TreeExplanation) {
 fn run(cli: Cli) -> Result<(), Failure> {
     let json = cli.json;
     match &cli.command {
-        Command::Verify { log, render } => cmd_verify(log, render.as_deref(), json),
+        Command::Verify { log, render, progress, no_progress } => {
+            let bar = if *progress {
+                Some(true)
+            } else if *no_progress {
+                Some(false)
+            } else {
+                None
+            };
+            cmd_verify(log, render.as_deref(), json, bar)
+        }
+        Command::Checkpoint { log } => cmd_checkpoint(log, json),
         Command::Stats { log } => cmd_stats(log, json),
         Command::Explain { log, step: _, prices, cache_rules, from: Some(from), .. } => {
             cmd_explain_from(log, from, prices.as_deref(), cache_rules.as_deref(), json)

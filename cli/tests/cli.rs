@@ -558,7 +558,7 @@ fn store_check_runs_the_conformance_kit() {
     let url = format!("file:{}", dir.path().display());
     let (code, out, err) = run(&["store-check", &url]);
     assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains("PASS conditional-append") && out.contains("10 case(s), 0 failed"), "{out}");
+    assert!(out.contains("PASS conditional-append") && out.contains("11 case(s), 0 failed"), "{out}");
     let (code, out, _) = run(&["store-check", &url, "--case", "undo", "--json"]);
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();

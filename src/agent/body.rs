@@ -14,8 +14,7 @@ use super::Agent;
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::header::EpochHeader;
-use crate::log::load::parse_records;
-use crate::log::{History, Log};
+use crate::log::History;
 use crate::render::{parse_response, BodyCache, ParsedResponse, RenderOptions, Renderer};
 use crate::request::{digest, Body, EnvelopeParts, PrefixBytes, Request, RequestInfo};
 use crate::stream::StreamAccumulator;
@@ -163,12 +162,9 @@ impl Agent {
         } else {
             // The history was rewritten since (a compaction): the log up to the request's
             // step/start holds it.
-            let records: Vec<Vec<u8>> = std::iter::once(g.header.to_value().to_string().into_bytes())
-                .chain(g.log.lines()[..last.info.step_seq as usize].iter().map(|l| l.as_bytes().to_vec()))
-                .collect();
+            let mut g = g;
+            let log = g.log_at(last.info.step_seq)?;
             drop(g);
-            let (_, events) = parse_records(&records)?;
-            let log = Log::replay(&events)?;
             write_envelope(last, prefix, log.history().entries())
         };
         debug_assert_eq!(digest(json.as_bytes()), last.info.digest, "the envelope written again is the one logged");

@@ -6,7 +6,6 @@ use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::header::{HeaderSnapshot, SnapshotReason};
 use crate::log::event::{types, NewEvent, TurnEndReason, UserSource};
-use crate::log::load::parse_records;
 use crate::log::Log;
 use crate::observe::{self, Level, Observation};
 use crate::prefix::{compose, context_event, ListenerContext, PreStepInfo};
@@ -329,14 +328,10 @@ impl Agent {
 
     /// Check mode: rebuild the request of `step_seq` from the serialised log alone and compare.
     fn check_request(&self, body: &[u8], step_seq: u64, turn: u64, step: u64) -> Result<()> {
-        let (records, session_id) = {
-            let g = self.session.lock();
-            let mut records: Vec<Vec<u8>> = vec![g.header.to_value().to_string().into_bytes()];
-            records.extend(g.log.lines()[..step_seq as usize].iter().map(|l| l.as_bytes().to_vec()));
-            (records, g.header.request_id().to_string())
+        let (log, session_id) = {
+            let mut g = self.session.lock();
+            (g.log_at(step_seq)?, g.header.request_id().to_string())
         };
-        let (_, events) = parse_records(&records)?;
-        let log = Log::replay(&events)?;
         let header = log.state().headers.current().cloned().ok_or_else(|| Error::new(ErrorKind::Reconstruction, "no header"))?;
         let prefix = PrefixBytes::of(header.message_prefix.as_ref());
         let rebuilt = conversation_envelope(&log, &header, &prefix, &session_id, turn, step);

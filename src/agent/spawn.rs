@@ -25,7 +25,6 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::header::EpochHeader;
 use crate::log::event::{types, Event, NewEvent, TurnEndReason, UserSource};
 use crate::log::load::{SessionHeader, SpawnLink};
-use crate::log::Log;
 use crate::render::{BodyCache, CacheTtl};
 use crate::request::PrefixBytes;
 use crate::session::{now_ms, Session, SessionOptions};
@@ -111,16 +110,20 @@ pub(crate) fn pinned_of(session: &Session) -> Result<Option<Pinned>> {
     let h = session.header_record();
     let Some(spawn) = &h.spawn else { return Ok(None) };
     let seed = h.parent.as_ref().map(|(_, n)| *n).unwrap_or(0);
-    session.with_log(|log| {
-        let header = log.state().headers.current().cloned().ok_or_else(|| {
-            Error::new(ErrorKind::CorruptLog, format!("session {} is a child but holds no request header of its parent", h.id))
-        })?;
-        let request_limit = spawn.max_turns.map(|m| {
-            let seeded = log.lines().iter().take(seed as usize).filter(|l| l.starts_with("{\"type\":\"step/start\"")).count() as u64;
-            (seeded + m, m)
-        });
-        Ok(Some(Pinned { header, session: h.id.clone(), request_limit }))
-    })
+    let mut g = session.lock();
+    let header = g.log.state().headers.current().cloned().ok_or_else(|| {
+        Error::new(ErrorKind::CorruptLog, format!("session {} is a child but holds no request header of its parent", h.id))
+    })?;
+    let request_limit = match spawn.max_turns {
+        None => None,
+        Some(m) => {
+            // The seed's requests (its lines are read from the store when the session was
+            // opened from a checkpoint after the seed).
+            let seeded = g.event_records(0, seed)?.iter().filter(|l| l.starts_with("{\"type\":\"step/start\"")).count() as u64;
+            Some((seeded + m, m))
+        }
+    };
+    Ok(Some(Pinned { header, session: h.id.clone(), request_limit }))
 }
 
 impl Pinned {
@@ -296,7 +299,9 @@ impl Agent {
             tail.push(NewEvent::new(types::TURN_START, json!({"turn": st.last_turn + 1})));
         }
         tail.push(directive_event);
-        let mut events: Vec<Event> = (0..n).map(|s| g.log.event(s).expect("in range")).collect();
+        // The seed: the parent's events (those older than a session opened from a checkpoint
+        // holds are read from its store).
+        let mut events: Vec<Event> = g.event_records(0, n)?.iter().map(|l| Event::from_json(l)).collect::<Result<_>>()?;
         for (i, ev) in tail.into_iter().enumerate() {
             events.push(ev.into_event(n + i as u64, time));
         }
@@ -316,7 +321,7 @@ impl Agent {
             ..SessionHeader::new(id.clone(), time)
         };
         let remove = |created: &Option<String>| crate::store::options::remove_created(created.as_deref());
-        let child = match Session::create_seeded(store, header, events, opts.session.durability) {
+        let child = match Session::create_seeded(store, header, events, &opts.session) {
             Ok(c) => c,
             Err(e) => {
                 remove(&created);
@@ -390,7 +395,7 @@ impl Agent {
             (None, _) => return Err(Error::invalid("child", format!("session {} is not a child (its header names no parent)", h.id))),
         };
         let seed = h.parent.as_ref().map(|(_, n)| *n).unwrap_or(0);
-        let (answer, is_error) = child.with_log(|log| child_answer(log, seed, &h.id))?;
+        let (answer, is_error) = child_answer(&mut child.lock(), seed, &h.id)?;
         let mut outcome = ChildOutcome { child: h.id.clone(), call_id: spawn.call_id.clone(), answer, is_error, recorded: 0 };
         let Some(call) = spawn.call_id else { return Ok(outcome) };
         let waiting = self.session.with_log(|l| l.state().pending.iter().any(|p| p.id == call));
@@ -416,8 +421,8 @@ impl Agent {
 
 /// The answer of a child whose log is `log` (its own events from seq `seed` on): the text of its
 /// last assistant message when its last turn completed, else an error saying how it ended.
-fn child_answer(log: &Log, seed: u64, id: &str) -> Result<(String, bool)> {
-    if let Some(t) = &log.state().open_turn {
+fn child_answer(g: &mut crate::session::Inner, seed: u64, id: &str) -> Result<(String, bool)> {
+    if let Some(t) = &g.log.state().open_turn {
         return Err(Error::out_of_order(format!(
             "the turn of child {id} is still open (turn {}): end it first (conclude, or lls_agent_finish_child, which ends it)",
             t.turn
@@ -425,19 +430,27 @@ fn child_answer(log: &Log, seed: u64, id: &str) -> Result<(String, bool)> {
     }
     let mut end: Option<(String, Option<String>)> = None;
     let mut message: Option<Message> = None;
-    for seq in (seed..log.len() as u64).rev() {
-        let ev = log.event(seq).expect("in range");
-        match ev.ty.as_str() {
-            types::TURN_END if end.is_none() => {
-                let reason = ev.data.get("reason").and_then(Value::as_str).unwrap_or("").to_string();
-                let error = ev.data.get("error").and_then(Value::as_str).map(str::to_string);
-                end = Some((reason, error));
+    // Read back from the end, a block at a time (older events than a session opened from a
+    // checkpoint holds come from the store).
+    let mut to = g.log.len() as u64;
+    'read: while to > seed {
+        let from = to.saturating_sub(256).max(seed);
+        let lines = g.event_records(from, to)?;
+        to = from;
+        for l in lines.iter().rev() {
+            let ev = Event::from_json(l)?;
+            match ev.ty.as_str() {
+                types::TURN_END if end.is_none() => {
+                    let reason = ev.data.get("reason").and_then(Value::as_str).unwrap_or("").to_string();
+                    let error = ev.data.get("error").and_then(Value::as_str).map(str::to_string);
+                    end = Some((reason, error));
+                }
+                types::ASSISTANT_MESSAGE => {
+                    message = ev.data.get("message").and_then(|m| Message::from_value(m, "message").ok());
+                    break 'read;
+                }
+                _ => {}
             }
-            types::ASSISTANT_MESSAGE => {
-                message = ev.data.get("message").and_then(|m| Message::from_value(m, "message").ok());
-                break;
-            }
-            _ => {}
         }
     }
     match end {

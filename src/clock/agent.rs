@@ -241,7 +241,7 @@ impl Agent {
         self.ensure_live()?;
         let now = options.now.unwrap_or_else(crate::session::now_ms);
         let mut g = self.session.lock();
-        self.clock.catch_up(&g.log);
+        g.catch_up_clock(&mut self.clock)?;
         let track = &self.clock;
         let st = g.log.state();
         let Some(header) = st.headers.current().cloned() else {
@@ -327,7 +327,7 @@ impl Agent {
             }
             let seq = g.append(NewEvent::new(types::CLOCK_DECISION, data))?;
             recorded = Some(seq);
-            self.clock.catch_up(&g.log);
+            g.catch_up_clock(&mut self.clock)?;
         }
         drop(g);
         Ok(ClockReport { decision, state, recorded })
@@ -387,7 +387,7 @@ impl Agent {
 
     fn build_keepalive(&mut self, body: bool) -> Result<(RequestInfo, String)> {
         let mut g = self.session.lock();
-        self.clock.catch_up(&g.log);
+        g.catch_up_clock(&mut self.clock)?;
         let st = g.log.state();
         if st.open_turn.as_ref().is_some_and(|t| t.step_open) {
             return Err(Error::out_of_order("a request is open: a keep-warm request is sent between requests"));
@@ -423,7 +423,7 @@ impl Agent {
         } else {
             envelope.clone()
         };
-        let (turn, step) = g.log.event(routed).map_or((0, 0), |e| {
+        let (turn, step) = g.event_at(routed)?.map_or((0, 0), |e| {
             (e.data.get("turn").and_then(Value::as_u64).unwrap_or(0), e.data.get("step").and_then(Value::as_u64).unwrap_or(0))
         });
         let seq = g.append(NewEvent::new(
@@ -480,8 +480,8 @@ impl Agent {
     pub fn compact_idle(&mut self, cancel: &CancelToken) -> Result<CompactionOutcome> {
         self.ensure_live()?;
         let decision = {
-            let g = self.session.lock();
-            self.clock.catch_up(&g.log);
+            let mut g = self.session.lock();
+            g.catch_up_clock(&mut self.clock)?;
             self.clock.decisions.last().filter(|d| d.1 == "compact").map(|d| d.0)
         };
         let Some(decision) = decision else {

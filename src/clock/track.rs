@@ -87,8 +87,20 @@ impl ClockTrack {
     }
 
     /// Folds the events of `log` not observed yet. Only lines that may matter are parsed (the
-    /// usage of the last answer is the log state's).
+    /// usage of the last answer is the log state's). A log opened from a checkpoint holds the
+    /// lines from it on: the older ones are folded first ([`fold_line`](Self::fold_line), what
+    /// the session's `catch_up_clock` does).
     pub fn catch_up(&mut self, log: &Log) {
+        for seq in self.folded.max(log.base())..log.next_seq() {
+            if let Some(line) = log.line(seq) {
+                self.fold_line(seq, line);
+            }
+        }
+    }
+
+    /// Folds event `seq` given as its stored line (the next one to observe), parsing it only
+    /// when its type may matter.
+    pub fn fold_line(&mut self, seq: u64, line: &str) {
         const TYPES: [&str; 6] = [
             "\"type\":\"step/start\"",
             "\"type\":\"clock/keepalive\"",
@@ -97,16 +109,12 @@ impl ClockTrack {
             "\"type\":\"compaction/end\"",
             "\"type\":\"clock/decision\"",
         ];
-        let lines = log.lines();
-        for seq in self.folded..lines.len() as u64 {
-            let line: &str = &lines[seq as usize];
-            if TYPES.iter().any(|t| line.contains(t)) {
-                if let Some(ev) = log.event(seq) {
-                    self.observe(&ev);
-                }
+        if TYPES.iter().any(|t| line.contains(t)) {
+            if let Ok(ev) = Event::from_json(line) {
+                self.observe(&ev);
             }
-            self.folded = seq + 1;
         }
+        self.folded = seq + 1;
     }
 
     /// The session's gaps so far: between consecutive conversation requests, in ms.

@@ -892,9 +892,12 @@ impl Agent {
             None => {
                 let policy = self.current_policy().unwrap_or_else(CompactionPolicy::unbounded);
                 let (sources, entries, header, snapshot) = {
-                    let g = self.session.lock();
-                    let sources = g.log.event(cp_seq).and_then(|e| e.sources).unwrap_or_default();
-                    let entries = expand(&sources, &|s| g.log.event(s))?;
+                    let mut g = self.session.lock();
+                    let sources = g.event_at(cp_seq)?.and_then(|e| e.sources).unwrap_or_default();
+                    let entries = {
+                        let lookup = g.event_lookup();
+                        expand(&sources, &|s| lookup.event(s))?
+                    };
                     let header = self.wanted_header_in(&g.log);
                     let reason = self.snapshot_owed(g.log.state().headers.current(), &header);
                     let snapshot = reason.map(|reason| HeaderSnapshot { header: header.clone(), reason, instance: self.instance });

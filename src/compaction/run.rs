@@ -672,14 +672,7 @@ impl Agent {
 
 /// The seq of the newest `step/start` (the last routed conversation request), if any.
 pub(crate) fn last_step_seq(log: &crate::log::Log) -> Option<u64> {
-    // The newest step/start, searching back from the end (requests are frequent, so this is
-    // short). A candidate line is parsed to confirm its type: a host event may carry the same
-    // text inside its data.
-    let lines = log.lines();
-    (0..lines.len())
-        .rev()
-        .find(|&i| lines[i].contains("\"type\":\"step/start\"") && log.event(i as u64).is_some_and(|e| e.ty == types::STEP_START))
-        .map(|i| i as u64)
+    log.state().last_request_seq
 }
 
 fn check_summary(out: &SummaryOutput, shadowed: u64, counter: &dyn TokenCounter) -> std::result::Result<(), String> {

@@ -173,7 +173,7 @@ impl HeaderSnapshot {
 }
 
 /// The running fold of the header log: the latest snapshot with every later delta applied.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct HeaderFold {
     current: Option<EpochHeader>,
     /// The instance of the latest snapshot or delta.
@@ -203,6 +203,12 @@ impl HeaderFold {
     /// Seq of the latest header event.
     pub fn last_seq(&self) -> Option<u64> {
         self.last_seq
+    }
+
+    /// A fold as a checkpoint describes it (`crate::log::checkpoint`): the folded header, the
+    /// instance of the latest header event, the highest instance seen and that event's seq.
+    pub fn restored(current: Option<EpochHeader>, instance: Option<u64>, max_instance: u64, last_seq: Option<u64>) -> HeaderFold {
+        HeaderFold { current, instance, max_instance, last_seq }
     }
 
     /// Folds a snapshot.

@@ -70,9 +70,15 @@ pub fn check(prev: &Link, record: &[u8]) -> Result<Link, String> {
         return Err("the record has no chain field at its end (a version 2 log chains every event)".into());
     }
     let hex = &record[field_at + FIELD.len()..record.len() - 2];
-    let stored = parse_hex(hex).ok_or("the chain field is not 64 lowercase hex digits")?;
     let want = link(prev, &record[..field_at]);
-    if stored != want {
+    // Compared as hex digits (no parse of the stored ones on the usual path).
+    let mut digits = [0u8; 64];
+    for (i, b) in want.iter().enumerate() {
+        digits[2 * i] = HEX_DIGITS[(b >> 4) as usize];
+        digits[2 * i + 1] = HEX_DIGITS[(b & 15) as usize];
+    }
+    if hex != digits {
+        parse_hex(hex).ok_or("the chain field is not 64 lowercase hex digits")?;
         return Err(
             "the chained digest does not match: this record was edited, or a record before it was edited, inserted, removed or reordered"
                 .into(),
@@ -115,6 +121,8 @@ pub fn hex(l: &Link) -> String {
     s
 }
 
+const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
+
 fn push_hex_bytes(out: &mut Vec<u8>, l: &Link) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for b in l {
@@ -129,6 +137,11 @@ fn push_hex(out: &mut String, l: &Link) {
         out.push(DIGITS[(b >> 4) as usize] as char);
         out.push(DIGITS[(b & 15) as usize] as char);
     }
+}
+
+/// A chain value from its 64 lowercase hex digits (as [`stored_link`] gives them).
+pub fn parse_link(hex: &str) -> Option<Link> {
+    parse_hex(hex.as_bytes())
 }
 
 fn parse_hex(h: &[u8]) -> Option<Link> {

@@ -37,6 +37,9 @@ pub mod types {
     pub const COMPACTION_SUMMARY: &str = "compaction/summary";
     /// A compaction ends (landed, failed or discarded).
     pub const COMPACTION_END: &str = "compaction/end";
+    /// A checkpoint: the derived state an open needs, written by the library
+    /// (`crate::log::checkpoint`).
+    pub const CHECKPOINT: &str = "session/checkpoint";
     /// A provider's native compaction: its block or item, verbatim (docs/compaction.md).
     pub const COMPACTION_NATIVE: &str = "compaction/native";
     /// A child agent was spawned from this session (log-only; docs/log.md, "Agent trees").
@@ -63,6 +66,7 @@ pub mod types {
         COMPACTION_START,
         COMPACTION_SUMMARY,
         COMPACTION_END,
+        CHECKPOINT,
         COMPACTION_NATIVE,
         AGENT_SPAWN,
         CLOCK_DECISION,

@@ -317,6 +317,12 @@ impl History {
         self.bytes
     }
 
+    /// Sets the replace generation (a history restored from a checkpoint, which does not replay
+    /// the replaces that counted it).
+    pub(crate) fn set_generation(&mut self, generation: u64) {
+        self.generation = generation;
+    }
+
     /// The surface seqs in order.
     pub fn seqs(&self) -> Vec<u64> {
         self.entries.iter().map(|d| d.seq).collect()

@@ -15,12 +15,15 @@
 //! damage from an unfinished last turn.
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::log::checkpoint;
 use crate::log::event::{types, Event, NewEvent, TurnEndReason};
+use crate::log::history::Derived;
 use crate::log::rules::as_corrupt;
 use crate::log::{chain, Log, Text};
-use crate::store::{StoreContents, StoreText};
+use crate::store::{StoreContents, StoreText, StoreWindow};
 use crate::types::{Fields, JsonMap};
 use serde_json::{json, Value};
+use std::sync::Arc;
 
 /// The format name in the session header.
 pub const FORMAT: &str = "llmsession";
@@ -346,6 +349,11 @@ fn load_one<R: AsRef<[u8]>>(log: &mut Log, rec: &mut R, line: impl FnOnce(&mut R
     Ok(())
 }
 
+/// Parses an event record (its envelope; the rules are checked apart).
+pub(crate) fn parse_event(rec: &[u8]) -> Result<Event> {
+    parse_record(rec)
+}
+
 fn parse_record(rec: &[u8]) -> Result<Event> {
     let text = std::str::from_utf8(rec).map_err(|e| Error::new(ErrorKind::MalformedJson, format!("invalid UTF-8: {e}")))?;
     Event::from_json(text)
@@ -397,6 +405,22 @@ impl RecordSource for OwnedRecords<'_> {
     }
 }
 
+/// The records of a store's window: each line is copied out of the window's buffer.
+struct CopiedRecords<'a>(&'a StoreWindow);
+
+impl RecordSource for CopiedRecords<'_> {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn bytes(&self, i: usize) -> &[u8] {
+        self.0.record(i)
+    }
+    fn load(&mut self, log: &mut Log, i: usize) -> Result<()> {
+        let mut rec = self.0.record(i);
+        load_one(log, &mut rec, |r| Text::from(std::str::from_utf8(r).expect("parse_record checked UTF-8")))
+    }
+}
+
 /// Records as ranges of one text ([`StoreText`]): each line shares the text.
 struct SharedRecords<'a>(&'a StoreText);
 
@@ -414,6 +438,15 @@ impl RecordSource for SharedRecords<'_> {
     }
 }
 
+/// Parses a session header record (line 1 of a log).
+pub(crate) fn parse_header(first: &[u8]) -> Result<SessionHeader> {
+    let header_value: Value = std::str::from_utf8(first)
+        .map_err(|e| Error::new(ErrorKind::MalformedJson, format!("invalid UTF-8: {e}")))
+        .and_then(|t| serde_json::from_str(t).map_err(Error::from))
+        .map_err(|e| as_corrupt(e, 1))?;
+    SessionHeader::from_value(&header_value).map_err(|e| as_corrupt(e, 1))
+}
+
 fn load_from_source(records: &mut dyn RecordSource, last_complete: bool) -> Result<Loaded> {
     let count = records.len();
     if count == 0 {
@@ -423,21 +456,31 @@ fn load_from_source(records: &mut dyn RecordSource, last_complete: bool) -> Resu
     if count == 1 && !last_complete {
         return Err(Error::new(ErrorKind::CorruptLog, "line 1: the session header is incomplete").with("line", 1u64));
     }
-    let header_value: Value = std::str::from_utf8(first)
-        .map_err(|e| Error::new(ErrorKind::MalformedJson, format!("invalid UTF-8: {e}")))
-        .and_then(|t| serde_json::from_str(t).map_err(Error::from))
-        .map_err(|e| as_corrupt(e, 1))?;
-    let header = SessionHeader::from_value(&header_value).map_err(|e| as_corrupt(e, 1))?;
-
+    let header = parse_header(first)?;
+    let mut log = header.start_log(first);
     // A last record without its newline was cut short by a crash, even when it happens to
     // parse: its append never returned, and keeping it would glue the next record onto it.
+    log.reserve(count.saturating_sub(1));
+    load_tail(header, log, records, 1, 0, last_complete)
+}
+
+/// Checks and appends `records` from index `start` on to `log` (record `i` is line
+/// `i + 1 + line_offset`), with the damage rules of the module docs: the common part of a
+/// whole load and of a bounded open's tail.
+fn load_tail(
+    header: SessionHeader,
+    mut log: Log,
+    records: &mut dyn RecordSource,
+    start: usize,
+    line_offset: usize,
+    last_complete: bool,
+) -> Result<Loaded> {
+    let count = records.len();
     let whole = if last_complete { count } else { count - 1 };
-    let mut log = header.start_log(first);
-    log.reserve(whole.saturating_sub(1));
     let mut report = LoadReport::default();
     let mut keep = whole;
-    for i in 1..whole {
-        let line = i + 1;
+    for i in start..whole {
+        let line = i + 1 + line_offset;
         let outcome = records.load(&mut log, i);
         if let Err(e) = outcome {
             // A complete record that parses but does not match its chained digest was edited
@@ -460,12 +503,261 @@ fn load_from_source(records: &mut dyn RecordSource, last_complete: bool) -> Resu
     }
     if keep < count {
         report.cut_records = count - keep;
-        report.cut_at_line = Some(keep + 1);
+        report.cut_at_line = Some(keep + 1 + line_offset);
         if report.cut_reason.is_none() {
-            report.cut_reason = Some(format!("line {}: the last line is incomplete (no newline): a write stopped mid-record", keep + 1));
+            report.cut_reason =
+                Some(format!("line {}: the last line is incomplete (no newline): a write stopped mid-record", keep + 1 + line_offset));
         }
     }
-    Ok(Loaded { header, log, report, keep_records: keep })
+    Ok(Loaded { header, log, report, keep_records: keep + line_offset })
+}
+
+/// The type and seq an event record starts with (`{"type":"…","seq":N`), read without parsing
+/// the record: every record this library writes starts so. `None` for anything else.
+pub fn record_head(rec: &[u8]) -> Option<(&str, u64)> {
+    let rest = rec.strip_prefix(b"{\"type\":\"")?;
+    let mut i = 0;
+    while i < rest.len() {
+        match rest[i] {
+            b'\\' => i += 2,
+            b'"' => break,
+            _ => i += 1,
+        }
+    }
+    let ty = std::str::from_utf8(rest.get(..i)?).ok()?;
+    let rest = rest.get(i..)?.strip_prefix(b"\",\"seq\":")?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || digits > 19 {
+        return None;
+    }
+    let seq = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
+    Some((ty, seq))
+}
+
+/// The window start of a checkpoint record (the first seq a bounded open reads: see
+/// [`checkpoint`]), or `None` when the record is not a checkpoint that parses.
+pub fn checkpoint_window(rec: &[u8]) -> Option<u64> {
+    let (ty, _) = record_head(rec)?;
+    if ty != types::CHECKPOINT {
+        return None;
+    }
+    let ev = parse_record(rec).ok()?;
+    checkpoint::window_of(&ev.data).ok()
+}
+
+/// How an open checks a stored log.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OpenCheck {
+    /// From the last checkpoint (the default): the chain over the records it reads, the log
+    /// rules over the events after the checkpoint; the state is restored from the checkpoint
+    /// (`docs/log.md`, "What an open checks"). A log without a checkpoint is read whole.
+    #[default]
+    Bounded,
+    /// Everything, as `verify` reads the log (every record's chain, every event's rules, every
+    /// checkpoint recomputed), without rebuilding the requests.
+    Full,
+}
+
+impl OpenCheck {
+    /// Parses `"bounded"` or `"full"`.
+    pub fn parse(s: &str, path: &str) -> Result<OpenCheck> {
+        match s {
+            "bounded" => Ok(OpenCheck::Bounded),
+            "full" => Ok(OpenCheck::Full),
+            other => Err(Error::invalid(path, format!("expected \"bounded\" or \"full\", got {other:?}"))),
+        }
+    }
+}
+
+/// A bounded open: the state restored from the checkpoint a store's window was found from,
+/// the chain checked over every record of the window, the log rules over the events after the
+/// checkpoint (with the damage rules of a whole load). The log holds the lines from the
+/// checkpoint on. `docs/log.md` ("What an open checks") says what this leaves to `verify`.
+pub fn load_window(win: &mut StoreWindow) -> Result<Loaded> {
+    let (header, log, ci) = restore_window(win)?;
+    // The tail: checked as a whole load checks it, each line copied out of the window's buffer
+    // (which is dropped once the open is done).
+    let mut tail = CopiedRecords(win);
+    load_tail(header, log, &mut tail, ci + 1, win.from as usize + 1, win.last_complete)
+}
+
+/// The events after the checkpoint of a store's window, for a reader that walks them from the
+/// state the checkpoint restores (`show` and `explain` of a recent request): the session
+/// header, the log restored at the checkpoint (its lines not held), and the events after it,
+/// each checked against the chain (a torn last record is left out) but not yet against the log
+/// rules (the reader's walk applies them).
+pub struct WindowEvents {
+    /// The session header.
+    pub header: SessionHeader,
+    /// The log restored at the checkpoint (see [`load_window`]).
+    pub log: Log,
+    /// The events after the checkpoint, in order.
+    pub events: Vec<Event>,
+}
+
+/// Reads a store's window as [`WindowEvents`].
+pub fn window_events(win: &mut StoreWindow) -> Result<WindowEvents> {
+    let (header, log, ci) = restore_window(win)?;
+    let mut prev = *log.chain_head().expect("a restored log is chained");
+    let n = win.len();
+    let mut events = Vec::with_capacity(n - ci - 1);
+    for i in ci + 1..n {
+        if i == n - 1 && !win.last_complete {
+            break;
+        }
+        let seq = win.from + i as u64;
+        let rec = win.record(i);
+        prev = chain::check(&prev, rec).map_err(|why| {
+            as_corrupt(Error::new(ErrorKind::CorruptLog, why).with("chain", true), seq as usize + 2)
+                .context("the log was changed after it was written")
+        })?;
+        events.push(parse_record(rec).map_err(|e| as_corrupt(e, seq as usize + 2))?);
+    }
+    let mut log = log;
+    log.forget_lines();
+    Ok(WindowEvents { header, log, events })
+}
+
+/// The part of a bounded open up to the checkpoint: the header, the chain over the window up to
+/// the checkpoint, the state restored from it, and the index of the checkpoint's record.
+fn restore_window(win: &mut StoreWindow) -> Result<(SessionHeader, Log, usize)> {
+    let header = parse_header(&win.header)?;
+    if !header.chained() {
+        return Err(Error::new(ErrorKind::CorruptLog, "line 1: a version 1 log has no checkpoints").with("line", 1u64));
+    }
+    let line_of = |seq: u64| seq as usize + 2;
+    let corrupt = |seq: u64, e: Error| as_corrupt(e, line_of(seq));
+    let n = win.len();
+    let whole = if win.last_complete { n } else { n.saturating_sub(1) };
+    // The checkpoint and where its window starts.
+    let c = win.checkpoint;
+    let ci = c.checked_sub(win.from).map(|i| i as usize).filter(|&i| i < whole).ok_or_else(|| {
+        Error::new(ErrorKind::Internal, format!("the store's window (from seq {}) does not hold checkpoint {c}", win.from))
+    })?;
+    let cp = parse_record(win.record(ci)).map_err(|e| corrupt(c, e))?;
+    if cp.ty != types::CHECKPOINT || cp.seq != c {
+        return Err(corrupt(c, Error::invalid("type", "the record the store named as the last checkpoint is not one")));
+    }
+    let w = checkpoint::window_of(&cp.data).map_err(|e| corrupt(c, e))?;
+    let (prev, first) = if w == 0 {
+        if win.from != 0 {
+            return Err(Error::new(ErrorKind::Internal, "the store's window does not start at the first event"));
+        }
+        (chain::start(&win.header), 0usize)
+    } else {
+        if win.from + 1 != w {
+            return Err(Error::new(ErrorKind::Internal, format!("the store's window starts at seq {}, not {}", win.from, w - 1)));
+        }
+        let link = chain::stored_link(std::str::from_utf8(win.record(0)).unwrap_or(""))
+            .and_then(|h| chain::parse_link(h))
+            .ok_or_else(|| corrupt(win.from, Error::invalid("chain", "the record before the checkpoint's window has no chain value")))?;
+        (link, 1usize)
+    };
+    let base_seq = checkpoint::base_of(&cp.data);
+    // The chain over the window through the checkpoint, checked on a thread of its own while
+    // this one derives the window's visible events (on one core the two take their turns).
+    let chained = |prev: chain::Link| -> std::result::Result<chain::Link, (usize, String)> {
+        let mut prev = prev;
+        for i in first..=ci {
+            prev = chain::check(&prev, win.record(i)).map_err(|why| (i, why))?;
+        }
+        Ok(prev)
+    };
+    let (chain_result, derived) = std::thread::scope(|scope| {
+        let checker = (ci - first > 4096).then(|| scope.spawn(|| chained(prev)));
+        let derived = derive_window(win, first, ci, base_seq);
+        let chain_result = match checker {
+            Some(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+            None => chained(prev),
+        };
+        (chain_result, derived)
+    });
+    // The first problem in log order: a broken chain at or before a record that does not
+    // derive is reported as the chain's.
+    let chain_error = chain_result.as_ref().err().map(|(i, _)| *i);
+    let derive_error = derived.as_ref().err().map(|(i, _)| *i);
+    match (chain_result, derived) {
+        (Err((i, why)), _) if derive_error.is_none_or(|d| i <= d) => {
+            let seq = win.from + i as u64;
+            return Err(corrupt(seq, Error::new(ErrorKind::CorruptLog, why).with("chain", true))
+                .context("the log was changed after it was written"));
+        }
+        (_, Err((i, e))) if chain_error.is_none_or(|c| i < c) => return Err(corrupt(win.from + i as u64, e)),
+        (Ok(link), Ok((base, appended))) => finish_restore(win, header, cp, c, ci, base_seq, base, appended, link),
+        _ => unreachable!("every error is one of the two above"),
+    }
+}
+
+/// The visible events of a window up to its checkpoint (records `first..ci`) derived, and the
+/// data of its base checkpoint (`base_seq`); an error names the record index where it is.
+#[allow(clippy::type_complexity)]
+fn derive_window(
+    win: &StoreWindow,
+    first: usize,
+    ci: usize,
+    base_seq: Option<u64>,
+) -> std::result::Result<(Option<Value>, Vec<Arc<Derived>>), (usize, Error)> {
+    let mut base: Option<Value> = None;
+    let mut appended: Vec<Arc<Derived>> = Vec::new();
+    for i in first..ci {
+        let seq = win.from + i as u64;
+        let rec = win.record(i);
+        let (ty, at) = record_head(rec).ok_or_else(|| (i, Error::invalid("type", "the record does not start with its type and seq")))?;
+        if at != seq {
+            return Err((i, Error::invalid("seq", format!("expected {seq} (seqs are contiguous from 0), got {at}"))));
+        }
+        if Some(seq) == base_seq {
+            base = Some(parse_record(rec).map_err(|e| (i, e))?.data);
+        } else if types::is_model_visible(ty) {
+            // From the record's bytes when it has the shape this library writes; the long way
+            // (parse the event, derive its message) otherwise.
+            let d = match crate::log::project::project_record(rec, ty, seq) {
+                Some(d) => {
+                    #[cfg(debug_assertions)]
+                    {
+                        let ev = parse_record(rec).expect("a projected record parses");
+                        let long = crate::log::history::derive(&ev).expect("a projected record derives").expect("visible");
+                        debug_assert_eq!(d.json.as_str(), long.json.as_str(), "the projection from bytes is the derived message");
+                    }
+                    d
+                }
+                None => {
+                    let ev = parse_record(rec).map_err(|e| (i, e))?;
+                    if ev.surface_op != Some(crate::log::SurfaceOp::Append) {
+                        return Err((i, Error::invalid("surfaceOp", "a replace after the checkpoint's last replace")));
+                    }
+                    crate::log::history::derive(&ev).map_err(|e| (i, e))?.expect("a visible event")
+                }
+            };
+            appended.push(Arc::new(d));
+        }
+    }
+    Ok((base, appended))
+}
+
+/// The end of [`restore_window`]: the state restored from the checkpoint.
+#[allow(clippy::too_many_arguments)]
+fn finish_restore(
+    win: &StoreWindow,
+    header: SessionHeader,
+    cp: Event,
+    c: u64,
+    ci: usize,
+    base_seq: Option<u64>,
+    base: Option<Value>,
+    appended: Vec<Arc<Derived>>,
+    prev: chain::Link,
+) -> Result<(SessionHeader, Log, usize)> {
+    let corrupt = |seq: u64, e: Error| as_corrupt(e, seq as usize + 2);
+    if base_seq.is_some() && base.is_none() {
+        return Err(corrupt(c, Error::invalid("data.base", "names no checkpoint in its window")));
+    }
+    let state = checkpoint::restore(&cp, base.as_ref(), checkpoint::Surface::Derived(appended)).map_err(|e| corrupt(c, e))?;
+    let mut log = Log::restored(c, state, Some(prev));
+    // The checkpoint's own line starts the lines the log holds.
+    let cp_line = std::str::from_utf8(win.record(ci)).expect("checked as UTF-8 when parsed");
+    log.push_restored_line(Text::from(cp_line));
+    Ok((header, log, ci))
 }
 
 /// A stored log as every reader of a log reads it ([`read_checked`]): its session header and its

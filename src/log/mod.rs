@@ -7,9 +7,11 @@
 //! log to a [`Store`].
 
 pub mod chain;
+pub mod checkpoint;
 pub mod event;
 pub mod history;
 pub mod load;
+mod project;
 pub mod rules;
 pub mod text;
 
@@ -21,20 +23,32 @@ pub use text::Text;
 use crate::error::Result;
 
 /// The events of one session and everything folded over them.
+///
+/// A log holds the stored lines of its events from seq [`base`](Self::base) on: every line for
+/// a log loaded whole or created here, the lines from its last checkpoint on for a log opened
+/// bounded (`docs/log.md`, "Checkpoints"), none for a log a streaming reader folds
+/// ([`discarding`](Self::discarding)). The folded state always covers every event.
 #[derive(Clone, Debug, Default)]
 pub struct Log {
-    /// Every event's stored line (see [`Text`]).
+    /// The seq of `lines[0]`: the lines of the events before it are not held.
+    base: u64,
+    /// The stored lines of the events from `base` on (see [`Text`]).
     lines: Vec<Text>,
+    /// Lines are not kept at all (a streaming reader): `base` counts the events.
+    discard: bool,
     state: LogState,
     /// The chain value after the last event, for a chained (version 2) log.
     chain: Option<chain::Link>,
+    /// Events appended since the last checkpoint, and their lines' bytes (newlines included).
+    since_checkpoint: (u64, u64),
 }
 
 /// What [`Log::savepoint`] saved.
 #[derive(Debug)]
 pub(crate) struct Savepoint {
-    lines: usize,
+    len: u64,
     chain: Option<chain::Link>,
+    since_checkpoint: (u64, u64),
     state: rules::StateSave,
 }
 
@@ -48,6 +62,43 @@ impl Log {
     /// An empty chained log (version 2): `start` is the digest of its session header record.
     pub fn chained(start: chain::Link) -> Log {
         Log { chain: Some(start), ..Log::default() }
+    }
+
+    /// A log that folds events without keeping their lines (a streaming reader: memory follows
+    /// the state, not the history).
+    pub fn discarding() -> Log {
+        Log { discard: true, ..Log::default() }
+    }
+
+    /// A log restored at event `base` (the events before it are not held): `state` folds them,
+    /// `chain` is the chain value after the last of them (for a chained log).
+    pub(crate) fn restored(base: u64, state: LogState, chain: Option<chain::Link>) -> Log {
+        Log { base, state, chain, ..Log::default() }
+    }
+
+    /// The seq of the first event whose line this log holds (0 for a log held whole).
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// Adds the line of the event the log was restored at (its checkpoint), which the restored
+    /// state already folds.
+    pub(crate) fn push_restored_line(&mut self, line: Text) {
+        debug_assert_eq!(self.state.last_checkpoint, Some(self.base));
+        self.lines.push(line);
+    }
+
+    /// Drops the lines this log holds and keeps none from now on (a reader that walks events
+    /// from a restored state: [`discarding`](Self::discarding)).
+    pub(crate) fn forget_lines(&mut self) {
+        self.base = self.next_seq();
+        self.lines = Vec::new();
+        self.discard = true;
+    }
+
+    /// Events appended since the last checkpoint and their lines' bytes.
+    pub(crate) fn since_checkpoint(&self) -> (u64, u64) {
+        self.since_checkpoint
     }
 
     /// Makes room for `n` more events' lines (a load knows how many records it reads, so the
@@ -83,7 +134,12 @@ impl Log {
 
     /// Saves the log before a batch of appends (see [`LogState::savepoint`]).
     pub(crate) fn savepoint(&self, replaces: bool, headers: bool) -> Savepoint {
-        Savepoint { lines: self.lines.len(), chain: self.chain, state: self.state.savepoint(replaces, headers) }
+        Savepoint {
+            len: self.next_seq(),
+            chain: self.chain,
+            since_checkpoint: self.since_checkpoint,
+            state: self.state.savepoint(replaces, headers),
+        }
     }
 
     /// Notes the tool-call ids an effect about to be committed makes known.
@@ -93,24 +149,29 @@ impl Log {
 
     /// Undoes every append since `sp`.
     pub(crate) fn rollback(&mut self, sp: Savepoint) {
-        self.lines.truncate(sp.lines);
+        if self.discard {
+            self.base = sp.len;
+        } else {
+            self.lines.truncate((sp.len - self.base) as usize);
+        }
         self.chain = sp.chain;
+        self.since_checkpoint = sp.since_checkpoint;
         self.state.rollback(sp.state);
     }
 
-    /// Number of events.
+    /// Number of events (all of them, held or not).
     pub fn len(&self) -> usize {
-        self.lines.len()
+        self.next_seq() as usize
     }
 
     /// Whether the log has no events.
     pub fn is_empty(&self) -> bool {
-        self.lines.is_empty()
+        self.next_seq() == 0
     }
 
     /// The seq the next event gets.
     pub fn next_seq(&self) -> u64 {
-        self.lines.len() as u64
+        self.base + self.lines.len() as u64
     }
 
     /// The folded state.
@@ -130,8 +191,18 @@ impl Log {
 
     /// Applies an event that [`check`](Self::check) accepted, with its serialised line.
     pub fn commit(&mut self, ev: &Event, effect: Effect, line: Text) {
+        if matches!(effect, Effect::Checkpoint(_)) {
+            self.since_checkpoint = (0, 0);
+        } else {
+            self.since_checkpoint.0 += 1;
+            self.since_checkpoint.1 += line.len() as u64 + 1;
+        }
         self.state.apply(ev, effect);
-        self.lines.push(line);
+        if self.discard {
+            self.base += 1;
+        } else {
+            self.lines.push(line);
+        }
     }
 
     /// Validates and applies an event.
@@ -147,17 +218,17 @@ impl Log {
         Ok(line)
     }
 
-    /// The JSON line of event `seq`.
+    /// The JSON line of event `seq`, if this log holds it (seq at or after [`base`](Self::base)).
     pub fn line(&self, seq: u64) -> Option<&Text> {
-        self.lines.get(seq as usize)
+        seq.checked_sub(self.base).and_then(|i| self.lines.get(i as usize))
     }
 
-    /// Every event's JSON line.
+    /// The JSON lines this log holds: those of events `base..` (see [`base`](Self::base)).
     pub fn lines(&self) -> &[Text] {
         &self.lines
     }
 
-    /// Event `seq`, parsed.
+    /// Event `seq`, parsed (if this log holds its line).
     pub fn event(&self, seq: u64) -> Option<Event> {
         self.line(seq).map(|l| Event::from_json(l).expect("logged events parse"))
     }

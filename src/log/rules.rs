@@ -117,6 +117,9 @@ pub enum Effect {
     CompactionNative(Vec<serde_json::Value>),
     /// A compaction ends.
     CompactionEnd,
+    /// A checkpoint (`session/checkpoint`) was written: whether it is a full one (it carries
+    /// the surface and the header itself; see [`crate::log::checkpoint`]).
+    Checkpoint(bool),
 }
 
 /// The folded state that validation needs.
@@ -128,7 +131,8 @@ pub struct LogState {
     pub open_turn: Option<OpenTurn>,
     /// Tool calls waiting for results, in model order.
     pub pending: Vec<PendingCall>,
-    /// Every tool-call id seen.
+    /// The ids of the tool calls the surface holds (a new call's id must not be one of them; a
+    /// call a compaction summarised away no longer counts).
     pub known_calls: HashSet<String>,
     /// The open compaction, if any.
     pub compaction: Option<OpenCompaction>,
@@ -142,12 +146,20 @@ pub struct LogState {
     pub last_replace_seq: Option<u64>,
     /// Conversation requests recorded (`step/start` events).
     pub requests: u64,
+    /// Seq of the latest `step/start` (the last conversation request routed).
+    pub last_request_seq: Option<u64>,
     /// Provider-reported cached input tokens, summed over assistant messages.
     pub cached_tokens: u64,
     /// Provider-reported prompt tokens, summed over assistant messages.
     pub prompt_tokens: u64,
     /// Compactions that landed.
     pub compactions: u64,
+    /// Seq of the latest checkpoint (`session/checkpoint`).
+    pub last_checkpoint: Option<u64>,
+    /// Seq of the latest full checkpoint that still describes the surface before the last
+    /// replace and the current header (none since a replace or a header event): a later
+    /// checkpoint refers to it instead of carrying them again.
+    pub checkpoint_base: Option<u64>,
 }
 
 /// What [`LogState::savepoint`] saved.
@@ -162,9 +174,14 @@ pub(crate) struct StateSave {
     last_usage: Option<(u64, Usage)>,
     last_replace_seq: Option<u64>,
     requests: u64,
+    last_request_seq: Option<u64>,
     cached_tokens: u64,
     prompt_tokens: u64,
     compactions: u64,
+    last_checkpoint: Option<u64>,
+    checkpoint_base: Option<u64>,
+    /// The whole set of known tool-call ids, when the batch replaces a span (which removes ids).
+    known_calls: Option<HashSet<String>>,
     /// Tool-call ids that effects applied since the savepoint made known.
     pub added_calls: Vec<String>,
 }
@@ -405,7 +422,7 @@ impl LogState {
                     if self.known_calls.contains(id) || calls.iter().any(|(c, _, _): &(String, String, String)| c == id) {
                         return Err(Error::invalid(
                             format!("data.message.content[{i}].id"),
-                            format!("tool call id {id:?} is already used in this session"),
+                            format!("tool call id {id:?} is already used by a tool call of the session's history"),
                         ));
                     }
                     calls.push((id.to_string(), name.to_string(), args.to_string()));
@@ -701,6 +718,24 @@ impl LogState {
                 }
                 Ok(Effect::None)
             }
+            types::CHECKPOINT => {
+                if self.compaction.is_some() {
+                    return Err(rule(ev, "", "a checkpoint is not written while a compaction is open"));
+                }
+                let want = crate::log::checkpoint::data(self);
+                if let Some(field) = crate::log::checkpoint::first_difference(&ev.data, &want, "data") {
+                    return Err(Error::new(
+                        ErrorKind::CorruptLog,
+                        format!(
+                            "{field}: the checkpoint does not match the log before it (a checkpoint is derived data: the log gives {})",
+                            crate::log::checkpoint::describe_at(&want, &field)
+                        ),
+                    )
+                    .with("field", field)
+                    .with("checkpoint", true));
+                }
+                Ok(Effect::Checkpoint(crate::log::checkpoint::is_full(&want)))
+            }
             other => {
                 if let Some(p) = types::RESERVED_PREFIXES.iter().find(|p| other.starts_with(*p)) {
                     return Err(Error::invalid(
@@ -728,6 +763,7 @@ impl LogState {
                 t.step_open = true;
                 t.step_answered = false;
                 self.requests += 1;
+                self.last_request_seq = Some(ev.seq);
             }
             Effect::StepEnd => {
                 let t = self.open_turn.as_mut().expect("checked");
@@ -735,8 +771,14 @@ impl LogState {
             }
             Effect::Append(d) => self.history.push(d),
             Effect::Replace(start, end, d) => {
+                for e in &self.history.entries()[start..=end] {
+                    for id in e.calls.iter() {
+                        self.known_calls.remove(&**id);
+                    }
+                }
                 self.history.replace(start, end, d);
                 self.last_replace_seq = Some(ev.seq);
+                self.checkpoint_base = None;
                 if let Some(c) = self.compaction.as_mut() {
                     c.landed = true;
                 }
@@ -765,8 +807,14 @@ impl LogState {
                 self.pending.remove(0);
                 self.history.push(d);
             }
-            Effect::Snapshot(snap) => self.headers.apply_snapshot(ev.seq, &snap),
-            Effect::Delta(h, instance) => self.headers.apply_delta(ev.seq, instance, h),
+            Effect::Snapshot(snap) => {
+                self.headers.apply_snapshot(ev.seq, &snap);
+                self.checkpoint_base = None;
+            }
+            Effect::Delta(h, instance) => {
+                self.headers.apply_delta(ev.seq, instance, h);
+                self.checkpoint_base = None;
+            }
             Effect::CompactionStart(span, seqs, native) => {
                 self.compaction = Some(OpenCompaction { start_seq: ev.seq, summarised: false, landed: false, span, seqs, native })
             }
@@ -781,6 +829,12 @@ impl LogState {
             Effect::CompactionEnd => {
                 if self.compaction.take().is_some_and(|c| c.landed) {
                     self.compactions += 1;
+                }
+            }
+            Effect::Checkpoint(full) => {
+                self.last_checkpoint = Some(ev.seq);
+                if full {
+                    self.checkpoint_base = Some(ev.seq);
                 }
             }
         }
@@ -801,9 +855,13 @@ impl LogState {
             last_usage: self.last_usage.clone(),
             last_replace_seq: self.last_replace_seq,
             requests: self.requests,
+            last_request_seq: self.last_request_seq,
             cached_tokens: self.cached_tokens,
             prompt_tokens: self.prompt_tokens,
             compactions: self.compactions,
+            last_checkpoint: self.last_checkpoint,
+            checkpoint_base: self.checkpoint_base,
+            known_calls: replaces.then(|| self.known_calls.clone()),
             added_calls: Vec::new(),
         }
     }
@@ -824,11 +882,19 @@ impl LogState {
         self.last_usage = save.last_usage;
         self.last_replace_seq = save.last_replace_seq;
         self.requests = save.requests;
+        self.last_request_seq = save.last_request_seq;
         self.cached_tokens = save.cached_tokens;
         self.prompt_tokens = save.prompt_tokens;
         self.compactions = save.compactions;
-        for id in save.added_calls {
-            self.known_calls.remove(&id);
+        self.last_checkpoint = save.last_checkpoint;
+        self.checkpoint_base = save.checkpoint_base;
+        match save.known_calls {
+            Some(all) => self.known_calls = all,
+            None => {
+                for id in save.added_calls {
+                    self.known_calls.remove(&id);
+                }
+            }
         }
     }
 

@@ -168,6 +168,11 @@ pub const CASES: &[Case] = &[
         requires: "a session written through the store reopens with every event, the same chain head and nothing cut or repaired",
         run: session_round_trip,
     },
+    Case {
+        name: "checkpoint-window",
+        requires: "a store that hands over the window of the last checkpoint (load_window; lastCheckpoint and loadFrom) hands over the header and exactly the records from the one before the window to the end; one that does not is read whole",
+        run: checkpoint_window,
+    },
 ];
 
 /// Runs the cases named in `only` (every case when `None`) against the store `factory` opens.
@@ -180,7 +185,7 @@ pub fn run(factory: &mut dyn StoreFactory, only: Option<&[String]>) -> Result<Re
             return Err(Error::invalid("cases", format!("no conformance case is called {bad:?} (the cases: {})", known.join(", "))));
         }
     }
-    let run_id = crate::session::random_id();
+    let run_id = crate::session_id::random_id();
     let mut cases = Vec::new();
     for case in CASES {
         if only.is_some_and(|names| !names.iter().any(|n| n == case.name)) {
@@ -247,13 +252,16 @@ fn texts(c: &StoreContents) -> Vec<String> {
 
 impl Kit<'_> {
     fn records(&self, events: usize) -> Records {
-        let s = Session::create(Box::new(MemoryStore::new()), SessionOptions { id: Some(self.id.clone()), durability: Durability::Never })
-            .expect("a memory store takes a new session");
+        let s = Session::create(
+            Box::new(MemoryStore::new()),
+            SessionOptions { id: Some(self.id.clone()), durability: Durability::Never, ..SessionOptions::default() },
+        )
+        .expect("a memory store takes a new session");
         for i in 0..events {
             s.append(NewEvent::new("host/note", json!({"note": format!("conformance event {i}"), "n": i})))
                 .expect("a memory session takes a host note");
         }
-        let all = s.records();
+        let all = s.records().expect("a memory session holds its records");
         Records { header: all[0].clone(), events: all[1..].to_vec() }
     }
 
@@ -546,7 +554,7 @@ fn cut(kit: &mut Kit<'_>) -> Outcome {
     drop(_b);
     // What is left is a session the library opens (nothing more to cut) and appends to.
     let store = kit.factory.open(&kit.id).map_err(|e| format!("opening a session over the cut log failed: {}", err_text(&e)))?;
-    let (s, report) = Session::open(store, SessionOptions { id: None, durability: Durability::EveryEvent })
+    let (s, report) = Session::open(store, SessionOptions { id: None, durability: Durability::EveryEvent, ..SessionOptions::default() })
         .map_err(|e| format!("a session open over the cut log failed: {}", err_text(&e)))?;
     if report.cut_records != 0 || s.len() != 3 {
         return Err(format!(
@@ -589,7 +597,7 @@ fn sync_durability(kit: &mut Kit<'_>) -> Outcome {
 /// §2.4, §2.6.1, §2.7.2: a session written through the store reopens as it was.
 fn session_round_trip(kit: &mut Kit<'_>) -> Outcome {
     let store = kit.factory.open(&kit.id).map_err(|e| format!("opening a handle for a new session failed: {}", err_text(&e)))?;
-    let opts = || SessionOptions { id: Some(kit.id.clone()), durability: Durability::EveryEvent };
+    let opts = || SessionOptions { id: Some(kit.id.clone()), durability: Durability::EveryEvent, ..SessionOptions::default() };
     let (s, _) = Session::open(store, opts()).map_err(|e| format!("creating a session through the store failed: {}", err_text(&e)))?;
     for i in 0..5 {
         s.append(NewEvent::new("host/note", json!({"note": format!("round trip {i}"), "text": "ünïcode \"quoted\" \\ / \t"})))
@@ -614,6 +622,81 @@ fn session_round_trip(kit: &mut Kit<'_>) -> Outcome {
     }
     s.verify().map_err(|e| format!("verifying the reopened session failed: {}", err_text(&e)))?;
     Ok(format!("a session of {n} events written through the store reopened with the same chain head and verified"))
+}
+
+/// Checkpoints (`docs/log.md`): a bounded open asks the store for the window of the last
+/// checkpoint. Optional: a store that answers `None` is read whole. One that answers must hand
+/// over the session header and the records from the one before the window's start to the end.
+fn checkpoint_window(kit: &mut Kit<'_>) -> Outcome {
+    use crate::log::checkpoint::CheckpointPolicy;
+    let store = kit.factory.open(&kit.id).map_err(|e| format!("opening a handle for a new session failed: {}", err_text(&e)))?;
+    let opts = || SessionOptions {
+        id: Some(kit.id.clone()),
+        durability: Durability::EveryEvent,
+        checkpoints: CheckpointPolicy { every_events: 4, every_bytes: 0, at_compaction: true },
+        ..SessionOptions::default()
+    };
+    let (s, _) = Session::open(store, opts()).map_err(|e| format!("creating a session through the store failed: {}", err_text(&e)))?;
+    for i in 0..11 {
+        s.append(NewEvent::new("host/note", json!({"note": format!("checkpointed {i}")})))
+            .map_err(|e| format!("appending event {i} through the session failed: {}", err_text(&e)))?;
+    }
+    let records: Vec<String> = s.records().map_err(|e| err_text(&e))?.iter().map(|r| r.to_string()).collect();
+    let head = s.chain_head();
+    drop(s);
+    let checkpoints: Vec<usize> =
+        records.iter().enumerate().filter(|(_, r)| crate::store::is_checkpoint_record(r.as_bytes())).map(|(i, _)| i).collect();
+    let expect = |at: usize| -> (u64, u64) {
+        let from = crate::store::window_from(records[at].as_bytes()).expect("a checkpoint of the library's");
+        (at as u64 - 1, from.min(at as u64 - 1))
+    };
+    let mut a = kit.factory.open(&kit.id).map_err(|e| format!("opening a handle failed: {}", err_text(&e)))?;
+    let check = |w: Option<crate::store::StoreWindow>, at: usize, what: &str| -> std::result::Result<bool, String> {
+        let Some(w) = w else { return Ok(false) };
+        let (cp, from) = expect(at);
+        if w.header != records[0].as_bytes() {
+            return Err(format!("{what}: the window's header is not the session header record"));
+        }
+        if (w.checkpoint, w.from) != (cp, from) {
+            return Err(format!(
+                "{what}: the window names checkpoint {} from seq {}, expected checkpoint {cp} from seq {from}",
+                w.checkpoint, w.from
+            ));
+        }
+        let want: Vec<&[u8]> = records[from as usize + 1..].iter().map(|r| r.as_bytes()).collect();
+        let got: Vec<&[u8]> = (0..w.len()).map(|i| w.record(i)).collect();
+        if got != want {
+            return Err(format!(
+                "{what}: the window holds {} record(s), not the {} from seq {from} to the end verbatim",
+                got.len(),
+                want.len()
+            ));
+        }
+        Ok(true)
+    };
+    let last = *checkpoints.last().ok_or("the session wrote no checkpoint")?;
+    let supported = check(a.load_window(None).map_err(|e| format!("load_window failed: {}", err_text(&e)))?, last, "the last checkpoint")?;
+    if !supported {
+        drop(a);
+        return Ok("the store does not hand over a checkpoint's window (optional): opens read the whole log".into());
+    }
+    let before = checkpoints[checkpoints.len() - 2];
+    let earlier =
+        a.load_window(Some(last as u64 - 1)).map_err(|e| format!("load_window before the last checkpoint failed: {}", err_text(&e)))?;
+    if !check(earlier, before, "the checkpoint before the last")? {
+        return Err("the store hands over the last checkpoint's window but not the one before a given seq".into());
+    }
+    drop(a);
+    let store = kit.factory.open(&kit.id).map_err(|e| format!("opening a handle to reopen the session failed: {}", err_text(&e)))?;
+    let (s, report) =
+        Session::open(store, opts()).map_err(|e| format!("reopening the session from its checkpoint failed: {}", err_text(&e)))?;
+    if s.chain_head() != head || report.cut_records + report.repaired_events != 0 || s.with_log(|l| l.base()) == 0 {
+        return Err("the session reopened from its checkpoint is not the one written".into());
+    }
+    Ok(format!(
+        "the store handed over the window of the last checkpoint (seq {}) and of the one before it, verbatim; the session reopened from it",
+        last - 1
+    ))
 }
 
 /// Stores named by URL: a `file:` URL names a directory (one log per case is created in it),

@@ -112,6 +112,28 @@ pub fn read_regular(path: &Path, limit: u64, what: &str) -> Result<Vec<u8>> {
 /// Who holds a lock on `file`, where the platform tells: on Linux, the process named in
 /// `/proc/locks` for the file's device and inode ("process 1234 (name)"; "this process" for our
 /// own). `None` elsewhere or when it cannot be found.
+/// The files a writer holds a `flock` on now, as (device, inode), from one read of
+/// `/proc/locks` (empty where the platform does not tell): a listing of many logs asks once.
+pub(crate) fn flock_holders() -> std::collections::HashSet<(u64, u64)> {
+    let mut out = std::collections::HashSet::new();
+    let Ok(locks) = std::fs::read_to_string("/proc/locks") else { return out };
+    for line in locks.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.len() < 6 || fields[1] != "FLOCK" {
+            continue;
+        }
+        let mut parts = fields[5].split(':');
+        let (Some(major), Some(minor), Some(ino)) = (parts.next(), parts.next(), parts.next()) else { continue };
+        let (Ok(major), Ok(minor), Ok(ino)) = (u64::from_str_radix(major, 16), u64::from_str_radix(minor, 16), ino.parse::<u64>()) else {
+            continue;
+        };
+        // glibc's encoding of a dev_t (gnu_dev_makedev).
+        let dev = ((major & 0xfff) << 8) | ((major & !0xfff) << 32) | (minor & 0xff) | ((minor & !0xff) << 12);
+        out.insert((dev, ino));
+    }
+    out
+}
+
 pub(crate) fn lock_holder(file: &File) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     let meta = file.metadata().ok()?;

@@ -11,13 +11,22 @@
 //! - `{"op":"append","sessionId","seq","records","header"?}` → any JSON, or
 //!   `{"conflict": why}` when `seq` is not the next one ([`ErrorKind::Conflict`]);
 //! - `{"op":"sync"}`, `{"op":"undo","sessionId","from"}` → any JSON;
-//! - `{"op":"cut","sessionId","keep","reason"}` → any JSON, optionally `{"savedTo": where}`.
+//! - `{"op":"cut","sessionId","keep","reason"}` → any JSON, optionally `{"savedTo": where}`;
+//! - optional, for a bounded open (docs/log.md, "Checkpoints"): `{"op":"lastCheckpoint",
+//!   "before"?}` → `{"seq": n, "record": text}` (the last checkpoint record, before event
+//!   `before` when given) or `{"seq": null}`; then `{"op":"loadFrom","from": n}` → `{"header":
+//!   text, "records": [the records of events n, n+1, ...], "lastComplete"?}`. A host that does
+//!   not answer these (any other reply, or a failed call) is read whole with `load`. An append
+//!   names the checkpoint records it carries (`"checkpoints": [seq, ...]`), so a host can keep
+//!   the last one's seq instead of searching for it (a checkpoint record also starts with
+//!   `{"type":"session/checkpoint",`). A host that refuses a second writer answers
+//!   `{"locked": why}` to `lastCheckpoint` as it does to `load`.
 //!
 //! A failed call or a reply that does not fit is an [`ErrorKind::Storage`] error with detail
 //! `op` (and `field` for the part of the reply that was wrong).
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::store::{Batch, Store, StoreContents};
+use crate::store::{is_checkpoint_record, window_from, Batch, Store, StoreContents, StoreWindow};
 use crate::types::Fields;
 use serde_json::{json, Value};
 
@@ -96,7 +105,34 @@ pub fn append_request(batch: &Batch<'_>) -> Value {
     if let Some(h) = batch.header {
         req["header"] = h.into();
     }
+    let checkpoints: Vec<u64> =
+        batch.events.iter().enumerate().filter(|(_, r)| is_checkpoint_record(r.as_bytes())).map(|(i, _)| batch.seq + i as u64).collect();
+    if !checkpoints.is_empty() {
+        req["checkpoints"] = checkpoints.into();
+    }
     req
+}
+
+/// Reads a `lastCheckpoint` reply: `Some(Some((seq, record)))`, `Some(None)` (the host holds no
+/// checkpoint), or `None` (not an answer to this request: a host that does not support it).
+fn last_checkpoint_reply(reply: &Value) -> Option<Option<(u64, String)>> {
+    let m = reply.as_object()?;
+    match m.get("seq")? {
+        Value::Null => Some(None),
+        v => Some(Some((v.as_u64()?, m.get("record")?.as_str()?.to_string()))),
+    }
+}
+
+/// Reads a `loadFrom` reply: the header record and the records (`None`: not an answer).
+fn load_from_reply(reply: &Value) -> Option<(Vec<u8>, StoreContents)> {
+    let m = reply.as_object()?;
+    let header = m.get("header")?.as_str()?.as_bytes().to_vec();
+    let records = m.get("records")?.as_array()?.iter().map(|r| r.as_str().map(|t| t.as_bytes().to_vec())).collect::<Option<Vec<_>>>()?;
+    let last_complete = match m.get("lastComplete") {
+        None => true,
+        Some(v) => v.as_bool()?,
+    };
+    Some((header, StoreContents { records, last_complete }))
 }
 
 impl<C: HostStoreCall> Store for HostStore<C> {
@@ -124,6 +160,32 @@ impl<C: HostStoreCall> Store for HostStore<C> {
             self.session_id = id;
         }
         Ok(contents)
+    }
+
+    fn load_window(&mut self, before: Option<u64>) -> Result<Option<StoreWindow>> {
+        let mut req = json!({"op": "lastCheckpoint"});
+        if let Some(b) = before {
+            req["before"] = b.into();
+        }
+        let Ok(reply) = self.request("lastCheckpoint", req) else { return Ok(None) };
+        if let Some(e) = refusal(&reply, "locked", ErrorKind::Locked, "lastCheckpoint") {
+            return Err(e);
+        }
+        let Some(Some((checkpoint, record))) = last_checkpoint_reply(&reply) else { return Ok(None) };
+        let Some(from) = window_from(record.as_bytes()) else { return Ok(None) };
+        let from = from.min(checkpoint);
+        let Ok(reply) = self.request("loadFrom", json!({"op": "loadFrom", "from": from})) else { return Ok(None) };
+        if let Some(e) = refusal(&reply, "locked", ErrorKind::Locked, "loadFrom") {
+            return Err(e);
+        }
+        let Some((header, contents)) = load_from_reply(&reply) else { return Ok(None) };
+        if contents.records.is_empty() {
+            return Ok(None);
+        }
+        if let Some(id) = serde_json::from_slice::<Value>(&header).ok().and_then(|v| v["id"].as_str().map(str::to_string)) {
+            self.session_id = id;
+        }
+        Ok(Some(StoreWindow::of_records(header, checkpoint, from, &contents.records, contents.last_complete)))
     }
 
     fn append(&mut self, batch: &Batch<'_>) -> Result<()> {

@@ -116,16 +116,174 @@ impl StoreText {
     }
 }
 
+/// What a bounded open reads ([`Store::load_window`]): the session header record and the
+/// records from just before a checkpoint's window to the end of the log (docs/log.md,
+/// "Checkpoints").
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StoreWindow {
+    /// The session header record.
+    pub header: Vec<u8>,
+    /// The seq of the checkpoint the window belongs to (its record is among `records`).
+    pub checkpoint: u64,
+    /// The seq of the event record 0 holds: the one before the checkpoint's window start
+    /// (its chain value starts the window's chain), or 0 when the window starts at the first
+    /// event.
+    pub from: u64,
+    /// The event records from `from` to the end of the log, one after the other in one buffer
+    /// (a JSONL store hands over what it read, with no copy per record)...
+    pub text: Vec<u8>,
+    /// ...at these byte ranges, in order.
+    pub records: Vec<(usize, usize)>,
+    /// Whether the last record was completely written (as [`StoreContents::last_complete`]).
+    pub last_complete: bool,
+}
+
+impl StoreWindow {
+    /// A window of records held one by one (joined into one buffer).
+    pub fn of_records<R: AsRef<[u8]>>(header: Vec<u8>, checkpoint: u64, from: u64, records: &[R], last_complete: bool) -> StoreWindow {
+        let mut text = Vec::with_capacity(records.iter().map(|r| r.as_ref().len()).sum());
+        let mut ranges = Vec::with_capacity(records.len());
+        for r in records {
+            ranges.push((text.len(), text.len() + r.as_ref().len()));
+            text.extend_from_slice(r.as_ref());
+        }
+        StoreWindow { header, checkpoint, from, text, records: ranges, last_complete }
+    }
+
+    /// Record `i`'s bytes (record 0 is event `from`).
+    pub fn record(&self, i: usize) -> &[u8] {
+        let (a, b) = self.records[i];
+        &self.text[a..b]
+    }
+
+    /// How many records the window holds.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Whether the window holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+}
+
+/// Where the window of the checkpoint record `rec` starts (see
+/// [`crate::log::checkpoint`]): the seq of the first record a bounded open reads after
+/// `from`, or `None` when `rec` is not a checkpoint. The first record a store hands over is
+/// the one before it (for its chain value), or event 0.
+pub fn window_from(rec: &[u8]) -> Option<u64> {
+    crate::log::load::checkpoint_window(rec).map(|w| w.saturating_sub(1))
+}
+
+/// Whether a record is a checkpoint, by the way it starts (every record this library writes
+/// starts with its type): `{"type":"session/checkpoint",`.
+pub fn is_checkpoint_record(rec: &[u8]) -> bool {
+    rec.starts_with(CHECKPOINT_PREFIX.as_bytes())
+}
+
+/// How a checkpoint record starts (what a store can index to find the last one).
+pub const CHECKPOINT_PREFIX: &str = "{\"type\":\"session/checkpoint\",";
+
+/// A stored log's records one at a time, for a reader whose memory must not follow the log's
+/// length (`verify`): each record is handed over and dropped before the next is read. It owns
+/// what it reads from (a file descriptor of its own, a database pool), so it is used without the
+/// store (or the session holding it) being locked.
+pub trait RecordStream: Send {
+    /// The next record (the session header first) and whether it was completely written (a
+    /// JSONL line that ends with its newline); `None` after the last.
+    fn next_record(&mut self) -> Result<Option<(Vec<u8>, bool)>>;
+    /// How many bytes the records hold in all, when the store knows (for progress).
+    fn total_bytes(&self) -> Option<u64> {
+        None
+    }
+    /// How many records there are in all, when the store knows (for progress).
+    fn total_records(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// Records held in memory, as a [`RecordStream`].
+pub struct RecordsInMemory {
+    records: std::vec::IntoIter<Vec<u8>>,
+    last_complete: bool,
+    total: u64,
+    bytes: u64,
+}
+
+impl RecordsInMemory {
+    /// The stream of `contents`' records.
+    pub fn new(contents: StoreContents) -> RecordsInMemory {
+        let total = contents.records.len() as u64;
+        let bytes = contents.records.iter().map(|r| r.len() as u64 + 1).sum();
+        RecordsInMemory { records: contents.records.into_iter(), last_complete: contents.last_complete, total, bytes }
+    }
+}
+
+impl RecordStream for RecordsInMemory {
+    fn next_record(&mut self) -> Result<Option<(Vec<u8>, bool)>> {
+        Ok(self.records.next().map(|r| {
+            let complete = self.records.len() > 0 || self.last_complete;
+            (r, complete)
+        }))
+    }
+    fn total_bytes(&self) -> Option<u64> {
+        Some(self.bytes)
+    }
+    fn total_records(&self) -> Option<u64> {
+        Some(self.total)
+    }
+}
+
+/// The first `n` records of a stream.
+pub struct FirstRecords<S> {
+    inner: S,
+    left: u64,
+    limit: u64,
+}
+
+impl<S: RecordStream> FirstRecords<S> {
+    /// At most `n` records of `inner`.
+    pub fn new(inner: S, n: u64) -> FirstRecords<S> {
+        FirstRecords { inner, left: n, limit: n }
+    }
+}
+
+impl<S: RecordStream> RecordStream for FirstRecords<S> {
+    fn next_record(&mut self) -> Result<Option<(Vec<u8>, bool)>> {
+        if self.left == 0 {
+            return Ok(None);
+        }
+        self.left -= 1;
+        self.inner.next_record()
+    }
+    fn total_bytes(&self) -> Option<u64> {
+        self.inner.total_bytes()
+    }
+    fn total_records(&self) -> Option<u64> {
+        Some(self.inner.total_records().map_or(self.limit, |t| t.min(self.limit)))
+    }
+}
+
+impl RecordStream for Box<dyn RecordStream> {
+    fn next_record(&mut self) -> Result<Option<(Vec<u8>, bool)>> {
+        (**self).next_record()
+    }
+    fn total_bytes(&self) -> Option<u64> {
+        (**self).total_bytes()
+    }
+    fn total_records(&self) -> Option<u64> {
+        (**self).total_records()
+    }
+}
+
 /// The byte range of every line of a JSONL log (without its newline), and whether the last one
 /// ended with its newline (a last line without one is a torn record, still listed).
 pub(crate) fn jsonl_ranges(bytes: &[u8]) -> (Vec<(usize, usize)>, bool) {
     let mut ranges = Vec::new();
     let mut start = 0;
-    for (i, b) in bytes.iter().enumerate() {
-        if *b == b'\n' {
-            ranges.push((start, i));
-            start = i + 1;
-        }
+    for i in memchr::memchr_iter(b'\n', bytes) {
+        ranges.push((start, i));
+        start = i + 1;
     }
     let last_complete = start == bytes.len();
     if !last_complete {
@@ -189,6 +347,31 @@ pub trait Store: Send {
             c.records.drain(..from);
         }
         Ok(c)
+    }
+
+    /// The records a bounded open reads: the session header and the records from the window of
+    /// the last checkpoint (the last one before event `before`, when given) to the end of the
+    /// log, found without reading the log from its start ([`StoreWindow`]). `None` (the
+    /// default): the store holds no checkpoint there, or cannot find one cheaply; the open then
+    /// reads the whole log ([`load`](Self::load)).
+    fn load_window(&mut self, before: Option<u64>) -> Result<Option<StoreWindow>> {
+        let _ = before;
+        Ok(None)
+    }
+
+    /// Every record, one at a time, for a streaming reader ([`RecordStream`]); the stream owns
+    /// what it reads from. The default loads everything first.
+    fn record_stream(&mut self) -> Result<Box<dyn RecordStream>> {
+        Ok(Box::new(RecordsInMemory::new(self.load()?)))
+    }
+
+    /// The records `from..to` (record indexes: the header is 0), for a reader of older events
+    /// than a bounded open holds. The default loads everything.
+    fn read_records(&mut self, from: usize, to: usize) -> Result<Vec<Vec<u8>>> {
+        let mut c = self.load()?;
+        c.records.truncate(to);
+        c.records.drain(..from.min(c.records.len()));
+        Ok(c.records)
     }
 
     /// Appends a batch, all or nothing, if the store's next seq is `batch.seq` (and, with a
@@ -255,6 +438,24 @@ pub fn conflict_error(store: &str, want: u64, have: u64) -> Error {
     .with("storeSeq", have)
 }
 
+/// The window of a store that holds its records as a list (header first): the last checkpoint
+/// before `before`, searched from the end.
+pub(crate) fn window_of_records<R: AsRef<[u8]>>(records: &[R], before: Option<u64>) -> Option<StoreWindow> {
+    let end = match before {
+        Some(b) => (b as usize + 1).min(records.len()),
+        None => records.len(),
+    };
+    let (at, from) = (1..end).rev().find_map(|i| {
+        let rec = records[i].as_ref();
+        if !is_checkpoint_record(rec) {
+            return None;
+        }
+        window_from(rec).map(|f| (i, f))
+    })?;
+    let from = from.min(at as u64 - 1);
+    Some(StoreWindow::of_records(records[0].as_ref().to_vec(), at as u64 - 1, from, &records[from as usize + 1..], true))
+}
+
 /// Records in memory.
 #[derive(Clone, Debug, Default)]
 pub struct MemoryStore {
@@ -287,6 +488,12 @@ impl MemoryStore {
 impl Store for MemoryStore {
     fn load(&mut self) -> Result<StoreContents> {
         Ok(StoreContents { records: self.records.iter().map(|r| r.as_bytes().to_vec()).collect(), last_complete: true })
+    }
+    fn load_window(&mut self, before: Option<u64>) -> Result<Option<StoreWindow>> {
+        Ok(window_of_records(&self.records, before))
+    }
+    fn read_records(&mut self, from: usize, to: usize) -> Result<Vec<Vec<u8>>> {
+        Ok(self.records[from.min(self.records.len())..to.min(self.records.len())].iter().map(|r| r.as_bytes().to_vec()).collect())
     }
     fn append(&mut self, batch: &Batch<'_>) -> Result<()> {
         let have = self.records.len().saturating_sub(1) as u64;

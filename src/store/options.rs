@@ -6,29 +6,54 @@
 use super::url::UrlOptions;
 use super::{Durability, FileOptions, JsonlStore};
 use crate::error::{Error, Result};
-use crate::session::SessionOptions;
+use crate::log::checkpoint::CheckpointPolicy;
+use crate::log::load::OpenCheck;
 use crate::types::Fields;
 use serde_json::Value;
 
-/// Parses session options `{"id"?, "durability"?}` plus the keys in `more` (returned for the
-/// caller to read).
+/// Options for opening or creating a session (in any store).
+#[derive(Clone, Debug, Default)]
+pub struct SessionOptions {
+    /// When to make appended events durable.
+    pub durability: Durability,
+    /// The id of a new session (a random id when absent).
+    pub id: Option<String>,
+    /// How an open checks the stored log: from its last checkpoint (the default) or everything.
+    pub check: OpenCheck,
+    /// When the session writes checkpoints.
+    pub checkpoints: CheckpointPolicy,
+}
+
+/// The keys every session's options take.
+const SESSION_KEYS: [&str; 4] = ["id", "durability", "check", "checkpoints"];
+
+/// Parses session options `{"id"?, "durability"?, "check"?, "checkpoints"?}` plus the keys in
+/// `more` (returned for the caller to read).
 pub fn session_options<'a>(v: Option<&'a Value>, path: &'a str, more: &[&str]) -> Result<(SessionOptions, Option<Fields<'a>>)> {
     let Some(v) = v else { return Ok((SessionOptions::default(), None)) };
     let f = Fields::of(v, path)?;
-    if let Some(k) = f.map.keys().find(|k| !["id", "durability"].contains(&k.as_str()) && !more.contains(&k.as_str())) {
-        let mut expected = vec!["id", "durability"];
+    if let Some(k) = f.map.keys().find(|k| !SESSION_KEYS.contains(&k.as_str()) && !more.contains(&k.as_str())) {
+        let mut expected = SESSION_KEYS.to_vec();
         expected.extend_from_slice(more);
         return Err(Error::invalid(f.p(k), format!("is not an option here (expected {})", expected.join(", "))));
     }
     let id = f.opt_str("id")?.map(str::to_string);
     if let Some(id) = &id {
-        crate::session::check_session_id_field(&f.p("id"), id)?;
+        crate::session_id::check_session_id_field(&f.p("id"), id)?;
     }
     let durability = match f.opt_str("durability")? {
         None => Durability::default(),
         Some(d) => Durability::parse(d).map_err(|e| Error::invalid(f.p("durability"), e.message().trim_start_matches("durability: ")))?,
     };
-    Ok((SessionOptions { durability, id }, Some(f)))
+    let check = match f.opt_str("check")? {
+        None => OpenCheck::default(),
+        Some(c) => OpenCheck::parse(c, &f.p("check"))?,
+    };
+    let checkpoints = match f.opt_value("checkpoints")? {
+        None => CheckpointPolicy::default(),
+        Some(c) => CheckpointPolicy::from_value(c, &f.p("checkpoints"))?,
+    };
+    Ok((SessionOptions { durability, id, check, checkpoints }, Some(f)))
 }
 
 /// Parses the file options `readOnly`, `mode` and `maxBytes` of `lls_session_open_file`.
@@ -67,7 +92,15 @@ pub fn url_options(v: Option<&Value>) -> Result<UrlOptions> {
         Some(f) => f.opt_bool("create")?.unwrap_or(true),
         None => true,
     };
-    Ok(UrlOptions { id: opts.id, read_only: file.read_only, create, durability: opts.durability, file })
+    Ok(UrlOptions {
+        id: opts.id,
+        read_only: file.read_only,
+        create,
+        durability: opts.durability,
+        check: opts.check,
+        checkpoints: opts.checkpoints,
+        file,
+    })
 }
 
 /// Parses the options of `lls_store_list_sessions`: `{"after"?: id, "limit"?: n, "parent"?:

@@ -36,13 +36,25 @@ pub struct UrlOptions {
     pub create: bool,
     /// When appended events are made durable.
     pub durability: Durability,
+    /// How an open checks the stored log.
+    pub check: crate::log::load::OpenCheck,
+    /// When the session writes checkpoints.
+    pub checkpoints: crate::log::checkpoint::CheckpointPolicy,
     /// File-only: the mode of a created file and the largest log read (`read_only` above wins).
     pub file: FileOptions,
 }
 
 impl Default for UrlOptions {
     fn default() -> UrlOptions {
-        UrlOptions { id: None, read_only: false, create: true, durability: Durability::default(), file: FileOptions::default() }
+        UrlOptions {
+            id: None,
+            read_only: false,
+            create: true,
+            durability: Durability::default(),
+            check: Default::default(),
+            checkpoints: Default::default(),
+            file: FileOptions::default(),
+        }
     }
 }
 
@@ -228,7 +240,7 @@ pub fn open_store(url: &str, opts: &UrlOptions) -> Result<(Box<dyn Store>, Optio
                         "name the session to open: an id in the options or ?session=ID in the URL (a database holds many sessions)",
                     ))
                 }
-                (None, None) => crate::session::random_id(),
+                (None, None) => crate::session_id::random_id(),
             };
             let store = PgStore::open(&pg, &id, PgOptions { read_only: opts.read_only, create: opts.create, durability: opts.durability })?;
             Ok((Box::new(store), Some(id)))
@@ -239,11 +251,17 @@ pub fn open_store(url: &str, opts: &UrlOptions) -> Result<(Box<dyn Store>, Optio
 /// The sessions of the store `url` names, ordered by id: at most `limit` of them, after id
 /// `after`; with `parent`, only the sessions whose parent that is (its children and forks). A
 /// file holds one session (or none), and its children lie beside it (`STEM.TAG.jsonl` for
-/// `STEM.jsonl`, see [`super::child_path`]): a file URL with `parent` lists those; a
-/// database many.
+/// `STEM.jsonl`, see [`super::child_path`]): a file URL with `parent` lists those. A directory
+/// holds one session per JSONL file in it (`*.jsonl`; a file that is not a session log is
+/// passed over), a database many. No log is read whole: a file's row comes from its first line
+/// (the session header) and its last complete line (the last event's seq and chain value), a
+/// database's from its sessions table.
 pub fn list_sessions(url: &str, after: Option<&str>, limit: Option<u64>, parent: Option<&str>) -> Result<Vec<SessionInfo>> {
     match parse(url)? {
         Location::File(path) => {
+            if std::fs::metadata(&path).map(|m| m.is_dir()).unwrap_or(false) {
+                return super::jsonl::list_directory(&path, after, limit, parent);
+            }
             if let Some(parent) = parent {
                 let mut out: Vec<SessionInfo> = Vec::new();
                 for p in super::children_beside(&path)? {
@@ -254,32 +272,22 @@ pub fn list_sessions(url: &str, after: Option<&str>, limit: Option<u64>, parent:
                 out.truncate(limit.unwrap_or(u64::MAX).min(usize::MAX as u64) as usize);
                 return Ok(out);
             }
-            let mut store = JsonlStore::open_read_only(&path)?;
-            let contents = store.load()?;
-            if contents.records.is_empty() {
-                return Ok(Vec::new());
+            let mut rows = {
+                let locks = super::file::flock_holders();
+                match super::jsonl::session_row(&path, &locks) {
+                    Ok(Some(row)) => vec![row],
+                    Ok(None) => Vec::new(),
+                    Err(e) => return Err(e.context(path.display())),
+                }
+            };
+            rows.sort_by(|a, b| a.id.cmp(&b.id));
+            if let Some(a) = after {
+                rows.retain(|r| r.id.as_str() > a);
             }
-            let loaded = crate::log::load::load_records(&contents).map_err(|e| e.context(path.display()))?;
-            let h = loaded.header;
-            if after.is_some_and(|a| h.id.as_str() <= a) || limit == Some(0) {
-                return Ok(Vec::new());
+            if let Some(l) = limit {
+                rows.truncate(l.min(usize::MAX as u64) as usize);
             }
-            let holder = std::fs::File::open(&path).ok().and_then(|f| super::file::lock_holder(&f));
-            let updated_at = std::fs::metadata(&path)
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .map(|d| d.as_millis() as u64)
-                .unwrap_or(0);
-            Ok(vec![SessionInfo {
-                parent: ParentInfo::of(&h),
-                id: h.id,
-                created_at: h.created_at,
-                events: loaded.log.len() as u64,
-                chain_head: loaded.log.chain_head().map(crate::log::chain::hex),
-                updated_at,
-                in_use: holder.is_some(),
-            }])
+            Ok(rows)
         }
         #[cfg(feature = "postgres")]
         Location::Postgres(pg) => super::postgres::list_sessions(&pg, after, limit, parent),

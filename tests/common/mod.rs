@@ -173,7 +173,7 @@ pub struct Observed {
 pub fn observe(s: &Session) -> Observed {
     Observed {
         len: s.len(),
-        events: s.events_json(0, None),
+        events: s.events_json(0, None).unwrap(),
         history: s.history_json(),
         header: s.request_header(),
         generation: s.with_log(|l| l.history().generation()),

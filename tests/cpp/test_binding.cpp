@@ -11,6 +11,7 @@
 #include <fstream>
 #include <future>
 #include <mutex>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -231,6 +232,34 @@ TEST_F(Binding, FileSessionAndVerifyFile) {
     EXPECT_EQ(json::parse(again.load_report())["cutRecords"], 0);
     EXPECT_NE(again.history().find("stored"), std::string::npos);
     std::remove(path.c_str());
+}
+
+TEST_F(Binding, CheckpointsAndADirectoryListing) {
+    std::string dir = testing::TempDir() + "/llmsession-cpp-cp-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed());
+    std::string path = dir + "/s.jsonl";
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    std::string events;
+    {
+        Session s = Session::open_file(path, R"({"id":"cp","checkpoints":{"everyEvents":3}})");
+        for (int i = 0; i < 10; i++) s.append(R"({"type":"host/note","data":{}})");
+        events = s.events();
+        int n = 0;
+        for (std::size_t at = 0; (at = events.find("\"type\":\"session/checkpoint\"", at)) != std::string::npos; ++at) n++;
+        EXPECT_EQ(n, 3);
+        expect_error([&] { s.append(R"({"type":"session/checkpoint","data":{}})"); }, LLS_ERR_INVALID_INPUT);
+    }
+    for (const char *opts : {R"({"check":"bounded"})", R"({"check":"full"})"}) {
+        Session r = Session::open_file(path, opts);
+        EXPECT_EQ(r.events(), events) << opts;
+        r.verify();
+    }
+    expect_error([&] { Session::open_file(path, R"({"check":"sideways"})"); }, LLS_ERR_INVALID_INPUT);
+    json list = json::parse(llmsession::list_sessions("file:" + dir));
+    ASSERT_EQ(list.size(), 1u);
+    EXPECT_EQ(list[0]["id"], "cp");
+    EXPECT_EQ(list[0]["events"], 13);
+    std::filesystem::remove_all(dir);
 }
 
 TEST_F(Binding, HostStoreSession) {

@@ -326,7 +326,7 @@ impl World {
                     a.dispose()?;
                 }
                 if reload {
-                    let store = MemoryStore::with_records(self.session.records().iter().map(|r| r.to_string()).collect());
+                    let store = MemoryStore::with_records(self.session.records().unwrap().iter().map(|r| r.to_string()).collect());
                     let (s, _) = Session::open(Box::new(store), SessionOptions::default())?;
                     self.session = s;
                 }
@@ -454,7 +454,7 @@ impl World {
 
 /// The stored records of a session (header first), as a reload would see them.
 pub fn records_of(session: &Session) -> Vec<Vec<u8>> {
-    session.records().iter().map(|r| r.as_bytes().to_vec()).collect()
+    session.records().unwrap().iter().map(|r| r.as_bytes().to_vec()).collect()
 }
 
 /// Verifies a session's log and compares its history with a from-scratch replay.

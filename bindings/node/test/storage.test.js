@@ -44,3 +44,30 @@ test('a second writer is refused with LLS_ERR_LOCKED; a reader follows with refr
   reader.close();
   fs.rmSync(dir, { recursive: true, force: true });
 });
+
+test('checkpoints as the options say; a reopen from the last one; a directory lists its logs', () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'lls-node-checkpoints-'));
+  const file = path.join(dir, 's.jsonl');
+  const s = lls.Session.openFile(file, { id: 'cp', checkpoints: { everyEvents: 3 } });
+  for (let i = 0; i < 10; i++) s.append(note(i));
+  const events = s.events();
+  assert.equal(events.filter((e) => e.type === 'session/checkpoint').length, 3);
+  assert.throws(() => s.append({ type: 'session/checkpoint', data: {} }), (e) => e.code === 'LLS_ERR_INVALID_INPUT');
+  s.close();
+  for (const check of ['bounded', 'full']) {
+    const r = lls.Session.openFile(file, { check });
+    assert.deepEqual(r.events(), events, check);
+    r.verify();
+    r.close();
+  }
+  assert.throws(() => lls.Session.openFile(file, { check: 'sideways' }), (e) => e.code === 'LLS_ERR_INVALID_INPUT');
+  const off = lls.Session.memory({ checkpoints: false });
+  for (let i = 0; i < 1100; i++) off.append(note(i));
+  assert.ok(!off.events().some((e) => e.type === 'session/checkpoint'));
+  off.close();
+  const other = lls.Session.openFile(path.join(dir, 't.jsonl'), { id: 'another' });
+  const list = lls.listSessions(`file:${dir}`);
+  assert.deepEqual(list.map((r) => [r.id, r.events, r.inUse]), [['another', 0, true], ['cp', 13, false]]);
+  other.close();
+  fs.rmSync(dir, { recursive: true, force: true });
+});

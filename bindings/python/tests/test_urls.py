@@ -35,6 +35,31 @@ def test_a_file_url_opens_lists_and_locks(tmp_path: Path) -> None:
         lls.list_sessions("")
 
 
+def test_checkpoints_reopen_and_a_directory_lists_its_logs(tmp_path: Path) -> None:
+    note = {"type": "host/note", "data": {"n": 1}}
+    path = tmp_path / "s.jsonl"
+    with lls.Session.open_file(path, {"id": "cp", "checkpoints": {"everyEvents": 3}}) as s:
+        for _ in range(10):
+            s.append(note)
+        events = s.events()
+        assert sum(e["type"] == "session/checkpoint" for e in events) == 3
+        with pytest.raises(lls.InvalidInputError):
+            s.append({"type": "session/checkpoint", "data": {}})
+    for check in ("bounded", "full"):
+        with lls.Session.open_file(path, {"check": check}) as r:
+            assert r.events() == events
+            r.verify()
+    with pytest.raises(lls.InvalidInputError):
+        lls.Session.open_file(path, {"check": "sideways"})
+    with lls.Session.memory({"checkpoints": False}) as off:
+        for _ in range(1100):
+            off.append(note)
+        assert not any(e["type"] == "session/checkpoint" for e in off.events())
+    with lls.Session.open_file(tmp_path / "t.jsonl", {"id": "another"}):
+        listed = lls.list_sessions(f"file:{tmp_path}")
+        assert [(x["id"], x["events"], x["inUse"]) for x in listed] == [("another", 0, True), ("cp", 13, False)]
+
+
 @needs_pg
 def test_postgres_one_writer_readers_and_fork() -> None:
     assert PG is not None

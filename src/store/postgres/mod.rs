@@ -44,7 +44,7 @@ pub use config::{PgUrl, Settings, SslMode, TlsSettings};
 pub use schema::SCHEMA_VERSION;
 
 use super::url::{ParentInfo, SessionInfo};
-use super::{conflict_error, read_only_error, Batch, Durability, Store, StoreContents};
+use super::{conflict_error, read_only_error, Batch, Durability, RecordStream, Store, StoreContents, StoreWindow};
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::chain;
 use crate::log::load::SessionHeader;
@@ -57,7 +57,7 @@ use std::sync::Arc;
 use tokio_postgres::types::Type;
 
 /// The longest session id accepted (the rule every store shares).
-pub const MAX_ID_BYTES: usize = crate::session::MAX_SESSION_ID_BYTES;
+pub const MAX_ID_BYTES: usize = crate::session_id::MAX_SESSION_ID_BYTES;
 
 const APPEND_SQL: &str = "
 WITH h AS (
@@ -101,6 +101,18 @@ SELECT -1::bigint AS seq, header AS record, events, chain_head FROM llmsession_s
 UNION ALL
 SELECT seq, record, NULL, NULL FROM llmsession_records WHERE session_id = $1 AND seq >= $2
 ORDER BY 1";
+
+/// A checkpoint's window (`PgStore::read_window`): the head, and the records from a seq on
+/// joined by newlines, with their count and first and last seqs, in one statement. The records
+/// come in seq order from the primary key's index (an `ORDER BY` inside `string_agg` would sort
+/// megabytes through a temporary file); the reader checks the seqs and the chain, so records out
+/// of order would be an error, never a different log.
+const WINDOW_SQL: &str = "
+SELECT s.header, s.events, s.chain_head, r.text, r.n, r.lo, r.hi
+  FROM llmsession_sessions s,
+       LATERAL (SELECT string_agg(o.record, E'\\n') AS text, count(*) AS n, min(o.seq) AS lo, max(o.seq) AS hi
+                  FROM (SELECT seq, record FROM llmsession_records WHERE session_id = $1 AND seq >= $2 ORDER BY seq) o) r
+ WHERE s.id = $1 AND s.header IS NOT NULL";
 
 /// How a PostgreSQL session is opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -154,9 +166,9 @@ impl std::fmt::Debug for PgStore {
 }
 
 /// Checks a session id for the database: the rule every store shares
-/// ([`crate::session::check_session_id`]: 1 to 1,024 bytes, no control characters).
+/// ([`crate::session_id::check_session_id`]: 1 to 1,024 bytes, no control characters).
 pub fn check_id(id: &str) -> Result<()> {
-    crate::session::check_session_id(id)
+    crate::session_id::check_session_id(id)
 }
 
 /// The chain value a stored record ends with, if it has one.
@@ -396,9 +408,96 @@ impl PgStore {
         }
     }
 
+    /// The seq and record of the session's last checkpoint before event `before` (one probe of
+    /// the checkpoint index).
+    fn last_checkpoint(&mut self, before: Option<u64>) -> Result<Option<(u64, String)>> {
+        let d = self.describe.clone();
+        let before = before.map(|b| b.min(i64::MAX as u64) as i64);
+        let sql = format!(
+            "SELECT seq, record FROM llmsession_records WHERE session_id = $1 AND ($2::bigint IS NULL OR seq < $2) AND {} ORDER BY seq DESC LIMIT 1",
+            schema::CHECKPOINT_PREDICATE
+        );
+        let rows = block_on(async {
+            self.pool
+                .query(Bound::Query, &sql, &[(&self.id, Type::TEXT), (&before, Type::INT8)])
+                .await
+                .map_err(|e| e.into_error(&d, "cannot find the last checkpoint"))
+        })?;
+        Ok(rows.first().map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, String>(1))))
+    }
+
+    /// The window of checkpoint `checkpoint`: the header and the records of events `from..`, in
+    /// one statement (one snapshot) with the head, the records joined by newlines into one text
+    /// (a record never holds a raw newline), so the client handles one value rather than a row
+    /// per record; checked against the head as [`read`](Self::read) checks.
+    fn read_window(&mut self, checkpoint: u64, from: u64) -> Result<Option<StoreWindow>> {
+        if let Some(e) = self.dead_refusal("read the session") {
+            return Err(e);
+        }
+        let d = self.describe.clone();
+        let start = from as i64;
+        let rows = block_on(async {
+            self.pool
+                .query(Bound::Query, WINDOW_SQL, &[(&self.id, Type::TEXT), (&start, Type::INT8)])
+                .await
+                .map_err(|e| e.into_error(&d, "cannot read the session"))
+        })?;
+        let Some(row) = rows.first() else { return Ok(None) };
+        let header: String = row.get(0);
+        let events = row.get::<_, i64>(1) as u64;
+        let chain_head: Option<String> = row.get(2);
+        let Some(text) = row.get::<_, Option<String>>(3) else { return Ok(None) };
+        let (count, min, max) = (row.get::<_, i64>(4) as u64, row.get::<_, Option<i64>>(5), row.get::<_, Option<i64>>(6));
+        if min != Some(start) || max.map(|m| m as u64 + 1) != Some(start as u64 + count) {
+            return Err(corrupt(
+                &d,
+                format!("events are missing from llmsession_records between seq {from} and the head ({events} events)"),
+            )
+            .with("seq", from));
+        }
+        if start as u64 + count != events {
+            let stored = start as u64 + count;
+            let why = if stored < events {
+                format!(
+                    "the session's head says {events} events but only {stored} are stored: records were removed from the end of the log"
+                )
+            } else {
+                format!("{stored} events are stored but the session's head says {events}: records were added without moving the head (not by llmsession)")
+            };
+            return Err(corrupt(&d, why).with("events", events).with("stored", stored));
+        }
+        let text = text.into_bytes();
+        let mut ranges = Vec::with_capacity(count as usize);
+        let mut at = 0;
+        for nl in memchr::memchr_iter(b'\n', &text) {
+            ranges.push((at, nl));
+            at = nl + 1;
+        }
+        ranges.push((at, text.len()));
+        if ranges.len() as u64 != count {
+            return Err(corrupt(&d, format!("a record from seq {from} on holds a newline: it is not one this library wrote")));
+        }
+        let last = &text[ranges[ranges.len() - 1].0..];
+        if chain_head.is_some() && chain::stored_link(std::str::from_utf8(last).unwrap_or("")) != chain_head.as_deref() {
+            return Err(corrupt(
+                &d,
+                "the last stored event does not end with the chain value the session's head records: the end of the log was replaced"
+                    .into(),
+            ));
+        }
+        self.events = events;
+        self.chain_head = chain_head;
+        Ok(Some(StoreWindow { header: header.into_bytes(), checkpoint, from, text, records: ranges, last_complete: true }))
+    }
+
     /// Reads the session's records from event `from_seq` on, in one snapshot with the head, and
     /// checks them against it.
     fn read(&mut self, from_seq: Option<u64>) -> Result<StoreContents> {
+        self.read_with_header(from_seq).map(|(c, _)| c)
+    }
+
+    /// [`read`](Self::read), also returning the session header record.
+    fn read_with_header(&mut self, from_seq: Option<u64>) -> Result<(StoreContents, Vec<u8>)> {
         if let Some(e) = self.dead_refusal("read the session") {
             return Err(e);
         }
@@ -411,7 +510,7 @@ impl PgStore {
                 .map_err(|e| e.into_error(&d, "cannot read the session"))
         })?;
         let Some(head) = rows.first().filter(|r| r.get::<_, i64>(0) == -1) else {
-            return Ok(StoreContents { records: Vec::new(), last_complete: true });
+            return Ok((StoreContents { records: Vec::new(), last_complete: true }, Vec::new()));
         };
         let header: &str = head.get(1);
         let events = head.get::<_, Option<i64>>(2).unwrap_or(0) as u64;
@@ -457,7 +556,7 @@ impl PgStore {
         }
         self.events = events;
         self.chain_head = chain_head;
-        Ok(StoreContents { records, last_complete: true })
+        Ok((StoreContents { records, last_complete: true }, header.as_bytes().to_vec()))
     }
 }
 
@@ -515,6 +614,49 @@ impl Store for PgStore {
             return self.read(None);
         }
         self.read(Some(from as u64 - 1))
+    }
+
+    fn load_window(&mut self, before: Option<u64>) -> Result<Option<StoreWindow>> {
+        let Some((checkpoint, record)) = self.last_checkpoint(before)? else { return Ok(None) };
+        let Some(from) = super::window_from(record.as_bytes()) else { return Ok(None) };
+        let from = from.min(checkpoint);
+        self.read_window(checkpoint, from)
+    }
+
+    fn record_stream(&mut self) -> Result<Box<dyn RecordStream>> {
+        let d = self.describe.clone();
+        let rows = block_on(async {
+            self.pool
+                .query(
+                    Bound::Query,
+                    "SELECT header, events FROM llmsession_sessions WHERE id = $1 AND header IS NOT NULL",
+                    &[(&self.id, Type::TEXT)],
+                )
+                .await
+                .map_err(|e| e.into_error(&d, "cannot read the session"))
+        })?;
+        let (header, events) = match rows.first() {
+            Some(r) => (Some(r.get::<_, String>(0).into_bytes()), r.get::<_, i64>(1) as u64),
+            None => (None, 0),
+        };
+        Ok(Box::new(PgRecords {
+            pool: self.pool.clone(),
+            id: self.id.clone(),
+            describe: d,
+            header,
+            events,
+            next: 0,
+            page: Vec::new().into_iter(),
+        }))
+    }
+
+    fn read_records(&mut self, from: usize, to: usize) -> Result<Vec<Vec<u8>>> {
+        let (mut c, header) = self.read_with_header(Some(from.saturating_sub(1) as u64))?;
+        if from == 0 {
+            c.records.insert(0, header);
+        }
+        c.records.truncate(to - from.min(to));
+        Ok(c.records)
     }
 
     fn append(&mut self, batch: &Batch<'_>) -> Result<()> {
@@ -804,6 +946,81 @@ impl Store for PgStore {
     fn child_store(&self, _tag: &str, id: &str, durability: Durability) -> Result<Option<crate::store::NewStore>> {
         let url = self.url.without_session();
         Ok(Some((Box::new(PgStore::open(&url, id, PgOptions { read_only: false, create: true, durability })?), None)))
+    }
+}
+
+/// A session's records read in pages of [`PAGE`](PgRecords::PAGE) (the header, then events
+/// `0..events` as the head said when the stream began), each page checked for gaps.
+struct PgRecords {
+    pool: Arc<Pool>,
+    id: String,
+    describe: String,
+    header: Option<Vec<u8>>,
+    /// Events the head held when the stream began.
+    events: u64,
+    /// The seq of the next event to read.
+    next: u64,
+    page: std::vec::IntoIter<Vec<u8>>,
+}
+
+impl PgRecords {
+    const PAGE: i64 = 4096;
+}
+
+impl RecordStream for PgRecords {
+    fn next_record(&mut self) -> Result<Option<(Vec<u8>, bool)>> {
+        if let Some(h) = self.header.take() {
+            return Ok(Some((h, true)));
+        }
+        if let Some(r) = self.page.next() {
+            return Ok(Some((r, true)));
+        }
+        if self.next >= self.events {
+            return Ok(None);
+        }
+        let from = self.next as i64;
+        let to = (self.events as i64).min(from + Self::PAGE);
+        let d = self.describe.clone();
+        let rows = block_on(async {
+            self.pool
+                .query(
+                    Bound::Query,
+                    "SELECT seq, record FROM llmsession_records WHERE session_id = $1 AND seq >= $2 AND seq < $3 ORDER BY seq",
+                    &[(&self.id, Type::TEXT), (&from, Type::INT8), (&to, Type::INT8)],
+                )
+                .await
+                .map_err(|e| e.into_error(&d, "cannot read the session"))
+        })?;
+        let mut page = Vec::with_capacity(rows.len());
+        for (i, row) in rows.iter().enumerate() {
+            let seq: i64 = row.get(0);
+            if seq != from + i as i64 {
+                return Err(corrupt(
+                    &d,
+                    format!("event {} is missing from llmsession_records (the next stored one is {seq})", from + i as i64),
+                )
+                .with("seq", (from + i as i64) as u64));
+            }
+            page.push(row.get::<_, String>(1).into_bytes());
+        }
+        if (page.len() as i64) < to - from {
+            let stored = from as u64 + page.len() as u64;
+            return Err(corrupt(
+                &d,
+                format!(
+                    "the session's head says {} events but only {stored} are stored: records were removed from the end of the log",
+                    self.events
+                ),
+            )
+            .with("events", self.events)
+            .with("stored", stored));
+        }
+        self.next = to as u64;
+        self.page = page.into_iter();
+        Ok(self.page.next().map(|r| (r, true)))
+    }
+    fn total_records(&self) -> Option<u64> {
+        Some(self.events + 1)
     }
 }
 

@@ -13,8 +13,10 @@ use crate::error::{Error, ErrorKind, Result};
 use std::sync::atomic::Ordering;
 use tokio_postgres::types::Type;
 
-/// The schema version this library creates and reads: 3 (the child link of agent trees).
-pub const SCHEMA_VERSION: u32 = 3;
+/// The schema version this library creates and reads: 4 (2: the lease as data; 3: the child
+/// link of agent trees; 4: an index of the checkpoint records, so a bounded open finds the last
+/// one at once).
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// The transaction-level advisory lock (one 64-bit key, `llsschem` in ASCII) that serialises
 /// schema creation and migration in a database.
@@ -73,6 +75,16 @@ ALTER TABLE llmsession_sessions
     ADD COLUMN IF NOT EXISTS spawned boolean NOT NULL DEFAULT false;
 CREATE INDEX IF NOT EXISTS llmsession_sessions_parent ON llmsession_sessions (parent_id);
 ";
+
+/// Version 3 to 4: a partial index of the checkpoint records (`docs/log.md`, "Checkpoints"):
+/// the last checkpoint of a session is one index probe, however long its log.
+const V3_TO_V4: &str = "
+CREATE INDEX IF NOT EXISTS llmsession_records_checkpoints ON llmsession_records (session_id, seq)
+    WHERE record LIKE '{\"type\":\"session/checkpoint\",%';
+";
+
+/// The predicate of that index, as a query must state it for the planner to use the index.
+pub(super) const CHECKPOINT_PREDICATE: &str = "record LIKE '{\"type\":\"session/checkpoint\",%'";
 
 /// The schema version the database holds, or `None` when it has no llmsession tables.
 pub(super) async fn version(pool: &Pool, store: &str) -> Result<Option<u32>> {
@@ -137,6 +149,10 @@ pub(super) async fn ensure(pool: &Pool, store: &str) -> Result<()> {
                 if v == 2 {
                     c.batch_execute(V2_TO_V3).await?;
                     v = 3;
+                }
+                if v == 3 {
+                    c.batch_execute(V3_TO_V4).await?;
+                    v = 4;
                 }
                 c.query_typed("UPDATE llmsession_meta SET value = $1 WHERE key = 'schema_version'", &[(&v.to_string(), Type::TEXT)])
                     .await?;

@@ -38,15 +38,21 @@ class Session(Handle):
 
     @staticmethod
     def memory(options: Options = None) -> "Session":
-        """A new session kept in memory; options ``{"id"?, "durability"?}``."""
+        """A new session kept in memory; options ``{"id"?, "durability"?, "checkpoints"?,
+        "check"?}``. ``checkpoints`` (every open takes it) says when the session writes
+        checkpoints, the derived state an open needs (docs/log.md, "Checkpoints"):
+        ``{"everyEvents"?, "everyBytes"?, "atCompaction"?}`` (defaults 1000, 1 MiB, true) or
+        ``False`` for none; ``check`` how an open checks the stored log: ``"bounded"`` (the
+        default: from the last checkpoint) or ``"full"``. Since ABI 2 minor 6."""
         b = dumps(options or {})
         return _opened(N.lib.lls_session_new_memory, b, len(b))
 
     @staticmethod
     def open_file(path: PathLike, options: Options = None) -> "Session":
         """Opens (or creates) the session stored in a JSONL file. Options ``{"id"?,
-        "durability"?, "readOnly"?, "mode"?, "maxBytes"?}``. A torn tail is cut into a sidecar
-        file and an open turn repaired (see :meth:`load_report`)."""
+        "durability"?, "checkpoints"?, "check"?, "readOnly"?, "mode"?, "maxBytes"?}`` (see
+        :meth:`memory`). It reads the file from its last checkpoint. A torn tail is cut into a
+        sidecar file and an open turn repaired (see :meth:`load_report`)."""
         p = _path(path)
         b = dumps(options or {})
         return _opened(N.lib.lls_session_open_file, p, len(p), b, len(b))
@@ -155,8 +161,9 @@ def explain_file(path: PathLike, options: Options = None) -> Dict[str, Any]:
 
 
 def list_sessions(url: str, options: Options = None) -> List[StoredSession]:
-    """The sessions of the store a URL names, by id; options ``{"after"?, "limit"?,
-    "parent"?}`` (``parent``: only that session's children and forks)."""
+    """The sessions of the store a URL names, by id (``file:DIR``: one per ``*.jsonl`` log in the
+    directory); options ``{"after"?, "limit"?, "parent"?}`` (``parent``: only that session's
+    children and forks)."""
     u = text(url, "list_sessions")
     b = dumps(options or {})
     return cast(List[StoredSession], json.loads(call_out(N.lib.lls_store_list_sessions, u, len(u), b, len(b)) or b"[]"))
