@@ -38,7 +38,10 @@ for f in "$dest$LIBDIR/$REALNAME" "$dest$BINDIR/llmsession"; do
     name=$(basename "$f")
     debug=$dest$LIBDIR/debug/$name.debug
     if readelf -S "$f" | grep -q '\.debug_info'; then fail "$f still has debug info"; fi
-    readelf -S "$debug" 2>/dev/null | grep -q '\.debug_info' || fail "no split debug info for $name"
+    # A .debug file of a program keeps the program's headers over sections it no longer holds,
+    # and readelf complains (exit 1) that the interpreter's name is missing: its status is not
+    # the test, the section list is.
+    { readelf -S "$debug" 2>/dev/null || true; } | grep -q '\.debug_info' || fail "no split debug info for $name"
     readelf -p .gnu_debuglink "$f" | grep -q "$name.debug" || fail "no debuglink in $name"
 done
 echo "install-check: debug info split off the library and the command"
