@@ -152,6 +152,18 @@ impl JsonlStore {
         Ok(buf)
     }
 
+    /// Appends the `len` bytes from `at` on to `buf`.
+    fn read_into(&self, at: u64, len: usize, buf: &mut Vec<u8>) -> Result<()> {
+        let mut file = &self.file;
+        file.seek(SeekFrom::Start(at)).map_err(|e| io_error(&self.path, "cannot seek", &e))?;
+        let n = file.take(len as u64).read_to_end(buf).map_err(|e| io_error(&self.path, "cannot read", &e))?;
+        if n != len {
+            let e = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, format!("{n} of {len} bytes from byte {at}: the file shrank"));
+            return Err(io_error(&self.path, "cannot read", &e));
+        }
+        Ok(())
+    }
+
     /// The session header record (the first line) and where the next line starts; `None` when
     /// the file has no complete first line.
     fn header_line(&self, size: u64) -> Result<Option<(Vec<u8>, u64)>> {
@@ -280,7 +292,9 @@ impl Store for JsonlStore {
         let size = self.file_len()?;
         let Some((header, body)) = self.header_line(size)? else { return Ok(None) };
         // `buf` holds the bytes [lo, size). Lines are found from the newest back: `end` is the
-        // end (exclusive, without its newline) of the newest line not found yet.
+        // end (exclusive, without its newline) of the newest line not found yet. The read that
+        // reaches the first event also reads the header line before it (`lo` is then 0), so a
+        // file without a checkpoint ends up read whole into this one buffer.
         let mut buf: Vec<u8> = Vec::new();
         let mut lo = size;
         let mut chunk: u64 = 1 << 20;
@@ -289,8 +303,8 @@ impl Store for JsonlStore {
         let mut found: Option<(u64, u64)> = None; // (checkpoint seq, window from)
         let mut start_of_from: Option<u64> = None; // where the line of event `from` starts
                                                    // The seq of the earliest line found so far and where it starts: once the checkpoint is
-                                                   // found, the rest of its window is read in one go, its size estimated from the lines
-                                                   // read so far.
+                                                   // found, the rest of its window is read in one go, its size estimated from the lines read
+                                                   // so far.
         let mut earliest: Option<(u64, u64)> = None;
         let mut latest: Option<u64> = None;
         'scan: loop {
@@ -298,7 +312,7 @@ impl Store for JsonlStore {
                 let rel = (end - lo) as usize;
                 let start = match memchr::memrchr(b'\n', &buf[..rel]) {
                     Some(nl) => lo + nl as u64 + 1,
-                    None if lo == body => body,
+                    None if lo <= body => body,
                     None => break,
                 };
                 let line = &buf[(start - lo) as usize..rel];
@@ -319,7 +333,7 @@ impl Store for JsonlStore {
                 }
                 end = start - 1;
             }
-            if lo == body {
+            if lo <= body {
                 break;
             }
             // Read further back: after the checkpoint, as far as its window's start is estimated to
@@ -330,8 +344,11 @@ impl Store for JsonlStore {
                     chunk = chunk.max((seq - from) * mean.max(1) * 5 / 4 + (1 << 16));
                 }
             }
-            let new_lo = lo.saturating_sub(chunk).max(body);
-            if size - new_lo > self.opts.max_bytes {
+            let new_lo = match lo.saturating_sub(chunk).max(body) {
+                b if b == body => 0,
+                b => b,
+            };
+            if size - new_lo.max(body) > self.opts.max_bytes {
                 return Err(Error::new(
                     ErrorKind::Storage,
                     format!("{}: the log is {size} bytes, more than the limit of {} bytes", self.path.display(), self.opts.max_bytes),
@@ -339,18 +356,27 @@ impl Store for JsonlStore {
                 .with("path", self.path.display().to_string())
                 .with("limit", self.opts.max_bytes));
             }
-            let mut more = self.read_at(new_lo, (lo - new_lo) as usize)?;
+            // One buffer of the new size: the bytes read in front (into its spare room, which
+            // is not zeroed first), the old ones copied after.
+            let mut more = Vec::with_capacity((size - new_lo) as usize);
+            self.read_into(new_lo, (lo - new_lo) as usize, &mut more)?;
             more.extend_from_slice(&buf);
             buf = more;
             lo = new_lo;
-            chunk = (chunk * 4).min(64 << 20);
+            chunk = (chunk * 8).min(64 << 20);
         }
         let (Some((checkpoint, from)), Some(start)) = (found, start_of_from) else {
-            // No checkpoint: the whole file has been read; keep it for the whole load.
-            if lo == body && size - body <= self.opts.max_bytes {
+            // No checkpoint: the whole file has been read, header included; keep it for the
+            // whole load.
+            if lo == 0 && size - body <= self.opts.max_bytes {
+                let (records, last) = jsonl_ranges(&buf);
+                if let Ok(text) = String::from_utf8(buf) {
+                    self.stash = Some(StoreText { text: Arc::new(text), records, last_complete: last });
+                }
+            } else if body == size {
+                // The header alone.
                 let mut text = header.clone();
                 text.push(b'\n');
-                text.extend_from_slice(&buf);
                 let (records, last) = jsonl_ranges(&text);
                 if let Ok(text) = String::from_utf8(text) {
                     self.stash = Some(StoreText { text: Arc::new(text), records, last_complete: last });
