@@ -275,6 +275,30 @@ impl Block {
         Ok(())
     }
 
+    /// The checks of [`check_fields`](Self::check_fields) on the members of a block's text in
+    /// a record that `crate::log::raw::read` found canonical, as a yes or no: a block it refuses
+    /// is read the long way, which says why. The two must agree on every block: debug builds
+    /// compare them on every record an open reads (`crate::log::load`).
+    pub(crate) fn check_canonical(m: &[(&str, &str)]) -> bool {
+        use crate::log::raw::{elements, get, members, str_value};
+        let is_str = |k: &str| get(m, k).is_some_and(|v| v.starts_with('"'));
+        let non_empty = |k: &str| get(m, k).is_some_and(|v| v.starts_with('"') && v != "\"\"");
+        let Some(ty) = get(m, "type").and_then(str_value) else { return false };
+        match &*ty {
+            "text" | "reasoning" => is_str("text"),
+            "tool-call" => non_empty("id") && is_str("name") && is_str("arguments"),
+            "tool-result" => {
+                non_empty("toolCallId")
+                    && matches!(get(m, "isError"), Some("true" | "false"))
+                    && get(m, "content")
+                        .and_then(elements)
+                        .is_some_and(|c| c.iter().all(|b| members(b).is_some_and(|bm| Block::check_canonical(&bm))))
+            }
+            "" => false,
+            _ => true,
+        }
+    }
+
     /// The block's type.
     pub fn kind(&self) -> &str {
         self.0.get("type").and_then(Value::as_str).unwrap_or("")

@@ -618,3 +618,315 @@ fn a_file_that_is_not_utf8_in_its_unfinished_turn_is_cut_as_before() {
     let (_s, report) = open(&path);
     assert_eq!(report, LoadReport::default());
 }
+
+// ---------------------------------------------------------------------------------------------
+// The two ways of reading a record
+
+/// `v` written as another writer might: every object's keys in reverse order, a space after
+/// each colon and comma, every `e` in a string escaped as `\u0065`.
+fn write_odd(v: &Value, out: &mut String) {
+    let string = |s: &str, out: &mut String| {
+        out.push('"');
+        for c in s.chars() {
+            match c {
+                'e' => out.push_str("\\u0065"),
+                c => {
+                    let one = serde_json::to_string(&c.to_string()).unwrap();
+                    out.push_str(&one[1..one.len() - 1]);
+                }
+            }
+        }
+        out.push('"');
+    };
+    match v {
+        Value::Object(m) => {
+            out.push('{');
+            for (i, (k, v)) in m.iter().rev().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                string(k, out);
+                out.push_str(": ");
+                write_odd(v, out);
+            }
+            out.push('}');
+        }
+        Value::Array(a) => {
+            out.push('[');
+            for (i, v) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_odd(v, out);
+            }
+            out.push(']');
+        }
+        Value::String(s) => string(s, out),
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+/// An event record as this library writes it: the envelope's members in their order, then any
+/// other member, each value as serde_json writes it (no chain).
+fn ours(v: &Value) -> String {
+    let m = v.as_object().unwrap();
+    let order = ["type", "seq", "time", "data", "surfaceOp", "sources"];
+    let mut keys: Vec<&String> = order.iter().filter_map(|k| m.get_key_value(*k).map(|(k, _)| k)).collect();
+    keys.extend(m.keys().filter(|k| !order.contains(&k.as_str()) && *k != "chain"));
+    let members: Vec<String> = keys.iter().map(|k| format!("{}:{}", Value::from(k.as_str()), m[k.as_str()])).collect();
+    format!("{{{}}}", members.join(","))
+}
+
+/// Seals every event record of `lines` (header first) again, in order.
+fn seal_all(lines: &mut [String]) {
+    let mut link = llmsession::log::chain::start(lines[0].as_bytes());
+    for l in lines[1..].iter_mut() {
+        let (rec, next) = llmsession::log::chain::seal(&link, &llmsession::log::chain::without_chain(l));
+        link = next;
+        *l = rec;
+    }
+}
+
+/// The event records of `lines` (header first) written as another writer might
+/// ([`write_odd`]), chained again when `chained`.
+fn another_form(lines: &[String], chained: bool) -> Vec<String> {
+    let mut out = vec![lines[0].clone()];
+    let mut link = llmsession::log::chain::start(lines[0].as_bytes());
+    for l in &lines[1..] {
+        let mut v: Value = serde_json::from_str(l).unwrap();
+        v.as_object_mut().unwrap().remove("chain");
+        let mut body = String::new();
+        write_odd(&v, &mut body);
+        assert!(llmsession::log::load::record_head(body.as_bytes()).is_none(), "{body}: not this library's form");
+        if chained {
+            let (rec, next) = llmsession::log::chain::seal(&link, &body);
+            link = next;
+            body = rec;
+        }
+        out.push(body);
+    }
+    out
+}
+
+/// Everything a user can observe of an open session but its stored lines and chain (which differ
+/// between two forms of the same events): the events as values (the time of the `repaired`
+/// events the open appended left out), the history, the state and counters.
+fn observed_state(s: &Session, repaired: usize) -> (Vec<Value>, Observed, String, Value, Vec<String>) {
+    let repairs_from = s.len() - repaired;
+    let events: Vec<Value> = serde_json::from_str::<Vec<Value>>(&s.events_json(0, None).unwrap())
+        .unwrap()
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut e)| {
+            let m = e.as_object_mut().unwrap();
+            m.remove("chain");
+            if i >= repairs_from {
+                m.remove("time");
+            }
+            e
+        })
+        .collect();
+    let mut o = observe(s);
+    o.events = String::new();
+    let (checkpoint, mut calls) =
+        s.with_log(|l| (llmsession::log::checkpoint::data(l.state()), l.state().known_calls.iter().cloned().collect::<Vec<_>>()));
+    calls.sort();
+    let mut stats = s.stats();
+    stats.chain_head = None;
+    (events, o, format!("{stats:?}"), checkpoint, calls)
+}
+
+/// What opening `lines` as a file gives: the observed state and the report, or the error.
+fn opened(
+    lines: &[String],
+    torn_tail: Option<&str>,
+) -> std::result::Result<((Vec<Value>, Observed, String, Value, Vec<String>), LoadReport), String> {
+    let (_dir, path) = new_file();
+    let mut text = lines.join("\n") + "\n";
+    if let Some(t) = torn_tail {
+        text.push_str(t);
+    }
+    std::fs::write(&path, text).unwrap();
+    match Session::open_jsonl(
+        &path,
+        SessionOptions { checkpoints: llmsession::log::checkpoint::CheckpointPolicy::OFF, ..SessionOptions::default() },
+    ) {
+        Ok((s, mut report)) => {
+            report.cut_saved_to = None;
+            Ok((observed_state(&s, report.repaired_events), report))
+        }
+        Err(e) => Err(format!("{:?} {} {:?}", e.kind(), e.message(), e.detail()).replace(&path.display().to_string(), "PATH")),
+    }
+}
+
+/// A session whose records hold what the fast way must get exactly right: escapes and control
+/// characters, unknown fields in data, messages and blocks, tool call ids with quotes, blocks of
+/// unknown types, floats, a host's own event type, and a second (unfinished) turn.
+fn odd_session_lines(path: &Path) -> Vec<String> {
+    let (s, _) = open(path);
+    let odd_result = NewEvent::visible(
+        "tool/result",
+        json!({"callId": "c\"1", "content": [{"type": "text", "text": "tab\there \"quoted\" \\ back\u{1}\u{1f}\u{7f} é ✓ 𝄞"},
+            {"type": "resource", "uri": "file:///a", "meta": {"z": 1, "a": [true, null, -3]}}], "isError": false, "zeta": {"b": 1, "a": 2}}),
+    );
+    let odd_assistant = NewEvent::visible(
+        "assistant/message",
+        json!({"turn": 1, "step": 1, "usage": {"inputTokens": 10, "outputTokens": 2, "cacheReadTokens": 4},
+            "message": {"role": "assistant", "stopReason": "tool_use", "provenance": {"provider": "p", "model": "m", "region": "eu"},
+                "content": [{"type": "text", "text": "line\nline"}, {"type": "reasoning", "text": "r", "signature": "s=="},
+                    {"type": "tool-call", "id": "c\"1", "name": "read", "arguments": "{\"path\":\"a\\\\b\"}"}]}}),
+    );
+    append_all(
+        &s,
+        vec![
+            header("initial", 1, "sys\n\"quoted\""),
+            turn_start(1),
+            NewEvent::visible(
+                "user/message",
+                json!({"source": "user", "hostTag": 1.5, "message": {"role": "user", "meta": {"k": "v"},
+                    "content": [{"type": "text", "text": "hi", "cacheControl": {"type": "ephemeral"}}, {"type": "image", "url": "u"}]}}),
+            ),
+            step_start(1, 1),
+            odd_assistant,
+            tool_call(1, 1, "c\"1", "read", "{\"path\":\"a\\\\b\"}"),
+            step_end(1, 1, "response"),
+            odd_result,
+            NewEvent::new("acme/audit", json!({"who": "ops", "ratio": 0.25, "n": null, "deep": [[[{"x": "\u{0}"}]]]})),
+            step_start(1, 2),
+            assistant(1, 2, "done", &[]),
+            step_end(1, 2, "response"),
+            turn_end(1, "completed"),
+            turn_start(2),
+            user("again \u{2028} and again"),
+            step_start(2, 1),
+        ],
+    );
+    s.records().unwrap().iter().map(|r| r.to_string()).collect()
+}
+
+#[test]
+fn records_of_another_form_load_as_this_librarys_do() {
+    // This library's own records are read from their bytes (the fast way); records of any other
+    // form (another writer's key order, whitespace and escapes) are parsed into values (the long
+    // way). The same events in either form must open to the same session: the same events,
+    // history, header, counters and state, and the same repairs; version 2 (chained) and 1.
+    let (_dir, path) = new_file();
+    let lines = odd_session_lines(&path);
+    let mut v1 = lines.clone();
+    v1[0] = v1[0].replace("\"version\":2", "\"version\":1");
+    for l in &mut v1[1..] {
+        *l = ours(&serde_json::from_str(l).unwrap());
+    }
+    for (ours, chained) in [(&lines, true), (&v1, false)] {
+        let odd = another_form(ours, chained);
+        let fast = opened(ours, None).unwrap();
+        let long = opened(&odd, None).unwrap();
+        assert_eq!(fast, long, "chained: {chained}");
+        // The open turn was closed the same way: a step/end, turn/end{interrupted}.
+        assert_eq!(fast.1.repaired_events, 2);
+        // A torn tail is cut from either.
+        let fast = opened(ours, Some("{\"type\":\"turn/end\",\"seq\":")).unwrap();
+        let long = opened(&odd, Some("{\"type\":\"turn/end\",\"seq\":")).unwrap();
+        assert_eq!(fast, long, "chained: {chained}");
+        assert_eq!((fast.1.cut_records, fast.1.cut_damaged), (1, false));
+    }
+}
+
+#[test]
+fn a_record_refused_either_way_is_refused_with_the_same_error() {
+    // A record the checks refuse is reported by the long way whichever form it is in, so the
+    // error (or the cut, in the unfinished last turn) is the same.
+    let (_dir, path) = new_file();
+    let lines = odd_session_lines(&path);
+    let at = |ty: &str| lines.iter().position(|l| l.contains(&format!("\"type\":\"{ty}\""))).unwrap();
+    let edits: Vec<(usize, Box<dyn Fn(&mut Value)>)> = vec![
+        // Before the last complete turn: errors naming the line.
+        (at("tool/result"), Box::new(|v| v["data"]["callId"] = json!("nobody"))),
+        (at("tool/result"), Box::new(|v| v["data"]["content"][0]["text"] = json!(7))),
+        (at("assistant/message"), Box::new(|v| v["data"]["message"]["content"][2]["id"] = json!(""))),
+        (at("assistant/message"), Box::new(|v| v["data"]["message"]["role"] = json!("user"))),
+        (at("user/message"), Box::new(|v| v["data"]["message"]["content"][0]["type"] = json!("tool-call"))),
+        (at("user/message"), Box::new(|v| v["surfaceOp"] = json!({"op": "replace", "start": 0, "end": 0}))),
+        (at("step/end"), Box::new(|v| v["data"]["outcome"] = json!("maybe"))),
+        (at("acme/audit"), Box::new(|v| v["seq"] = json!(99))),
+        (at("acme/audit"), Box::new(|v| v["extra"] = json!(1))),
+        // In the unfinished last turn: cut.
+        (lines.len() - 1, Box::new(|v| v["data"]["step"] = json!(5))),
+        (lines.len() - 2, Box::new(|v| v["data"]["message"]["content"] = json!({}))),
+    ];
+    for (i, edit) in &edits {
+        let mut edited = lines.clone();
+        let mut v: Value = serde_json::from_str(&edited[*i]).unwrap();
+        edit(&mut v);
+        edited[*i] = ours(&v);
+        seal_all(&mut edited);
+        let fast = opened(&edited, None);
+        let long = opened(&another_form(&edited, true), None);
+        assert_eq!(fast, long, "line {}: {}", i + 1, edited[*i]);
+        match &fast {
+            Err(e) => assert!(e.contains(&format!("line {}", i + 1)), "{e}"),
+            Ok((_, report)) => assert_eq!(report.cut_at_line, Some(i + 1), "{report:?}"),
+        }
+    }
+    // A broken chain is the chain's error either way.
+    let mut edited = lines.clone();
+    let i = at("step/end");
+    edited[i] = edited[i].replace("\"response\"", "\"error\"");
+    let e = opened(&edited, None).unwrap_err();
+    assert!(e.contains("chained digest does not match") && e.contains(&format!("line {}", i + 1)), "{e}");
+}
+
+#[test]
+fn a_long_logs_chain_checked_beside_the_load_finds_what_the_load_would() {
+    // A long chained log has its chain checked on a thread beside the rest of the load (from
+    // 4,096 records). The load is the same as reading its records one by one, an edited record
+    // is refused naming its line, and a torn tail is cut.
+    let (_dir, path) = new_file();
+    let (s, _) =
+        Session::open_jsonl(&path, SessionOptions { durability: llmsession::Durability::Never, ..SessionOptions::default() }).unwrap();
+    append_all(&s, vec![header("initial", 1, "sys"), turn_start(1), user("go")]);
+    for step in 1..=1000u64 {
+        let id = format!("call \"{step}\"");
+        append_all(
+            &s,
+            vec![
+                step_start(1, step),
+                assistant(1, step, &format!("step\n{step}"), &[(&id, "read", "{\"p\":1}")]),
+                tool_call(1, step, &id, "read", "{\"p\":1}"),
+                step_end(1, step, "response"),
+                tool_result(&id, &format!("result \"{step}\" \u{1}")),
+            ],
+        );
+    }
+    append_all(&s, vec![turn_end(1, "completed")]);
+    let records = s.records().unwrap().iter().map(|r| r.to_string()).collect::<Vec<_>>();
+    drop(s);
+    assert!(records.len() > 4096);
+    let text = records.join("\n") + "\n";
+
+    std::fs::write(&path, &text).unwrap();
+    let (s, report) = open(&path);
+    assert_eq!(report, LoadReport::default());
+    let one_by_one = llmsession::log::load::load_records(&llmsession::store::StoreContents::from_jsonl(text.as_bytes())).unwrap();
+    let history_of = |l: &llmsession::log::Log| l.history().entries().iter().map(|d| d.json.to_string()).collect::<Vec<_>>();
+    assert_eq!(s.with_log(history_of), history_of(&one_by_one.log));
+    assert_eq!(s.chain_head().unwrap().chain, llmsession::log::chain::hex(one_by_one.log.chain_head().unwrap()));
+    drop(s);
+
+    // An edit in the middle, not chained again.
+    let mut edited = records.clone();
+    let i = 2500;
+    let before = edited[i].clone();
+    edited[i] = edited[i].replacen(",\"data\":", ", \"data\": ", 1);
+    assert_ne!(edited[i], before);
+    std::fs::write(&path, edited.join("\n") + "\n").unwrap();
+    let e = Session::open_jsonl(&path, SessionOptions::default()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::CorruptLog);
+    assert!(e.message().contains(&format!("line {}", i + 1)) && e.message().contains("chained digest does not match"), "{e}");
+
+    // A torn tail.
+    std::fs::write(&path, text.clone() + "{\"type\":\"turn/start\",\"seq\":").unwrap();
+    let (s, report) = open(&path);
+    assert_eq!((report.cut_records, report.cut_at_line, report.cut_damaged), (1, Some(records.len() + 1), false));
+    assert_eq!(s.len(), records.len() - 1);
+}

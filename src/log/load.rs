@@ -19,7 +19,7 @@ use crate::log::checkpoint;
 use crate::log::event::{types, Event, NewEvent, TurnEndReason};
 use crate::log::history::Derived;
 use crate::log::rules::as_corrupt;
-use crate::log::{chain, Log, Text};
+use crate::log::{chain, Effect, Log, Text};
 use crate::store::{StoreContents, StoreText, StoreWindow};
 use crate::types::{Fields, JsonMap};
 use serde_json::{json, Value};
@@ -323,7 +323,7 @@ pub struct Loaded {
 /// the log rules) and appends it. The record's buffer is released once it is read; a chained
 /// record is kept verbatim as the event's line, an unchained one is re-serialised.
 pub(crate) fn load_record(log: &mut Log, rec: &mut Vec<u8>) -> Result<()> {
-    load_one(log, rec, |rec| Text::from(String::from_utf8(std::mem::take(rec)).expect("parse_record checked UTF-8")))?;
+    load_one(log, rec, None, None, |rec| Text::from(String::from_utf8(std::mem::take(rec)).expect("parse_record checked UTF-8")))?;
     // An unchained record's line was re-serialised: its buffer is not needed either.
     *rec = Vec::new();
     Ok(())
@@ -331,10 +331,29 @@ pub(crate) fn load_record(log: &mut Log, rec: &mut Vec<u8>) -> Result<()> {
 
 /// [`load_record`] for a record whose stored line `line` makes (a range of the file it was read
 /// from, or its own buffer moved into the line), once the record is accepted.
-fn load_one<R: AsRef<[u8]>>(log: &mut Log, rec: &mut R, line: impl FnOnce(&mut R) -> Text) -> Result<()> {
+///
+/// A record in the form this library writes is checked from its bytes ([`read_canonical`]);
+/// any other record, and any record that fails a check, is read the long way: parsed into an
+/// [`Event`], its chain checked, the log rules applied, each failure reported as it always was.
+///
+/// `text` is the record as text when the caller holds it so (already checked as UTF-8);
+/// `link` is the record's chain check when it was done beside the load ([`ChainFeed`]).
+fn load_one<R: AsRef<[u8]>>(
+    log: &mut Log,
+    rec: &mut R,
+    text: Option<&str>,
+    link: Option<&ChainCheck>,
+    line: impl FnOnce(&mut R) -> Text,
+) -> Result<()> {
+    if let Some((ev, effect, link)) = read_canonical(log, rec.as_ref(), text, link) {
+        log.commit_sealed(&ev, effect, line(rec), link);
+        return Ok(());
+    }
     let ev = parse_record(rec.as_ref())?;
     let link = match log.chain_head() {
-        Some(prev) => Some(chain::check(prev, rec.as_ref()).map_err(|why| Error::new(ErrorKind::CorruptLog, why).with("chain", true))?),
+        Some(prev) => {
+            Some(chain_check(prev, rec.as_ref(), link).map_err(|why| Error::new(ErrorKind::CorruptLog, why).with("chain", true))?)
+        }
         None => None,
     };
     match link {
@@ -347,6 +366,143 @@ fn load_one<R: AsRef<[u8]>>(log: &mut Log, rec: &mut R, line: impl FnOnce(&mut R
         }
     }
     Ok(())
+}
+
+/// The fast way of [`load_one`]: a record in canonical form (`crate::log::raw`: the bytes
+/// `serde_json` writes, which is what this library writes) read from its bytes once. Its chain
+/// is checked as the long way checks it; a visible event's derived message is projected from
+/// the record (`crate::log::project`) and given to the log rules, which then read the event's
+/// other fields from an [`Event`] whose data leaves the message out (the data of any other event
+/// is parsed whole: those records are small). A chained record's line is the record; so is an
+/// unchained one's, since serialising a canonical record's event writes the record again.
+///
+/// `None` wherever the long way must decide: a record of another form, and one that any check
+/// refuses (the long way then says why, as before). So the fast way accepts exactly what the
+/// long way accepts, with the same state; debug builds run the long way beside it and compare.
+fn read_canonical<'a>(
+    log: &Log,
+    rec: &'a [u8],
+    text: Option<&'a str>,
+    link: Option<&ChainCheck>,
+) -> Option<(Event, Effect, Option<chain::Link>)> {
+    let text = match text {
+        Some(t) => t,
+        None => std::str::from_utf8(rec).ok()?,
+    };
+    let raw = crate::log::raw::read(text)?;
+    if raw.chained != log.chain_head().is_some() {
+        return None;
+    }
+    let visible = types::is_model_visible(raw.ty);
+    let projected = if visible { Some(crate::log::project::project(&raw)?) } else { None };
+    let data = if visible {
+        let message = if raw.ty == types::TOOL_RESULT { "content" } else { "message" };
+        let mut m = JsonMap::new();
+        for (k, v) in raw.data.iter().filter(|(k, _)| *k != message) {
+            m.insert(k.to_string(), serde_json::from_str(v).ok()?);
+        }
+        Value::Object(m)
+    } else {
+        serde_json::from_str(raw.data_text).ok()?
+    };
+    let surface_op = raw.append.then_some(crate::log::SurfaceOp::Append);
+    let ev = Event { ty: raw.ty.to_string(), seq: raw.seq, time: raw.time, data, surface_op, sources: None };
+    let link = match log.chain_head() {
+        Some(prev) => Some(chain_check(prev, rec, link).ok()?),
+        None => None,
+    };
+    let effect = match projected {
+        Some(p) => log.check_projected(&ev, p),
+        None => log.check(&ev),
+    }
+    .ok()?;
+    #[cfg(debug_assertions)]
+    {
+        let long = parse_record(rec).expect("a canonical record parses");
+        assert_eq!((&long.ty, long.seq, long.time, long.surface_op, &long.sources), (&ev.ty, ev.seq, ev.time, ev.surface_op, &ev.sources));
+        let long_effect = log.check(&long).expect("the long way accepts what the fast way accepts");
+        assert_eq!(format!("{effect:?}"), format!("{long_effect:?}"), "the fast way's effect is the long way's");
+        if link.is_none() {
+            assert_eq!(long.to_json(), text, "an unchained canonical record is its event serialised");
+        }
+    }
+    Some((ev, effect, link))
+}
+
+/// What [`chain::check`] says of a record.
+type ChainCheck = std::result::Result<chain::Link, String>;
+
+/// [`chain::check`] of `rec` after `prev`, or its result when it was checked beside the load.
+fn chain_check(prev: &chain::Link, rec: &[u8], done: Option<&ChainCheck>) -> ChainCheck {
+    match done {
+        Some(r) => {
+            debug_assert_eq!(r, &chain::check(prev, rec), "the chain checked beside the load is the chain");
+            r.clone()
+        }
+        None => chain::check(prev, rec),
+    }
+}
+
+/// The chain checks of a whole load's records, done on a thread of their own beside the load
+/// (on one core the two take turns): record after record from the header's digest, as the load
+/// would check them, until the first that fails. A record the load accepts follows the records
+/// it accepted before, so its chain value is the one the thread started its check from.
+struct ChainFeed {
+    rx: std::sync::mpsc::Receiver<Vec<ChainCheck>>,
+    batch: std::vec::IntoIter<ChainCheck>,
+    /// The record whose check comes next.
+    next: usize,
+    /// The check of the record asked for last.
+    last: Option<ChainCheck>,
+}
+
+/// Records checked per message from the chain thread.
+const CHAIN_BATCH: usize = 1024;
+
+impl ChainFeed {
+    /// Starts the thread that checks the chain of `text`'s event records (from record 1) after
+    /// `start` (the header's digest).
+    fn start<'scope>(scope: &'scope std::thread::Scope<'scope, '_>, text: &'scope StoreText, start: chain::Link) -> ChainFeed {
+        let (tx, rx) = std::sync::mpsc::sync_channel(8);
+        scope.spawn(move || {
+            let mut prev = start;
+            let mut batch = Vec::with_capacity(CHAIN_BATCH);
+            for i in 1..text.records.len() {
+                let r = chain::check(&prev, text.record(i));
+                let failed = match &r {
+                    Ok(link) => {
+                        prev = *link;
+                        false
+                    }
+                    Err(_) => true,
+                };
+                batch.push(r);
+                if failed || batch.len() == CHAIN_BATCH {
+                    // The load stopped (its receiver is gone): so does this.
+                    if tx.send(std::mem::replace(&mut batch, Vec::with_capacity(CHAIN_BATCH))).is_err() || failed {
+                        return;
+                    }
+                }
+            }
+            let _ = tx.send(batch);
+        });
+        ChainFeed { rx, batch: Vec::new().into_iter(), next: 1, last: None }
+    }
+
+    /// The check of record `i` (records are asked for in order, each once), or `None` when the
+    /// thread stopped before it (after a record that failed).
+    fn get(&mut self, i: usize) -> Option<&ChainCheck> {
+        debug_assert_eq!(i, self.next, "records are loaded in order");
+        self.next = i + 1;
+        self.last = match self.batch.next() {
+            Some(r) => Some(r),
+            None => {
+                self.batch = self.rx.recv().ok()?.into_iter();
+                self.batch.next()
+            }
+        };
+        self.last.as_ref()
+    }
 }
 
 /// Parses an event record (its envelope; the rules are checked apart).
@@ -375,9 +531,19 @@ pub fn load_records_releasing(contents: &mut StoreContents) -> Result<Loaded> {
 
 /// Reads a log held as one text (a JSONL file read whole, [`StoreText`]) into a log whose
 /// lines are ranges of that text: the same checks as [`load_records`], without a copy of any
-/// record.
+/// record. The chain of a long chained log is checked on a thread beside the rest
+/// ([`ChainFeed`]).
 pub fn load_text(contents: &StoreText) -> Result<Loaded> {
-    load_from_source(&mut SharedRecords(contents), contents.last_complete)
+    let chained = contents.records.len() > 4096 && parse_header(contents.record(0)).is_ok_and(|h| h.chained());
+    if !chained {
+        return load_from_source(&mut SharedRecords(contents, None), contents.last_complete);
+    }
+    std::thread::scope(|scope| {
+        let feed = ChainFeed::start(scope, contents, chain::start(contents.record(0)));
+        // The source (and the feed's receiver) is dropped before the scope ends, which stops
+        // the thread if the load stopped early.
+        load_from_source(&mut SharedRecords(contents, Some(feed)), contents.last_complete)
+    })
 }
 
 /// The records a log is loaded from.
@@ -417,12 +583,13 @@ impl RecordSource for CopiedRecords<'_> {
     }
     fn load(&mut self, log: &mut Log, i: usize) -> Result<()> {
         let mut rec = self.0.record(i);
-        load_one(log, &mut rec, |r| Text::from(std::str::from_utf8(r).expect("parse_record checked UTF-8")))
+        load_one(log, &mut rec, None, None, |r| Text::from(std::str::from_utf8(r).expect("parse_record checked UTF-8")))
     }
 }
 
-/// Records as ranges of one text ([`StoreText`]): each line shares the text.
-struct SharedRecords<'a>(&'a StoreText);
+/// Records as ranges of one text ([`StoreText`]): each line shares the text; the chain may be
+/// checked beside the load.
+struct SharedRecords<'a>(&'a StoreText, Option<ChainFeed>);
 
 impl RecordSource for SharedRecords<'_> {
     fn len(&self) -> usize {
@@ -433,8 +600,10 @@ impl RecordSource for SharedRecords<'_> {
     }
     fn load(&mut self, log: &mut Log, i: usize) -> Result<()> {
         let (start, end) = self.0.records[i];
-        let mut rec = self.0.record(i);
-        load_one(log, &mut rec, |_| Text::shared(&self.0.text, start, end))
+        let text = &self.0.text[start..end];
+        let mut rec = text.as_bytes();
+        let link = self.1.as_mut().and_then(|f| f.get(i));
+        load_one(log, &mut rec, Some(text), link, |_| Text::shared(&self.0.text, start, end))
     }
 }
 
@@ -709,17 +878,18 @@ fn derive_window(
         if Some(seq) == base_seq {
             base = Some(parse_record(rec).map_err(|e| (i, e))?.data);
         } else if types::is_model_visible(ty) {
-            // From the record's bytes when it has the shape this library writes; the long way
+            // From the record's bytes when it is in the form this library writes; the long way
             // (parse the event, derive its message) otherwise.
-            let d = match crate::log::project::project_record(rec, ty, seq) {
-                Some(d) => {
+            let projected = std::str::from_utf8(rec).ok().and_then(crate::log::raw::read).and_then(|r| crate::log::project::project(&r));
+            let d = match projected {
+                Some(p) => {
                     #[cfg(debug_assertions)]
                     {
                         let ev = parse_record(rec).expect("a projected record parses");
                         let long = crate::log::history::derive(&ev).expect("a projected record derives").expect("visible");
-                        debug_assert_eq!(d.json.as_str(), long.json.as_str(), "the projection from bytes is the derived message");
+                        debug_assert_eq!(p.derived.json.as_str(), long.json.as_str(), "the projection from bytes is the derived message");
                     }
-                    d
+                    p.derived
                 }
                 None => {
                     let ev = parse_record(rec).map_err(|e| (i, e))?;
@@ -883,4 +1053,73 @@ pub fn parse_records(records: &[Vec<u8>]) -> Result<(SessionHeader, Vec<Event>)>
         }
     }
     Ok((header, events))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::NewEvent;
+
+    /// Every record this library writes, odd contents included (escapes and control characters,
+    /// unknown fields, quotes in ids, blocks of unknown types, a host's own type), is read the
+    /// fast way (debug builds compare it with the long way as it goes); the same records in
+    /// another form are not (the long way reads them), and both load to the same state.
+    #[test]
+    fn this_librarys_records_are_read_the_fast_way() {
+        let s = crate::Session::in_memory();
+        let digest = format!("sha256:{}", "0".repeat(64));
+        let events = [
+            NewEvent::new(
+                types::REQUEST_HEADER,
+                json!({"header": {"config": {"provider": "p", "model": "m"}, "system": "s\n\"q\""}, "reason": "initial", "instance": 1}),
+            ),
+            NewEvent::new(types::TURN_START, json!({"turn": 1})),
+            NewEvent::visible(
+                types::USER_MESSAGE,
+                json!({"source": "user", "tag": {"b": [1, -2], "a": null},
+                "message": {"role": "user", "meta": "m", "content": [{"type": "text", "text": "a\u{0}\u{1f}\u{7f}\"\\/é𝄞\u{2028}"}, {"type": "image", "url": "u"}]}}),
+            ),
+            NewEvent::new(types::STEP_START, json!({"turn": 1, "step": 1, "instance": 1, "digest": digest, "bytes": 3})),
+            NewEvent::visible(
+                types::ASSISTANT_MESSAGE,
+                json!({"turn": 1, "step": 1, "usage": {"inputTokens": 3, "outputTokens": 1},
+                "message": {"role": "assistant", "provenance": {"provider": "p", "model": "m", "x": [1]}, "z": 1,
+                    "content": [{"type": "reasoning", "text": "r", "signature": "s"}, {"type": "tool-call", "id": "c\"1", "name": "n", "arguments": "{\"a\":\"\\\\\"}"}]}}),
+            ),
+            NewEvent::new(types::TOOL_CALL, json!({"turn": 1, "step": 1, "callId": "c\"1", "name": "n", "arguments": "{\"a\":\"\\\\\"}"})),
+            NewEvent::new(types::STEP_END, json!({"turn": 1, "step": 1, "outcome": "response"})),
+            NewEvent::visible(
+                types::TOOL_RESULT,
+                json!({"callId": "c\"1", "isError": true, "more": {"k": 18446744073709551615u64},
+                "content": [{"type": "text", "text": "\t"}, {"type": "tool-result", "toolCallId": "x", "isError": false, "content": []}]}),
+            ),
+            NewEvent::new("acme/note", json!({"n": -9223372036854775808i64, "deep": [[[[{}]]]]})),
+            NewEvent::new(types::TURN_END, json!({"turn": 1, "reason": "completed"})),
+        ];
+        for ev in events {
+            s.append(ev).unwrap();
+        }
+        let records: Vec<String> = s.records().unwrap().iter().map(|r| r.to_string()).collect();
+        let header = parse_header(records[0].as_bytes()).unwrap();
+        let mut fast = header.start_log(records[0].as_bytes());
+        let mut long = header.start_log(records[0].as_bytes());
+        for rec in &records[1..] {
+            assert!(read_canonical(&fast, rec.as_bytes(), None, None).is_some(), "{rec}");
+            load_record(&mut fast, &mut rec.as_bytes().to_vec()).unwrap();
+            // The same event in another form (a space after the envelope's first member),
+            // chained again: the long way.
+            let odd = chain::without_chain(rec).replacen(',', ", ", 1);
+            assert!(crate::log::raw::read(&odd).is_none(), "{odd}");
+            let (odd, _) = chain::seal(long.chain_head().unwrap(), &odd);
+            assert!(read_canonical(&long, odd.as_bytes(), None, None).is_none(), "{odd}");
+            load_record(&mut long, &mut odd.into_bytes()).unwrap();
+        }
+        assert_eq!(fast.len(), records.len() - 1);
+        let history = |l: &Log| {
+            l.history().entries().iter().map(|d| (d.seq, d.json.to_string(), d.calls.clone(), d.result_for.clone())).collect::<Vec<_>>()
+        };
+        assert_eq!(history(&fast), history(&long));
+        assert_eq!(checkpoint::data(fast.state()), checkpoint::data(long.state()));
+        assert_eq!(fast.state().known_calls, long.state().known_calls);
+    }
 }

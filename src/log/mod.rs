@@ -11,7 +11,8 @@ pub mod checkpoint;
 pub mod event;
 pub mod history;
 pub mod load;
-mod project;
+pub(crate) mod project;
+pub(crate) mod raw;
 pub mod rules;
 pub mod text;
 
@@ -187,6 +188,12 @@ impl Log {
     /// Validates an event without changing anything.
     pub fn check(&self, ev: &Event) -> Result<Effect> {
         self.state.check(ev, self.next_seq())
+    }
+
+    /// [`check`](Self::check) of a visible event with its message projected from its record
+    /// (see [`LogState::check_projected`]).
+    pub(crate) fn check_projected(&self, ev: &Event, projected: project::Projected) -> Result<Effect> {
+        self.state.check_projected(ev, self.next_seq(), projected)
     }
 
     /// Applies an event that [`check`](Self::check) accepted, with its serialised line.

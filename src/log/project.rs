@@ -1,12 +1,14 @@
-//! The projection of a stored visible event straight from its record's bytes, for the window a
-//! bounded open reads before its checkpoint (`crate::log::load::load_window`): the derived
-//! message is assembled from the record's own text instead of parsing the event into values and
-//! serialising the message again.
+//! The projection of a visible event straight from its record's bytes: the derived message is
+//! assembled from the record's own text instead of parsing the event into values and
+//! serialising the message again. Every open uses it: a whole load for every visible event it
+//! checks (`crate::log::load`, with the log rules given the projection:
+//! `crate::log::rules::LogState::check_projected`), a bounded open for the window before its
+//! checkpoint (`crate::log::load::load_window`).
 //!
-//! It relies on the record being what this library writes: one JSON object per record, keys in
-//! order, compact, strings escaped as `serde_json` escapes them (a record's bytes are covered by
-//! the chain, so a record of this library's log is exactly that). Then the derived message of
-//! [`crate::log::history::derive`] is, byte for byte, the record's pieces in another order:
+//! It takes a record that [`crate::log::raw::read`] found in canonical form, the bytes
+//! `serde_json` writes for the value it parses to. Then the derived message of
+//! [`crate::log::history::derive_message`] is, byte for byte, the record's pieces in another
+//! order:
 //!
 //! - `tool/result` → `{"role":"user","content":[{"content":C,"isError":E,"toolCallId":I,"type":"tool-result"}]}`
 //!   with `C`, `E`, `I` the texts of `data.content`, `data.isError` and `data.callId`;
@@ -14,209 +16,122 @@
 //!   provenance written again: its fields are written in their own order) and every other key of
 //!   `data.message` in order, `}`.
 //!
-//! Anything else (a record whose shape is not the expected one) gives `None`, and the caller
-//! takes the long way ([`crate::log::history::derive`]). Debug builds check every message it
-//! builds against the long way.
+//! It checks what the derivation checks (the message's role and blocks, a tool result's fields),
+//! as a yes or no: anything the derivation would refuse, or that is not the expected shape,
+//! gives `None`, and the caller takes the long way, which reports why. Debug builds check every
+//! projection against the long way.
 
 use crate::log::event::types;
 use crate::log::history::Derived;
-use crate::types::{Provenance, Role};
+use crate::log::raw::{blocks, get, members, str_value, RawEvent};
+use crate::types::{Block, Provenance, Role};
 
-/// Skips whitespace (none in a record this library writes, but harmless).
-fn ws(b: &[u8], mut i: usize) -> usize {
-    while i < b.len() && matches!(b[i], b' ' | b'\t' | b'\n' | b'\r') {
-        i += 1;
-    }
-    i
+/// A tool call of a derived assistant message: the index of its block in `content`, its id,
+/// name and arguments.
+pub(crate) type Call = (usize, String, String, String);
+
+/// A visible event's derived message and, for an assistant message, its tool calls (what
+/// `derive_message` gives).
+#[derive(Debug)]
+pub(crate) struct Projected {
+    /// The derived message.
+    pub derived: Derived,
+    /// The tool calls of an assistant message, in order.
+    pub calls: Vec<Call>,
 }
 
-/// The end (exclusive) of the JSON string starting at `i` (at its opening quote).
-fn string_end(b: &[u8], i: usize) -> Option<usize> {
-    let mut j = i + 1;
-    loop {
-        let k = j + memchr::memchr2(b'"', b'\\', b.get(j..)?)?;
-        if b[k] == b'"' {
-            return Some(k + 1);
-        }
-        j = k + 2;
-    }
-}
-
-/// The end (exclusive) of the JSON value starting at `i`.
-fn value_end(b: &[u8], i: usize) -> Option<usize> {
-    match *b.get(i)? {
-        b'"' => string_end(b, i),
-        b'{' | b'[' => {
-            let mut depth = 0usize;
-            let mut j = i;
-            loop {
-                match *b.get(j)? {
-                    b'"' => {
-                        j = string_end(b, j)?;
-                        continue;
-                    }
-                    b'{' | b'[' => depth += 1,
-                    b'}' | b']' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            return Some(j + 1);
-                        }
-                    }
-                    _ => {}
-                }
-                j += 1;
-            }
-        }
-        _ => {
-            let n = b[i..].iter().position(|&c| matches!(c, b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t'))?;
-            (n > 0).then_some(i + n)
-        }
-    }
-}
-
-/// The members of the JSON object at `obj` (its text): each key's text (without its quotes; a
-/// key holding an escape is refused) and its value's text, in order.
-fn members(obj: &[u8]) -> Option<Vec<(&[u8], &[u8])>> {
-    members_at(obj, 0).map(|(m, _)| m)
-}
-
-/// [`members`] of the object that starts at `at` in `obj`, and where it ends.
-fn members_at(obj: &[u8], at: usize) -> Option<(Vec<(&[u8], &[u8])>, usize)> {
-    let mut out = Vec::with_capacity(8);
-    let mut i = ws(obj, at);
-    if obj.get(i) != Some(&b'{') {
+/// The projection of the visible event `ev` appended to the surface (see the module docs), or
+/// `None` when the long way must decide.
+pub(crate) fn project(ev: &RawEvent<'_>) -> Option<Projected> {
+    if !ev.append {
         return None;
     }
-    i = ws(obj, i + 1);
-    if obj.get(i) == Some(&b'}') {
-        return Some((out, i + 1));
-    }
-    loop {
-        let kend = string_end(obj, i)?;
-        let key = &obj[i + 1..kend - 1];
-        if key.contains(&b'\\') {
-            return None;
-        }
-        i = ws(obj, kend);
-        if obj.get(i) != Some(&b':') {
-            return None;
-        }
-        i = ws(obj, i + 1);
-        let vend = value_end(obj, i)?;
-        out.push((key, &obj[i..vend]));
-        i = ws(obj, vend);
-        match obj.get(i)? {
-            b',' => i = ws(obj, i + 1),
-            b'}' => return Some((out, i + 1)),
-            _ => return None,
-        }
-    }
-}
-
-fn get<'a>(m: &[(&[u8], &'a [u8])], key: &str) -> Option<&'a [u8]> {
-    m.iter().find(|(k, _)| *k == key.as_bytes()).map(|(_, v)| *v)
-}
-
-/// A JSON string's text without its quotes, when it holds no escape.
-fn plain_str(v: &[u8]) -> Option<&str> {
-    let inner = v.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
-    if inner.contains(&b'\\') {
-        return None;
-    }
-    std::str::from_utf8(inner).ok()
-}
-
-/// The derived message of the visible event record `rec` of type `ty` at `seq` (see the module
-/// docs), or `None` when the record does not have the expected shape.
-pub(crate) fn project_record(rec: &[u8], ty: &str, seq: u64) -> Option<Derived> {
-    // The envelope is `{"type":…,"seq":…,"time":…,"data":{…},"surfaceOp":"append",…}`: the first
-    // `,"data":` is the data's key (type, seq and time come before it, and a quote inside a string
-    // is escaped), and the data object is read once, for its members and its end.
-    const DATA: &[u8] = b",\"data\":";
-    let at = memchr::memmem::find(rec, DATA)? + DATA.len();
-    let (data, end) = members_at(rec, at)?;
-    if !rec[end..].starts_with(b",\"surfaceOp\":\"append\"") {
-        return None;
-    }
-    let d = match ty {
+    let data = &ev.data;
+    match ev.ty {
         types::TOOL_RESULT => {
-            let id = get(&data, "callId")?;
-            let content = get(&data, "content")?;
-            let is_error = get(&data, "isError")?;
-            if !content.starts_with(b"[") || !(is_error == b"true" || is_error == b"false") {
+            let id = get(data, "callId")?;
+            let content = get(data, "content")?;
+            let is_error = get(data, "isError")?;
+            let result_for = str_value(id)?;
+            if !(is_error == "true" || is_error == "false") || !blocks_ok(content)? {
                 return None;
             }
-            let result_for = plain_str(id)?;
-            let mut json = Vec::with_capacity(content.len() + id.len() + 96);
-            json.extend_from_slice(b"{\"role\":\"user\",\"content\":[{\"content\":");
-            json.extend_from_slice(content);
-            json.extend_from_slice(b",\"isError\":");
-            json.extend_from_slice(is_error);
-            json.extend_from_slice(b",\"toolCallId\":");
-            json.extend_from_slice(id);
-            json.extend_from_slice(b",\"type\":\"tool-result\"}]}");
-            Derived {
-                seq,
+            let mut json = String::with_capacity(content.len() + id.len() + 96);
+            json.push_str("{\"role\":\"user\",\"content\":[{\"content\":");
+            json.push_str(content);
+            json.push_str(",\"isError\":");
+            json.push_str(is_error);
+            json.push_str(",\"toolCallId\":");
+            json.push_str(id);
+            json.push_str(",\"type\":\"tool-result\"}]}");
+            let derived = Derived {
+                seq: ev.seq,
                 role: Role::User,
-                json: String::from_utf8(json).ok()?.into(),
+                json: json.into(),
                 calls: Box::new([]),
                 result_for: Some(result_for.into()),
                 checkpoint: false,
-            }
+            };
+            Some(Projected { derived, calls: Vec::new() })
         }
         types::USER_MESSAGE | types::ASSISTANT_MESSAGE => {
-            let msg = get(&data, "message")?;
+            let msg = get(data, "message")?;
             let m = members(msg)?;
             let role_text = get(&m, "role")?;
-            let role = match (ty, role_text) {
-                (types::USER_MESSAGE, b"\"user\"") => Role::User,
-                (types::ASSISTANT_MESSAGE, b"\"assistant\"") => Role::Assistant,
+            let role = match (ev.ty, role_text) {
+                (types::USER_MESSAGE, "\"user\"") => Role::User,
+                (types::ASSISTANT_MESSAGE, "\"assistant\"") => Role::Assistant,
                 _ => return None,
             };
             let content = get(&m, "content")?;
-            if !content.starts_with(b"[") {
-                return None;
-            }
-            let mut json = Vec::with_capacity(msg.len() + 16);
-            json.extend_from_slice(b"{\"role\":");
-            json.extend_from_slice(role_text);
-            json.extend_from_slice(b",\"content\":");
-            json.extend_from_slice(content);
-            if let Some(p) = get(&m, "provenance") {
-                let v: serde_json::Value = serde_json::from_slice(p).ok()?;
-                let p = Provenance::from_value(&v, "").ok()?;
-                json.extend_from_slice(b",\"provenance\":");
-                serde_json::to_writer(&mut json, &p).ok()?;
-            }
-            for (k, v) in &m {
-                if !matches!(*k, b"role" | b"content" | b"provenance") {
-                    json.push(b',');
-                    json.push(b'"');
-                    json.extend_from_slice(k);
-                    json.extend_from_slice(b"\":");
-                    json.extend_from_slice(v);
+            let mut calls = Vec::new();
+            for (i, (_, bm)) in blocks(content)?.into_iter().enumerate() {
+                if !Block::check_canonical(&bm) {
+                    return None;
+                }
+                match &*str_value(get(&bm, "type")?)? {
+                    "tool-result" => return None,
+                    "tool-call" if role != Role::Assistant => return None,
+                    "tool-call" => {
+                        let s = |k: &str| str_value(get(&bm, k)?).map(|v| v.into_owned());
+                        calls.push((i, s("id")?, s("name")?, s("arguments")?));
+                    }
+                    _ => {}
                 }
             }
-            json.push(b'}');
-            // An assistant message's tool calls: its content's tool-call blocks (parsed only when
-            // it has one).
-            const TOOL_CALL: &[u8] = b"\"type\":\"tool-call\"";
-            let calls: Box<[Box<str>]> = if role == Role::Assistant && content.windows(TOOL_CALL.len()).any(|w| w == TOOL_CALL) {
-                let blocks: Vec<serde_json::Value> = serde_json::from_slice(content).ok()?;
-                blocks
-                    .iter()
-                    .filter(|b| b.get("type").and_then(|t| t.as_str()) == Some("tool-call"))
-                    .map(|b| b.get("id").and_then(|i| i.as_str()).map(Box::<str>::from))
-                    .collect::<Option<_>>()?
-            } else {
-                Box::new([])
-            };
-            let checkpoint = ty == types::USER_MESSAGE && get(&data, "source") == Some(b"\"compaction\"");
-            Derived { seq, role, json: String::from_utf8(json).ok()?.into(), calls, result_for: None, checkpoint }
+            let mut json = String::with_capacity(msg.len() + 16);
+            json.push_str("{\"role\":");
+            json.push_str(role_text);
+            json.push_str(",\"content\":");
+            json.push_str(content);
+            if let Some(p) = get(&m, "provenance") {
+                let v: serde_json::Value = serde_json::from_str(p).ok()?;
+                let p = Provenance::from_value(&v, "").ok()?;
+                json.push_str(",\"provenance\":");
+                json.push_str(&serde_json::to_string(&p).ok()?);
+            }
+            for (k, v) in &m {
+                if !matches!(*k, "role" | "content" | "provenance") {
+                    json.push_str(",\"");
+                    json.push_str(k);
+                    json.push_str("\":");
+                    json.push_str(v);
+                }
+            }
+            json.push('}');
+            let checkpoint = ev.ty == types::USER_MESSAGE && get(data, "source") == Some("\"compaction\"");
+            let ids = calls.iter().map(|(_, id, _, _)| Box::<str>::from(id.as_str())).collect();
+            let derived = Derived { seq: ev.seq, role, json: json.into(), calls: ids, result_for: None, checkpoint };
+            Some(Projected { derived, calls })
         }
-        _ => return None,
-    };
-    Some(d)
+        _ => None,
+    }
+}
+
+/// Whether `content` is an array of blocks that pass the block checks (`None`: not an array
+/// of objects).
+fn blocks_ok(content: &str) -> Option<bool> {
+    Some(blocks(content)?.iter().all(|(_, m)| Block::check_canonical(m)))
 }
 
 #[cfg(test)]
@@ -224,7 +139,21 @@ mod tests {
     use super::*;
     use crate::log::event::Event;
 
-    /// The record's projection equals the long way's, byte for byte, for messages of every kind.
+    fn record(ty: &str, data: &serde_json::Value) -> (Event, String) {
+        let ev = Event {
+            ty: ty.to_string(),
+            seq: 4,
+            time: 5,
+            data: data.clone(),
+            surface_op: Some(crate::log::SurfaceOp::Append),
+            sources: None,
+        };
+        let (line, _) = crate::log::chain::seal(&[7; 32], &ev.to_json());
+        (ev, line)
+    }
+
+    /// The record's projection equals the long way's, byte for byte, for messages of every kind,
+    /// and a message the long way refuses is not projected.
     #[test]
     fn the_projection_from_bytes_is_the_derived_message() {
         use serde_json::json;
@@ -235,7 +164,7 @@ mod tests {
             ),
             (
                 types::USER_MESSAGE,
-                json!({"source":"compaction","zeta":1,"message":{"role":"user","zeta":1,"alpha":[null],"content":[{"type":"image","url":"u","b":{"z":1,"a":2.5}}]}}),
+                json!({"source":"compaction","zeta":1,"message":{"role":"user","zeta":1,"alpha":[null],"content":[{"type":"image","url":"u","b":{"z":1,"a":25}}]}}),
             ),
             (
                 types::ASSISTANT_MESSAGE,
@@ -246,30 +175,69 @@ mod tests {
             (types::ASSISTANT_MESSAGE, json!({"turn":1,"step":2,"message":{"role":"assistant","content":[]}})),
             (
                 types::TOOL_RESULT,
-                json!({"callId":"c1","content":[{"type":"text","text":"out"},{"type":"image","data":"d"}],"isError":false,"more":1}),
+                json!({"callId":"c1","content":[{"type":"text","text":"out"},{"type":"image","data":"d"},
+                    {"type":"tool-result","toolCallId":"n","isError":false,"content":[{"type":"text","text":"nested"}]}],"isError":false,"more":1}),
             ),
-            (types::TOOL_RESULT, json!({"callId":"c2","content":[],"isError":true})),
+            (types::TOOL_RESULT, json!({"callId":"c\\2","content":[],"isError":true})),
         ];
-        for (i, (ty, data)) in events.iter().enumerate() {
-            let ev = Event {
-                ty: ty.to_string(),
-                seq: i as u64,
-                time: 5,
-                data: data.clone(),
-                surface_op: Some(crate::log::SurfaceOp::Append),
-                sources: None,
-            };
-            let (line, _) = crate::log::chain::seal(&[7; 32], &ev.to_json());
-            let fast = project_record(line.as_bytes(), ty, ev.seq).expect("projected");
-            let long = crate::log::history::derive(&ev).unwrap().unwrap();
-            assert_eq!(fast.json.as_str(), long.json.as_str(), "{ty}");
+        for (ty, data) in &events {
+            let (ev, line) = record(ty, data);
+            let fast = project(&crate::log::raw::read(&line).expect("canonical")).expect("projected");
+            let (long, calls) = crate::log::history::derive_message(&ev).unwrap().unwrap();
+            assert_eq!(fast.derived.json.as_str(), long.json.as_str(), "{ty}");
             assert_eq!(
-                (fast.seq, fast.role, &fast.calls, &fast.result_for, fast.checkpoint),
+                (fast.derived.seq, fast.derived.role, &fast.derived.calls, &fast.derived.result_for, fast.derived.checkpoint),
                 (long.seq, long.role, &long.calls, &long.result_for, long.checkpoint)
             );
+            let calls: Vec<Call> = calls.iter().map(|&(i, a, b, c)| (i, a.into(), b.into(), c.into())).collect();
+            assert_eq!(fast.calls, calls);
         }
-        // Not the expected shape: the long way.
-        assert!(project_record(b"{\"type\":\"tool/result\",\"seq\":1}", types::TOOL_RESULT, 1).is_none());
-        assert!(project_record(b"not json", types::TOOL_RESULT, 1).is_none());
+        let refused = [
+            (types::USER_MESSAGE, json!({"source":"user","message":{"role":"assistant","content":[]}})),
+            (types::USER_MESSAGE, json!({"source":"user","message":{"role":"user","content":{}}})),
+            (
+                types::USER_MESSAGE,
+                json!({"source":"user","message":{"role":"user","content":[{"type":"tool-call","id":"a","name":"n","arguments":""}]}}),
+            ),
+            (
+                types::ASSISTANT_MESSAGE,
+                json!({"message":{"role":"assistant","content":[{"type":"tool-result","toolCallId":"a","content":[],"isError":false}]}}),
+            ),
+            (types::ASSISTANT_MESSAGE, json!({"message":{"role":"assistant","content":[{"type":"text"}]}})),
+            (
+                types::ASSISTANT_MESSAGE,
+                json!({"message":{"role":"assistant","content":[{"type":"tool-call","id":"","name":"n","arguments":""}]}}),
+            ),
+            (types::ASSISTANT_MESSAGE, json!({"message":{"role":"assistant","content":[{"type":"text","text":null}]}})),
+            (types::ASSISTANT_MESSAGE, json!({"message":{"role":"assistant","content":[{"type":""}]}})),
+            (types::ASSISTANT_MESSAGE, json!({"message":{"role":"assistant","content":[7]}})),
+            (types::ASSISTANT_MESSAGE, json!({"message":{"role":"assistant","content":[],"provenance":{"model":"m"}}})),
+            (types::ASSISTANT_MESSAGE, json!({"message":{"role":"assistant","content":[],"provenance":null}})),
+            (types::ASSISTANT_MESSAGE, json!({"message":{"role":"bot","content":[]}})),
+            (types::ASSISTANT_MESSAGE, json!({"message":null})),
+            (types::TOOL_RESULT, json!({"callId":"c","content":[{"type":""}],"isError":false})),
+            (
+                types::TOOL_RESULT,
+                json!({"callId":"c","content":[{"type":"tool-result","toolCallId":"","content":[],"isError":false}],"isError":false}),
+            ),
+            (
+                types::TOOL_RESULT,
+                json!({"callId":"c","content":[{"type":"tool-result","toolCallId":"x","content":[{"type":1}],"isError":false}],"isError":false}),
+            ),
+            (types::TOOL_RESULT, json!({"callId":"c","content":"x","isError":false})),
+            (types::TOOL_RESULT, json!({"callId":"c","content":[]})),
+            (types::TOOL_RESULT, json!({"callId":7,"content":[],"isError":false})),
+            (types::TOOL_RESULT, json!({"content":[],"isError":false})),
+        ];
+        for (ty, data) in &refused {
+            let (ev, line) = record(ty, data);
+            assert!(crate::log::history::derive_message(&ev).is_err(), "{data}: the long way refuses it");
+            assert!(project(&crate::log::raw::read(&line).expect("canonical")).is_none(), "{data}");
+        }
+        // Not appended (a replace is not canonical at all): the long way.
+        let (_, line) = record(types::TOOL_RESULT, &json!({"callId":"c","content":[],"isError":true}));
+        let mut raw = crate::log::raw::read(&line).unwrap();
+        raw.append = false;
+        assert!(project(&raw).is_none());
     }
 }

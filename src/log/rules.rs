@@ -8,7 +8,8 @@
 use crate::error::{Error, ErrorKind, Result};
 use crate::header::{delta_from_event_data, EpochHeader, HeaderFold, HeaderSnapshot, SnapshotReason};
 use crate::log::event::{types, Event, SurfaceOp, TurnEndReason, UserSource};
-use crate::log::history::{derive, derive_message, Derived, History};
+use crate::log::history::{derive_message, Derived, History};
+use crate::log::project::{Call, Projected};
 use crate::types::{Fields, Usage};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -220,6 +221,18 @@ fn rule(ev: &Event, field: &str, why: impl std::fmt::Display) -> Error {
 impl LogState {
     /// Validates `ev` against the current state. `next_seq` is the seq the log expects.
     pub fn check(&self, ev: &Event, next_seq: u64) -> Result<Effect> {
+        self.check_with(ev, next_seq, None)
+    }
+
+    /// [`check`](Self::check) of a visible event whose derived message was projected from its
+    /// record's bytes (`crate::log::project`): the projection stands in for the derivation, which
+    /// would check the same and give the same message. `ev.data` may then leave out the message
+    /// (`data.message`, a tool result's `data.content`), which nothing else reads.
+    pub(crate) fn check_projected(&self, ev: &Event, next_seq: u64, projected: Projected) -> Result<Effect> {
+        self.check_with(ev, next_seq, Some(projected))
+    }
+
+    fn check_with(&self, ev: &Event, next_seq: u64, projected: Option<Projected>) -> Result<Effect> {
         if ev.seq != next_seq {
             return Err(field_err(ev, Error::invalid("seq", format!("expected {next_seq} (seqs are contiguous from 0), got {}", ev.seq))));
         }
@@ -251,10 +264,20 @@ impl LogState {
         if ev.surface_op == Some(SurfaceOp::Append) && ev.sources.is_some() {
             return Err(field_err(ev, Error::invalid("sources", "an append does not shadow anything; leave sources out")));
         }
-        self.check_typed(ev).map_err(|e| if e.detail().contains_key("eventType") { e } else { field_err(ev, e) })
+        self.check_typed(ev, projected).map_err(|e| if e.detail().contains_key("eventType") { e } else { field_err(ev, e) })
     }
 
-    fn check_typed(&self, ev: &Event) -> Result<Effect> {
+    fn check_typed(&self, ev: &Event, projected: Option<Projected>) -> Result<Effect> {
+        // A visible event's derived message: the projection from its record, or the derivation.
+        let derived = |projected: Option<Projected>| -> Result<(Derived, Vec<Call>)> {
+            match projected {
+                Some(p) => Ok((p.derived, p.calls)),
+                None => {
+                    let (d, calls) = derive_message(ev)?.expect("a visible event");
+                    Ok((d, calls.into_iter().map(|(i, id, name, args)| (i, id.to_string(), name.to_string(), args.to_string())).collect()))
+                }
+            }
+        };
         let f = Fields::of(&ev.data, "data")?;
         let turn_ref = |f: &Fields| -> Result<(u64, u64)> { Ok((f.u64("turn")?, f.u64("step")?)) };
         match ev.ty.as_str() {
@@ -348,7 +371,7 @@ impl LogState {
             }
             types::USER_MESSAGE => {
                 let source = UserSource::parse(f.str("source")?, "data.source")?;
-                let d = Arc::new(derive(ev)?.expect("user/message is visible"));
+                let d = Arc::new(derived(projected)?.0);
                 // A checkpoint may land while tool calls wait: its span is tool-balanced, so it
                 // holds none of them (a native compaction's block arrives when it arrives).
                 if let Some(p) = self.pending.first().filter(|_| source != UserSource::Compaction) {
@@ -408,7 +431,7 @@ impl LogState {
                 if ev.surface_op != Some(SurfaceOp::Append) {
                     return Err(Error::invalid("surfaceOp", "an assistant message is appended"));
                 }
-                let (d, msg_calls) = derive_message(ev)?.expect("assistant/message is visible");
+                let (d, msg_calls) = derived(projected)?;
                 let d = Arc::new(d);
                 let t = self.open_turn.as_ref().ok_or_else(|| rule(ev, "", "no turn is open"))?;
                 if !t.step_open || t.turn != turn || t.last_step != step {
@@ -419,13 +442,13 @@ impl LogState {
                 }
                 let mut calls = Vec::new();
                 for (i, id, name, args) in msg_calls {
-                    if self.known_calls.contains(id) || calls.iter().any(|(c, _, _): &(String, String, String)| c == id) {
+                    if self.known_calls.contains(&id) || calls.iter().any(|(c, _, _): &(String, String, String)| *c == id) {
                         return Err(Error::invalid(
                             format!("data.message.content[{i}].id"),
                             format!("tool call id {id:?} is already used by a tool call of the session's history"),
                         ));
                     }
-                    calls.push((id.to_string(), name.to_string(), args.to_string()));
+                    calls.push((id, name, args));
                 }
                 let has_usage = f.opt_value("usage")?.is_some();
                 Ok(Effect::Assistant(d, calls, has_usage))
@@ -454,7 +477,7 @@ impl LogState {
             }
             types::TOOL_RESULT => {
                 // The projection checks callId, content and isError, in that order.
-                let d = derive(ev)?.expect("tool/result is visible");
+                let d = derived(projected)?.0;
                 let id = f.str("callId")?;
                 if f.opt_str("child")?.is_some_and(str::is_empty) {
                     return Err(Error::invalid("data.child", "must not be empty (the id of the child agent's session)"));
