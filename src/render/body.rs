@@ -447,7 +447,31 @@ impl BodyCache {
     /// Appends history entries, rendering each.
     fn append(&self, state: &mut State, entries: &[Arc<Derived>]) -> Result<()> {
         let prefix_len = state.head.prefix_pieces;
+        let layout = layout(self.renderer);
         for d in entries {
+            // OpenAI's wire message of a message of the usual shapes, from its text.
+            if self.renderer == Renderer::OpenAi {
+                if let Some((text, markable)) = openai::piece_from_text(&d.json) {
+                    let mark = (state.head.options.cache_breakpoints && markable).then_some((0, text.len()));
+                    #[cfg(debug_assertions)]
+                    {
+                        let mut seq = Sequence::default();
+                        let m = message_of(d).expect("a derived message parses");
+                        let rendered =
+                            self.render(&m, prefix_len + state.covered, prefix_len, &mut Vec::new(), &mut seq.calls).expect("renders");
+                        self.push_rendered(&mut seq, Some(d.seq), rendered, Vec::new(), state.head.options.cache_breakpoints)
+                            .expect("pushed");
+                        assert_eq!(
+                            (seq.joined.as_str(), seq.pieces[0].mark),
+                            (text.as_str(), mark),
+                            "the wire message from the derived text is the rendered one"
+                        );
+                    }
+                    state.seq.push(layout, Some(d.seq), &text, Kind::Items, mark, Vec::new());
+                    state.cover(d.seq);
+                    continue;
+                }
+            }
             let m = message_of(d)?;
             let i = prefix_len + state.covered;
             // History messages are never system-role (the renderers refuse one after the prefix).

@@ -136,6 +136,99 @@ pub(super) fn piece(m: &Message, i: usize) -> Result<Vec<Value>> {
     Ok(out)
 }
 
+/// The wire message of a derived history message of the usual shapes, written from the
+/// message's text (`crate::log::history::Derived::json`, canonical: what `serde_json` writes)
+/// without parsing it into values: a tool result whose content is text blocks, an assistant
+/// message of text and tool-call blocks, a user message of text blocks. It writes what
+/// [`piece`] writes for them (a wire message's keys in order, the texts joined by `"\n"`: the
+/// escaped texts joined by an escaped newline are the escaped joined text), and whether the
+/// message can carry a breakpoint ([`markable`]). `None` for any other shape (a block with
+/// other fields, an image, reasoning, a refusal, another provider's block, ...): [`piece`]
+/// renders it. Debug builds compare the two (`render/body.rs`).
+pub(super) fn piece_from_text(json: &str) -> Option<(String, bool)> {
+    use crate::log::raw::{blocks, get, members, Members};
+    let m = members(json)?;
+    let content = blocks(get(&m, "content")?)?;
+    // The texts of blocks that are exactly `{"text":…,"type":"text"}`, joined (inside quotes).
+    let join = |blocks: &[(&str, Members<'_>)], out: &mut String| -> Option<()> {
+        out.push('"');
+        for (k, (_, bm)) in blocks.iter().enumerate() {
+            if bm.len() != 2 || get(bm, "type")? != "\"text\"" {
+                return None;
+            }
+            let t = get(bm, "text")?;
+            if k > 0 {
+                out.push_str("\\n");
+            }
+            out.push_str(t.strip_prefix('"')?.strip_suffix('"')?);
+        }
+        out.push('"');
+        Some(())
+    };
+    let mut out = String::with_capacity(json.len() + 64);
+    match get(&m, "role")? {
+        "\"user\"" => {
+            let tool_result = content.first().map(|(_, bm)| bm).filter(|bm| get(bm, "type") == Some("\"tool-result\""));
+            match tool_result {
+                Some(bm) => {
+                    if content.len() != 1 {
+                        return None;
+                    }
+                    let inner = blocks(get(bm, "content")?)?;
+                    out.push_str("{\"content\":");
+                    join(&inner, &mut out)?;
+                    out.push_str(",\"role\":\"tool\",\"tool_call_id\":");
+                    out.push_str(get(bm, "toolCallId")?);
+                }
+                None => {
+                    out.push_str("{\"content\":");
+                    join(&content, &mut out)?;
+                    out.push_str(",\"role\":\"user\"");
+                }
+            }
+            out.push('}');
+            let markable = !out.starts_with("{\"content\":\"\"");
+            Some((out, markable))
+        }
+        "\"assistant\"" => {
+            let (mut texts, mut calls) = (Vec::new(), Vec::new());
+            for b in content {
+                match (get(&b.1, "type")?, b.1.len()) {
+                    ("\"text\"", 2) => texts.push(b),
+                    ("\"tool-call\"", 4) => calls.push(b.1),
+                    _ => return None,
+                }
+            }
+            out.push_str("{\"content\":");
+            if texts.is_empty() && !calls.is_empty() {
+                out.push_str("null");
+            } else {
+                join(&texts, &mut out)?;
+            }
+            out.push_str(",\"role\":\"assistant\"");
+            if !calls.is_empty() {
+                out.push_str(",\"tool_calls\":[");
+                for (k, c) in calls.iter().enumerate() {
+                    if k > 0 {
+                        out.push(',');
+                    }
+                    out.push_str("{\"function\":{\"arguments\":");
+                    out.push_str(get(c, "arguments")?);
+                    out.push_str(",\"name\":");
+                    out.push_str(get(c, "name")?);
+                    out.push_str("},\"id\":");
+                    out.push_str(get(c, "id")?);
+                    out.push_str(",\"type\":\"function\"}");
+                }
+                out.push(']');
+            }
+            out.push('}');
+            Some((out, false))
+        }
+        _ => None,
+    }
+}
+
 /// Renders envelope message `i`, appending one or more wire messages to `out`.
 fn render_message(m: &Message, i: usize, out: &mut Vec<Value>) -> Result<()> {
     match m.role {
