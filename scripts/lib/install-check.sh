@@ -66,7 +66,8 @@ noenv "$tmp/qs" "$log" >"$tmp/run1.txt" || fail "the quickstart failed: $(cat "$
 grep -q '^quickstart: ok$' "$tmp/run1.txt" || fail "the quickstart did not finish"
 noenv "$tmp/qs" "$log" >"$tmp/run2.txt" || fail "the resumed quickstart failed"
 grep -q '^opened .*"turns":2,' "$tmp/run2.txt" || fail "the second run did not resume the 2 turns of the first"
-grep -q '^verify: .*"events":44' "$tmp/run2.txt" || fail "the resumed session does not hold both runs"
+# Both runs: 22 events each, and the checkpoint record written after each run's compaction.
+grep -q '^verify: .*"events":46' "$tmp/run2.txt" || fail "the resumed session does not hold both runs"
 echo "install-check: the quickstart ran without LD_LIBRARY_PATH and resumed its session"
 # A failure prints the library's message, not the placeholder of an unset error handle.
 if noenv "$tmp/qs" "$tmp/missing/dir/session.jsonl" >/dev/null 2>"$tmp/err.txt"; then
@@ -83,7 +84,7 @@ grep -qi 'usage' "$tmp/help.txt" || fail "llmsession --help printed no usage: $(
 noenv "$p/bin/llmsession" --version | grep -q "$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)" ||
     fail "llmsession --version does not name the version in Cargo.toml"
 noenv "$p/bin/llmsession" verify "$log" >"$tmp/verify.txt" || fail "llmsession verify failed: $(cat "$tmp/verify.txt")"
-grep -q '^ok: 44 events' "$tmp/verify.txt" || fail "llmsession verify said: $(cat "$tmp/verify.txt")"
+grep -q '^ok: 46 events' "$tmp/verify.txt" || fail "llmsession verify said: $(cat "$tmp/verify.txt")"
 echo "install-check: installed llmsession: $(cat "$tmp/verify.txt")"
 for f in "$p/lib/$REALNAME" "$p/lib/libllmsession.a" "$p/bin/llmsession"; do
     if readelf -S "$f" | grep -q '\.debug_info'; then fail "$f has debug info"; fi
