@@ -32,15 +32,15 @@ test('the clock keeps warm through the record path', async () => {
   assert.equal(d.state.tier, '5m');
   assert.equal(d.state.ttlMs, 300000);
   assert.equal(d.decision, lls.Decision.NONE);
-  assert.equal(d.nextDecisionAt, d.state.lastRequestAt + 270000);
-  d = agent.cacheClock({ prices: PRICES, now: d.state.lastRequestAt + 275000, returnModel: { gapsMs: [1200000], neverReturns: 0 } });
+  assert.equal(d.nextDecisionAt, d.state.lastRequestAt + 290000);
+  d = agent.cacheClock({ prices: PRICES, now: d.state.lastRequestAt + 292000, returnModel: { gapsMs: [1200000], neverReturns: 0 } });
   assert.equal(d.decision, lls.Decision.KEEP_WARM, d.reason);
   assert.ok(d.recorded > 0);
   const body = agent.keepaliveBody();
   assert.equal(body.info.purpose, 'keepalive');
   assert.equal(JSON.parse(body.json).max_tokens, 1);
   body.release();
-  assert.equal(agent.recordBody(REPLY).toolCalls, 0);
+  assert.equal(agent.recordBody(REPLY).toolCallCount, 0);
   const v = session.verify();
   assert.deepEqual([v.requests, v.keepalives, v.decisions], [1, 1, 1]);
   agent.close();
