@@ -3,10 +3,11 @@
 # the public Claude Code transcripts (scripts/fetch-transcripts.sh), priced at Anthropic's
 # published prices for the model they used (benches/clock/anthropic.json: Claude Sonnet 4, per
 # million tokens, from Anthropic's pricing page as read on 2026-12-03), with the default
-# assumptions, then the same with each assumption the report discusses changed: a 10-second
-# margin, no 1-hour tier (benches/clock/five-minutes-only.json), `prefix` tier billing, a
-# lighter prior. Prints one table per run and writes each run's JSON under $OUT
-# (default target/bench-clock/). No timing is measured: the figures are costs.
+# assumptions, then the same with each assumption the report discusses changed: the old
+# 30-second margin, no 1-hour tier (benches/clock/five-minutes-only.json), `prefix` tier
+# billing, a lighter and a heavier prior, a host that leaves one pause in three for good.
+# Prints one table per run and writes each run's JSON under $OUT (default target/bench-clock/).
+# No timing is measured: the figures are costs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CARGO="${CARGO:-cargo}"
@@ -29,9 +30,10 @@ run() {
 }
 
 run default "$PRICES" '{}'
-run margin-10s "$PRICES" '{"marginMs": 10000}'
+run margin-30s "$PRICES" '{"marginMs": 30000}'
 run no-hour-tier benches/clock/five-minutes-only.json '{}'
-run no-hour-tier-margin-10s benches/clock/five-minutes-only.json '{"marginMs": 10000}'
 run prefix-billing "$PRICES" '{"tierBilling": "prefix"}'
 run prior-weight-0.5 "$PRICES" '{"returnModel": {"priorWeight": 0.5}}'
+run prior-weight-10 "$PRICES" '{"returnModel": {"priorWeight": 10}}'
+run never-returns-0.3 "$PRICES" '{"returnModel": {"neverReturns": 0.3}}'
 echo "JSON of every run: $OUT/"

@@ -1586,7 +1586,8 @@ void lls_cancel_free(lls_cancel *cancel);
  * {...} (as for `lls_session_explain`; without a price for the model nothing is decided),
  * "cacheRules"?: {...} (TTL overrides, as for `lls_session_explain`), "returnModel"?:
  * {"gapsMs"?, "weights"?, "neverReturns"?, "learn"?, "priorWeight"?}, "marginMs"?: ms before
- * expiry at which the clock acts (default 30000), "tierBilling"?: "written" | "prefix",
+ * expiry at which the clock acts (default 10000, raised to the session's longest keep-warm round
+ * trip), "tierBilling"?: "written" | "prefix",
  * "compaction"?: {"enabled"?, "minContextTokens"?, "summaryRatio"?}, "record"?: bool (default
  * true)}`.
  *

@@ -95,7 +95,7 @@ fn the_clock_reads_the_cache_from_the_log() {
     assert!(f.keepalive);
     assert_eq!(r.decision.decision, Action::None, "{}", r.decision.reason);
     assert_eq!(r.decision.warm_until, Some(sent + 300_000));
-    assert_eq!(r.decision.next_decision_at, Some(sent + 270_000));
+    assert_eq!(r.decision.next_decision_at, Some(sent + 290_000));
     assert_eq!(r.recorded, None);
     // Without a price for the model nothing is decided, and it says why.
     let r = a.cache_clock(&options(json!({"prices": {"openai": {"input": 1, "cachedInput": 0.1, "output": 2}}}))).unwrap();
@@ -106,7 +106,7 @@ fn the_clock_reads_the_cache_from_the_log() {
     assert_eq!(r.decision.decision, Action::None);
     assert_eq!(r.decision.warm_until, None);
     // Decisions are deterministic.
-    let o = options(json!({"prices": prices(), "now": sent + 280_000, "record": false}));
+    let o = options(json!({"prices": prices(), "now": sent + 292_000, "record": false}));
     let one = serde_json::to_string(&a.cache_clock(&o).unwrap()).unwrap();
     assert_eq!(serde_json::to_string(&a.cache_clock(&o).unwrap()).unwrap(), one);
 }
@@ -140,7 +140,7 @@ fn a_keep_warm_request_is_the_cached_prefix_and_its_answer_stays_out_of_the_hist
     };
     let sent = time_of(&s, "step/start");
     // The host returns after 20 minutes: keeping warm (4 requests) beats a rewrite.
-    let o = options(json!({"prices": prices(), "now": sent + 275_000, "returnModel": {"gapsMs": [1_200_000], "neverReturns": 0}}));
+    let o = options(json!({"prices": prices(), "now": sent + 292_000, "returnModel": {"gapsMs": [1_200_000], "neverReturns": 0}}));
     let r = a.cache_clock(&o).unwrap();
     assert_eq!(r.decision.decision, Action::KeepWarm, "{}", r.decision.reason);
     assert!(r.decision.reason.contains("a keep-warm request costs"), "{}", r.decision.reason);
@@ -164,7 +164,7 @@ fn a_keep_warm_request_is_the_cached_prefix_and_its_answer_stays_out_of_the_hist
     assert_eq!(s.history_json(), history, "the answer never enters the history");
     assert!(!a.keepalive_open());
     // The cache was used: the clock counts from the keep-warm request.
-    let r = a.cache_clock(&options(json!({"prices": prices(), "now": sent + 280_000}))).unwrap();
+    let r = a.cache_clock(&options(json!({"prices": prices(), "now": sent + 292_000}))).unwrap();
     assert_eq!(r.state.touched_at, Some(time_of(&s, "clock/keepalive")));
     // A provider error is the keep-warm request's too.
     a.keepalive_body().unwrap();
@@ -224,14 +224,21 @@ fn the_clock_compacts_while_warm_and_verify_rebuilds_it() {
     o["now"] = json!(sent + 60_000);
     let r = a.cache_clock(&options(o)).unwrap();
     assert_ne!(r.decision.decision, Action::Compact, "{}", r.decision.reason);
-    assert_eq!(r.decision.next_decision_at, Some(sent + 270_000));
+    assert_eq!(r.decision.next_decision_at, Some(sent + 290_000));
     assert!(r.state.figures.as_ref().unwrap().compaction.is_some());
     // (It advises the hour tier for the next write: with it, two keep-warm requests bridge three
     // hours, cheaper than a compaction.)
-    assert_eq!((r.decision.decision, r.decision.tier.as_deref()), (Action::Tier, Some("1h")), "{}", r.decision.reason);
-    // Thirty seconds before expiry, with the host back in three hours: compact now.
+    assert_eq!(
+        (r.decision.decision, r.decision.tier.as_deref()),
+        (Action::Tier, Some("1h")),
+        "{} {:?}",
+        r.decision.reason,
+        r.decision.options
+    );
+    // Eight seconds before expiry (within the 10-second margin), with the host back in three
+    // hours: compact now.
     let mut o = base.clone();
-    o["now"] = json!(sent + 275_000);
+    o["now"] = json!(sent + 292_000);
     let r = a.cache_clock(&options(o)).unwrap();
     assert_eq!(r.decision.decision, Action::Compact, "{}", r.decision.reason);
     assert!(r.decision.reason.contains("compacting pays if the host returns after expiry with a probability above"));
@@ -245,7 +252,7 @@ fn the_clock_compacts_while_warm_and_verify_rebuilds_it() {
     let e = a.keepalive_body().unwrap_err();
     assert!(e.message().contains("a compaction rewrote the history"), "{}", e.message());
     let mut o = base.clone();
-    o["now"] = json!(sent + 290_000);
+    o["now"] = json!(sent + 295_000);
     let r = a.cache_clock(&options(o)).unwrap();
     assert!(r.state.compacted);
     assert!(!r.state.figures.as_ref().unwrap().keepalive);
@@ -280,7 +287,7 @@ fn let_expire_is_recorded_once_with_its_figures() {
     let mut a = agent(&s, None);
     turn(&mut a, "one", 0, 30_000);
     let sent = time_of(&s, "step/start");
-    let o = options(json!({"prices": prices(), "now": sent + 280_000, "returnModel": {"gapsMs": [36_000_000], "neverReturns": 0.5}}));
+    let o = options(json!({"prices": prices(), "now": sent + 292_000, "returnModel": {"gapsMs": [36_000_000], "neverReturns": 0.5}}));
     let r = a.cache_clock(&o).unwrap();
     assert_eq!(r.decision.decision, Action::LetExpire, "{}", r.decision.reason);
     assert_eq!(r.decision.next_decision_at, None);
@@ -303,7 +310,7 @@ fn verify_recomputes_a_decision_and_refuses_one_that_differs() {
     let mut a = agent(&s, None);
     turn(&mut a, "one", 0, 30_000);
     let sent = time_of(&s, "step/start");
-    let o = options(json!({"prices": prices(), "now": sent + 280_000, "returnModel": {"gapsMs": [1_200_000], "neverReturns": 0}}));
+    let o = options(json!({"prices": prices(), "now": sent + 292_000, "returnModel": {"gapsMs": [1_200_000], "neverReturns": 0}}));
     assert_eq!(a.cache_clock(&o).unwrap().decision.decision, Action::KeepWarm);
     let recs = records(&s);
     let i = index_of(&recs, "clock/decision", 0);
@@ -329,6 +336,76 @@ fn verify_recomputes_a_decision_and_refuses_one_that_differs() {
 }
 
 #[test]
+fn the_mean_write_and_the_margin_come_from_the_log_and_verify_checks_them() {
+    let s = Session::in_memory();
+    let mut a = agent(&s, None);
+    turn(&mut a, "one", 0, 30_000);
+    turn(&mut a, "two", 30_040, 1_000);
+    turn(&mut a, "three", 31_080, 3_000);
+    let sent = time_of(&s, "step/start");
+    let o = options(json!({"prices": prices(), "now": sent + 292_000, "returnModel": {"gapsMs": [1_200_000], "neverReturns": 0}}));
+    let r = a.cache_clock(&o).unwrap();
+    assert_eq!(r.decision.decision, Action::KeepWarm, "{}", r.decision.reason);
+    let f = r.state.figures.as_ref().unwrap();
+    // The requests after the first wrote 1000 and 3000 tokens: a longer tier's premium is paid on
+    // 2000 a write. The margin is the default (no keep-warm round trip yet).
+    assert_eq!((f.written_tokens, f.mean_written_tokens, f.margin_ms), (3_000, Some(2_000), 10_000));
+    let recs = records(&s);
+    let i = index_of(&recs, "clock/decision", 0);
+    assert!(recs[i].contains("\"marginFrom\":\"log\""), "{}", recs[i]);
+    assert!(llmsession::request::verify_records(&bytes(&recs)).is_ok());
+    for (from, to, says) in [
+        ("\"meanWrittenTokens\":2000", "\"meanWrittenTokens\":200", "meanWrittenTokens is 2000 by the log, 200 recorded"),
+        ("\"marginMs\":10000", "\"marginMs\":30000", "marginMs is 10000 by the log, 30000 recorded"),
+    ] {
+        let mut bad = recs.clone();
+        assert!(bad[i].contains(from), "{}", bad[i]);
+        bad[i] = bad[i].replace(from, to);
+        let e = llmsession::request::verify_records(&bytes(&reseal(&bad))).unwrap_err();
+        assert!(e.message().contains(says), "{}", e.message());
+    }
+    // A margin the host gave is its own: recorded as such, and not derived again.
+    let s2 = Session::in_memory();
+    let mut b = agent(&s2, None);
+    turn(&mut b, "one", 0, 30_000);
+    let sent = time_of(&s2, "step/start");
+    let o = options(json!({"prices": prices(), "now": sent + 275_000, "marginMs": 30_000,
+                           "returnModel": {"gapsMs": [1_200_000], "neverReturns": 0}}));
+    assert_eq!(b.cache_clock(&o).unwrap().decision.decision, Action::KeepWarm);
+    let recs = records(&s2);
+    assert!(recs[index_of(&recs, "clock/decision", 0)].contains("\"marginFrom\":\"host\""));
+    assert!(llmsession::request::verify_records(&bytes(&recs)).is_ok());
+}
+
+#[test]
+fn the_clock_offers_a_tier_only_where_the_price_table_names_it() {
+    let s = Session::in_memory();
+    let mut a = agent(&s, None);
+    turn(&mut a, "one", 0, 30_000);
+    turn(&mut a, "two", 30_040, 500);
+    let sent = time_of(&s, "step/start");
+    // The host's distribution: 20-minute pauses, which the hour tier would bridge.
+    let ask = |a: &mut Agent, prices: Value| {
+        let o = options(json!({"prices": prices, "now": sent + 60_000, "record": false,
+                               "returnModel": {"gapsMs": [1_200_000], "neverReturns": 0}}));
+        a.cache_clock(&o).unwrap()
+    };
+    let r = ask(&mut a, prices());
+    assert_eq!((r.decision.decision, r.decision.tier.as_deref()), (Action::Tier, Some("1h")), "{}", r.decision.reason);
+    assert_eq!(r.state.figures.as_ref().unwrap().tiers.len(), 2);
+    // Without a 1-hour price (or with one flat write price) the clock guesses none, as explain
+    // and simulate do not.
+    for p in [
+        json!({"anthropic": {"input": 3, "cachedInput": 0.3, "cacheWrite": {"5m": 3.75}, "output": 15}}),
+        json!({"anthropic": {"input": 3, "cachedInput": 0.3, "cacheWrite": 3.75, "output": 15}}),
+    ] {
+        let r = ask(&mut a, p);
+        assert_eq!(r.decision.decision, Action::None, "{}", r.decision.reason);
+        assert!(r.state.figures.as_ref().unwrap().tiers.is_empty());
+    }
+}
+
+#[test]
 fn explain_prices_every_idle_gap_against_each_action() {
     let s = Session::in_memory();
     let mut a = agent(&s, Some(big_policy()));
@@ -337,7 +414,7 @@ fn explain_prices_every_idle_gap_against_each_action() {
     // The host is away 20 minutes; the clock keeps warm four times.
     let pause = 1_200_000u64;
     let o = |now: u64| options(json!({"prices": prices(), "now": now, "returnModel": {"gapsMs": [pause], "neverReturns": 0}}));
-    let r = a.cache_clock(&o(sent + 275_000)).unwrap();
+    let r = a.cache_clock(&o(sent + 292_000)).unwrap();
     assert_eq!(r.decision.decision, Action::KeepWarm, "{}", r.decision.reason);
     a.keepalive_body().unwrap();
     a.record_body(&reply("ok", 0, 150_040, 0)).unwrap();
@@ -355,7 +432,7 @@ fn explain_prices_every_idle_gap_against_each_action() {
             }
             let v: Value = serde_json::from_str(r).unwrap();
             let t = v["time"].as_u64().unwrap();
-            let shift = if i == from { 275_000 } else { pause };
+            let shift = if i == from { 292_000 } else { pause };
             r.replace(&format!("\"time\":{t}"), &format!("\"time\":{}", sent + shift + (t - sent).min(1_000)))
         })
         .collect();

@@ -393,15 +393,24 @@ func TestListenersTokenCounterAndStore(t *testing.T) {
 	var mu sync.Mutex
 	records := []string{}
 	s, err := OpenStore(func(ctx context.Context, req json.RawMessage) (any, error) {
-		var r struct{ Op, Record string }
-		json.Unmarshal(req, &r)
+		var r struct {
+			Op      string   `json:"op"`
+			Records []string `json:"records"`
+			Header  *string  `json:"header"`
+		}
+		if err := json.Unmarshal(req, &r); err != nil {
+			return nil, err
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		switch r.Op {
 		case "load":
 			return map[string]any{"records": records}, nil
 		case "append":
-			records = append(records, r.Record)
+			if r.Header != nil {
+				records = append(records, *r.Header)
+			}
+			records = append(records, r.Records...)
 		}
 		return true, nil
 	}, &SessionOptions{ID: "stored"})
@@ -441,6 +450,11 @@ func TestListenersTokenCounterAndStore(t *testing.T) {
 	mu.Unlock()
 	if n < 5 {
 		t.Errorf("store holds %d records", n)
+	}
+	for i, rec := range records[:n] {
+		if !json.Valid([]byte(rec)) {
+			t.Errorf("stored record %d is not JSON: %q", i, rec)
+		}
 	}
 	if _, err := s.Verify(); err != nil {
 		t.Error(err)

@@ -58,7 +58,8 @@ type ClockOptions struct {
 	CacheRules json.RawMessage `json:"cacheRules,omitempty"`
 	// ReturnModel is the host's return-time model (nil: the session's gaps and the default prior).
 	ReturnModel *ReturnModel `json:"returnModel,omitempty"`
-	// MarginMs is how long before expiry the clock acts (default 30000).
+	// MarginMs is how long before expiry the clock acts (default 10000, raised to the
+	// session's longest keep-warm round trip).
 	MarginMs int64 `json:"marginMs,omitempty"`
 	// TierBilling is "written" (default) or "prefix": how a longer-tier write after a cache
 	// hit is billed (docs/caching.md, "Pricing assumptions").

@@ -42,12 +42,12 @@ func TestCacheClockKeepsWarmThroughTheRecordPath(t *testing.T) {
 	if d.State.Tier != "5m" || d.State.TTLMs != 300000 || d.State.LastRequestAt == 0 {
 		t.Fatalf("state %+v", d.State)
 	}
-	if next, ok := d.NextDecisionAt(); !ok || next.UnixMilli() != d.State.LastRequestAt+270000 {
+	if next, ok := d.NextDecisionAt(); !ok || next.UnixMilli() != d.State.LastRequestAt+290000 {
 		t.Errorf("next decision %v %v (decision %s: %s)", next, ok, d.Decision, d.Reason)
 	}
-	// Thirty seconds before expiry, the host back in twenty minutes: keep warm.
+	// Eight seconds before expiry, the host back in twenty minutes: keep warm.
 	never := 0.0
-	d, err = a.CacheClock(&ClockOptions{Prices: json.RawMessage(clockPrices), Now: d.State.LastRequestAt + 275000,
+	d, err = a.CacheClock(&ClockOptions{Prices: json.RawMessage(clockPrices), Now: d.State.LastRequestAt + 292000,
 		ReturnModel: &ReturnModel{GapsMs: []int64{1200000}, NeverReturns: &never}})
 	must(t, err)
 	if d.Decision != DecisionKeepWarm || d.Recorded == 0 || !strings.Contains(d.Reason, "keeping warm pays") {

@@ -721,7 +721,7 @@ export interface ClockOptions {
   cacheRules?: { [key: string]: Json };
   /** The return-time model (default: the session's gaps and the documented prior). */
   returnModel?: { gapsMs?: number[]; weights?: number[]; neverReturns?: number; learn?: boolean; priorWeight?: number };
-  /** How long before expiry the clock acts, ms (default 30000). */
+  /** How long before expiry the clock acts, ms (default 10000, raised to the session's longest keep-warm round trip). */
   marginMs?: number;
   /** How a longer-tier write after a hit is billed. */
   tierBilling?: 'written' | 'prefix';

@@ -19,7 +19,8 @@ use std::ffi::c_char;
 /// {...} (as for `lls_session_explain`; without a price for the model nothing is decided),
 /// "cacheRules"?: {...} (TTL overrides, as for `lls_session_explain`), "returnModel"?:
 /// {"gapsMs"?, "weights"?, "neverReturns"?, "learn"?, "priorWeight"?}, "marginMs"?: ms before
-/// expiry at which the clock acts (default 30000), "tierBilling"?: "written" | "prefix",
+/// expiry at which the clock acts (default 10000, raised to the session's longest keep-warm round
+/// trip), "tierBilling"?: "written" | "prefix",
 /// "compaction"?: {"enabled"?, "minContextTokens"?, "summaryRatio"?}, "record"?: bool (default
 /// true)}`.
 ///

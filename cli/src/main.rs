@@ -576,6 +576,12 @@ fn cmd_simulate(
     }
     let o = &settings.options;
     out!("ratio: clock ÷ optimal, clock+compact ÷ optimal+compact; clock/thr: clock against what was recorded (threshold)");
+    let abandoned = |f: fn(&llmsession::timeline::simulate::Policies) -> f64| reports.iter().map(|(_, r)| f(&r.policies)).sum::<f64>();
+    out!(
+        "after the last request (a host that never came back): clock spent {:.4}, clock+compact {:.4} (in their costs)",
+        abandoned(|p| p.clock.abandoned_cost),
+        abandoned(|p| p.clock_compact.abandoned_cost)
+    );
     out!(
         "assumptions: tier billing {}, margin {}, keep-warm output {}, summary {:.0} % of the region (at most {} tokens), retained tail {:.0} %, instruction {} tokens, return model {} (docs/simulate.md)",
         serde_json::to_value(o.tier_billing).unwrap().as_str().unwrap_or(""),

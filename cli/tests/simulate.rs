@@ -78,7 +78,7 @@ fn simulate_prices_a_log_under_every_policy() {
     assert!(cost("optimal+compact") <= cost("clock+compact") + 1e-12, "{p}");
     assert_eq!(p["optimal"]["ratio"], 1.0);
     assert!((p["clock"]["ratio"].as_f64().unwrap() - cost("clock") / cost("optimal")).abs() < 1e-12);
-    assert_eq!(v["assumptions"]["marginMs"], 30_000);
+    assert_eq!(v["assumptions"]["marginMs"], 10_000);
     assert_eq!(v["assumptions"]["prices"]["openai/gpt-5"]["input"], 1.25);
     assert_eq!(v["aggregate"]["timelines"], 1);
     // Twice the same log: the aggregate sums them; the text shows an aggregate row.
@@ -87,7 +87,7 @@ fn simulate_prices_a_log_under_every_policy() {
     assert!(out.lines().next().unwrap().starts_with("session"), "{out}");
     let agg = out.lines().find(|l| l.starts_with("aggregate")).unwrap_or_else(|| panic!("{out}"));
     assert!(agg.split_whitespace().nth(1) == Some("12"), "{agg}");
-    assert!(out.contains("assumptions: tier billing written, margin 30 s"), "{out}");
+    assert!(out.contains("assumptions: tier billing written, margin 10 s"), "{out}");
 }
 
 /// A Claude Code transcript written from the format's shape: three responses (the first split

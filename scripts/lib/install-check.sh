@@ -14,6 +14,8 @@
 #    removes every llmsession file and leaves the prefix's other files alone.
 # CC: the C compiler.
 set -euo pipefail
+# A pipe into `grep ... >/dev/null`, never `grep -q`: grep -q exits at its first match, and the
+# command before it can then die of SIGPIPE, which pipefail reports as a failure.
 : "${REALNAME:?run it through make install-check}" "${LIBDIR:?}" "${INCLUDEDIR:?}" "${PKGCONFIGDIR:?}"
 : "${BINDIR:?}" "${MANIFEST:?}"
 cc=${CC:-cc}
@@ -37,12 +39,12 @@ noenv "$tmp/quickstart" >/dev/null
 for f in "$dest$LIBDIR/$REALNAME" "$dest$BINDIR/llmsession"; do
     name=$(basename "$f")
     debug=$dest$LIBDIR/debug/$name.debug
-    if readelf -S "$f" | grep -q '\.debug_info'; then fail "$f still has debug info"; fi
+    if readelf -S "$f" | grep -e '\.debug_info' >/dev/null; then fail "$f still has debug info"; fi
     # A .debug file of a program keeps the program's headers over sections it no longer holds,
     # and readelf complains (exit 1) that the interpreter's name is missing: its status is not
     # the test, the section list is.
-    { readelf -S "$debug" 2>/dev/null || true; } | grep -q '\.debug_info' || fail "no split debug info for $name"
-    readelf -p .gnu_debuglink "$f" | grep -q "$name.debug" || fail "no debuglink in $name"
+    { readelf -S "$debug" 2>/dev/null || true; } | grep -e '\.debug_info' >/dev/null || fail "no split debug info for $name"
+    readelf -p .gnu_debuglink "$f" | grep -e "$name.debug" >/dev/null || fail "no debuglink in $name"
 done
 echo "install-check: debug info split off the library and the command"
 
@@ -59,14 +61,15 @@ echo "install-check: prefix $p, pkg-config flags: $flags"
 case " $flags " in *" -Wl,-rpath,$p/lib "*) ;; *) fail "the .pc's Libs carry no rpath" ;; esac
 # shellcheck disable=SC2086
 $cc -std=c11 -Wall -Wextra -Werror examples/c/quickstart.c $flags -o "$tmp/qs"
-noenv ldd "$tmp/qs" | grep -q "libllmsession.so.* => $p/lib/" || fail "the quickstart does not load $p/lib's library"
+noenv ldd "$tmp/qs" | grep -e "libllmsession.so.* => $p/lib/" >/dev/null || fail "the quickstart does not load $p/lib's library"
 log=$tmp/work/session.jsonl
 mkdir -p "$tmp/work"
 noenv "$tmp/qs" "$log" >"$tmp/run1.txt" || fail "the quickstart failed: $(cat "$tmp/run1.txt")"
 grep -q '^quickstart: ok$' "$tmp/run1.txt" || fail "the quickstart did not finish"
 noenv "$tmp/qs" "$log" >"$tmp/run2.txt" || fail "the resumed quickstart failed"
 grep -q '^opened .*"turns":2,' "$tmp/run2.txt" || fail "the second run did not resume the 2 turns of the first"
-grep -q '^verify: .*"events":44' "$tmp/run2.txt" || fail "the resumed session does not hold both runs"
+# Both runs: 22 events each, and the checkpoint record written after each run's compaction.
+grep -q '^verify: .*"events":46' "$tmp/run2.txt" || fail "the resumed session does not hold both runs"
 echo "install-check: the quickstart ran without LD_LIBRARY_PATH and resumed its session"
 # A failure prints the library's message, not the placeholder of an unset error handle.
 if noenv "$tmp/qs" "$tmp/missing/dir/session.jsonl" >/dev/null 2>"$tmp/err.txt"; then
@@ -80,13 +83,13 @@ echo "install-check: a failing call prints: $(cat "$tmp/err.txt")"
 # it verifies.
 noenv "$p/bin/llmsession" --help >"$tmp/help.txt" 2>/dev/null || fail "llmsession --help exited $?"
 grep -qi 'usage' "$tmp/help.txt" || fail "llmsession --help printed no usage: $(cat "$tmp/help.txt")"
-noenv "$p/bin/llmsession" --version | grep -q "$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)" ||
+noenv "$p/bin/llmsession" --version | grep -e "$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)" >/dev/null ||
     fail "llmsession --version does not name the version in Cargo.toml"
 noenv "$p/bin/llmsession" verify "$log" >"$tmp/verify.txt" || fail "llmsession verify failed: $(cat "$tmp/verify.txt")"
-grep -q '^ok: 44 events' "$tmp/verify.txt" || fail "llmsession verify said: $(cat "$tmp/verify.txt")"
+grep -q '^ok: 46 events' "$tmp/verify.txt" || fail "llmsession verify said: $(cat "$tmp/verify.txt")"
 echo "install-check: installed llmsession: $(cat "$tmp/verify.txt")"
 for f in "$p/lib/$REALNAME" "$p/lib/libllmsession.a" "$p/bin/llmsession"; do
-    if readelf -S "$f" | grep -q '\.debug_info'; then fail "$f has debug info"; fi
+    if readelf -S "$f" | grep -e '\.debug_info' >/dev/null; then fail "$f has debug info"; fi
 done
 echo "install-check: sizes (KiB): $(cd "$p" && du -k "lib/$REALNAME" lib/libllmsession.a bin/llmsession | awk '{ printf "%s %s, ", $2, $1 }')debug files $(du -sk "$p/lib/debug" | cut -f1)"
 MANIFEST=$p/share/llmsession/install-manifest.txt bash scripts/lib/uninstall.sh >/dev/null

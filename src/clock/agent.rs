@@ -13,7 +13,7 @@
 //! - [`Agent::compact_idle`]: the cache-reusing compaction, started by the clock's `compact`
 //!   decision (`compaction/start` with `trigger: "idle"` and the decision's seq).
 
-use super::cost::{CacheFigures, Rates, Tier, TierBilling};
+use super::cost::{offered_tiers, CacheFigures, Rates, TierBilling};
 use super::decide::{decide, Action, Decision, Timing};
 use super::returns::ReturnModelSpec;
 use super::track::{log_figures, CompactionParams};
@@ -30,8 +30,15 @@ use crate::types::{CallConfig, Fields, Message, Usage};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-/// The default margin before expiry at which the clock acts.
-pub const DEFAULT_MARGIN_MS: u64 = 30_000;
+/// How long before expiry the clock acts by default (`marginMs`): the time the request it sends
+/// (a keep-warm request, a summarisation request) needs to reach the provider's cache, which it
+/// reads when it starts. A keep-warm request reads a cached prefix and produces one token, and
+/// is answered in seconds; 10 s leaves room for a slow network, a busy provider and a late
+/// timer. The agent's clock raises it to the longest keep-warm round trip the session has
+/// seen ([`super::ClockTrack::lead_ms`]); a host that knows its latency gives `marginMs`.
+/// Acting earlier than needed is not free: a keep-warm request sent before a host that was
+/// about to come back anyway is wasted (see docs/caching.md, "The cache clock").
+pub const DEFAULT_MARGIN_MS: u64 = 10_000;
 
 /// The default expected summary, as a share of the region it replaces.
 pub const DEFAULT_SUMMARY_RATIO: f64 = 0.1;
@@ -70,7 +77,8 @@ pub struct ClockOptions {
     pub cache_rules: CacheRules,
     /// The return-time model.
     pub return_model: ReturnModelSpec,
-    /// How long before expiry the clock acts (default 30 s).
+    /// How long before expiry the clock acts (default: [`super::ClockTrack::lead_ms`], from
+    /// [`DEFAULT_MARGIN_MS`] and the session's keep-warm round trips).
     pub margin_ms: Option<u64>,
     /// How a longer-tier write after a hit is billed.
     pub tier_billing: TierBilling,
@@ -207,27 +215,21 @@ fn none(at: u64, reason: impl Into<String>) -> Decision {
 }
 
 impl Agent {
-    /// The tier in force and the tiers the provider offers, with their TTLs from `rules`.
-    fn clock_tiers(
-        &self,
-        provider: &str,
-        model: &str,
-        config: &CallConfig,
-        usage: Option<&Usage>,
-        rules: &CacheRules,
-    ) -> (String, Vec<(String, Option<u64>)>) {
-        let rule =
-            |one_hour: bool| rules.rule(&CacheSettings { provider, model, config: Some(&config.extra), wrote_one_hour: one_hour }).ttl_ms;
+    /// The tier in force (`5m` or `1h` for Anthropic, `default` elsewhere), from the renderer's
+    /// `cacheTtl` or, without one, from the last usage.
+    fn clock_tier(&self, provider: &str, usage: Option<&Usage>) -> &'static str {
         if provider != "anthropic" {
-            return ("default".into(), vec![("default".into(), rule(false))]);
+            return "default";
         }
-        let rendered = self.body.as_ref().and_then(|b| b.options().cache_ttl);
-        let one_hour = match rendered {
+        let one_hour = match self.body.as_ref().and_then(|b| b.options().cache_ttl) {
             Some(t) => t == CacheTtl::OneHour,
             None => usage.and_then(|u| u.cache_write_1h_tokens).unwrap_or(0) > 0,
         };
-        let tier = if one_hour { "1h" } else { "5m" };
-        (tier.into(), vec![("5m".into(), rule(false)), ("1h".into(), rule(true))])
+        if one_hour {
+            "1h"
+        } else {
+            "5m"
+        }
     }
 
     /// "What now?" for the cache of this session (see the module docs and docs/caching.md, "The
@@ -254,8 +256,14 @@ impl Agent {
         };
         let (provider, model) = (header.config.provider.clone(), header.config.model.clone());
         let last_usage = st.last_usage.as_ref().filter(|(seq, _)| track.last_step.is_some_and(|s| *seq > s.0)).map(|(_, u)| u);
-        let (tier, tiers) = self.clock_tiers(&provider, &model, &header.config, last_usage, &options.cache_rules);
-        let ttl_ms = tiers.iter().find(|t| t.0 == tier).and_then(|t| t.1);
+        let tier = self.clock_tier(&provider, last_usage).to_string();
+        let rules = &options.cache_rules;
+        let ttl_of = |one_hour: bool| {
+            rules
+                .rule(&CacheSettings { provider: &provider, model: &model, config: Some(&header.config.extra), wrote_one_hour: one_hour })
+                .ttl_ms
+        };
+        let ttl_ms = ttl_of(tier == "1h");
         let mut state = ClockState {
             provider: provider.clone(),
             model: model.clone(),
@@ -288,21 +296,15 @@ impl Agent {
             warm_tokens: lf.warm_tokens,
             context_tokens: lf.context_tokens,
             written_tokens: lf.written_tokens,
+            mean_written_tokens: lf.mean_written_tokens,
             ttl_ms,
             tier: tier.clone(),
-            tiers: if tiers.len() > 1 {
-                tiers
-                    .iter()
-                    .filter_map(|(name, ttl)| ttl.map(|t| Tier { name: name.clone(), ttl_ms: t, write: price.write_rate(name) }))
-                    .collect()
-            } else {
-                Vec::new()
-            },
+            tiers: offered_tiers(&provider, price, ttl_of),
             tier_billing: options.tier_billing,
             rates: Rates::of(price, &tier),
             keepalive: lf.keepalive,
             ping_output_tokens: keepalive_max_tokens(renderer, &header.config),
-            margin_ms: options.margin_ms.unwrap_or(DEFAULT_MARGIN_MS),
+            margin_ms: options.margin_ms.unwrap_or_else(|| track.lead_ms()),
             compaction: lf.compaction.clone(),
         };
         let timing = Timing { gap_start: track.last_step.map_or(0, |s| s.1), touched_at: track.touched.unwrap_or(0), now };
@@ -317,6 +319,7 @@ impl Agent {
             data["timing"] = serde_json::to_value(timing).expect("timing serialises");
             data["returnModel"] = serde_json::to_value(&options.return_model).expect("a model serialises");
             data["learnedGaps"] = json!(if options.return_model.learn { gaps.len() } else { 0 });
+            data["marginFrom"] = json!(if options.margin_ms.is_some() { "host" } else { "log" });
             data["provider"] = json!(provider);
             data["model"] = json!(model);
             if let Some(p) = &params {

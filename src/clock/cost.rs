@@ -4,7 +4,7 @@
 //! Everything here is a pure function of small plain structs: the agent's clock fills them from
 //! its log, `explain` from a recorded log, `simulate` from any timeline.
 
-use crate::prices::Price;
+use crate::prices::{Price, WritePrice};
 use serde::{Deserialize, Serialize};
 
 const M: f64 = 1_000_000.0;
@@ -43,6 +43,28 @@ pub struct Tier {
     pub ttl_ms: u64,
     /// Its write price per million tokens.
     pub write: f64,
+}
+
+/// The tiers a provider offers for the next write, as every part of the clock prices them
+/// (the agent's clock, `explain`, `simulate`): Anthropic's `5m` and `1h` (the TTL of each from
+/// `ttl`, given whether the write is at the 1-hour tier), each only where the price table
+/// names its write price (`cacheWrite: {"5m": ..., "1h": ...}`). The clock never guesses a
+/// tier's price: a flat `cacheWrite`, or none, offers no choice, and neither does a table that
+/// prices one tier only. Other providers offer none (their retention is a request option the
+/// host sets, not a price the clock weighs).
+pub fn offered_tiers(provider: &str, price: &Price, ttl: impl Fn(bool) -> Option<u64>) -> Vec<Tier> {
+    let Some(WritePrice::ByTtl(by)) = &price.cache_write else { return Vec::new() };
+    if provider != "anthropic" {
+        return Vec::new();
+    }
+    let tiers: Vec<Tier> = [("5m", false), ("1h", true)]
+        .iter()
+        .filter_map(|(name, hour)| Some(Tier { name: (*name).into(), ttl_ms: ttl(*hour)?, write: *by.get(*name)? }))
+        .collect();
+    if tiers.len() < 2 {
+        return Vec::new();
+    }
+    tiers
 }
 
 /// How a write at a longer tier is billed when the request read the rest of its prefix from
@@ -91,8 +113,14 @@ pub struct CacheFigures {
     /// The context the next request carries before the host's new input (the warm prefix, the
     /// reply and what was added since).
     pub context_tokens: u64,
-    /// What the last request wrote to the cache (for the premium of a longer tier).
+    /// What the last request wrote to the cache.
     pub written_tokens: u64,
+    /// What the session's requests wrote to the cache on average, the first one left out (it
+    /// writes the session's head once): what a write at a longer tier pays its premium on, on
+    /// every request the tier stays in force for. Absent before the second request (the last
+    /// request's writes stand in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_written_tokens: Option<u64>,
     /// The TTL of the tier in force; `None`: the provider documents none (nothing expires).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_ms: Option<u64>,
@@ -324,6 +352,7 @@ mod tests {
             warm_tokens: warm,
             context_tokens: context,
             written_tokens: context - warm + 500,
+            mean_written_tokens: None,
             ttl_ms: Some(300_000),
             tier: "5m".into(),
             tiers: vec![
@@ -422,6 +451,32 @@ mod tests {
         let g = GapCosts::of(&f, 10 * 3_600_000);
         assert_eq!(g.options.len(), 1);
         close(g.best().cost, f.warm_return());
+    }
+
+    #[test]
+    fn tiers_are_offered_only_where_the_price_table_names_them() {
+        use crate::prices::PriceTable;
+        let ttl = |hour: bool| Some(if hour { 3_600_000 } else { 300_000 });
+        let table = |v: serde_json::Value| PriceTable::from_value(&v).unwrap();
+        let both =
+            table(serde_json::json!({"anthropic": {"input": 3, "cachedInput": 0.3, "cacheWrite": {"5m": 3.75, "1h": 6}, "output": 15}}));
+        let tiers = offered_tiers("anthropic", both.price("anthropic", "m").unwrap(), ttl);
+        assert_eq!(
+            tiers.iter().map(|t| (t.name.as_str(), t.ttl_ms, t.write)).collect::<Vec<_>>(),
+            [("5m", 300_000, 3.75), ("1h", 3_600_000, 6.0)]
+        );
+        // Another provider, a table without the hour's price, a flat price: no choice.
+        assert!(offered_tiers("openai", both.price("anthropic", "m").unwrap(), ttl).is_empty());
+        for v in [
+            serde_json::json!({"anthropic": {"input": 3, "cachedInput": 0.3, "cacheWrite": {"5m": 3.75}, "output": 15}}),
+            serde_json::json!({"anthropic": {"input": 3, "cachedInput": 0.3, "cacheWrite": 3.75, "output": 15}}),
+            serde_json::json!({"anthropic": {"input": 3, "cachedInput": 0.3, "output": 15}}),
+        ] {
+            let t = table(v);
+            assert!(offered_tiers("anthropic", t.price("anthropic", "m").unwrap(), ttl).is_empty());
+        }
+        // A cache rule without a TTL for the hour tier offers none either.
+        assert!(offered_tiers("anthropic", both.price("anthropic", "m").unwrap(), |h| (!h).then_some(300_000)).is_empty());
     }
 
     #[test]

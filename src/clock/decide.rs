@@ -92,7 +92,8 @@ pub struct BreakEven {
 pub struct Decision {
     /// What to do now.
     pub decision: Action,
-    /// With `tier`: the tier for the next write.
+    /// With `tier`: the tier for the next write; with `let-expire`, the tier for the rewrite
+    /// after expiry when it is not the one in force.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tier: Option<String>,
     /// Why, in words: the break-even, the probability of the host's return that decides it,
@@ -255,28 +256,64 @@ fn percent(p: f64) -> String {
     format!("{:.0} %", p * 100.0)
 }
 
-/// The expected cost of each tier of `f.tiers` for the next write, over one gap from its start
-/// under `model` (the write at that tier's price, then the gap as [`decide`] would handle it at
-/// that tier's TTL), with the warm prefix then as now. The clock advises the cheapest (`tier`);
-/// `simulate` asks it before each write.
-pub fn tier_costs(f: &CacheFigures, model: &ReturnModel) -> Vec<(Tier, f64)> {
-    let mut out = Vec::new();
-    for t in &f.tiers {
+/// What writing the next request at one tier is expected to cost ([`tier_costs`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TierCost {
+    /// The tier.
+    pub tier: Tier,
+    /// The expected cost of the next write at it and of the gap after it: its write, then a
+    /// short gap (probability `1 - pause`: a warm return) or a pause handled as [`decide`]
+    /// would handle it at this tier's TTL.
+    pub cost: f64,
+    /// What the next write costs at this tier (its premium is the difference between tiers).
+    pub write: f64,
+    /// The expected cost of a pause after the write at this tier (the actions during it and
+    /// the return).
+    pub pause_cost: f64,
+    /// The probability that the gap after the next write is a pause ([`ReturnModel::pause_probability`]).
+    pub pause: f64,
+    /// Where the figures come from ([`ReturnModel::tier_model`]'s source).
+    pub returns: String,
+}
+
+/// The expected cost of each tier of `f.tiers` for the next write (see the module docs of
+/// [`crate::clock`]): the write at that tier's price, then the gap after it. A tier's premium
+/// buys nothing unless that gap is a pause (longer than the shortest tier's first decision
+/// point), so the gap is a pause with the probability the session has shown
+/// ([`ReturnModel::pause_probability`]: how many of its own gaps were pauses), and a pause
+/// lasts as the model says given that the host has been away that long. The premium of one
+/// write is thereby weighed against `1 / pause` writes per pause: a session that pauses once
+/// in twenty requests pays twenty premiums for one pause the longer tier bridges. The warm
+/// prefix is taken as now. The clock advises the cheapest (`tier`).
+pub fn tier_costs(f: &CacheFigures, model: &ReturnModel) -> Vec<TierCost> {
+    let for_tier = |t: &Tier| {
         let mut g = f.clone();
         g.ttl_ms = Some(t.ttl_ms);
         g.tier = t.name.clone();
         g.rates.write = t.write;
+        g
+    };
+    let Some(pause_ms) = f.tiers.iter().map(|t| t.ttl_ms - for_tier(t).margin()).min() else { return Vec::new() };
+    let Some(model) = model.tier_model(pause_ms) else { return Vec::new() };
+    let model = &model;
+    let pause = model.pause_probability(pause_ms);
+    let mut out = Vec::new();
+    for t in &f.tiers {
+        let g = for_tier(t);
         // What the next request writes at that tier: what it adds (about what the last one
         // wrote, at least what came after it), or the whole prefix under `prefix` billing.
-        let new = f.written_tokens.max(f.context_tokens.saturating_sub(f.warm_tokens));
+        let new = f.mean_written_tokens.unwrap_or(f.written_tokens).max(f.context_tokens.saturating_sub(f.warm_tokens));
         let moves = t.name != f.tier && f.tier_billing == super::cost::TierBilling::Prefix;
         let write = (if moves { new.max(f.warm_tokens) } else { new }) as f64 * t.write / 1e6;
         let margin = g.margin();
-        let rem = Remaining::new(model, 0, t.ttl_ms - margin);
+        let d0 = t.ttl_ms - margin;
+        let rem = Remaining::new(model, pause_ms, d0 - pause_ms);
         let v = solve(&g, &rem, margin);
         let total = rem.pre + rem.suffix[0];
-        let gap = if total > 0.0 { (rem.pre * g.warm_return() + rem.suffix[0] * v.best) / total } else { 0.0 };
-        out.push((t.clone(), write + gap));
+        let warm = g.warm_return();
+        let pause_cost = if total > 0.0 { (rem.pre * warm + rem.suffix[0] * v.best) / total } else { warm };
+        let cost = write + (1.0 - pause) * warm + pause * pause_cost;
+        out.push(TierCost { tier: t.clone(), cost, write, pause_cost, pause, returns: model.source.clone() });
     }
     out
 }
@@ -380,24 +417,48 @@ pub fn decide(f: &CacheFigures, t: &Timing, model: &ReturnModel) -> Decision {
         // the next write.
         d.next_decision_at = Some(d0);
         let tiers = tier_costs(f, model);
-        for (tier, cost) in &tiers {
-            d.options.push(Expected { option: "tier".into(), tier: Some(tier.name.clone()), expected_cost: *cost, expected_pings: None });
+        for t in &tiers {
+            d.options.push(Expected {
+                option: "tier".into(),
+                tier: Some(t.tier.name.clone()),
+                expected_cost: t.cost,
+                expected_pings: None,
+            });
         }
-        let best = cheapest(tiers.iter().map(|x| x.1));
-        if let Some((tier, cost)) = tiers.get(best).filter(|(x, _)| x.name != f.tier) {
-            let now_cost = tiers.iter().find(|(x, _)| x.name == f.tier).map_or(f64::NAN, |x| x.1);
+        let best = cheapest(tiers.iter().map(|x| x.cost));
+        if let Some(b) = tiers.get(best).filter(|x| x.tier.name != f.tier) {
+            let now = tiers.iter().find(|x| x.tier.name == f.tier);
             d.decision = Action::Tier;
-            d.tier = Some(tier.name.clone());
-            d.reason = format!(
-                "write the next request at the {} tier: with this session's pauses ({}) a gap costs {} on average there against {} at the {} tier (its premium included); nothing else is due before {} ({} before expiry)",
-                tier.name,
-                model.source,
-                money(*cost),
-                money(now_cost),
-                f.tier,
-                duration(d0 - t.now),
-                duration(margin)
-            );
+            d.tier = Some(b.tier.name.clone());
+            let per_pause = |premium: f64| if b.pause > 0.0 { premium / b.pause } else { f64::INFINITY };
+            d.reason = match now {
+                Some(n) => format!(
+                    "write the next request at the {} tier: {} (a pause after {} of its requests, never coming back included), and a pause costs {} on average at the {} tier against {} at the {} tier; the {} tier's write costs {} more, {} over the requests until the next pause; expected costs per request: {} {}, {} {}; nothing else is due before {} ({} before expiry)",
+                    b.tier.name,
+                    b.returns,
+                    percent(b.pause),
+                    money(n.pause_cost),
+                    f.tier,
+                    money(b.pause_cost),
+                    b.tier.name,
+                    b.tier.name,
+                    money(b.write - n.write),
+                    money(per_pause(b.write - n.write)),
+                    f.tier,
+                    money(n.cost),
+                    b.tier.name,
+                    money(b.cost),
+                    duration(d0 - t.now),
+                    duration(margin)
+                ),
+                None => format!(
+                    "write the next request at the {} tier: expected cost per request {}; nothing else is due before {} ({} before expiry)",
+                    b.tier.name,
+                    money(b.cost),
+                    duration(d0 - t.now),
+                    duration(margin)
+                ),
+            };
         } else {
             d.reason = format!(
                 "nothing to do yet: the cache is warm for {} more; ask again {} before expiry, in {} (expected costs then: {costs})",
@@ -423,12 +484,34 @@ pub fn decide(f: &CacheFigures, t: &Timing, model: &ReturnModel) -> Decision {
         Action::Compact => format!("compact now, while the prefix is warm: {}{odds}; expected costs: {costs}", why_compact()),
         _ => format!("let it expire: {}{}{odds}; expected costs: {costs}", why_pings(), why_compact()),
     };
+    if d.decision == Action::LetExpire {
+        // The next write rewrites the whole context: a tier's premium is paid on all of it, so
+        // the tier for it is weighed again (see `tier_costs`).
+        let mut rewrite = f.clone();
+        rewrite.warm_tokens = f.context_tokens;
+        rewrite.written_tokens = f.context_tokens;
+        rewrite.mean_written_tokens = Some(f.context_tokens);
+        let tiers = tier_costs(&rewrite, model);
+        if let Some(b) = tiers.get(cheapest(tiers.iter().map(|x| x.cost))).filter(|x| x.tier.name != f.tier) {
+            let now = tiers.iter().find(|x| x.tier.name == f.tier).map_or(f64::NAN, |x| x.cost);
+            d.tier = Some(b.tier.name.clone());
+            d.reason.push_str(&format!(
+                "; write the rewrite at the {} tier: it writes the whole context again, {} at the {} tier against {} at the {} tier (the gap after it included)",
+                b.tier.name,
+                money(b.cost),
+                b.tier.name,
+                money(now),
+                f.tier
+            ));
+        }
+    }
     d
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::cost::{CompactionFigures, Rates, TierBilling};
+    use super::super::returns::ReturnModelSpec;
     use super::*;
 
     fn figures(warm: u64) -> CacheFigures {
@@ -436,6 +519,7 @@ mod tests {
             warm_tokens: warm,
             context_tokens: warm + 1_000,
             written_tokens: 1_500,
+            mean_written_tokens: None,
             ttl_ms: Some(300_000),
             tier: "5m".into(),
             tiers: Vec::new(),
@@ -524,6 +608,66 @@ mod tests {
         // Pauses of seconds: the short tier stays.
         let d = decide(&f, &at(10_000), &model(&[1], 0.0));
         assert_eq!(d.decision, Action::None, "{}", d.reason);
+    }
+
+    fn two_tiers(mut f: CacheFigures) -> CacheFigures {
+        f.tiers = vec![Tier { name: "5m".into(), ttl_ms: 300_000, write: 3.75 }, Tier { name: "1h".into(), ttl_ms: 3_600_000, write: 6.0 }];
+        f.margin_ms = 10_000;
+        f
+    }
+
+    #[test]
+    fn a_tier_is_bet_on_the_pauses_the_session_has_shown() {
+        let f = two_tiers(figures(100_000));
+        let spec = ReturnModelSpec::default();
+        // Forty gaps of seconds: the default prior expects long pauses, but the session has
+        // shown none, so no write pays a premium for them.
+        let quick: Vec<u64> = (0..40).map(|k| 3_000 + k * 500).collect();
+        let d = decide(&f, &at(1_000), &spec.model(&quick));
+        assert_eq!(d.decision, Action::None, "{}", d.reason);
+        assert!(!d.options.iter().any(|o| o.option == "tier"), "{:?}", d.options);
+        // A pause of 20 minutes after every fourth request: the hour tier bridges them for a
+        // premium on four writes per pause.
+        let mut often = Vec::new();
+        for k in 0..40 {
+            often.push(if k % 4 == 3 { 20 * 60_000 } else { 5_000 });
+        }
+        let d = decide(&f, &at(1_000), &spec.model(&often));
+        assert_eq!((d.decision, d.tier.as_deref()), (Action::Tier, Some("1h")), "{}", d.reason);
+        assert!(d.reason.contains("10 of this session's 40 gaps were pauses (a pause after 26 % of its requests"), "{}", d.reason);
+        // The same pauses after every fortieth request, the writes as large: forty premiums per
+        // pause cost more than the keep-warm requests the hour tier would save.
+        let mut rare = vec![5_000; 79];
+        rare[39] = 20 * 60_000;
+        rare[78] = 20 * 60_000;
+        let mut big = f.clone();
+        big.mean_written_tokens = Some(8_000);
+        let d = decide(&big, &at(1_000), &spec.model(&rare));
+        assert_eq!(d.decision, Action::None, "{}", d.reason);
+        let t = d.options.iter().filter(|o| o.option == "tier").map(|o| o.expected_cost).collect::<Vec<_>>();
+        assert!(t.len() == 2 && t[0] < t[1], "{:?}", d.options);
+    }
+
+    #[test]
+    fn a_rewrite_after_expiry_is_written_at_the_tier_that_pays_for_it() {
+        // At the hour tier, and the host back after three hours: the cache expires whatever the
+        // clock does, and the rewrite is the whole context, whose premium the hour tier does not
+        // repay.
+        let mut f = two_tiers(figures(100_000));
+        f.keepalive = false;
+        f.ttl_ms = Some(3_600_000);
+        f.tier = "1h".into();
+        f.rates.write = 6.0;
+        let d = decide(&f, &at(3_600_000 - 10_000), &model(&[180], 0.0));
+        assert_eq!((d.decision, d.tier.as_deref()), (Action::LetExpire, Some("5m")), "{}", d.reason);
+        assert!(d.reason.contains("; write the rewrite at the 5m tier"), "{}", d.reason);
+        // A host whose pauses last 30 minutes nine times in ten: the hour tier bridges them, and
+        // repays its premium on the rewrite, which stays at it (a host back in 30 minutes half
+        // the time would not repay it: the rewrite moves to the 5m tier).
+        let d = decide(&f, &at(3_600_000 - 10_000), &model(&[30, 30, 30, 30, 30, 30, 30, 30, 30, 180], 0.0));
+        assert_eq!((d.decision, d.tier.as_deref()), (Action::LetExpire, None), "{}", d.reason);
+        let d = decide(&f, &at(3_600_000 - 10_000), &model(&[30, 180], 0.0));
+        assert_eq!((d.decision, d.tier.as_deref()), (Action::LetExpire, Some("5m")), "{}", d.reason);
     }
 
     #[test]

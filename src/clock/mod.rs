@@ -50,22 +50,29 @@
 //! # The decision ([`decide`])
 //!
 //! The host's return time is a distribution ([`ReturnModel`]): the host's own, or the
-//! documented default prior blended with the gaps the session showed so far, with a probability
-//! that the host never returns. Conditioned on the host having been away until now:
+//! documented default prior (never returning included) blended with the gaps the session
+//! showed so far. Conditioned on the host having been away until now:
 //!
 //! - no TTL, nothing cached, or already expired: `none` (nothing to do before the next
 //!   request).
 //! - over the compaction threshold: `compact` at once (a necessary compaction never waits).
 //! - warm and more than `margin` before expiry: an advisable action waits (the host may still
-//!   come back); `nextDecisionAt` is `expiry − margin`. If the provider offers tiers and another
-//!   tier has the lower expected cost per gap for the next write (premium included), the
-//!   decision is `tier` (write the next request at that tier).
+//!   come back); `nextDecisionAt` is `expiry − margin`. If the provider offers tiers
+//!   ([`offered_tiers`]) and another tier has the lower expected cost per request for the next
+//!   write ([`tier_costs`]: the average write's premium against the share of the session's own
+//!   gaps that were pauses times what a pause costs more at the shorter tier), the decision is
+//!   `tier` (write the next request at that tier). A session that has not paused yet changes no
+//!   tier: the bet is placed on what it has shown, or on the host's own distribution.
 //! - within `margin` of expiry: the option with the least expected cost, by an optimal-stopping
 //!   programme over the decision points one keep-warm period apart (at each: let it expire,
 //!   compact, or keep warm and decide again), so keeping warm stops once a return has become
 //!   too unlikely: a session that never comes back costs a few keep-warm requests, not an
 //!   endless stream of them. Ties go to the smaller action (let-expire, then keep-warm, then
-//!   compact).
+//!   compact). A `let-expire` names the tier of the rewrite when another one pays for it.
+//!
+//! `margin` is what the action needs: the request it sends reads the cached prefix when it
+//! starts, so the clock acts one request latency before expiry ([`DEFAULT_MARGIN_MS`], raised
+//! to the session's longest keep-warm round trip, [`ClockTrack::lead_ms`]).
 //!
 //! The answer ([`Decision`]) names the decision, the reason in words (the break-even, the
 //! probability of a warm return, the expected cost of each option), and when to ask again.
@@ -82,7 +89,7 @@ pub use agent::{
     keepalive_max_tokens, ClockCompaction, ClockOptions, ClockReport, ClockState, DEFAULT_MARGIN_MS, DEFAULT_MIN_CONTEXT_SHARE,
     DEFAULT_SUMMARY_RATIO,
 };
-pub use cost::{CacheFigures, CompactionFigures, GapCosts, OptionCost, Rates, Tier, TierBilling};
-pub use decide::{decide, tier_costs, Action, BreakEven, Decision, Expected, Timing};
+pub use cost::{offered_tiers, CacheFigures, CompactionFigures, GapCosts, OptionCost, Rates, Tier, TierBilling};
+pub use decide::{decide, tier_costs, Action, BreakEven, Decision, Expected, TierCost, Timing};
 pub use returns::{ReturnModel, ReturnModelSpec, DEFAULT_NEVER_RETURNS, DEFAULT_PRIOR_MINUTES, DEFAULT_PRIOR_WEIGHT};
 pub use track::{log_figures, ClockTrack, CompactionParams, LogCheck, LogFigures};

@@ -35,6 +35,10 @@ pub struct ReturnModel {
     /// Where it comes from, in words (`the default prior`, `4 gaps of this session + the
     /// default prior`, `the host's distribution`).
     pub source: String,
+    /// The session's own gaps, when the model learns them (`None`: the host's distribution
+    /// stands alone): a tier choice is priced with them alone ([`ReturnModel::tier_model`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed: Option<Vec<u64>>,
 }
 
 /// What the host gives as `returnModel` (every field optional): its own gaps (`gapsMs`, with
@@ -50,7 +54,8 @@ pub struct ReturnModelSpec {
     /// Their weights (as many as gaps; default equal).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub weights: Option<Vec<f64>>,
-    /// The probability that the host never returns, in [0, 1).
+    /// The probability that the host never returns, in [0, 1): a share of the prior, which the
+    /// session's own gaps dilute when they are learned.
     pub never_returns: f64,
     /// Whether the session's own gaps are blended in.
     pub learn: bool,
@@ -137,16 +142,26 @@ impl ReturnModelSpec {
         };
         let prior_total: f64 = prior.iter().map(|p| p.1).sum();
         let mut points: Vec<(u64, f64)> = Vec::new();
-        let learned: &[u64] = if self.learn { learned } else { &[] };
-        let scale = if learned.is_empty() { 1.0 / prior_total } else { self.prior_weight / prior_total };
-        points.extend(prior.iter().map(|(g, w)| (*g, w * scale)));
-        points.extend(learned.iter().filter(|g| **g > 0).map(|g| (*g, 1.0)));
+        let learned: Vec<u64> = if self.learn { learned.iter().copied().filter(|g| *g > 0).collect() } else { Vec::new() };
+        // In counts of gaps: the prior's points `prior_weight · (1 − neverReturns)`, never
+        // returning `prior_weight · neverReturns`, each of the session's gaps 1.
+        let returning = self.prior_weight * (1.0 - self.never_returns);
+        points.extend(prior.iter().map(|(g, w)| (*g, w / prior_total * returning)));
+        points.extend(learned.iter().map(|g| (*g, 1.0)));
         let source = match learned.len() {
             0 => prior_name.to_string(),
             1 => format!("1 gap of this session + {prior_name}"),
             n => format!("{n} gaps of this session + {prior_name}"),
         };
-        ReturnModel::new(points, self.never_returns, source)
+        // The prior, never returning included, counts as `prior_weight` gaps against the
+        // session's own: a session whose gaps all ended is evidence that its host comes back,
+        // as much as it is evidence about how long it stays away.
+        let never = self.never_returns * self.prior_weight / (self.prior_weight + learned.len() as f64);
+        let mut m = ReturnModel::new(points, never, source);
+        if self.learn {
+            m.observed = Some(learned);
+        }
+        m
     }
 }
 
@@ -171,7 +186,27 @@ impl ReturnModel {
                 p.1 = p.1 / total * (1.0 - never);
             }
         }
-        ReturnModel { points: merged, never_returns: never, source: source.into() }
+        ReturnModel { points: merged, never_returns: never, source: source.into(), observed: None }
+    }
+
+    /// The probability that a gap is a pause longer than `pause_ms` (the host never returning
+    /// included).
+    pub fn pause_probability(&self, pause_ms: u64) -> f64 {
+        self.never_returns + self.points.iter().filter(|p| p.0 > pause_ms).map(|p| p.1).sum::<f64>()
+    }
+
+    /// The model a tier choice is priced with (see [`crate::clock::tier_costs`]): the session's
+    /// own gaps alone when the model learns them, with the probability of never returning
+    /// this model gives; `None` when the session has not yet paused longer than `pause_ms`
+    /// (nothing to bet a tier on). The host's distribution, when it gave one, as it is.
+    pub fn tier_model(&self, pause_ms: u64) -> Option<ReturnModel> {
+        let Some(gaps) = &self.observed else { return Some(self.clone()) };
+        let pauses = gaps.iter().filter(|g| **g > pause_ms).count();
+        if pauses == 0 {
+            return None;
+        }
+        let source = format!("{} of this session's {} gaps were pauses", pauses, gaps.len());
+        Some(ReturnModel::new(gaps.iter().map(|g| (*g, 1.0)).collect(), self.never_returns, source))
     }
 
     /// The documented default: [`DEFAULT_PRIOR_MINUTES`] and [`DEFAULT_NEVER_RETURNS`].
@@ -224,9 +259,16 @@ mod tests {
         let spec = ReturnModelSpec::default();
         let m = spec.model(&[1_000, 2_000, 600_000, 600_000]);
         assert_eq!(m.source, "4 gaps of this session + the default prior");
-        // 600000 is one point of weight 2 (of 4 + 3 prior).
+        // 600000 is one point of weight 2 (of 4 + 3 prior); never returning is part of the
+        // prior: 0.1 of its 3.
         let ten = m.points.iter().find(|p| p.0 == 600_000).unwrap().1;
-        assert!((ten - 2.0 / 7.0 * 0.9).abs() < 1e-12, "{ten}");
+        assert!((ten - 2.0 / 7.0).abs() < 1e-12, "{ten}");
+        assert!((m.never_returns - 0.3 / 7.0).abs() < 1e-12, "{}", m.never_returns);
+        assert_eq!(m.observed.as_deref(), Some(&[1_000, 2_000, 600_000, 600_000][..]));
+        // A tier is bet on the session's own gaps: 2 of its 4 were pauses longer than 5 minutes.
+        let t = m.tier_model(300_000).unwrap();
+        assert!((t.pause_probability(300_000) - (0.5 * (1.0 - 0.3 / 7.0) + 0.3 / 7.0)).abs() < 1e-12);
+        assert!(spec.model(&[1_000, 2_000]).tier_model(300_000).is_none(), "no pause yet: nothing to bet a tier on");
         let host = ReturnModelSpec::from_value(&json!({"gapsMs": [60000, 7200000], "neverReturns": 0.5}), "returnModel").unwrap();
         assert!(!host.learn);
         let m = host.model(&[5]);

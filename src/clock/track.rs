@@ -16,6 +16,7 @@ use crate::log::event::{types, Event};
 use crate::log::{Derived, Log};
 use crate::request::{routed_history, PrefixBytes, RequestWalk};
 use crate::tokens::estimate_text;
+use crate::types::Usage;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::sync::Arc;
@@ -39,6 +40,15 @@ pub struct ClockTrack {
     pub open_keepalive: Option<(u64, u64)>,
     /// The summarisation request of the open compaction: its time.
     compaction_at: Option<u64>,
+    /// What the conversation requests after the first wrote to the cache (their answers'
+    /// usage), and how many of them reported it.
+    pub written_sum: u64,
+    /// See `written_sum`.
+    pub writes: u64,
+    /// Whether the latest conversation request's answer was counted in `written_sum`.
+    answered: bool,
+    /// The longest time a keep-warm request of this session took to be answered (ms).
+    pub keepalive_round_trip: Option<u64>,
     /// The seq of the next event to observe.
     pub folded: u64,
 }
@@ -55,11 +65,24 @@ impl ClockTrack {
                 self.compacted = false;
                 self.decisions.clear();
                 self.open_keepalive = None;
+                self.answered = false;
+            }
+            types::ASSISTANT_MESSAGE => {
+                let usage = ev.data.get("usage").and_then(|u| Usage::from_value(u, "").ok());
+                if let Some(u) = usage.filter(|_| !self.answered && self.last_step.is_some()) {
+                    self.answered = true;
+                    if self.step_times.len() > 1 {
+                        self.written_sum += written_of(&u);
+                        self.writes += 1;
+                    }
+                }
             }
             types::CLOCK_KEEPALIVE => self.open_keepalive = Some((ev.seq, ev.time)),
             types::CLOCK_KEEPALIVE_END => {
                 if let Some((_, at)) = self.open_keepalive.take() {
                     if ev.data.get("outcome").and_then(Value::as_str) == Some("response") {
+                        let trip = ev.time.saturating_sub(at);
+                        self.keepalive_round_trip = Some(self.keepalive_round_trip.map_or(trip, |t| t.max(trip)));
                         self.touched = Some(at);
                         self.decisions.clear();
                     }
@@ -101,8 +124,9 @@ impl ClockTrack {
     /// Folds event `seq` given as its stored line (the next one to observe), parsing it only
     /// when its type may matter.
     pub fn fold_line(&mut self, seq: u64, line: &str) {
-        const TYPES: [&str; 6] = [
+        const TYPES: [&str; 7] = [
             "\"type\":\"step/start\"",
+            "\"type\":\"assistant/message\"",
             "\"type\":\"clock/keepalive\"",
             "\"type\":\"clock/keepalive-end\"",
             "\"type\":\"compaction/start\"",
@@ -115,6 +139,19 @@ impl ClockTrack {
             }
         }
         self.folded = seq + 1;
+    }
+
+    /// What the requests after the first wrote on average ([`CacheFigures::mean_written_tokens`]).
+    pub fn mean_written(&self) -> Option<u64> {
+        (self.writes > 0).then(|| self.written_sum / self.writes)
+    }
+
+    /// How long before expiry the clock acts when the host gives no `marginMs`: the time a
+    /// keep-warm or summarisation request needs to reach the provider's cache (it reads the
+    /// prefix when it starts), at least [`super::DEFAULT_MARGIN_MS`] and at least the longest
+    /// round trip of this session's keep-warm requests (an answer comes after the read).
+    pub fn lead_ms(&self) -> u64 {
+        self.keepalive_round_trip.map_or(super::DEFAULT_MARGIN_MS, |t| t.max(super::DEFAULT_MARGIN_MS))
     }
 
     /// The session's gaps so far: between consecutive conversation requests, in ms.
@@ -157,6 +194,8 @@ pub struct LogFigures {
     pub context_tokens: u64,
     /// What the last request wrote.
     pub written_tokens: u64,
+    /// What the requests after the first wrote on average (see [`CacheFigures::mean_written_tokens`]).
+    pub mean_written_tokens: Option<u64>,
     /// Whether the last conversation request can be sent again as a keep-warm request (no
     /// compaction rewrote its history since).
     pub keepalive: bool,
@@ -166,6 +205,12 @@ pub struct LogFigures {
     pub routed: u64,
     /// The provider's tokens per estimated token (the calibration of every figure).
     pub scale: f64,
+}
+
+/// What a request wrote to the cache: its reported writes, else (a provider that reports none)
+/// its prompt less what it read.
+fn written_of(u: &Usage) -> u64 {
+    u.cache_write_tokens.unwrap_or_else(|| u.prompt_tokens().saturating_sub(u.cache_read_tokens.unwrap_or(0)))
 }
 
 fn estimate_all<'a>(texts: impl Iterator<Item = &'a str>) -> u64 {
@@ -208,6 +253,7 @@ pub fn log_figures(log: &Log, track: &ClockTrack, params: Option<&CompactionPara
             warm_tokens: scaled(k, head_est),
             context_tokens: context,
             written_tokens: 0,
+            mean_written_tokens: track.mean_written(),
             keepalive: false,
             compaction: None,
             routed,
@@ -215,10 +261,7 @@ pub fn log_figures(log: &Log, track: &ClockTrack, params: Option<&CompactionPara
         });
     }
     let context = context.max(warm);
-    let written = match usage {
-        Some(u) => u.cache_write_tokens.unwrap_or_else(|| u.prompt_tokens().saturating_sub(u.cache_read_tokens.unwrap_or(0))),
-        None => warm,
-    };
+    let written = usage.map_or(warm, written_of);
     let compaction = params.and_then(|p| {
         let necessary = context > p.threshold_tokens;
         if !necessary && context < p.min_context_tokens {
@@ -249,6 +292,7 @@ pub fn log_figures(log: &Log, track: &ClockTrack, params: Option<&CompactionPara
         warm_tokens: warm,
         context_tokens: context,
         written_tokens: written,
+        mean_written_tokens: track.mean_written(),
         keepalive: routed_entries.is_some(),
         compaction,
         routed,
@@ -338,6 +382,12 @@ impl LogCheck {
         check("warmTokens", figures.warm_tokens, log_fig.warm_tokens)?;
         check("contextTokens", figures.context_tokens, log_fig.context_tokens)?;
         check("writtenTokens", figures.written_tokens, log_fig.written_tokens)?;
+        if let Some(m) = figures.mean_written_tokens {
+            check("meanWrittenTokens", m, log_fig.mean_written_tokens.unwrap_or(0))?;
+        }
+        if d.get("marginFrom").and_then(Value::as_str) == Some("log") {
+            check("marginMs", figures.margin_ms, self.track.lead_ms())?;
+        }
         if figures.keepalive && !log_fig.keepalive {
             return Err(differs(ev, "it offers a keep-warm request, but a compaction rewrote the history since the last request".into()));
         }
@@ -363,5 +413,46 @@ impl LogCheck {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ev(seq: u64, time: u64, ty: &str, data: Value) -> Event {
+        Event { ty: ty.into(), seq, time, data, surface_op: None, sources: None }
+    }
+
+    fn usage(read: u64, write: u64) -> Value {
+        json!({"usage": {"inputTokens": 4, "outputTokens": 10, "cacheReadTokens": read, "cacheWriteTokens": write}})
+    }
+
+    #[test]
+    fn the_track_learns_the_mean_write_and_the_keep_warm_round_trip() {
+        let mut t = ClockTrack::default();
+        assert_eq!((t.mean_written(), t.lead_ms()), (None, crate::clock::DEFAULT_MARGIN_MS));
+        // The first request writes the head; only the requests after it count.
+        t.observe(&ev(0, 1_000, types::STEP_START, json!({})));
+        t.observe(&ev(1, 2_000, types::ASSISTANT_MESSAGE, usage(0, 20_000)));
+        assert_eq!(t.mean_written(), None);
+        t.observe(&ev(2, 3_000, types::STEP_START, json!({})));
+        t.observe(&ev(3, 4_000, types::ASSISTANT_MESSAGE, usage(20_000, 1_000)));
+        t.observe(&ev(4, 5_000, types::STEP_START, json!({})));
+        t.observe(&ev(5, 6_000, types::ASSISTANT_MESSAGE, usage(21_000, 3_000)));
+        // A second answer to the same request (a continuation) is not a second write.
+        t.observe(&ev(6, 6_500, types::ASSISTANT_MESSAGE, usage(24_000, 9_000)));
+        assert_eq!(t.mean_written(), Some(2_000));
+        // A keep-warm request answered in 14 seconds: the clock acts 14 seconds before expiry.
+        t.observe(&ev(7, 300_000, types::CLOCK_KEEPALIVE, json!({})));
+        t.observe(&ev(8, 314_000, types::CLOCK_KEEPALIVE_END, json!({"request": 7, "outcome": "response"})));
+        assert_eq!(t.lead_ms(), 14_000);
+        // A faster one does not lower it; an error does not count.
+        t.observe(&ev(9, 600_000, types::CLOCK_KEEPALIVE, json!({})));
+        t.observe(&ev(10, 601_000, types::CLOCK_KEEPALIVE_END, json!({"request": 9, "outcome": "response"})));
+        t.observe(&ev(11, 900_000, types::CLOCK_KEEPALIVE, json!({})));
+        t.observe(&ev(12, 990_000, types::CLOCK_KEEPALIVE_END, json!({"request": 11, "outcome": "error"})));
+        assert_eq!(t.lead_ms(), 14_000);
     }
 }

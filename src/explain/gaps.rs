@@ -14,7 +14,7 @@
 use super::{Cause, ExplainSettings, Kind, RequestReport};
 use crate::cache_rules::CacheSettings;
 use crate::clock::{
-    keepalive_max_tokens, log_figures, CacheFigures, ClockTrack, CompactionParams, GapCosts, LogFigures, OptionCost, Rates, Tier,
+    keepalive_max_tokens, log_figures, offered_tiers, CacheFigures, ClockTrack, CompactionParams, GapCosts, LogFigures, OptionCost, Rates,
     TierBilling, DEFAULT_MARGIN_MS, DEFAULT_SUMMARY_RATIO,
 };
 use crate::log::event::{types, Event};
@@ -263,20 +263,12 @@ impl<'a> GapWalker<'a> {
         });
         let (options, best) = match price {
             Some(p) => {
-                let tiers = if anthropic {
-                    [("5m", false), ("1h", true)]
-                        .iter()
-                        .filter_map(|(name, h)| {
-                            rules.rule(&settings(*h)).ttl_ms.map(|t| Tier { name: (*name).into(), ttl_ms: t, write: p.write_rate(name) })
-                        })
-                        .collect()
-                } else {
-                    Vec::new()
-                };
+                let tiers = offered_tiers(&config.provider, p, |h| rules.rule(&settings(h)).ttl_ms);
                 let figures = CacheFigures {
                     warm_tokens: lf.warm_tokens,
                     context_tokens: lf.context_tokens,
                     written_tokens: lf.written_tokens,
+                    mean_written_tokens: lf.mean_written_tokens,
                     ttl_ms,
                     tier: tier.into(),
                     tiers,

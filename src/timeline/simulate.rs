@@ -11,10 +11,10 @@
 //!   it: right after each request, then at each `nextDecisionAt` before the next request
 //!   arrives. It never sees a gap's length in advance. It may keep the cache warm, let it
 //!   expire, and change the tier of the next write (the tier it advises stays in force until
-//!   it advises another). The provider's tiers are offered to it once the session has paused
-//!   (a gap the clock could act in: longer than the TTL less its margin): before any pause,
-//!   the default prior alone would advise the longer tier and pay its premium on every write
-//!   of a session that never pauses;
+//!   it advises another; a `let-expire` may name the tier of the rewrite). After the last
+//!   request it is asked as after any other, for a host that never comes back: what it spends
+//!   there (keep-warm requests, a summarisation request) is paid for nothing
+//!   (`abandonedCost`, part of its cost);
 //! - `optimal`: clairvoyant over the same actions (it knows every gap's length), computed
 //!   exactly by dynamic programming over the timeline;
 //! - `clock+compact`, `optimal+compact`: the same, with compaction before expiry allowed.
@@ -63,11 +63,11 @@
 use super::{RequestKind, TimedRequest, Timeline};
 use crate::cache_rules::{CacheRules, CacheSettings};
 use crate::clock::{
-    decide, keepalive_max_tokens, Action, CacheFigures, CompactionFigures, Decision, Rates, ReturnModelSpec, Tier, TierBilling, Timing,
-    DEFAULT_MARGIN_MS, DEFAULT_SUMMARY_RATIO,
+    decide, keepalive_max_tokens, offered_tiers, Action, CacheFigures, CompactionFigures, Decision, Rates, ReturnModelSpec, Tier,
+    TierBilling, Timing, DEFAULT_MARGIN_MS, DEFAULT_SUMMARY_RATIO,
 };
 use crate::error::{Error, ErrorKind, Result};
-use crate::prices::{Price, PriceTable, WritePrice};
+use crate::prices::{Price, PriceTable};
 use crate::types::CallConfig;
 use crate::types::{Fields, Usage};
 use serde::Serialize;
@@ -222,6 +222,10 @@ pub struct PolicyResult {
     pub cold_returns: u64,
     /// The requests written at another tier than recorded.
     pub tier_writes: u64,
+    /// What the policy spent after the last request, on a host that never came back (the
+    /// online clock's keep-warm and summarisation requests before it let the cache expire;
+    /// included in `cost`).
+    pub abandoned_cost: f64,
 }
 
 impl PolicyResult {
@@ -233,6 +237,7 @@ impl PolicyResult {
         self.compaction_cost += o.compaction_cost;
         self.cold_returns += o.cold_returns;
         self.tier_writes += o.tier_writes;
+        self.abandoned_cost += o.abandoned_cost;
     }
 }
 
@@ -385,6 +390,9 @@ pub(super) struct State {
     /// The last request's prompt and writes.
     pub(super) w: u64,
     written: u64,
+    /// What the requests after the first wrote, and how many they were.
+    written_sum: u64,
+    writes: u64,
     stats: PolicyResult,
 }
 
@@ -452,15 +460,9 @@ pub(super) fn prepare<'a>(t: &'a Timeline, settings: &'a Settings) -> Result<Sim
             Some(p) if writes_reported && written == 0 => p,
             _ => rule(one_hour).ttl_ms,
         };
-        // The tiers a policy may choose: Anthropic's, those the price table prices.
-        let tiers: Vec<Tier> = match &price.cache_write {
-            Some(WritePrice::ByTtl(m)) if anthropic && writes_reported => [("5m", false), ("1h", true)]
-                .iter()
-                .filter(|(name, _)| m.contains_key(*name))
-                .filter_map(|(name, h)| rule(*h).ttl_ms.map(|t| Tier { name: (*name).into(), ttl_ms: t, write: price.write_rate(name) }))
-                .collect(),
-            _ => Vec::new(),
-        };
+        // The tiers a policy may choose: the clock's ([`offered_tiers`]), for a source that
+        // reports the writes they split.
+        let tiers = if writes_reported { offered_tiers(&req.provider, price, |h| rule(h).ttl_ms) } else { Vec::new() };
         let ping_output =
             settings.options.ping_output_tokens.unwrap_or_else(|| keepalive_max_tokens(None, &CallConfig::new(&req.provider, &req.model)));
         let (rec_warm, held, warm_read) = match steps.last() {
@@ -565,6 +567,7 @@ impl<'a> Sim<'a> {
             warm_tokens: st.w,
             context_tokens: st.w + s.req.usage.output_tokens,
             written_tokens: st.written,
+            mean_written_tokens: (st.writes > 0).then(|| st.written_sum / st.writes),
             ttl_ms: ttl,
             tier: tier.to_string(),
             tiers: s.tiers.clone(),
@@ -585,12 +588,13 @@ impl<'a> Sim<'a> {
             tier_writes: u64::from(tier != TierChoice::Recorded),
             ..Default::default()
         };
-        State { tier, r: 0, w: u.prompt_tokens(), written: u.cache_write_tokens.unwrap_or(0), stats }
+        State { tier, r: 0, w: u.prompt_tokens(), written: u.cache_write_tokens.unwrap_or(0), written_sum: 0, writes: 0, stats }
     }
 
-    /// Request `j + 1` arriving in state `ret` after the gap's actions cost `extra` (already in
-    /// `stats`), `r` tokens shorter, written at `tier`.
-    pub(super) fn arrive(&self, j: usize, f: &CacheFigures, mut stats: PolicyResult, ret: Return, r: u64, tier: TierChoice) -> State {
+    /// Request `j + 1` arriving in state `ret`, `r` tokens shorter, written at `tier`; `from` is
+    /// the state after request `j`, what the gap's actions cost already in its `stats`.
+    pub(super) fn arrive(&self, j: usize, f: &CacheFigures, from: State, ret: Return, r: u64, tier: TierChoice) -> State {
+        let mut stats = from.stats;
         let i = j + 1;
         let s = &self.steps[i];
         let r = if s.req.compacted_before { 0 } else { r };
@@ -601,7 +605,8 @@ impl<'a> Sim<'a> {
         stats.cost += s.price.cost(&u).total;
         stats.cold_returns += u64::from(matches!(ret, Return::Cold | Return::CompactedCold));
         stats.tier_writes += u64::from(tier != TierChoice::Recorded);
-        State { tier, r, w: u.prompt_tokens(), written: u.cache_write_tokens.unwrap_or(0), stats }
+        let written = u.cache_write_tokens.unwrap_or(0);
+        State { tier, r, w: u.prompt_tokens(), written, written_sum: from.written_sum + written, writes: from.writes + 1, stats }
     }
 
     /// Whether the prefix written after request `j` in state `st` is warm `gap` later with
@@ -621,11 +626,12 @@ impl<'a> Sim<'a> {
     /// decision point before the return).
     fn transition(&self, j: usize, st: &State, f: &CacheFigures, action: GapAction, tier: TierChoice) -> Option<State> {
         let g = self.steps[j + 1].req.time.saturating_sub(self.steps[j].req.time);
-        let mut stats = st.stats.clone();
+        let mut from = st.clone();
+        let stats = &mut from.stats;
         match action {
             GapAction::Expire => {
                 let ret = if self.warm_after(j, st, f.ttl_ms, g) { Return::Warm } else { Return::Cold };
-                Some(self.arrive(j, f, stats, ret, st.r, tier))
+                Some(self.arrive(j, f, from, ret, st.r, tier))
             }
             GapAction::KeepWarm => {
                 let n = f.pings_for(g);
@@ -635,7 +641,7 @@ impl<'a> Sim<'a> {
                 stats.pings += n;
                 stats.ping_cost += n as f64 * f.ping_cost();
                 stats.cost += n as f64 * f.ping_cost();
-                Some(self.arrive(j, f, stats, Return::Warm, st.r, tier))
+                Some(self.arrive(j, f, from, Return::Warm, st.r, tier))
             }
             GapAction::Compact(k) => {
                 let ttl = f.ttl_ms?;
@@ -650,7 +656,7 @@ impl<'a> Sim<'a> {
                 stats.compaction_cost += summary;
                 stats.cost += k as f64 * f.ping_cost() + summary;
                 let ret = if g - at <= ttl { Return::CompactedWarm } else { Return::CompactedCold };
-                Some(self.arrive(j, f, stats, ret, self.reduced(st, f), tier))
+                Some(self.arrive(j, f, from, ret, self.reduced(st, f), tier))
             }
         }
     }
@@ -695,13 +701,10 @@ impl<'a> Sim<'a> {
     /// asked right after the request, then at each `nextDecisionAt` before the next request.
     /// `learned`: the gaps so far; `chosen`: the tier it advised last (updated).
     pub(super) fn clock_gap(&self, j: usize, st: &State, compact: bool, learned: &[u64], chosen: &mut Option<String>) -> ClockRun {
-        let (start, back) = (self.steps[j].req.time, self.steps[j + 1].req.time);
-        let mut f = self.figures(j, st, compact);
-        // Tiers are offered once the session has paused (see the module docs).
-        let paused = f.ttl_ms.is_some_and(|t| learned.iter().any(|g| *g > t - f.margin()));
-        if !paused {
-            f.tiers.clear();
-        }
+        let start = self.steps[j].req.time;
+        // After the last request: a host that never comes back.
+        let back = self.steps.get(j + 1).map_or(u64::MAX, |s| s.req.time);
+        let f = self.figures(j, st, compact);
         let model = self.o.return_model.model(learned);
         let mut timing = Timing { gap_start: start, touched_at: start, now: start };
         let mut run = ClockRun { decisions: Vec::new(), pings: 0, compacted_at: None, touched_at: start, figures: f.clone() };
@@ -711,6 +714,8 @@ impl<'a> Sim<'a> {
             let action = d.decision;
             match action {
                 Action::Tier => chosen.clone_from(&d.tier),
+                // A let-expire names the tier of the rewrite when it changes it.
+                Action::LetExpire if d.tier.is_some() => chosen.clone_from(&d.tier),
                 Action::KeepWarm => {
                     run.pings += 1;
                     timing.touched_at = timing.now;
@@ -748,7 +753,8 @@ impl<'a> Sim<'a> {
             let run = self.clock_gap(j, &st, compact, &learned, &mut chosen);
             learned.push(back - start);
             let f = &run.figures;
-            let mut stats = st.stats.clone();
+            let mut from = st.clone();
+            let stats = &mut from.stats;
             stats.pings += run.pings;
             stats.ping_cost += run.pings as f64 * f.ping_cost();
             stats.cost += run.pings as f64 * f.ping_cost();
@@ -760,15 +766,30 @@ impl<'a> Sim<'a> {
                     stats.cost += summary;
                     let ret = if f.ttl_ms.is_none_or(|t| back - at <= t) { Return::CompactedWarm } else { Return::CompactedCold };
                     let r = self.reduced(&st, f);
-                    self.arrive(j, f, stats, ret, r, tier)
+                    self.arrive(j, f, from, ret, r, tier)
                 }
                 _ => {
                     let ret = if self.warm_after(j, &st, f.ttl_ms, back - run.touched_at) { Return::Warm } else { Return::Cold };
-                    self.arrive(j, f, stats, ret, st.r, tier)
+                    self.arrive(j, f, from, ret, st.r, tier)
                 }
             };
         }
-        st.stats
+        // After the last request the host never comes back: what the clock spends before it
+        // lets the cache expire is paid for nothing.
+        let last = self.steps.len() - 1;
+        let run = self.clock_gap(last, &st, compact, &learned, &mut chosen);
+        let f = &run.figures;
+        let mut stats = st.stats;
+        let spent = run.pings as f64 * f.ping_cost() + run.compacted_at.and_then(|_| f.compaction_cost()).unwrap_or(0.0);
+        stats.pings += run.pings;
+        stats.ping_cost += run.pings as f64 * f.ping_cost();
+        if let (Some(_), Some(summary)) = (run.compacted_at, f.compaction_cost()) {
+            stats.compactions += 1;
+            stats.compaction_cost += summary;
+        }
+        stats.cost += spent;
+        stats.abandoned_cost += spent;
+        stats
     }
 
     /// What was recorded, through the same accounting (equal to the recorded bill: a test
@@ -788,7 +809,7 @@ impl<'a> Sim<'a> {
             let st = &out[j];
             let f = self.figures(j, st, false);
             let ret = if self.steps[j + 1].rec_warm { Return::Warm } else { Return::Cold };
-            let next = self.arrive(j, &f, st.stats.clone(), ret, 0, TierChoice::Recorded);
+            let next = self.arrive(j, &f, st.clone(), ret, 0, TierChoice::Recorded);
             out.push(next);
         }
         out
@@ -949,9 +970,34 @@ mod tests {
         let p = &r.policies;
         assert_eq!(r.pauses, 0);
         for (name, c) in [("clock", &p.clock), ("clock+compact", &p.clock_compact)] {
-            close(c.cost, p.threshold.cost);
-            assert_eq!((c.pings, c.compactions, c.tier_writes, c.cold_returns), (0, 0, 0, 0), "{name}: {c:?}");
+            // The same requests at the same cost; what it spends after the last one (the host
+            // never came back) is its only difference, and it is accounted.
+            close(c.cost - c.abandoned_cost, p.threshold.cost);
+            assert_eq!((c.tier_writes, c.cold_returns), (0, 0), "{name}: {c:?}");
+            if c.abandoned_cost == 0.0 {
+                assert_eq!((c.pings, c.compactions), (0, 0), "{name}: {c:?}");
+            }
         }
+    }
+
+    #[test]
+    fn what_the_clock_spends_on_a_host_that_never_returns_is_paid() {
+        let s = five_minutes_only();
+        // Pauses of eight minutes: the clock learns to keep warm through them, and keeps warm
+        // after the last request too, for a host that never comes back.
+        let t = grown(&[5_000, 8 * MIN, 4_000, 8 * MIN, 3_000, 8 * MIN, 6_000]);
+        let sim = prepare(&t, &s).unwrap();
+        let c = sim.clock(false);
+        let o = sim.optimal(false);
+        assert!(c.abandoned_cost > 0.0, "{c:?}");
+        assert_eq!(o.abandoned_cost, 0.0);
+        // Every keep-warm request it sent is in its cost: those of the pauses (the first one it
+        // let expire, knowing nothing of this host yet) and those after the last request.
+        let f = sim.figures(sim.steps.len() - 1, &sim.recorded_states()[sim.steps.len() - 1], false);
+        let trailing = (c.abandoned_cost / f.ping_cost()).round() as u64;
+        close(trailing as f64 * f.ping_cost(), c.abandoned_cost);
+        assert!(trailing >= 1 && c.pings > trailing && c.cold_returns == 1, "{c:?}");
+        assert!(c.cost > c.abandoned_cost && o.cost <= c.cost - c.abandoned_cost + 1e-12, "{c:?} {o:?}");
     }
 
     #[test]
@@ -1056,6 +1102,21 @@ mod tests {
         // the request carries what came after them on top of the compacted context.
         assert_eq!(st.r, 102_203 - c.compacted_tokens);
         assert_eq!(st.w, c.compacted_tokens + (104_000 - 102_203) + 3, "{st:?} {c:?}");
+    }
+
+    #[test]
+    fn a_session_that_pauses_long_and_often_takes_the_longer_tier_after_its_first_pause() {
+        // Twenty-minute pauses after every third request.
+        let gaps: Vec<u64> = (0..18).map(|k| if k % 3 == 2 { 20 * MIN } else { 5_000 + k * 1_000 }).collect();
+        let t = grown(&gaps);
+        let r = simulate(&t, &settings()).unwrap();
+        let p = &r.policies;
+        // It lets the first pause expire (nothing to bet on yet), then writes at the hour tier.
+        assert!(p.clock.tier_writes >= 5 && p.clock.cold_returns >= 1, "{:?}", p.clock);
+        assert!(p.clock.cost < p.threshold.cost && p.optimal.cost <= p.clock.cost, "{p:?}");
+        // Without the hour tier it keeps warm instead, and pays more.
+        let five = simulate(&t, &five_minutes_only()).unwrap();
+        assert!(five.policies.clock.cost > p.clock.cost, "{:?} {:?}", five.policies.clock, p.clock);
     }
 
     #[test]

@@ -83,8 +83,8 @@ static void test_keep_warm_through_the_record_path(void) {
     long long sent = json_int(out, "lastRequestAt");
     CHECK(sent > 0);
     lls_string_free(out);
-    /* Thirty seconds before expiry, the host back in twenty minutes: keep warm. */
-    snprintf(opts, sizeof opts, "{%s,\"now\":%lld,\"returnModel\":{\"gapsMs\":[1200000],\"neverReturns\":0}}", PRICES, sent + 275000);
+    /* Eight seconds before expiry, the host back in twenty minutes: keep warm. */
+    snprintf(opts, sizeof opts, "{%s,\"now\":%lld,\"returnModel\":{\"gapsMs\":[1200000],\"neverReturns\":0}}", PRICES, sent + 292000);
     out = clock_of(a, opts);
     CHECK_CONTAINS(out, "\"decision\":\"keep-warm\"");
     CHECK_CONTAINS(out, "\"nextDecisionAt\":");

@@ -41,9 +41,9 @@ TEST(Clock, KeepsWarmThroughTheRecordPath) {
     EXPECT_EQ(d["state"]["tier"], "5m");
     EXPECT_EQ(d["decision"], "none");
     const auto sent = d["state"]["lastRequestAt"].get<std::int64_t>();
-    EXPECT_EQ(d["nextDecisionAt"].get<std::int64_t>(), sent + 270000);
+    EXPECT_EQ(d["nextDecisionAt"].get<std::int64_t>(), sent + 290000);
     d = json::parse(a.cache_clock(json{{"prices", json::parse(kPrices)},
-                                       {"now", sent + 275000},
+                                       {"now", sent + 292000},
                                        {"returnModel", {{"gapsMs", {1200000}}, {"neverReturns", 0}}}}
                                       .dump()));
     EXPECT_EQ(d["decision"], "keep-warm") << d["reason"];

@@ -32,8 +32,8 @@ test('the clock keeps warm through the record path', async () => {
   assert.equal(d.state.tier, '5m');
   assert.equal(d.state.ttlMs, 300000);
   assert.equal(d.decision, lls.Decision.NONE);
-  assert.equal(d.nextDecisionAt, d.state.lastRequestAt + 270000);
-  d = agent.cacheClock({ prices: PRICES, now: d.state.lastRequestAt + 275000, returnModel: { gapsMs: [1200000], neverReturns: 0 } });
+  assert.equal(d.nextDecisionAt, d.state.lastRequestAt + 290000);
+  d = agent.cacheClock({ prices: PRICES, now: d.state.lastRequestAt + 292000, returnModel: { gapsMs: [1200000], neverReturns: 0 } });
   assert.equal(d.decision, lls.Decision.KEEP_WARM, d.reason);
   assert.ok(d.recorded > 0);
   const body = agent.keepaliveBody();

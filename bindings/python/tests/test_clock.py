@@ -33,8 +33,8 @@ def test_the_clock_keeps_warm_through_the_record_path() -> None:
     with lls.Session.memory() as s, after_one_turn(s) as a:
         d = a.cache_clock({"prices": PRICES})
         assert d["state"]["tier"] == "5m" and d["state"]["ttlMs"] == 300000
-        assert d["decision"] == "none" and d["nextDecisionAt"] == d["state"]["lastRequestAt"] + 270000
-        now = d["state"]["lastRequestAt"] + 275000
+        assert d["decision"] == "none" and d["nextDecisionAt"] == d["state"]["lastRequestAt"] + 290000
+        now = d["state"]["lastRequestAt"] + 292000
         d = a.cache_clock({"prices": PRICES, "now": now, "returnModel": {"gapsMs": [1200000], "neverReturns": 0}})
         assert d["decision"] == "keep-warm", d["reason"]
         assert d["recorded"] > 0
