@@ -22,14 +22,19 @@
 #    (benches/python/naive_host.py, ctypes) each run llmsession and a host that keeps the body
 #    as its language's values and serialises it every step, on identical bytes, and time the
 #    pair step by step (body build; full step: reply, tool result, next body).
-# 3. Resume and memory, at each events:iterations of RESUME (default "10000:5 100000:3"): on a
-#    finished log of that many events (`bench_bindings write-log`, the log `bench_memory` loads),
+# 3. Resume and memory, at each events:iterations of RESUME (default "10000:5 100000:3"), on
+#    each kind of log of RESUME_LOGS (default "whole checkpoints"): a finished log of that many
+#    events (`bench_bindings write-log`) written without checkpoints (`whole`: an open reads and
+#    checks it whole, the log `bench_memory` loads; `resume-EVENTS`) or with the default policy
+#    (`checkpoints`: one every 1,000 events, so an open restores the state from the last one;
+#    `resume-EVENTS-cp`),
 #    Go (bindings/go/resume_bench_test.go: BenchmarkResume), Node
 #    (bindings/node/bench/resume.js time) and Python (benches/python/resume.py time, ctypes)
 #    time, back to back in alternating order, the naive host's resume (read the file, decode
 #    every line: `json.Unmarshal` into a map, `JSON.parse`, `json.loads`)
 #    and llmsession's (open a copy of the file, chain check included, and build the next body);
 #    then, once per size and after the passes, each in a process of its own, the memory probes
+#    (on the log without checkpoints)
 #    (Go TestResumeMemory, `node --expose-gc bench/resume.js memory`, `resume.py memory`, Rust
 #    bench_memory): the
 #    growth of the resident size on opening the session, and with one body built, over the
@@ -53,6 +58,7 @@ passes=${2:-3}
 messages=${3:-1000}
 naive_spec=${NAIVE:-100:300 1000:100 10000:20}
 resume_spec=${RESUME:-10000:5 100000:3}
+resume_logs=${RESUME_LOGS:-whole checkpoints}
 mode=${BENCH_BINDINGS_MODE:-body}
 parts=${BENCH_PARTS:-overhead naive resume}
 profile=${BENCH_PROFILE:-release}
@@ -124,21 +130,34 @@ for spec in $naive_spec; do
 	echo "naive host, $n messages, ${spec##*:} steps: $(fixture "$n")"
 done
 
-# resume_fixture EVENTS: the resume fixture of EVENTS events (bench_bindings write-log).
+# resume_dir EVENTS KIND: the directory of the resume fixture of EVENTS events of KIND (whole
+# or checkpoints).
+resume_dir() {
+	if [ "$2" = checkpoints ]; then echo "$out/resume-$1-cp"; else echo "$out/resume-$1"; fi
+}
+# resume_fixture EVENTS KIND: the resume fixture of EVENTS events (bench_bindings write-log).
 resume_fixture() {
-	local dir=$out/resume-$1
+	local dir
+	dir=$(resume_dir "$1" "$2")
+	local cp=""
+	[ "$2" = checkpoints ] && cp=checkpoints
 	if [ ! -f "$dir/warm/inputs.jsonl" ] || [ "$dir/inputs.jsonl" -ot "$rust" ]; then
-		"$rust" write-log "$dir" "$1" >/dev/null
+		"$rust" write-log "$dir" "$1" $cp >/dev/null
 		# The memory probes' warm-up: a small log of the same shape, opened and dropped first.
-		"$rust" write-log "$dir/warm" 200 >/dev/null
+		"$rust" write-log "$dir/warm" 200 $cp >/dev/null
 	fi
 	echo "$dir"
 }
+for kind in $resume_logs; do
+	[ "$kind" = whole ] || [ "$kind" = checkpoints ] || { echo "bindings.sh: RESUME_LOGS names whole and checkpoints" >&2; exit 2; }
+done
 resume_sizes=""
 for spec in $resume_spec; do
 	n=${spec%%:*}
 	resume_sizes="$resume_sizes $n"
-	echo "resume, $n events, ${spec##*:} iterations: $(resume_fixture "$n") ($(stat -c %s "$out/resume-$n/session.jsonl") bytes)"
+	for kind in whole ${resume_logs//whole/}; do
+		echo "resume, $n events, $kind, ${spec##*:} iterations: $(resume_fixture "$n" "$kind") ($(stat -c %s "$(resume_dir "$n" "$kind")/session.jsonl") bytes)"
+	done
 done
 
 # run KEY COMMAND...: runs one harness, appends its samples to KEY.samples, records its
@@ -187,8 +206,10 @@ run_naive() { # name size iterations
 	esac
 }
 
-run_resume() { # name events iterations
-	local key=resume-$1-$2 dir=$out/resume-$2
+run_resume() { # name events iterations kind
+	local key=resume-$1-$2 dir
+	dir=$(resume_dir "$2" "$4")
+	[ "$4" = checkpoints ] && key=$key-cp
 	case $1 in
 	go) run "$key" gotest "$key" BenchmarkResume "$dir" "$3" ;;
 	node) run "$key" node bindings/node/bench/resume.js time "$dir" "$3" "$out/$key.pass" ;;
@@ -202,7 +223,9 @@ for spec in $naive_spec; do
 	for h in go node python; do jobs+=("naive $h ${spec%%:*} ${spec##*:}"); done
 done
 for spec in $resume_spec; do
-	for h in go node python; do jobs+=("resume $h ${spec%%:*} ${spec##*:}"); done
+	for kind in $resume_logs; do
+		for h in go node python; do jobs+=("resume $h ${spec%%:*} ${spec##*:} $kind"); done
+	done
 done
 rm -f "$out"/*.samples "$out"/*.pass "$out"/*.pass.* "$out"/*.result "$out"/*.body "$out"/*.memory
 for pass in $(seq 1 "$passes"); do
@@ -213,7 +236,7 @@ for pass in $(seq 1 "$passes"); do
 		case ${j[0]} in
 		overhead) run_overhead "${j[1]}" ;;
 		naive) run_naive "${j[1]}" "${j[2]}" "${j[3]}" ;;
-		resume) run_resume "${j[1]}" "${j[2]}" "${j[3]}" ;;
+		resume) run_resume "${j[1]}" "${j[2]}" "${j[3]}" "${j[4]}" ;;
 		esac
 	done
 done
@@ -235,10 +258,10 @@ for n in $resume_sizes; do
 	rm -f "$out/memory-$n.jsonl"
 done
 
-"$PYTHON" - "$out" "$passes" "$profile" "$mode" "$overhead" "$naive_sizes" "$resume_sizes" <<'EOF'
+"$PYTHON" - "$out" "$passes" "$profile" "$mode" "$overhead" "$naive_sizes" "$resume_sizes" "$resume_logs" <<'EOF'
 import filecmp, statistics, sys
 out, passes, profile, mode, overhead, sizes = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5].split(), sys.argv[6].split()
-resume_sizes = sys.argv[7].split()
+resume_sizes, resume_logs = sys.argv[7].split(), sys.argv[8].split()
 med = statistics.median
 def fmt(ns):
     if ns >= 10_000_000:
@@ -317,22 +340,27 @@ if resume_sizes:
     print()
     print("Resume against the naive host's bare parse of the same file (llmsession: open, chain check included, and the next body;")
     print("naive: read the file and decode every line; ratio: the median over iterations of naive / llmsession; min–max: of the")
-    print("per-pass medians; target ≥ 1×)")
+    print("per-pass medians; target ≥ 1×). Log: without checkpoints (the open reads and checks it whole), or with a checkpoint")
+    print("every 1,000 events (the open restores the state from the last one)")
     print()
-    print("| events | log | host | llmsession resume | naive parse | ratio | min–max |")
-    print("|---|---|---|---|---|---|---|")
+    print("| events | log | checkpoints | host | llmsession resume | naive parse | ratio | min–max |")
+    print("|---|---|---|---|---|---|---|---|")
     names = {"go": "Go `json.Unmarshal` per line", "node": "Node `JSON.parse` per line", "python": "Python `json.loads` per line"}
+    import os
     for n in resume_sizes:
-        keys = [f"resume-{h}-{n}" for h in ("go", "node", "python")]
-        same_results = {k: open(f"{out}/{k}.result").read().split() for k in keys}
-        if len({tuple(r) for r in same_results.values()}) != 1:
-            sys.exit(f"bindings.sh: resume, {n} events: the harnesses built different bodies: {same_results!r}")
-        size = int(open(f"{out}/memory-go-{n}.memory").read().split()[1].split("=")[1])
-        for h, k in zip(("go", "node", "python"), keys):
-            s = rows(f"{out}/{k}.samples")
-            pr = [med([x[1] / x[0] for x in rows(f"{out}/{k}.pass.{p}")]) for p in range(1, passes + 1)]
-            print(f"| {int(n):,} | {size / 1e6:.1f} MB | {names[h]} | {fmt(med([x[0] for x in s]))} | {fmt(med([x[1] for x in s]))} | "
-                  f"**{med([x[1] / x[0] for x in s]):.2f}×** | {min(pr):.2f}–{max(pr):.2f}× |")
+        for kind in resume_logs:
+            suffix = "-cp" if kind == "checkpoints" else ""
+            keys = [f"resume-{h}-{n}{suffix}" for h in ("go", "node", "python")]
+            same_results = {k: open(f"{out}/{k}.result").read().split() for k in keys}
+            if len({tuple(r) for r in same_results.values()}) != 1:
+                sys.exit(f"bindings.sh: resume, {n} events: the harnesses built different bodies: {same_results!r}")
+            size = os.path.getsize(f"{out}/resume-{n}{suffix}/session.jsonl")
+            for h, k in zip(("go", "node", "python"), keys):
+                s = rows(f"{out}/{k}.samples")
+                pr = [med([x[1] / x[0] for x in rows(f"{out}/{k}.pass.{p}")]) for p in range(1, passes + 1)]
+                print(f"| {int(n):,} | {size / 1e6:.1f} MB | {'every 1,000 events' if suffix else 'none'} | {names[h]} | "
+                      f"{fmt(med([x[0] for x in s]))} | {fmt(med([x[1] for x in s]))} | "
+                      f"**{med([x[1] / x[0] for x in s]):.2f}×** | {min(pr):.2f}–{max(pr):.2f}× |")
     print()
     print("Memory: growth of the resident size (VmRSS; Node rss) over the log's size, in a process of its own (targets: open ≤ 2×,")
     print("with one body built ≤ 3×)")

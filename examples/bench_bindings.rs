@@ -3,12 +3,14 @@
 //! ```text
 //! cargo run --release --example bench_bindings -- write DIR [MESSAGES]
 //! cargo run --release --example bench_bindings -- run DIR ITERATIONS OUT [request|body]
-//! cargo run --release --example bench_bindings -- write-log DIR EVENTS
+//! cargo run --release --example bench_bindings -- write-log DIR EVENTS [checkpoints]
 //! ```
 //!
 //! `write-log` writes the resume fixture of `benches/bindings.sh` (docs/performance.md, "Resume
 //! and memory against a naive host"): `DIR/session.jsonl`, a finished log of about EVENTS events
-//! (`benches/fixture`'s `write_jsonl`, the log `bench_memory` loads), and `DIR/inputs.jsonl`
+//! (`benches/fixture`'s `write_jsonl_with`: without checkpoints, so an open reads and checks it
+//! whole, the log `bench_memory` loads; with `checkpoints`, with the default policy, a checkpoint
+//! every 1,000 events, so an open restores the state from the last one), and `DIR/inputs.jsonl`
 //! with the agent options, the fork options and the user message that opens the next turn (the
 //! first three lines of `write`'s).
 //!
@@ -108,10 +110,15 @@ fn head_lines() -> Vec<Value> {
 }
 
 /// The resume fixture (see the module documentation).
-fn write_log(dir: &Path, events: usize) {
+fn write_log(dir: &Path, events: usize, checkpoints: bool) {
     std::fs::create_dir_all(dir).expect("create the fixture directory");
     let path = dir.join("session.jsonl");
-    fixture::write_jsonl(&path, events);
+    let policy = if checkpoints {
+        llmsession::log::checkpoint::CheckpointPolicy::default()
+    } else {
+        llmsession::log::checkpoint::CheckpointPolicy::OFF
+    };
+    fixture::write_jsonl_with(&path, events, policy);
     let mut out = std::fs::File::create(dir.join("inputs.jsonl")).expect("inputs.jsonl");
     for l in head_lines() {
         writeln!(out, "{l}").expect("write inputs.jsonl");
@@ -263,7 +270,17 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
         Some("write") => write(Path::new(&args[2]), args.get(3).map_or(1_000, |n| n.parse().expect("MESSAGES"))),
-        Some("write-log") if args.len() >= 4 => write_log(Path::new(&args[2]), args[3].parse().expect("EVENTS")),
+        Some("write-log") if args.len() >= 4 => {
+            let checkpoints = match args.get(4).map(String::as_str) {
+                None => false,
+                Some("checkpoints") => true,
+                Some(other) => {
+                    eprintln!("bench_bindings: write-log takes `checkpoints` or nothing after EVENTS, not {other:?}");
+                    std::process::exit(2);
+                }
+            };
+            write_log(Path::new(&args[2]), args[3].parse().expect("EVENTS"), checkpoints)
+        }
         Some("run") if args.len() >= 5 => {
             let mode = match args.get(5).map(String::as_str) {
                 None | Some("request") => Mode::Request,
@@ -276,7 +293,7 @@ fn main() {
             run(Path::new(&args[2]), args[3].parse().expect("ITERATIONS"), Path::new(&args[4]), mode)
         }
         _ => {
-            eprintln!("usage: bench_bindings write DIR [MESSAGES] | run DIR ITERATIONS OUT [request|body] | write-log DIR EVENTS");
+            eprintln!("usage: bench_bindings write DIR [MESSAGES] | run DIR ITERATIONS OUT [request|body] | write-log DIR EVENTS [checkpoints]");
             std::process::exit(2);
         }
     }

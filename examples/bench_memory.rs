@@ -4,8 +4,9 @@
 //! cargo run --release --example bench_memory [EVENTS] [PATH]
 //! ```
 //!
-//! Writes a log of about EVENTS events (default 100,000) to PATH (default a temporary file) in
-//! a child process, so this process's memory holds nothing of the writing, then loads it with
+//! Writes a log of about EVENTS events (default 100,000) without checkpoints (so the open reads
+//! and checks it whole: `benches/fixture`'s `write_jsonl_with`) to PATH (default a temporary
+//! file) in a child process, so this process's memory holds nothing of the writing, then loads it with
 //! `Session::open_jsonl` and reads `VmRSS` from `/proc/self/status` before and after. Prints the
 //! file size, both resident sizes and the ratio of the growth to the file size, then the same
 //! after `malloc_trim(0)` (what is live, without the allocator's retained free pages). Then it
@@ -30,7 +31,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--write") {
         let events: usize = args[2].parse().expect("EVENTS");
-        fixture::write_jsonl(std::path::Path::new(&args[3]), events);
+        fixture::write_jsonl_with(std::path::Path::new(&args[3]), events, llmsession::log::checkpoint::CheckpointPolicy::OFF);
         return;
     }
     let events: usize = args.get(1).map(|s| s.parse().expect("EVENTS is a number")).unwrap_or(100_000);
@@ -48,7 +49,7 @@ fn main() {
     // built from it and everything dropped before the first reading, so the growth measured is
     // what holding this log costs.
     let warm = dir.path().join("warm-up.jsonl");
-    fixture::write_jsonl(&warm, 200);
+    fixture::write_jsonl_with(&warm, 200, llmsession::log::checkpoint::CheckpointPolicy::OFF);
     {
         let (s, _) = Session::open_jsonl(&warm, SessionOptions::default()).expect("open the warm-up log");
         let mut a = Agent::new(&s, fixture::options()).expect("agent");
