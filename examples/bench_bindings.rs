@@ -293,7 +293,9 @@ fn main() {
             run(Path::new(&args[2]), args[3].parse().expect("ITERATIONS"), Path::new(&args[4]), mode)
         }
         _ => {
-            eprintln!("usage: bench_bindings write DIR [MESSAGES] | run DIR ITERATIONS OUT [request|body] | write-log DIR EVENTS [checkpoints]");
+            eprintln!(
+                "usage: bench_bindings write DIR [MESSAGES] | run DIR ITERATIONS OUT [request|body] | write-log DIR EVENTS [checkpoints]"
+            );
             std::process::exit(2);
         }
     }
