@@ -57,7 +57,7 @@ test('postgres: fork into the store and list its sessions', { skip }, () => {
     const page = lls.listSessions(URL, { after: id, limit: 1 });
     assert.equal(page.length, 1);
     assert.equal(page[0].id, `${id}-fork`);
-    assert.deepEqual(page[0].parent, { id, seedLength: 1 });
+    assert.deepEqual(page[0].parent, { id, seedLength: 1, spawned: false });
     assert.equal(page[0].inUse, false);
     const me = lls.listSessions(URL).find((s) => s.id === id);
     assert.equal(me.inUse, true);
