@@ -19,7 +19,7 @@ trap 'rm -rf "$tmp"' EXIT
 cp "$archive" "$tmp/"
 mkdir -p "$tmp/src/cpp"
 cp "$ROOT/examples/readme/hello.c" "$ROOT/examples/readme/hello.cpp" "$tmp/src/"
-cp "$ROOT/examples/cpp/CMakeLists.txt" "$ROOT/examples/cpp/main.cpp" "$tmp/src/cpp/"
+cp "$ROOT"/examples/cpp/CMakeLists.txt "$ROOT"/examples/cpp/*.cpp "$tmp/src/cpp/"
 cat >"$tmp/test.sh" <<'SCRIPT'
 set -euo pipefail
 name=$1

@@ -75,7 +75,7 @@ zcat /usr/share/man/man1/llmsession.1.gz | grep '^\.TH LLMSESSION 1' >/dev/null 
 
 mkdir -p "$tmp/src/cpp"
 cp "$ROOT/examples/readme/hello.c" "$tmp/src/"
-cp "$ROOT/examples/cpp/CMakeLists.txt" "$ROOT/examples/cpp/main.cpp" "$tmp/src/cpp/"
+cp "$ROOT"/examples/cpp/CMakeLists.txt "$ROOT"/examples/cpp/*.cpp "$tmp/src/cpp/"
 cat >"$tmp/test.sh" <<'SCRIPT'
 set -euo pipefail
 libdir=$1
