@@ -1117,67 +1117,7 @@ fn verify_events_with(session: &SessionHeader, events: &[Event], mut bodies: Opt
             divergence(e.message().to_string(), ev, t, s)
         })?;
         if let Some(r) = rebuilt {
-            let got = digest(&r.envelope);
-            match &r.kind {
-                RecordedKind::Conversation { turn: t, step: s, bytes } => {
-                    let (t, s, bytes) = (*t, *s, *bytes);
-                    if !r.matches() {
-                        return Err(divergence(
-                            format!(
-                                "turn {t} step {s} (seq {}): the request rebuilt from the log differs from the one sent (digest {got}, {} bytes; recorded {}, {bytes} bytes)",
-                                ev.seq,
-                                r.envelope.len(),
-                                r.recorded_digest
-                            ),
-                            ev,
-                            t,
-                            s,
-                        )
-                        .with("recordedDigest", r.recorded_digest.clone())
-                        .with("rebuiltDigest", got));
-                    }
-                    report.requests += 1;
-                    if let Some(cache) = bodies.as_deref_mut() {
-                        check_body(cache, walk.log(), &r.header, walk.prefix(), walk.session_id_at(ev), &r.envelope, ev, t, s)?;
-                        report.bodies += 1;
-                    }
-                }
-                RecordedKind::NativeCompaction { .. } => {
-                    if !r.matches() {
-                        return Err(divergence(
-                            format!(
-                                "native compaction at seq {} (after turn {turn} step {step}): the request rebuilt from the log differs from the one sent (digest {got}; recorded {})",
-                                ev.seq, r.recorded_digest
-                            ),
-                            ev,
-                            turn,
-                            step,
-                        ));
-                    }
-                    report.native_compactions += 1;
-                }
-                RecordedKind::Compaction { .. } | RecordedKind::Keepalive { .. } => {
-                    let compaction = matches!(r.kind, RecordedKind::Compaction { .. });
-                    if !r.matches() {
-                        let (what, request) =
-                            if compaction { ("compaction", "the summarisation request") } else { ("keep-warm request", "the request") };
-                        return Err(divergence(
-                            format!(
-                                "{what} at seq {} (after turn {turn} step {step}): {request} rebuilt from the log differs from the one sent (digest {got}; recorded {})",
-                                ev.seq, r.recorded_digest
-                            ),
-                            ev,
-                            turn,
-                            step,
-                        ));
-                    }
-                    if compaction {
-                        report.compactions += 1;
-                    } else {
-                        report.keepalives += 1;
-                    }
-                }
-            }
+            check_rebuilt(&walk, ev, &r, (turn, step), bodies.as_deref_mut(), &mut report)?;
         }
         clock.check(ev, &walk).map_err(|e| {
             let (t, s) = walk.position();
@@ -1625,6 +1565,20 @@ fn verify_request(
         }
     }
     let Some(r) = walk.rebuild(ev).map_err(|e| at(walk, e))? else { return Ok(()) };
+    check_rebuilt(walk, ev, &r, (turn, step), bodies, report)
+}
+
+/// Compares a request rebuilt from the log ([`RequestWalk::rebuild`], at `ev`, the walk at
+/// `turn`/`step` before it) with what the log recorded, checks its provider body against
+/// `bodies` when given, and counts it in `report`.
+fn check_rebuilt(
+    walk: &RequestWalk<'_>,
+    ev: &Event,
+    r: &RecordedRequest,
+    (turn, step): (u64, u64),
+    bodies: Option<&mut BodyCache>,
+    report: &mut VerifyReport,
+) -> Result<()> {
     let got = digest(&r.envelope);
     match &r.kind {
         RecordedKind::Conversation { turn: t, step: s, bytes } => {
