@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # The cache clock's benchmark (docs/performance.md, "The cache clock"): `llmsession simulate` on
 # the public Claude Code transcripts (scripts/fetch-transcripts.sh), priced at Anthropic's
-# published prices for the model they used (benches/clock/anthropic.json: Claude Sonnet 4, per
-# million tokens, from Anthropic's pricing page as read on 2026-12-03), with the default
+# published prices for the models they used (benches/clock/anthropic.json: Claude Sonnet 4, and the
+# Claude 4.5 to 4.7 models of the extra transcripts below, per million tokens, from Anthropic's
+# pricing page as read on 2026-12-03 and 2026-12-04), with the default
 # assumptions, then the same with each assumption the report discusses changed: the old
 # 30-second margin, no 1-hour tier (benches/clock/five-minutes-only.json), `prefix` tier
 # billing, a lighter and a heavier prior, a host that leaves one pause in three for good.
 # Prints one table per run and writes each run's JSON under $OUT (default target/bench-clock/).
 # No timing is measured: the figures are costs.
+#
+# EXTRA_TRANSCRIPTS=DIR also runs the default on more real Claude Code transcripts found under DIR
+# (docs/performance.md, "On 154 more real sessions"; benches/clock/extra-sources.tsv names the
+# ones the report used, docs/simulate.md says how to get them): benches/clock/prepare.py sorts and
+# cleans them, benches/clock/summary.py prints the table per source and in aggregate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CARGO="${CARGO:-cargo}"
@@ -36,4 +42,18 @@ run prefix-billing "$PRICES" '{"tierBilling": "prefix"}'
 run prior-weight-0.5 "$PRICES" '{"returnModel": {"priorWeight": 0.5}}'
 run prior-weight-10 "$PRICES" '{"returnModel": {"priorWeight": 10}}'
 run never-returns-0.3 "$PRICES" '{"returnModel": {"neverReturns": 0.3}}'
+if [[ -n "${EXTRA_TRANSCRIPTS:-}" ]]; then
+    rm -rf "$OUT/extra"
+    python3 benches/clock/prepare.py "$EXTRA_TRANSCRIPTS" "$OUT/extra"
+    shopt -s nullglob
+    EXTRA=("$OUT"/extra/claude-code/*.jsonl)
+    if ((${#EXTRA[@]} == 0)); then
+        echo "benches/clock.sh: no Claude Code transcript under $EXTRA_TRANSCRIPTS" >&2
+        exit 1
+    fi
+    echo "== extra: ${#EXTRA[@]} Claude Code transcripts from $EXTRA_TRANSCRIPTS, --prices $PRICES, default options"
+    "$BIN" simulate --from claude-code "${EXTRA[@]}" --prices "$PRICES" --json >"$OUT/extra.json"
+    python3 benches/clock/summary.py "$OUT/extra.json"
+    echo
+fi
 echo "JSON of every run: $OUT/"

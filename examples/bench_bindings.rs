@@ -4,7 +4,13 @@
 //! cargo run --release --example bench_bindings -- write DIR [MESSAGES]
 //! cargo run --release --example bench_bindings -- run DIR ITERATIONS OUT [request|body]
 //! cargo run --release --example bench_bindings -- write-log DIR EVENTS [checkpoints]
+//! cargo run --release --example bench_bindings -- resume DIR ITERATIONS
 //! ```
+//!
+//! `resume` is the Rust host's resume of `write-log`'s fixture, what the binding harnesses time
+//! (open a fresh copy of `DIR/session.jsonl` for writing, a new agent with the `openai`
+//! renderer, a new turn and its first body), for profiling the library without a binding:
+//! it prints the median and the range of ITERATIONS timed runs after one warm-up.
 //!
 //! `write-log` writes the resume fixture of `benches/bindings.sh` (docs/performance.md, "Resume
 //! and memory against a naive host"): `DIR/session.jsonl`, a finished log of about EVENTS events
@@ -266,6 +272,44 @@ fn run(dir: &Path, iterations: usize, out: &Path, mode: Mode) {
     println!("bytes={bytes} digest={digest}");
 }
 
+fn resume(dir: &Path, iterations: usize) {
+    let user = read_inputs(dir).user;
+    let tmp = std::env::temp_dir().join(format!("lls-resume-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).expect("temporary directory");
+    let cancel = CancelToken::new();
+    let mut samples = Vec::with_capacity(iterations);
+    for i in 0..=iterations {
+        let copy = tmp.join(format!("resume-{i}.jsonl"));
+        std::fs::copy(dir.join("session.jsonl"), &copy).expect("copy the log");
+        let t0 = Instant::now();
+        let (session, _) =
+            Session::open_jsonl(&copy, SessionOptions { durability: Durability::Never, ..SessionOptions::default() })
+                .expect("open");
+        let t1 = Instant::now();
+        let mut agent = Agent::new(&session, fixture::options()).expect("agent");
+        agent.set_renderer(Renderer::OpenAi, RenderOptions::default()).expect("set_renderer");
+        agent.start_turn(user.clone()).expect("start_turn");
+        let body = std::hint::black_box(agent.next_body(&cancel).expect("next_body"));
+        drop(body);
+        agent.dispose().expect("dispose");
+        drop(session);
+        let t2 = Instant::now();
+        std::fs::remove_file(&copy).ok();
+        if i > 0 {
+            samples.push(((t1 - t0).as_secs_f64() * 1e3, (t2 - t0).as_secs_f64() * 1e3));
+        }
+    }
+    std::fs::remove_dir_all(&tmp).ok();
+    let median = |f: fn(&(f64, f64)) -> f64| {
+        let mut v: Vec<f64> = samples.iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        (v[v.len() / 2], v[0], v[v.len() - 1])
+    };
+    let (o, omin, omax) = median(|s| s.0);
+    let (w, wmin, wmax) = median(|s| s.1);
+    println!("open {o:.2} ms ({omin:.2} to {omax:.2}); open and body {w:.2} ms ({wmin:.2} to {wmax:.2})");
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
@@ -281,6 +325,7 @@ fn main() {
             };
             write_log(Path::new(&args[2]), args[3].parse().expect("EVENTS"), checkpoints)
         }
+        Some("resume") if args.len() >= 4 => resume(Path::new(&args[2]), args[3].parse().expect("ITERATIONS")),
         Some("run") if args.len() >= 5 => {
             let mode = match args.get(5).map(String::as_str) {
                 None | Some("request") => Mode::Request,
