@@ -283,8 +283,7 @@ fn resume(dir: &Path, iterations: usize) {
         std::fs::copy(dir.join("session.jsonl"), &copy).expect("copy the log");
         let t0 = Instant::now();
         let (session, _) =
-            Session::open_jsonl(&copy, SessionOptions { durability: Durability::Never, ..SessionOptions::default() })
-                .expect("open");
+            Session::open_jsonl(&copy, SessionOptions { durability: Durability::Never, ..SessionOptions::default() }).expect("open");
         let t1 = Instant::now();
         let mut agent = Agent::new(&session, fixture::options()).expect("agent");
         agent.set_renderer(Renderer::OpenAi, RenderOptions::default()).expect("set_renderer");
