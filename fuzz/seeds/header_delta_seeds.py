@@ -44,7 +44,7 @@ def edits(h):
     if tools:
         out.append(dict(h, tools=tools[1:]) if len(tools) > 1 else {k: v for k, v in h.items() if k != "tools"})
         out.append(dict(h, tools=[dict(tools[0], description=tools[0].get("description", "") + " (v2)")] + tools[1:]))
-        out.append(dict(h, tools=tools[1:] + [tool(tools[0]["name"], "replaced")]))
+        out.append(dict(h, tools=tools[1:] + [tool(seedlib.tool_key(tools[0]), "replaced")]))
     if len(tools) > 1:
         out.append(dict(h, tools=list(reversed(tools))))
     out.append(dict(h, config=dict(h["config"], model=h["config"].get("model", "m") + "-next")))
@@ -86,7 +86,7 @@ def refused(base):
     """Deltas that parse as JSON but that `from_value` or `apply` must refuse, each naming what is
     wrong (docs/header-delta.md, "Validation")."""
     tools = base.get("tools", [])
-    name = tools[0]["name"] if tools else "read"
+    name = seedlib.tool_key(tools[0]) if tools else "read"
     n = len(lines(base.get("system")))
     g = tool("grep", "Search files")
     return [

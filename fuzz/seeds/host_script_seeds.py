@@ -165,7 +165,7 @@ def scenario(d):
         elif k == "setOptions":
             for i, key in enumerate(("system", "tools", "config")):
                 if key in o:
-                    s.set_options(i, len(str(o[key])))
+                    s.set_options(i, min(255, len(str(o[key]))))
         elif k == "setPolicy":
             s.set_policy(o.get("policy"))
         elif k == "setSummariser" and o["summariser"].get("kind") in SUMMARISERS:

@@ -320,16 +320,36 @@ def system_arm(a, b):
     return {"keepLeading": lead, "keepTrailing": trail, "insert": bl[lead: len(bl) - trail]}
 
 
+def tool_key(t):
+    """A tool's key in the list, as the library names it (src/types.rs, `ToolSchema`): a
+    function's name (also in OpenAI's `{"type":"function","function":{...}}` shape), or for a
+    provider tool `"<format>:<key>"`, the key being the tool object's `name`, else its `type`
+    (with `:<server_label>` when it has one), else its one field."""
+    if t.get("type") == "provider":
+        obj = t.get("tool") or {}
+        text = lambda k: obj.get(k) if isinstance(obj.get(k), str) and obj.get(k) else None
+        if text("name"):
+            key = text("name")
+        elif text("type"):
+            key = text("type") + (":" + text("server_label") if text("server_label") else "")
+        else:
+            key = next(iter(obj)) if len(obj) == 1 else ""
+        return f"{t.get('format')}:{key}"
+    if t.get("type") == "function" and isinstance(t.get("function"), dict):
+        return t["function"].get("name")
+    return t.get("name")
+
+
 def tools_arm(a, b):
-    an = [t["name"] for t in a]
-    bn = [t["name"] for t in b]
-    old = {t["name"]: t for t in a}
+    an = [tool_key(t) for t in a]
+    bn = [tool_key(t) for t in b]
+    old = {tool_key(t): t for t in a}
     arm = {}
     removed = [n for n in an if n not in bn]
-    changed = [t for t in b if t["name"] in old and t != old[t["name"]]]
+    changed = [t for t in b if tool_key(t) in old and t != old[tool_key(t)]]
     kept_new = [n for n in bn if n in old]
     kept_old = [n for n in an if n in bn]
-    added = [{"index": i, "tool": t} for i, t in enumerate(b) if t["name"] not in old]
+    added = [{"index": i, "tool": t} for i, t in enumerate(b) if tool_key(t) not in old]
     if removed:
         arm["removed"] = removed
     if changed:
