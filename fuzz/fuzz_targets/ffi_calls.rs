@@ -396,6 +396,10 @@ fn store_cb(ud: &Ud, v: &Value, reply: *mut lls_reply) -> i32 {
             records.lock().unwrap().truncate(n);
             b"{}".to_vec()
         }
+        // The optional requests of opening from a checkpoint (docs/storage.md): this store
+        // answers them as a host written before them does, `true`, which means "not
+        // supported" (the open reads the whole log with `load`).
+        "lastCheckpoint" | "loadFrom" => b"true".to_vec(),
         other => panic!("unknown store op {other}"),
     };
     match mode {
