@@ -433,8 +433,13 @@ impl World {
                 if *n == now.1 {
                     return Ok(());
                 }
-                full = self.session.with_log(|l| {
-                    l.lines()[*n..].iter().any(|line| line.contains("\"step/start\"") || line.contains("\"compaction/start\""))
+                // The log holds the lines from its base on (a session opened from a checkpoint
+                // holds none before it); lines it does not hold are checked in full.
+                full = self.session.with_log(|l| match (*n as u64).checked_sub(l.base()) {
+                    Some(from) => l.lines()[from as usize..]
+                        .iter()
+                        .any(|line| line.contains("\"step/start\"") || line.contains("\"compaction/start\"")),
+                    None => true,
                 });
             }
         }
