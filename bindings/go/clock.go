@@ -26,9 +26,10 @@ const (
 )
 
 // ReturnModel is the host's model of when it returns after a request (all optional): its own
-// gaps in milliseconds (GapsMs, with Weights), the probability it never returns (NeverReturns,
-// default 0.1), whether the session's own gaps are blended in (Learn: by default only without
-// GapsMs) and how many gaps the prior counts as (PriorWeight, default 3).
+// gaps in milliseconds (GapsMs, with Weights), the probability it never returns (NeverReturns:
+// with GapsMs default 0.1, without them the default prior's own 1.6 %), whether the session's own
+// gaps are blended in (Learn: by default only without GapsMs) and how many gaps the prior counts
+// as (PriorWeight, default 100). docs/caching.md, "The default prior".
 type ReturnModel struct {
 	GapsMs       []int64   `json:"gapsMs,omitempty"`
 	Weights      []float64 `json:"weights,omitempty"`

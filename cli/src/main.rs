@@ -601,14 +601,14 @@ fn cmd_simulate(
     Ok(())
 }
 
-/// `the default prior (counting as 3 gaps) learning the session's gaps, never returns 10 %`.
+/// `the default prior (counting as 100 gaps) learning the session's gaps, never returns 1.6 %`.
 fn describe_model(m: &llmsession::clock::ReturnModelSpec) -> String {
     let base = match &m.gaps_ms {
         Some(g) => format!("the host's {} gap(s)", g.len()),
         None => "the default prior".into(),
     };
     let learn = if m.learn { format!(" (counting as {} gaps) learning the session's gaps", m.prior_weight) } else { String::new() };
-    format!("{base}{learn}, never returns {:.0} %", m.never_returns * 100.0)
+    format!("{base}{learn}, never returns {:.1} %", m.never_returns * 100.0)
 }
 
 /// `explain --from`: the idle gaps of a transcript, priced.

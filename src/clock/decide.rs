@@ -620,8 +620,8 @@ mod tests {
     fn a_tier_is_bet_on_the_pauses_the_session_has_shown() {
         let f = two_tiers(figures(100_000));
         let spec = ReturnModelSpec::default();
-        // Forty gaps of seconds: the default prior expects long pauses, but the session has
-        // shown none, so no write pays a premium for them.
+        // Forty gaps of seconds: the default prior holds pauses (real hosts take them), but the
+        // session has shown none, so no write pays a premium for them.
         let quick: Vec<u64> = (0..40).map(|k| 3_000 + k * 500).collect();
         let d = decide(&f, &at(1_000), &spec.model(&quick));
         assert_eq!(d.decision, Action::None, "{}", d.reason);

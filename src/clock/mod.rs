@@ -91,5 +91,8 @@ pub use agent::{
 };
 pub use cost::{offered_tiers, CacheFigures, CompactionFigures, GapCosts, OptionCost, Rates, Tier, TierBilling};
 pub use decide::{decide, tier_costs, Action, BreakEven, Decision, Expected, TierCost, Timing};
-pub use returns::{ReturnModel, ReturnModelSpec, DEFAULT_NEVER_RETURNS, DEFAULT_PRIOR_MINUTES, DEFAULT_PRIOR_WEIGHT};
+pub use returns::{
+    default_prior_never_returns, ReturnModel, ReturnModelSpec, DEFAULT_NEVER_RETURNS, DEFAULT_PRIOR, DEFAULT_PRIOR_ENDS,
+    DEFAULT_PRIOR_WEIGHT,
+};
 pub use track::{log_figures, ClockTrack, CompactionParams, LogCheck, LogFigures};

@@ -11,17 +11,50 @@ use crate::types::Fields;
 use serde::Serialize;
 use serde_json::Value;
 
-const MINUTE: u64 = 60_000;
+/// The default prior: the gaps that followed a request in 154 real Claude Code sessions
+/// (9,428 gaps; `docs/caching.md`, "The default prior"), as (gap in milliseconds, how many
+/// gaps it stands for): the median gap of each of 18 bins, from under 15 seconds to over 12
+/// hours.
+pub const DEFAULT_PRIOR: [(u64, u32); 18] = [
+    (6000, 5911),
+    (20000, 1128),
+    (41000, 915),
+    (73000, 391),
+    (117000, 358),
+    (185000, 237),
+    (299000, 178),
+    (467000, 87),
+    (715000, 72),
+    (1226000, 40),
+    (1788000, 24),
+    (2713000, 21),
+    (3549000, 11),
+    (5348000, 13),
+    (8067000, 10),
+    (14229000, 10),
+    (27053000, 7),
+    (69675000, 15),
+];
 
-/// The default prior's gaps, in minutes: log-spaced from one minute to eight hours, each
-/// equally likely.
-pub const DEFAULT_PRIOR_MINUTES: [u64; 14] = [1, 2, 3, 5, 8, 12, 20, 30, 45, 60, 90, 120, 240, 480];
+/// How many of those sessions ended after their last request (the host never returned): the
+/// default prior's share of never returning is `DEFAULT_PRIOR_ENDS / (DEFAULT_PRIOR_ENDS +
+/// gaps)`, 1.6 %.
+pub const DEFAULT_PRIOR_ENDS: u32 = 154;
 
-/// The default probability that the host never returns to a session.
+/// The default probability that the host never returns, for a host's own distribution
+/// (`returnModel.gapsMs` without `neverReturns`). The default prior carries its own
+/// ([`DEFAULT_PRIOR_ENDS`]).
 pub const DEFAULT_NEVER_RETURNS: f64 = 0.1;
 
-/// How many of the session's gaps the prior counts as, by default.
-pub const DEFAULT_PRIOR_WEIGHT: f64 = 3.0;
+/// How many of the session's gaps the prior counts as, by default: the prior is thousands of
+/// real gaps, so one session's first few gaps move it little.
+pub const DEFAULT_PRIOR_WEIGHT: f64 = 100.0;
+
+/// The default prior's probability of never returning.
+pub fn default_prior_never_returns() -> f64 {
+    let gaps: u32 = DEFAULT_PRIOR.iter().map(|p| p.1).sum();
+    f64::from(DEFAULT_PRIOR_ENDS) / f64::from(DEFAULT_PRIOR_ENDS + gaps)
+}
 
 /// A distribution of return times (see the module docs).
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -68,7 +101,7 @@ impl Default for ReturnModelSpec {
         ReturnModelSpec {
             gaps_ms: None,
             weights: None,
-            never_returns: DEFAULT_NEVER_RETURNS,
+            never_returns: default_prior_never_returns(),
             learn: true,
             prior_weight: DEFAULT_PRIOR_WEIGHT,
         }
@@ -118,7 +151,8 @@ impl ReturnModelSpec {
             }
         };
         let never_returns = match f.opt_f64("neverReturns")? {
-            None => DEFAULT_NEVER_RETURNS,
+            None if gaps_ms.is_some() => DEFAULT_NEVER_RETURNS,
+            None => default_prior_never_returns(),
             Some(p) if (0.0..1.0).contains(&p) => p,
             Some(p) => return Err(Error::invalid(f.p("neverReturns"), format!("must be in [0, 1), got {p}"))),
         };
@@ -138,7 +172,7 @@ impl ReturnModelSpec {
                 let w = self.weights.clone().unwrap_or_else(|| vec![1.0; g.len()]);
                 (g.iter().copied().zip(w).collect(), "the host's distribution")
             }
-            None => (DEFAULT_PRIOR_MINUTES.iter().map(|m| (m * MINUTE, 1.0)).collect(), "the default prior"),
+            None => (DEFAULT_PRIOR.iter().map(|&(g, n)| (g, f64::from(n))).collect(), "the default prior"),
         };
         let prior_total: f64 = prior.iter().map(|p| p.1).sum();
         let mut points: Vec<(u64, f64)> = Vec::new();
@@ -209,7 +243,7 @@ impl ReturnModel {
         Some(ReturnModel::new(gaps.iter().map(|g| (*g, 1.0)).collect(), self.never_returns, source))
     }
 
-    /// The documented default: [`DEFAULT_PRIOR_MINUTES`] and [`DEFAULT_NEVER_RETURNS`].
+    /// The documented default: [`DEFAULT_PRIOR`] and its share of never returning.
     pub fn default_prior() -> ReturnModel {
         ReturnModelSpec::default().model(&[])
     }
@@ -242,21 +276,29 @@ mod tests {
     #[test]
     fn the_default_prior_is_documented_and_normalised() {
         let m = ReturnModel::default_prior();
-        assert_eq!(m.points.len(), 14);
-        assert_eq!(m.points[0].0, MINUTE);
+        assert_eq!(m.points.len(), 18);
+        assert_eq!(m.points[0].0, 6_000);
+        let gaps: u32 = DEFAULT_PRIOR.iter().map(|p| p.1).sum();
+        assert_eq!((gaps, DEFAULT_PRIOR_ENDS), (9_428, 154), "the counts docs/caching.md gives");
         let total: f64 = m.points.iter().map(|p| p.1).sum::<f64>() + m.never_returns;
         assert!((total - 1.0).abs() < 1e-12);
+        assert!((m.never_returns - 154.0 / 9_582.0).abs() < 1e-12, "{}", m.never_returns);
         assert_eq!(m.source, "the default prior");
-        // Away 4.5 minutes: 11 of the 14 gaps are longer; 5, 8, 12, 20, 30, 45 and 60 minutes
-        // are within the next hour.
-        let p = m.returns_within(270_000, 3_600_000);
-        let each = 0.9 / 14.0;
-        assert!((p - 7.0 * each / (11.0 * each + 0.1)).abs() < 1e-12, "{p}");
+        // Away 4.5 minutes (past the 240 to 390 s bin's median, 299 s): of the 394 gaps longer
+        // than that and the 154 ends, the 386 gaps up to 58 minutes (3,549 s) return within the
+        // next hour.
+        let p = m.returns_within(300_000, 3_600_000);
+        let later: u32 = DEFAULT_PRIOR.iter().filter(|g| g.0 > 300_000).map(|g| g.1).sum();
+        let within: u32 = DEFAULT_PRIOR.iter().filter(|g| g.0 > 300_000 && g.0 <= 3_900_000).map(|g| g.1).sum();
+        assert!((p - f64::from(within) / f64::from(later + 154)).abs() < 1e-12, "{p}");
+        // A host given its own gaps without neverReturns keeps the documented 0.1.
+        let host = ReturnModelSpec::from_value(&json!({"gapsMs": [60000]}), "returnModel").unwrap();
+        assert_eq!(host.never_returns, DEFAULT_NEVER_RETURNS);
     }
 
     #[test]
     fn learned_gaps_weigh_against_the_prior() {
-        let spec = ReturnModelSpec::default();
+        let spec = ReturnModelSpec { prior_weight: 3.0, never_returns: 0.1, ..ReturnModelSpec::default() };
         let m = spec.model(&[1_000, 2_000, 600_000, 600_000]);
         assert_eq!(m.source, "4 gaps of this session + the default prior");
         // 600000 is one point of weight 2 (of 4 + 3 prior); never returning is part of the
@@ -269,6 +311,10 @@ mod tests {
         let t = m.tier_model(300_000).unwrap();
         assert!((t.pause_probability(300_000) - (0.5 * (1.0 - 0.3 / 7.0) + 0.3 / 7.0)).abs() < 1e-12);
         assert!(spec.model(&[1_000, 2_000]).tier_model(300_000).is_none(), "no pause yet: nothing to bet a tier on");
+        // By default the prior counts as 100 gaps: four of the session's move it little.
+        let d = ReturnModelSpec::default().model(&[1_000, 2_000, 600_000, 600_000]);
+        let never = default_prior_never_returns() * 100.0 / 104.0;
+        assert!((d.never_returns - never).abs() < 1e-12, "{}", d.never_returns);
         let host = ReturnModelSpec::from_value(&json!({"gapsMs": [60000, 7200000], "neverReturns": 0.5}), "returnModel").unwrap();
         assert!(!host.learn);
         let m = host.model(&[5]);
