@@ -284,8 +284,8 @@ mod tests {
         assert!((total - 1.0).abs() < 1e-12);
         assert!((m.never_returns - 154.0 / 9_582.0).abs() < 1e-12, "{}", m.never_returns);
         assert_eq!(m.source, "the default prior");
-        // Away 4.5 minutes (past the 240 to 390 s bin's median, 299 s): of the 394 gaps longer
-        // than that and the 154 ends, the 386 gaps up to 58 minutes (3,549 s) return within the
+        // Away 5 minutes (past the 240 to 390 s bin's median, 299 s): of the 310 gaps longer
+        // than that and the 154 ends, the 255 gaps up to 59 minutes (3,549 s) return within the
         // next hour.
         let p = m.returns_within(300_000, 3_600_000);
         let later: u32 = DEFAULT_PRIOR.iter().filter(|g| g.0 > 300_000).map(|g| g.1).sum();
