@@ -114,7 +114,7 @@ fn the_clock_reads_the_cache_from_the_log() {
 #[test]
 fn bad_options_name_the_field() {
     for (v, msg) in [
-        (json!({"nowMs": 1}), "options.nowMs: is not a cache clock option (expected now, prices, cacheRules, returnModel, marginMs, tierBilling, compaction, record)"),
+        (json!({"nowMs": 1}), "options.nowMs: is not a cache clock option (expected now, prices, cacheRules, returnModel, marginMs, tierBilling, compaction, record, keepWarmBudget)"),
         (json!({"now": "soon"}), "options.now: expected a non-negative integer, got \"soon\""),
         (json!({"prices": {"anthropic": {"input": 1}}}), "prices.anthropic.cachedInput: is required"),
         (json!({"returnModel": {"gapsMs": [0]}}), "options.returnModel.gapsMs[0]: expected a positive number of milliseconds"),
