@@ -6,7 +6,8 @@
 # pricing page as read on 2026-12-03 and 2026-12-04), with the default
 # assumptions, then the same with each assumption the report discusses changed: the old
 # 30-second margin, no 1-hour tier (benches/clock/five-minutes-only.json), `prefix` tier
-# billing, a lighter and a heavier prior, a host that leaves one pause in three for good.
+# billing, a lighter and a heavier prior, a host that leaves one pause in three for good, no
+# keep-warm budget.
 # Prints one table per run and writes each run's JSON under $OUT (default target/bench-clock/).
 # No timing is measured: the figures are costs.
 #
@@ -42,6 +43,7 @@ run prefix-billing "$PRICES" '{"tierBilling": "prefix"}'
 run prior-weight-0.5 "$PRICES" '{"returnModel": {"priorWeight": 0.5}}'
 run prior-weight-10 "$PRICES" '{"returnModel": {"priorWeight": 10}}'
 run never-returns-0.3 "$PRICES" '{"returnModel": {"neverReturns": 0.3}}'
+run no-keep-warm-budget "$PRICES" '{"keepWarmBudget": 1000000000}'
 if [[ -n "${EXTRA_TRANSCRIPTS:-}" ]]; then
     rm -rf "$OUT/extra"
     python3 benches/clock/prepare.py "$EXTRA_TRANSCRIPTS" "$OUT/extra"
@@ -54,6 +56,10 @@ if [[ -n "${EXTRA_TRANSCRIPTS:-}" ]]; then
     echo "== extra: ${#EXTRA[@]} Claude Code transcripts from $EXTRA_TRANSCRIPTS, --prices $PRICES, default options"
     "$BIN" simulate --from claude-code "${EXTRA[@]}" --prices "$PRICES" --json >"$OUT/extra.json"
     python3 benches/clock/summary.py "$OUT/extra.json"
+    echo
+    echo "== extra without the keep-warm budget: --options $OUT/no-keep-warm-budget.options.json"
+    "$BIN" simulate --from claude-code "${EXTRA[@]}" --prices "$PRICES" --options "$OUT/no-keep-warm-budget.options.json" --json >"$OUT/extra-no-budget.json"
+    python3 benches/clock/summary.py "$OUT/extra-no-budget.json"
     echo
 fi
 echo "JSON of every run: $OUT/"

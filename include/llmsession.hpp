@@ -1121,7 +1121,7 @@ public:
 
     /// Asks the cache clock what to do now about the provider's cache (docs/caching.md, "The
     /// cache clock"), from the session's log: `opts_json` `{"now"?, "prices"?, "cacheRules"?,
-    /// "returnModel"?, "marginMs"?, "tierBilling"?, "compaction"?, "record"?}` (empty: every
+    /// "returnModel"?, "marginMs"?, "tierBilling"?, "compaction"?, "record"?, "keepWarmBudget"?}` (empty: every
     /// default). Returns `{"decision", "tier"?, "reason", "warmUntil"?, "nextDecisionAt"?,
     /// "options", "state", "recorded"?, ...}`: `"keep-warm"` → `keepalive_body`, `"compact"` →
     /// `compact_idle`, `"tier"` → the render option `cacheTtl`; ask again at `nextDecisionAt`.

@@ -114,7 +114,7 @@ fn the_clock_reads_the_cache_from_the_log() {
 #[test]
 fn bad_options_name_the_field() {
     for (v, msg) in [
-        (json!({"nowMs": 1}), "options.nowMs: is not a cache clock option (expected now, prices, cacheRules, returnModel, marginMs, tierBilling, compaction, record)"),
+        (json!({"nowMs": 1}), "options.nowMs: is not a cache clock option (expected now, prices, cacheRules, returnModel, marginMs, tierBilling, compaction, record, keepWarmBudget)"),
         (json!({"now": "soon"}), "options.now: expected a non-negative integer, got \"soon\""),
         (json!({"prices": {"anthropic": {"input": 1}}}), "prices.anthropic.cachedInput: is required"),
         (json!({"returnModel": {"gapsMs": [0]}}), "options.returnModel.gapsMs[0]: expected a positive number of milliseconds"),
@@ -509,4 +509,62 @@ fn the_log_rules_check_the_clock_records() {
     let e = llmsession::request::verify_records(&bytes(&reseal(&forged))).unwrap_err();
     assert!(e.message().contains("which is not a keep-warm request waiting for its answer"), "{}", e.message());
     assert_eq!(llmsession::request::verify_records(&bytes(&recs)).unwrap().keepalives, 1);
+}
+
+#[test]
+fn the_keep_warm_budget_bounds_what_a_pause_stakes_and_verify_decides_it_again() {
+    // One request has cost about 0.11 (30,000 tokens written); a keep-warm request reads them
+    // for about 0.009. A host that comes back after 20 minutes, or never (one time in ten).
+    let s = Session::in_memory();
+    let mut a = agent(&s, None);
+    turn(&mut a, "one", 0, 30_000);
+    let sent = time_of(&s, "step/start");
+    let model = json!({"gapsMs": [1_200_000], "neverReturns": 0.1});
+    let at = |budget: Option<f64>| {
+        let mut o = json!({"prices": prices(), "now": sent + 292_000, "returnModel": model, "record": false});
+        if let Some(b) = budget {
+            o["keepWarmBudget"] = json!(b);
+        }
+        options(o)
+    };
+    // Unbounded, keeping warm is the better bet.
+    let r = a.cache_clock(&at(Some(1e9))).unwrap();
+    assert_eq!(r.decision.decision, Action::KeepWarm, "{}", r.decision.reason);
+    // The default budget (5 % of 0.11) does not cover one keep-warm request: it lets the cache
+    // expire, and says why.
+    let r = a.cache_clock(&at(None)).unwrap();
+    assert_eq!(r.decision.decision, Action::LetExpire, "{}", r.decision.reason);
+    assert!(r.decision.reason.contains("the keep-warm budget (5 % of the 0.11"), "{}", r.decision.reason);
+    assert!(r.decision.reason.contains(": 0 more keep-warm requests"), "{}", r.decision.reason);
+    let f = r.state.figures.as_ref().unwrap();
+    assert_eq!(f.keepalive_budget, Some(0.05));
+    assert!((f.session_cost.unwrap() - (40.0 * 3.0 + 30_000.0 * 3.75 + 20.0 * 15.0) / 1e6).abs() < 1e-12, "{f:?}");
+    // A budget of 50 % covers six, enough to bridge the 20 minutes (four): the pause keeps
+    // warm, recorded; after one keep-warm request the next decision counts it, and verify
+    // decides both again from the log. With 20 % (two) it would stake them for nothing.
+    assert_eq!(a.cache_clock(&at(Some(0.2))).unwrap().decision.decision, Action::LetExpire);
+    let mut o = at(Some(0.5));
+    o.record = true;
+    assert_eq!(a.cache_clock(&o).unwrap().decision.decision, Action::KeepWarm);
+    a.keepalive_body().unwrap();
+    a.record_body(&reply("ok", 0, 30_040, 0)).unwrap();
+    let ping = time_of(&s, "clock/keepalive");
+    o.now = Some(ping + 290_000);
+    let r = a.cache_clock(&o).unwrap();
+    assert_eq!(r.decision.decision, Action::KeepWarm, "{}", r.decision.reason);
+    assert!(r.decision.reason.contains(": 5 more keep-warm requests"), "{}", r.decision.reason);
+    let v = s.verify().unwrap();
+    assert_eq!((v.keepalives, v.decisions), (1, 2));
+    // The count of keep-warm requests in the pause is the log's: a decision claiming none is
+    // refused.
+    let recs = records(&s);
+    let i = index_of(&recs, "clock/decision", 1);
+    assert!(recs[i].contains("\"pings\":1,\"touchedAt"), "{}", recs[i]);
+    let mut bad = recs.clone();
+    bad[i] = bad[i].replace("\"pings\":1,\"touchedAt", "\"pings\":0,\"touchedAt");
+    let e = llmsession::request::verify_records(&bytes(&reseal(&bad))).unwrap_err();
+    assert!(e.message().contains("its timing differs from the log's"), "{}", e.message());
+    // A budget must be a non-negative share.
+    let e = ClockOptions::from_value(Some(&json!({"keepWarmBudget": -0.1}))).unwrap_err();
+    assert!(e.message().contains("options.keepWarmBudget: must be a non-negative share"), "{}", e.message());
 }

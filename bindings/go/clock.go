@@ -69,6 +69,10 @@ type ClockOptions struct {
 	Compaction *ClockCompaction `json:"compaction,omitempty"`
 	// Record false keeps the decision out of the log (default: an action decision is recorded).
 	Record *bool `json:"record,omitempty"`
+	// KeepWarmBudget is the most one pause may stake in keep-warm requests, as a share of what
+	// the session's requests have cost so far (nil: 0.05; docs/caching.md, "The keep-warm
+	// budget"). It applies while the return model allows a host that never comes back.
+	KeepWarmBudget *float64 `json:"keepWarmBudget,omitempty"`
 }
 
 // ClockOption is one option the clock weighed, with its expected cost.

@@ -26,7 +26,7 @@ const Decision = Object.freeze({
  * Asks the cache clock what to do now (options, all optional: `now` ms since the epoch,
  * `prices`, `cacheRules`, `returnModel` {gapsMs?, weights?, neverReturns?, learn?, priorWeight?},
  * `marginMs`, `tierBilling`, `compaction` {enabled?, minContextTokens?, summaryRatio?},
- * `record`). Returns `{decision, tier?, reason, at, warmUntil?, nextDecisionAt?,
+ * `record`, `keepWarmBudget`). Returns `{decision, tier?, reason, at, warmUntil?, nextDecisionAt?,
  * returnProbability?, options, breakEven, returns, state, recorded?}`; an action decision is
  * recorded in the log once per use of the cache. Synchronous: it calls no callback.
  */

@@ -728,6 +728,8 @@ export interface ClockOptions {
   compaction?: { enabled?: boolean; minContextTokens?: number; summaryRatio?: number };
   /** Whether an action decision is recorded in the log (default true). */
   record?: boolean;
+  /** The most one pause may stake in keep-warm requests, as a share of what the session's requests have cost so far (default 0.05). */
+  keepWarmBudget?: number;
 }
 
 /** The cache clock's answer. */

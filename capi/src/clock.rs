@@ -22,7 +22,8 @@ use std::ffi::c_char;
 /// expiry at which the clock acts (default 10000, raised to the session's longest keep-warm round
 /// trip), "tierBilling"?: "written" | "prefix",
 /// "compaction"?: {"enabled"?, "minContextTokens"?, "summaryRatio"?}, "record"?: bool (default
-/// true)}`.
+/// true), "keepWarmBudget"?: the most one pause may stake in keep-warm requests, as a share of
+/// what the session's requests have cost so far (default 0.05)}`.
 ///
 /// On success `*out` (free it with `lls_string_free`) is `{"decision": "none" | "compact" |
 /// "keep-warm" | "let-expire" | "tier", "tier"?, "reason", "at", "warmUntil"?,

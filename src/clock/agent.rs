@@ -13,8 +13,8 @@
 //! - [`Agent::compact_idle`]: the cache-reusing compaction, started by the clock's `compact`
 //!   decision (`compaction/start` with `trigger: "idle"` and the decision's seq).
 
-use super::cost::{offered_tiers, CacheFigures, Rates, TierBilling};
-use super::decide::{decide, Action, Decision, Timing};
+use super::cost::{keepalive_budget, offered_tiers, CacheFigures, Rates, TierBilling, DEFAULT_KEEPALIVE_BUDGET};
+use super::decide::{decide, Action, Decision};
 use super::returns::ReturnModelSpec;
 use super::track::{log_figures, CompactionParams};
 use crate::agent::Agent;
@@ -86,17 +86,22 @@ pub struct ClockOptions {
     pub compaction: ClockCompaction,
     /// Whether an action decision is recorded in the log (default true).
     pub record: bool,
+    /// The keep-warm budget: the most one pause may stake in keep-warm requests, as a share of
+    /// what the session's requests have cost so far (default [`DEFAULT_KEEPALIVE_BUDGET`]).
+    pub keepalive_budget: f64,
 }
 
 impl ClockOptions {
     /// The keys [`ClockOptions::from_value`] reads.
-    pub const KEYS: [&'static str; 8] = ["now", "prices", "cacheRules", "returnModel", "marginMs", "tierBilling", "compaction", "record"];
+    pub const KEYS: [&'static str; 9] =
+        ["now", "prices", "cacheRules", "returnModel", "marginMs", "tierBilling", "compaction", "record", "keepWarmBudget"];
 
     /// Parses `{"now"?, "prices"?, "cacheRules"?, "returnModel"?, "marginMs"?, "tierBilling"?,
-    /// "compaction"?: {"enabled"?, "minContextTokens"?, "summaryRatio"?}, "record"?}` (no
-    /// options: `None`); errors name the field (`options.marginMs`, `prices.openai.input`, ...).
+    /// "compaction"?: {"enabled"?, "minContextTokens"?, "summaryRatio"?}, "record"?,
+    /// "keepWarmBudget"?}` (no options: `None`); errors name the field (`options.marginMs`,
+    /// `prices.openai.input`, ...).
     pub fn from_value(v: Option<&Value>) -> Result<ClockOptions> {
-        let mut o = ClockOptions { record: true, ..ClockOptions::default() };
+        let mut o = ClockOptions { record: true, keepalive_budget: DEFAULT_KEEPALIVE_BUDGET, ..ClockOptions::default() };
         let Some(v) = v else { return Ok(o) };
         let f = Fields::of(v, "options")?;
         if let Some(k) = f.map.keys().find(|k| !Self::KEYS.contains(&k.as_str())) {
@@ -109,6 +114,9 @@ impl ClockOptions {
             o.return_model = ReturnModelSpec::from_value(m, &f.p("returnModel"))?;
         }
         o.margin_ms = f.opt_u64("marginMs")?;
+        if let Some(b) = f.opt_f64("keepWarmBudget")? {
+            o.keepalive_budget = keepalive_budget(b, &f.p("keepWarmBudget"))?;
+        }
         o.tier_billing = match f.opt_str("tierBilling")? {
             None | Some("written") => TierBilling::Written,
             Some("prefix") => TierBilling::Prefix,
@@ -306,8 +314,10 @@ impl Agent {
             ping_output_tokens: keepalive_max_tokens(renderer, &header.config),
             margin_ms: options.margin_ms.unwrap_or_else(|| track.lead_ms()),
             compaction: lf.compaction.clone(),
+            session_cost: Some(price.cost(&track.billed).total),
+            keepalive_budget: Some(options.keepalive_budget),
         };
-        let timing = Timing { gap_start: track.last_step.map_or(0, |s| s.1), touched_at: track.touched.unwrap_or(0), now };
+        let timing = track.timing(now);
         let gaps = track.gaps();
         let decision = decide(&figures, &timing, &options.return_model.model(&gaps));
         state.figures = Some(figures.clone());

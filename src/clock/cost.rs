@@ -144,6 +144,29 @@ pub struct CacheFigures {
     /// A compaction the clock may start, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compaction: Option<CompactionFigures>,
+    /// What the session's conversation requests have cost so far at these prices: the base of
+    /// the keep-warm budget. `None`: not known (no budget applies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_cost: Option<f64>,
+    /// The most the clock stakes on keeping one pause warm, as a share of `session_cost`
+    /// (`keepWarmBudget`, default [`DEFAULT_KEEPALIVE_BUDGET`]); `None`: no budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keepalive_budget: Option<f64>,
+}
+
+/// The default keep-warm budget: 5 % of what the session has cost so far, per pause. A keep-warm
+/// request is a bet that the host comes back; the budget bounds what one pause can lose when it
+/// does not (a session's end looks like any pause), at half the 10 % a policy may cost over
+/// what a session paid (`docs/caching.md`, "The keep-warm budget").
+pub const DEFAULT_KEEPALIVE_BUDGET: f64 = 0.05;
+
+/// A keep-warm budget (`keepWarmBudget`) read at `path`: a non-negative share.
+pub fn keepalive_budget(b: f64, path: &str) -> crate::error::Result<f64> {
+    if b.is_finite() && b >= 0.0 {
+        Ok(b)
+    } else {
+        Err(crate::error::Error::invalid(path, format!("must be a non-negative share of what the session has cost so far, got {b}")))
+    }
 }
 
 fn cost(tokens: u64, per_million: f64) -> f64 {
@@ -365,6 +388,8 @@ mod tests {
             ping_output_tokens: 1,
             margin_ms: 30_000,
             compaction: None,
+            session_cost: None,
+            keepalive_budget: None,
         }
     }
 

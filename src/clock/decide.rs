@@ -16,6 +16,13 @@ pub struct Timing {
     pub touched_at: u64,
     /// Now.
     pub now: u64,
+    /// The keep-warm requests sent since `gap_start` (what this pause has staked so far).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pings: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// What the clock decides.
@@ -183,14 +190,18 @@ struct Values {
 
 /// Solves the optimal-stopping programme from decision point 0 (at `d0`; the cache expires
 /// `x0` after it): at each point, let it expire, compact, or ping (then decide again one ping
-/// period later, where the cache expires `margin` after the point). Returns the values at
-/// point 0.
-fn solve(f: &CacheFigures, rem: &Remaining, x0: u64) -> Values {
+/// period later, where the cache expires `margin` after the point). Point `k` is reached by
+/// pinging at every point before it, so with a `stake` (what the keep-warm budget leaves this
+/// pause, in money) an action is offered at point `k` only while the `k` pings before it and the
+/// action itself fit in it: a ping costs `ping`, a compaction its summarisation request. Returns
+/// the values at point 0.
+fn solve(f: &CacheFigures, rem: &Remaining, x0: u64, stake: Option<f64>) -> Values {
     let ttl = f.ttl_ms.expect("solve needs a TTL");
     let period = f.ping_period().expect("a TTL");
     let margin = f.margin();
     let (warm, cold, ping) = (f.warm_return(), f.cold_return(), f.ping_cost());
     let summary = f.compaction_cost();
+    let fits = |spent: f64| stake.is_none_or(|s| spent <= s * (1.0 + 1e-12));
     // The last point with a finite return after it: beyond, only `never` remains and letting it
     // expire costs nothing.
     let last = rem.points.last().map_or(0, |p| p.0);
@@ -203,13 +214,13 @@ fn solve(f: &CacheFigures, rem: &Remaining, x0: u64) -> Values {
         let mass = rem.mass_after(t);
         let (in_warm, after) = rem.split(t, t + x);
         let expire = if mass > 0.0 { (in_warm * warm + (after - rem.never) * cold) / mass } else { 0.0 };
-        let compact = summary.map(|s| {
+        let compact = summary.filter(|s| fits(k as f64 * ping + s)).map(|s| {
             let (head_warm, head_cold) = rem.split(t, t + ttl);
             let w = f.compacted_return(true).expect("figures");
             let c = f.compacted_return(false).expect("figures");
             s + if mass > 0.0 { (head_warm * w + (head_cold - rem.never) * c) / mass } else { 0.0 }
         });
-        let ping_value = f.keepalive.then(|| {
+        let ping_value = (f.keepalive && fits((k + 1) as f64 * ping)).then(|| {
             let (within, _) = rem.split(t, t + period);
             let (cont, cont_mass) = next.map_or((0.0, 0.0), |(v, m)| (v.best, m));
             ping + if mass > 0.0 { (within * warm + cont_mass * cont) / mass } else { 0.0 }
@@ -308,7 +319,7 @@ pub fn tier_costs(f: &CacheFigures, model: &ReturnModel) -> Vec<TierCost> {
         let margin = g.margin();
         let d0 = t.ttl_ms - margin;
         let rem = Remaining::new(model, pause_ms, d0 - pause_ms);
-        let v = solve(&g, &rem, margin);
+        let v = solve(&g, &rem, margin, None);
         let total = rem.pre + rem.suffix[0];
         let warm = g.warm_return();
         let pause_cost = if total > 0.0 { (rem.pre * warm + rem.suffix[0] * v.best) / total } else { warm };
@@ -361,7 +372,18 @@ pub fn decide(f: &CacheFigures, t: &Timing, model: &ReturnModel) -> Decision {
     let d0 = t.now.max(expiry - margin);
     let away = t.now.saturating_sub(t.gap_start);
     let rem = Remaining::new(model, away, d0 - t.now);
-    let v = solve(f, &rem, expiry - d0);
+    // The keep-warm budget: what this pause may still stake (keep-warm requests, a compaction
+    // for a host who may not come back). It bounds the bet on a host that may never come back,
+    // so it applies while the model allows that (a host whose own model says it always returns
+    // has said what the budget guards against).
+    let budget = match (f.session_cost, f.keepalive_budget) {
+        (Some(spent), Some(share)) if model.never_returns > 0.0 => {
+            let left = (share * spent - t.pings as f64 * f.ping_cost()).max(0.0);
+            Some((left, share, spent))
+        }
+        _ => None,
+    };
+    let v = solve(f, &rem, expiry - d0, budget.map(|b| b.0));
     let total = rem.pre + rem.suffix[0];
     // Seen from now: returns before d0 are warm whatever the option.
     let seen = |x: f64| if total > 0.0 { (rem.pre * f.warm_return() + rem.suffix[0] * x) / total } else { 0.0 };
@@ -484,6 +506,20 @@ pub fn decide(f: &CacheFigures, t: &Timing, model: &ReturnModel) -> Decision {
         Action::Compact => format!("compact now, while the prefix is warm: {}{odds}; expected costs: {costs}", why_compact()),
         _ => format!("let it expire: {}{}{odds}; expected costs: {costs}", why_pings(), why_compact()),
     };
+    if let Some((left, share, spent)) = budget {
+        let n = if f.ping_cost() > 0.0 { (left / f.ping_cost() * (1.0 + 1e-12)).floor().min(1e9) as u64 } else { 0 };
+        let pings = if f.keepalive { format!(": {n} more keep-warm request{}", if n == 1 { "" } else { "s" }) } else { String::new() };
+        let compaction = match f.compaction_cost() {
+            Some(c) if c > left * (1.0 + 1e-12) => ", too little for a compaction",
+            _ => "",
+        };
+        d.reason.push_str(&format!(
+            "; the keep-warm budget ({} of the {} the session's requests have cost so far) leaves this pause {}{pings}{compaction}",
+            percent(share),
+            money(spent),
+            money(left),
+        ));
+    }
     if d.decision == Action::LetExpire {
         // The next write rewrites the whole context: a tier's premium is paid on all of it, so
         // the tier for it is weighed again (see `tier_costs`).
@@ -529,11 +565,13 @@ mod tests {
             ping_output_tokens: 1,
             margin_ms: 30_000,
             compaction: None,
+            session_cost: None,
+            keepalive_budget: None,
         }
     }
 
     fn at(now: u64) -> Timing {
-        Timing { gap_start: 0, touched_at: 0, now }
+        Timing { gap_start: 0, touched_at: 0, now, pings: 0 }
     }
 
     fn model(gaps_min: &[u64], never: f64) -> ReturnModel {

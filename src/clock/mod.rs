@@ -89,7 +89,10 @@ pub use agent::{
     keepalive_max_tokens, ClockCompaction, ClockOptions, ClockReport, ClockState, DEFAULT_MARGIN_MS, DEFAULT_MIN_CONTEXT_SHARE,
     DEFAULT_SUMMARY_RATIO,
 };
-pub use cost::{offered_tiers, CacheFigures, CompactionFigures, GapCosts, OptionCost, Rates, Tier, TierBilling};
+pub use cost::{
+    keepalive_budget, offered_tiers, CacheFigures, CompactionFigures, GapCosts, OptionCost, Rates, Tier, TierBilling,
+    DEFAULT_KEEPALIVE_BUDGET,
+};
 pub use decide::{decide, tier_costs, Action, BreakEven, Decision, Expected, TierCost, Timing};
 pub use returns::{
     default_prior_never_returns, ReturnModel, ReturnModelSpec, DEFAULT_NEVER_RETURNS, DEFAULT_PRIOR, DEFAULT_PRIOR_ENDS,

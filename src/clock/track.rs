@@ -49,6 +49,11 @@ pub struct ClockTrack {
     answered: bool,
     /// The longest time a keep-warm request of this session took to be answered (ms).
     pub keepalive_round_trip: Option<u64>,
+    /// The keep-warm requests sent since the latest conversation request.
+    pub keepalives_since_step: u64,
+    /// What the conversation requests' answers were billed for, summed (the base of the
+    /// keep-warm budget: [`CacheFigures::session_cost`] at the host's prices).
+    pub billed: Usage,
     /// The seq of the next event to observe.
     pub folded: u64,
 }
@@ -66,18 +71,23 @@ impl ClockTrack {
                 self.decisions.clear();
                 self.open_keepalive = None;
                 self.answered = false;
+                self.keepalives_since_step = 0;
             }
             types::ASSISTANT_MESSAGE => {
                 let usage = ev.data.get("usage").and_then(|u| Usage::from_value(u, "").ok());
                 if let Some(u) = usage.filter(|_| !self.answered && self.last_step.is_some()) {
                     self.answered = true;
+                    add_usage(&mut self.billed, &u);
                     if self.step_times.len() > 1 {
                         self.written_sum += written_of(&u);
                         self.writes += 1;
                     }
                 }
             }
-            types::CLOCK_KEEPALIVE => self.open_keepalive = Some((ev.seq, ev.time)),
+            types::CLOCK_KEEPALIVE => {
+                self.open_keepalive = Some((ev.seq, ev.time));
+                self.keepalives_since_step += 1;
+            }
             types::CLOCK_KEEPALIVE_END => {
                 if let Some((_, at)) = self.open_keepalive.take() {
                     if ev.data.get("outcome").and_then(Value::as_str) == Some("response") {
@@ -152,6 +162,17 @@ impl ClockTrack {
     /// round trip of this session's keep-warm requests (an answer comes after the read).
     pub fn lead_ms(&self) -> u64 {
         self.keepalive_round_trip.map_or(super::DEFAULT_MARGIN_MS, |t| t.max(super::DEFAULT_MARGIN_MS))
+    }
+
+    /// When the clock is asked at `now`: the gap from the latest conversation request, the
+    /// cache's last use, and what this pause has staked in keep-warm requests.
+    pub fn timing(&self, now: u64) -> Timing {
+        Timing {
+            gap_start: self.last_step.map_or(0, |s| s.1),
+            touched_at: self.touched.unwrap_or(0),
+            now,
+            pings: self.keepalives_since_step,
+        }
     }
 
     /// The session's gaps so far: between consecutive conversation requests, in ms.
@@ -394,8 +415,16 @@ impl LogCheck {
         if figures.compaction.is_some() && figures.compaction != log_fig.compaction {
             return Err(differs(ev, "its compaction figures differ from the log's".into()));
         }
-        let timing = Timing { gap_start: self.track.last_step.map_or(0, |s| s.1), touched_at: self.track.touched.unwrap_or(0), now: at };
-        if d.get("timing").is_some_and(|t| *t != serde_json::to_value(timing).expect("timing serialises")) {
+        let timing = self.track.timing(at);
+        let mut want = serde_json::to_value(timing).expect("timing serialises");
+        if let (Some(w), Some(t)) = (want.as_object_mut(), d.get("timing")) {
+            // A decision recorded before the keep-warm budget has no `pings` (nor a budget in
+            // its figures, so the count does not enter its decision).
+            if t.get("pings").is_none() && figures.keepalive_budget.is_none() {
+                w.remove("pings");
+            }
+        }
+        if d.get("timing").is_some_and(|t| *t != want) {
             return Err(differs(ev, "its timing differs from the log's (the times of the requests before it)".into()));
         }
         let decision = decide(&figures, &timing, &spec.model(&self.track.gaps()));
@@ -414,6 +443,21 @@ impl LogCheck {
         }
         Ok(())
     }
+}
+
+/// Adds `u`'s billed tokens to `sum` (input, output, cache reads and writes, writes by tier).
+fn add_usage(sum: &mut Usage, u: &Usage) {
+    let add = |a: &mut Option<u64>, b: Option<u64>| {
+        if let Some(b) = b {
+            *a = Some(a.unwrap_or(0) + b);
+        }
+    };
+    sum.input_tokens += u.input_tokens;
+    sum.output_tokens += u.output_tokens;
+    add(&mut sum.cache_read_tokens, u.cache_read_tokens);
+    add(&mut sum.cache_write_tokens, u.cache_write_tokens);
+    add(&mut sum.cache_write_5m_tokens, u.cache_write_5m_tokens);
+    add(&mut sum.cache_write_1h_tokens, u.cache_write_1h_tokens);
 }
 
 #[cfg(test)]

@@ -278,6 +278,9 @@ impl<'a> GapWalker<'a> {
                     ping_output_tokens: o.ping_output.unwrap_or_else(|| keepalive_max_tokens(None, &config)),
                     margin_ms: margin,
                     compaction: lf.compaction.clone(),
+                    // The per-gap counterfactuals price each action over the whole gap.
+                    session_cost: None,
+                    keepalive_budget: None,
                 };
                 let g = GapCosts::of(&figures, gap_ms);
                 let best = g.best();

@@ -64,7 +64,7 @@ use super::{RequestKind, TimedRequest, Timeline};
 use crate::cache_rules::{CacheRules, CacheSettings};
 use crate::clock::{
     decide, keepalive_max_tokens, offered_tiers, Action, CacheFigures, CompactionFigures, Decision, Rates, ReturnModelSpec, Tier,
-    TierBilling, Timing, DEFAULT_MARGIN_MS, DEFAULT_SUMMARY_RATIO,
+    TierBilling, Timing, DEFAULT_KEEPALIVE_BUDGET, DEFAULT_MARGIN_MS, DEFAULT_SUMMARY_RATIO,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::prices::{Price, PriceTable};
@@ -75,7 +75,8 @@ use serde_json::{json, Value};
 
 /// The simulation's assumptions the host may change (`llmsession simulate --options FILE`):
 /// `{"tierBilling"?, "marginMs"?, "pingOutputTokens"?, "keepalive"?, "summaryRatio"?,
-/// "summaryMaxTokens"?, "retainedShare"?, "instructionTokens"?, "returnModel"?}`.
+/// "summaryMaxTokens"?, "retainedShare"?, "instructionTokens"?, "returnModel"?,
+/// "keepWarmBudget"?}`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SimulateOptions {
     /// How a longer-tier write after a hit is billed ([`TierBilling`], default `written`).
@@ -99,6 +100,8 @@ pub struct SimulateOptions {
     /// The clock's return-time model (default: the documented prior, learning the session's
     /// own gaps).
     pub return_model: ReturnModelSpec,
+    /// The clock's keep-warm budget (default [`DEFAULT_KEEPALIVE_BUDGET`]; `docs/caching.md`).
+    pub keepalive_budget: f64,
 }
 
 impl Default for SimulateOptions {
@@ -113,6 +116,7 @@ impl Default for SimulateOptions {
             retained_share: 0.16,
             instruction_tokens: crate::compaction::instruction_tokens(),
             return_model: ReturnModelSpec::default(),
+            keepalive_budget: DEFAULT_KEEPALIVE_BUDGET,
         }
     }
 }
@@ -122,7 +126,7 @@ impl SimulateOptions {
     /// error naming it.
     pub fn from_value(v: &Value) -> Result<SimulateOptions> {
         let f = Fields::of(v, "options")?;
-        const KEYS: [&str; 8] = [
+        const KEYS: [&str; 9] = [
             "tierBilling",
             "marginMs",
             "pingOutputTokens",
@@ -131,6 +135,7 @@ impl SimulateOptions {
             "summaryMaxTokens",
             "instructionTokens",
             "returnModel",
+            "keepWarmBudget",
         ];
         if let Some(k) = f.map.keys().find(|k| !KEYS.contains(&k.as_str())) {
             return Err(Error::invalid(f.p(k), format!("is not a simulate option (expected {})", KEYS.join(", "))));
@@ -145,6 +150,9 @@ impl SimulateOptions {
         }
         if let Some(m) = f.opt_u64("marginMs")? {
             o.margin_ms = m;
+        }
+        if let Some(b) = f.opt_f64("keepWarmBudget")? {
+            o.keepalive_budget = crate::clock::keepalive_budget(b, &f.p("keepWarmBudget"))?;
         }
         if let Some(n) = f.opt_u64("pingOutputTokens")? {
             o.ping_output_tokens = Some(n);
@@ -188,6 +196,7 @@ impl SimulateOptions {
             "retainedShare": self.retained_share,
             "instructionTokens": self.instruction_tokens,
             "returnModel": self.return_model,
+            "keepWarmBudget": self.keepalive_budget,
         })
     }
 }
@@ -577,6 +586,10 @@ impl<'a> Sim<'a> {
             ping_output_tokens: s.ping_output,
             margin_ms: self.o.margin_ms,
             compaction,
+            // What the requests have cost so far (keep-warm and summarisation requests left
+            // out, as the agent's clock counts it).
+            session_cost: Some(st.stats.cost - st.stats.ping_cost - st.stats.compaction_cost),
+            keepalive_budget: Some(self.o.keepalive_budget),
         }
     }
 
@@ -706,7 +719,7 @@ impl<'a> Sim<'a> {
         let back = self.steps.get(j + 1).map_or(u64::MAX, |s| s.req.time);
         let f = self.figures(j, st, compact);
         let model = self.o.return_model.model(learned);
-        let mut timing = Timing { gap_start: start, touched_at: start, now: start };
+        let mut timing = Timing { gap_start: start, touched_at: start, now: start, pings: 0 };
         let mut run = ClockRun { decisions: Vec::new(), pings: 0, compacted_at: None, touched_at: start, figures: f.clone() };
         loop {
             let d = decide(&f, &timing, &model);
@@ -718,6 +731,7 @@ impl<'a> Sim<'a> {
                 Action::LetExpire if d.tier.is_some() => chosen.clone_from(&d.tier),
                 Action::KeepWarm => {
                     run.pings += 1;
+                    timing.pings = run.pings;
                     timing.touched_at = timing.now;
                 }
                 Action::Compact => run.compacted_at = Some(timing.now),
@@ -898,6 +912,42 @@ mod tests {
         Settings { prices: table(), ..Default::default() }
     }
 
+    /// `s` without a keep-warm budget.
+    fn no_budget(mut s: Settings) -> Settings {
+        s.options.keepalive_budget = 1e9;
+        s
+    }
+
+    #[test]
+    fn the_keep_warm_budget_bounds_what_a_pause_stakes() {
+        // Eight-minute pauses in a small session: unbounded, the clock keeps warm through them
+        // and after the last request; with the default budget (5 % of what the requests have
+        // cost so far) no pause stakes more than that, the last one included.
+        let t = grown(&[5_000, 8 * MIN, 4_000, 8 * MIN, 3_000, 8 * MIN, 6_000]);
+        let free = prepare(&t, &no_budget(five_minutes_only())).unwrap().clock(false);
+        let s = five_minutes_only();
+        let sim = prepare(&t, &s).unwrap();
+        let c = sim.clock(false);
+        assert!(c.pings < free.pings && c.abandoned_cost < free.abandoned_cost, "{c:?} {free:?}");
+        let requests = c.cost - c.ping_cost - c.compaction_cost;
+        assert!(c.abandoned_cost <= 0.05 * requests + 1e-12, "{c:?}");
+        // Allowed to compact, it does not stake a compaction beyond the budget instead.
+        let cc = sim.clock(true);
+        let requests = cc.cost - cc.ping_cost - cc.compaction_cost;
+        assert!(cc.abandoned_cost <= 0.05 * requests + 1e-12, "{cc:?}");
+        // The decision says why: the budget and what it still allows.
+        let last = sim.steps.len() - 1;
+        let run = sim.clock_gap(last, &sim.recorded_states()[last], false, &[], &mut None);
+        let d = run.decisions.last().unwrap();
+        assert!(d.reason.contains("the keep-warm budget (5 % of the"), "{}", d.reason);
+        // A host whose own model says it always returns is not bounded.
+        let mut sure = five_minutes_only();
+        sure.options.return_model =
+            ReturnModelSpec { gaps_ms: Some(vec![8 * MIN]), never_returns: 0.0, learn: false, ..ReturnModelSpec::default() };
+        let c = prepare(&t, &sure).unwrap().clock(false);
+        assert_eq!(c.cold_returns, 0, "{c:?}");
+    }
+
     /// Without the 1-hour tier: keeping warm and compacting are the only actions.
     fn five_minutes_only() -> Settings {
         let prices =
@@ -982,7 +1032,9 @@ mod tests {
 
     #[test]
     fn what_the_clock_spends_on_a_host_that_never_returns_is_paid() {
-        let s = five_minutes_only();
+        // The keep-warm mechanics without the budget (a session this small has spent little, so
+        // the default budget allows few keep-warm requests: `the_keep_warm_budget_...` below).
+        let s = no_budget(five_minutes_only());
         // Pauses of eight minutes: the clock learns to keep warm through them, and keeps warm
         // after the last request too, for a host that never comes back.
         let t = grown(&[5_000, 8 * MIN, 4_000, 8 * MIN, 3_000, 8 * MIN, 6_000]);
@@ -1003,7 +1055,7 @@ mod tests {
 
     #[test]
     fn keeping_warm_through_a_short_pause_pays_and_the_optimum_bounds_everything() {
-        let s = five_minutes_only();
+        let s = no_budget(five_minutes_only());
         // Ten-minute pauses: one keep-warm request saves a rewrite of the whole context.
         let t = grown(&[5_000, 10 * MIN, 4_000, 10 * MIN, 3_000, 10 * MIN, 6_000]);
         let r = simulate(&t, &s).unwrap();
@@ -1012,7 +1064,7 @@ mod tests {
         // Two keep-warm requests bridge each ten-minute pause (at 4.5 and 9 minutes).
         assert_eq!((p.optimal.pings, p.optimal.cold_returns), (6, 0), "{:?}", p.optimal);
         // With the hour tier, writing before each pause at it beats the keep-warm requests.
-        let r = simulate(&t, &settings()).unwrap();
+        let r = simulate(&t, &no_budget(settings())).unwrap();
         assert_eq!((r.policies.optimal.pings, r.policies.optimal.cold_returns), (0, 0), "{:?}", r.policies.optimal);
         assert!(r.policies.optimal.tier_writes > 0 && r.policies.optimal.cost < p.optimal.cost, "{:?}", r.policies.optimal);
         assert!(p.optimal.cost <= p.clock.cost + 1e-12, "{p:?}");
@@ -1110,13 +1162,13 @@ mod tests {
         // Twenty-minute pauses after every third request.
         let gaps: Vec<u64> = (0..18).map(|k| if k % 3 == 2 { 20 * MIN } else { 5_000 + k * 1_000 }).collect();
         let t = grown(&gaps);
-        let r = simulate(&t, &settings()).unwrap();
+        let r = simulate(&t, &no_budget(settings())).unwrap();
         let p = &r.policies;
         // It lets the first pause expire (nothing to bet on yet), then writes at the hour tier.
         assert!(p.clock.tier_writes >= 5 && p.clock.cold_returns >= 1, "{:?}", p.clock);
         assert!(p.clock.cost < p.threshold.cost && p.optimal.cost <= p.clock.cost, "{p:?}");
         // Without the hour tier it keeps warm instead, and pays more.
-        let five = simulate(&t, &five_minutes_only()).unwrap();
+        let five = simulate(&t, &no_budget(five_minutes_only())).unwrap();
         assert!(five.policies.clock.cost > p.clock.cost, "{:?} {:?}", five.policies.clock, p.clock);
     }
 

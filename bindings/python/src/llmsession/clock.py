@@ -33,7 +33,8 @@ class CacheClock:
         optional): ``now`` (ms since the epoch), ``prices``, ``cacheRules``, ``returnModel``
         (``gapsMs``, ``weights``, ``neverReturns``, ``learn``, ``priorWeight``), ``marginMs``,
         ``tierBilling``, ``compaction`` (``enabled``, ``minContextTokens``, ``summaryRatio``),
-        ``record``. An action decision is recorded in the log once per use of the cache. Bad
+        ``record``, ``keepWarmBudget`` (the most one pause may stake in keep-warm requests, as a
+        share of what the session's requests have cost so far; default 0.05). An action decision is recorded in the log once per use of the cache. Bad
         options raise :class:`InvalidInputError` naming the field."""
         b = b"" if options is None else dumps(options)
         return cast(ClockDecision, call_json(N.lib.lls_agent_cache_clock, self.ptr, b or None, len(b)))
