@@ -152,7 +152,7 @@ pub enum Command {
         #[arg(long = "from", value_name = "FORMAT", value_parser = FORMATS)]
         from: Option<String>,
         /// The simulation's assumptions (JSON: tierBilling, marginMs, pingOutputTokens,
-        /// keepalive, summaryRatio, summaryMaxTokens, instructionTokens, returnModel)
+        /// keepalive, summaryRatio, summaryMaxTokens, instructionTokens, returnModel, keepWarmBudget)
         #[arg(long, value_name = "FILE")]
         options: Option<String>,
     },
