@@ -363,6 +363,25 @@ pub(crate) fn get<'a>(m: &[(&str, &'a str)], key: &str) -> Option<&'a str> {
     m.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
 }
 
+/// The value `v` (a part of a canonical record) stands for. Strings without escapes, integers,
+/// `true`, `false` and `null` are taken from their text at once (in canonical form the text is
+/// exactly the value); the rest is parsed.
+pub(crate) fn value_of(v: &str) -> Option<serde_json::Value> {
+    use serde_json::Value;
+    match v.as_bytes().first()? {
+        b'"' => match v[1..].strip_suffix('"') {
+            Some(inner) if !inner.contains('\\') => Some(Value::String(inner.to_string())),
+            _ => serde_json::from_str(v).ok(),
+        },
+        b'0'..=b'9' => v.parse::<u64>().ok().map(Value::from),
+        b'-' => v.parse::<i64>().ok().map(Value::from),
+        b't' if v == "true" => Some(Value::Bool(true)),
+        b'f' if v == "false" => Some(Value::Bool(false)),
+        b'n' if v == "null" => Some(Value::Null),
+        _ => serde_json::from_str(v).ok(),
+    }
+}
+
 /// The string value `v` (a part of a canonical record) stands for; `None` when it is not a
 /// string.
 pub(crate) fn str_value(v: &str) -> Option<Cow<'_, str>> {
@@ -387,6 +406,7 @@ mod tests {
             json!({"a": 1, "b": [true, false, null, -5, 0, 18446744073709551615u64], "c": {"z": "", "é": "x"}}),
             json!({"text": "quote \" backslash \\ newline \n tab \t cr \r bs \u{8} ff \u{c} nul \u{0} us \u{1f} del \u{7f} é ✓ 𝄞 /"}),
             json!({"deep": [[[[{"a": [{}]}]]]], "min": i64::MIN, "max": u64::MAX}),
+            json!({"a": true, "b": false, "c": null, "d": "", "e": -1, "f": 0, "g": "\\", "h": {}, "i": []}),
         ];
         for d in &datas {
             let rec = format!("{{\"type\":\"x\",\"seq\":3,\"time\":4,\"data\":{},\"chain\":\"ab\"}}", serde_json::to_string(d).unwrap());
@@ -397,6 +417,7 @@ mod tests {
             assert_eq!(r.data.len(), m.len());
             for ((k, v), (wk, wv)) in r.data.iter().zip(m) {
                 assert_eq!((*k, *v), (wk.as_str(), serde_json::to_string(wv).unwrap().as_str()));
+                assert_eq!(value_of(v).as_ref(), Some(wv), "the value of {v}");
             }
         }
         let appended = "{\"type\":\"tool/result\",\"seq\":0,\"time\":0,\"data\":{},\"surfaceOp\":\"append\"}";
