@@ -36,8 +36,6 @@ pub(crate) struct RawEvent<'a> {
     pub seq: u64,
     /// The time.
     pub time: u64,
-    /// The text of the data object.
-    pub data_text: &'a str,
     /// The data object's members.
     pub data: Members<'a>,
     /// Whether the record carries `"surfaceOp":"append"`.
@@ -66,7 +64,6 @@ pub(crate) fn read(rec: &str) -> Option<RawEvent<'_>> {
     }
     let mut data = Vec::with_capacity(6);
     let data_end = object(b, i, 2, Some((rec, &mut data)))?;
-    let data_text = &rec[i..data_end];
     i = data_end;
     const APPEND: &[u8] = b",\"surfaceOp\":\"append\"";
     let append = b[i..].starts_with(APPEND);
@@ -77,7 +74,7 @@ pub(crate) fn read(rec: &str) -> Option<RawEvent<'_>> {
     if chained {
         i = string(b, i + 9)?.0;
     }
-    (b.get(i) == Some(&b'}') && i + 1 == b.len()).then_some(RawEvent { ty, seq, time, data_text, data, append, chained })
+    (b.get(i) == Some(&b'}') && i + 1 == b.len()).then_some(RawEvent { ty, seq, time, data, append, chained })
 }
 
 fn expect(b: &[u8], i: usize, what: &[u8]) -> Option<usize> {
@@ -412,7 +409,6 @@ mod tests {
             let rec = format!("{{\"type\":\"x\",\"seq\":3,\"time\":4,\"data\":{},\"chain\":\"ab\"}}", serde_json::to_string(d).unwrap());
             let r = read(&rec).unwrap_or_else(|| panic!("{rec}"));
             assert_eq!((r.ty, r.seq, r.time, r.append, r.chained), ("x", 3, 4, false, true));
-            assert_eq!(r.data_text, serde_json::to_string(d).unwrap());
             let m = d.as_object().unwrap();
             assert_eq!(r.data.len(), m.len());
             for ((k, v), (wk, wv)) in r.data.iter().zip(m) {
