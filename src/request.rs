@@ -722,10 +722,6 @@ pub fn routed_history(log: &Log, routed: u64) -> Option<&[Arc<Derived>]> {
     Some(&entries[..n])
 }
 
-fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
-
 /// What `verify` checked. Its JSON (`Serialize`) is what `lls_verify_*` return: `{"events",
 /// "requests", "compactions"}` (`bodies` only after a verify that rendered them,
 /// `nativeCompactions` only when there were native compaction requests).
@@ -739,17 +735,17 @@ pub struct VerifyReport {
     pub compactions: u64,
     /// Native compaction requests (`purpose: "native-compaction"`) rebuilt and matched
     /// (`nativeCompactions`, present when there were any).
-    #[serde(rename = "nativeCompactions", skip_serializing_if = "is_zero")]
+    #[serde(rename = "nativeCompactions", skip_serializing_if = "crate::types::is_zero")]
     pub native_compactions: u64,
     /// Keep-warm requests rebuilt and matched (absent when 0).
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(skip_serializing_if = "crate::types::is_zero")]
     pub keepalives: u64,
     /// Cache-clock decisions recomputed from the log and matched (absent when 0).
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(skip_serializing_if = "crate::types::is_zero")]
     pub decisions: u64,
     /// Provider bodies rendered from the cached messages and matched with the rendering of
     /// their rebuilt envelope ([`verify_bodies`]; 0 for a plain verify).
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(skip_serializing_if = "crate::types::is_zero")]
     pub bodies: u64,
 }
 

@@ -26,6 +26,12 @@ pub struct Fields<'a> {
     pub map: &'a JsonMap,
 }
 
+/// Whether a count is zero: `#[serde(skip_serializing_if = "crate::types::is_zero")]` leaves
+/// out a count that has not happened.
+pub(crate) fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 pub(crate) fn join(path: &str, key: &str) -> String {
     if path.is_empty() {
         key.to_string()

@@ -17,12 +17,8 @@ pub struct Timing {
     /// Now.
     pub now: u64,
     /// The keep-warm requests sent since `gap_start` (what this pause has staked so far).
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "crate::types::is_zero")]
     pub pings: u64,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 /// What the clock decides.

@@ -598,7 +598,7 @@ pub struct Totals {
     /// Summarisation requests.
     pub compaction_requests: u64,
     /// Keep-warm requests (absent when 0).
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(skip_serializing_if = "crate::types::is_zero")]
     pub keepalive_requests: u64,
     /// Requests whose digest the log does not rebuild.
     pub not_rebuilt: u64,
@@ -622,10 +622,6 @@ pub struct Totals {
     pub diagnostics_compared: u64,
     /// Of those, the ones where the two disagree.
     pub diagnostics_disagreements: u64,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 /// The explanation of a whole log.
