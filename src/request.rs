@@ -1203,7 +1203,7 @@ fn check_body(
     let src = BodySource { header, prefix, history: log.history(), session_id };
     let cached = cache.body(&src, turn, step).map_err(at)?;
     let text = std::str::from_utf8(envelope).map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?;
-    let fresh = cache.render_envelope_fresh(text, prefix.messages.len()).map_err(at)?;
+    let fresh = cache.render_envelope_fresh(text, prefix.messages.len(), None).map_err(at)?;
     if cached != fresh {
         let byte = cached.bytes().zip(fresh.bytes()).take_while(|(a, b)| a == b).count();
         return Err(divergence(

@@ -114,7 +114,7 @@ fn the_clock_reads_the_cache_from_the_log() {
 #[test]
 fn bad_options_name_the_field() {
     for (v, msg) in [
-        (json!({"nowMs": 1}), "options.nowMs: is not a cache clock option (expected now, prices, cacheRules, returnModel, marginMs, tierBilling, compaction, record, keepWarmBudget)"),
+        (json!({"nowMs": 1}), "options.nowMs: is not a cache clock option (expected now, prices, cacheRules, returnModel, marginMs, tierBilling, compaction, record, keepWarmBudget, keepWarmTiers)"),
         (json!({"now": "soon"}), "options.now: expected a non-negative integer, got \"soon\""),
         (json!({"prices": {"anthropic": {"input": 1}}}), "prices.anthropic.cachedInput: is required"),
         (json!({"returnModel": {"gapsMs": [0]}}), "options.returnModel.gapsMs[0]: expected a positive number of milliseconds"),
@@ -139,8 +139,10 @@ fn a_keep_warm_request_is_the_cached_prefix_and_its_answer_stays_out_of_the_hist
         Renderer::Anthropic.render(&v, &RenderOptions::default()).unwrap()
     };
     let sent = time_of(&s, "step/start");
-    // The host returns after 20 minutes: keeping warm (4 requests) beats a rewrite.
-    let o = options(json!({"prices": prices(), "now": sent + 292_000, "returnModel": {"gapsMs": [1_200_000], "neverReturns": 0}}));
+    // The host returns after 20 minutes: keeping warm (4 requests) beats a rewrite. (Keep-warm
+    // requests at the hour tier are left out here: the next test has them.)
+    let o = options(json!({"prices": prices(), "now": sent + 292_000, "keepWarmTiers": false,
+                           "returnModel": {"gapsMs": [1_200_000], "neverReturns": 0}}));
     let r = a.cache_clock(&o).unwrap();
     assert_eq!(r.decision.decision, Action::KeepWarm, "{}", r.decision.reason);
     assert!(r.decision.reason.contains("a keep-warm request costs"), "{}", r.decision.reason);
@@ -164,7 +166,7 @@ fn a_keep_warm_request_is_the_cached_prefix_and_its_answer_stays_out_of_the_hist
     assert_eq!(s.history_json(), history, "the answer never enters the history");
     assert!(!a.keepalive_open());
     // The cache was used: the clock counts from the keep-warm request.
-    let r = a.cache_clock(&options(json!({"prices": prices(), "now": sent + 292_000}))).unwrap();
+    let r = a.cache_clock(&options(json!({"prices": prices(), "now": sent + 292_000, "keepWarmTiers": false}))).unwrap();
     assert_eq!(r.state.touched_at, Some(time_of(&s, "clock/keepalive")));
     // A provider error is the keep-warm request's too.
     a.keepalive_body().unwrap();
@@ -200,6 +202,74 @@ fn a_keep_warm_request_is_the_cached_prefix_and_its_answer_stays_out_of_the_hist
     assert_eq!((k1["purpose"].as_str(), k1["id"].as_str(), k1["outcome"].as_str()), (Some("keepalive"), Some("k1"), Some("response")));
 }
 
+#[test]
+fn a_keep_warm_request_at_the_hour_tier_is_decided_rendered_logged_and_verified() {
+    let s = Session::in_memory();
+    let mut a = agent(&s, None);
+    turn(&mut a, "one", 0, 30_000);
+    let sent = time_of(&s, "step/start");
+    // The host returns after 20 minutes: one keep-warm request with its cache marks at the hour
+    // tier bridges the pause for the price of one at the 5-minute tier (four would be needed).
+    let model = json!({"gapsMs": [1_200_000], "neverReturns": 0});
+    let o = options(json!({"prices": prices(), "now": sent + 292_000, "returnModel": model}));
+    let r = a.cache_clock(&o).unwrap();
+    assert_eq!((r.decision.decision, r.decision.tier.as_deref()), (Action::KeepWarm, Some("1h")), "{}", r.decision.reason);
+    assert!(r.decision.reason.starts_with("keep warm now, the keep-warm request at the 1h tier"), "{}", r.decision.reason);
+    assert_eq!(r.decision.next_decision_at, Some(sent + 292_000 + 3_600_000 - 10_000));
+    let body = a.keepalive_body().unwrap();
+    let ping: Value = serde_json::from_str(&body.json).unwrap();
+    assert_eq!(ping["max_tokens"], 1);
+    assert_eq!(ping["system"][0]["cache_control"], json!({"type": "ephemeral", "ttl": "1h"}));
+    let marks = body.json.matches("\"cache_control\"").count();
+    assert!(marks >= 2 && body.json.matches("\"ttl\":\"1h\"").count() == marks, "every mark at the hour: {}", body.json);
+    // Apart from the marks' TTL and the output limit, the bytes are the last request's.
+    let last = {
+        let env = a.last_envelope().unwrap();
+        let v: Value = serde_json::from_str(&env).unwrap();
+        Renderer::Anthropic.render(&v, &RenderOptions::default().with_cache_ttl(llmsession::render::CacheTtl::OneHour)).unwrap()
+    };
+    let (mut x, mut y) = (ping.clone(), last);
+    x.as_object_mut().unwrap().remove("max_tokens");
+    y.as_object_mut().unwrap().remove("max_tokens");
+    assert_eq!(x, y);
+    let recs = records(&s);
+    assert!(recs[index_of(&recs, "clock/keepalive", 0)].contains("\"tier\":\"1h\""), "{}", recs[index_of(&recs, "clock/keepalive", 0)]);
+    a.record_body(&reply("ok", 0, 30_040, 0)).unwrap();
+    // From its answer on, the cache is warm for the hour; the conversation's tier is unchanged.
+    let at = time_of(&s, "clock/keepalive");
+    let r = a.cache_clock(&options(json!({"prices": prices(), "now": at + 600_000, "returnModel": model, "record": false}))).unwrap();
+    assert_eq!((r.state.tier.as_str(), r.state.ttl_ms, r.decision.warm_until), ("5m", Some(3_600_000), Some(at + 3_600_000)));
+    assert_ne!(r.decision.decision, Action::KeepWarm, "{}", r.decision.reason);
+    // The next request goes out as usual, with the 5-minute marks; verify rebuilds the
+    // keep-warm request and decides the decision again.
+    turn(&mut a, "two", 30_040, 400);
+    assert!(!a.last_envelope().unwrap().contains("\"ttl\""));
+    let v = s.verify().unwrap();
+    assert_eq!((v.requests, v.keepalives, v.decisions), (2, 1, 1));
+    // After the next request the clock counts from the 5-minute tier again.
+    let last = time_of(&s, "step/start");
+    let r = a.cache_clock(&options(json!({"prices": prices(), "now": last + 1_000, "record": false}))).unwrap();
+    assert_eq!(r.state.ttl_ms, Some(300_000));
+    // A keep-warm request sent at a tier the clock did not decide is refused by verify.
+    let recs = records(&s);
+    let k = index_of(&recs, "clock/keepalive", 0);
+    let mut bad = recs.clone();
+    bad[k] = bad[k].replace("\"tier\":\"1h\"", "\"tier\":\"5m\"");
+    let e = llmsession::request::verify_records(&bytes(&reseal(&bad))).unwrap_err();
+    assert!(
+        e.message().contains(
+            "it was sent at the 5m tier, but the clock's last decision since the cache was used is not to keep warm at that tier"
+        ),
+        "{}",
+        e.message()
+    );
+    // And an empty tier is refused by the log rules.
+    let mut bad = recs.clone();
+    bad[k] = bad[k].replace("\"tier\":\"1h\"", "\"tier\":\"\"");
+    let e = llmsession::request::verify_records(&bytes(&reseal(&bad))).unwrap_err();
+    assert!(e.message().contains("data.tier: is empty"), "{}", e.message());
+}
+
 fn big_policy() -> CompactionPolicy {
     let mut p = CompactionPolicy::new(1_000_000);
     p.retained = Retained::Tokens(50);
@@ -218,7 +288,7 @@ fn the_clock_compacts_while_warm_and_verify_rebuilds_it() {
     assert_eq!(e.kind(), ErrorKind::OutOfOrder);
     assert!(e.message().contains("has not decided to compact"), "{}", e.message());
     let base = json!({"prices": prices(), "returnModel": {"gapsMs": [10_800_000], "neverReturns": 0},
-                      "compaction": {"minContextTokens": 0}});
+                      "compaction": {"minContextTokens": 0}, "keepWarmTiers": false});
     // Warm for four more minutes: an advisable compaction waits.
     let mut o = base.clone();
     o["now"] = json!(sent + 60_000);
@@ -386,7 +456,7 @@ fn the_clock_offers_a_tier_only_where_the_price_table_names_it() {
     let sent = time_of(&s, "step/start");
     // The host's distribution: 20-minute pauses, which the hour tier would bridge.
     let ask = |a: &mut Agent, prices: Value| {
-        let o = options(json!({"prices": prices, "now": sent + 60_000, "record": false,
+        let o = options(json!({"prices": prices, "now": sent + 60_000, "record": false, "keepWarmTiers": false,
                                "returnModel": {"gapsMs": [1_200_000], "neverReturns": 0}}));
         a.cache_clock(&o).unwrap()
     };
@@ -447,10 +517,16 @@ fn explain_prices_every_idle_gap_against_each_action() {
     assert_eq!((g.keepalives, g.compactions), (1, 0));
     assert_eq!(g.decisions.len(), 1);
     assert_eq!(g.decisions[0].decision, "keep-warm");
-    let names: Vec<String> = g.options.iter().map(|o| o.tier.clone().unwrap_or(o.option.clone())).collect();
-    assert_eq!(names, ["let-expire", "keep-warm", "compact", "1h"]);
+    let names: Vec<String> = g.options.iter().map(|o| o.tier.as_ref().map_or(o.option.clone(), |t| format!("{} {t}", o.option))).collect();
+    assert_eq!(names, ["let-expire", "keep-warm", "keep-warm 1h", "compact", "tier 1h"]);
+    // Four keep-warm requests at the 5-minute tier bridge the 20 minutes, or one at the hour
+    // tier (what the clock sent: its decision names the tier).
     let kw = g.options.iter().find(|o| o.option == "keep-warm").unwrap();
     assert_eq!(kw.pings, Some(4));
+    let up = g.options.iter().find(|o| o.option == "keep-warm" && o.tier.is_some()).unwrap();
+    assert_eq!(up.pings, Some(1));
+    assert!(up.cost < kw.cost, "{up:?} {kw:?}");
+    assert_eq!(g.decisions[0].tier.as_deref(), Some("1h"));
     assert!(g.cost.as_ref().unwrap().actions > 0.0);
     let json = ex.to_value();
     assert_eq!(json["gaps"][0]["options"][0]["option"], "let-expire");
@@ -521,7 +597,9 @@ fn the_keep_warm_budget_bounds_what_a_pause_stakes_and_verify_decides_it_again()
     let sent = time_of(&s, "step/start");
     let model = json!({"gapsMs": [1_200_000], "neverReturns": 0.1});
     let at = |budget: Option<f64>| {
-        let mut o = json!({"prices": prices(), "now": sent + 292_000, "returnModel": model, "record": false});
+        // (At the 5-minute tier only: with keep-warm requests at the hour tier, one would bridge
+        // the pause, and the budget's arithmetic below is about several.)
+        let mut o = json!({"prices": prices(), "now": sent + 292_000, "returnModel": model, "record": false, "keepWarmTiers": false});
         if let Some(b) = budget {
             o["keepWarmBudget"] = json!(b);
         }

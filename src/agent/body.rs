@@ -81,7 +81,7 @@ pub(crate) fn no_renderer() -> Error {
 
 /// Check mode: the body is the fresh rendering of the envelope, byte for byte.
 pub(crate) fn check_body(cache: &BodyCache, envelope: &str, prefix_len: usize, body: &str, turn: u64, step: u64) -> Result<()> {
-    let fresh = cache.render_envelope_fresh(envelope, prefix_len)?;
+    let fresh = cache.render_envelope_fresh(envelope, prefix_len, None)?;
     if fresh != body {
         let at = fresh.bytes().zip(body.bytes()).take_while(|(a, b)| a == b).count();
         return Err(Error::new(

@@ -89,19 +89,33 @@ pub struct ClockOptions {
     /// The keep-warm budget: the most one pause may stake in keep-warm requests, as a share of
     /// what the session's requests have cost so far (default [`DEFAULT_KEEPALIVE_BUDGET`]).
     pub keepalive_budget: f64,
+    /// Whether a keep-warm request may be sent at a longer tier than the one in force (default
+    /// true; `docs/caching.md`, "Keeping warm at a longer tier").
+    pub keep_warm_tiers: bool,
 }
 
 impl ClockOptions {
     /// The keys [`ClockOptions::from_value`] reads.
-    pub const KEYS: [&'static str; 9] =
-        ["now", "prices", "cacheRules", "returnModel", "marginMs", "tierBilling", "compaction", "record", "keepWarmBudget"];
+    pub const KEYS: [&'static str; 10] = [
+        "now",
+        "prices",
+        "cacheRules",
+        "returnModel",
+        "marginMs",
+        "tierBilling",
+        "compaction",
+        "record",
+        "keepWarmBudget",
+        "keepWarmTiers",
+    ];
 
     /// Parses `{"now"?, "prices"?, "cacheRules"?, "returnModel"?, "marginMs"?, "tierBilling"?,
     /// "compaction"?: {"enabled"?, "minContextTokens"?, "summaryRatio"?}, "record"?,
-    /// "keepWarmBudget"?}` (no options: `None`); errors name the field (`options.marginMs`,
+    /// "keepWarmBudget"?, "keepWarmTiers"?}` (no options: `None`); errors name the field (`options.marginMs`,
     /// `prices.openai.input`, ...).
     pub fn from_value(v: Option<&Value>) -> Result<ClockOptions> {
-        let mut o = ClockOptions { record: true, keepalive_budget: DEFAULT_KEEPALIVE_BUDGET, ..ClockOptions::default() };
+        let mut o =
+            ClockOptions { record: true, keepalive_budget: DEFAULT_KEEPALIVE_BUDGET, keep_warm_tiers: true, ..ClockOptions::default() };
         let Some(v) = v else { return Ok(o) };
         let f = Fields::of(v, "options")?;
         if let Some(k) = f.map.keys().find(|k| !Self::KEYS.contains(&k.as_str())) {
@@ -116,6 +130,9 @@ impl ClockOptions {
         o.margin_ms = f.opt_u64("marginMs")?;
         if let Some(b) = f.opt_f64("keepWarmBudget")? {
             o.keepalive_budget = keepalive_budget(b, &f.p("keepWarmBudget"))?;
+        }
+        if let Some(k) = f.opt_bool("keepWarmTiers")? {
+            o.keep_warm_tiers = k;
         }
         o.tier_billing = match f.opt_str("tierBilling")? {
             None | Some("written") => TierBilling::Written,
@@ -159,7 +176,8 @@ pub struct ClockState {
     pub touched_at: Option<u64>,
     /// The tier in force (`"5m"`, `"1h"`, `"default"`).
     pub tier: String,
-    /// Its TTL (absent: none documented).
+    /// How long the cache stays warm after its last use: the tier's TTL, or the longer one a
+    /// keep-warm request was sent at since the last request (absent: none documented).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ttl_ms: Option<u64>,
     /// The figures the decision priced (absent before the first request).
@@ -271,7 +289,9 @@ impl Agent {
                 .rule(&CacheSettings { provider: &provider, model: &model, config: Some(&header.config.extra), wrote_one_hour: one_hour })
                 .ttl_ms
         };
-        let ttl_ms = ttl_of(tier == "1h");
+        // A keep-warm request sent at a longer tier keeps the cache warm for that tier's TTL
+        // until the next request (the conversation's own writes stay at the tier in force).
+        let ttl_ms = ttl_of(track.kept_tier.as_deref().unwrap_or(&tier) == "1h");
         let mut state = ClockState {
             provider: provider.clone(),
             model: model.clone(),
@@ -316,6 +336,7 @@ impl Agent {
             compaction: lf.compaction.clone(),
             session_cost: Some(price.cost(&track.billed).total),
             keepalive_budget: Some(options.keepalive_budget),
+            keep_warm_tiers: options.keep_warm_tiers,
         };
         let timing = track.timing(now);
         let gaps = track.gaps();
@@ -430,19 +451,29 @@ impl Agent {
             String::from_utf8(keepalive_envelope(&header, &prefix, history, max_tokens, &session_id)).expect("an envelope is text");
         let message_count = prefix.messages.len() + history.len();
         let d = digest(envelope.as_bytes());
+        // The tier the clock decided to keep warm at, if it recorded a keep-warm decision at a
+        // longer tier since the cache was last used (docs/caching.md, "Keeping warm at a longer
+        // tier"): the body's cache marks at that TTL.
+        let tier = match self.clock.decisions.last() {
+            Some((_, d, Some(t))) if d == "keep-warm" => Some(t.clone()),
+            _ => None,
+        };
+        let ttl = tier.as_deref().and_then(CacheTtl::parse);
         // Rendered before anything is written: a body the renderer refuses changes nothing.
         let out = if body {
-            self.body.as_ref().expect("checked").render_envelope_fresh(&envelope, prefix.messages.len())?
+            self.body.as_ref().expect("checked").render_envelope_fresh(&envelope, prefix.messages.len(), ttl)?
         } else {
             envelope.clone()
         };
         let (turn, step) = g.event_at(routed)?.map_or((0, 0), |e| {
             (e.data.get("turn").and_then(Value::as_u64).unwrap_or(0), e.data.get("step").and_then(Value::as_u64).unwrap_or(0))
         });
-        let seq = g.append(NewEvent::new(
-            types::CLOCK_KEEPALIVE,
-            json!({"replays": routed, "maxTokens": max_tokens, "requestDigest": d, "bytes": envelope.len(), "instance": self.instance}),
-        ))?;
+        let mut data =
+            json!({"replays": routed, "maxTokens": max_tokens, "requestDigest": d, "bytes": envelope.len(), "instance": self.instance});
+        if let Some(t) = &tier {
+            data["tier"] = json!(t);
+        }
+        let seq = g.append(NewEvent::new(types::CLOCK_KEEPALIVE, data))?;
         drop(g);
         self.keepalive = Some(OpenKeepalive { seq });
         let info = RequestInfo {

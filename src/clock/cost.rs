@@ -121,7 +121,9 @@ pub struct CacheFigures {
     /// request's writes stand in).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mean_written_tokens: Option<u64>,
-    /// The TTL of the tier in force; `None`: the provider documents none (nothing expires).
+    /// How long the cache stays warm after its last use: the TTL of the tier in force, or of the
+    /// longer tier a keep-warm request was sent at since the last request
+    /// ([`CacheFigures::kept_at`]); `None`: the provider documents none (nothing expires).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_ms: Option<u64>,
     /// The tier in force (its name prices writes).
@@ -152,6 +154,11 @@ pub struct CacheFigures {
     /// (`keepWarmBudget`, default [`DEFAULT_KEEPALIVE_BUDGET`]); `None`: no budget.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keepalive_budget: Option<f64>,
+    /// Whether a keep-warm request may be sent at a longer tier of `tiers` than the one in
+    /// force (its cache marks at that tier's TTL: [`CacheFigures::ping_cost_at`]). Figures
+    /// recorded before the clock offered it lack it, and are decided again without it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub keep_warm_tiers: bool,
 }
 
 /// The default keep-warm budget: 5 % of what the session has cost so far, per pause. A keep-warm
@@ -197,6 +204,33 @@ impl CacheFigures {
     /// A keep-warm request: the warm prefix read, and its output limit.
     pub fn ping_cost(&self) -> f64 {
         cost(self.warm_tokens, self.rates.read) + cost(self.ping_output_tokens, self.rates.output)
+    }
+
+    /// A keep-warm request at tier `t`: what it reads and its output, as any keep-warm request
+    /// (`written` billing: it writes nothing new, so a longer tier costs no premium), or the warm
+    /// prefix written again at `t`'s price (`prefix` billing) when `t` is not the tier in force.
+    pub fn ping_cost_at(&self, t: &Tier) -> f64 {
+        match self.tier_billing {
+            TierBilling::Prefix if t.name != self.tier => {
+                cost(self.warm_tokens, t.write) + cost(self.ping_output_tokens, self.rates.output)
+            }
+            _ => self.ping_cost(),
+        }
+    }
+
+    /// The figures after a keep-warm request at tier `t`: the prefix is warm for `t`'s TTL; the
+    /// conversation's own writes stay at the tier in force (`tier`, their price unchanged).
+    pub fn kept_at(&self, t: &Tier) -> CacheFigures {
+        let mut g = self.clone();
+        g.ttl_ms = Some(t.ttl_ms);
+        g
+    }
+
+    /// The tiers a keep-warm request may be sent at instead of the one in force: those of
+    /// `tiers` with a longer TTL, when `keep_warm_tiers` allows it.
+    pub fn longer_tiers(&self) -> impl Iterator<Item = (usize, &Tier)> {
+        let ttl = self.ttl_ms.unwrap_or(u64::MAX);
+        self.tiers.iter().enumerate().filter(move |(_, t)| self.keepalive && self.keep_warm_tiers && t.ttl_ms > ttl)
     }
 
     /// The context of the first request after a warm return: the prefix read, the rest written.
@@ -250,6 +284,30 @@ impl CacheFigures {
             _ => 0,
         }
     }
+
+    /// The same when the first keep-warm request is sent at tier `t` (and the later ones, at
+    /// `t` then in force, one of its periods apart).
+    pub fn pings_for_at(&self, t: &Tier, gap_ms: u64) -> u64 {
+        let (Some(ttl), Some(p)) = (self.ttl_ms, self.ping_period()) else { return 0 };
+        if gap_ms <= ttl {
+            return 0;
+        }
+        let kept = self.kept_at(t);
+        let warm_until = p + t.ttl_ms;
+        match kept.ping_period() {
+            Some(q) if gap_ms > warm_until && q > 0 => 1 + (gap_ms - warm_until).div_ceil(q),
+            _ => 1,
+        }
+    }
+
+    /// What the keep-warm requests over a gap of `gap_ms` cost when the first is sent at tier
+    /// `t` ([`CacheFigures::pings_for_at`]).
+    pub fn keep_warm_cost_at(&self, t: &Tier, gap_ms: u64) -> f64 {
+        match self.pings_for_at(t, gap_ms) {
+            0 => 0.0,
+            n => self.ping_cost_at(t) + (n - 1) as f64 * self.ping_cost(),
+        }
+    }
 }
 
 /// One option's cost over a gap whose length is known (clairvoyant).
@@ -258,7 +316,8 @@ impl CacheFigures {
 pub struct OptionCost {
     /// `let-expire`, `keep-warm`, `compact` or `tier`.
     pub option: String,
-    /// With `tier`: its name.
+    /// With `tier`: its name; with `keep-warm`, the tier of its first keep-warm request when
+    /// that is not the one in force.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tier: Option<String>,
     /// The cost: the actions taken during the gap and the context of the request after it.
@@ -287,7 +346,9 @@ impl GapCosts {
     /// - `let-expire`: nothing is done; the return reads the warm prefix if the gap is within
     ///   the TTL, else writes it again ([`CacheFigures::warm_return`], [`CacheFigures::cold_return`]);
     /// - `keep-warm`: a keep-warm request `margin` before each expiry until the return
-    ///   ([`CacheFigures::pings_for`]), then a warm return;
+    ///   ([`CacheFigures::pings_for`]), then a warm return; with a `tier`, for each longer tier a
+    ///   keep-warm request may be sent at ([`CacheFigures::longer_tiers`]), the same with the
+    ///   first one sent at that tier ([`CacheFigures::pings_for_at`]);
     /// - `compact`: if the host is still away `margin` before expiry, the summarisation request
     ///   then, and the compacted context at the return (its head read if the return is within a
     ///   TTL of the compaction); if the host is back by then, nothing happens (a warm return);
@@ -314,6 +375,15 @@ impl GapCosts {
                     cost: n as f64 * f.ping_cost() + f.warm_return(),
                     pings: Some(n),
                 });
+                for (_, tier) in f.longer_tiers() {
+                    let n = f.pings_for_at(tier, gap_ms);
+                    options.push(OptionCost {
+                        option: "keep-warm".into(),
+                        tier: Some(tier.name.clone()),
+                        cost: f.keep_warm_cost_at(tier, gap_ms) + f.warm_return(),
+                        pings: Some(n),
+                    });
+                }
             }
             if let (Some(summary), Some(_)) = (f.compaction_cost(), f.compaction.as_ref()) {
                 let at = t - f.margin();
@@ -390,6 +460,7 @@ mod tests {
             compaction: None,
             session_cost: None,
             keepalive_budget: None,
+            keep_warm_tiers: false,
         }
     }
 

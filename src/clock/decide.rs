@@ -170,6 +170,19 @@ impl Remaining {
     fn mass_after(&self, t: u64) -> f64 {
         self.suffix[self.after(t)]
     }
+
+    /// The same returns on a time axis that starts at `origin` (offsets on this one): those in
+    /// (`from`, `origin`] become its `pre`, the later ones its points.
+    fn shifted(&self, from: u64, origin: u64) -> Remaining {
+        let (pre, _) = self.split(from, origin);
+        let points: Vec<(u64, f64)> = self.points[self.after(origin)..].iter().map(|&(r, w)| (r - origin, w)).collect();
+        let mut suffix = vec![0.0; points.len() + 1];
+        suffix[points.len()] = self.never;
+        for i in (0..points.len()).rev() {
+            suffix[i] = suffix[i + 1] + points[i].1;
+        }
+        Remaining { pre, points, never: self.never, suffix }
+    }
 }
 
 /// The value of each option at decision point k of the dynamic programme (all conditional on
@@ -178,19 +191,27 @@ impl Remaining {
 struct Values {
     expire: f64,
     ping: Option<f64>,
+    /// A keep-warm request at a longer tier: its value, the tier's index in `tiers`, and the
+    /// expected number of keep-warm requests from this one on.
+    ping_at: Option<(f64, usize, f64)>,
     compact: Option<f64>,
-    /// The expected number of pings from this point on, following the best choice.
+    /// The expected number of pings from this point on, following the best choice (at point
+    /// 0, as [`solve`] returns it: the keep-warm option's).
     pings: f64,
+    /// The same following the best choice, at point 0 too.
+    best_pings: f64,
     best: f64,
 }
 
 /// Solves the optimal-stopping programme from decision point 0 (at `d0`; the cache expires
 /// `x0` after it): at each point, let it expire, compact, or ping (then decide again one ping
-/// period later, where the cache expires `margin` after the point). Point `k` is reached by
-/// pinging at every point before it, so with a `stake` (what the keep-warm budget leaves this
-/// pause, in money) an action is offered at point `k` only while the `k` pings before it and the
-/// action itself fit in it: a ping costs `ping`, a compaction its summarisation request. Returns
-/// the values at point 0.
+/// period later, where the cache expires `margin` after the point), or ping at a longer tier
+/// (`CacheFigures::longer_tiers`: then decide again one of that tier's periods later, by the
+/// same programme at that tier). Point `k` is reached by pinging at every point before it, so
+/// with a `stake` (what the keep-warm budget leaves this pause, in money) an action is offered
+/// at point `k` only while the `k` pings before it and the action itself fit in it: a ping
+/// costs `ping`, a compaction its summarisation request. Returns the values at point 0, where
+/// `pings` is the keep-warm option's.
 fn solve(f: &CacheFigures, rem: &Remaining, x0: u64, stake: Option<f64>) -> Values {
     let ttl = f.ttl_ms.expect("solve needs a TTL");
     let period = f.ping_period().expect("a TTL");
@@ -221,12 +242,35 @@ fn solve(f: &CacheFigures, rem: &Remaining, x0: u64, stake: Option<f64>) -> Valu
             let (cont, cont_mass) = next.map_or((0.0, 0.0), |(v, m)| (v.best, m));
             ping + if mass > 0.0 { (within * warm + cont_mass * cont) / mass } else { 0.0 }
         });
-        let costs = [Some(expire), ping_value, compact];
+        // At a longer tier: warm until that tier's first decision point, then its programme.
+        let mut ping_at: Option<(f64, usize, f64)> = None;
+        for (i, tier) in f.longer_tiers() {
+            let up = f.ping_cost_at(tier);
+            let spent = k as f64 * ping + up;
+            if !fits(spent) {
+                continue;
+            }
+            let g = f.kept_at(tier);
+            let origin = t + g.ping_period().expect("a TTL");
+            let later = rem.shifted(t, origin);
+            let v = solve(&g, &later, g.margin(), stake.map(|s| s - spent));
+            let cont_mass = later.suffix[0];
+            let value = up + if mass > 0.0 { (later.pre * warm + cont_mass * v.best) / mass } else { 0.0 };
+            let pings = 1.0 + if mass > 0.0 { v.best_pings * cont_mass / mass } else { 0.0 };
+            if ping_at.is_none_or(|(b, _, _)| value < b) {
+                ping_at = Some((value, i, pings));
+            }
+        }
+        let costs = [Some(expire), ping_value, compact, ping_at.map(|p| p.0)];
         let i = cheapest(costs.iter().map(|c| c.unwrap_or(f64::INFINITY)));
         let best = costs[i].expect("the cheapest is priced");
         let next_pings = next.map_or(0.0, |(v, m)| if mass > 0.0 { v.pings * m / mass } else { 0.0 });
-        let pings = if i == 1 { 1.0 + next_pings } else { 0.0 };
-        let v = Values { expire, ping: ping_value, compact, pings, best };
+        let pings = match i {
+            1 => 1.0 + next_pings,
+            3 => ping_at.map_or(0.0, |p| p.2),
+            _ => 0.0,
+        };
+        let v = Values { expire, ping: ping_value, ping_at, compact, pings, best_pings: pings, best };
         if k == 0 {
             at0 = Some((v, next_pings));
         }
@@ -390,6 +434,14 @@ pub fn decide(f: &CacheFigures, t: &Timing, model: &ReturnModel) -> Decision {
     if let Some(c) = v.compact {
         d.options.push(Expected { option: "compact".into(), tier: None, expected_cost: seen(c), expected_pings: None });
     }
+    if let Some((c, i, n)) = v.ping_at {
+        d.options.push(Expected {
+            option: "keep-warm".into(),
+            tier: Some(f.tiers[i].name.clone()),
+            expected_cost: seen(c),
+            expected_pings: Some(n),
+        });
+    }
     d.return_probability = Some(model.returns_within(away, expiry - t.now));
     // Break-evens.
     let (ping, saved) = (f.ping_cost(), f.cold_return() - f.warm_return());
@@ -404,7 +456,14 @@ pub fn decide(f: &CacheFigures, t: &Timing, model: &ReturnModel) -> Decision {
         let (a, b) = (s + w - f.warm_return(), s + c - f.cold_return());
         d.break_even.compact_probability = Some(if b < 0.0 { (a / (a - b)).clamp(0.0, 1.0) } else { 1.0 });
     }
-    let costs: Vec<String> = d.options.iter().map(|o| format!("{} {}", o.option, money(o.expected_cost))).collect();
+    let costs: Vec<String> = d
+        .options
+        .iter()
+        .map(|o| match &o.tier {
+            Some(t) => format!("{} at the {t} tier {}", o.option, money(o.expected_cost)),
+            None => format!("{} {}", o.option, money(o.expected_cost)),
+        })
+        .collect();
     let costs = costs.join(", ");
     let why_pings = || {
         match (d.break_even.pings, d.break_even.keep_warm_ms) {
@@ -489,16 +548,34 @@ pub fn decide(f: &CacheFigures, t: &Timing, model: &ReturnModel) -> Decision {
     }
     let i = cheapest(d.options.iter().map(|o| o.expected_cost));
     let chosen = d.options[i].option.clone();
+    let kept_at = d.options[i].tier.as_ref().and_then(|n| f.tiers.iter().find(|t| &t.name == n)).cloned();
     d.decision = match chosen.as_str() {
         "keep-warm" => Action::KeepWarm,
         "compact" => Action::Compact,
         _ => Action::LetExpire,
     };
     d.reason = match d.decision {
-        Action::KeepWarm => {
-            d.next_decision_at = Some(t.now + f.ping_period().unwrap_or(ttl));
-            format!("keep warm now: {}{odds}; expected costs: {costs}", why_pings())
-        }
+        Action::KeepWarm => match &kept_at {
+            Some(k) => {
+                let g = f.kept_at(k);
+                d.tier = Some(k.name.clone());
+                d.next_decision_at = Some(t.now + g.ping_period().unwrap_or(k.ttl_ms));
+                format!(
+                    "keep warm now, the keep-warm request at the {} tier: it costs {} ({} at the {} tier) and keeps the prefix warm for {} rather than {}; {}{odds}; expected costs: {costs}",
+                    k.name,
+                    money(f.ping_cost_at(k)),
+                    money(f.ping_cost()),
+                    f.tier,
+                    duration(k.ttl_ms),
+                    duration(ttl),
+                    why_pings()
+                )
+            }
+            None => {
+                d.next_decision_at = Some(t.now + f.ping_period().unwrap_or(ttl));
+                format!("keep warm now: {}{odds}; expected costs: {costs}", why_pings())
+            }
+        },
         Action::Compact => format!("compact now, while the prefix is warm: {}{odds}; expected costs: {costs}", why_compact()),
         _ => format!("let it expire: {}{}{odds}; expected costs: {costs}", why_pings(), why_compact()),
     };
@@ -563,6 +640,7 @@ mod tests {
             compaction: None,
             session_cost: None,
             keepalive_budget: None,
+            keep_warm_tiers: false,
         }
     }
 
@@ -737,5 +815,58 @@ mod tests {
             let g = GapCosts::of(&f, minutes * 60_000);
             assert!((best - g.best().cost).abs() < 1e-9, "{minutes} min: {best} vs {:?}", g);
         }
+        // The same with keep-warm requests at the hour tier, against the clairvoyant options
+        // that can still be taken at the first decision point (not the last write's tier).
+        for billing in [TierBilling::Written, TierBilling::Prefix] {
+            for minutes in [6u64, 20, 50, 70, 130, 200] {
+                let mut f = two_tiers(figures(100_000));
+                f.keep_warm_tiers = true;
+                f.tier_billing = billing;
+                let d = decide(&f, &at(290_000), &model(&[minutes], 0.0));
+                let best = d.options.iter().map(|o| o.expected_cost).fold(f64::INFINITY, f64::min);
+                let g = GapCosts::of(&f, minutes * 60_000);
+                let clairvoyant = g.options.iter().filter(|o| o.option != "tier").map(|o| o.cost).fold(f64::INFINITY, f64::min);
+                assert!((best - clairvoyant).abs() < 1e-9, "{billing:?} {minutes} min: {best} vs {g:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_keep_warm_request_at_the_longer_tier_bridges_a_pause_for_the_price_of_one() {
+        // The host comes back after 20 minutes: four keep-warm requests at the 5-minute tier, or
+        // one at the hour tier, which under `written` billing writes nothing and costs as much
+        // as one.
+        let mut f = two_tiers(figures(100_000));
+        f.keep_warm_tiers = true;
+        let d = decide(&f, &at(290_000), &model(&[20], 0.0));
+        assert_eq!((d.decision, d.tier.as_deref()), (Action::KeepWarm, Some("1h")), "{}", d.reason);
+        assert_eq!(d.next_decision_at, Some(290_000 + 3_600_000 - 10_000));
+        let up = d.options.iter().find(|o| o.option == "keep-warm" && o.tier.is_some()).unwrap();
+        let plain = d.options.iter().find(|o| o.option == "keep-warm" && o.tier.is_none()).unwrap();
+        // A keep-warm request at the 5-minute tier now is one more before the same request at
+        // the hour tier at the next decision point.
+        assert!((up.expected_pings.unwrap() - 1.0).abs() < 1e-9 && (plain.expected_pings.unwrap() - 2.0).abs() < 1e-9, "{d:?}");
+        assert!((plain.expected_cost - up.expected_cost - f.ping_cost()).abs() < 1e-9, "{d:?}");
+        assert!(d.reason.starts_with("keep warm now, the keep-warm request at the 1h tier: it costs 0.0300 (0.0300 at the 5m tier) and keeps the prefix warm for 60 min rather than 5 min"), "{}", d.reason);
+        // After it, the cache is warm for the hour: nothing is due for it until its margin (the
+        // tier advised for the next write aside: every gap of this host is a pause).
+        let kept = f.kept_at(&f.tiers[1]);
+        let later = decide(&kept, &Timing { gap_start: 0, touched_at: 290_000, now: 600_000, pings: 1 }, &model(&[20], 0.0));
+        assert_eq!(
+            (later.decision, later.warm_until, later.next_decision_at),
+            (Action::Tier, Some(290_000 + 3_600_000), Some(290_000 + 3_600_000 - 10_000)),
+            "{}",
+            later.reason
+        );
+        // Under `prefix` billing it writes the whole prefix again at the hour tier's price (0.6
+        // against 0.03 a keep-warm request): four keep-warm requests at the 5-minute tier win.
+        f.tier_billing = TierBilling::Prefix;
+        let d = decide(&f, &at(290_000), &model(&[20], 0.0));
+        assert_eq!((d.decision, d.tier.as_deref()), (Action::KeepWarm, None), "{}", d.reason);
+        // And a host that turns it off gets the decision it had.
+        f.tier_billing = TierBilling::Written;
+        f.keep_warm_tiers = false;
+        let d = decide(&f, &at(290_000), &model(&[20], 0.0));
+        assert_eq!((d.decision, d.tier.as_deref(), d.options.len()), (Action::KeepWarm, None, 2), "{}", d.reason);
     }
 }

@@ -38,6 +38,11 @@ pub struct ClockTrack {
     pub decisions: Vec<(u64, String, Option<String>)>,
     /// The keep-warm request waiting for its answer: its seq and time.
     pub open_keepalive: Option<(u64, u64)>,
+    /// The tier that keep-warm request was sent at, when the clock sent it at a longer one.
+    open_keepalive_tier: Option<String>,
+    /// The tier of the latest answered keep-warm request since the latest conversation
+    /// request, when it was sent at a longer tier: the cache is warm for that tier's TTL.
+    pub kept_tier: Option<String>,
     /// The summarisation request of the open compaction: its time.
     compaction_at: Option<u64>,
     /// What the conversation requests after the first wrote to the cache (their answers'
@@ -70,6 +75,8 @@ impl ClockTrack {
                 self.compacted = false;
                 self.decisions.clear();
                 self.open_keepalive = None;
+                self.open_keepalive_tier = None;
+                self.kept_tier = None;
                 self.answered = false;
                 self.keepalives_since_step = 0;
             }
@@ -86,6 +93,7 @@ impl ClockTrack {
             }
             types::CLOCK_KEEPALIVE => {
                 self.open_keepalive = Some((ev.seq, ev.time));
+                self.open_keepalive_tier = ev.data.get("tier").and_then(Value::as_str).map(str::to_string);
                 self.keepalives_since_step += 1;
             }
             types::CLOCK_KEEPALIVE_END => {
@@ -95,11 +103,15 @@ impl ClockTrack {
                         self.keepalive_round_trip = Some(self.keepalive_round_trip.map_or(trip, |t| t.max(trip)));
                         self.touched = Some(at);
                         self.decisions.clear();
+                        if let Some(t) = self.open_keepalive_tier.take() {
+                            self.kept_tier = Some(t);
+                        }
                     }
                 }
             }
             types::COMPACTION_START => {
                 self.open_keepalive = None;
+                self.open_keepalive_tier = None;
                 self.compaction_at = ev.data.get("requestDigest").map(|_| ev.time);
             }
             types::COMPACTION_END => {
@@ -108,6 +120,7 @@ impl ClockTrack {
                         self.touched = Some(at);
                         self.compacted = true;
                         self.decisions.clear();
+                        self.kept_tier = None;
                     }
                 }
             }
@@ -350,6 +363,23 @@ impl LogCheck {
                 }
             }
             types::CLOCK_DECISION => self.check_decision(ev, walk.log())?,
+            types::CLOCK_KEEPALIVE => {
+                // A keep-warm request at a longer tier is sent on the clock's decision to keep
+                // warm at that tier (the last one recorded since the cache was used).
+                if let Some(tier) = ev.data.get("tier").and_then(Value::as_str) {
+                    let last = self.track.decisions.last();
+                    if !last.is_some_and(|(_, d, t)| d == "keep-warm" && t.as_deref() == Some(tier)) {
+                        return Err(Error::new(
+                            ErrorKind::Reconstruction,
+                            format!(
+                                "clock/keepalive at seq {}: it was sent at the {tier} tier, but the clock's last decision since the cache was used is not to keep warm at that tier",
+                                ev.seq
+                            ),
+                        )
+                        .with("seq", ev.seq));
+                    }
+                }
+            }
             types::COMPACTION_START if ev.data.get("trigger").and_then(Value::as_str) == Some("idle") => {
                 let named = ev.data.get("decision").and_then(Value::as_u64);
                 let last = self.track.decisions.last().filter(|d| d.1 == "compact").map(|d| d.0);

@@ -281,6 +281,7 @@ impl<'a> GapWalker<'a> {
                     // The per-gap counterfactuals price each action over the whole gap.
                     session_cost: None,
                     keepalive_budget: None,
+                    keep_warm_tiers: true,
                 };
                 let g = GapCosts::of(&figures, gap_ms);
                 let best = g.best();

@@ -712,6 +712,9 @@ impl LogState {
                 if !is_digest(f.str("requestDigest")?) {
                     return Err(Error::invalid("data.requestDigest", "expected \"sha256:\" followed by 64 lowercase hex digits"));
                 }
+                if f.opt_str("tier")?.is_some_and(str::is_empty) {
+                    return Err(Error::invalid("data.tier", "is empty (the tier the keep-warm request was sent at, or absent)"));
+                }
                 if self.open_turn.as_ref().is_some_and(|t| t.step_open) {
                     return Err(rule(ev, "", "a request is open: a keep-warm request is sent between requests"));
                 }

@@ -35,7 +35,7 @@
 //! with the fresh rendering of its envelope.
 
 use super::breakpoint::{self, Mark};
-use super::{anthropic, gemini, interactions, openai, responses, Envelope, RenderOptions, Renderer};
+use super::{anthropic, gemini, interactions, openai, responses, CacheTtl, Envelope, RenderOptions, Renderer};
 use crate::error::{Error, ErrorKind, Result};
 use crate::header::EpochHeader;
 use crate::log::{Derived, History};
@@ -326,14 +326,14 @@ impl BodyCache {
         // sequence of rendered messages does not follow, so the body is rendered afresh.
         if self.renderer == Renderer::Anthropic && reorders(src) {
             self.state = None;
-            return self.render_envelope_fresh(&envelope(), prefix_len);
+            return self.render_envelope_fresh(&envelope(), prefix_len, None);
         }
         let built = self.update(src).and_then(|()| self.write(diagnostics));
         match built {
             Ok(body) => {
                 debug_assert_eq!(
                     body,
-                    self.render_envelope_fresh(&envelope(), prefix_len).expect("the cached body rendered, so the envelope renders"),
+                    self.render_envelope_fresh(&envelope(), prefix_len, None).expect("the cached body rendered, so the envelope renders"),
                     "the cached {} body is the rendering of its envelope",
                     self.renderer.name()
                 );
@@ -343,7 +343,7 @@ impl BodyCache {
                 // Start again next time; the fresh rendering names the field as for the whole
                 // envelope (and would give the body if the cache were wrong).
                 self.state = None;
-                match self.render_envelope_fresh(&envelope(), prefix_len) {
+                match self.render_envelope_fresh(&envelope(), prefix_len, None) {
                     Err(fresh) => Err(fresh),
                     Ok(body) => {
                         debug_assert!(false, "the cache failed where the envelope renders: {e}");
@@ -354,10 +354,16 @@ impl BodyCache {
         }
     }
 
-    /// The body of `envelope` rendered from scratch: `Renderer::render`, serialised.
-    pub fn render_envelope_fresh(&self, envelope: &str, prefix_len: usize) -> Result<String> {
+    /// The body of `envelope` rendered from scratch: `Renderer::render`, serialised; with
+    /// `cache_ttl`, its cache marks at that TTL rather than the options' (a keep-warm request
+    /// the cache clock sends at a longer tier).
+    pub fn render_envelope_fresh(&self, envelope: &str, prefix_len: usize, cache_ttl: Option<CacheTtl>) -> Result<String> {
         let v: Value = serde_json::from_str(envelope)?;
-        let body = self.renderer.render(&v, &self.options_for(prefix_len))?;
+        let mut options = self.options_for(prefix_len);
+        if cache_ttl.is_some() {
+            options.cache_ttl = cache_ttl;
+        }
+        let body = self.renderer.render(&v, &options)?;
         serde_json::to_string(&body).map_err(internal)
     }
 

@@ -158,6 +158,11 @@ pub enum CacheTtl {
 }
 
 impl CacheTtl {
+    /// The TTL of a wire value (`"5m"`, `"1h"`), `None` for any other.
+    pub fn parse(s: &str) -> Option<CacheTtl> {
+        [CacheTtl::FiveMinutes, CacheTtl::OneHour].into_iter().find(|t| t.as_str() == s)
+    }
+
     /// The wire value: `"5m"` or `"1h"`.
     pub fn as_str(self) -> &'static str {
         match self {

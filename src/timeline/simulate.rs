@@ -76,7 +76,7 @@ use serde_json::{json, Value};
 /// The simulation's assumptions the host may change (`llmsession simulate --options FILE`):
 /// `{"tierBilling"?, "marginMs"?, "pingOutputTokens"?, "keepalive"?, "summaryRatio"?,
 /// "summaryMaxTokens"?, "retainedShare"?, "instructionTokens"?, "returnModel"?,
-/// "keepWarmBudget"?}`.
+/// "keepWarmBudget"?, "keepWarmTiers"?}`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SimulateOptions {
     /// How a longer-tier write after a hit is billed ([`TierBilling`], default `written`).
@@ -102,6 +102,9 @@ pub struct SimulateOptions {
     pub return_model: ReturnModelSpec,
     /// The clock's keep-warm budget (default [`DEFAULT_KEEPALIVE_BUDGET`]; `docs/caching.md`).
     pub keepalive_budget: f64,
+    /// Whether a keep-warm request may be sent at a longer tier than the one in force, by the
+    /// clock and the optimum alike (default true; `docs/caching.md`).
+    pub keep_warm_tiers: bool,
 }
 
 impl Default for SimulateOptions {
@@ -117,6 +120,7 @@ impl Default for SimulateOptions {
             instruction_tokens: crate::compaction::instruction_tokens(),
             return_model: ReturnModelSpec::default(),
             keepalive_budget: DEFAULT_KEEPALIVE_BUDGET,
+            keep_warm_tiers: true,
         }
     }
 }
@@ -126,7 +130,7 @@ impl SimulateOptions {
     /// error naming it.
     pub fn from_value(v: &Value) -> Result<SimulateOptions> {
         let f = Fields::of(v, "options")?;
-        const KEYS: [&str; 9] = [
+        const KEYS: [&str; 10] = [
             "tierBilling",
             "marginMs",
             "pingOutputTokens",
@@ -136,6 +140,7 @@ impl SimulateOptions {
             "instructionTokens",
             "returnModel",
             "keepWarmBudget",
+            "keepWarmTiers",
         ];
         if let Some(k) = f.map.keys().find(|k| !KEYS.contains(&k.as_str())) {
             return Err(Error::invalid(f.p(k), format!("is not a simulate option (expected {})", KEYS.join(", "))));
@@ -159,6 +164,9 @@ impl SimulateOptions {
         }
         if let Some(k) = f.opt_bool("keepalive")? {
             o.keepalive = k;
+        }
+        if let Some(k) = f.opt_bool("keepWarmTiers")? {
+            o.keep_warm_tiers = k;
         }
         if let Some(r) = f.opt_f64("summaryRatio")? {
             if !(0.0..=1.0).contains(&r) {
@@ -197,6 +205,7 @@ impl SimulateOptions {
             "instructionTokens": self.instruction_tokens,
             "returnModel": self.return_model,
             "keepWarmBudget": self.keepalive_budget,
+            "keepWarmTiers": self.keep_warm_tiers,
         })
     }
 }
@@ -415,7 +424,11 @@ pub(super) struct ClockRun {
     pub(super) compacted_at: Option<u64>,
     /// When the cache was last used (the request, or the last keep-warm request).
     pub(super) touched_at: u64,
-    /// The figures it decided with.
+    /// What its keep-warm requests cost (the first at a longer tier may cost more).
+    pub(super) ping_cost: f64,
+    /// The TTL in force at the end of the gap (a keep-warm request at a longer tier set it).
+    pub(super) ttl_ms: Option<u64>,
+    /// The figures it decided with first (the request after the gap is priced with them).
     pub(super) figures: CacheFigures,
 }
 
@@ -424,6 +437,8 @@ pub(super) struct ClockRun {
 enum GapAction {
     Expire,
     KeepWarm,
+    /// Keep warm, the first keep-warm request at this tier (an index into the figures' tiers).
+    KeepWarmAt(usize),
     /// Compact after this many keep-warm requests.
     Compact(u64),
 }
@@ -590,6 +605,7 @@ impl<'a> Sim<'a> {
             // out, as the agent's clock counts it).
             session_cost: Some(st.stats.cost - st.stats.ping_cost - st.stats.compaction_cost),
             keepalive_budget: Some(self.o.keepalive_budget),
+            keep_warm_tiers: self.o.keep_warm_tiers,
         }
     }
 
@@ -656,6 +672,18 @@ impl<'a> Sim<'a> {
                 stats.cost += n as f64 * f.ping_cost();
                 Some(self.arrive(j, f, from, Return::Warm, st.r, tier))
             }
+            GapAction::KeepWarmAt(i) => {
+                let t = &f.tiers[i];
+                if self.warm_after(j, st, f.ttl_ms, g) {
+                    return None;
+                }
+                let n = f.pings_for_at(t, g);
+                let c = f.keep_warm_cost_at(t, g);
+                stats.pings += n;
+                stats.ping_cost += c;
+                stats.cost += c;
+                Some(self.arrive(j, f, from, Return::Warm, st.r, tier))
+            }
             GapAction::Compact(k) => {
                 let ttl = f.ttl_ms?;
                 let summary = f.compaction_cost()?;
@@ -677,6 +705,7 @@ impl<'a> Sim<'a> {
     /// The gap actions the optimum weighs after request `j` (see the module docs).
     fn actions(&self, j: usize, f: &CacheFigures) -> Vec<GapAction> {
         let mut out = vec![GapAction::Expire, GapAction::KeepWarm];
+        out.extend(f.longer_tiers().map(|(i, _)| GapAction::KeepWarmAt(i)));
         if let (Some(ttl), Some(_), Some(period)) = (f.ttl_ms, f.compaction.as_ref(), f.ping_period()) {
             out.push(GapAction::Compact(0));
             let g = self.steps[j + 1].req.time.saturating_sub(self.steps[j].req.time);
@@ -717,10 +746,19 @@ impl<'a> Sim<'a> {
         let start = self.steps[j].req.time;
         // After the last request: a host that never comes back.
         let back = self.steps.get(j + 1).map_or(u64::MAX, |s| s.req.time);
-        let f = self.figures(j, st, compact);
+        let first = self.figures(j, st, compact);
+        let mut f = first.clone();
         let model = self.o.return_model.model(learned);
         let mut timing = Timing { gap_start: start, touched_at: start, now: start, pings: 0 };
-        let mut run = ClockRun { decisions: Vec::new(), pings: 0, compacted_at: None, touched_at: start, figures: f.clone() };
+        let mut run = ClockRun {
+            decisions: Vec::new(),
+            pings: 0,
+            compacted_at: None,
+            touched_at: start,
+            ping_cost: 0.0,
+            ttl_ms: f.ttl_ms,
+            figures: first,
+        };
         loop {
             let d = decide(&f, &timing, &model);
             let next = d.next_decision_at;
@@ -733,6 +771,14 @@ impl<'a> Sim<'a> {
                     run.pings += 1;
                     timing.pings = run.pings;
                     timing.touched_at = timing.now;
+                    // At a longer tier: the cache is warm for that tier's TTL from now on.
+                    match d.tier.as_ref().and_then(|n| f.tiers.iter().find(|t| &t.name == n)).cloned() {
+                        Some(t) => {
+                            run.ping_cost += f.ping_cost_at(&t);
+                            f = f.kept_at(&t);
+                        }
+                        None => run.ping_cost += f.ping_cost(),
+                    }
                 }
                 Action::Compact => run.compacted_at = Some(timing.now),
                 Action::LetExpire | Action::None => {}
@@ -747,6 +793,7 @@ impl<'a> Sim<'a> {
             }
         }
         run.touched_at = timing.touched_at;
+        run.ttl_ms = f.ttl_ms;
         run
     }
 
@@ -770,8 +817,8 @@ impl<'a> Sim<'a> {
             let mut from = st.clone();
             let stats = &mut from.stats;
             stats.pings += run.pings;
-            stats.ping_cost += run.pings as f64 * f.ping_cost();
-            stats.cost += run.pings as f64 * f.ping_cost();
+            stats.ping_cost += run.ping_cost;
+            stats.cost += run.ping_cost;
             let tier = choice(j + 1, &chosen);
             st = match (run.compacted_at, f.compaction_cost()) {
                 (Some(at), Some(summary)) => {
@@ -783,7 +830,7 @@ impl<'a> Sim<'a> {
                     self.arrive(j, f, from, ret, r, tier)
                 }
                 _ => {
-                    let ret = if self.warm_after(j, &st, f.ttl_ms, back - run.touched_at) { Return::Warm } else { Return::Cold };
+                    let ret = if self.warm_after(j, &st, run.ttl_ms, back - run.touched_at) { Return::Warm } else { Return::Cold };
                     self.arrive(j, f, from, ret, st.r, tier)
                 }
             };
@@ -794,9 +841,9 @@ impl<'a> Sim<'a> {
         let run = self.clock_gap(last, &st, compact, &learned, &mut chosen);
         let f = &run.figures;
         let mut stats = st.stats;
-        let spent = run.pings as f64 * f.ping_cost() + run.compacted_at.and_then(|_| f.compaction_cost()).unwrap_or(0.0);
+        let spent = run.ping_cost + run.compacted_at.and_then(|_| f.compaction_cost()).unwrap_or(0.0);
         stats.pings += run.pings;
-        stats.ping_cost += run.pings as f64 * f.ping_cost();
+        stats.ping_cost += run.ping_cost;
         if let (Some(_), Some(summary)) = (run.compacted_at, f.compaction_cost()) {
             stats.compactions += 1;
             stats.compaction_cost += summary;
@@ -1084,6 +1131,7 @@ mod tests {
             // Every number of keep-warm requests before a compaction, not only the two the
             // optimum weighs.
             let mut actions = vec![GapAction::Expire, GapAction::KeepWarm];
+            actions.extend(f.longer_tiers().map(|(i, _)| GapAction::KeepWarmAt(i)));
             if compact {
                 actions.extend((0..40).map(GapAction::Compact));
             }
@@ -1162,14 +1210,27 @@ mod tests {
         // Twenty-minute pauses after every third request.
         let gaps: Vec<u64> = (0..18).map(|k| if k % 3 == 2 { 20 * MIN } else { 5_000 + k * 1_000 }).collect();
         let t = grown(&gaps);
-        let r = simulate(&t, &no_budget(settings())).unwrap();
+        let mut s = no_budget(settings());
+        s.options.keep_warm_tiers = false;
+        let r = simulate(&t, &s).unwrap();
         let p = &r.policies;
         // It lets the first pause expire (nothing to bet on yet), then writes at the hour tier.
         assert!(p.clock.tier_writes >= 5 && p.clock.cold_returns >= 1, "{:?}", p.clock);
         assert!(p.clock.cost < p.threshold.cost && p.optimal.cost <= p.clock.cost, "{p:?}");
         // Without the hour tier it keeps warm instead, and pays more.
-        let five = simulate(&t, &no_budget(five_minutes_only())).unwrap();
+        let mut five = no_budget(five_minutes_only());
+        five.options.keep_warm_tiers = false;
+        let five = simulate(&t, &five).unwrap();
         assert!(five.policies.clock.cost > p.clock.cost, "{:?} {:?}", five.policies.clock, p.clock);
+        // When a keep-warm request may be sent at the hour tier, one bridges each pause from
+        // its first (nothing written at the hour tier, no cold return): cheaper still, and no
+        // better for the optimum than for the clock by as much.
+        let up = simulate(&t, &no_budget(settings())).unwrap();
+        let q = &up.policies;
+        assert_eq!((q.clock.tier_writes, q.clock.cold_returns), (0, 0), "{:?}", q.clock);
+        assert!(q.clock.pings >= 6, "{:?}", q.clock);
+        assert!(q.clock.cost < p.clock.cost && q.optimal.cost <= q.clock.cost, "{:?} {:?}", q.clock, p.clock);
+        assert!(q.clock.cost / q.optimal.cost < p.clock.cost / p.optimal.cost, "{q:?} {p:?}");
     }
 
     #[test]
