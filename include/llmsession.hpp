@@ -1121,7 +1121,8 @@ public:
 
     /// Asks the cache clock what to do now about the provider's cache (docs/caching.md, "The
     /// cache clock"), from the session's log: `opts_json` `{"now"?, "prices"?, "cacheRules"?,
-    /// "returnModel"?, "marginMs"?, "tierBilling"?, "compaction"?, "record"?, "keepWarmBudget"?}` (empty: every
+    /// "returnModel"?, "marginMs"?, "tierBilling"?, "compaction"?, "record"?, "keepWarmBudget"?,
+    /// "keepWarmTiers"?}` (empty: every
     /// default). Returns `{"decision", "tier"?, "reason", "warmUntil"?, "nextDecisionAt"?,
     /// "options", "state", "recorded"?, ...}`: `"keep-warm"` → `keepalive_body`, `"compact"` →
     /// `compact_idle`, `"tier"` → the render option `cacheTtl`; ask again at `nextDecisionAt`.
@@ -1135,7 +1136,8 @@ public:
 
     /// The keep-warm request the cache clock decided, as the provider body: the last
     /// conversation request again, every cacheable byte the same, its output limit at the
-    /// provider's minimum (`info.purpose` is `Purpose::keepalive`). Send it, then record the
+    /// provider's minimum (`info.purpose` is `Purpose::keepalive`); when the decision named a
+    /// longer `tier`, its cache marks carry that tier's TTL. Send it, then record the
     /// answer with `record_body` (it never enters the history).
     Body keepalive_body() {
         char *out = nullptr;

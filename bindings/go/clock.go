@@ -73,6 +73,10 @@ type ClockOptions struct {
 	// the session's requests have cost so far (nil: 0.05; docs/caching.md, "The keep-warm
 	// budget"). It applies while the return model allows a host that never comes back.
 	KeepWarmBudget *float64 `json:"keepWarmBudget,omitempty"`
+	// KeepWarmTiers false keeps every keep-warm request at the tier in force (nil: true, a
+	// keep-warm request may be sent at a longer tier; docs/caching.md, "Keeping warm at a
+	// longer tier").
+	KeepWarmTiers *bool `json:"keepWarmTiers,omitempty"`
 }
 
 // ClockOption is one option the clock weighed, with its expected cost.
@@ -149,7 +153,8 @@ func (a *Agent) CacheClock(opts *ClockOptions) (*ClockDecision, error) {
 
 // KeepaliveBody builds the keep-warm request the clock decided ("keep-warm") as the provider
 // body: the last conversation request again, every cacheable byte the same, its output limit
-// at the provider's minimum (Info.Purpose is PurposeKeepalive). Send it, then record the answer
+// at the provider's minimum (Info.Purpose is PurposeKeepalive); when the decision named a
+// longer Tier, its cache marks carry that tier's TTL. Send it, then record the answer
 // with RecordBody (or RecordStream, or ProviderError): it is logged and never enters the
 // history.
 func (a *Agent) KeepaliveBody() (*Body, error) {

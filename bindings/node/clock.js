@@ -26,7 +26,7 @@ const Decision = Object.freeze({
  * Asks the cache clock what to do now (options, all optional: `now` ms since the epoch,
  * `prices`, `cacheRules`, `returnModel` {gapsMs?, weights?, neverReturns?, learn?, priorWeight?},
  * `marginMs`, `tierBilling`, `compaction` {enabled?, minContextTokens?, summaryRatio?},
- * `record`, `keepWarmBudget`). Returns `{decision, tier?, reason, at, warmUntil?, nextDecisionAt?,
+ * `record`, `keepWarmBudget`, `keepWarmTiers`). Returns `{decision, tier?, reason, at, warmUntil?, nextDecisionAt?,
  * returnProbability?, options, breakEven, returns, state, recorded?}`; an action decision is
  * recorded in the log once per use of the cache. Synchronous: it calls no callback.
  */
@@ -38,7 +38,8 @@ Agent.prototype.cacheClock = function cacheClock(options) {
 /**
  * Builds the keep-warm request (decision `keep-warm`) as the provider body: the last
  * conversation request again, every cacheable byte the same, its output limit at the
- * provider's minimum; a `Body` whose `info.purpose` is `'keepalive'`. Send it and record the
+ * provider's minimum (when the decision named a longer `tier`, its cache marks carry that
+ * tier's TTL); a `Body` whose `info.purpose` is `'keepalive'`. Send it and record the
  * answer with `recordBody` (it never enters the history). Synchronous.
  */
 Agent.prototype.keepaliveBody = function keepaliveBody() {

@@ -730,6 +730,8 @@ export interface ClockOptions {
   record?: boolean;
   /** The most one pause may stake in keep-warm requests, as a share of what the session's requests have cost so far (default 0.05). */
   keepWarmBudget?: number;
+  /** Whether a keep-warm request may be sent at a longer tier than the one in force (default true; docs/caching.md, "Keeping warm at a longer tier"). */
+  keepWarmTiers?: boolean;
 }
 
 /** The cache clock's answer. */

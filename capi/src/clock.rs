@@ -23,7 +23,9 @@ use std::ffi::c_char;
 /// trip), "tierBilling"?: "written" | "prefix",
 /// "compaction"?: {"enabled"?, "minContextTokens"?, "summaryRatio"?}, "record"?: bool (default
 /// true), "keepWarmBudget"?: the most one pause may stake in keep-warm requests, as a share of
-/// what the session's requests have cost so far (default 0.05)}`.
+/// what the session's requests have cost so far (default 0.05), "keepWarmTiers"?: bool (default
+/// true: a keep-warm request may be sent at a longer tier than the one in force; the decision
+/// `keep-warm` then names it in `tier`, and `lls_agent_keepalive_body` renders it so)}`.
 ///
 /// On success `*out` (free it with `lls_string_free`) is `{"decision": "none" | "compact" |
 /// "keep-warm" | "let-expire" | "tier", "tier"?, "reason", "at", "warmUntil"?,
@@ -73,8 +75,10 @@ pub unsafe extern "C" fn lls_agent_cache_clock(
 /// `(*body, *body_len)` (free it with `lls_string_free`): the last conversation request again,
 /// every cacheable byte the same (cache marks included), its output limit at the smallest the
 /// provider allows (1; 16 for `openai-responses`; an Anthropic thinking budget + 1), with
-/// `purpose: "keepalive"` in its logged envelope. It is logged as `clock/keepalive` (its
-/// digest: `verify` rebuilds it). Send it, then record its answer as for a conversation
+/// `purpose: "keepalive"` in its logged envelope; when the clock's last recorded decision was
+/// `keep-warm` at a longer `tier`, its cache marks carry that tier's TTL (Anthropic `"ttl":
+/// "1h"`). It is logged as `clock/keepalive` (its digest, and the tier when it names one:
+/// `verify` rebuilds it). Send it, then record its answer as for a conversation
 /// request: `lls_agent_record_body`, `lls_agent_record_stream` or `lls_agent_provider_error`
 /// (it goes to `clock/keepalive-end`, never into the history; the record's `tool_calls` is 0).
 /// `*info` (may be NULL) receives what the request is (`purpose` `LLS_PURPOSE_KEEPALIVE`,

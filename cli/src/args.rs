@@ -152,7 +152,8 @@ pub enum Command {
         #[arg(long = "from", value_name = "FORMAT", value_parser = FORMATS)]
         from: Option<String>,
         /// The simulation's assumptions (JSON: tierBilling, marginMs, pingOutputTokens,
-        /// keepalive, summaryRatio, summaryMaxTokens, instructionTokens, returnModel, keepWarmBudget)
+        /// keepalive, summaryRatio, summaryMaxTokens, instructionTokens, returnModel, keepWarmBudget,
+        /// keepWarmTiers)
         #[arg(long, value_name = "FILE")]
         options: Option<String>,
     },

@@ -87,6 +87,7 @@ static void test_keep_warm_through_the_record_path(void) {
     snprintf(opts, sizeof opts, "{%s,\"now\":%lld,\"returnModel\":{\"gapsMs\":[1200000],\"neverReturns\":0}}", PRICES, sent + 292000);
     out = clock_of(a, opts);
     CHECK_CONTAINS(out, "\"decision\":\"keep-warm\"");
+    CHECK_CONTAINS(out, "\"tier\":\"1h\",\"warmUntil\""); /* the decision's tier: one keep-warm request at the hour */
     CHECK_CONTAINS(out, "\"nextDecisionAt\":");
     CHECK_CONTAINS(out, "\"recorded\":");
     lls_string_free(out);
@@ -97,6 +98,7 @@ static void test_keep_warm_through_the_record_path(void) {
     CHECK_INT(info.purpose, LLS_PURPOSE_KEEPALIVE);
     CHECK_CONTAINS(body, "\"max_tokens\":1");
     CHECK_CONTAINS(body, "\"cache_control\"");
+    CHECK_CONTAINS(body, "\"ttl\":\"1h\""); /* kept warm at the hour tier */
     CHECK_INT(strlen(body), n);
     lls_string_free(body);
     uint64_t seq = 0;

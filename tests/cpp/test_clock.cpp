@@ -47,8 +47,10 @@ TEST(Clock, KeepsWarmThroughTheRecordPath) {
                                        {"returnModel", {{"gapsMs", {1200000}}, {"neverReturns", 0}}}}
                                       .dump()));
     EXPECT_EQ(d["decision"], "keep-warm") << d["reason"];
+    EXPECT_EQ(d["tier"], "1h") << d["reason"];
     auto body = a.keepalive_body();
     EXPECT_EQ(body.info.purpose, Purpose::keepalive);
+    EXPECT_NE(body.body.view().find(R"("ttl":"1h")"), std::string_view::npos);
     EXPECT_EQ(json::parse(body.body.view())["max_tokens"], 1);
     EXPECT_EQ(a.record_body(kReply).tool_calls, 0u);
     const json v = json::parse(s.verify());

@@ -35,10 +35,12 @@ test('the clock keeps warm through the record path', async () => {
   assert.equal(d.nextDecisionAt, d.state.lastRequestAt + 290000);
   d = agent.cacheClock({ prices: PRICES, now: d.state.lastRequestAt + 292000, returnModel: { gapsMs: [1200000], neverReturns: 0 } });
   assert.equal(d.decision, lls.Decision.KEEP_WARM, d.reason);
+  assert.equal(d.tier, '1h', d.reason); // one keep-warm request at the hour tier bridges the pause
   assert.ok(d.recorded > 0);
   const body = agent.keepaliveBody();
   assert.equal(body.info.purpose, 'keepalive');
   assert.equal(JSON.parse(body.json).max_tokens, 1);
+  assert.ok(body.json.includes('"ttl":"1h"'), body.json);
   body.release();
   assert.equal(agent.recordBody(REPLY).toolCallCount, 0);
   const v = session.verify();

@@ -37,10 +37,12 @@ def test_the_clock_keeps_warm_through_the_record_path() -> None:
         now = d["state"]["lastRequestAt"] + 292000
         d = a.cache_clock({"prices": PRICES, "now": now, "returnModel": {"gapsMs": [1200000], "neverReturns": 0}})
         assert d["decision"] == "keep-warm", d["reason"]
+        assert d["tier"] == "1h", d["reason"]  # one keep-warm request at the hour tier bridges it
         assert d["recorded"] > 0
         body = a.keepalive_body()
         assert body.info["purpose"] == "keepalive"
         assert json.loads(body.body)["max_tokens"] == 1
+        assert b'"ttl":"1h"' in body.body
         assert a.record_body(REPLY).tool_call_count == 0
         v = s.verify()
         assert (v["requests"], v["keepalives"], v["decisions"]) == (1, 1, 1)

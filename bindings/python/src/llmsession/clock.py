@@ -34,7 +34,9 @@ class CacheClock:
         (``gapsMs``, ``weights``, ``neverReturns``, ``learn``, ``priorWeight``), ``marginMs``,
         ``tierBilling``, ``compaction`` (``enabled``, ``minContextTokens``, ``summaryRatio``),
         ``record``, ``keepWarmBudget`` (the most one pause may stake in keep-warm requests, as a
-        share of what the session's requests have cost so far; default 0.05). An action decision is recorded in the log once per use of the cache. Bad
+        share of what the session's requests have cost so far; default 0.05), ``keepWarmTiers``
+        (default true: a keep-warm request may be sent at a longer tier than the one in force).
+        An action decision is recorded in the log once per use of the cache. Bad
         options raise :class:`InvalidInputError` naming the field."""
         b = b"" if options is None else dumps(options)
         return cast(ClockDecision, call_json(N.lib.lls_agent_cache_clock, self.ptr, b or None, len(b)))
@@ -42,7 +44,8 @@ class CacheClock:
     def keepalive_body(self) -> "Body":
         """The keep-warm request the clock decided (``keep-warm``) as the provider body: the last
         conversation request again, its output limit at the provider's minimum
-        (``info["purpose"]`` is ``"keepalive"``). Send it and record the answer with
+        (``info["purpose"]`` is ``"keepalive"``); when the decision named a longer ``tier``, its
+        cache marks carry that tier's TTL. Send it and record the answer with
         :meth:`Agent.record_body`: it never enters the history."""
         from .agent import Body, _info
 
