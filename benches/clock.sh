@@ -7,7 +7,7 @@
 # assumptions, then the same with each assumption the report discusses changed: the old
 # 30-second margin, no 1-hour tier (benches/clock/five-minutes-only.json), `prefix` tier
 # billing, a lighter and a heavier prior, a host that leaves one pause in three for good, no
-# keep-warm budget.
+# keep-warm budget, no keep-warm requests at the longer tier.
 # Prints one table per run and writes each run's JSON under $OUT (default target/bench-clock/).
 # No timing is measured: the figures are costs.
 #
@@ -44,6 +44,7 @@ run prior-weight-0.5 "$PRICES" '{"returnModel": {"priorWeight": 0.5}}'
 run prior-weight-10 "$PRICES" '{"returnModel": {"priorWeight": 10}}'
 run never-returns-0.3 "$PRICES" '{"returnModel": {"neverReturns": 0.3}}'
 run no-keep-warm-budget "$PRICES" '{"keepWarmBudget": 1000000000}'
+run no-keep-warm-tiers "$PRICES" '{"keepWarmTiers": false}'
 if [[ -n "${EXTRA_TRANSCRIPTS:-}" ]]; then
     rm -rf "$OUT/extra"
     python3 benches/clock/prepare.py "$EXTRA_TRANSCRIPTS" "$OUT/extra"
@@ -53,13 +54,18 @@ if [[ -n "${EXTRA_TRANSCRIPTS:-}" ]]; then
         echo "benches/clock.sh: no Claude Code transcript under $EXTRA_TRANSCRIPTS" >&2
         exit 1
     fi
-    echo "== extra: ${#EXTRA[@]} Claude Code transcripts from $EXTRA_TRANSCRIPTS, --prices $PRICES, default options"
-    "$BIN" simulate --from claude-code "${EXTRA[@]}" --prices "$PRICES" --json >"$OUT/extra.json"
-    python3 benches/clock/summary.py "$OUT/extra.json"
-    echo
-    echo "== extra without the keep-warm budget: --options $OUT/no-keep-warm-budget.options.json"
-    "$BIN" simulate --from claude-code "${EXTRA[@]}" --prices "$PRICES" --options "$OUT/no-keep-warm-budget.options.json" --json >"$OUT/extra-no-budget.json"
-    python3 benches/clock/summary.py "$OUT/extra-no-budget.json"
-    echo
+    # extra NAME TITLE [OPTIONS-FILE]: the extra transcripts under one run's options.
+    extra() {
+        local name="$1" title="$2" opts=()
+        [[ -n "${3:-}" ]] && opts=(--options "$3")
+        echo "== $title, --prices $PRICES${3:+, --options $3}"
+        "$BIN" simulate --from claude-code "${EXTRA[@]}" --prices "$PRICES" "${opts[@]}" --json >"$OUT/$name.json"
+        python3 benches/clock/summary.py "$OUT/$name.json"
+        echo
+    }
+    extra extra "extra: ${#EXTRA[@]} Claude Code transcripts from $EXTRA_TRANSCRIPTS, default options"
+    extra extra-no-budget "extra without the keep-warm budget" "$OUT/no-keep-warm-budget.options.json"
+    extra extra-no-tiers "extra without keep-warm requests at the longer tier" "$OUT/no-keep-warm-tiers.options.json"
+    extra extra-prefix "extra with prefix billing" "$OUT/prefix-billing.options.json"
 fi
 echo "JSON of every run: $OUT/"
