@@ -145,8 +145,18 @@ fn simulate_and_explain_read_a_claude_code_transcript() {
     let g = &v["timelines"][0]["gaps"][0];
     assert_eq!((g["after"].as_str(), g["before"].as_str(), g["gapMs"].as_u64()), (Some("2"), Some("3"), Some(1_200_000)));
     assert_eq!((g["expired"].as_bool(), g["tier"].as_str(), g["sourceAt"].as_str()), (Some(true), Some("5m"), Some("line 7")));
-    let names: Vec<&str> = g["options"].as_array().unwrap().iter().map(|o| o["tier"].as_str().or(o["option"].as_str()).unwrap()).collect();
-    assert_eq!(names, ["let-expire", "keep-warm", "compact", "1h"]);
+    let names: Vec<String> = g["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| match o["tier"].as_str() {
+            Some(t) => format!("{} {t}", o["option"].as_str().unwrap()),
+            None => o["option"].as_str().unwrap().to_string(),
+        })
+        .collect();
+    assert_eq!(names, ["let-expire", "keep-warm", "keep-warm 1h", "compact", "tier 1h"]);
+    // One keep-warm request at the hour tier bridges the 20 minutes (four at the 5-minute tier).
+    assert_eq!((g["options"][1]["pings"].as_u64(), g["options"][2]["pings"].as_u64()), (Some(4), Some(1)), "{g}");
     assert!(g["clock"].as_array().is_some_and(|c| !c.is_empty()), "{g}");
     let (code, out, _) = run(&["explain", "--from", "claude-code", &file, "--prices", &prices]);
     assert_eq!(code, Some(0));
