@@ -650,7 +650,7 @@ fn cmd_explain_from(path: &str, format: &str, prices: Option<&str>, rules: Optio
                 .options
                 .iter()
                 .map(|o| {
-                    let name = o.tier.as_ref().map_or(o.option.clone(), |t| format!("{} {t}", o.option));
+                    let name = o.label();
                     match o.pings {
                         Some(n) if n > 0 => format!("{name} {:.4} ({n} keep-warm)", o.cost),
                         _ => format!("{name} {:.4}", o.cost),
@@ -662,10 +662,7 @@ fn cmd_explain_from(path: &str, format: &str, prices: Option<&str>, rules: Optio
                 .clock
                 .iter()
                 .filter(|d| d.decision != "none")
-                .map(|d| {
-                    let what = d.tier.as_ref().map_or(d.decision.clone(), |x| format!("tier {x}"));
-                    format!("{what} at {}", duration(d.at.saturating_sub(g.start_at)))
-                })
+                .map(|d| format!("{} at {}", decision_label(&d.decision, d.tier.as_deref()), duration(d.at.saturating_sub(g.start_at))))
                 .collect();
             out!("  the clock would have: {}", if clock.is_empty() { "done nothing".into() } else { clock.join(", ") });
         }
@@ -805,6 +802,15 @@ fn counted_by(counter: &str) -> String {
     }
 }
 
+/// A clock decision as the reports name it: `keep-warm`, `keep-warm 1h` (its keep-warm request
+/// at the hour tier), `tier 1h`, `let-expire 1h` (the rewrite at the hour tier).
+fn decision_label(decision: &str, tier: Option<&str>) -> String {
+    match tier {
+        Some(t) => format!("{decision} {t}"),
+        None => decision.to_string(),
+    }
+}
+
 /// The idle gaps (`explain::gaps`): one line each, what it cost, what each action of the cache
 /// clock would have cost, and what the clock decided.
 fn explain_gaps(ex: &Explanation) {
@@ -829,8 +835,7 @@ fn explain_gaps(ex: &Explanation) {
         }
         out!("{line}");
         if let Some(c) = &g.cost {
-            let options: Vec<String> =
-                g.options.iter().map(|o| format!("{} {:.4}", o.tier.as_deref().unwrap_or(&o.option), o.cost)).collect();
+            let options: Vec<String> = g.options.iter().map(|o| format!("{} {:.4}", o.label(), o.cost)).collect();
             out!(
                 "    cost {:.4} (actions {:.4}, request after it {:.4}); each action over this gap: {}; best {}",
                 c.total,
@@ -842,7 +847,7 @@ fn explain_gaps(ex: &Explanation) {
         }
         if !g.decisions.is_empty() {
             let d: Vec<String> =
-                g.decisions.iter().map(|d| format!("{} (seq {})", d.tier.as_deref().unwrap_or(&d.decision), d.seq)).collect();
+                g.decisions.iter().map(|d| format!("{} (seq {})", decision_label(&d.decision, d.tier.as_deref()), d.seq)).collect();
             out!("    the clock decided: {}", d.join(", "));
         }
     }

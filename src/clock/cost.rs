@@ -327,6 +327,17 @@ pub struct OptionCost {
     pub pings: Option<u64>,
 }
 
+impl OptionCost {
+    /// Its name in a report: the option, and its tier when it has one (`keep-warm`,
+    /// `keep-warm 1h` for a keep-warm whose first request is sent at the longer tier, `tier 1h`).
+    pub fn label(&self) -> String {
+        match &self.tier {
+            Some(t) => format!("{} {t}", self.option),
+            None => self.option.clone(),
+        }
+    }
+}
+
 /// What each option costs over one gap of known length (clairvoyant): the counterfactuals
 /// `explain` prices for every idle gap and `simulate`'s `optimal` policy chooses among.
 #[derive(Clone, Debug, PartialEq, Serialize)]

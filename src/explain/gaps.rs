@@ -33,7 +33,8 @@ pub struct GapDecision {
     pub at: u64,
     /// `compact`, `keep-warm`, `let-expire` or `tier`.
     pub decision: String,
-    /// With `tier`: the tier.
+    /// With `tier`: the tier; with `keep-warm`, the longer tier its keep-warm request was sent
+    /// at; with `let-expire`, the tier of the rewrite when it changes it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tier: Option<String>,
 }
@@ -91,7 +92,8 @@ pub struct GapReport {
     /// in every option).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub options: Vec<OptionCost>,
-    /// The cheapest of `options` (`let-expire`, `keep-warm`, `compact`, or the tier's name).
+    /// The cheapest of `options`, named by [`OptionCost::label`] (`let-expire`, `keep-warm`,
+    /// `keep-warm 1h` for one whose first request is at the longer tier, `compact`, `tier 1h`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub best: Option<String>,
 }
@@ -285,8 +287,7 @@ impl<'a> GapWalker<'a> {
                 };
                 let g = GapCosts::of(&figures, gap_ms);
                 let best = g.best();
-                let name = best.tier.clone().unwrap_or_else(|| best.option.clone());
-                (g.options.clone(), Some(name))
+                (g.options.clone(), Some(best.label()))
             }
             None => (Vec::new(), None),
         };

@@ -69,8 +69,7 @@ pub fn gap_report(t: &Timeline, settings: &Settings) -> Result<Vec<TimelineGap>>
         let next = &sim.steps[j + 1];
         let paid = next.price.cost(&next.req.usage);
         let costs = GapCosts::of(f, gap);
-        let best = costs.best();
-        let best = best.tier.clone().unwrap_or_else(|| best.option.clone());
+        let best = costs.best().label();
         out.push(TimelineGap {
             gap: GapReport {
                 after: (j + 1).to_string(),
