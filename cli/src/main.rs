@@ -662,7 +662,9 @@ fn cmd_explain_from(path: &str, format: &str, prices: Option<&str>, rules: Optio
                 .clock
                 .iter()
                 .filter(|d| d.decision != "none")
-                .map(|d| format!("{} at {}", decision_label(&d.decision, d.tier.as_deref()), duration(d.at.saturating_sub(g.start_at))))
+                .map(|d| {
+                    format!("{} at {}", llmsession::clock::label(&d.decision, d.tier.as_deref()), duration(d.at.saturating_sub(g.start_at)))
+                })
                 .collect();
             out!("  the clock would have: {}", if clock.is_empty() { "done nothing".into() } else { clock.join(", ") });
         }
@@ -802,15 +804,6 @@ fn counted_by(counter: &str) -> String {
     }
 }
 
-/// A clock decision as the reports name it: `keep-warm`, `keep-warm 1h` (its keep-warm request
-/// at the hour tier), `tier 1h`, `let-expire 1h` (the rewrite at the hour tier).
-fn decision_label(decision: &str, tier: Option<&str>) -> String {
-    match tier {
-        Some(t) => format!("{decision} {t}"),
-        None => decision.to_string(),
-    }
-}
-
 /// The idle gaps (`explain::gaps`): one line each, what it cost, what each action of the cache
 /// clock would have cost, and what the clock decided.
 fn explain_gaps(ex: &Explanation) {
@@ -846,8 +839,11 @@ fn explain_gaps(ex: &Explanation) {
             );
         }
         if !g.decisions.is_empty() {
-            let d: Vec<String> =
-                g.decisions.iter().map(|d| format!("{} (seq {})", decision_label(&d.decision, d.tier.as_deref()), d.seq)).collect();
+            let d: Vec<String> = g
+                .decisions
+                .iter()
+                .map(|d| format!("{} (seq {})", llmsession::clock::label(&d.decision, d.tier.as_deref()), d.seq))
+                .collect();
             out!("    the clock decided: {}", d.join(", "));
         }
     }

@@ -97,9 +97,10 @@ impl SpawnInput {
         let (session, _) = crate::store::options::session_options(Some(&Value::Object(session_keys)), "", &[])?;
         let cache_ttl = match f.opt_str("cacheTtl")? {
             None => None,
-            Some("5m") => Some(crate::render::CacheTtl::FiveMinutes),
-            Some("1h") => Some(crate::render::CacheTtl::OneHour),
-            Some(other) => return Err(Error::invalid("cacheTtl", format!("expected \"5m\" or \"1h\", got {other:?}"))),
+            Some(s) => Some(
+                crate::render::CacheTtl::parse(s)
+                    .ok_or_else(|| Error::invalid("cacheTtl", format!("expected \"5m\" or \"1h\", got {s:?}")))?,
+            ),
         };
         let max_turns = f.opt_u64("maxTurns")?;
         if max_turns == Some(0) {

@@ -454,10 +454,7 @@ impl Agent {
         // The tier the clock decided to keep warm at, if it recorded a keep-warm decision at a
         // longer tier since the cache was last used (docs/caching.md, "Keeping warm at a longer
         // tier"): the body's cache marks at that TTL.
-        let tier = match self.clock.decisions.last() {
-            Some((_, d, Some(t))) if d == "keep-warm" => Some(t.clone()),
-            _ => None,
-        };
+        let tier = self.clock.keep_warm_tier().map(str::to_string);
         let ttl = tier.as_deref().and_then(CacheTtl::parse);
         // Rendered before anything is written: a body the renderer refuses changes nothing.
         let out = if body {

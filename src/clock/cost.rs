@@ -226,6 +226,11 @@ impl CacheFigures {
         g
     }
 
+    /// The offered tier named `name`.
+    pub fn tier_named(&self, name: &str) -> Option<&Tier> {
+        self.tiers.iter().find(|t| t.name == name)
+    }
+
     /// The tiers a keep-warm request may be sent at instead of the one in force: those of
     /// `tiers` with a longer TTL, when `keep_warm_tiers` allows it.
     pub fn longer_tiers(&self) -> impl Iterator<Item = (usize, &Tier)> {
@@ -327,14 +332,20 @@ pub struct OptionCost {
     pub pings: Option<u64>,
 }
 
+/// An option or a decision of the clock as the reports name it: the name, and its tier when it
+/// has one (`keep-warm`, `keep-warm 1h` for a keep-warm whose first request is sent at the longer
+/// tier, `tier 1h`, `let-expire 1h` for the rewrite at the hour tier).
+pub fn label(name: &str, tier: Option<&str>) -> String {
+    match tier {
+        Some(t) => format!("{name} {t}"),
+        None => name.to_string(),
+    }
+}
+
 impl OptionCost {
-    /// Its name in a report: the option, and its tier when it has one (`keep-warm`,
-    /// `keep-warm 1h` for a keep-warm whose first request is sent at the longer tier, `tier 1h`).
+    /// Its name in a report ([`label`]).
     pub fn label(&self) -> String {
-        match &self.tier {
-            Some(t) => format!("{} {t}", self.option),
-            None => self.option.clone(),
-        }
+        label(&self.option, self.tier.as_deref())
     }
 }
 

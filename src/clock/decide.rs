@@ -548,7 +548,7 @@ pub fn decide(f: &CacheFigures, t: &Timing, model: &ReturnModel) -> Decision {
     }
     let i = cheapest(d.options.iter().map(|o| o.expected_cost));
     let chosen = d.options[i].option.clone();
-    let kept_at = d.options[i].tier.as_ref().and_then(|n| f.tiers.iter().find(|t| &t.name == n)).cloned();
+    let kept_at = d.options[i].tier.as_deref().and_then(|n| f.tier_named(n)).cloned();
     d.decision = match chosen.as_str() {
         "keep-warm" => Action::KeepWarm,
         "compact" => Action::Compact,

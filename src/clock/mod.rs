@@ -90,7 +90,7 @@ pub use agent::{
     DEFAULT_SUMMARY_RATIO,
 };
 pub use cost::{
-    keepalive_budget, offered_tiers, CacheFigures, CompactionFigures, GapCosts, OptionCost, Rates, Tier, TierBilling,
+    keepalive_budget, label, offered_tiers, CacheFigures, CompactionFigures, GapCosts, OptionCost, Rates, Tier, TierBilling,
     DEFAULT_KEEPALIVE_BUDGET,
 };
 pub use decide::{decide, tier_costs, Action, BreakEven, Decision, Expected, TierCost, Timing};

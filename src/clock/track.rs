@@ -36,10 +36,9 @@ pub struct ClockTrack {
     pub compacted: bool,
     /// The clock's decisions since the last use of the cache: seq, decision, tier.
     pub decisions: Vec<(u64, String, Option<String>)>,
-    /// The keep-warm request waiting for its answer: its seq and time.
-    pub open_keepalive: Option<(u64, u64)>,
-    /// The tier that keep-warm request was sent at, when the clock sent it at a longer one.
-    open_keepalive_tier: Option<String>,
+    /// The keep-warm request waiting for its answer: its seq, its time, and the tier it was
+    /// sent at when the clock sent it at a longer one.
+    pub open_keepalive: Option<(u64, u64, Option<String>)>,
     /// The tier of the latest answered keep-warm request since the latest conversation
     /// request, when it was sent at a longer tier: the cache is warm for that tier's TTL.
     pub kept_tier: Option<String>,
@@ -75,7 +74,6 @@ impl ClockTrack {
                 self.compacted = false;
                 self.decisions.clear();
                 self.open_keepalive = None;
-                self.open_keepalive_tier = None;
                 self.kept_tier = None;
                 self.answered = false;
                 self.keepalives_since_step = 0;
@@ -92,26 +90,24 @@ impl ClockTrack {
                 }
             }
             types::CLOCK_KEEPALIVE => {
-                self.open_keepalive = Some((ev.seq, ev.time));
-                self.open_keepalive_tier = ev.data.get("tier").and_then(Value::as_str).map(str::to_string);
+                self.open_keepalive = Some((ev.seq, ev.time, ev.data.get("tier").and_then(Value::as_str).map(str::to_string)));
                 self.keepalives_since_step += 1;
             }
             types::CLOCK_KEEPALIVE_END => {
-                if let Some((_, at)) = self.open_keepalive.take() {
+                if let Some((_, at, tier)) = self.open_keepalive.take() {
                     if ev.data.get("outcome").and_then(Value::as_str) == Some("response") {
                         let trip = ev.time.saturating_sub(at);
                         self.keepalive_round_trip = Some(self.keepalive_round_trip.map_or(trip, |t| t.max(trip)));
                         self.touched = Some(at);
                         self.decisions.clear();
-                        if let Some(t) = self.open_keepalive_tier.take() {
-                            self.kept_tier = Some(t);
+                        if tier.is_some() {
+                            self.kept_tier = tier;
                         }
                     }
                 }
             }
             types::COMPACTION_START => {
                 self.open_keepalive = None;
-                self.open_keepalive_tier = None;
                 self.compaction_at = ev.data.get("requestDigest").map(|_| ev.time);
             }
             types::COMPACTION_END => {
@@ -191,6 +187,15 @@ impl ClockTrack {
     /// The session's gaps so far: between consecutive conversation requests, in ms.
     pub fn gaps(&self) -> Vec<u64> {
         self.step_times.windows(2).map(|w| w[1].saturating_sub(w[0])).collect()
+    }
+
+    /// The tier of the clock's last decision since the cache was last used, when it was to keep
+    /// warm at a longer tier: the tier a keep-warm request is sent at.
+    pub fn keep_warm_tier(&self) -> Option<&str> {
+        match self.decisions.last() {
+            Some((_, d, Some(t))) if d == "keep-warm" => Some(t),
+            _ => None,
+        }
     }
 
     /// The decision the clock recorded since the cache was last used, if it was `decision`
@@ -354,7 +359,7 @@ impl LogCheck {
         match ev.ty.as_str() {
             types::CLOCK_KEEPALIVE_END => {
                 let request = ev.data.get("request").and_then(Value::as_u64).unwrap_or(u64::MAX);
-                if self.track.open_keepalive.map(|k| k.0) != Some(request) {
+                if self.track.open_keepalive.as_ref().map(|k| k.0) != Some(request) {
                     return Err(Error::new(
                         ErrorKind::Reconstruction,
                         format!("clock/keepalive-end at seq {}: it answers seq {request}, which is not a keep-warm request waiting for its answer", ev.seq),
@@ -367,8 +372,7 @@ impl LogCheck {
                 // A keep-warm request at a longer tier is sent on the clock's decision to keep
                 // warm at that tier (the last one recorded since the cache was used).
                 if let Some(tier) = ev.data.get("tier").and_then(Value::as_str) {
-                    let last = self.track.decisions.last();
-                    if !last.is_some_and(|(_, d, t)| d == "keep-warm" && t.as_deref() == Some(tier)) {
+                    if self.track.keep_warm_tier() != Some(tier) {
                         return Err(Error::new(
                             ErrorKind::Reconstruction,
                             format!(

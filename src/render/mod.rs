@@ -355,9 +355,9 @@ impl RenderOptions {
         }
         out.cache_ttl = match f.opt_str("cacheTtl")? {
             None => None,
-            Some("5m") => Some(CacheTtl::FiveMinutes),
-            Some("1h") => Some(CacheTtl::OneHour),
-            Some(other) => return Err(Error::invalid(f.p("cacheTtl"), format!("expected \"5m\" or \"1h\", got {other:?}"))),
+            Some(s) => {
+                Some(CacheTtl::parse(s).ok_or_else(|| Error::invalid(f.p("cacheTtl"), format!("expected \"5m\" or \"1h\", got {s:?}")))?)
+            }
         };
         let (cache_options, breakpoints) = cache_controls(&f)?;
         out.cache_options = cache_options;

@@ -772,7 +772,7 @@ impl<'a> Sim<'a> {
                     timing.pings = run.pings;
                     timing.touched_at = timing.now;
                     // At a longer tier: the cache is warm for that tier's TTL from now on.
-                    match d.tier.as_ref().and_then(|n| f.tiers.iter().find(|t| &t.name == n)).cloned() {
+                    match d.tier.as_deref().and_then(|n| f.tier_named(n)).cloned() {
                         Some(t) => {
                             run.ping_cost += f.ping_cost_at(&t);
                             f = f.kept_at(&t);
