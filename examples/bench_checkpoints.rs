@@ -59,6 +59,19 @@ fn cpu_ms() -> f64 {
     t(u.ru_utime) + t(u.ru_stime)
 }
 
+/// Bytes the allocator has handed out and not had back (glibc's `mallinfo2`): in use in the
+/// arenas plus mmapped blocks, in KiB.
+fn heap_kib() -> i64 {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo2 only reads the allocator's counters.
+        let m = unsafe { libc::mallinfo2() };
+        ((m.uordblks + m.hblkhd) / 1024) as i64
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    0
+}
+
 fn trim() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only releases free memory held by the allocator.
@@ -211,6 +224,8 @@ fn open(log: &str, check: OpenCheck) {
     }
     trim();
     let before = status_kib("VmRSS:");
+    let heap_before = heap_kib();
+    let (anon_before, file_before) = (status_kib("RssAnon:"), status_kib("RssFile:"));
     let cpu = cpu_ms();
     let t = Instant::now();
     let session = open_session(log, check);
@@ -218,7 +233,13 @@ fn open(log: &str, check: OpenCheck) {
     let open_cpu = cpu_ms() - cpu;
     if std::env::var("BENCH_STAGES").is_ok() {
         trim();
-        eprintln!("stage: after the open, growth {} KiB", status_kib("VmRSS:") - before);
+        eprintln!(
+            "stage: after the open, growth {} KiB, heap {} KiB, anon {} file {}",
+            status_kib("VmRSS:") - before,
+            heap_kib() - heap_before,
+            status_kib("RssAnon:") - anon_before,
+            status_kib("RssFile:") - file_before
+        );
     }
     let t = Instant::now();
     let cpu = cpu_ms();
@@ -229,6 +250,13 @@ fn open(log: &str, check: OpenCheck) {
     trim();
     let after = status_kib("VmRSS:");
     let (events, history, held) = session.with_log(|l| (l.len(), l.history().bytes(), l.lines().len()));
+    if std::env::var("BENCH_STAGES").is_ok() {
+        eprintln!("stage: after the body, growth {} KiB, heap {} KiB", after - before, heap_kib() - heap_before);
+        let copy = body.clone();
+        drop(copy);
+        trim();
+        eprintln!("stage: after a copy of the body dropped, growth {} KiB", status_kib("VmRSS:") - before);
+    }
     println!(
         "result open={:?} events={events} held_lines={held} history_bytes={history} body_bytes={} open_ms={open_ms:.1} body_ms={body_ms:.1} total_ms={total_ms:.1} open_cpu_ms={open_cpu:.1} body_cpu_ms={body_cpu:.1} growth_kib={} growth_per_body={:.2}",
         check,

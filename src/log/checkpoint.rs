@@ -378,9 +378,7 @@ fn restore_inner(cp: &Event, base: Option<&Value>, surface: Surface<'_>) -> Resu
                 history.push(carried_entry(e, &path)?);
             }
             let carried = history.len();
-            for d in appended {
-                history.push(d);
-            }
+            history.extend_sealed(appended);
             if history.len() != length {
                 return Err(bad(format!(
                     "it gives the surface {length} messages, but its base carries {carried} and the window appends {} more",

@@ -55,6 +55,100 @@ pub fn joined_len(entries: &[Arc<Derived>]) -> usize {
 /// Unsealed history bytes at which they are sealed into one buffer (see the module docs).
 pub const SEAL_BYTES: usize = 8 * 1024;
 
+/// A [`Derived`] entry but its JSON.
+#[derive(Debug)]
+pub(crate) struct Parts {
+    pub seq: u64,
+    pub role: Role,
+    pub calls: Box<[Box<str>]>,
+    pub result_for: Option<Box<str>>,
+    pub checkpoint: bool,
+}
+
+/// Bytes a [`RunWriter`] writes into one run before it starts the next.
+const RUN_BYTES: usize = 64 * 1024;
+
+/// Derived messages written straight into shared runs, as [`History`] seals them, for a load
+/// that derives many messages at once (the window of a bounded open): each message's JSON is
+/// written into the current run as it is derived, so building the history leaves no buffer per
+/// message behind (freed between the runs' allocations, such buffers stayed resident as free
+/// space the allocator could not give back) and copies no message a second time.
+#[derive(Default)]
+pub(crate) struct RunWriter {
+    run: String,
+    /// The entries of the current run, and their ranges.
+    pending: Vec<(Parts, usize, usize)>,
+    done: Vec<Arc<Derived>>,
+}
+
+impl RunWriter {
+    /// The current run, to write the next message's JSON at its end (after the separating
+    /// comma [`RunWriter::separate`] wrote).
+    pub(crate) fn run(&mut self) -> &mut String {
+        &mut self.run
+    }
+
+    /// Writes the comma that separates the next message from the one before it in the run, and
+    /// gives where the next message starts.
+    pub(crate) fn separate(&mut self) -> usize {
+        if self.run.capacity() == 0 {
+            self.run.reserve(RUN_BYTES + RUN_BYTES / 4);
+        }
+        if !self.pending.is_empty() {
+            self.run.push(',');
+        }
+        self.run.len()
+    }
+
+    /// Takes back a [`RunWriter::separate`] whose message was not written.
+    pub(crate) fn unseparate(&mut self, start: usize) {
+        self.run.truncate(if self.pending.is_empty() { start } else { start - 1 });
+    }
+
+    /// Notes the message written from `start` to the end of the run.
+    pub(crate) fn commit(&mut self, parts: Parts, start: usize) {
+        let end = self.run.len();
+        self.pending.push((parts, start, end));
+        if end >= RUN_BYTES {
+            self.flush();
+        }
+    }
+
+    /// Copies a message derived elsewhere (the long way) into the run.
+    pub(crate) fn push(&mut self, d: Derived) {
+        let start = self.separate();
+        self.run.push_str(&d.json);
+        let Derived { seq, role, calls, result_for, checkpoint, .. } = d;
+        self.commit(Parts { seq, role, calls, result_for, checkpoint }, start);
+    }
+
+    fn flush(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let mut run = std::mem::take(&mut self.run);
+        run.shrink_to_fit();
+        let buf = Arc::new(run);
+        for (p, start, end) in self.pending.drain(..) {
+            let json = Text::shared(&buf, start, end);
+            self.done.push(Arc::new(Derived {
+                seq: p.seq,
+                role: p.role,
+                json,
+                calls: p.calls,
+                result_for: p.result_for,
+                checkpoint: p.checkpoint,
+            }));
+        }
+    }
+
+    /// The entries written, in order.
+    pub(crate) fn finish(mut self) -> Vec<Arc<Derived>> {
+        self.flush();
+        self.done
+    }
+}
+
 /// One derived history message: its projection, serialised once.
 #[derive(Debug)]
 pub struct Derived {
@@ -354,6 +448,19 @@ impl History {
         }
     }
 
+    /// Appends entries whose texts are sealed already (a [`RunWriter`]'s): they are not copied
+    /// again. The entries pushed before them are sealed first, so the runs stay in order.
+    pub(crate) fn extend_sealed(&mut self, entries: Vec<Arc<Derived>>) {
+        if self.sealed < self.entries.len() {
+            self.seal();
+        }
+        for d in entries {
+            self.bytes += d.json.len();
+            self.entries.push(d);
+        }
+        self.sealed = self.entries.len();
+    }
+
     /// Copies the unsealed entries into one buffer and rebuilds them as ranges of it.
     fn seal(&mut self) {
         let tail = &self.entries[self.sealed..];
@@ -487,6 +594,68 @@ mod tests {
     /// The history's JSON, entry by entry (what it must always equal).
     fn one_by_one(h: &History) -> String {
         h.entries().iter().map(|d| d.json.to_string()).collect::<Vec<_>>().join(",")
+    }
+
+    /// Messages written into runs (some directly, some copied, one taken back) are the messages,
+    /// in order, in a few shared runs; a history extended with them copies none of them and goes
+    /// on as any history does.
+    #[test]
+    fn a_run_writer_writes_the_messages_into_shared_runs() {
+        let mut w = RunWriter::default();
+        let mut want = Vec::new();
+        for seq in 0..2000u64 {
+            let text = format!("message {seq} {}", "x".repeat((seq % 97) as usize));
+            let json = serde_json::to_string(&Message::user_text(&text)).unwrap();
+            match seq % 3 {
+                0 => w.push(Derived {
+                    seq,
+                    role: Role::User,
+                    json: json.as_str().into(),
+                    calls: Box::new([]),
+                    result_for: None,
+                    checkpoint: false,
+                }),
+                _ => {
+                    if seq % 7 == 0 {
+                        // A message not written after all: its separator is taken back.
+                        let start = w.separate();
+                        w.run().push_str("{\"half");
+                        w.run().truncate(start);
+                        w.unseparate(start);
+                    }
+                    let start = w.separate();
+                    w.run().push_str(&json);
+                    w.commit(
+                        Parts { seq, role: Role::User, calls: Box::new([]), result_for: Some("c".into()), checkpoint: seq == 5 },
+                        start,
+                    );
+                }
+            }
+            want.push(json);
+        }
+        let entries = w.finish();
+        assert_eq!(entries.len(), 2000);
+        for (i, d) in entries.iter().enumerate() {
+            assert_eq!((d.seq, d.json.as_str()), (i as u64, want[i].as_str()));
+            assert_eq!(d.result_for.is_some(), i % 3 != 0);
+            assert_eq!(d.checkpoint, i == 5);
+        }
+        let total: usize = want.iter().map(|j| j.len() + 1).sum();
+        let n = runs(&entries).count();
+        assert!(n > 1 && n <= total / RUN_BYTES + 1, "{n} runs of about {RUN_BYTES} bytes for {total} bytes");
+
+        let mut h = History::default();
+        h.push(entry(9000, "before"));
+        h.extend_sealed(entries);
+        assert_eq!(h.len(), 2001);
+        assert_eq!(h.bytes(), h.entries().iter().map(|d| d.json.len()).sum::<usize>());
+        let mut joined = String::new();
+        write_joined(&mut joined, h.entries(), true);
+        assert_eq!(joined, one_by_one(&h));
+        h.push(entry(9001, "after"));
+        let mut joined = String::new();
+        write_joined(&mut joined, h.entries(), true);
+        assert_eq!(joined, one_by_one(&h));
     }
 
     fn joined(h: &History) -> String {

@@ -873,7 +873,8 @@ fn derive_window(
     base_seq: Option<u64>,
 ) -> std::result::Result<(Option<Value>, Vec<Arc<Derived>>), (usize, Error)> {
     let mut base: Option<Value> = None;
-    let mut appended: Vec<Arc<Derived>> = Vec::new();
+    // Written straight into runs: a bounded open's history is one allocation per run.
+    let mut appended = crate::log::history::RunWriter::default();
     for i in first..ci {
         let seq = win.from + i as u64;
         let rec = win.record(i);
@@ -886,29 +887,33 @@ fn derive_window(
         } else if types::is_model_visible(ty) {
             // From the record's bytes when it is in the form this library writes; the long way
             // (parse the event, derive its message) otherwise.
-            let projected = std::str::from_utf8(rec).ok().and_then(crate::log::raw::read).and_then(|r| crate::log::project::project(&r));
-            let d = match projected {
+            let start = appended.separate();
+            let projected = std::str::from_utf8(rec)
+                .ok()
+                .and_then(crate::log::raw::read)
+                .and_then(|r| crate::log::project::project_into(&r, appended.run()));
+            match projected {
                 Some(p) => {
                     #[cfg(debug_assertions)]
                     {
                         let ev = parse_record(rec).expect("a projected record parses");
                         let long = crate::log::history::derive(&ev).expect("a projected record derives").expect("visible");
-                        debug_assert_eq!(p.derived.json.as_str(), long.json.as_str(), "the projection from bytes is the derived message");
+                        debug_assert_eq!(&appended.run()[start..], long.json.as_str(), "the projection from bytes is the derived message");
                     }
-                    p.derived
+                    appended.commit(p.parts, start);
                 }
                 None => {
+                    appended.unseparate(start);
                     let ev = parse_record(rec).map_err(|e| (i, e))?;
                     if ev.surface_op != Some(crate::log::SurfaceOp::Append) {
                         return Err((i, Error::invalid("surfaceOp", "a replace after the checkpoint's last replace")));
                     }
-                    crate::log::history::derive(&ev).map_err(|e| (i, e))?.expect("a visible event")
+                    appended.push(crate::log::history::derive(&ev).map_err(|e| (i, e))?.expect("a visible event"));
                 }
-            };
-            appended.push(Arc::new(d));
+            }
         }
     }
-    Ok((base, appended))
+    Ok((base, appended.finish()))
 }
 
 /// The end of [`restore_window`]: the state restored from the checkpoint.

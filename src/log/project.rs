@@ -22,7 +22,7 @@
 //! projection against the long way.
 
 use crate::log::event::types;
-use crate::log::history::Derived;
+use crate::log::history::{Derived, Parts};
 use crate::log::raw::{blocks, get, members, str_value, RawEvent};
 use crate::types::{Block, Provenance, Role};
 
@@ -40,9 +40,37 @@ pub(crate) struct Projected {
     pub calls: Vec<Call>,
 }
 
+/// What a projection gives besides the message's JSON: the rest of its [`Derived`] entry and,
+/// for an assistant message, its tool calls.
+#[derive(Debug)]
+pub(crate) struct Meta {
+    pub parts: Parts,
+    pub calls: Vec<Call>,
+}
+
 /// The projection of the visible event `ev` appended to the surface (see the module docs), or
 /// `None` when the long way must decide.
 pub(crate) fn project(ev: &RawEvent<'_>) -> Option<Projected> {
+    let mut json = String::new();
+    let Meta { parts: p, calls } = project_into(ev, &mut json)?;
+    let derived =
+        Derived { seq: p.seq, role: p.role, json: json.into(), calls: p.calls, result_for: p.result_for, checkpoint: p.checkpoint };
+    Some(Projected { derived, calls })
+}
+
+/// [`project`], writing the message's JSON at the end of `out` (a load that derives many
+/// messages writes them into one run: `crate::log::history::RunWriter`). On `None`, `out` is
+/// left as it was.
+pub(crate) fn project_into(ev: &RawEvent<'_>, out: &mut String) -> Option<Meta> {
+    let at = out.len();
+    let m = write_projection(ev, out);
+    if m.is_none() {
+        out.truncate(at);
+    }
+    m
+}
+
+fn write_projection(ev: &RawEvent<'_>, json: &mut String) -> Option<Meta> {
     if !ev.append {
         return None;
     }
@@ -56,7 +84,7 @@ pub(crate) fn project(ev: &RawEvent<'_>) -> Option<Projected> {
             if !(is_error == "true" || is_error == "false") || !blocks_ok(content)? {
                 return None;
             }
-            let mut json = String::with_capacity(content.len() + id.len() + 96);
+            json.reserve(content.len() + id.len() + 96);
             json.push_str("{\"role\":\"user\",\"content\":[{\"content\":");
             json.push_str(content);
             json.push_str(",\"isError\":");
@@ -64,15 +92,9 @@ pub(crate) fn project(ev: &RawEvent<'_>) -> Option<Projected> {
             json.push_str(",\"toolCallId\":");
             json.push_str(id);
             json.push_str(",\"type\":\"tool-result\"}]}");
-            let derived = Derived {
-                seq: ev.seq,
-                role: Role::User,
-                json: json.into(),
-                calls: Box::new([]),
-                result_for: Some(result_for.into()),
-                checkpoint: false,
-            };
-            Some(Projected { derived, calls: Vec::new() })
+            let parts =
+                Parts { seq: ev.seq, role: Role::User, calls: Box::new([]), result_for: Some(result_for.into()), checkpoint: false };
+            Some(Meta { parts, calls: Vec::new() })
         }
         types::USER_MESSAGE | types::ASSISTANT_MESSAGE => {
             let msg = get(data, "message")?;
@@ -99,16 +121,21 @@ pub(crate) fn project(ev: &RawEvent<'_>) -> Option<Projected> {
                     _ => {}
                 }
             }
-            let mut json = String::with_capacity(msg.len() + 16);
+            let provenance = match get(&m, "provenance") {
+                None => None,
+                Some(p) => {
+                    let v: serde_json::Value = serde_json::from_str(p).ok()?;
+                    Some(serde_json::to_string(&Provenance::from_value(&v, "").ok()?).ok()?)
+                }
+            };
+            json.reserve(msg.len() + 16);
             json.push_str("{\"role\":");
             json.push_str(role_text);
             json.push_str(",\"content\":");
             json.push_str(content);
-            if let Some(p) = get(&m, "provenance") {
-                let v: serde_json::Value = serde_json::from_str(p).ok()?;
-                let p = Provenance::from_value(&v, "").ok()?;
+            if let Some(p) = provenance {
                 json.push_str(",\"provenance\":");
-                json.push_str(&serde_json::to_string(&p).ok()?);
+                json.push_str(&p);
             }
             for (k, v) in &m {
                 if !matches!(*k, "role" | "content" | "provenance") {
@@ -121,8 +148,7 @@ pub(crate) fn project(ev: &RawEvent<'_>) -> Option<Projected> {
             json.push('}');
             let checkpoint = ev.ty == types::USER_MESSAGE && get(data, "source") == Some("\"compaction\"");
             let ids = calls.iter().map(|(_, id, _, _)| Box::<str>::from(id.as_str())).collect();
-            let derived = Derived { seq: ev.seq, role, json: json.into(), calls: ids, result_for: None, checkpoint };
-            Some(Projected { derived, calls })
+            Some(Meta { parts: Parts { seq: ev.seq, role, calls: ids, result_for: None, checkpoint }, calls })
         }
         _ => None,
     }
