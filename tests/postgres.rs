@@ -1379,6 +1379,30 @@ fn through_a_transaction_mode_pooler() {
     let (w2, _) = Session::open_url(&url, writer(&id)).unwrap();
     w2.append(host("after a clean close")).unwrap();
     w2.verify().unwrap();
+    drop(w2);
+    // A session with checkpoints opens from its last one through the pooler (the window read
+    // unnamed and typed in one round trip), to the state a whole load gives.
+    use llmsession::log::checkpoint::CheckpointPolicy;
+    use llmsession::log::load::OpenCheck;
+    let cp = unique_id("bouncer-checkpoints");
+    let opts = |check| UrlOptions {
+        check,
+        checkpoints: CheckpointPolicy { every_events: 10, every_bytes: 0, at_compaction: true },
+        ..writer(&cp)
+    };
+    {
+        let (s, _) = Session::open_url(&url, opts(OpenCheck::Bounded)).unwrap();
+        let mut a = agent(&s);
+        for i in 0..8 {
+            turn(&mut a, &format!("checkpointed {i}"), 2).unwrap();
+        }
+    }
+    let (b, _) = Session::open_url(&url, opts(OpenCheck::Bounded)).unwrap();
+    assert!(b.with_log(|l| l.base()) > 0, "opened from a checkpoint");
+    let bounded = (b.history_json(), b.len(), b.request_header());
+    drop(b);
+    let (f, _) = Session::open_url(&url, opts(OpenCheck::Full)).unwrap();
+    assert_eq!((f.history_json(), f.len(), f.request_header()), bounded);
 }
 
 /// The store conformance kit (`llmsession::store::conformance`, docs/storage.md) passes on the
@@ -1482,8 +1506,20 @@ fn checkpoints_open_from_the_last_one_and_verify_streams() {
     assert!(e.message().contains(&format!("line {}", seq + 2)), "{}", e.message());
     c.execute("UPDATE llmsession_records SET record = $3 WHERE session_id = $1 AND seq = $2", &[&id, &seq, &rec]).unwrap();
     Session::open_url(&url, opts(OpenCheck::Bounded)).unwrap();
-    // A record missing inside the window, and the last one missing: damage, as for a whole load.
     let (events,): (i64,) = c.query_one("SELECT events FROM llmsession_sessions WHERE id = $1", &[&id]).map(|r| (r.get(0),)).unwrap();
+    // Rows of the window rewritten in place (their tuples move to the end of the table, so a
+    // scan in the table's order meets them after the later ones): the same session.
+    c.execute(
+        "UPDATE llmsession_records SET record = record WHERE session_id = $1 AND seq BETWEEN $2 AND $3",
+        &[&id, &(events - 8), &(events - 5)],
+    )
+    .unwrap();
+    c.batch_execute("ANALYZE llmsession_records").unwrap();
+    let (again, _) = Session::open_url(&url, opts(OpenCheck::Bounded)).unwrap();
+    assert!(again.with_log(|l| l.base()) > 0, "opened from a checkpoint");
+    assert_eq!(state(&again), bounded);
+    drop(again);
+    // A record missing inside the window, and the last one missing: damage, as for a whole load.
     let gone = events - 2;
     let kept: String =
         c.query_one("SELECT record FROM llmsession_records WHERE session_id = $1 AND seq = $2", &[&id, &gone]).unwrap().get(0);

@@ -132,7 +132,8 @@ pub struct StoreWindow {
     /// The event records from `from` to the end of the log, one after the other in one buffer
     /// (a JSONL store hands over what it read, with no copy per record)...
     pub text: Vec<u8>,
-    /// ...at these byte ranges, in order.
+    /// ...at these byte ranges, in the records' order (their places in `text` may be in
+    /// another: a database's rows come in the order of its scan).
     pub records: Vec<(usize, usize)>,
     /// Whether the last record was completely written (as [`StoreContents::last_complete`]).
     pub last_complete: bool,

@@ -102,17 +102,31 @@ UNION ALL
 SELECT seq, record, NULL, NULL FROM llmsession_records WHERE session_id = $1 AND seq >= $2
 ORDER BY 1";
 
-/// A checkpoint's window (`PgStore::read_window`): the head, and the records from a seq on
-/// joined by newlines, with their count and first and last seqs, in one statement. The records
-/// come in seq order from the primary key's index (an `ORDER BY` inside `string_agg` would sort
-/// megabytes through a temporary file); the reader checks the seqs and the chain, so records out
-/// of order would be an error, never a different log.
+/// A checkpoint's window (`PgStore::read_window`): the head (a row with no seq), and the
+/// records from a seq on, a row each, in one statement (one snapshot). Rows, not one value of
+/// the whole window: a pooled connection's receive buffer grows to the largest message it reads
+/// and keeps that size, so a window read as one value left a buffer of its size in every
+/// connection that read one. No `ORDER BY`: the reader puts the records in seq order itself (they
+/// come in the order of the plan's scan, usually already in order), so no plan sorts the window
+/// through a temporary file; it checks that the seqs run without a gap and the chain, so a record
+/// missing or out of place is an error, never a different log.
 const WINDOW_SQL: &str = "
-SELECT s.header, s.events, s.chain_head, r.text, r.n, r.lo, r.hi
-  FROM llmsession_sessions s,
-       LATERAL (SELECT string_agg(o.record, E'\\n') AS text, count(*) AS n, min(o.seq) AS lo, max(o.seq) AS hi
-                  FROM (SELECT seq, record FROM llmsession_records WHERE session_id = $1 AND seq >= $2 ORDER BY seq) o) r
- WHERE s.id = $1 AND s.header IS NOT NULL";
+SELECT NULL::int8, s.header, s.events, s.chain_head FROM llmsession_sessions s WHERE s.id = $1 AND s.header IS NOT NULL
+UNION ALL
+SELECT r.seq, r.record, NULL, NULL FROM llmsession_records r WHERE r.session_id = $1 AND r.seq >= $2";
+
+/// Puts a window's records (their `ranges`, in the order the rows came) in the order of their
+/// `seqs`, and says whether the seqs run from `start` without a gap. Seqs are unique (the
+/// primary key), so they do when the last is `start + count - 1`.
+fn in_seq_order(ranges: &mut Vec<(usize, usize)>, seqs: &mut Vec<i64>, start: i64) -> bool {
+    if !seqs.windows(2).all(|w| w[0] < w[1]) {
+        let mut order: Vec<usize> = (0..seqs.len()).collect();
+        order.sort_unstable_by_key(|&i| seqs[i]);
+        *ranges = order.iter().map(|&i| ranges[i]).collect();
+        *seqs = order.iter().map(|&i| seqs[i]).collect();
+    }
+    seqs.first() == Some(&start) && seqs.last().is_some_and(|&l| l - start + 1 == seqs.len() as i64)
+}
 
 /// How a PostgreSQL session is opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -436,19 +450,34 @@ impl PgStore {
         }
         let d = self.describe.clone();
         let start = from as i64;
-        let rows = block_on(async {
+        // The records' bytes one after the other, each record's range and seq.
+        let mut head: Option<(String, u64, Option<String>)> = None;
+        let mut text: Vec<u8> = Vec::new();
+        let mut ranges: Vec<(usize, usize)> = Vec::new();
+        let mut seqs: Vec<i64> = Vec::new();
+        block_on(async {
             self.pool
-                .query(Bound::Query, WINDOW_SQL, &[(&self.id, Type::TEXT), (&start, Type::INT8)])
+                .query_each(Bound::Query, WINDOW_SQL, &[(&self.id, Type::TEXT), (&start, Type::INT8)], |row| {
+                    let record: &str = row.get(1);
+                    match row.get::<_, Option<i64>>(0) {
+                        None => head = Some((record.to_string(), row.get::<_, i64>(2) as u64, row.get(3))),
+                        Some(seq) => {
+                            ranges.push((text.len(), text.len() + record.len()));
+                            text.extend_from_slice(record.as_bytes());
+                            seqs.push(seq);
+                        }
+                    }
+                    Ok(())
+                })
                 .await
                 .map_err(|e| e.into_error(&d, "cannot read the session"))
         })?;
-        let Some(row) = rows.first() else { return Ok(None) };
-        let header: String = row.get(0);
-        let events = row.get::<_, i64>(1) as u64;
-        let chain_head: Option<String> = row.get(2);
-        let Some(text) = row.get::<_, Option<String>>(3) else { return Ok(None) };
-        let (count, min, max) = (row.get::<_, i64>(4) as u64, row.get::<_, Option<i64>>(5), row.get::<_, Option<i64>>(6));
-        if min != Some(start) || max.map(|m| m as u64 + 1) != Some(start as u64 + count) {
+        let Some((header, events, chain_head)) = head else { return Ok(None) };
+        if ranges.is_empty() {
+            return Ok(None);
+        }
+        let count = seqs.len() as u64;
+        if !in_seq_order(&mut ranges, &mut seqs, start) {
             return Err(corrupt(
                 &d,
                 format!("events are missing from llmsession_records between seq {from} and the head ({events} events)"),
@@ -466,19 +495,11 @@ impl PgStore {
             };
             return Err(corrupt(&d, why).with("events", events).with("stored", stored));
         }
-        let text = text.into_bytes();
-        let mut ranges = Vec::with_capacity(count as usize);
-        let mut at = 0;
-        for nl in memchr::memchr_iter(b'\n', &text) {
-            ranges.push((at, nl));
-            at = nl + 1;
-        }
-        ranges.push((at, text.len()));
-        if ranges.len() as u64 != count {
+        if ranges.iter().any(|&(a, b)| memchr::memchr(b'\n', &text[a..b]).is_some()) {
             return Err(corrupt(&d, format!("a record from seq {from} on holds a newline: it is not one this library wrote")));
         }
-        let last = &text[ranges[ranges.len() - 1].0..];
-        if chain_head.is_some() && chain::stored_link(std::str::from_utf8(last).unwrap_or("")) != chain_head.as_deref() {
+        let (a, b) = ranges[ranges.len() - 1];
+        if chain_head.is_some() && chain::stored_link(std::str::from_utf8(&text[a..b]).unwrap_or("")) != chain_head.as_deref() {
             return Err(corrupt(
                 &d,
                 "the last stored event does not end with the chain value the session's head records: the end of the log was replaced"
@@ -1078,6 +1099,21 @@ pub fn list_sessions(url: &PgUrl, after: Option<&str>, limit: Option<u64>, paren
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Window rows that came out of seq order are put in order (their bytes stay where they
+    /// are); a gap, a window that does not start at its seq, or no rows at all is not in order.
+    #[test]
+    fn window_rows_are_put_in_seq_order() {
+        let mut ranges = vec![(0, 1), (1, 3), (3, 6), (6, 10)];
+        let mut seqs = vec![7, 5, 8, 6];
+        assert!(in_seq_order(&mut ranges, &mut seqs, 5));
+        assert_eq!((ranges, seqs), (vec![(1, 3), (6, 10), (0, 1), (3, 6)], vec![5, 6, 7, 8]));
+        let mut ranges = vec![(0, 1), (1, 2), (2, 3)];
+        assert!(!in_seq_order(&mut ranges.clone(), &mut vec![5, 7, 8], 5), "a gap");
+        assert!(!in_seq_order(&mut ranges.clone(), &mut vec![6, 7, 8], 5), "the first is missing");
+        assert!(in_seq_order(&mut ranges, &mut vec![5, 6, 7], 5));
+        assert!(!in_seq_order(&mut Vec::new(), &mut Vec::new(), 5));
+    }
 
     #[test]
     fn ids_are_checked() {

@@ -280,6 +280,53 @@ impl Pool {
         .await
     }
 
+    /// One statement as [`Pool::query`] runs it, each row handed to `each` as it arrives and
+    /// dropped (a long result is never held whole, and comes in messages of one row: a
+    /// connection's receive buffer grows to the largest message it reads, and keeps that size).
+    /// The first error `each` gives stops the read and is returned.
+    pub async fn query_each(
+        &self,
+        bound: Bound,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+        mut each: impl FnMut(Row) -> Result<()>,
+    ) -> std::result::Result<(), CallError> {
+        use futures_core::Stream;
+        let conn = self.get().await?;
+        let c = &conn.client;
+        let mut refused = None;
+        self.bounded(&conn, bound, async {
+            let rows = if self.settings.prepared {
+                let cached = conn.statements.lock().get(sql).cloned();
+                let statement = match cached {
+                    Some(st) => st,
+                    None => {
+                        let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
+                        let st = c.prepare_typed(sql, &types).await?;
+                        conn.statements.lock().insert(sql.to_string(), st.clone());
+                        st
+                    }
+                };
+                c.query_raw(&statement, params.iter().map(|(v, _)| *v)).await?
+            } else {
+                c.query_typed_raw(sql, params.iter().map(|(v, t)| (*v, t.clone()))).await?
+            };
+            let mut rows = std::pin::pin!(rows);
+            while let Some(row) = std::future::poll_fn(|cx| rows.as_mut().poll_next(cx)).await {
+                if let Err(e) = each(row?) {
+                    refused = Some(e);
+                    break;
+                }
+            }
+            Ok(())
+        })
+        .await?;
+        match refused {
+            Some(e) => Err(CallError::Other(e)),
+            None => Ok(()),
+        }
+    }
+
     /// Starts the liveness connection (once per pool, with `fast_takeover`) and waits, within
     /// `connect_timeout`, until it holds its lock. Returns whether it does: a lease records the
     /// key only then.
