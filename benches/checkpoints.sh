@@ -22,7 +22,7 @@ PAIRS="${PAIRS:-5}"
 BIN="${BIN:-target/release/examples/bench_checkpoints}"
 DIR="$(mktemp -d "${TMPDIR:-/tmp}/llmsession-checkpoints.XXXXXX")"
 trap 'rm -rf "$DIR"' EXIT
-strip() { sed 's/history_bytes=[0-9]* //;s/held_lines=[0-9]* //'; }
+strip() { sed 's/held_lines=[0-9]* //'; }
 
 "$BIN" write "$DIR/big.jsonl" "$EVENTS" 40000 big | tail -1
 "$BIN" write "$DIR/small.jsonl" "$SMALL" 40000 small | tail -1
@@ -52,11 +52,11 @@ U="\$LLMSESSION_PG_URL"
 "$BIN" copy "$DIR/small.jsonl" "\$U"
 echo "== PostgreSQL: bounded open and the next body, $PAIRS pairs"
 for _ in \$(seq $PAIRS); do
-    "$BIN" open "\$U?session=pg-big" bounded | grep result | sed 's/history_bytes=[0-9]* //;s/held_lines=[0-9]* //'
-    "$BIN" open "\$U?session=small" bounded | grep result | sed 's/history_bytes=[0-9]* //;s/held_lines=[0-9]* //'
+    "$BIN" open "\$U?session=pg-big" bounded | grep result | sed 's/held_lines=[0-9]* //'
+    "$BIN" open "\$U?session=small" bounded | grep result | sed 's/held_lines=[0-9]* //'
 done
 echo "== PostgreSQL: the big log opened whole, and verified"
-"$BIN" open "\$U?session=pg-big" full | grep result | sed 's/history_bytes=[0-9]* //;s/held_lines=[0-9]* //'
+"$BIN" open "\$U?session=pg-big" full | grep result | sed 's/held_lines=[0-9]* //'
 /usr/bin/time -f "wall %e s, max rss %M KiB" "$BIN" verify "\$U?session=pg-big" 2>&1 | grep -E "result|wall"
 echo "== PostgreSQL: 10,000 sessions"
 "$BIN" sessions "\$U" 10000 2>&1 | grep -E "made|result"

@@ -258,11 +258,12 @@ fn open(log: &str, check: OpenCheck) {
         eprintln!("stage: after a copy of the body dropped, growth {} KiB", status_kib("VmRSS:") - before);
     }
     println!(
-        "result open={:?} events={events} held_lines={held} history_bytes={history} body_bytes={} open_ms={open_ms:.1} body_ms={body_ms:.1} total_ms={total_ms:.1} open_cpu_ms={open_cpu:.1} body_cpu_ms={body_cpu:.1} growth_kib={} growth_per_body={:.2}",
+        "result open={:?} events={events} held_lines={held} history_bytes={history} body_bytes={} open_ms={open_ms:.1} body_ms={body_ms:.1} total_ms={total_ms:.1} open_cpu_ms={open_cpu:.1} body_cpu_ms={body_cpu:.1} growth_kib={} growth_per_body={:.2} growth_per_history={:.2}",
         check,
         body.len(),
         after - before,
-        (after - before) as f64 * 1024.0 / body.len() as f64
+        (after - before) as f64 * 1024.0 / body.len() as f64,
+        (after - before) as f64 * 1024.0 / history as f64
     );
     finish(agent);
 }
