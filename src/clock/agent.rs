@@ -337,6 +337,7 @@ impl Agent {
             session_cost: Some(price.cost(&track.billed).total),
             keepalive_budget: Some(options.keepalive_budget),
             keep_warm_tiers: options.keep_warm_tiers,
+            tier_before_pause: true,
         };
         let timing = track.timing(now);
         let gaps = track.gaps();

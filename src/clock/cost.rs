@@ -159,6 +159,12 @@ pub struct CacheFigures {
     /// recorded before the clock offered it lack it, and are decided again without it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub keep_warm_tiers: bool,
+    /// Whether the next write may move to a cheaper tier before the session has paused
+    /// ([`crate::clock::tier_costs`]: priced with the whole return model, within the keep-warm
+    /// budget). Figures recorded before the clock did so lack it, and are decided again
+    /// without it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tier_before_pause: bool,
 }
 
 /// The default keep-warm budget: 5 % of what the session has cost so far, per pause. A keep-warm
@@ -483,6 +489,7 @@ mod tests {
             session_cost: None,
             keepalive_budget: None,
             keep_warm_tiers: false,
+            tier_before_pause: false,
         }
     }
 

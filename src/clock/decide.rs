@@ -345,26 +345,56 @@ pub fn tier_costs(f: &CacheFigures, model: &ReturnModel) -> Vec<TierCost> {
         g
     };
     let Some(pause_ms) = f.tiers.iter().map(|t| t.ttl_ms - for_tier(t).margin()).min() else { return Vec::new() };
-    let Some(model) = model.tier_model(pause_ms) else { return Vec::new() };
+    // Before the session has paused, its own gaps say nothing of its pauses: the tiers are
+    // priced with the whole model (the prior), only a tier whose write costs no more than the
+    // one in force is offered (a premium is never paid on the prior alone), and a pause after
+    // the write is priced as the clock would handle it under the keep-warm budget (a session
+    // too small to keep a pause warm at a shorter tier keeps the tier it has).
+    let (model, lower_only) = match model.tier_model(pause_ms) {
+        Some(m) => (m, false),
+        None if f.tier_before_pause => (model.clone(), true),
+        None => return Vec::new(),
+    };
     let model = &model;
     let pause = model.pause_probability(pause_ms);
+    // What a pause may stake (the keep-warm budget, as `decide` applies it in the pause).
+    let budget = match (f.session_cost, f.keepalive_budget) {
+        (Some(spent), Some(share)) if model.never_returns > 0.0 => Some(share * spent),
+        _ => None,
+    };
     let mut out = Vec::new();
     for t in &f.tiers {
+        if lower_only && t.name != f.tier && t.write > f.rates.write {
+            continue;
+        }
         let g = for_tier(t);
-        // What the next request writes at that tier: what it adds (about what the last one
-        // wrote, at least what came after it), or the whole prefix under `prefix` billing.
-        let new = f.mean_written_tokens.unwrap_or(f.written_tokens).max(f.context_tokens.saturating_sub(f.warm_tokens));
+        // What the next request writes at that tier: what it adds (about what the requests
+        // after the first wrote on average, at least what came after the last one: the first
+        // request's write is the whole context, no measure of the next), or the whole prefix
+        // under `prefix` billing.
+        let first = if f.tier_before_pause { 0 } else { f.written_tokens };
+        let new = f.mean_written_tokens.unwrap_or(first).max(f.context_tokens.saturating_sub(f.warm_tokens));
         let moves = t.name != f.tier && f.tier_billing == super::cost::TierBilling::Prefix;
         let write = (if moves { new.max(f.warm_tokens) } else { new }) as f64 * t.write / 1e6;
         let margin = g.margin();
         let d0 = t.ttl_ms - margin;
         let rem = Remaining::new(model, pause_ms, d0 - pause_ms);
-        let v = solve(&g, &rem, margin, None);
+        let v = solve(&g, &rem, margin, if lower_only { budget } else { None });
         let total = rem.pre + rem.suffix[0];
         let warm = g.warm_return();
         let pause_cost = if total > 0.0 { (rem.pre * warm + rem.suffix[0] * v.best) / total } else { warm };
         let cost = write + (1.0 - pause) * warm + pause * pause_cost;
         out.push(TierCost { tier: t.clone(), cost, write, pause_cost, pause, returns: model.source.clone() });
+    }
+    // On the prior alone, a cheaper tier is a bet that no pause comes: what a pause would cost
+    // more at it must fit what a pause may stake. Nothing to weigh when no other tier is left.
+    if lower_only {
+        if let (Some(b), Some(now)) = (budget, out.iter().find(|x| x.tier.name == f.tier).map(|x| x.pause_cost)) {
+            out.retain(|x| x.tier.name == f.tier || x.pause_cost - now <= b);
+        }
+        if out.iter().all(|x| x.tier.name == f.tier) {
+            out.clear();
+        }
     }
     out
 }
@@ -641,6 +671,7 @@ mod tests {
             session_cost: None,
             keepalive_budget: None,
             keep_warm_tiers: false,
+            tier_before_pause: false,
         }
     }
 
@@ -758,6 +789,47 @@ mod tests {
         assert_eq!(d.decision, Action::None, "{}", d.reason);
         let t = d.options.iter().filter(|o| o.option == "tier").map(|o| o.expected_cost).collect::<Vec<_>>();
         assert!(t.len() == 2 && t[0] < t[1], "{:?}", d.options);
+    }
+
+    /// A session written at the hour tier that has not paused: its writes move to the
+    /// 5-minute tier (a premium is not kept up on the prior alone) when a pause there could be
+    /// kept warm within the keep-warm budget, and stay where they are when the session is too
+    /// small to stake a keep-warm request on a pause; the 5-minute tier never moves up.
+    #[test]
+    fn before_a_pause_the_writes_move_to_a_cheaper_tier_that_the_budget_covers() {
+        let mut f = two_tiers(figures(100_000));
+        f.keep_warm_tiers = true;
+        f.tier_before_pause = true;
+        f.tier = "1h".into();
+        f.ttl_ms = Some(3_600_000);
+        f.rates.write = 6.0;
+        f.mean_written_tokens = Some(2_000);
+        f.keepalive_budget = Some(0.05);
+        let spec = ReturnModelSpec::default();
+        let quick: Vec<u64> = (0..10).map(|k| 3_000 + k * 500).collect();
+        f.session_cost = Some(5.0);
+        let d = decide(&f, &at(1_000), &spec.model(&quick));
+        assert_eq!((d.decision, d.tier.as_deref()), (Action::Tier, Some("5m")), "{}", d.reason);
+        assert!(d.options.iter().any(|o| o.option == "tier" && o.tier.as_deref() == Some("1h")), "{:?}", d.options);
+        // Two cents spent: a keep-warm request (a read of 100k tokens, 0.03) does not fit 5 % of
+        // it, so a pause at the 5-minute tier would be a rewrite; the hour tier stays.
+        f.session_cost = Some(0.02);
+        let d = decide(&f, &at(1_000), &spec.model(&quick));
+        assert_eq!(d.decision, Action::None, "{}", d.reason);
+        assert!(!d.options.iter().any(|o| o.option == "tier"), "{:?}", d.options);
+        // At the 5-minute tier, nothing moves before a pause.
+        let mut g = two_tiers(figures(100_000));
+        g.tier_before_pause = true;
+        g.session_cost = Some(5.0);
+        g.keepalive_budget = Some(0.05);
+        let d = decide(&g, &at(1_000), &spec.model(&quick));
+        assert_eq!(d.decision, Action::None, "{}", d.reason);
+        // Figures recorded before the clock moved tiers before a pause are decided as then.
+        f.session_cost = Some(5.0);
+        f.tier_before_pause = false;
+        let d = decide(&f, &at(1_000), &spec.model(&quick));
+        assert_eq!(d.decision, Action::None, "{}", d.reason);
+        assert!(!d.options.iter().any(|o| o.option == "tier"), "{:?}", d.options);
     }
 
     #[test]

@@ -284,6 +284,7 @@ impl<'a> GapWalker<'a> {
                     session_cost: None,
                     keepalive_budget: None,
                     keep_warm_tiers: true,
+                    tier_before_pause: true,
                 };
                 let g = GapCosts::of(&figures, gap_ms);
                 let best = g.best();

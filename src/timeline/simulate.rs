@@ -606,6 +606,7 @@ impl<'a> Sim<'a> {
             session_cost: Some(st.stats.cost - st.stats.ping_cost - st.stats.compaction_cost),
             keepalive_budget: Some(self.o.keepalive_budget),
             keep_warm_tiers: self.o.keep_warm_tiers,
+            tier_before_pause: true,
         }
     }
 
