@@ -646,3 +646,44 @@ fn the_keep_warm_budget_bounds_what_a_pause_stakes_and_verify_decides_it_again()
     let e = ClockOptions::from_value(Some(&json!({"keepWarmBudget": -0.1}))).unwrap_err();
     assert!(e.message().contains("options.keepWarmBudget: must be a non-negative share"), "{}", e.message());
 }
+
+/// A session written at the hour tier (Claude Code writes its conversation so) that has not
+/// paused: the clock drops the hour's premium for the next write, on the default prior, because a
+/// pause at the 5-minute tier would cost one keep-warm request at the hour tier, which the
+/// keep-warm budget covers. `verify` decides it again from the log; the same decision with its
+/// figures marked as recorded before the clock did this (no `tierBeforePause`) is decided again
+/// without it, and differs.
+#[test]
+fn before_a_pause_a_session_at_the_hour_tier_drops_its_premium() {
+    let s = Session::in_memory();
+    let mut a = agent(&s, None);
+    a.set_renderer(Renderer::Anthropic, RenderOptions::default().with_cache_ttl(llmsession::render::CacheTtl::OneHour)).unwrap();
+    let hour = |text: &str, read: u64, write: u64| {
+        json!({"id": "msg_1", "type": "message", "role": "assistant", "model": MODEL, "stop_reason": "end_turn",
+               "content": [{"type": "text", "text": text}],
+               "usage": {"input_tokens": 40, "output_tokens": 20, "cache_read_input_tokens": read,
+                         "cache_creation_input_tokens": write, "cache_creation": {"ephemeral_1h_input_tokens": write}}})
+        .to_string()
+    };
+    for (k, (read, write)) in [(0, 30_000), (30_040, 500), (30_540, 500)].into_iter().enumerate() {
+        a.start_turn(Message::user_text(format!("question {k}"))).unwrap();
+        a.next_body(&CancelToken::new()).unwrap();
+        a.record_body(&hour(&format!("answer {k}"), read, write)).unwrap();
+        a.end_turn(TurnEndReason::Completed).unwrap();
+    }
+    let sent = time_of(&s, "step/start");
+    let r = a.cache_clock(&options(json!({"prices": prices(), "now": sent + 60_000}))).unwrap();
+    let f = r.state.figures.as_ref().unwrap();
+    assert_eq!((f.tier.as_str(), f.tier_before_pause), ("1h", true));
+    assert_eq!((r.decision.decision, r.decision.tier.as_deref()), (Action::Tier, Some("5m")), "{}", r.decision.reason);
+    assert!(r.decision.reason.contains("the default prior"), "{}", r.decision.reason);
+    let recs = records(&s);
+    llmsession::request::verify_records(&bytes(&recs)).unwrap();
+    let i = index_of(&recs, "clock/decision", 0);
+    assert!(recs[i].contains(",\"tierBeforePause\":true"), "{}", recs[i]);
+    let mut old = recs.clone();
+    old[i] = old[i].replace(",\"tierBeforePause\":true", "");
+    let e = llmsession::request::verify_records(&bytes(&reseal(&old))).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Reconstruction);
+    assert!(e.message().contains("its decision is \"none\", recorded \"tier\""), "{}", e.message());
+}
