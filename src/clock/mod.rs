@@ -61,8 +61,10 @@
 //!   ([`offered_tiers`]) and another tier has the lower expected cost per request for the next
 //!   write ([`tier_costs`]: the average write's premium against the share of the session's own
 //!   gaps that were pauses times what a pause costs more at the shorter tier), the decision is
-//!   `tier` (write the next request at that tier). A session that has not paused yet changes no
-//!   tier: the bet is placed on what it has shown, or on the host's own distribution.
+//!   `tier` (write the next request at that tier). A session that has not paused yet moves to no
+//!   dearer tier: that bet is placed on what it has shown, or on the host's own distribution;
+//!   before its first pause it may only drop a premium in force, priced with the whole model
+//!   and within the keep-warm budget (`tierBeforePause` in the figures).
 //! - within `margin` of expiry: the option with the least expected cost, by an optimal-stopping
 //!   programme over the decision points one keep-warm period apart (at each: let it expire,
 //!   compact, or keep warm and decide again), so keeping warm stops once a return has become
