@@ -357,9 +357,10 @@ pub fn tier_costs(f: &CacheFigures, model: &ReturnModel) -> Vec<TierCost> {
     };
     let model = &model;
     let pause = model.pause_probability(pause_ms);
-    // What a pause may stake (the keep-warm budget, as `decide` applies it in the pause).
+    // Before a pause: what a pause may stake (the keep-warm budget, as `decide` applies it in
+    // the pause).
     let budget = match (f.session_cost, f.keepalive_budget) {
-        (Some(spent), Some(share)) if model.never_returns > 0.0 => Some(share * spent),
+        (Some(spent), Some(share)) if lower_only && model.never_returns > 0.0 => Some(share * spent),
         _ => None,
     };
     let mut out = Vec::new();
@@ -379,7 +380,7 @@ pub fn tier_costs(f: &CacheFigures, model: &ReturnModel) -> Vec<TierCost> {
         let margin = g.margin();
         let d0 = t.ttl_ms - margin;
         let rem = Remaining::new(model, pause_ms, d0 - pause_ms);
-        let v = solve(&g, &rem, margin, if lower_only { budget } else { None });
+        let v = solve(&g, &rem, margin, budget);
         let total = rem.pre + rem.suffix[0];
         let warm = g.warm_return();
         let pause_cost = if total > 0.0 { (rem.pre * warm + rem.suffix[0] * v.best) / total } else { warm };

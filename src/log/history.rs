@@ -65,6 +65,13 @@ pub(crate) struct Parts {
     pub checkpoint: bool,
 }
 
+impl Parts {
+    /// The entry with its JSON.
+    pub(crate) fn with_json(self, json: Text) -> Derived {
+        Derived { seq: self.seq, role: self.role, json, calls: self.calls, result_for: self.result_for, checkpoint: self.checkpoint }
+    }
+}
+
 /// Bytes a [`RunWriter`] writes into one run before it starts the next.
 const RUN_BYTES: usize = 64 * 1024;
 
@@ -130,15 +137,7 @@ impl RunWriter {
         run.shrink_to_fit();
         let buf = Arc::new(run);
         for (p, start, end) in self.pending.drain(..) {
-            let json = Text::shared(&buf, start, end);
-            self.done.push(Arc::new(Derived {
-                seq: p.seq,
-                role: p.role,
-                json,
-                calls: p.calls,
-                result_for: p.result_for,
-                checkpoint: p.checkpoint,
-            }));
+            self.done.push(Arc::new(p.with_json(Text::shared(&buf, start, end))));
         }
     }
 

@@ -52,10 +52,8 @@ pub(crate) struct Meta {
 /// `None` when the long way must decide.
 pub(crate) fn project(ev: &RawEvent<'_>) -> Option<Projected> {
     let mut json = String::new();
-    let Meta { parts: p, calls } = project_into(ev, &mut json)?;
-    let derived =
-        Derived { seq: p.seq, role: p.role, json: json.into(), calls: p.calls, result_for: p.result_for, checkpoint: p.checkpoint };
-    Some(Projected { derived, calls })
+    let Meta { parts, calls } = project_into(ev, &mut json)?;
+    Some(Projected { derived: parts.with_json(json.into()), calls })
 }
 
 /// [`project`], writing the message's JSON at the end of `out` (a load that derives many

@@ -95,14 +95,21 @@ WITH u AS (
 SELECT set_config('synchronous_commit', $3, true), (SELECT count(*) FROM u)";
 
 /// The head and the records from a seq on, in one statement (so one snapshot): the head row
-/// first (seq -1: the header record, the number of events, the last chain value).
-const READ_SQL: &str = "
+/// is seq -1 (the header record, the number of events, the last chain value). [`READ_SQL`] and
+/// [`WINDOW_SQL`] are this statement, in seq order and in the order rows come.
+macro_rules! head_and_records {
+    () => {
+        "
 SELECT -1::bigint AS seq, header AS record, events, chain_head FROM llmsession_sessions WHERE id = $1 AND header IS NOT NULL
 UNION ALL
-SELECT seq, record, NULL, NULL FROM llmsession_records WHERE session_id = $1 AND seq >= $2
-ORDER BY 1";
+SELECT seq, record, NULL, NULL FROM llmsession_records WHERE session_id = $1 AND seq >= $2"
+    };
+}
 
-/// A checkpoint's window (`PgStore::read_window`): the head (a row with no seq), and the
+/// The head and the records from a seq on, head row first ([`head_and_records`]).
+const READ_SQL: &str = concat!(head_and_records!(), "\nORDER BY 1");
+
+/// A checkpoint's window (`PgStore::read_window`): the head (the row of seq -1), and the
 /// records from a seq on, a row each, in one statement (one snapshot). Rows, not one value of
 /// the whole window: a pooled connection's receive buffer grows to the largest message it reads
 /// and keeps that size, so a window read as one value left a buffer of its size in every
@@ -110,10 +117,7 @@ ORDER BY 1";
 /// come in the order of the plan's scan, usually already in order), so no plan sorts the window
 /// through a temporary file; it checks that the seqs run without a gap and the chain, so a record
 /// missing or out of place is an error, never a different log.
-const WINDOW_SQL: &str = "
-SELECT NULL::int8, s.header, s.events, s.chain_head FROM llmsession_sessions s WHERE s.id = $1 AND s.header IS NOT NULL
-UNION ALL
-SELECT r.seq, r.record, NULL, NULL FROM llmsession_records r WHERE r.session_id = $1 AND r.seq >= $2";
+const WINDOW_SQL: &str = head_and_records!();
 
 /// Puts a window's records (their `ranges`, in the order the rows came) in the order of their
 /// `seqs`, and says whether the seqs run from `start` without a gap. Seqs are unique (the
@@ -459,9 +463,9 @@ impl PgStore {
             self.pool
                 .query_each(Bound::Query, WINDOW_SQL, &[(&self.id, Type::TEXT), (&start, Type::INT8)], |row| {
                     let record: &str = row.get(1);
-                    match row.get::<_, Option<i64>>(0) {
-                        None => head = Some((record.to_string(), row.get::<_, i64>(2) as u64, row.get(3))),
-                        Some(seq) => {
+                    match row.get::<_, i64>(0) {
+                        -1 => head = Some((record.to_string(), row.get::<_, i64>(2) as u64, row.get(3))),
+                        seq => {
                             ranges.push((text.len(), text.len() + record.len()));
                             text.extend_from_slice(record.as_bytes());
                             seqs.push(seq);

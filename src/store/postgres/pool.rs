@@ -56,6 +56,25 @@ pub(super) struct Conn {
     statements: Mutex<HashMap<String, tokio_postgres::Statement>>,
 }
 
+impl Conn {
+    /// `sql` prepared on this connection with the types of `params`: once, then kept (the
+    /// server plans each statement once per connection).
+    async fn prepared(
+        &self,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> std::result::Result<tokio_postgres::Statement, tokio_postgres::Error> {
+        let cached = self.statements.lock().get(sql).cloned();
+        if let Some(st) = cached {
+            return Ok(st);
+        }
+        let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
+        let st = self.client.prepare_typed(sql, &types).await?;
+        self.statements.lock().insert(sql.to_string(), st.clone());
+        Ok(st)
+    }
+}
+
 /// Makes the pool's connections: host by host, each within `connect_timeout`, with TLS as the
 /// URL says.
 pub(super) struct Manager {
@@ -261,21 +280,10 @@ impl Pool {
         if !self.settings.prepared {
             return self.bounded(&conn, bound, conn.client.query_typed(sql, params)).await;
         }
-        let c = &conn.client;
         self.bounded(&conn, bound, async {
-            // Prepared once per connection and kept: the server plans each statement once.
-            let cached = conn.statements.lock().get(sql).cloned();
-            let statement = match cached {
-                Some(st) => st,
-                None => {
-                    let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
-                    let st = c.prepare_typed(sql, &types).await?;
-                    conn.statements.lock().insert(sql.to_string(), st.clone());
-                    st
-                }
-            };
+            let statement = conn.prepared(sql, params).await?;
             let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
-            c.query(&statement, &values).await
+            conn.client.query(&statement, &values).await
         })
         .await
     }
@@ -297,16 +305,7 @@ impl Pool {
         let mut refused = None;
         self.bounded(&conn, bound, async {
             let rows = if self.settings.prepared {
-                let cached = conn.statements.lock().get(sql).cloned();
-                let statement = match cached {
-                    Some(st) => st,
-                    None => {
-                        let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
-                        let st = c.prepare_typed(sql, &types).await?;
-                        conn.statements.lock().insert(sql.to_string(), st.clone());
-                        st
-                    }
-                };
+                let statement = conn.prepared(sql, params).await?;
                 c.query_raw(&statement, params.iter().map(|(v, _)| *v)).await?
             } else {
                 c.query_typed_raw(sql, params.iter().map(|(v, t)| (*v, t.clone()))).await?
