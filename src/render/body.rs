@@ -114,20 +114,53 @@ fn messages_key(r: Renderer) -> &'static str {
 /// the id is sent), or `None` when the map has no such call.
 type Note = (String, Option<(String, bool)>);
 
-/// One message of the sequence (prefix messages, then the history), rendered.
+/// One message of the sequence (prefix messages, then the history), rendered. A window holds
+/// thousands, so a piece is kept small (48 bytes): offsets within one message are `u32`, and
+/// the notes, which only Gemini's messages with calls have, sit behind one pointer.
 #[derive(Clone, Debug)]
 struct Piece {
-    /// The history entry's seq (`None` for a prefix message).
-    seq: Option<u64>,
-    /// Where its text is in the joined string.
+    /// The history entry's seq ([`NO_SEQ`] for a prefix message).
+    seq: u64,
+    /// Where its text starts in the joined string.
     start: usize,
-    end: usize,
+    /// Its text's length.
+    len: u32,
+    /// Anthropic and OpenAI: the last block or item that may carry a breakpoint, relative to
+    /// `start` (`[NO_MARK; 2]` when none may).
+    mark: [u32; 2],
     kind: Kind,
-    /// Anthropic: the last block that may carry `cache_control`, relative to `start`.
-    mark: Option<(usize, usize)>,
     /// Gemini: the calls this assistant message notes, or the calls this user message's tool
     /// results used.
-    notes: Vec<Note>,
+    notes: Option<Box<[Note]>>,
+}
+
+// The size the docs above give.
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::size_of::<Piece>() == 48);
+
+/// A prefix message's seq.
+const NO_SEQ: u64 = u64::MAX;
+/// No mark.
+const NO_MARK: u32 = u32::MAX;
+
+impl Piece {
+    /// The history entry's seq (`None` for a prefix message).
+    fn seq(&self) -> Option<u64> {
+        (self.seq != NO_SEQ).then_some(self.seq)
+    }
+
+    fn end(&self) -> usize {
+        self.start + self.len as usize
+    }
+
+    /// The markable block or item, relative to `start`.
+    fn mark(&self) -> Option<(usize, usize)> {
+        (self.mark[0] != NO_MARK).then_some((self.mark[0] as usize, self.mark[1] as usize))
+    }
+
+    fn notes(&self) -> &[Note] {
+        self.notes.as_deref().unwrap_or(&[])
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,7 +170,45 @@ enum Kind {
     /// Whole items (flat layouts).
     Items,
     /// The blocks of one wire message of `role`; `merges`: tool results only.
-    Blocks { role: &'static str, merges: bool },
+    Blocks { role: WireRole, merges: bool },
+}
+
+/// The role of a grouped layout's wire message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WireRole {
+    User,
+    Assistant,
+    /// Gemini's assistant.
+    Model,
+}
+
+impl WireRole {
+    /// The renderers' spelling of `role`.
+    fn of(role: &str) -> WireRole {
+        match role {
+            "user" => WireRole::User,
+            "model" => WireRole::Model,
+            _ => {
+                debug_assert_eq!(role, "assistant", "the grouped renderers' roles");
+                WireRole::Assistant
+            }
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            WireRole::User => "user",
+            WireRole::Assistant => "assistant",
+            WireRole::Model => "model",
+        }
+    }
+}
+
+/// A length or offset within one message's rendered text, as a piece keeps it.
+fn small(n: usize) -> Result<u32> {
+    u32::try_from(n).ok().filter(|&n| n != NO_MARK).ok_or_else(|| {
+        Error::new(ErrorKind::InvalidInput, format!("a message renders to {n} bytes; the body cache holds messages under 4 GiB"))
+    })
 }
 
 /// A message rendered to values, before it is written as text.
@@ -153,7 +224,7 @@ struct Sequence {
     joined: String,
     pieces: Vec<Piece>,
     /// The group left open at the end of `joined` (grouped layouts): role, merges.
-    open: Option<(&'static str, bool)>,
+    open: Option<(WireRole, bool)>,
     /// Anthropic: the last piece with a cacheable block.
     last_cacheable: Option<usize>,
     /// Gemini: the calls of the messages so far.
@@ -161,8 +232,22 @@ struct Sequence {
 }
 
 impl Sequence {
-    /// Appends a piece's text (see the module docs for the layout).
-    fn push(&mut self, layout: Layout, seq: Option<u64>, text: &str, kind: Kind, mark: Option<(usize, usize)>, notes: Vec<Note>) {
+    /// Appends a piece's text (see the module docs for the layout). Fails, changing nothing,
+    /// for a text of 4 GiB or more.
+    fn push(
+        &mut self,
+        layout: Layout,
+        seq: Option<u64>,
+        text: &str,
+        kind: Kind,
+        mark: Option<(usize, usize)>,
+        notes: Option<Box<[Note]>>,
+    ) -> Result<()> {
+        let len = small(text.len())?;
+        let mark = match mark {
+            Some((a, b)) => [small(a)?, small(b)?],
+            None => [NO_MARK; 2],
+        };
         let start = match (layout, kind) {
             (_, Kind::Empty) => self.joined.len(),
             (Layout::Flat, _) => {
@@ -175,7 +260,7 @@ impl Sequence {
                 match self.open {
                     Some((_, true)) if merges => self.joined.push(','),
                     Some((open_role, _)) => {
-                        close_group(&mut self.joined, open_role);
+                        close_group(&mut self.joined, open_role.as_str());
                         self.joined.push(',');
                         open_group(&mut self.joined, key);
                     }
@@ -187,16 +272,17 @@ impl Sequence {
             (Layout::Grouped(_), Kind::Items) => unreachable!("grouped layouts render blocks"),
         };
         self.joined.push_str(text);
-        if mark.is_some() {
+        if mark[0] != NO_MARK {
             self.last_cacheable = Some(self.pieces.len());
         }
-        self.pieces.push(Piece { seq, start, end: self.joined.len(), kind, mark, notes });
+        self.pieces.push(Piece { seq: seq.unwrap_or(NO_SEQ), start, len, kind, mark, notes });
+        Ok(())
     }
 
     /// The text of piece `k`.
     fn text(&self, k: usize) -> &str {
         let p = &self.pieces[k];
-        &self.joined[p.start..p.end]
+        &self.joined[p.start..p.end()]
     }
 }
 
@@ -468,12 +554,12 @@ impl BodyCache {
                         self.push_rendered(&mut seq, Some(d.seq), rendered, Vec::new(), state.head.options.cache_breakpoints)
                             .expect("pushed");
                         assert_eq!(
-                            (seq.joined.as_str(), seq.pieces[0].mark),
+                            (seq.joined.as_str(), seq.pieces[0].mark()),
                             (text.as_str(), mark),
                             "the wire message from the derived text is the rendered one"
                         );
                     }
-                    state.seq.push(layout, Some(d.seq), &text, Kind::Items, mark, Vec::new());
+                    state.seq.push(layout, Some(d.seq), &text, Kind::Items, mark, None)?;
                     state.cover(d.seq);
                     continue;
                 }
@@ -494,26 +580,26 @@ impl BodyCache {
     /// Fills `state` (its prefix pushed) with `entries`, copying the text of every entry `old`
     /// rendered and rendering the others.
     fn rebuild(&self, state: &mut State, old: &Sequence, entries: &[Arc<Derived>]) -> Result<()> {
-        let by_seq: HashMap<u64, usize> = old.pieces.iter().enumerate().filter_map(|(k, p)| Some((p.seq?, k))).collect();
+        let by_seq: HashMap<u64, usize> = old.pieces.iter().enumerate().filter_map(|(k, p)| Some((p.seq()?, k))).collect();
         let layout = layout(self.renderer);
         for d in entries {
             let reuse = by_seq.get(&d.seq).copied().filter(|&k| {
                 // A Gemini tool result is reused only when its calls are what they were.
                 let p = &old.pieces[k];
-                !matches!(p.kind, Kind::Blocks { role: "user", .. })
-                    || p.notes.iter().all(|(id, used)| state.seq.calls.get(id).cloned() == *used)
+                !matches!(p.kind, Kind::Blocks { role: WireRole::User, .. })
+                    || p.notes().iter().all(|(id, used)| state.seq.calls.get(id).cloned() == *used)
             });
             match reuse {
                 Some(k) => {
                     let p = &old.pieces[k];
-                    if matches!(p.kind, Kind::Blocks { role: "model", .. }) {
-                        for (id, call) in &p.notes {
+                    if matches!(p.kind, Kind::Blocks { role: WireRole::Model, .. }) {
+                        for (id, call) in p.notes() {
                             if let Some(c) = call {
                                 state.seq.calls.insert(id.clone(), c.clone());
                             }
                         }
                     }
-                    state.seq.push(layout, p.seq, old.text(k), p.kind, p.mark, p.notes.clone());
+                    state.seq.push(layout, p.seq(), old.text(k), p.kind, p.mark(), p.notes.clone())?;
                     state.cover(d.seq);
                 }
                 None => self.append(state, std::slice::from_ref(d))?,
@@ -573,7 +659,7 @@ impl BodyCache {
                 };
                 (v, Kind::Items, cacheable)
             }
-            Rendered::Blocks { role, blocks, merges, cacheable } => (blocks, Kind::Blocks { role, merges }, cacheable),
+            Rendered::Blocks { role, blocks, merges, cacheable } => (blocks, Kind::Blocks { role: WireRole::of(role), merges }, cacheable),
         };
         let mut text = Vec::with_capacity(256);
         let mut mark = None;
@@ -588,8 +674,7 @@ impl BodyCache {
             }
         }
         let text = String::from_utf8(text).expect("serde_json writes UTF-8");
-        seq.push(layout, at, &text, kind, mark, notes);
-        Ok(())
+        seq.push(layout, at, &text, kind, mark, (!notes.is_empty()).then(|| notes.into_boxed_slice()))
     }
 
     /// Writes the body of the current state.
@@ -630,7 +715,7 @@ impl BodyCache {
                 match *m {
                     Mark::Message(k) => {
                         let p = &state.seq.pieces[k];
-                        let (s, e) = p.mark.expect("a cacheable piece");
+                        let (s, e) = p.mark().expect("a cacheable piece");
                         let mut block: Value = serde_json::from_str(&state.seq.text(k)[s..e])?;
                         match renderer {
                             Renderer::OpenAi => openai::set_breakpoint(&mut block),
@@ -654,7 +739,7 @@ impl BodyCache {
         }
         let frame = &state.head.frame.as_ref().expect("set").2;
         let seq = &state.seq;
-        let close = seq.open.map(|(role, _)| role.len() + 12).unwrap_or(0);
+        let close = seq.open.map(|(role, _)| role.as_str().len() + 12).unwrap_or(0);
         let patched: usize = patches.iter().map(|(s, e, t)| t.len() - (e - s)).sum();
         let len = frame.pre.len() + 1 + seq.joined.len() + patched + close + frame.post.len();
         // One more byte for the NUL a C host gets (so handing the buffer over never grows it),
@@ -672,7 +757,7 @@ impl BodyCache {
         }
         out.push_str(&seq.joined[at..]);
         if let Some((role, _)) = seq.open {
-            close_group(&mut out, role);
+            close_group(&mut out, role.as_str());
         }
         out.push_str(&frame.post);
         debug_assert!(out.len() <= len, "the body's size is computed in advance");
@@ -748,4 +833,29 @@ fn frame_of(
 fn message_of(d: &Derived) -> Result<Message> {
     let v: Value = serde_json::from_str(&d.json)?;
     Message::from_derived_value(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_piece_keeps_offsets_under_4_gib_and_refuses_more() {
+        assert_eq!(small(0).unwrap(), 0);
+        assert_eq!(small(u32::MAX as usize - 1).unwrap(), u32::MAX - 1);
+        for n in [u32::MAX as usize, u32::MAX as usize + 1] {
+            let e = small(n).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidInput);
+            assert!(e.message().contains("the body cache holds messages under 4 GiB"), "{}", e.message());
+        }
+        // A refused piece leaves the sequence as it was.
+        let mut seq = Sequence::default();
+        seq.push(Layout::Flat, Some(3), "{\"a\":1}", Kind::Items, Some((0, 7)), None).unwrap();
+        let p = &seq.pieces[0];
+        assert_eq!((p.seq(), p.end(), p.mark(), p.notes().len()), (Some(3), 7, Some((0, 7)), 0));
+        assert_eq!(seq.text(0), "{\"a\":1}");
+        let e = seq.push(Layout::Flat, None, "{}", Kind::Items, Some((0, u32::MAX as usize)), None).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert_eq!((seq.joined.as_str(), seq.pieces.len(), seq.last_cacheable), ("{\"a\":1}", 1, Some(0)));
+    }
 }
