@@ -528,7 +528,7 @@ fn provider_body(c: &mut Criterion) {
         eprintln!("body/{}/{n}: {} history messages, body {bytes} bytes", renderer.name(), f.base);
         group.throughput(Throughput::Bytes(bytes as u64));
 
-        let copy = body.clone().into_bytes();
+        let copy = body.as_bytes().to_vec();
         group.bench_function("body_memcpy", |b| b.iter(|| black_box(black_box(&copy[..]).to_vec())));
         drop(copy);
         drop(body);

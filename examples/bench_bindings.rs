@@ -246,7 +246,7 @@ fn run(dir: &Path, iterations: usize, out: &Path, mode: Mode) {
                     if round == 1 {
                         bytes = body.json.len();
                         digest.clone_from(&body.info.digest);
-                        last_body.clone_from(&body.json);
+                        last_body = body.json.to_string();
                     }
                     excluded = c0.elapsed();
                     drop(body);

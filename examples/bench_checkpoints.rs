@@ -191,8 +191,9 @@ fn open_session(log: &str, check: OpenCheck) -> Session {
 
 /// Builds the next body: a new agent instance opens a turn and asks for its first request.
 /// The agent is returned, to end the turn once the measurement is taken (so the log is left at
-/// rest for the next run).
-fn next_body(session: &Session) -> (String, Agent) {
+/// rest for the next run). The body is held as a host holds it (it shares its buffer with the
+/// agent's renderer cache).
+fn next_body(session: &Session) -> (llmsession::log::Text, Agent) {
     let mut a = Agent::new(session, fixture::options()).expect("agent");
     a.set_renderer(Renderer::OpenAi, RenderOptions::default()).expect("renderer");
     a.start_turn(Message::user_text("Summarise how a request is built.")).expect("start_turn");
@@ -252,7 +253,7 @@ fn open(log: &str, check: OpenCheck) {
     let (events, history, held) = session.with_log(|l| (l.len(), l.history().bytes(), l.lines().len()));
     if std::env::var("BENCH_STAGES").is_ok() {
         eprintln!("stage: after the body, growth {} KiB, heap {} KiB", after - before, heap_kib() - heap_before);
-        let copy = body.clone();
+        let copy = body.to_string();
         drop(copy);
         trim();
         eprintln!("stage: after a copy of the body dropped, growth {} KiB", status_kib("VmRSS:") - before);

@@ -1393,8 +1393,10 @@ lls_status lls_agent_set_renderer(lls_agent *agent,
  * envelope's digest: the same log, verified the same way) and hands over the provider body
  * ready to POST in `(*body, *body_len)`: byte for byte what `lls_render_with_options` gives for
  * the request's envelope with the agent's renderer and options (and `prefixLen` the session
- * prefix's length). Free it with `lls_string_free`; a large body is handed over without a
- * copy. `*info` (may be NULL) receives what the request is, with no JSON to parse; the
+ * prefix's length). Free it with `lls_string_free`. A body of 4 KiB or more is not a copy: it
+ * is the buffer the agent's renderer keeps and renders the next body from, shared with the
+ * host until `lls_string_free` (it stays valid after the agent is freed). Read it; never write
+ * into it. `*info` (may be NULL) receives what the request is, with no JSON to parse; the
  * envelope itself is built only when asked (`lls_agent_last_envelope`).
  *
  * `cancel` (may be NULL), listeners, disposal, storage errors: as for
@@ -1626,7 +1628,8 @@ lls_status lls_agent_cache_clock(lls_agent *agent,
 
 /**
  * Builds the keep-warm request of the cache clock as the provider body ready to POST, in
- * `(*body, *body_len)` (free it with `lls_string_free`): the last conversation request again,
+ * `(*body, *body_len)` (free it with `lls_string_free`; read it, never write into it, as a body
+ * from `lls_agent_next_body`): the last conversation request again,
  * every cacheable byte the same (cache marks included), its output limit at the smallest the
  * provider allows (1; 16 for `openai-responses`; an Anthropic thinking budget + 1), with
  * `purpose: "keepalive"` in its logged envelope; when the clock's last recorded decision was

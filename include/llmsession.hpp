@@ -633,7 +633,8 @@ struct RequestInfo {
 };
 
 /// A request built as the provider's body (`Agent::next_body`): the bytes to POST, the
-/// library's buffer itself (no copy), and what the request is.
+/// library's buffer itself (no copy: the agent's renderer keeps it and renders the next body
+/// from it, so read it and never write into it), and what the request is.
 struct Body {
     /// The provider body's JSON.
     OwnedString body;

@@ -12,7 +12,7 @@ use crate::header::EpochHeader;
 use crate::log::event::{types, Event};
 use crate::log::history::{joined_len, runs, write_joined};
 use crate::log::load::{CheckedLog, SessionHeader};
-use crate::log::{Derived, Log};
+use crate::log::{Derived, Log, Text};
 use crate::render::{BodyCache, BodySource, RenderOptions, Renderer};
 use crate::store::{RecordStream, RecordsInMemory, StoreContents};
 use crate::types::{CallConfig, Message, ToolSchema};
@@ -334,8 +334,10 @@ pub struct RequestInfo {
 /// rendered from the logged envelope for the agent's renderer, and what the request is.
 #[derive(Clone, Debug)]
 pub struct Body {
-    /// The provider body's JSON, as `Renderer::render` of the envelope serialises.
-    pub json: String,
+    /// The provider body's JSON, as `Renderer::render` of the envelope serialises. It is
+    /// shared with the agent's renderer, which renders the next body from it: a NUL byte follows
+    /// it in its buffer, so that a C host is handed that buffer as it is ([`Text::c_buffer`]).
+    pub json: Text,
     /// The request it renders.
     pub info: RequestInfo,
 }
@@ -1204,7 +1206,7 @@ fn check_body(
     let cached = cache.body(&src, turn, step).map_err(at)?;
     let text = std::str::from_utf8(envelope).map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?;
     let fresh = cache.render_envelope_fresh(text, prefix.messages.len(), None).map_err(at)?;
-    if cached != fresh {
+    if cached.as_str() != fresh {
         let byte = cached.bytes().zip(fresh.bytes()).take_while(|(a, b)| a == b).count();
         return Err(divergence(
             format!(

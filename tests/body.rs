@@ -328,6 +328,51 @@ fn long_sessions_with_compaction_and_header_change() {
     }
 }
 
+/// The body a host is handed is the renderer's cache, not a copy of it: the agent keeps the same
+/// buffer and renders the next body from it. A body the host still holds stays as it was while
+/// later bodies are built (their breakpoints move, a compaction and a header change rebuild the
+/// rendered history), and it outlives the agent.
+#[test]
+fn a_held_body_is_the_cache_and_stays_as_it_was() {
+    for renderer in Renderer::ALL {
+        let mut run = Run::new(renderer, render_options(1, renderer), 1, 0);
+        let mut held: Vec<(llmsession::log::Text, String)> = Vec::new();
+        run.a().start_turn(Message::user_text("Start.")).unwrap();
+        for i in 0..40u8 {
+            match i {
+                // A compaction and a header change: the rendered history is rebuilt from the
+                // body the cache holds.
+                12 => {
+                    run.a().compact(None, &CancelToken::new()).unwrap();
+                }
+                25 => run.a().set_options(options(2)).unwrap(),
+                _ => {}
+            }
+            let body = run.a().next_body(&CancelToken::new()).unwrap().json;
+            let (buf, _) = body.c_buffer().expect("a NUL follows the body in its buffer");
+            assert_eq!(
+                std::sync::Arc::strong_count(buf),
+                2,
+                "{}: the host's body and the renderer's cache are one buffer",
+                renderer.name()
+            );
+            if let Some((previous, _)) = held.last() {
+                let (buf, _) = previous.c_buffer().unwrap();
+                assert_eq!(std::sync::Arc::strong_count(buf), 1, "{}: the cache moved on to the new body", renderer.name());
+            }
+            held.push((body.clone(), body.to_string()));
+            // The step's reply, so that the next body has something new.
+            let ids = vec![format!("held_{i}")];
+            run.a().record_response(reply_message(u64::from(i), i % 8, &ids), None).unwrap();
+            run.a().record_tool_result(result_for(&ids[0], 1, false)).unwrap();
+        }
+        run.agent.take().unwrap().dispose().unwrap();
+        for (k, (body, copy)) in held.iter().enumerate() {
+            assert_eq!(body.as_str(), copy, "{} body {k} changed after it was handed out", renderer.name());
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The hot path's errors: each is clear and changes nothing.
 

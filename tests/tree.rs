@@ -276,7 +276,7 @@ fn run_parent(
     if calls.is_empty() {
         a.end_turn(TurnEndReason::Completed).unwrap();
     }
-    (a, body, calls)
+    (a, body.to_string(), calls)
 }
 
 proptest! {

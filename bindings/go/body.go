@@ -54,7 +54,8 @@ type Body struct {
 }
 
 // BodyView is a provider body lent by the library (NextBodyView): Bytes is the library's own
-// buffer, without a copy, valid until Release. Release it once the body was sent (a view that
+// buffer, without a copy, valid until Release. The agent's renderer keeps the same buffer and
+// renders the next body from it: read Bytes, never write into it. Release it once the body was sent (a view that
 // is never released keeps its buffer until the process ends; there is no finalizer, since a
 // slice taken from Bytes would outlive it). A BodyView is also an io.Reader and io.WriterTo
 // over the body (for an http.Request body: http.NewRequest(method, url, v)); reading is safe

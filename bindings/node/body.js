@@ -161,8 +161,9 @@ function readRequestInfo(b, u32) {
 }
 
 /**
- * The result of `nextBody`: `body` (the provider body, a Buffer over the library's memory),
- * `info`, `json` (the body as a string, decoded on first access), and `release()`.
+ * The result of `nextBody`: `body` (the provider body, a Buffer over the library's memory,
+ * which the agent's renderer keeps and renders the next body from: read it, never write into
+ * it), `info`, `json` (the body as a string, decoded on first access), and `release()`.
  */
 class Body {
   constructor(lent, info) {

@@ -190,8 +190,10 @@ pub unsafe extern "C" fn lls_agent_set_renderer(
 /// envelope's digest: the same log, verified the same way) and hands over the provider body
 /// ready to POST in `(*body, *body_len)`: byte for byte what `lls_render_with_options` gives for
 /// the request's envelope with the agent's renderer and options (and `prefixLen` the session
-/// prefix's length). Free it with `lls_string_free`; a large body is handed over without a
-/// copy. `*info` (may be NULL) receives what the request is, with no JSON to parse; the
+/// prefix's length). Free it with `lls_string_free`. A body of 4 KiB or more is not a copy: it
+/// is the buffer the agent's renderer keeps and renders the next body from, shared with the
+/// host until `lls_string_free` (it stays valid after the agent is freed). Read it; never write
+/// into it. `*info` (may be NULL) receives what the request is, with no JSON to parse; the
 /// envelope itself is built only when asked (`lls_agent_last_envelope`).
 ///
 /// `cancel` (may be NULL), listeners, disposal, storage errors: as for
@@ -232,7 +234,7 @@ pub unsafe extern "C" fn lls_agent_next_body(
             })?;
             a.refuse_if_disposed_while_building()?;
             info_out.write(lls_request_info::of(&built.info));
-            out.write_owned(built.json)
+            out.write_shared(&built.json)
         })
     }
 }

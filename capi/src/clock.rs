@@ -72,7 +72,8 @@ pub unsafe extern "C" fn lls_agent_cache_clock(
 }
 
 /// Builds the keep-warm request of the cache clock as the provider body ready to POST, in
-/// `(*body, *body_len)` (free it with `lls_string_free`): the last conversation request again,
+/// `(*body, *body_len)` (free it with `lls_string_free`; read it, never write into it, as a body
+/// from `lls_agent_next_body`): the last conversation request again,
 /// every cacheable byte the same (cache marks included), its output limit at the smallest the
 /// provider allows (1; 16 for `openai-responses`; an Anthropic thinking budget + 1), with
 /// `purpose: "keepalive"` in its logged envelope; when the clock's last recorded decision was
@@ -111,7 +112,7 @@ pub unsafe extern "C" fn lls_agent_keepalive_body(
             let a = agent_arg(agent)?;
             let built = a.run(None, |slot, _| Ok(live(&mut slot.agent, a.instance)?.keepalive_body()?))?;
             info_out.write(lls_request_info::of(&built.info));
-            out.write_owned(built.json)
+            out.write_shared(&built.json)
         })
     }
 }

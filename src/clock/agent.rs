@@ -398,7 +398,7 @@ impl Agent {
             return Err(crate::agent::no_renderer());
         }
         let (info, json) = self.build_keepalive(true)?;
-        Ok(Body { json, info })
+        Ok(Body { json: crate::log::Text::terminated(json), info })
     }
 
     /// [`keepalive_body`](Self::keepalive_body) for a host that renders bodies itself: the

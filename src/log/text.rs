@@ -35,6 +35,21 @@ impl Text {
         (&self.buf, self.start, self.end)
     }
 
+    /// `s` as a text followed in its buffer by a NUL byte that the text does not include, so
+    /// that a C host can be handed the buffer itself ([`Text::c_buffer`]).
+    pub fn terminated(mut s: String) -> Text {
+        let end = s.len();
+        s.push('\0');
+        Text { buf: Arc::new(s), start: 0, end }
+    }
+
+    /// When a NUL byte follows the text in its buffer ([`Text::terminated`]): the buffer, to be
+    /// kept alive for as long as a C host holds the text, and where the text starts in it. The
+    /// buffer is immutable: whoever is handed it reads it and never writes into it.
+    pub fn c_buffer(&self) -> Option<(&Arc<String>, usize)> {
+        (self.buf.as_bytes().get(self.end) == Some(&0)).then_some((&self.buf, self.start))
+    }
+
     /// Whether `next` follows this text in the same buffer, after one separating byte (two
     /// consecutive messages of a sealed run).
     pub(crate) fn followed_by(&self, next: &Text) -> bool {
@@ -78,6 +93,36 @@ impl Eq for Text {}
 impl PartialEq<str> for Text {
     fn eq(&self, other: &str) -> bool {
         self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Text {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl PartialEq<String> for Text {
+    fn eq(&self, other: &String) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<Text> for String {
+    fn eq(&self, other: &Text) -> bool {
+        self == other.as_str()
+    }
+}
+
+impl PartialEq<Text> for &str {
+    fn eq(&self, other: &Text) -> bool {
+        *self == other.as_str()
+    }
+}
+
+impl AsRef<[u8]> for Text {
+    fn as_ref(&self) -> &[u8] {
+        self.as_str().as_bytes()
     }
 }
 

@@ -38,10 +38,11 @@ use super::breakpoint::{self, Mark};
 use super::{anthropic, gemini, interactions, openai, responses, CacheTtl, Envelope, RenderOptions, Renderer};
 use crate::error::{Error, ErrorKind, Result};
 use crate::header::EpochHeader;
-use crate::log::{Derived, History};
+use crate::log::{Derived, History, Text};
 use crate::request::{EnvelopeParts, PrefixBytes};
 use crate::types::{JsonMap, Message, Role};
 use serde_json::Value;
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -218,12 +219,20 @@ enum Rendered {
     Nothing,
 }
 
-/// The rendered message sequence, joined.
+/// The rendered message sequence, joined: every piece's text one after the other, as the body's
+/// message array writes them. The body is the cache: the joined text that the last body
+/// carries is read from that body ([`Written`], its breakpoints undone), not kept in a copy
+/// beside it; what was pushed since is in `tail`.
 #[derive(Debug, Default)]
 struct Sequence {
-    joined: String,
+    /// The last body built from this sequence.
+    written: Option<Written>,
+    /// How much of the joined text the last body holds (the joined text's first bytes).
+    written_len: usize,
+    /// The joined text from `written_len` on.
+    tail: String,
     pieces: Vec<Piece>,
-    /// The group left open at the end of `joined` (grouped layouts): role, merges.
+    /// The group left open at the end of the joined text (grouped layouts): role, merges.
     open: Option<(WireRole, bool)>,
     /// Anthropic: the last piece with a cacheable block.
     last_cacheable: Option<usize>,
@@ -231,7 +240,97 @@ struct Sequence {
     calls: gemini::Calls,
 }
 
+/// The body last built from a sequence: it holds the sequence's joined text from byte `at` on,
+/// with `patches` written over it.
+#[derive(Debug)]
+struct Written {
+    body: Text,
+    at: usize,
+    patches: Vec<Patch>,
+}
+
+/// A breakpoint written over a block: the joined text's `start..end` is `len` bytes in the body,
+/// and `orig` is the block as the joined text has it.
+#[derive(Debug)]
+struct Patch {
+    start: usize,
+    end: usize,
+    len: usize,
+    orig: Box<str>,
+}
+
+impl Patch {
+    /// How much longer the block is in the body.
+    fn grows(&self) -> isize {
+        self.len as isize - (self.end - self.start) as isize
+    }
+}
+
 impl Sequence {
+    /// The joined text's length.
+    fn len(&self) -> usize {
+        self.written_len + self.tail.len()
+    }
+
+    /// Appends the joined text's bytes `a..b` to `out`: from the last body around its patches
+    /// (with the blocks they replaced), then from the tail.
+    fn copy(&self, a: usize, b: usize, out: &mut String) {
+        debug_assert!(a <= b && b <= self.len(), "{a}..{b} of {}", self.len());
+        if a < self.written_len {
+            let w = self.written.as_ref().expect("the written text is in the last body");
+            let body = w.body.as_str();
+            let end = b.min(self.written_len);
+            let (mut p, mut shift) = (a, 0isize);
+            // The body's byte for the joined text's byte `p` (not inside a patch).
+            let at = |p: usize, shift: isize| (w.at + p).wrapping_add_signed(shift);
+            for patch in &w.patches {
+                if p >= end || patch.start >= end {
+                    break;
+                }
+                if patch.end <= p {
+                    shift += patch.grows();
+                    continue;
+                }
+                if p < patch.start {
+                    out.push_str(&body[at(p, shift)..at(patch.start, shift)]);
+                    p = patch.start;
+                }
+                let e = end.min(patch.end);
+                out.push_str(&patch.orig[p - patch.start..e - patch.start]);
+                p = e;
+                if p == patch.end {
+                    shift += patch.grows();
+                }
+            }
+            if p < end {
+                out.push_str(&body[at(p, shift)..at(end, shift)]);
+            }
+        }
+        if b > self.written_len {
+            out.push_str(&self.tail[a.max(self.written_len) - self.written_len..b - self.written_len]);
+        }
+    }
+
+    /// The joined text's bytes `a..b`: borrowed where they lie in one piece of memory as they
+    /// are, copied where a patch covers some of them.
+    fn slice(&self, a: usize, b: usize) -> Cow<'_, str> {
+        let wl = self.written_len;
+        if a >= wl {
+            return Cow::Borrowed(&self.tail[a - wl..b - wl]);
+        }
+        if b <= wl {
+            let w = self.written.as_ref().expect("the written text is in the last body");
+            if !w.patches.iter().any(|p| p.start < b && p.end > a) {
+                let shift: isize = w.patches.iter().filter(|p| p.end <= a).map(Patch::grows).sum();
+                let from = (w.at + a).wrapping_add_signed(shift);
+                return Cow::Borrowed(&w.body.as_str()[from..from + (b - a)]);
+            }
+        }
+        let mut out = String::with_capacity(b - a);
+        self.copy(a, b, &mut out);
+        Cow::Owned(out)
+    }
+
     /// Appends a piece's text (see the module docs for the layout). Fails, changing nothing,
     /// for a text of 4 GiB or more.
     fn push(
@@ -249,29 +348,29 @@ impl Sequence {
             None => [NO_MARK; 2],
         };
         let start = match (layout, kind) {
-            (_, Kind::Empty) => self.joined.len(),
+            (_, Kind::Empty) => self.len(),
             (Layout::Flat, _) => {
-                if !self.joined.is_empty() {
-                    self.joined.push(',');
+                if self.len() > 0 {
+                    self.tail.push(',');
                 }
-                self.joined.len()
+                self.len()
             }
             (Layout::Grouped(key), Kind::Blocks { role, merges }) => {
                 match self.open {
-                    Some((_, true)) if merges => self.joined.push(','),
+                    Some((_, true)) if merges => self.tail.push(','),
                     Some((open_role, _)) => {
-                        close_group(&mut self.joined, open_role.as_str());
-                        self.joined.push(',');
-                        open_group(&mut self.joined, key);
+                        close_group(&mut self.tail, open_role.as_str());
+                        self.tail.push(',');
+                        open_group(&mut self.tail, key);
                     }
-                    None => open_group(&mut self.joined, key),
+                    None => open_group(&mut self.tail, key),
                 }
                 self.open = Some((role, merges));
-                self.joined.len()
+                self.len()
             }
             (Layout::Grouped(_), Kind::Items) => unreachable!("grouped layouts render blocks"),
         };
-        self.joined.push_str(text);
+        self.tail.push_str(text);
         if mark[0] != NO_MARK {
             self.last_cacheable = Some(self.pieces.len());
         }
@@ -280,9 +379,9 @@ impl Sequence {
     }
 
     /// The text of piece `k`.
-    fn text(&self, k: usize) -> &str {
+    fn text(&self, k: usize) -> Cow<'_, str> {
         let p = &self.pieces[k];
-        &self.joined[p.start..p.end()]
+        self.slice(p.start, p.end())
     }
 }
 
@@ -396,7 +495,11 @@ impl BodyCache {
     /// The body of the conversation request `src` describes (`turn`, `step` only name it in
     /// the envelope, which no renderer sends): `Renderer::render` of its envelope, serialised.
     /// A message or header the renderer refuses gives the error rendering the envelope gives.
-    pub fn body(&mut self, src: &BodySource<'_>, turn: u64, step: u64) -> Result<String> {
+    ///
+    /// The body is shared, not copied: the cache keeps it (it renders the next body from it)
+    /// and a NUL byte follows it in its buffer ([`Text::c_buffer`]), so that a C host is handed
+    /// that buffer as it is.
+    pub fn body(&mut self, src: &BodySource<'_>, turn: u64, step: u64) -> Result<Text> {
         let prefix_len = src.prefix.messages.len();
         // Anthropic cache diagnostics: the previous response's id is the last assistant
         // message's (history, then prefix), as the renderer finds it in the envelope.
@@ -412,13 +515,13 @@ impl BodyCache {
         // sequence of rendered messages does not follow, so the body is rendered afresh.
         if self.renderer == Renderer::Anthropic && reorders(src) {
             self.state = None;
-            return self.render_envelope_fresh(&envelope(), prefix_len, None);
+            return self.render_envelope_fresh(&envelope(), prefix_len, None).map(Text::terminated);
         }
         let built = self.update(src).and_then(|()| self.write(diagnostics));
         match built {
             Ok(body) => {
                 debug_assert_eq!(
-                    body,
+                    body.as_str(),
                     self.render_envelope_fresh(&envelope(), prefix_len, None).expect("the cached body rendered, so the envelope renders"),
                     "the cached {} body is the rendering of its envelope",
                     self.renderer.name()
@@ -433,7 +536,7 @@ impl BodyCache {
                     Err(fresh) => Err(fresh),
                     Ok(body) => {
                         debug_assert!(false, "the cache failed where the envelope renders: {e}");
-                        Ok(body)
+                        Ok(Text::terminated(body))
                     }
                 }
             }
@@ -554,7 +657,7 @@ impl BodyCache {
                         self.push_rendered(&mut seq, Some(d.seq), rendered, Vec::new(), state.head.options.cache_breakpoints)
                             .expect("pushed");
                         assert_eq!(
-                            (seq.joined.as_str(), seq.pieces[0].mark()),
+                            (seq.tail.as_str(), seq.pieces[0].mark()),
                             (text.as_str(), mark),
                             "the wire message from the derived text is the rendered one"
                         );
@@ -599,7 +702,7 @@ impl BodyCache {
                             }
                         }
                     }
-                    state.seq.push(layout, p.seq(), old.text(k), p.kind, p.mark(), p.notes.clone())?;
+                    state.seq.push(layout, p.seq(), &old.text(k), p.kind, p.mark(), p.notes.clone())?;
                     state.cover(d.seq);
                 }
                 None => self.append(state, std::slice::from_ref(d))?,
@@ -678,7 +781,7 @@ impl BodyCache {
     }
 
     /// Writes the body of the current state.
-    fn write(&mut self, diagnostics: Option<Option<String>>) -> Result<String> {
+    fn write(&mut self, diagnostics: Option<Option<String>>) -> Result<Text> {
         let renderer = self.renderer;
         let state = self.state.as_mut().expect("updated");
         // The breakpoints (Anthropic's, or OpenAI's when asked for); message blocks are named
@@ -739,29 +842,39 @@ impl BodyCache {
         }
         let frame = &state.head.frame.as_ref().expect("set").2;
         let seq = &state.seq;
+        let joined = seq.len();
         let close = seq.open.map(|(role, _)| role.as_str().len() + 12).unwrap_or(0);
         let patched: usize = patches.iter().map(|(s, e, t)| t.len() - (e - s)).sum();
-        let len = frame.pre.len() + 1 + seq.joined.len() + patched + close + frame.post.len();
-        // One more byte for the NUL a C host gets (so handing the buffer over never grows it),
-        // in size classes so that consecutive bodies reuse the buffer the host freed.
+        let len = frame.pre.len() + 1 + joined + patched + close + frame.post.len();
+        // One more byte for the NUL a C host gets (the buffer is handed over as it is), in
+        // size classes so that consecutive bodies reuse the buffers freed.
         let mut out = String::with_capacity(crate::request::size_class(len + 1));
         out.push_str(&frame.pre);
-        if frame.lead && !seq.joined.is_empty() {
+        if frame.lead && joined > 0 {
             out.push(',');
         }
+        let body_at = out.len();
         let mut at = 0;
+        let mut written = Vec::with_capacity(patches.len());
         for (s, e, t) in &patches {
-            out.push_str(&seq.joined[at..*s]);
+            seq.copy(at, *s, &mut out);
             out.push_str(t);
+            written.push(Patch { start: *s, end: *e, len: t.len(), orig: seq.slice(*s, *e).into() });
             at = *e;
         }
-        out.push_str(&seq.joined[at..]);
+        seq.copy(at, joined, &mut out);
         if let Some((role, _)) = seq.open {
             close_group(&mut out, role.as_str());
         }
         out.push_str(&frame.post);
         debug_assert!(out.len() <= len, "the body's size is computed in advance");
-        Ok(out)
+        // The body is the cache from now on: the sequence's text is read from it.
+        let body = Text::terminated(out);
+        let seq = &mut state.seq;
+        seq.written = Some(Written { body: body.clone(), at: body_at, patches: written });
+        seq.written_len = joined;
+        seq.tail = String::new();
+        Ok(body)
     }
 }
 
@@ -856,6 +969,6 @@ mod tests {
         assert_eq!(seq.text(0), "{\"a\":1}");
         let e = seq.push(Layout::Flat, None, "{}", Kind::Items, Some((0, u32::MAX as usize)), None).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidInput);
-        assert_eq!((seq.joined.as_str(), seq.pieces.len(), seq.last_cacheable), ("{\"a\":1}", 1, Some(0)));
+        assert_eq!((seq.tail.as_str(), seq.pieces.len(), seq.last_cacheable), ("{\"a\":1}", 1, Some(0)));
     }
 }

@@ -10,17 +10,22 @@
 //! the host must not rely on that and never call `free` itself, so the allocator may change).
 //! A large output the library built for the call anyway (a request envelope,
 //! [`OutString::write_owned`]) is handed out without a copy: its Rust buffer is registered and
-//! `lls_string_free` gives it back to Rust. `*out_len` is the length without the NUL. Out-parameters are checked for NULL before any
-//! work ([`OutString::new`], [`Out::new`]) and written last, only on success.
+//! `lls_string_free` gives it back to Rust. A provider body ([`OutString::write_shared`]) is the
+//! buffer the agent's renderer keeps and renders the next body from: the host is handed a
+//! reference to it, reads it and never writes into it, and `lls_string_free` drops that
+//! reference. `*out_len` is the length without the NUL. Out-parameters are checked for NULL
+//! before any work ([`OutString::new`], [`Out::new`]) and written last, only on success.
 
 use crate::runtime::error::FfiError;
 use crate::runtime::status::*;
 use llmsession::error::Error;
+use llmsession::log::Text;
 use parking_lot::Mutex;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::ffi::c_char;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// Borrows an input buffer as bytes.
 ///
@@ -119,8 +124,18 @@ pub fn alloc_c_string(bytes: &[u8]) -> Result<*mut c_char, FfiError> {
 /// 28). Small outputs (errors, reports) stay plain `malloc`ed copies.
 const OWNED_MIN: usize = 4 * 1024;
 
-/// Buffers handed out by [`OutString::write_owned`] and not freed yet: address -> capacity.
-static OWNED: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
+/// A buffer handed out without a copy, until `lls_string_free`.
+enum Held {
+    /// A `Vec<u8>`'s buffer given up by [`OutString::write_owned`]: its capacity.
+    Vec(usize),
+    /// A buffer shared with the library ([`OutString::write_shared`]): a reference to it, and
+    /// how many times it was handed out and not freed yet.
+    Shared(Arc<String>, usize),
+}
+
+/// Buffers handed out by [`OutString::write_owned`] and [`OutString::write_shared`] and not
+/// freed yet, by address.
+static OWNED: Mutex<Option<HashMap<usize, Held>>> = Mutex::new(None);
 
 /// How many buffers [`OWNED`] holds (lets `lls_string_free` skip the lock when none).
 static OWNED_LIVE: AtomicUsize = AtomicUsize::new(0);
@@ -167,7 +182,7 @@ impl OutString {
         {
             let mut owned = OWNED.lock();
             let map = owned.get_or_insert_with(HashMap::new);
-            map.insert(p as usize, cap);
+            map.insert(p as usize, Held::Vec(cap));
             OWNED_LIVE.store(map.len(), Ordering::Release);
         }
         LIVE_STRINGS.fetch_add(1, Ordering::Relaxed);
@@ -176,6 +191,40 @@ impl OutString {
             self.out.write(p.cast());
             if !self.out_len.is_null() {
                 self.out_len.write(len);
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands out a text the library keeps too (a provider body, which the agent's renderer
+    /// renders the next body from) without copying it when it is large and a NUL follows it in
+    /// its buffer ([`Text::c_buffer`]): the host gets a reference to that buffer, registered so
+    /// that `lls_string_free` drops it, and must only read it. Otherwise as
+    /// [`OutString::write`].
+    pub fn write_shared(self, text: &Text) -> Result<(), FfiError> {
+        let Some((buf, start)) = text.c_buffer().filter(|_| text.len() >= OWNED_MIN) else {
+            return self.write(text);
+        };
+        let p = buf[start..].as_ptr();
+        {
+            let mut owned = OWNED.lock();
+            let map = owned.get_or_insert_with(HashMap::new);
+            match map.get_mut(&(p as usize)) {
+                // The same text handed out again: each is freed once.
+                Some(Held::Shared(_, n)) => *n += 1,
+                _ => {
+                    map.insert(p as usize, Held::Shared(buf.clone(), 1));
+                }
+            }
+            OWNED_LIVE.store(map.len(), Ordering::Release);
+        }
+        LIVE_STRINGS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: validity promised to `new`. The host gets a `char *` by the ABI's convention;
+        // it reads the buffer and never writes into it (the function's documentation says so).
+        unsafe {
+            self.out.write(p.cast_mut().cast());
+            if !self.out_len.is_null() {
+                self.out_len.write(text.len());
             }
         }
         Ok(())
@@ -287,17 +336,33 @@ pub unsafe fn free_string(s: *mut c_char) {
     // Saturating: a count gone wrong through a host's double free must not wrap.
     let _ = LIVE_STRINGS.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
     if OWNED_LIVE.load(Ordering::Acquire) != 0 {
-        let cap = {
+        // `Some(None)`: one of several references to a shared buffer, given back.
+        let held = {
             let mut owned = OWNED.lock();
-            let cap = owned.as_mut().and_then(|m| m.remove(&(s as usize)));
+            let held = owned.as_mut().and_then(|m| match m.get_mut(&(s as usize)) {
+                Some(Held::Shared(_, n)) if *n > 1 => {
+                    *n -= 1;
+                    Some(None)
+                }
+                _ => m.remove(&(s as usize)).map(Some),
+            });
             OWNED_LIVE.store(owned.as_ref().map_or(0, HashMap::len), Ordering::Release);
-            cap
+            held
         };
-        if let Some(cap) = cap {
-            // SAFETY: `s` is the buffer of a `Vec<u8>` of capacity `cap` that `write_owned`
-            // gave up (registered, so handed out and not freed yet).
-            drop(unsafe { Vec::from_raw_parts(s.cast::<u8>(), 0, cap) });
-            return;
+        match held {
+            Some(None) => return,
+            Some(Some(Held::Vec(cap))) => {
+                // SAFETY: `s` is the buffer of a `Vec<u8>` of capacity `cap` that `write_owned`
+                // gave up (registered, so handed out and not freed yet).
+                drop(unsafe { Vec::from_raw_parts(s.cast::<u8>(), 0, cap) });
+                return;
+            }
+            // The host's reference to a shared buffer, dropped (outside the lock).
+            Some(Some(Held::Shared(buf, _))) => {
+                drop(buf);
+                return;
+            }
+            None => {}
         }
     }
     // SAFETY: `s` came from `alloc_c_string` (malloc), per the contract.
@@ -373,5 +438,38 @@ mod tests {
         assert_eq!(unsafe { std::ffi::CStr::from_ptr(small) }.to_str().unwrap(), "small");
         unsafe { free_string(out) };
         unsafe { free_string(small) };
+    }
+
+    #[test]
+    fn shared_outputs_are_the_library_buffer_and_each_handout_is_freed_once() {
+        let body = Text::terminated("b".repeat(OWNED_MIN + 5));
+        let (buf, _) = body.c_buffer().unwrap();
+        let hand_out = |text: &Text| {
+            let mut out: *mut c_char = std::ptr::null_mut();
+            let mut len = 0usize;
+            let o = unsafe { OutString::new(&mut out, &mut len, "body") }.unwrap();
+            o.write_shared(text).unwrap();
+            (out, len)
+        };
+        let (out, len) = hand_out(&body);
+        assert_eq!(out.cast::<u8>().cast_const(), buf.as_ptr(), "the library's own buffer, not a copy");
+        assert_eq!(len, OWNED_MIN + 5);
+        assert_eq!(unsafe { std::ffi::CStr::from_ptr(out) }.to_bytes().len(), len, "NUL-terminated");
+        assert_eq!(Arc::strong_count(buf), 2, "the host holds a reference");
+        // The same text handed out twice: two references, each freed once.
+        let (again, _) = hand_out(&body);
+        assert_eq!(again, out);
+        unsafe { free_string(out) };
+        assert_eq!(Arc::strong_count(buf), 2, "one handout still held");
+        unsafe { free_string(again) };
+        assert_eq!(Arc::strong_count(buf), 1, "the host's reference dropped");
+        // Small, or without the NUL after it in its buffer: a copy.
+        for text in [Text::terminated("small".into()), Text::from("u".repeat(OWNED_MIN + 5))] {
+            let (out, len) = hand_out(&text);
+            assert_ne!(out.cast::<u8>().cast_const(), text.as_ptr());
+            assert_eq!(unsafe { std::ffi::CStr::from_ptr(out) }.to_str().unwrap(), text.as_str());
+            assert_eq!(len, text.len());
+            unsafe { free_string(out) };
+        }
     }
 }
