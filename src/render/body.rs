@@ -9,10 +9,15 @@
 //!   function of that message alone ([`Renderer`]'s prefix property), so the cache keeps each
 //!   message's rendered text (its wire messages, or for Anthropic and Gemini its blocks and
 //!   parts) and renders only the messages that are new since the last body.
-//! - **The rendered history is one buffer.** The texts sit one after the other in one string,
-//!   already joined as the body's message array writes them (for Anthropic and Gemini: grouped
-//!   into wire messages, consecutive tool results merged, the last group left open), so a body
-//!   is the frame's leading bytes, one copy of that string, and the frame's trailing bytes.
+//! - **The rendered history is one buffer.** The texts sit one after the other, already joined
+//!   as the body's message array writes them (for Anthropic and Gemini: grouped into wire
+//!   messages, consecutive tool results merged, the last group left open), so a body is the
+//!   frame's leading bytes, one copy of the joined text, and the frame's trailing bytes.
+//! - **The body is the cache.** The joined text is not kept in a buffer of its own beside the
+//!   body: the cache keeps the last body it built (shared with whoever was handed it, and never
+//!   written to again) and reads the joined text from it, its patches undone, plus what was
+//!   rendered since. So the live context is held twice while a body is out, not three times:
+//!   the history and the body (`docs/performance.md`, "Resume from a checkpoint").
 //! - **The frame is rendered once per header.** Everything but the messages (model, system,
 //!   tools, sampling fields, cache routing, pass-through fields) comes from the header and the
 //!   session prefix, rendered by the renderer's own code and split around the message array.
@@ -873,7 +878,12 @@ impl BodyCache {
         let seq = &mut state.seq;
         seq.written = Some(Written { body: body.clone(), at: body_at, patches: written });
         seq.written_len = joined;
-        seq.tail = String::new();
+        // The tail's room is kept for the next messages, unless it held a whole rebuilt history.
+        if seq.tail.capacity() > 64 * 1024 {
+            seq.tail = String::new();
+        } else {
+            seq.tail.clear();
+        }
         Ok(body)
     }
 }
