@@ -456,6 +456,55 @@ static void test_native_compaction(void) {
     lls_session_free(s);
 }
 
+/* A body of 4 KiB or more is the agent's own buffer, shared with the host: it stays as it was
+ * while the agent builds the next body from it, and after the agent and the session are freed,
+ * until the host frees it (valgrind and the sanitizers watch the reads). Anthropic: the moving
+ * breakpoint is patched into each body, and undone when the next one is built. */
+static void test_shared_body(void) {
+    const provider *p = &PROVIDERS[2];
+    CHECK(strcmp(p->renderer, "anthropic") == 0);
+    lls_session *s = memory_session("shared");
+    lls_agent *a = new_agent(s);
+    EXPECT_OK(lls_agent_set_renderer(a, p->renderer, strlen(p->renderer), p->options, p->options ? strlen(p->options) : 0, &err));
+    char user[6000 + 128];
+    char text[6001];
+    memset(text, 'x', 6000);
+    text[6000] = 0;
+    snprintf(user, sizeof user, "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"%s\"}]}", text);
+    EXPECT_OK(lls_agent_start_turn(a, user, strlen(user), NULL, &err));
+    char *held[3];
+    char *copies[3];
+    size_t lens[3];
+    size_t live = lls_live_string_count();
+    for (int step = 1; step <= 3; step++) {
+        EXPECT_OK(lls_agent_next_body(a, NULL, &held[step - 1], &lens[step - 1], NULL, &err));
+        CHECK(lens[step - 1] > 6000);
+        CHECK_INT(strlen(held[step - 1]), (long long)lens[step - 1]);
+        copies[step - 1] = strdup(held[step - 1]);
+        CHECK_CONTAINS(held[step - 1], "cache_control");
+        char *reply = reply_of(p, step);
+        EXPECT_OK(lls_agent_record_body(a, reply, strlen(reply), NULL, NULL, &err));
+        free(reply);
+        char result[128];
+        snprintf(result, sizeof result, "{\"callId\":\"call_%d\",\"text\":\"result %d\"}", step, step);
+        EXPECT_OK(lls_agent_record_tool_result(a, result, strlen(result), NULL, &err));
+    }
+    CHECK_INT(lls_live_string_count(), (long long)(live + 3));
+    /* Each body is as it was handed out, though the agent built the next ones from it. */
+    for (int i = 0; i < 3; i++) {
+        CHECK(memcmp(held[i], copies[i], lens[i] + 1) == 0);
+    }
+    lls_agent_free(a);
+    lls_session_free(s);
+    /* And after the agent is gone. */
+    for (int i = 0; i < 3; i++) {
+        CHECK(memcmp(held[i], copies[i], lens[i] + 1) == 0);
+        lls_string_free(held[i]);
+        free(copies[i]);
+    }
+    CHECK_INT(lls_live_string_count(), (long long)live);
+}
+
 static void test_no_handle_leaks(void) {
     CHECK_INT(lls_live_handle_count(), 0);
     CHECK_INT(lls_live_string_count(), 0); /* every body, envelope and info was freed */
@@ -470,6 +519,7 @@ int main(void) {
     RUN(test_bad_inputs);
     RUN(test_unrenderable_history);
     RUN(test_native_compaction);
+    RUN(test_shared_body);
     RUN(test_no_handle_leaks);
     return check_report();
 }
