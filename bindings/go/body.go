@@ -57,10 +57,11 @@ type Body struct {
 // buffer, without a copy, valid until Release. The agent's renderer keeps the same buffer and
 // renders the next body from it: read Bytes, never write into it. Release it once the body was
 // sent (a view that is never released keeps its buffer until the process ends; there is no
-// finalizer, since a slice taken from Bytes would outlive it). A BodyView is also an io.Reader and io.WriterTo
-// over the body (for an http.Request body: http.NewRequest(method, url, v)); reading is safe
-// against a concurrent Release, which waits for the read. After Release, Bytes panics and Read
-// and WriteTo fail with ErrClosed; a slice obtained from Bytes before must not be used any more.
+// finalizer, since a slice taken from Bytes would outlive it). A BodyView is also an io.Reader
+// and io.WriterTo over the body (for an http.Request body: http.NewRequest(method, url, v));
+// reading is safe against a concurrent Release, which waits for the read. After Release, Bytes
+// panics and Read and WriteTo fail with ErrClosed; a slice obtained from Bytes before must not
+// be used any more.
 type BodyView struct {
 	// Info describes the request (read from the library's fixed record, no JSON).
 	Info RequestInfo
